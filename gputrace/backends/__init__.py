@@ -1,0 +1,72 @@
+"""Backends, imported lazily by name so ``import gputrace`` never imports cupy or wgpu.
+
+Each module has ``probe() -> str | None`` (why it cannot be used here, or None) and one Backend
+class. ``auto`` tries cuda, then wgpu, then falls back to cpu with one notice saying why.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from gputrace.backends.base import Backend, Clock
+from gputrace.errors import GputraceError, notice
+
+# name -> (module, class)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "cuda": ("gputrace.backends.cuda", "CudaBackend"),
+    "wgpu": ("gputrace.backends.wgpu", "WgpuBackend"),
+    "cpu": ("gputrace.backends.cpu", "CpuBackend"),
+    "fake": ("gputrace.backends.fake", "FakeBackend"),
+}
+AUTO_ORDER = ("cuda", "wgpu")
+
+
+def probe(name: str) -> str | None:
+    """Why backend ``name`` can't be used on this machine, or None if it can."""
+    modname, _ = BACKENDS[name]
+    try:
+        mod = importlib.import_module(modname)
+    except ImportError as exc:
+        return f"its module could not be imported ({exc})"
+    try:
+        reason: str | None = mod.probe()
+    except Exception as exc:  # a broken driver must not break the user's program
+        return f"probing it failed ({type(exc).__name__}: {exc})"
+    return reason
+
+
+def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> Backend:
+    """Create backend ``name`` ("auto", "cuda", "wgpu", "cpu" or "fake")."""
+    if name == "auto":
+        reasons = []
+        for cand in AUTO_ORDER:
+            why = probe(cand)
+            if why is None:
+                try:
+                    backend = _instantiate(cand, clock, **options)
+                except GputraceError as exc:
+                    reasons.append(f"{cand}: {exc}")
+                    continue
+                if not quiet:
+                    notice(f"backend auto chose {cand}.")
+                return backend
+            reasons.append(f"{cand}: {why}")
+        if not quiet:
+            notice(f"no GPU backend is usable ({'; '.join(reasons)}); recording CPU times only.")
+        return _instantiate("cpu", clock)
+    if name not in BACKENDS:
+        raise GputraceError(
+            f"unknown backend {name!r}; choose one of auto, {', '.join(BACKENDS)}."
+        )
+    why = probe(name)
+    if why is not None:
+        raise GputraceError(f"backend {name!r} is not usable here: {why}.")
+    return _instantiate(name, clock, **options)
+
+
+def _instantiate(name: str, clock: Clock, **options: Any) -> Backend:
+    modname, clsname = BACKENDS[name]
+    cls = getattr(importlib.import_module(modname), clsname)
+    backend: Backend = cls(clock, **options)
+    return backend

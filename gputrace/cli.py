@@ -1,0 +1,50 @@
+"""The ``gputrace`` command line: thin click commands over the library's pure functions.
+
+Each command lives in its own module under ``gputrace.commands`` and is imported only when used,
+so ``gputrace --help`` stays fast and never imports cupy or wgpu.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+import click
+
+from gputrace._version import __version__
+
+# command name -> (module, attribute); a module not present in this build is simply not listed
+COMMANDS: dict[str, tuple[str, str]] = {
+    "summarize": ("gputrace.commands.summarize", "summarize"),
+    "diff": ("gputrace.commands.diff", "diff"),
+    "merge": ("gputrace.commands.merge", "merge"),
+    "calibrate": ("gputrace.commands.calibrate", "calibrate"),
+    "run": ("gputrace.commands.run", "run"),
+    "view": ("gputrace.commands.view", "view"),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        found = [n for n in COMMANDS if importlib.util.find_spec(COMMANDS[n][0]) is not None]
+        return sorted(set(found) | set(super().list_commands(ctx)))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name]
+            if importlib.util.find_spec(module) is None:
+                return None
+            cmd: Any = getattr(importlib.import_module(module), attr)
+            return cmd  # type: ignore[no-any-return]
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gputrace")
+def cli() -> None:
+    """gputrace: trace GPU work from Python and read the numbers that matter."""
+
+
+def main() -> None:
+    cli(prog_name="gputrace")

@@ -1,0 +1,381 @@
+"""The trace model: one plain, columnar data model shared by every stage after the resolver.
+
+Times are integer nanoseconds on the session clock (``time.perf_counter_ns()``); GPU times have
+already been aligned onto it by the resolver. A missing time is ``NO_TIME``. Scopes are stored as
+numpy columns so a million of them cost a few tens of MB and summarise in vectorised numpy; use
+``Trace.scope(i)`` for a convenient row view.
+
+>>> import gputrace
+>>> with gputrace.session(backend="cpu") as s:
+...     with gputrace.trace("step", n=3):
+...         pass
+>>> t = s.trace
+>>> t.scope(0).name, t.scope(0).args
+('step', {'n': 3})
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+NO_TIME = int(np.iinfo(np.int64).min)
+FORMAT_VERSION = 1
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+U32 = npt.NDArray[np.uint32]
+
+
+class Flag(enum.IntFlag):
+    """Per-scope flags. A flagged value always stays as measured: flags explain, they never clamp."""
+
+    COLD = 1 << 0  # first call of this name in the session: pays compilation/autotuning/context
+    EMPTY = 1 << 1  # GPU span of zero length or with no GPU work: nothing was launched or flushed
+    GPU_EXCEEDS_WALL = 1 << 2  # GPU duration longer than the CPU window that bounds it: impossible
+    START_BEFORE_SUBMIT = 1 << 3  # GPU start earlier than its submission, beyond the uncertainty
+    OVERLAP = 1 << 4  # partially overlaps another span on the same in-order queue
+    OUTLIER = 1 << 5  # far from the other calls of its name (robust rule, see resolver)
+    ERROR = 1 << 6  # the user's code raised inside the scope; args["exception"] names the type
+    DEGRADED = 1 << 7  # gputrace itself failed while recording this scope; times may be partial
+    UNTIMED = 1 << 8  # the backend could not time this scope on the GPU (no timestamp support)
+
+
+FLAG_NAMES: dict[Flag, str] = {
+    Flag.COLD: "cold",
+    Flag.EMPTY: "empty_gpu_span",
+    Flag.GPU_EXCEEDS_WALL: "gpu_exceeds_wall",
+    Flag.START_BEFORE_SUBMIT: "start_before_submit",
+    Flag.OVERLAP: "overlap",
+    Flag.OUTLIER: "outlier",
+    Flag.ERROR: "exception",
+    Flag.DEGRADED: "degraded",
+    Flag.UNTIMED: "untimed",
+}
+FLAG_BY_NAME = {v: k for k, v in FLAG_NAMES.items()}
+
+# Flags that report a suspicious measurement (as opposed to a state such as "cold" or "untimed").
+ANOMALY_FLAGS = (
+    Flag.EMPTY
+    | Flag.GPU_EXCEEDS_WALL
+    | Flag.START_BEFORE_SUBMIT
+    | Flag.OVERLAP
+    | Flag.OUTLIER
+    | Flag.DEGRADED
+)
+
+
+def flag_names(flags: int) -> list[str]:
+    """The names of the flags set in ``flags``, in a stable order."""
+    return [name for bit, name in FLAG_NAMES.items() if flags & bit]
+
+
+def flags_from_names(names: list[str]) -> int:
+    value = 0
+    for name in names:
+        value |= int(FLAG_BY_NAME[name])
+    return value
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """A CPU thread of the traced process; ``tid`` is the OS thread id shown in Perfetto."""
+
+    tid: int
+    name: str
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One GPU queue: a CUDA stream or a WebGPU queue, on one device."""
+
+    device: int
+    device_name: str
+    backend: str
+    label: str  # e.g. "stream 0x7f…" or "queue"
+
+
+@dataclass(frozen=True)
+class ClockFit:
+    """Maps a GPU clock onto the session clock: ``cpu = cpu_ref + slope * (gpu - gpu_ref)``.
+
+    ``uncertainty_ns`` bounds the alignment error between the first and last calibration sample
+    (see ``gputrace.resolver.fit_clock``); outside that span each scope adds an extrapolation term.
+    """
+
+    gpu_ref_ns: int
+    cpu_ref_ns: int
+    slope: float
+    residual_ns: float  # largest |residual| of a sample midpoint against the fit
+    uncertainty_ns: float
+    samples: int
+    first_cpu_ns: int
+    last_cpu_ns: int
+    method: str = "offset+slope"
+
+    @property
+    def offset_ns(self) -> int:
+        return self.cpu_ref_ns - self.gpu_ref_ns
+
+    @property
+    def drift_ppm(self) -> float:
+        return (self.slope - 1.0) * 1e6
+
+    def to_cpu(self, gpu_ns: I64) -> I64:
+        delta = (gpu_ns - self.gpu_ref_ns).astype(np.float64) * self.slope
+        return (self.cpu_ref_ns + np.rint(delta).astype(np.int64)).astype(np.int64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "gpu_ref_ns": self.gpu_ref_ns,
+            "cpu_ref_ns": self.cpu_ref_ns,
+            "offset_ns": self.offset_ns,
+            "slope": self.slope,
+            "drift_ppm": self.drift_ppm,
+            "residual_ns": self.residual_ns,
+            "uncertainty_ns": self.uncertainty_ns,
+            "samples": self.samples,
+            "first_cpu_ns": self.first_cpu_ns,
+            "last_cpu_ns": self.last_cpu_ns,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ClockFit:
+        return cls(
+            gpu_ref_ns=int(d["gpu_ref_ns"]),
+            cpu_ref_ns=int(d["cpu_ref_ns"]),
+            slope=float(d["slope"]),
+            residual_ns=float(d["residual_ns"]),
+            uncertainty_ns=float(d["uncertainty_ns"]),
+            samples=int(d["samples"]),
+            first_cpu_ns=int(d["first_cpu_ns"]),
+            last_cpu_ns=int(d["last_cpu_ns"]),
+            method=str(d.get("method", "offset+slope")),
+        )
+
+
+@dataclass(frozen=True)
+class Mark:
+    """An instant on a CPU thread: ``gputrace.mark()`` (kind "mark") or a sync (kind "sync")."""
+
+    name: str
+    ts_ns: int
+    thread: int  # index into Trace.threads
+    kind: str = "mark"
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ScopeTable:
+    """Columns of the scopes, one row per scope, ordered by (cpu_start_ns, thread, -cpu_end_ns)."""
+
+    name: I32
+    thread: I32
+    parent: I64  # row of the enclosing scope on the same thread, or -1
+    depth: I32
+    cpu_start_ns: I64  # CPU enqueue window: entering the scope ...
+    cpu_end_ns: I64  # ... to leaving it
+    submit_ns: I64  # CPU time the scope's GPU work was submitted (NO_TIME without GPU work)
+    gpu_start_ns: I64  # aligned GPU execution start on the session clock (NO_TIME if untimed)
+    gpu_end_ns: I64
+    queue: I32  # index into Trace.queues, or -1
+    flags: U32
+    uncertainty_ns: I64  # alignment uncertainty of gpu_start/gpu_end (0 without GPU times)
+    args: dict[int, dict[str, Any]] = field(default_factory=dict)  # sparse: row -> user args
+
+    COLUMNS = (
+        "name", "thread", "parent", "depth", "cpu_start_ns", "cpu_end_ns", "submit_ns",
+        "gpu_start_ns", "gpu_end_ns", "queue", "flags", "uncertainty_ns",
+    )  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    @classmethod
+    def empty(cls, n: int = 0) -> ScopeTable:
+        return cls(
+            name=np.zeros(n, np.int32),
+            thread=np.zeros(n, np.int32),
+            parent=np.full(n, -1, np.int64),
+            depth=np.zeros(n, np.int32),
+            cpu_start_ns=np.zeros(n, np.int64),
+            cpu_end_ns=np.zeros(n, np.int64),
+            submit_ns=np.full(n, NO_TIME, np.int64),
+            gpu_start_ns=np.full(n, NO_TIME, np.int64),
+            gpu_end_ns=np.full(n, NO_TIME, np.int64),
+            queue=np.full(n, -1, np.int32),
+            flags=np.zeros(n, np.uint32),
+            uncertainty_ns=np.zeros(n, np.int64),
+        )
+
+    def has_gpu(self) -> npt.NDArray[np.bool_]:
+        return self.gpu_start_ns != NO_TIME
+
+
+@dataclass
+class SpanTable:
+    """GPU spans below scope level: one row per timed pass (wgpu) or event pair (cuda)."""
+
+    scope: I64
+    label: I32  # index into Trace.names
+    queue: I32
+    submit_ns: I64
+    gpu_start_ns: I64
+    gpu_end_ns: I64
+
+    def __len__(self) -> int:
+        return len(self.scope)
+
+    @classmethod
+    def empty(cls, n: int = 0) -> SpanTable:
+        return cls(
+            scope=np.zeros(n, np.int64),
+            label=np.zeros(n, np.int32),
+            queue=np.zeros(n, np.int32),
+            submit_ns=np.full(n, NO_TIME, np.int64),
+            gpu_start_ns=np.zeros(n, np.int64),
+            gpu_end_ns=np.zeros(n, np.int64),
+        )
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One scope as a row object (a convenience view over ``ScopeTable``)."""
+
+    index: int
+    name: str
+    thread: ThreadInfo
+    parent: int
+    depth: int
+    cpu_start_ns: int
+    cpu_end_ns: int
+    submit_ns: int | None
+    gpu_start_ns: int | None
+    gpu_end_ns: int | None
+    queue: QueueInfo | None
+    flags: int
+    uncertainty_ns: int
+    args: Mapping[str, Any]
+
+    @property
+    def cpu_ns(self) -> int:
+        return self.cpu_end_ns - self.cpu_start_ns
+
+    @property
+    def gpu_ns(self) -> int | None:
+        if self.gpu_start_ns is None or self.gpu_end_ns is None:
+            return None
+        return self.gpu_end_ns - self.gpu_start_ns
+
+    @property
+    def queue_gap_ns(self) -> int | None:
+        """Submission → GPU start: how long the work waited in the queue."""
+        if self.gpu_start_ns is None or self.submit_ns is None:
+            return None
+        return self.gpu_start_ns - self.submit_ns
+
+    @property
+    def flag_names(self) -> list[str]:
+        return flag_names(self.flags)
+
+
+@dataclass
+class Trace:
+    """A resolved recording. ``header`` is the trace file's ``gputrace`` object (JSON-ready)."""
+
+    header: dict[str, Any]
+    names: list[str]
+    threads: list[ThreadInfo]
+    queues: list[QueueInfo]
+    scopes: ScopeTable
+    spans: SpanTable
+    marks: list[Mark]
+    clock_fits: dict[int, ClockFit]  # device index -> fit
+
+    def __len__(self) -> int:
+        return len(self.scopes)
+
+    @property
+    def base_ns(self) -> int:
+        """Session start on the session clock; exported times are relative to it."""
+        return int(self.header["base_ns"])
+
+    def scope(self, i: int) -> Scope:
+        s = self.scopes
+        i = int(i)
+
+        def opt(v: np.int64) -> int | None:
+            return None if int(v) == NO_TIME else int(v)
+
+        q = int(s.queue[i])
+        return Scope(
+            index=i,
+            name=self.names[int(s.name[i])],
+            thread=self.threads[int(s.thread[i])],
+            parent=int(s.parent[i]),
+            depth=int(s.depth[i]),
+            cpu_start_ns=int(s.cpu_start_ns[i]),
+            cpu_end_ns=int(s.cpu_end_ns[i]),
+            submit_ns=opt(s.submit_ns[i]),
+            gpu_start_ns=opt(s.gpu_start_ns[i]),
+            gpu_end_ns=opt(s.gpu_end_ns[i]),
+            queue=self.queues[q] if q >= 0 else None,
+            flags=int(s.flags[i]),
+            uncertainty_ns=int(s.uncertainty_ns[i]),
+            args=s.args.get(i, {}),
+        )
+
+    def __iter__(self) -> Iterator[Scope]:
+        return (self.scope(i) for i in range(len(self.scopes)))
+
+    def find(self, name: str) -> list[Scope]:
+        """All scopes called ``name``, in start order."""
+        try:
+            idx = self.names.index(name)
+        except ValueError:
+            return []
+        return [self.scope(int(i)) for i in np.flatnonzero(self.scopes.name == idx)]
+
+    @property
+    def anomalies(self) -> list[dict[str, Any]]:
+        return list(self.header.get("anomalies", {}).get("items", []))
+
+
+def nest(s: ScopeTable) -> None:
+    """Parent and depth per scope: a stack walk per thread over scopes in start order."""
+    starts, ends, thr = s.cpu_start_ns.tolist(), s.cpu_end_ns.tolist(), s.thread.tolist()
+    parent = [-1] * len(starts)
+    depth = [0] * len(starts)
+    stacks: dict[int, list[int]] = defaultdict(list)
+    for i, (st, t) in enumerate(zip(starts, thr, strict=True)):
+        stack = stacks[t]
+        while stack and ends[stack[-1]] <= st:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+            depth[i] = len(stack)
+        stack.append(i)
+    s.parent = np.array(parent, np.int64)
+    s.depth = np.array(depth, np.int32)
+
+
+def canonical_names(names: list[str], scopes: ScopeTable, spans: SpanTable) -> list[str]:
+    """Renumber names by first appearance (scope rows, then span rows) so equal traces compare
+    equal whichever way they were built. Rewrites ``scopes.name`` and ``spans.label`` in place."""
+    ids = np.concatenate([scopes.name.astype(np.int64), spans.label.astype(np.int64)])
+    if not len(ids):
+        return []
+    uniq, first = np.unique(ids, return_index=True)
+    order = uniq[np.argsort(first, kind="stable")]
+    remap = np.full(len(names), -1, np.int64)
+    remap[order] = np.arange(len(order))
+    scopes.name = remap[scopes.name].astype(np.int32)
+    spans.label = remap[spans.label].astype(np.int32)
+    return [names[i] for i in order.tolist()]

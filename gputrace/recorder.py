@@ -1,0 +1,257 @@
+"""The recorder: the hot path behind ``trace()``.
+
+Entering a scope reads the clock, asks a timed backend for a token and pushes onto this thread's
+stack; leaving it appends four int64 (start, end, token, flags) and a reference to the name to
+this thread's buffer. No lock shared across threads, no I/O, no resolution: that all happens after
+the session stops. With no session active, ``trace`` costs one global read per enter and exit.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from array import array
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+
+from gputrace.backends.base import Backend, Clock
+from gputrace.errors import report_internal
+from gputrace.model import Flag
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The active recorder, or None. Only ``Recorder.activate``/``deactivate`` write it.
+_recorder: Recorder | None = None
+
+_DEGRADED = int(Flag.DEGRADED)
+_ERROR = int(Flag.ERROR)
+
+
+class ThreadBuffer:
+    """Everything one thread recorded. Only its own thread appends to it."""
+
+    __slots__ = ("args", "ident", "marks", "name", "names", "stack", "tid", "times")
+
+    def __init__(self) -> None:
+        t = threading.current_thread()
+        self.ident = t.ident or 0
+        self.tid = threading.get_native_id()
+        self.name = t.name
+        self.stack: list[tuple[Any, int, int]] = []  # (trace object, cpu_start_ns, token)
+        self.names: list[str] = []
+        self.times = array("q")  # flat: cpu_start_ns, cpu_end_ns, token, flags per scope
+        self.args: dict[int, dict[str, Any]] = {}
+        self.marks: list[tuple[str, int, str, dict[str, Any]]] = []
+
+
+class Recorder:
+    """Owns the per-thread buffers of one session."""
+
+    def __init__(self, clock: Clock, backend: Backend) -> None:
+        self.clock = clock
+        self.backend = backend
+        self.timed = backend.timed
+        self.owner: object = None  # the session that owns this recorder
+        self.local = threading.local()
+        self.buffers: list[ThreadBuffer] = []
+        self._buffers_lock = threading.Lock()  # taken once per thread, never per scope
+
+    def buffer(self) -> ThreadBuffer:
+        try:
+            buf: ThreadBuffer = self.local.buf
+        except AttributeError:
+            buf = ThreadBuffer()
+            self.local.buf = buf
+            with self._buffers_lock:
+                self.buffers.append(buf)
+        return buf
+
+    def activate(self) -> None:
+        global _recorder
+        if _recorder is not None:
+            from gputrace.errors import GputraceError
+
+            raise GputraceError("a gputrace session is already active; stop it before starting another.")
+        _recorder = self
+
+    def deactivate(self) -> None:
+        global _recorder
+        if _recorder is self:
+            _recorder = None
+
+    def internal_error(self, where: str, exc: BaseException) -> None:
+        report_internal(
+            f"{where}:{type(exc).__name__}",
+            f"{where} failed inside the profiler ({type(exc).__name__}: {exc}); "
+            "the scope is recorded as degraded and your program continues.",
+        )
+
+
+def active_recorder() -> Recorder | None:
+    return _recorder
+
+
+class trace:  # noqa: N801 - reads like a function at the call site, as context manager and decorator
+    """Trace a region: ``with trace("name"):`` or ``@trace("name")``.
+
+    Scopes nest per thread. The same object can be reused and entered recursively. Keyword
+    arguments are kept as the scope's args (shown in Perfetto and the viewer); ``stream`` names the
+    CUDA stream the work goes to (default: CuPy's current stream).
+
+    >>> import gputrace
+    >>> @gputrace.trace("double")
+    ... def double(x):
+    ...     return 2 * x
+    >>> with gputrace.session(backend="cpu") as s:
+    ...     with gputrace.trace("outer", batch=4):
+    ...         _ = double(21)
+    >>> [(sc.name, sc.depth) for sc in s.trace]
+    [('outer', 0), ('double', 1)]
+
+    If the user's code raises inside the scope, the scope is closed, marked with the exception
+    type, and the exception propagates unchanged. With no session active the cost is a global
+    read per enter and exit.
+    """
+
+    __slots__ = ("args", "name", "stream")
+
+    def __init__(self, name: str, /, stream: Hashable | None = None, **args: Any) -> None:
+        self.name = name
+        self.stream = stream
+        self.args = args
+
+    def __enter__(self) -> trace:
+        rec = _recorder
+        if rec is None:
+            return self
+        try:
+            buf = rec.local.buf
+        except AttributeError:
+            buf = rec.buffer()
+        if rec.timed:
+            cpu_start = rec.clock()
+            try:
+                token = rec.backend.begin(self.name, self.stream, cpu_start)
+            except Exception as exc:
+                rec.internal_error("starting a GPU span", exc)
+                token = -1
+            buf.stack.append((self, cpu_start, token))
+        else:
+            buf.stack.append((self, rec.clock(), 0))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        rec = _recorder
+        if rec is None:
+            return
+        try:
+            buf = rec.local.buf
+            entry = buf.stack.pop()
+        except (AttributeError, IndexError):
+            return  # entered before this session started: nothing of it was recorded
+        if entry[0] is not self:
+            entry = _unwind(buf, entry, self)
+            if entry is None:
+                return
+        token = entry[2]
+        flags = 0
+        if token:
+            if token > 0:
+                try:
+                    rec.backend.end(token)
+                except Exception as err:
+                    rec.internal_error("ending a GPU span", err)
+                    flags = _DEGRADED
+            else:
+                flags = _DEGRADED
+                token = 0
+        cpu_end = rec.clock()
+        names = buf.names
+        if exc_type is not None or self.args:
+            args = dict(self.args)
+            if exc_type is not None:
+                flags |= _ERROR
+                args["exception"] = exc_type.__name__
+            buf.args[len(names)] = args
+        names.append(self.name)
+        buf.times.extend((entry[1], cpu_end, token, flags))
+
+    def __call__(self, fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*a: Any, **kw: Any) -> Any:
+                with self:
+                    return await fn(*a, **kw)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            with self:
+                return fn(*a, **kw)
+
+        return wrapper  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"gputrace.trace({self.name!r})"
+
+
+def _unwind(
+    buf: ThreadBuffer, popped: tuple[Any, int, int], obj: trace
+) -> tuple[Any, int, int] | None:
+    """Scopes left out of order (interleaved coroutines on one thread): find ``obj``'s entry."""
+    stack = buf.stack
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][0] is obj:
+            found = stack.pop(i)
+            stack.append(popped)
+            return found
+    stack.append(popped)
+    return None
+
+
+def mark(name: str, **args: Any) -> None:
+    """Record an instant on this thread (shown as a marker in Perfetto and the viewer)."""
+    rec = _recorder
+    if rec is None:
+        return
+    rec.buffer().marks.append((name, rec.clock(), "mark", args))
+
+
+@dataclass
+class RawThread:
+    """One thread's drained buffer, handed to the resolver."""
+
+    tid: int
+    name: str
+    names: list[str]
+    times: array[int]
+    args: dict[int, dict[str, Any]]
+    marks: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
+
+
+def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
+    """Take every thread's records. Scopes still open at stop are kept, ending at ``stop_ns``,
+    flagged degraded with ``args["unclosed"] = True``: nothing recorded is dropped."""
+    with rec._buffers_lock:
+        buffers = list(rec.buffers)
+    out = []
+    for buf in buffers:
+        names, times, args = list(buf.names), array("q", buf.times), dict(buf.args)
+        for obj, cpu_start, token in list(buf.stack):
+            a = dict(getattr(obj, "args", {}) or {})
+            a["unclosed"] = True
+            args[len(names)] = a
+            names.append(getattr(obj, "name", "?"))
+            times.extend((cpu_start, stop_ns, max(token, 0), _DEGRADED))
+        out.append(RawThread(buf.tid, buf.name, names, times, args, list(buf.marks)))
+    return out

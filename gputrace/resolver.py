@@ -1,0 +1,393 @@
+"""The resolver: a pure function from raw records to a ``Trace``.
+
+It fits each GPU clock onto the session clock from calibration samples, places every GPU span on
+the session clock, reconstructs nesting, and flags anomalies. Nothing is clamped: a flagged value
+stays as measured, and every aligned time carries its uncertainty.
+
+The clock fit
+-------------
+A calibration sample says a GPU timestamp ``g`` was taken while the CPU clock ran from ``before``
+to ``after``; its true CPU time lies in that window. We fit ``cpu = cpu_ref + slope·(g − gpu_ref)``
+by weighted least squares on window midpoints, weighting by 1/half-width² so the tightest windows
+count most. Samples whose window is over 4× the median width (a preempted thread, say) are left
+out. If the true mapping is linear (constant offset and drift), the fit's error at sample ``i`` is
+at most ``|residual_i| + half_width_i``, and since fit and truth are both linear the error between
+the first and last sample is bounded by the largest of those: that is ``uncertainty_ns``. Outside
+that span the slope's own uncertainty adds ``2·U/span`` per ns of distance (or ``DEFAULT_DRIFT_PPM``
+with a single sample).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gputrace.backends.base import CalibrationSample, RawSpan
+from gputrace.model import (
+    ANOMALY_FLAGS,
+    NO_TIME,
+    ClockFit,
+    Flag,
+    Mark,
+    QueueInfo,
+    ScopeTable,
+    SpanTable,
+    ThreadInfo,
+    Trace,
+    canonical_names,
+    flag_names,
+    nest,
+)
+from gputrace.recorder import RawThread
+
+# The largest clock drift assumed when a single sample cannot measure it (FACTS: −2 … +44 ppm seen).
+DEFAULT_DRIFT_PPM = 50.0
+# Outliers: |x − median| > max(OUTLIER_SIGMAS · 1.4826 · MAD, OUTLIER_MIN_REL · median)
+OUTLIER_SIGMAS = 5.0
+OUTLIER_MIN_REL = 0.10
+OUTLIER_MIN_CALLS = 5
+MAX_ANOMALY_ITEMS = 1000
+
+
+@dataclass
+class RawRecording:
+    """Everything a session hands the resolver."""
+
+    header: dict[str, Any]
+    threads: list[RawThread]
+    queues: list[QueueInfo] = field(default_factory=list)
+    spans: list[RawSpan] = field(default_factory=list)
+    samples: list[CalibrationSample] = field(default_factory=list)
+    untimed: set[int] = field(default_factory=set)
+    degraded: dict[int, str] = field(default_factory=dict)
+    spans_cover_children: bool = False
+    empty_span_ns: int = 0  # a GPU span this short or shorter holds no work (backend's floor)
+
+
+def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
+    """Fit GPU→CPU clock mapping from calibration samples; ``None`` with no samples.
+
+    The result does not depend on the order of ``samples``.
+    """
+    if not samples:
+        return None
+    ordered = sorted(samples, key=lambda s: (s.gpu_ns, s.cpu_before_ns, s.cpu_after_ns))
+    hw_all = np.array([s.half_width_ns for s in ordered], dtype=np.float64)
+    keep = hw_all <= 4.0 * max(float(np.median(hw_all)), 0.5)
+    used = [s for s, k in zip(ordered, keep, strict=True) if k]
+    hw = hw_all[keep]
+    best = used[int(np.argmin(hw))]
+    gpu_ref, cpu_ref0 = best.gpu_ns, best.cpu_before_ns
+    x = np.array([s.gpu_ns - gpu_ref for s in used], dtype=np.float64)
+    y = np.array([s.cpu_before_ns - cpu_ref0 for s in used], dtype=np.float64) + hw
+    w = 1.0 / (hw + 1.0) ** 2
+    xm = float(np.sum(w * x) / np.sum(w))
+    ym = float(np.sum(w * y) / np.sum(w))
+    sxx = float(np.sum(w * (x - xm) ** 2))
+    slope = float(np.sum(w * (x - xm) * (y - ym)) / sxx) if len(used) > 1 and sxx > 0 else 1.0
+    intercept = ym - slope * xm  # cpu at gpu_ref, relative to cpu_ref0
+    cpu_ref = cpu_ref0 + round(intercept)
+    resid = y - (intercept + slope * x)
+    bound = np.abs(resid) + hw
+    return ClockFit(
+        gpu_ref_ns=int(gpu_ref),
+        cpu_ref_ns=int(cpu_ref),
+        slope=slope,
+        residual_ns=float(np.max(np.abs(resid))),
+        uncertainty_ns=float(np.max(bound)) + 0.5,  # + rounding to integer ns
+        samples=len(used),
+        first_cpu_ns=int(min(s.cpu_before_ns for s in used)),
+        last_cpu_ns=int(max(s.cpu_after_ns for s in used)),
+    )
+
+
+def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
+    """Alignment uncertainty (ns) of times mapped by ``fit``, growing outside the sampled span."""
+    span = fit.last_cpu_ns - fit.first_cpu_ns
+    slope_err = 2.0 * fit.uncertainty_ns / span if fit.samples > 1 and span > 0 else 0.0
+    slope_err = max(slope_err, 0.0) if fit.samples > 1 else DEFAULT_DRIFT_PPM * 1e-6
+    dist = np.maximum(fit.first_cpu_ns - cpu_ns, 0) + np.maximum(cpu_ns - fit.last_cpu_ns, 0)
+    return np.ceil(fit.uncertainty_ns + slope_err * dist.astype(np.float64)).astype(np.int64)
+
+
+def resolve(raw: RawRecording) -> Trace:
+    """Turn raw records into a ``Trace`` (pure: same input, in any order, same output)."""
+    names: list[str] = []
+    name_ids: dict[str, int] = {}
+
+    def intern(n: object) -> int:
+        s = n if isinstance(n, str) else str(n)
+        i = name_ids.get(s)
+        if i is None:
+            i = name_ids[s] = len(names)
+            names.append(s)
+        return i
+
+    threads = [ThreadInfo(t.tid, t.name) for t in raw.threads]
+    cols: list[np.ndarray] = []
+    name_col: list[np.ndarray] = []
+    thread_col: list[np.ndarray] = []
+    args_in: list[dict[str, Any] | None] = []
+    for ti, t in enumerate(raw.threads):
+        times = np.frombuffer(t.times, dtype=np.int64).reshape(-1, 4) if len(t.times) else None
+        if times is None:
+            continue
+        cols.append(times)
+        name_col.append(np.fromiter((intern(n) for n in t.names), np.int32, len(t.names)))
+        thread_col.append(np.full(len(t.names), ti, np.int32))
+        args_in.extend(t.args.get(i) for i in range(len(t.names))) if t.args else args_in.extend(
+            [None] * len(t.names)
+        )
+    n = sum(len(c) for c in cols)
+    s = ScopeTable.empty(n)
+    if n:
+        allt = np.concatenate(cols)
+        name_a, thread_a = np.concatenate(name_col), np.concatenate(thread_col)
+        order = np.lexsort((-allt[:, 1], thread_a, allt[:, 0]))
+        allt, name_a, thread_a = allt[order], name_a[order], thread_a[order]
+        s.name, s.thread = name_a, thread_a
+        s.cpu_start_ns = np.ascontiguousarray(allt[:, 0])
+        s.cpu_end_ns = np.ascontiguousarray(allt[:, 1])
+        tokens = np.ascontiguousarray(allt[:, 2])
+        s.flags = allt[:, 3].astype(np.uint32)
+        for new, old in enumerate(order.tolist()):
+            a = args_in[old]
+            if a:
+                s.args[new] = a
+        nest(s)
+    else:
+        tokens = np.zeros(0, np.int64)
+
+    spans, done_by = _place_spans(raw, s, tokens, intern)
+    fits = {d: f for d, f in _fits(raw).items() if f is not None}
+    _flag(raw, s, tokens, done_by)
+    marks = [
+        Mark(name, ts, ti, kind, dict(args))
+        for ti, t in enumerate(raw.threads)
+        for (name, ts, kind, args) in t.marks
+    ]
+    marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
+    names = canonical_names(names, s, spans)
+    header = dict(raw.header)
+    header["clock"] = [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
+    trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits)
+    header["anomalies"] = anomaly_report(trace)
+    return trace
+
+
+def _fits(raw: RawRecording) -> dict[int, ClockFit | None]:
+    by_device: dict[int, list[CalibrationSample]] = defaultdict(list)
+    for smp in raw.samples:
+        by_device[smp.device].append(smp)
+    return {d: fit_clock(v) for d, v in by_device.items()}
+
+
+def _place_spans(
+    raw: RawRecording, s: ScopeTable, tokens: np.ndarray, intern: Any
+) -> tuple[SpanTable, np.ndarray | None]:
+    """Align raw GPU spans onto the session clock and hull them per scope.
+
+    Also returns, per scope, the CPU time by which its GPU work was known complete.
+    """
+    if not raw.spans or not len(s):
+        return SpanTable.empty(0), None
+    fits = _fits(raw)
+    sorted_rows = np.argsort(tokens, kind="stable")
+    sorted_tokens = tokens[sorted_rows]
+    spans = sorted(raw.spans, key=lambda r: (r.token, r.gpu_start_ns, r.gpu_end_ns, r.queue, r.label))
+    tok = np.array([r.token for r in spans], np.int64)
+    pos = np.searchsorted(sorted_tokens, tok)
+    pos_ok = (pos < len(sorted_tokens)) & (sorted_tokens[np.minimum(pos, len(sorted_tokens) - 1)] == tok)
+    queue = np.array([r.queue for r in spans], np.int32)
+    dev = np.array([raw.queues[q].device if 0 <= q < len(raw.queues) else 0 for q in queue.tolist()])
+    g0 = np.array([r.gpu_start_ns for r in spans], np.int64)
+    g1 = np.array([r.gpu_end_ns for r in spans], np.int64)
+    c0 = np.full(len(spans), NO_TIME, np.int64)
+    c1 = np.full(len(spans), NO_TIME, np.int64)
+    for d in np.unique(dev).tolist():
+        fit = fits.get(d)
+        if fit is None:
+            continue
+        m = dev == d
+        c0[m], c1[m] = fit.to_cpu(g0[m]), fit.to_cpu(g1[m])
+    aligned = pos_ok & (c0 != NO_TIME)
+    rows = sorted_rows[pos[aligned]]
+    table = SpanTable(
+        scope=rows.astype(np.int64),
+        label=np.array([intern(r.label) for r, a in zip(spans, aligned, strict=True) if a], np.int32),
+        queue=queue[aligned],
+        submit_ns=np.array([r.submit_ns for r in spans], np.int64)[aligned],
+        gpu_start_ns=c0[aligned],
+        gpu_end_ns=c1[aligned],
+    )
+    done_by = np.array([r.done_by_ns for r in spans], np.int64)[aligned]
+    # rows in scope order (as a loaded trace file gives them back)
+    by_scope = np.lexsort((table.gpu_end_ns, table.gpu_start_ns, table.scope))
+    table = SpanTable(*(getattr(table, c)[by_scope] for c in
+                        ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns")))
+    done_by = done_by[by_scope]
+    if not len(table):
+        return table, None
+    # Hull per scope (and, where spans belong to the innermost scope, per ancestor too).
+    owners = [table.scope]
+    idx = [np.arange(len(table))]
+    if raw.spans_cover_children:
+        cur = table.scope
+        while True:
+            cur = s.parent[cur]
+            keep = cur >= 0
+            if not keep.any():
+                break
+            cur = cur[keep]
+            idx.append(idx[-1][keep])
+            owners.append(cur)
+    own = np.concatenate(owners)
+    sel = np.concatenate(idx)
+    gs = np.full(len(s), np.iinfo(np.int64).max, np.int64)
+    ge = np.full(len(s), NO_TIME, np.int64)
+    sub = np.full(len(s), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(gs, own, table.gpu_start_ns[sel])
+    np.maximum.at(ge, own, table.gpu_end_ns[sel])
+    np.minimum.at(sub, own, table.submit_ns[sel])
+    has = ge != NO_TIME
+    s.gpu_start_ns = np.where(has, gs, NO_TIME)
+    s.gpu_end_ns = np.where(has, ge, NO_TIME)
+    s.submit_ns = np.where(has, sub, NO_TIME)
+    first_q = np.full(len(s), -1, np.int32)
+    # queue of a scope: that of its earliest span (reverse assignment keeps the earliest)
+    order = np.argsort(table.gpu_start_ns[sel], kind="stable")[::-1]
+    first_q[own[order]] = table.queue[sel][order]
+    s.queue = first_q
+    s_done = np.full(len(s), NO_TIME, np.int64)
+    np.maximum.at(s_done, own, done_by[sel])
+    # uncertainty per scope from its device's fit
+    unc = np.zeros(len(s), np.int64)
+    for q in np.unique(first_q[first_q >= 0]).tolist():
+        fit = fits.get(raw.queues[q].device) if q < len(raw.queues) else None
+        if fit is None:
+            continue
+        m = first_q == q
+        unc[m] = np.maximum(uncertainty_at(fit, s.gpu_start_ns[m]), uncertainty_at(fit, s.gpu_end_ns[m]))
+    s.uncertainty_ns = unc
+    return table, s_done
+
+
+def _flag(raw: RawRecording, s: ScopeTable, tokens: np.ndarray, done_by: np.ndarray | None) -> None:
+    n = len(s)
+    flags = s.flags.astype(np.int64)
+    if not n:
+        return
+    has_gpu = s.gpu_start_ns != NO_TIME
+    timed = tokens > 0
+    # untimed / degraded reported by the backend
+    if raw.untimed:
+        flags[np.isin(tokens, np.fromiter(raw.untimed, np.int64))] |= int(Flag.UNTIMED)
+    if raw.degraded:
+        deg_tokens = np.fromiter(raw.degraded, np.int64)
+        for row in np.flatnonzero(np.isin(tokens, deg_tokens)).tolist():
+            flags[row] |= int(Flag.DEGRADED)
+            s.args.setdefault(row, {})["degraded"] = raw.degraded[int(tokens[row])]
+    untimed = (flags & int(Flag.UNTIMED)) != 0
+    # cold: the first call of each name
+    _, first = np.unique(s.name, return_index=True)
+    flags[first] |= int(Flag.COLD)
+    # empty: a timed scope with no GPU work, or a GPU span no longer than the backend's floor
+    gpu_dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, 0)
+    empty = timed & ~untimed & (~has_gpu | (gpu_dur <= raw.empty_span_ns))
+    if raw.spans_cover_children:
+        empty &= ~has_gpu  # scopes without any pass are empty; a pass always holds work
+    flags[empty & ((flags & int(Flag.DEGRADED)) == 0)] |= int(Flag.EMPTY)
+    if has_gpu.any():
+        g = np.flatnonzero(has_gpu)
+        unc = s.uncertainty_ns[g]
+        # impossible: the GPU took longer than the wall time between submission and completion
+        if done_by is not None:
+            wall = done_by[g] - s.submit_ns[g]
+            flags[g[gpu_dur[g] > wall]] |= int(Flag.GPU_EXCEEDS_WALL)
+        flags[g[s.gpu_start_ns[g] < s.submit_ns[g] - unc]] |= int(Flag.START_BEFORE_SUBMIT)
+        _flag_overlaps(s, g, flags)
+    _flag_outliers(s, has_gpu, flags)
+    s.flags = flags.astype(np.uint32)
+
+
+def _flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
+    """Spans on one in-order queue must nest or follow each other; partial overlaps are flagged."""
+    q = s.queue[g]
+    order = np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], q))
+    rows = g[order].tolist()
+    qs = q[order].tolist()
+    st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
+    stack: list[int] = []
+    cur_q = None
+    for row, qq in zip(rows, qs, strict=True):
+        if qq != cur_q:
+            stack, cur_q = [], qq
+        while stack and en[stack[-1]] <= st[row]:
+            stack.pop()
+        if stack and en[row] > en[stack[-1]]:
+            flags[row] |= int(Flag.OVERLAP)
+            flags[stack[-1]] |= int(Flag.OVERLAP)
+            continue  # keep the stack as it was: the overlapping span is not nested
+        stack.append(row)
+
+
+def _flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:
+    """Per name, excluding the cold call: GPU duration (else CPU duration) far from the median."""
+    dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, s.cpu_end_ns - s.cpu_start_ns)
+    warm = (flags & int(Flag.COLD)) == 0
+    names, counts = np.unique(s.name[warm], return_counts=True)
+    for nm in names[counts >= OUTLIER_MIN_CALLS].tolist():
+        rows = np.flatnonzero(warm & (s.name == nm))
+        # compare like with like: GPU times only with GPU times
+        gpu_rows = rows[has_gpu[rows]]
+        rows = gpu_rows if len(gpu_rows) >= OUTLIER_MIN_CALLS else rows[~has_gpu[rows]]
+        if len(rows) < OUTLIER_MIN_CALLS:
+            continue
+        x = dur[rows].astype(np.float64)
+        med = float(np.median(x))
+        mad = float(np.median(np.abs(x - med)))
+        limit = max(OUTLIER_SIGMAS * 1.4826 * mad, OUTLIER_MIN_REL * abs(med))
+        flags[rows[np.abs(x - med) > limit]] |= int(Flag.OUTLIER)
+
+
+_EXPLAIN = {
+    "empty_gpu_span": "no GPU work ran inside this scope: nothing was launched, or it was never flushed/submitted",
+    "gpu_exceeds_wall": "the GPU duration is longer than the wall time from submission to completion: clock skew or a bad timestamp",
+    "start_before_submit": "the GPU started before the CPU submitted the work, beyond the alignment uncertainty: clock skew",
+    "overlap": "two spans on one in-order queue partially overlap: timestamps from overlapping passes or a clock glitch",
+    "outlier": "far from the other calls of this name: contention, a clock change, or different work",
+    "degraded": "gputrace failed while recording this scope; its times may be partial",
+}
+
+
+def anomaly_report(trace: Trace) -> dict[str, Any]:
+    """Counts per flag and the first ``MAX_ANOMALY_ITEMS`` anomalous scopes, with their numbers."""
+    s = trace.scopes
+    counts: dict[str, int] = {}
+    for bit in Flag:
+        c = int(np.count_nonzero(s.flags & int(bit)))
+        if c:
+            counts[flag_names(int(bit))[0]] = c
+    rows = np.flatnonzero(s.flags & int(ANOMALY_FLAGS))
+    items = []
+    for row in rows[:MAX_ANOMALY_ITEMS].tolist():
+        sc = trace.scope(row)
+        kinds = [k for k in sc.flag_names if k in _EXPLAIN]
+        items.append(
+            {
+                "scope": row,
+                "name": sc.name,
+                "kinds": kinds,
+                "cpu_start_ns": sc.cpu_start_ns,
+                "cpu_ns": sc.cpu_ns,
+                "gpu_ns": sc.gpu_ns,
+                "queue_gap_ns": sc.queue_gap_ns,
+                "uncertainty_ns": sc.uncertainty_ns,
+                "explain": [_EXPLAIN[k] for k in kinds],
+            }
+        )
+    return {"counts": counts, "items": items, "truncated": max(0, len(rows) - MAX_ANOMALY_ITEMS)}

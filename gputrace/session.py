@@ -1,0 +1,229 @@
+"""Sessions: own one recording, from ``start`` to a resolved ``Trace`` (and a file) at ``stop``.
+
+>>> import gputrace
+>>> with gputrace.session(backend="cpu") as s:
+...     with gputrace.trace("load"):
+...         pass
+...     gputrace.mark("checkpoint")
+>>> len(s.trace), s.trace.marks[0].name
+(1, 'checkpoint')
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from gputrace._version import __version__
+from gputrace.backends import create
+from gputrace.backends.base import Backend, Clock
+from gputrace.clock import clock_pair, session_clock
+from gputrace.errors import GputraceError, report_internal, reset_reports
+from gputrace.model import FORMAT_VERSION, Trace
+from gputrace.recorder import Recorder, active_recorder, drain
+from gputrace.resolver import RawRecording, resolve
+
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _rank() -> int | None:
+    for var in RANK_VARS:
+        v = os.environ.get(var)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    return None
+
+
+class session:  # noqa: N801 - used like a function: ``with gputrace.session("t.json"):``
+    """Record a session; on exit sync the GPU, resolve, and write ``path`` (gzip if it ends ``.gz``).
+
+    ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
+    ``backend_options`` go to the backend. ``clock`` replaces the session clock (tests).
+    The resolved ``Trace`` stays available as ``session.trace`` even without a file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        backend: str | Backend = "auto",
+        *,
+        clock: Clock | None = None,
+        backend_options: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self.backend_spec = backend
+        self.clock: Clock = clock or session_clock
+        self.backend_options = backend_options or {}
+        self.metadata = metadata or {}
+        self.quiet = quiet
+        self.trace: Trace | None = None
+        self.written: Path | None = None
+        self._recorder: Recorder | None = None
+        self._raw = RawRecording(header={}, threads=[])
+        self._lock = threading.Lock()
+
+    # lifecycle -----------------------------------------------------------------------------
+    def start(self) -> session:
+        if self._recorder is not None:
+            raise GputraceError("this session was already started; create a new one.")
+        if active_recorder() is not None:
+            raise GputraceError("a gputrace session is already active; stop it before starting another.")
+        reset_reports()
+        if isinstance(self.backend_spec, Backend):
+            backend = self.backend_spec
+        else:
+            backend = create(self.backend_spec, self.clock, quiet=self.quiet, **self.backend_options)
+        mono, real = clock_pair()
+        base = self.clock()
+        self._raw.header = {
+            "format_version": FORMAT_VERSION,
+            "version": __version__,
+            "backend": backend.name,
+            "start_ns": base,
+            "base_ns": base,
+            "clock_pair": {"monotonic_ns": mono, "realtime_ns": real},
+            "pid": os.getpid(),
+            "rank": _rank(),
+            "argv": list(sys.argv),
+            "host": {
+                "name": socket.gethostname(),
+                "cpu_count": os.cpu_count(),
+                "loadavg_start": _loadavg(),
+            },
+            "metadata": dict(self.metadata),
+        }
+        self._raw.spans_cover_children = backend.spans_cover_children
+        self._raw.empty_span_ns = int(getattr(backend, "empty_span_ns", 0))
+        self._recorder = Recorder(self.clock, backend)
+        self._recorder.owner = self
+        self._calibrate()
+        self._recorder.activate()
+        return self
+
+    def sync(self) -> None:
+        """Wait for the GPU, take a calibration sample, and collect finished GPU spans."""
+        rec = self._recorder
+        if rec is None:
+            return
+        with self._lock:
+            try:
+                rec.backend.sync()
+            except GputraceError:
+                raise
+            except Exception as exc:
+                report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
+            self._calibrate()
+            self._collect()
+        rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
+
+    def stop(self) -> Trace:
+        """Stop recording, resolve, write the file if a path was given, and return the trace."""
+        rec = self._recorder
+        if rec is None:
+            raise GputraceError("this session was never started.")
+        if self.trace is not None:
+            return self.trace
+        rec.deactivate()
+        with self._lock:
+            try:
+                rec.backend.sync()
+            except Exception as exc:
+                report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
+            self._calibrate()
+            self._collect()
+        stop_ns = self.clock()
+        raw = self._raw
+        raw.threads = drain(rec, stop_ns)
+        raw.header["end_ns"] = stop_ns
+        raw.header["host"]["loadavg_end"] = _loadavg()
+        raw.header["backend_info"] = _safe(rec.backend.info)
+        raw.header["devices"] = _safe(rec.backend.devices) or []
+        raw.queues = _safe(rec.backend.queues) or []
+        try:
+            rec.backend.close()
+        except Exception as exc:
+            report_internal("close", f"closing the backend failed ({type(exc).__name__}: {exc}).")
+        self.trace = resolve(raw)
+        if self.path is not None:
+            self._write(self.trace, self.path)
+        return self.trace
+
+    def _write(self, trace: Trace, path: Path) -> None:
+        from gputrace.exporters.chrome import write
+
+        try:
+            write(trace, path)
+            self.written = path
+        except OSError as exc:
+            # The user's program must not die at exit over a file: say so once; keep the trace.
+            report_internal(
+                "write", f"could not write the trace to {path} ({exc.strerror or exc}); "
+                "it is still available as session.trace."
+            )
+
+    def _calibrate(self) -> None:
+        rec = self._recorder
+        assert rec is not None
+        try:
+            self._raw.samples.extend(rec.backend.calibrate())
+        except Exception as exc:
+            report_internal("calibrate", f"taking a clock calibration sample failed ({type(exc).__name__}: {exc}).")
+
+    def _collect(self) -> None:
+        rec = self._recorder
+        assert rec is not None
+        try:
+            got = rec.backend.collect()
+        except Exception as exc:
+            report_internal("collect", f"collecting GPU timestamps failed ({type(exc).__name__}: {exc}).")
+            return
+        self._raw.spans.extend(got.spans)
+        self._raw.untimed |= got.untimed
+        self._raw.degraded.update(got.degraded)
+
+    # context manager -----------------------------------------------------------------------
+    def __enter__(self) -> session:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _safe(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        report_internal(f"info:{fn.__name__}", f"reading backend facts failed ({type(exc).__name__}: {exc}).")
+        return None
+
+
+def current_session() -> session | None:
+    rec = active_recorder()
+    owner = getattr(rec, "owner", None)
+    return owner if isinstance(owner, session) else None
+
+
+def sync() -> None:
+    """Sync the active session's GPU work and take a calibration sample (no-op with no session)."""
+    s = current_session()
+    if s is not None:
+        s.sync()
