@@ -1,0 +1,106 @@
+"""The Perfetto/chrome://tracing import rules from FACTS.md, as a checker for written trace files."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+U32 = 2**32 - 1
+
+
+def read(path: Path) -> Any:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return orjson.loads(raw)
+
+
+def check(doc: Any) -> list[str]:
+    """Every rule broken by ``doc`` (an empty list means Perfetto imports it whole)."""
+    bad: list[str] = []
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return ["not the object form with a traceEvents list"]
+    if doc.get("displayTimeUnit") not in ("ms", "ns"):
+        bad.append("displayTimeUnit missing")
+    if not isinstance(doc.get("gputrace"), dict):
+        bad.append("gputrace header missing")
+    slices: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    flows: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    asyncs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    named_threads = set()
+    used_threads = set()
+    for e in doc["traceEvents"]:
+        ph = e.get("ph")
+        for k in ("ts", "dur"):
+            if k in e:
+                v = e[k]
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                    bad.append(f"{k} not a finite number in {e}")
+                    continue
+                if v < 0:
+                    bad.append(f"negative {k} in {e}")
+                if abs(v * 1000 - round(v * 1000)) > 1e-6 * max(1.0, abs(v)):
+                    bad.append(f"{k} has more than 3 decimals: {v}")
+        for k in ("pid", "tid"):
+            if k in e and not (isinstance(e[k], int) and 0 <= e[k] <= U32):
+                bad.append(f"{k} outside 0..2^32-1 in {e}")
+        if any(k in e for k in ("bind_id", "flow_in", "flow_out")):
+            bad.append(f"v2 flow fields in {e}")
+        if ph == "M" and e.get("name") == "thread_name":
+            named_threads.add((e["pid"], e["tid"]))
+        if ph == "X":
+            if "dur" not in e:
+                bad.append(f"X without dur: {e}")
+                continue
+            t0 = round(e["ts"] * 1000)
+            slices[(e["pid"], e["tid"])].append((t0, t0 + round(e["dur"] * 1000)))
+            used_threads.add((e["pid"], e["tid"]))
+        elif ph in ("s", "t", "f"):
+            if not isinstance(e.get("id"), int):
+                bad.append(f"flow id not an integer: {e}")
+            if ph == "f" and e.get("bp") != "e":
+                bad.append(f"flow end without bp=e: {e}")
+            flows[(e.get("cat"), e.get("name"), e.get("id"))].append(e)
+        elif ph in ("b", "e"):
+            asyncs[(e.get("cat"), e.get("name"), e.get("id"))].append(e)
+        elif ph == "C":
+            args = e.get("args", {})
+            if not args or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in args.values()
+            ):
+                bad.append(f"counter with non-numeric args: {e}")
+        if "args" in e and not isinstance(e["args"], dict):
+            bad.append(f"args not an object: {e}")
+    for key, lst in slices.items():
+        lst.sort(key=lambda x: (x[0], -x[1]))
+        stack: list[tuple[int, int]] = []
+        for st, en in lst:
+            while stack and stack[-1][1] <= st:
+                stack.pop()
+            if stack and en > stack[-1][1]:
+                bad.append(f"partially overlapping X slices on track {key}: {stack[-1]} and {(st, en)}")
+                break
+            stack.append((st, en))
+    for key, evs in flows.items():
+        phases = sorted(e["ph"] for e in evs)
+        if phases != ["f", "s"]:
+            bad.append(f"flow {key} is not one s and one f: {phases}")
+            continue
+        for e in evs:
+            t = round(e["ts"] * 1000)
+            if not any(st <= t <= en for st, en in slices.get((e["pid"], e["tid"]), [])):
+                bad.append(f"flow {e['ph']} of {key} is not inside a slice on its track")
+    for key, evs in asyncs.items():
+        b = [e for e in evs if e["ph"] == "b"]
+        en = [e for e in evs if e["ph"] == "e"]
+        if len(b) != 1 or len(en) != 1 or en[0]["ts"] < b[0]["ts"]:
+            bad.append(f"async {key} is not one b followed by one e")
+    for key in used_threads - named_threads:
+        bad.append(f"track {key} has no thread_name")
+    return bad

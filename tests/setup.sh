@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh Debian machine, then nothing else:
+#   - Mesa's lavapipe (mesa-vulkan-drivers): the wgpu tests run on it for real;
+#   - Debian's chromium: the viewer tests drive it through Playwright (no browser download);
+#   - gputrace itself, editable, with its test extras.
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo apt-get update -qq
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "tests/setup.sh: cannot install ${need[*]} without root; the tests that need them will be skipped." >&2
+  fi
+fi
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
