@@ -71,7 +71,8 @@ def read_document(path: str | os.PathLike[str]) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        what = "truncated JSON" if _looks_truncated(raw) else "not valid JSON"
+        detail = str(exc.args[0] if exc.args else exc)
+        what = "truncated JSON" if "unexpected end" in detail.lower() else "not valid JSON"
         raise TraceFileError(f"{p}: {what} ({exc.args[0] if exc.args else exc}).") from None
 
 

@@ -9,7 +9,9 @@ The clock fit
 A calibration sample says a GPU timestamp ``g`` was taken while the CPU clock ran from ``before``
 to ``after``; its true CPU time lies in that window. We fit ``cpu = cpu_ref + slope·(g − gpu_ref)``
 by weighted least squares on window midpoints, weighting by 1/half-width² so the tightest windows
-count most. Samples whose window is over 4× the median width (a preempted thread, say) are left
+count most. The slope is kept only when the samples determine it to better than
+``DEFAULT_DRIFT_PPM``; otherwise (one sample, or samples too close together) the slope is 1 and
+only the offset is fitted (``method="offset"``). Samples whose window is over 4× the median width (a preempted thread, say) are left
 out. If the true mapping is linear (constant offset and drift), the fit's error at sample ``i`` is
 at most ``|residual_i| + half_width_i``, and since fit and truth are both linear the error between
 the first and last sample is bounded by the largest of those: that is ``uncertainty_ns``. Outside
@@ -88,8 +90,16 @@ def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
     xm = float(np.sum(w * x) / np.sum(w))
     ym = float(np.sum(w * y) / np.sum(w))
     sxx = float(np.sum(w * (x - xm) ** 2))
-    slope = float(np.sum(w * (x - xm) * (y - ym)) / sxx) if len(used) > 1 and sxx > 0 else 1.0
-    intercept = ym - slope * xm  # cpu at gpu_ref, relative to cpu_ref0
+    method = "offset"
+    slope, intercept = 1.0, ym - xm
+    if len(used) > 1 and sxx > 0:
+        fitted = float(np.sum(w * (x - xm) * (y - ym)) / sxx)
+        b = np.max(np.abs(y - (ym + fitted * (x - xm))) + hw)
+        span = float(np.ptp(x))
+        # Keep the measured slope only where the samples pin it down better than the drift we
+        # assume anyway; a slope from two close samples would scale every duration by its noise.
+        if span > 0 and 2.0 * b / span < DEFAULT_DRIFT_PPM * 1e-6:
+            method, slope, intercept = "offset+slope", fitted, ym - fitted * xm
     cpu_ref = cpu_ref0 + round(intercept)
     resid = y - (intercept + slope * x)
     bound = np.abs(resid) + hw
@@ -102,14 +112,17 @@ def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
         samples=len(used),
         first_cpu_ns=int(min(s.cpu_before_ns for s in used)),
         last_cpu_ns=int(max(s.cpu_after_ns for s in used)),
+        method=method,
     )
 
 
 def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
     """Alignment uncertainty (ns) of times mapped by ``fit``, growing outside the sampled span."""
     span = fit.last_cpu_ns - fit.first_cpu_ns
-    slope_err = 2.0 * fit.uncertainty_ns / span if fit.samples > 1 and span > 0 else 0.0
-    slope_err = max(slope_err, 0.0) if fit.samples > 1 else DEFAULT_DRIFT_PPM * 1e-6
+    if fit.method == "offset+slope" and span > 0:
+        slope_err = 2.0 * fit.uncertainty_ns / span
+    else:
+        slope_err = DEFAULT_DRIFT_PPM * 1e-6
     dist = np.maximum(fit.first_cpu_ns - cpu_ns, 0) + np.maximum(cpu_ns - fit.last_cpu_ns, 0)
     return np.ceil(fit.uncertainty_ns + slope_err * dist.astype(np.float64)).astype(np.int64)
 

@@ -14,13 +14,13 @@ from tests import perfetto_rules
 def _no_leaks_and_valid_files(request: pytest.FixtureRequest) -> Iterator[None]:
     """No session may leak out of a test, and every trace file a test writes obeys the Perfetto rules."""
     reset_reports()
+    tmp: Path | None = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     yield
     rec = active_recorder()
     if rec is not None:
         rec.deactivate()
         pytest.fail("a gputrace session was left active by this test")
-    if "tmp_path" in request.fixturenames:
-        tmp: Path = request.getfixturevalue("tmp_path")
+    if tmp is not None:
         for f in sorted(tmp.rglob("*.json")) + sorted(tmp.rglob("*.json.gz")):
             if request.node.get_closest_marker("not_a_trace") or "bad" in f.name:
                 continue

@@ -1,0 +1,193 @@
+"""The Chrome/Perfetto exporter and gputrace.load: layout rules, exact round trip, bad input."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+import gputrace
+from gputrace.backends.fake import FakeBackend
+from gputrace.clock import FakeClock
+from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP
+from tests import perfetto_rules
+
+
+def gpu_session(path: Path, script, *, in_order: bool = True, **kw):  # type: ignore[no-untyped-def]
+    clock = FakeClock(5_000_000_000, 1_000)
+    fb = FakeBackend(clock, offset_ns=-7_654_321, drift_ppm=4.0, script=script, in_order=in_order, **kw)
+    return gputrace.session(path, backend=fb, clock=clock, quiet=True), clock
+
+
+def record_story(path: Path) -> gputrace.Trace:
+    s, clock = gpu_session(path, lambda n, i: (2_000 + 500 * i, 0 if n == "noop" else 30_000))
+    with s:
+        for i in range(5):
+            with gputrace.trace("step", i=i):
+                with gputrace.trace("matmul", stream="a"):
+                    pass
+                with gputrace.trace("copy", stream="b"):
+                    pass
+            gputrace.mark("tick", i=i)
+            if i % 2:
+                gputrace.sync()
+        with gputrace.trace("noop"):
+            pass
+    assert s.trace is not None
+    return s.trace
+
+
+def assert_same(a: gputrace.Trace, b: gputrace.Trace) -> None:
+    assert a.names == b.names and a.threads == b.threads and a.queues == b.queues
+    for col in a.scopes.COLUMNS:
+        assert np.array_equal(getattr(a.scopes, col), getattr(b.scopes, col)), col
+    assert a.scopes.args == b.scopes.args
+    for col in ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
+        assert np.array_equal(getattr(a.spans, col), getattr(b.spans, col)), col
+    assert a.marks == b.marks and a.clock_fits == b.clock_fits
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_round_trip_is_exact(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    written = record_story(path)
+    if name.endswith(".gz"):
+        assert path.read_bytes()[:2] == b"\x1f\x8b"
+    assert_same(written, gputrace.load(path))
+
+
+def test_layout(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    trace = record_story(path)
+    doc = perfetto_rules.read(path)
+    assert perfetto_rules.check(doc) == []
+    ev = doc["traceEvents"]
+    pid = doc["gputrace"]["pid"]
+    cpu = [e for e in ev if e["ph"] == "X" and e["cat"] == "cpu"]
+    gpu = [e for e in ev if e["ph"] == "X" and e["cat"] == "gpu"]
+    assert len(cpu) == len(trace) == 16 and {e["pid"] for e in cpu} == {pid}
+    assert len(gpu) == 16 and {e["pid"] for e in gpu} == {GPU_PID_BASE}
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs[GPU_PID_BASE] == "GPU 0 · Fake GPU · fake"
+    gpu_threads = {e["tid"]: e["args"]["name"] for e in ev
+                   if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GPU_PID_BASE}
+    assert sorted(gpu_threads.values()) == ["stream 0", "stream a", "stream b"]
+    # one flow per GPU scope, v1, same ids on both ends
+    s_ids = sorted(e["id"] for e in ev if e["ph"] == "s")
+    f_ids = sorted(e["id"] for e in ev if e["ph"] == "f")
+    assert s_ids == f_ids == sorted(e["args"]["scope"] for e in gpu)
+    # queued waits are async slices named per stream, one b/e pair per scope with a non-negative gap
+    b = [e for e in ev if e["ph"] == "b"]
+    assert len(b) == 16 and {e["name"] for e in b} == {"queued · stream a", "queued · stream b", "queued · stream 0"}
+    # args carry the numbers, exactly
+    sc = trace.find("matmul")[2]
+    g = next(e for e in gpu if e["args"]["scope"] == sc.index)
+    assert g["args"]["gpu_us"] == sc.gpu_ns / 1000  # type: ignore[operator]
+    assert g["args"]["submit_to_start_us"] == sc.queue_gap_ns / 1000  # type: ignore[operator]
+    assert g["args"]["cpu_enqueue_us"] == sc.cpu_ns / 1000
+    # counters per stream, syncs and marks as instants, header facts
+    counters = {e["name"] for e in ev if e["ph"] == "C"}
+    assert counters == {"queue depth · stream a", "queue depth · stream b", "queue depth · stream 0"}
+    assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mark"] == ["tick"] * 5
+    assert len([e for e in ev if e["ph"] == "i" and e["cat"] == "sync"]) == 2
+    anomalies = [e for e in ev if e["ph"] == "i" and e["cat"] == "anomaly"]
+    assert [e["name"] for e in anomalies] == ["anomaly: empty_gpu_span"]
+    h = doc["gputrace"]
+    assert h["backend"] == "fake" and h["clock"][0]["samples"] >= 3
+    assert set(h["host"]) >= {"name", "cpu_count", "loadavg_start", "loadavg_end"}
+
+
+def test_times_are_relative_exact_microseconds(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    trace = record_story(path)
+    doc = perfetto_rules.read(path)
+    base = doc["gputrace"]["base_ns"]
+    first = next(e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "cpu")
+    assert round(first["ts"] * 1000) + base == trace.scope(0).cpu_start_ns
+    assert first["ts"] < 1_000_000  # relative, so Perfetto keeps sub-µs precision
+
+
+def test_partial_overlaps_move_to_another_track(tmp_path: Path) -> None:
+    def script(n: str, i: int) -> tuple[int, int]:
+        return (1000, 100_000) if n == "first" else (-50_000, 100_000)
+
+    path = tmp_path / "t.json"
+    s, clock = gpu_session(path, script, in_order=False)
+    with s:
+        with gputrace.trace("first"):
+            pass
+        clock.advance(60_000)
+        with gputrace.trace("second"):
+            pass
+    doc = perfetto_rules.read(path)
+    assert perfetto_rules.check(doc) == []
+    gpu = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "gpu"}
+    assert gpu["first"]["tid"] != gpu["second"]["tid"]
+    assert {gpu["first"]["tid"] % OVERLAP_TID_STEP, gpu["second"]["tid"] % OVERLAP_TID_STEP} == {1}
+    # started 50 µs before its submission and ran 100 µs: impossible three ways, all flagged
+    assert gputrace.load(path).find("second")[0].flag_names == [
+        "cold", "gpu_exceeds_wall", "start_before_submit", "overlap"]
+
+
+def test_gpu_time_before_session_start_shifts_base_not_values(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    s, _ = gpu_session(path, lambda n, i: (-10_000_000, 1_000), in_order=False)
+    with s:
+        with gputrace.trace("early"):
+            pass
+    doc = perfetto_rules.read(path)
+    assert perfetto_rules.check(doc) == []  # no negative ts
+    sc = gputrace.load(path).find("early")[0]
+    assert "start_before_submit" in sc.flag_names and sc.queue_gap_ns is not None
+    assert sc.queue_gap_ns < -9_000_000  # kept as measured
+
+
+def test_cpu_trace_round_trip_and_interleaved_lanes(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    a, b = gputrace.trace("a"), gputrace.trace("b")
+    with gputrace.session(path, backend="cpu", clock=FakeClock(0, 1), quiet=True) as s:
+        a.__enter__()
+        b.__enter__()
+        a.__exit__(None, None, None)
+        b.__exit__(None, None, None)
+    assert s.trace is not None
+    assert perfetto_rules.check(perfetto_rules.read(path)) == []
+    assert_same(s.trace, gputrace.load(path))
+
+
+# --- bad input: one error type, one sentence naming the file ---------------------------------
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "no such file"),
+        (b"", "the file is empty"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1', "truncated JSON"),
+        (b"hello, world", "not valid JSON"),
+        (b'{"a": 1}', "not a Chrome trace"),
+        (b'{"traceEvents": []}', "not one written by gputrace"),
+        (b'{"traceEvents": [], "gputrace": {"format_version": 99}}', "format version 99"),
+        (b'{"traceEvents": [{"ph":"X","cat":"cpu"}], "gputrace": {"format_version": 1, "base_ns": 0}}',
+         "malformed"),
+        (gzip.compress(b'{"traceEvents": [')[:-6], "gzip data is truncated"),
+    ],
+)
+def test_load_bad_input(tmp_path: Path, content: bytes | None, expected: str) -> None:
+    path = tmp_path / "bad.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(gputrace.GputraceError) as info:
+        gputrace.load(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: ") and expected in msg and "\n" not in msg
+
+
+def test_json_is_plain_and_complete(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    record_story(path)
+    doc = orjson.loads(path.read_bytes())
+    assert set(doc) == {"traceEvents", "displayTimeUnit", "gputrace"}
+    assert b"NaN" not in path.read_bytes() and b"Infinity" not in path.read_bytes()

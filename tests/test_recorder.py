@@ -1,0 +1,262 @@
+"""The recorder and session with a fake clock: exact times, nesting, threads, exceptions, decorator."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import gputrace
+from gputrace.backends.base import Backend
+from gputrace.clock import FakeClock
+from gputrace.model import Flag
+
+
+def cpu_session(clock: FakeClock | None = None, **kw: object) -> gputrace.session:
+    return gputrace.session(backend="cpu", clock=clock or FakeClock(1_000, 10), quiet=True, **kw)
+
+
+def test_nesting_exact_times() -> None:
+    clock = FakeClock(start_ns=1_000, step_ns=10)
+    with cpu_session(clock) as s:  # start reads the clock once (base = 1000)
+        with gputrace.trace("outer", k=1):  # 1010
+            with gputrace.trace("inner"):  # 1020
+                pass  # inner ends 1030
+            with gputrace.trace("inner"):  # 1040 .. 1050
+                pass
+        # outer ends 1060
+    t = s.trace
+    assert t is not None
+    rows = [(sc.name, sc.depth, sc.parent, sc.cpu_start_ns, sc.cpu_end_ns) for sc in t]
+    assert rows == [
+        ("outer", 0, -1, 1010, 1060),
+        ("inner", 1, 0, 1020, 1030),
+        ("inner", 1, 0, 1040, 1050),
+    ]
+    assert t.scope(0).args == {"k": 1}
+    assert t.header["start_ns"] == 1000
+    flags = [sc.flag_names for sc in t]
+    assert flags == [["cold"], ["cold"], []]
+
+
+def test_same_object_reused_and_recursive() -> None:
+    tr = gputrace.trace("rec")
+
+    @tr
+    def fact(n: int) -> int:
+        return 1 if n <= 1 else n * fact(n - 1)
+
+    with cpu_session() as s:
+        assert fact(4) == 24
+        with tr:
+            pass
+    t = s.trace
+    assert t is not None
+    assert [sc.depth for sc in t] == [0, 1, 2, 3, 0]
+    assert [sc.parent for sc in t] == [-1, 0, 1, 2, -1]
+
+
+def test_exception_closes_scope_and_propagates() -> None:
+    class Boom(Exception):
+        pass
+
+    with cpu_session() as s:
+        with pytest.raises(Boom) as info:
+            with gputrace.trace("fails"):
+                raise Boom("x")
+        assert str(info.value) == "x"
+        with gputrace.trace("after"):
+            pass
+    t = s.trace
+    assert t is not None
+    fails, after = t.find("fails")[0], t.find("after")[0]
+    assert fails.flags & Flag.ERROR and fails.args == {"exception": "Boom"}
+    assert fails.cpu_end_ns > fails.cpu_start_ns
+    assert after.depth == 0  # the stack was unwound correctly
+
+
+def test_decorator_keeps_function_identity_and_closes_on_raise() -> None:
+    @gputrace.trace("work")
+    def work(x: int) -> int:
+        """doc"""
+        if x < 0:
+            raise ValueError("neg")
+        return x + 1
+
+    assert work.__name__ == "work" and work.__doc__ == "doc"
+    with cpu_session() as s:
+        assert work(1) == 2
+        with pytest.raises(ValueError):
+            work(-1)
+    t = s.trace
+    assert t is not None
+    assert [sc.args.get("exception") for sc in t.find("work")] == [None, "ValueError"]
+
+
+def test_async_decorator() -> None:
+    @gputrace.trace("coro")
+    async def coro(x: int) -> int:
+        await asyncio.sleep(0)
+        return x
+
+    with cpu_session() as s:
+        assert asyncio.run(coro(3)) == 3
+    t = s.trace
+    assert t is not None
+    assert len(t.find("coro")) == 1
+
+
+def test_interleaved_scopes_on_one_thread_are_kept() -> None:
+    a, b = gputrace.trace("a"), gputrace.trace("b")
+    with cpu_session(FakeClock(0, 1)) as s:
+        a.__enter__()  # 1
+        b.__enter__()  # 2
+        a.__exit__(None, None, None)  # 3: a leaves before b (interleaved coroutines do this)
+        b.__exit__(None, None, None)  # 4
+    t = s.trace
+    assert t is not None
+    assert [(sc.name, sc.cpu_start_ns, sc.cpu_end_ns) for sc in t] == [("a", 1, 3), ("b", 2, 4)]
+
+
+def test_no_session_is_a_noop() -> None:
+    tr = gputrace.trace("idle")
+    with tr:
+        pass
+    gputrace.mark("nothing")
+    gputrace.sync()
+    with cpu_session() as s:
+        pass
+    t = s.trace
+    assert t is not None and len(t) == 0 and t.marks == []
+
+
+def test_scope_entered_before_session_is_ignored_cleanly() -> None:
+    tr = gputrace.trace("early")
+    tr.__enter__()
+    with cpu_session() as s:
+        tr.__exit__(None, None, None)
+    assert s.trace is not None and len(s.trace) == 0
+
+
+def test_unclosed_scope_is_kept_and_flagged() -> None:
+    clock = FakeClock(0, 10)
+    s = cpu_session(clock).start()
+    gputrace.trace("open").__enter__()  # 10
+    t = s.stop()  # stop reads the clock: 20 (sync mark) is not taken on cpu; stop_ns = 20
+    (sc,) = list(t)
+    assert sc.name == "open" and sc.args == {"unclosed": True}
+    assert sc.flags & Flag.DEGRADED
+    assert sc.cpu_start_ns == 10 and sc.cpu_end_ns == 20
+
+
+def test_threads_nothing_lost_and_nesting_per_thread() -> None:
+    n_threads, n_scopes = 8, 10_000
+    barrier = threading.Barrier(n_threads)
+    outer, inner = gputrace.trace("outer"), gputrace.trace("inner")
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(n_scopes // 2):
+            with outer:
+                with inner:
+                    pass
+
+    with gputrace.session(backend="cpu", quiet=True) as s:
+        threads = [threading.Thread(target=worker, name=f"w{i}") for i in range(n_threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    t = s.trace
+    assert t is not None
+    assert len(t) == n_threads * n_scopes
+    sc = t.scopes
+    for ti, info in enumerate(t.threads):
+        rows = np.flatnonzero(sc.thread == ti)
+        assert len(rows) == n_scopes, info
+        names = [t.names[i] for i in sc.name[rows]]
+        assert names == ["outer", "inner"] * (n_scopes // 2)
+        assert (sc.depth[rows] == np.tile([0, 1], n_scopes // 2)).all()
+        # each inner's parent is the outer just before it, on the same thread
+        assert (sc.parent[rows[1::2]] == rows[0::2]).all()
+    assert sorted(th.name for th in t.threads) == sorted(f"w{i}" for i in range(n_threads))
+
+
+def test_mark_and_sync_are_instants() -> None:
+    clock = FakeClock(0, 5)
+    with cpu_session(clock) as s:
+        gputrace.mark("here", step=2)
+        gputrace.sync()
+    t = s.trace
+    assert t is not None
+    assert [(m.name, m.kind, m.args) for m in t.marks] == [("here", "mark", {"step": 2}), ("sync", "sync", {})]
+
+
+def test_second_session_is_refused() -> None:
+    with cpu_session():
+        with pytest.raises(gputrace.GputraceError, match="already active"):
+            cpu_session().start()
+
+
+def test_unknown_backend_is_one_sentence() -> None:
+    with pytest.raises(gputrace.GputraceError) as info:
+        gputrace.session(backend="nope").start()
+    assert "unknown backend 'nope'" in str(info.value) and str(info.value).count(".") == 1
+
+
+class Broken(Backend):
+    name = "broken"
+    timed = True
+
+    def begin(self, name: str, stream: object, cpu_ns: int) -> int:
+        if name == "bad-begin":
+            raise RuntimeError("driver says no")
+        return 7
+
+    def end(self, token: int) -> None:
+        raise OSError("lost")
+
+
+def test_internal_errors_never_reach_user_code_and_warn_once() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with gputrace.session(backend=Broken(FakeClock()), clock=FakeClock(), quiet=True) as s:
+            for _ in range(3):
+                with gputrace.trace("bad-begin"):
+                    pass
+                with gputrace.trace("bad-end"):
+                    pass
+    msgs = [str(w.message) for w in caught if issubclass(w.category, gputrace.GputraceWarning)]
+    assert len(msgs) == 2, msgs  # one per kind of failure, not one per scope
+    assert any("driver says no" in m for m in msgs) and any("lost" in m for m in msgs)
+    t = s.trace
+    assert t is not None and len(t) == 6
+    assert all(sc.flags & Flag.DEGRADED for sc in t)
+
+
+def test_unwritable_path_warns_and_keeps_trace(tmp_path: object) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with cpu_session(path="/nonexistent-dir/x/t.json") as s:
+            with gputrace.trace("kept"):
+                pass
+    assert s.trace is not None and len(s.trace) == 1 and s.written is None
+    assert any("could not write the trace" in str(w.message) for w in caught)
+
+
+def test_import_does_not_import_gpu_libraries() -> None:
+    code = "import sys, gputrace; print('cupy' in sys.modules, 'wgpu' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_version_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gputrace", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"gputrace, version {gputrace.__version__}"
