@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 from array import array
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -23,8 +24,11 @@ from gputrace.model import Flag
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The active recorder, or None. Only ``Recorder.activate``/``deactivate`` write it.
+# The active recorder, or None, and copies of what the hot path needs from it (module globals
+# are the cheapest lookups Python has). Only ``Recorder.activate``/``deactivate`` write them.
 _recorder: Recorder | None = None
+_clock: Clock = time.perf_counter_ns
+_tls: threading.local = threading.local()
 
 _DEGRADED = int(Flag.DEGRADED)
 _ERROR = int(Flag.ERROR)
@@ -70,11 +74,12 @@ class Recorder:
         return buf
 
     def activate(self) -> None:
-        global _recorder
+        global _recorder, _clock, _tls
         if _recorder is not None:
             from gputrace.errors import GputraceError
 
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
+        _clock, _tls = self.clock, self.local
         _recorder = self
 
     def deactivate(self) -> None:
@@ -128,11 +133,11 @@ class trace:  # noqa: N801 - reads like a function at the call site, as context 
         if rec is None:
             return self
         try:
-            buf = rec.local.buf
+            buf = _tls.buf
         except AttributeError:
             buf = rec.buffer()
         if rec.timed:
-            cpu_start = rec.clock()
+            cpu_start = _clock()
             try:
                 token = rec.backend.begin(self.name, self.stream, cpu_start)
             except Exception as exc:
@@ -140,7 +145,7 @@ class trace:  # noqa: N801 - reads like a function at the call site, as context 
                 token = -1
             buf.stack.append((self, cpu_start, token))
         else:
-            buf.stack.append((self, rec.clock(), 0))
+            buf.stack.append((self, _clock(), 0))
         return self
 
     def __exit__(
@@ -153,7 +158,7 @@ class trace:  # noqa: N801 - reads like a function at the call site, as context 
         if rec is None:
             return
         try:
-            buf = rec.local.buf
+            buf = _tls.buf
             entry = buf.stack.pop()
         except (AttributeError, IndexError):
             return  # entered before this session started: nothing of it was recorded
@@ -173,7 +178,7 @@ class trace:  # noqa: N801 - reads like a function at the call site, as context 
             else:
                 flags = _DEGRADED
                 token = 0
-        cpu_end = rec.clock()
+        cpu_end = _clock()
         names = buf.names
         if exc_type is not None or self.args:
             args = dict(self.args)

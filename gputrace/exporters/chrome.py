@@ -109,16 +109,16 @@ def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     ts = _us(s.cpu_start_ns, base)
     dur = ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()
     name_str = [names[i] for i in s.name.tolist()]
-    flags = s.flags.tolist()
-    args = s.args
+    first = len(ev)
+    ev.extend(
+        [
+            {"ph": "X", "cat": "cpu", "name": nm, "pid": pid, "tid": tid, "ts": t0, "dur": d}
+            for nm, tid, t0, d in zip(name_str, cpu_tid, ts, dur, strict=True)
+        ]
+    )
+    for i in sorted(set(s.args) | set(np.flatnonzero(s.flags).tolist())):
+        ev[first + i]["args"] = _cpu_args(s.args.get(i), int(s.flags[i]))
     has_gpu = s.gpu_start_ns != NO_TIME
-    for i in range(n):
-        e: dict[str, Any] = {"ph": "X", "cat": "cpu", "name": name_str[i], "pid": pid,
-                             "tid": cpu_tid[i], "ts": ts[i], "dur": dur[i]}  # fmt: skip
-        a = args.get(i)
-        if a or flags[i]:
-            e["args"] = _cpu_args(a, flags[i])
-        ev.append(e)
 
     _gpu_events(trace, base, pid, cpu_tid, name_str, has_gpu, ev)
 
