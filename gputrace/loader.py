@@ -14,10 +14,12 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from gputrace.errors import GputraceError
@@ -110,6 +112,8 @@ def from_document(doc: Any, where: str = "<trace>") -> Trace:
         )
     try:
         return _build(doc["traceEvents"], header)
+    except _Malformed as exc:
+        raise TraceFileError(f"{where}: the trace is malformed: {exc}.") from None
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
         raise TraceFileError(
             f"{where}: the trace is malformed ({type(exc).__name__}: {exc})."
@@ -118,6 +122,50 @@ def from_document(doc: Any, where: str = "<trace>") -> Trace:
 
 def _ns(us: float, base: int) -> int:
     return base + round(us * 1000.0)
+
+
+# Anything beyond ~31 years in µs is not a time: refuse it instead of overflowing int64 ns.
+MAX_ABS_US = 1e15
+
+
+class _Malformed(ValueError):
+    """A value inside an event that cannot be a trace value; the message says which."""
+
+
+def _floats(values: list[Any], what: str, *, non_negative: bool = False) -> npt.NDArray[np.float64]:
+    """Numbers as float64, refusing strings, nulls, nested lists and absurd magnitudes."""
+    arr = np.array(values) if values else np.zeros(0, np.float64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iuf":
+        bad = next((v for v in values if type(v) not in (int, float)), None)
+        raise _Malformed(f"{what} must be a number, not {type(bad).__name__} {bad!r:.40}")
+    out = arr.astype(np.float64)
+    if len(out) and not (np.abs(out).max() < MAX_ABS_US):
+        raise _Malformed(f"{what} holds an absurd value ({np.abs(out).max():g} µs)")
+    if non_negative and len(out) and out.min() < 0:
+        raise _Malformed(f"{what} holds a negative value ({out.min():g})")
+    return out
+
+
+def _ints(values: list[Any], what: str) -> npt.NDArray[np.int64]:
+    arr = np.array(values) if values else np.zeros(0, np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        bad = next((v for v in values if type(v) is not int), None)
+        raise _Malformed(f"{what} must be an integer, not {type(bad).__name__} {bad!r:.40}")
+    return arr.astype(np.int64)
+
+
+def _to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    return np.rint(us * 1000.0).astype(np.int64)
+
+
+def _no_nesting(s: ScopeTable) -> bool:
+    """True when no scope starts before an earlier scope of its thread has ended (no parents)."""
+    for th in np.unique(s.thread).tolist():
+        rows = np.flatnonzero(s.thread == th)
+        ends = np.maximum.accumulate(s.cpu_end_ns[rows])
+        if (s.cpu_start_ns[rows][1:] < ends[:-1]).any():
+            return False
+    return True
 
 
 def _build(events: list[Any], header: dict[str, Any]) -> Trace:
@@ -129,28 +177,47 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
         for q in header.get("queues", [])
     ]
-    cpu = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "cpu"]
+    # One pass sorts the events by kind; everything after it is per-column and vectorised.
+    cpu: list[dict[str, Any]] = []
+    gpu: list[dict[str, Any]] = []
+    passes: list[dict[str, Any]] = []
+    instants: list[dict[str, Any]] = []
+    for e in events:
+        ph = e.get("ph")
+        if ph == "X":
+            cat = e.get("cat")
+            if cat == "cpu":
+                cpu.append(e)
+            elif cat == "gpu":
+                gpu.append(e)
+            elif cat == "gpu.pass":
+                passes.append(e)
+        elif ph == "i":
+            instants.append(e)
     n = len(cpu)
-    names: list[str] = []
-    name_ids: dict[str, int] = {}
+    raw_names = list(map(itemgetter("name"), cpu))
+    name_ids: dict[Any, int] = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
+    names = [str(k) for k in name_ids]
+    label_ids: dict[str, int] = {}
 
-    def intern(s: str) -> int:
-        i = name_ids.get(s)
+    def intern_label(label: str) -> int:
+        i = label_ids.get(label)
         if i is None:
-            i = name_ids[s] = len(names)
-            names.append(s)
+            i = label_ids[label] = len(names)
+            names.append(label)
         return i
 
     s = ScopeTable.empty(n)
-    s.name = np.fromiter((intern(str(e["name"])) for e in cpu), np.int32, n)
-    s.thread = np.fromiter((thread_idx[int(e["tid"]) % OVERLAP_TID_STEP] for e in cpu), np.int32, n)
-    ts = np.fromiter((float(e["ts"]) for e in cpu), np.float64, n)
-    dur = np.fromiter((float(e["dur"]) for e in cpu), np.float64, n)
-    s.cpu_start_ns = base + np.rint(ts * 1000.0).astype(np.int64)
-    s.cpu_end_ns = s.cpu_start_ns + np.rint(dur * 1000.0).astype(np.int64)
+    s.name = np.fromiter(map(name_ids.__getitem__, raw_names), np.int32, n)
+    tids = _ints(list(map(itemgetter("tid"), cpu)), "a cpu slice's tid") % OVERLAP_TID_STEP
+    s.thread = _thread_rows(tids, threads)
+    ts = _floats(list(map(itemgetter("ts"), cpu)), "a cpu slice's ts")
+    dur = _floats(list(map(itemgetter("dur"), cpu)), "a cpu slice's dur", non_negative=True)
+    s.cpu_start_ns = base + _to_ns(ts)
+    s.cpu_end_ns = s.cpu_start_ns + _to_ns(dur)
     flags = np.zeros(n, np.uint32)
-    for i, e in enumerate(cpu):
-        a = e.get("args")
+    for i in [i for i, e in enumerate(cpu) if "args" in e]:
+        a = cpu[i]["args"]
         if a:
             a = dict(a)
             fl = a.pop("flags", None)
@@ -159,54 +226,90 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             if a:
                 s.args[i] = a
     s.flags = flags
-    nest(s)
-    span_rows: list[tuple[int, int, int, int, int, int]] = []
-    passes_of: dict[int, int] = {}
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        cat = e.get("cat")
-        if cat == "gpu":
-            a = e["args"]
-            r = int(a["scope"])
-            t0 = _ns(float(e["ts"]), base)
-            s.gpu_start_ns[r] = t0
-            s.gpu_end_ns[r] = t0 + round(float(a["gpu_us"]) * 1000.0)
-            if "submit_ts" in a:
-                s.submit_ns[r] = _ns(float(a["submit_ts"]), base)
-            s.uncertainty_ns[r] = round(float(a.get("uncertainty_us", 0.0)) * 1000.0)
-            s.queue[r] = (int(e["tid"]) % OVERLAP_TID_STEP) - 1
-            if a.get("flags"):
-                s.flags[r] = flags_from_names(a["flags"])
-        elif cat == "gpu.pass":
-            a = e["args"]
-            r = int(a["scope"])
-            t0 = _ns(float(e["ts"]), base)
-            sub = _ns(float(a["submit_ts"]), base) if "submit_ts" in a else NO_TIME
-            span_rows.append((r, intern(str(e["name"])), -1, sub, t0, t0 + round(float(e["dur"]) * 1000.0)))
-            passes_of[r] = passes_of.get(r, 0) + 1
-    for r in np.flatnonzero(s.gpu_start_ns != NO_TIME).tolist():
-        if r not in passes_of:
-            span_rows.append((r, intern(""), -1, int(s.submit_ns[r]), int(s.gpu_start_ns[r]), int(s.gpu_end_ns[r])))
-    span_rows = [(r, lab, int(s.queue[r]), sub, g0, g1) for r, lab, _, sub, g0, g1 in span_rows]
-    span_rows.sort(key=lambda x: (x[0], x[4], x[5]))
-    spans = SpanTable.empty(len(span_rows))
-    if span_rows:
-        cols = list(zip(*span_rows, strict=True))
-        spans = SpanTable(
-            scope=np.array(cols[0], np.int64),
-            label=np.array(cols[1], np.int32),
-            queue=np.array(cols[2], np.int32),
-            submit_ns=np.array(cols[3], np.int64),
-            gpu_start_ns=np.array(cols[4], np.int64),
-            gpu_end_ns=np.array(cols[5], np.int64),
-        )
+    if not _no_nesting(s):
+        nest(s)
+
+    if gpu:
+        ga = list(map(itemgetter("args"), gpu))
+        rows = _ints(list(map(itemgetter("scope"), ga)), "a gpu slice's scope")
+        if rows.min() < 0 or rows.max() >= n:
+            bad = int(rows.min() if rows.min() < 0 else rows.max())
+            raise _Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
+        t0 = base + _to_ns(_floats(list(map(itemgetter("ts"), gpu)), "a gpu slice's ts"))
+        s.gpu_start_ns[rows] = t0
+        s.gpu_end_ns[rows] = t0 + _to_ns(_floats(list(map(itemgetter("gpu_us"), ga)), "gpu_us"))
+        with_sub = [i for i, a in enumerate(ga) if "submit_ts" in a]
+        if with_sub:
+            sub_us = _floats([ga[i]["submit_ts"] for i in with_sub], "submit_ts")
+            s.submit_ns[rows[with_sub]] = base + _to_ns(sub_us)
+        unc = _floats([a.get("uncertainty_us", 0.0) for a in ga], "uncertainty_us")
+        s.uncertainty_ns[rows] = _to_ns(unc)
+        gtid = _ints(list(map(itemgetter("tid"), gpu)), "a gpu slice's tid")
+        s.queue[rows] = ((gtid % OVERLAP_TID_STEP) - 1).astype(np.int32)
+        if s.queue.max() >= len(queues) or s.queue.min() < -1:
+            raise _Malformed("a gpu slice is on a stream track that the header does not list")
+        for i in [i for i, a in enumerate(ga) if a.get("flags")]:
+            s.flags[rows[i]] = flags_from_names(ga[i]["flags"])
+
+    has_gpu = s.gpu_start_ns != NO_TIME
+    p_rows = np.zeros(0, np.int64)
+    p_label = np.zeros(0, np.int32)
+    p_sub = np.zeros(0, np.int64)
+    p_g0 = p_g1 = np.zeros(0, np.int64)
+    if passes:
+        pa = list(map(itemgetter("args"), passes))
+        p_rows = _ints(list(map(itemgetter("scope"), pa)), "a gpu pass's scope")
+        if p_rows.min() < 0 or p_rows.max() >= n:
+            raise _Malformed("a gpu pass names a scope that the trace does not have")
+        p_label = np.fromiter((intern_label(str(e["name"])) for e in passes), np.int32, len(passes))
+        p_g0 = base + _to_ns(_floats(list(map(itemgetter("ts"), passes)), "a gpu pass's ts"))
+        p_dur = _floats(list(map(itemgetter("dur"), passes)), "a gpu pass's dur", non_negative=True)
+        p_g1 = p_g0 + _to_ns(p_dur)
+        p_sub = np.full(len(passes), NO_TIME, np.int64)
+        with_sub = [i for i, a in enumerate(pa) if "submit_ts" in a]
+        if with_sub:
+            sub_us = _floats([pa[i]["submit_ts"] for i in with_sub], "submit_ts")
+            p_sub[with_sub] = base + _to_ns(sub_us)
+    with_pass = np.zeros(n, bool)
+    with_pass[p_rows] = True
+    unl = np.flatnonzero(has_gpu & ~with_pass)
+    unl_label = intern_label("") if len(unl) else 0
+    sc = np.concatenate([p_rows, unl]).astype(np.int64)
+    g0 = np.concatenate([p_g0, s.gpu_start_ns[unl]])
+    g1 = np.concatenate([p_g1, s.gpu_end_ns[unl]])
+    order = np.lexsort((g1, g0, sc))
+    spans = SpanTable(
+        scope=sc[order],
+        label=np.concatenate([p_label, np.full(len(unl), unl_label, np.int32)])[order],
+        queue=s.queue[sc][order].astype(np.int32),
+        submit_ns=np.concatenate([p_sub, s.submit_ns[unl]])[order],
+        gpu_start_ns=g0[order],
+        gpu_end_ns=g1[order],
+    )
     marks = [
-        Mark(str(e["name"]), _ns(float(e["ts"]), base), thread_idx[int(e["tid"])], str(e["cat"]), dict(e.get("args") or {}))
-        for e in events
-        if isinstance(e, dict) and e.get("ph") == "i" and e.get("cat") in ("mark", "sync") and e.get("pid") == pid
-    ]
+        Mark(str(e["name"]), _ns(float(e["ts"]), base), thread_idx[int(e["tid"])], str(e["cat"]),
+             dict(e.get("args") or {}))
+        for e in instants
+        if e.get("cat") in ("mark", "sync") and e.get("pid") == pid
+    ]  # fmt: skip
     names = canonical_names(names, s, spans)
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
     return Trace(dict(header), names, threads, queues, s, spans, marks, fits)
 
+
+def _thread_rows(tids: npt.NDArray[np.int64], threads: list[ThreadInfo]) -> npt.NDArray[np.int32]:
+    """Row of ``threads`` for each tid; a tid the header does not list is malformed."""
+    known = np.array([t.tid for t in threads], np.int64)
+    if not len(tids):
+        return np.zeros(0, np.int32)
+    # the last listed thread wins for a repeated tid, as a dict would have it
+    uniq, last = np.unique(known[::-1], return_index=True)
+    idx = (len(known) - 1 - last).astype(np.int32)
+    pos = np.searchsorted(uniq, tids)
+    if not len(uniq):
+        raise _Malformed("the header lists no threads, but the trace has cpu slices")
+    ok = (pos < len(uniq)) & (uniq[np.minimum(pos, len(uniq) - 1)] == tids)
+    if not ok.all():
+        bad = int(tids[~ok][0])
+        raise _Malformed(f"a cpu slice is on thread {bad}, which the header does not list")
+    return idx[pos]
