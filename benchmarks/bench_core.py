@@ -70,6 +70,7 @@ def in_session(fn):  # type: ignore[no-untyped-def]
             return fn(n)  # type: ignore[no-any-return]
         finally:
             s.stop()
+
     return run
 
 
@@ -93,8 +94,10 @@ def main() -> None:
     loop = statistics.median(results.pop("empty loop (subtracted from all rows)"))
     med = {k: statistics.median(v) - loop for k, v in results.items()}
     clock = med["2 × perf_counter_ns() (bare clock)"]
-    print(f"Cost per scope ({LOOP:,} iterations × {REPS} interleaved reps, median, loop overhead "
-          f"{loop:.0f} ns subtracted)")
+    print(
+        f"Cost per scope ({LOOP:,} iterations × {REPS} interleaved reps, median, loop overhead "
+        f"{loop:.0f} ns subtracted)"
+    )
     print(f"{'case':45} {'ns/scope':>9} {'× bare clock':>13}")
     for k, v in med.items():
         print(f"{k:45} {v:9.0f} {v / clock:13.2f}")
@@ -138,7 +141,9 @@ def main() -> None:
     print(f"Trace of {n:,} cpu-backend scopes")
     print(f"{'stage':32} {'seconds':>8} {'scopes/s':>12}")
     print(f"{'resolve (stop)':32} {t_resolve:8.2f} {n / t_resolve:12,.0f}")
-    print(f"{'export to JSON file':32} {t_write:8.2f} {n / t_write:12,.0f}   ({size / n:.0f} B/scope on disk)")
+    print(
+        f"{'export to JSON file':32} {t_write:8.2f} {n / t_write:12,.0f}   ({size / n:.0f} B/scope on disk)"
+    )
     print(f"{'load back':32} {t_load:8.2f} {n / t_load:12,.0f}")
     print()
     print("Memory held per recorded scope")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 
-
 # The session clock: CLOCK_MONOTONIC on Linux, read by a C function (no Python frame on the hot path).
 session_clock = time.perf_counter_ns
 

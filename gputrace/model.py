@@ -191,9 +191,19 @@ class ScopeTable:
     args: dict[int, dict[str, Any]] = field(default_factory=dict)  # sparse: row -> user args
 
     COLUMNS = (
-        "name", "thread", "parent", "depth", "cpu_start_ns", "cpu_end_ns", "submit_ns",
-        "gpu_start_ns", "gpu_end_ns", "queue", "flags", "uncertainty_ns",
-    )  # fmt: skip
+        "name",
+        "thread",
+        "parent",
+        "depth",
+        "cpu_start_ns",
+        "cpu_end_ns",
+        "submit_ns",
+        "gpu_start_ns",
+        "gpu_end_ns",
+        "queue",
+        "flags",
+        "uncertainty_ns",
+    )
 
     def __len__(self) -> int:
         return len(self.name)
@@ -216,7 +226,7 @@ class ScopeTable:
         )
 
     def has_gpu(self) -> npt.NDArray[np.bool_]:
-        return self.gpu_start_ns != NO_TIME
+        return np.asarray(self.gpu_start_ns != NO_TIME, dtype=np.bool_)
 
 
 @dataclass

@@ -99,7 +99,7 @@ def active_recorder() -> Recorder | None:
     return _recorder
 
 
-class trace:  # noqa: N801 - reads like a function at the call site, as context manager and decorator
+class trace:
     """Trace a region: ``with trace("name"):`` or ``@trace("name")``.
 
     Scopes nest per thread. The same object can be reused and entered recursively. Keyword
@@ -210,9 +210,7 @@ class trace:  # noqa: N801 - reads like a function at the call site, as context 
         return f"gputrace.trace({self.name!r})"
 
 
-def _unwind(
-    buf: ThreadBuffer, popped: tuple[Any, int, int], obj: trace
-) -> tuple[Any, int, int] | None:
+def _unwind(buf: ThreadBuffer, popped: tuple[Any, int, int], obj: trace) -> tuple[Any, int, int] | None:
     """Scopes left out of order (interleaved coroutines on one thread): find ``obj``'s entry."""
     stack = buf.stack
     for i in range(len(stack) - 1, -1, -1):

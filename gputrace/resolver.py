@@ -11,12 +11,12 @@ to ``after``; its true CPU time lies in that window. We fit ``cpu = cpu_ref + sl
 by weighted least squares on window midpoints, weighting by 1/half-width² so the tightest windows
 count most. The slope is kept only when the samples determine it to better than
 ``DEFAULT_DRIFT_PPM``; otherwise (one sample, or samples too close together) the slope is 1 and
-only the offset is fitted (``method="offset"``). Samples whose window is over 4× the median width (a preempted thread, say) are left
-out. If the true mapping is linear (constant offset and drift), the fit's error at sample ``i`` is
-at most ``|residual_i| + half_width_i``, and since fit and truth are both linear the error between
-the first and last sample is bounded by the largest of those: that is ``uncertainty_ns``. Outside
-that span the slope's own uncertainty adds ``2·U/span`` per ns of distance (or ``DEFAULT_DRIFT_PPM``
-with a single sample).
+only the offset is fitted (``method="offset"``). Samples whose window is over 4× the median width
+(a preempted thread, say) are left out. If the true mapping is linear (constant offset and
+drift), the fit's error at sample ``i`` is at most ``|residual_i| + half_width_i``, and since fit
+and truth are both linear the error between the first and last sample is bounded by the largest
+of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertainty adds
+``2·U/span`` per ns of distance (``DEFAULT_DRIFT_PPM`` when only the offset was fitted).
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
     else:
         slope_err = DEFAULT_DRIFT_PPM * 1e-6
     dist = np.maximum(fit.first_cpu_ns - cpu_ns, 0) + np.maximum(cpu_ns - fit.last_cpu_ns, 0)
-    return np.ceil(fit.uncertainty_ns + slope_err * dist.astype(np.float64)).astype(np.int64)
+    unc: np.ndarray = np.ceil(fit.uncertainty_ns + slope_err * dist.astype(np.float64)).astype(np.int64)
+    return unc
 
 
 def resolve(raw: RawRecording) -> Trace:
@@ -240,8 +241,12 @@ def _place_spans(
     done_by = np.array([r.done_by_ns for r in spans], np.int64)[aligned]
     # rows in scope order (as a loaded trace file gives them back)
     by_scope = np.lexsort((table.gpu_end_ns, table.gpu_start_ns, table.scope))
-    table = SpanTable(*(getattr(table, c)[by_scope] for c in
-                        ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns")))
+    table = SpanTable(
+        *(
+            getattr(table, c)[by_scope]
+            for c in ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns")
+        )
+    )
     done_by = done_by[by_scope]
     if not len(table):
         return table, None
@@ -368,10 +373,14 @@ def _flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> Non
 
 
 _EXPLAIN = {
-    "empty_gpu_span": "no GPU work ran inside this scope: nothing was launched, or it was never flushed/submitted",
-    "gpu_exceeds_wall": "the GPU duration is longer than the wall time from submission to completion: clock skew or a bad timestamp",
-    "start_before_submit": "the GPU started before the CPU submitted the work, beyond the alignment uncertainty: clock skew",
-    "overlap": "two spans on one in-order queue partially overlap: timestamps from overlapping passes or a clock glitch",
+    "empty_gpu_span": "no GPU work ran inside this scope: nothing was launched, or it was never "
+    "flushed/submitted",
+    "gpu_exceeds_wall": "the GPU duration is longer than the wall time from submission to completion: "
+    "clock skew or a bad timestamp",
+    "start_before_submit": "the GPU started before the CPU submitted the work, beyond the alignment "
+    "uncertainty: clock skew",
+    "overlap": "two spans on one in-order queue partially overlap: timestamps from overlapping passes "
+    "or a clock glitch",
     "outlier": "far from the other calls of this name: contention, a clock change, or different work",
     "degraded": "gputrace failed while recording this scope; its times may be partial",
 }

@@ -46,7 +46,7 @@ def _rank() -> int | None:
     return None
 
 
-class session:  # noqa: N801 - used like a function: ``with gputrace.session("t.json"):``
+class session:
     """Record a session; on exit sync the GPU, resolve, and write ``path`` (gzip if it ends ``.gz``).
 
     ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
@@ -171,8 +171,9 @@ class session:  # noqa: N801 - used like a function: ``with gputrace.session("t.
         except OSError as exc:
             # The user's program must not die at exit over a file: say so once; keep the trace.
             report_internal(
-                "write", f"could not write the trace to {path} ({exc.strerror or exc}); "
-                "it is still available as session.trace."
+                "write",
+                f"could not write the trace to {path} ({exc.strerror or exc}); "
+                "it is still available as session.trace.",
             )
 
     def _calibrate(self) -> None:
@@ -181,7 +182,10 @@ class session:  # noqa: N801 - used like a function: ``with gputrace.session("t.
         try:
             self._raw.samples.extend(rec.backend.calibrate())
         except Exception as exc:
-            report_internal("calibrate", f"taking a clock calibration sample failed ({type(exc).__name__}: {exc}).")
+            report_internal(
+                "calibrate",
+                f"taking a clock calibration sample failed ({type(exc).__name__}: {exc}).",
+            )
 
     def _collect(self) -> None:
         rec = self._recorder

@@ -23,7 +23,7 @@ def gpu_session(path: Path, script, *, in_order: bool = True, **kw):  # type: ig
 
 
 def record_story(path: Path) -> gputrace.Trace:
-    s, clock = gpu_session(path, lambda n, i: (2_000 + 500 * i, 0 if n == "noop" else 30_000))
+    s, _clock = gpu_session(path, lambda n, i: (2_000 + 500 * i, 0 if n == "noop" else 30_000))
     with s:
         for i in range(5):
             with gputrace.trace("step", i=i):
@@ -72,8 +72,11 @@ def test_layout(tmp_path: Path) -> None:
     assert len(gpu) == 16 and {e["pid"] for e in gpu} == {GPU_PID_BASE}
     procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
     assert procs[GPU_PID_BASE] == "GPU 0 · Fake GPU · fake"
-    gpu_threads = {e["tid"]: e["args"]["name"] for e in ev
-                   if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GPU_PID_BASE}
+    gpu_threads = {
+        e["tid"]: e["args"]["name"]
+        for e in ev
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GPU_PID_BASE
+    }
     assert sorted(gpu_threads.values()) == ["stream 0", "stream a", "stream b"]
     # one flow per GPU scope, v1, same ids on both ends
     s_ids = sorted(e["id"] for e in ev if e["ph"] == "s")
@@ -81,7 +84,11 @@ def test_layout(tmp_path: Path) -> None:
     assert s_ids == f_ids == sorted(e["args"]["scope"] for e in gpu)
     # queued waits are async slices named per stream, one b/e pair per scope with a non-negative gap
     b = [e for e in ev if e["ph"] == "b"]
-    assert len(b) == 16 and {e["name"] for e in b} == {"queued · stream a", "queued · stream b", "queued · stream 0"}
+    assert len(b) == 16 and {e["name"] for e in b} == {
+        "queued · stream a",
+        "queued · stream b",
+        "queued · stream 0",
+    }
     # args carry the numbers, exactly
     sc = trace.find("matmul")[2]
     g = next(e for e in gpu if e["args"]["scope"] == sc.index)
@@ -90,7 +97,11 @@ def test_layout(tmp_path: Path) -> None:
     assert g["args"]["cpu_enqueue_us"] == sc.cpu_ns / 1000
     # counters per stream, syncs and marks as instants, header facts
     counters = {e["name"] for e in ev if e["ph"] == "C"}
-    assert counters == {"queue depth · stream a", "queue depth · stream b", "queue depth · stream 0"}
+    assert counters == {
+        "queue depth · stream a",
+        "queue depth · stream b",
+        "queue depth · stream 0",
+    }
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mark"] == ["tick"] * 5
     assert len([e for e in ev if e["ph"] == "i" and e["cat"] == "sync"]) == 2
     anomalies = [e for e in ev if e["ph"] == "i" and e["cat"] == "anomaly"]
@@ -129,7 +140,11 @@ def test_partial_overlaps_move_to_another_track(tmp_path: Path) -> None:
     assert {gpu["first"]["tid"] % OVERLAP_TID_STEP, gpu["second"]["tid"] % OVERLAP_TID_STEP} == {1}
     # started 50 µs before its submission and ran 100 µs: impossible three ways, all flagged
     assert gputrace.load(path).find("second")[0].flag_names == [
-        "cold", "gpu_exceeds_wall", "start_before_submit", "overlap"]
+        "cold",
+        "gpu_exceeds_wall",
+        "start_before_submit",
+        "overlap",
+    ]
 
 
 def test_gpu_time_before_session_start_shifts_base_not_values(tmp_path: Path) -> None:
@@ -160,6 +175,7 @@ def test_cpu_trace_round_trip_and_interleaved_lanes(tmp_path: Path) -> None:
 
 # --- bad input: one error type, one sentence naming the file ---------------------------------
 
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
@@ -170,8 +186,10 @@ def test_cpu_trace_round_trip_and_interleaved_lanes(tmp_path: Path) -> None:
         (b'{"a": 1}', "not a Chrome trace"),
         (b'{"traceEvents": []}', "not one written by gputrace"),
         (b'{"traceEvents": [], "gputrace": {"format_version": 99}}', "format version 99"),
-        (b'{"traceEvents": [{"ph":"X","cat":"cpu"}], "gputrace": {"format_version": 1, "base_ns": 0}}',
-         "malformed"),
+        (
+            b'{"traceEvents": [{"ph":"X","cat":"cpu"}], "gputrace": {"format_version": 1, "base_ns": 0}}',
+            "malformed",
+        ),
         (gzip.compress(b'{"traceEvents": [')[:-6], "gzip data is truncated"),
     ],
 )

@@ -194,7 +194,10 @@ def test_mark_and_sync_are_instants() -> None:
         gputrace.sync()
     t = s.trace
     assert t is not None
-    assert [(m.name, m.kind, m.args) for m in t.marks] == [("here", "mark", {"step": 2}), ("sync", "sync", {})]
+    assert [(m.name, m.kind, m.args) for m in t.marks] == [
+        ("here", "mark", {"step": 2}),
+        ("sync", "sync", {}),
+    ]
 
 
 def test_second_session_is_refused() -> None:

@@ -16,11 +16,23 @@ from gputrace.model import Flag
 from gputrace.resolver import fit_clock, uncertainty_at
 
 
-def run_fake(script, *, offset_ns=0, drift_ppm=0.0, names=("k",), calls=10, gap_ns=1_000_000,
-             step_ns=1_000, seed=0, in_order=True, streams=(None,)):  # type: ignore[no-untyped-def]
+def run_fake(
+    script,
+    *,
+    offset_ns=0,
+    drift_ppm=0.0,
+    names=("k",),
+    calls=10,
+    gap_ns=1_000_000,
+    step_ns=1_000,
+    seed=0,
+    in_order=True,
+    streams=(None,),
+):  # type: ignore[no-untyped-def]
     clock = FakeClock(1_000_000_000, step_ns)
-    fb = FakeBackend(clock, offset_ns=offset_ns, drift_ppm=drift_ppm, script=script, seed=seed,
-                     in_order=in_order)
+    fb = FakeBackend(
+        clock, offset_ns=offset_ns, drift_ppm=drift_ppm, script=script, seed=seed, in_order=in_order
+    )
     with gputrace.session(backend=fb, clock=clock, quiet=True) as s:
         for _ in range(calls):
             for name in names:
@@ -40,14 +52,15 @@ def truth_rows(trace, fb):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=40, deadline=None)
 @given(
-    offset=st.integers(-10**12, 10**12),
+    offset=st.integers(-(10**12), 10**12),
     drift=st.floats(-200.0, 200.0),
     step=st.integers(100, 5_000),
     seed=st.integers(0, 2**16),
 )
 def test_fit_recovers_offset_and_drift_within_stated_uncertainty(offset, drift, step, seed):  # type: ignore[no-untyped-def]
-    trace, fb = run_fake(lambda n, i: (3_000, 7_000), offset_ns=offset, drift_ppm=drift, step_ns=step,
-                         seed=seed)
+    trace, fb = run_fake(
+        lambda n, i: (3_000, 7_000), offset_ns=offset, drift_ppm=drift, step_ns=step, seed=seed
+    )
     fit = trace.clock_fits[0]
     truth = truth_rows(trace, fb)
     s = trace.scopes
@@ -71,8 +84,14 @@ def test_fit_is_exact_with_zero_width_windows() -> None:
     assert abs(int(got[0]) - 7 * 10**8) <= 1
 
 
-@given(st.lists(st.tuples(st.integers(0, 10**12), st.integers(0, 10_000), st.integers(-10**6, 10**6)),
-                min_size=1, max_size=30), st.randoms())
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**12), st.integers(0, 10_000), st.integers(-(10**6), 10**6)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.randoms(),
+)
 def test_fit_ignores_sample_order(raw, rnd) -> None:  # type: ignore[no-untyped-def]
     samples = [CalibrationSample(c, c + off, c + w, 0) for c, w, off in raw]
     shuffled = samples[:]
@@ -110,6 +129,7 @@ def test_single_sample_extrapolates_with_assumed_drift() -> None:
 
 
 # --- anomalies --------------------------------------------------------------------------------
+
 
 def flags_of(trace, name):  # type: ignore[no-untyped-def]
     return [sc.flag_names for sc in trace.find(name)]
@@ -154,6 +174,7 @@ def test_overlap_on_one_queue() -> None:
     # out of order on one in-order queue: the second span starts inside the first and ends after it
     def script(n: str, i: int) -> tuple[int, int]:
         return (1000, 100_000) if n == "first" else (-50_000, 100_000)
+
     clock = FakeClock(0, 1000)
     fb = FakeBackend(clock, script=script, in_order=False)
     with gputrace.session(backend=fb, clock=clock, quiet=True) as s:
@@ -196,8 +217,9 @@ def test_streams_become_queues() -> None:
 
 def test_spans_cover_children_hull() -> None:
     clock = FakeClock(0, 1000)
-    fb = FakeBackend(clock, script=lambda n, i: (1000, 0 if n == "parent" else 5000),
-                     spans_cover_children=True)
+    fb = FakeBackend(
+        clock, script=lambda n, i: (1000, 0 if n == "parent" else 5000), spans_cover_children=True
+    )
     with gputrace.session(backend=fb, clock=clock, quiet=True) as s:
         with gputrace.trace("parent"):
             with gputrace.trace("child"):

@@ -56,9 +56,7 @@ def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> B
             notice(f"no GPU backend is usable ({'; '.join(reasons)}); recording CPU times only.")
         return _instantiate("cpu", clock)
     if name not in BACKENDS:
-        raise GputraceError(
-            f"unknown backend {name!r}; choose one of auto, {', '.join(BACKENDS)}."
-        )
+        raise GputraceError(f"unknown backend {name!r}; choose one of auto, {', '.join(BACKENDS)}.")
     why = probe(name)
     if why is not None:
         raise GputraceError(f"backend {name!r} is not usable here: {why}.")

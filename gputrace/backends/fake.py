@@ -127,7 +127,12 @@ class FakeBackend(Backend):
 
     def queues(self) -> list[QueueInfo]:
         return [
-            QueueInfo(0, self.device_name, self.name, f"stream {label}" if label is not None else "stream 0")
+            QueueInfo(
+                0,
+                self.device_name,
+                self.name,
+                f"stream {label}" if label is not None else "stream 0",
+            )
             for label in self._streams
         ] or [QueueInfo(0, self.device_name, self.name, "stream 0")]
 

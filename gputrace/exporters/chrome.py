@@ -104,8 +104,15 @@ def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 if ln:
                     cpu_tid[r] = tids[th] + ln * OVERLAP_TID_STEP
             for ln in range(1, max(lanes) + 1):
-                ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tids[th] + ln * OVERLAP_TID_STEP,
-                           "args": {"name": f"{trace.threads[th].name} (overlap {ln})"}})  # fmt: skip
+                ev.append(
+                    {
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": pid,
+                        "tid": tids[th] + ln * OVERLAP_TID_STEP,
+                        "args": {"name": f"{trace.threads[th].name} (overlap {ln})"},
+                    }
+                )
     ts = _us(s.cpu_start_ns, base)
     dur = ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()
     name_str = [names[i] for i in s.name.tolist()]
@@ -124,8 +131,15 @@ def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
     # -- instants: marks and syncs on their thread
     for m in trace.marks:
-        e = {"ph": "i", "s": "t", "cat": m.kind, "name": m.name, "pid": pid, "tid": tids[m.thread],
-             "ts": (m.ts_ns - base) / 1000.0}  # fmt: skip
+        e = {
+            "ph": "i",
+            "s": "t",
+            "cat": m.kind,
+            "name": m.name,
+            "pid": pid,
+            "tid": tids[m.thread],
+            "ts": (m.ts_ns - base) / 1000.0,
+        }
         if m.args:
             e["args"] = dict(m.args)
         ev.append(e)
@@ -158,12 +172,34 @@ def _gpu_events(
         dname = next((q.device_name for q in queues if q.device == d), "GPU")
         backend = next((q.backend for q in queues if q.device == d), "")
         gpid = GPU_PID_BASE + d
-        ev.append({"ph": "M", "name": "process_name", "pid": gpid, "tid": 0,
-                   "args": {"name": f"GPU {d} · {dname} · {backend}"}})  # fmt: skip
-        ev.append({"ph": "M", "name": "process_sort_index", "pid": gpid, "tid": 0, "args": {"sort_index": 1 + d}})
+        ev.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": gpid,
+                "tid": 0,
+                "args": {"name": f"GPU {d} · {dname} · {backend}"},
+            }
+        )
+        ev.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": gpid,
+                "tid": 0,
+                "args": {"sort_index": 1 + d},
+            }
+        )
     for qi, q in enumerate(queues):
-        ev.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + q.device, "tid": qi + 1,
-                   "args": {"name": q.label}})  # fmt: skip
+        ev.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": GPU_PID_BASE + q.device,
+                "tid": qi + 1,
+                "args": {"name": q.label},
+            }
+        )
     if not len(rows):
         return
     st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
@@ -180,9 +216,15 @@ def _gpu_events(
         for r, ln in zip(qrows, lanes, strict=True):
             gtid[r] = qi + 1 + ln * OVERLAP_TID_STEP
         for ln in range(1, max(lanes) + 1):
-            ev.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + dev,
-                       "tid": qi + 1 + ln * OVERLAP_TID_STEP,
-                       "args": {"name": f"{queues[qi].label} (overlap {ln})"}})  # fmt: skip
+            ev.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": GPU_PID_BASE + dev,
+                    "tid": qi + 1 + ln * OVERLAP_TID_STEP,
+                    "args": {"name": f"{queues[qi].label} (overlap {ln})"},
+                }
+            )
     # passes (labelled spans) as children of their scope's GPU slice
     sp = trace.spans
     passes: dict[int, list[int]] = {}
@@ -209,33 +251,100 @@ def _gpu_events(
             a["submit_ts"] = (sub[r] - base) / 1000.0
         if flags[r]:
             a["flags"] = flag_names(flags[r])
-        ev.append({"ph": "X", "cat": "gpu", "name": name_str[r], "pid": gpid, "tid": gtid[r],
-                   "ts": t0, "dur": max(gpu_ns, 0) / 1000.0, "args": a})  # fmt: skip
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "gpu",
+                "name": name_str[r],
+                "pid": gpid,
+                "tid": gtid[r],
+                "ts": t0,
+                "dur": max(gpu_ns, 0) / 1000.0,
+                "args": a,
+            }
+        )
         for k in passes.get(r, []):
-            ev.append({"ph": "X", "cat": "gpu.pass", "name": trace.names[int(sp.label[k])], "pid": gpid,
-                       "tid": gtid[r], "ts": (int(sp.gpu_start_ns[k]) - base) / 1000.0,
-                       "dur": max(int(sp.gpu_end_ns[k] - sp.gpu_start_ns[k]), 0) / 1000.0,
-                       "args": {"scope": r, "submit_ts": (int(sp.submit_ns[k]) - base) / 1000.0}
-                       if int(sp.submit_ns[k]) != NO_TIME else {"scope": r}})  # fmt: skip
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "gpu.pass",
+                    "name": trace.names[int(sp.label[k])],
+                    "pid": gpid,
+                    "tid": gtid[r],
+                    "ts": (int(sp.gpu_start_ns[k]) - base) / 1000.0,
+                    "dur": max(int(sp.gpu_end_ns[k] - sp.gpu_start_ns[k]), 0) / 1000.0,
+                    "args": {"scope": r, "submit_ts": (int(sp.submit_ns[k]) - base) / 1000.0}
+                    if int(sp.submit_ns[k]) != NO_TIME
+                    else {"scope": r},
+                }
+            )
         # flow CPU scope -> GPU slice (source inside the CPU slice, target inside the GPU slice)
         src = sub[r] if sub[r] != NO_TIME and c0[r] <= sub[r] <= c1[r] else c0[r]
-        ev.append({"ph": "s", "cat": "launch", "name": "launch", "id": r, "pid": pid, "tid": cpu_tid[r],
-                   "ts": (src - base) / 1000.0})  # fmt: skip
-        ev.append({"ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": r, "pid": gpid,
-                   "tid": gtid[r], "ts": t0})  # fmt: skip
+        ev.append(
+            {
+                "ph": "s",
+                "cat": "launch",
+                "name": "launch",
+                "id": r,
+                "pid": pid,
+                "tid": cpu_tid[r],
+                "ts": (src - base) / 1000.0,
+            }
+        )
+        ev.append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "cat": "launch",
+                "name": "launch",
+                "id": r,
+                "pid": gpid,
+                "tid": gtid[r],
+                "ts": t0,
+            }
+        )
         if gap is not None and gap >= 0:
             qname = f"queued · {queues[qi].label}" if 0 <= qi < len(queues) else "queued"
             qargs = {"scope": r, "name": name_str[r], "submit_to_start_us": gap / 1000.0}
-            ev.append({"ph": "b", "cat": "queued", "name": qname, "id": r, "pid": gpid, "tid": qi + 1,
-                       "ts": (sub[r] - base) / 1000.0, "args": qargs})  # fmt: skip
-            ev.append({"ph": "e", "cat": "queued", "name": qname, "id": r, "pid": gpid, "tid": qi + 1, "ts": t0})
+            ev.append(
+                {
+                    "ph": "b",
+                    "cat": "queued",
+                    "name": qname,
+                    "id": r,
+                    "pid": gpid,
+                    "tid": qi + 1,
+                    "ts": (sub[r] - base) / 1000.0,
+                    "args": qargs,
+                }
+            )
+            ev.append(
+                {
+                    "ph": "e",
+                    "cat": "queued",
+                    "name": qname,
+                    "id": r,
+                    "pid": gpid,
+                    "tid": qi + 1,
+                    "ts": t0,
+                }
+            )
         if gap is not None:
             depth_events.append((sub[r], 1, qi, r))
             depth_events.append((max(en[r], sub[r]), -1, qi, r))
         if flags[r] & int(ANOMALY_FLAGS):
-            ev.append({"ph": "i", "s": "t", "cat": "anomaly", "name": "anomaly: " + ", ".join(
-                k for k in flag_names(flags[r] & int(ANOMALY_FLAGS))), "pid": gpid, "tid": gtid[r],
-                "ts": t0, "args": {"scope": r}})  # fmt: skip
+            ev.append(
+                {
+                    "ph": "i",
+                    "s": "t",
+                    "cat": "anomaly",
+                    "name": "anomaly: " + ", ".join(k for k in flag_names(flags[r] & int(ANOMALY_FLAGS))),
+                    "pid": gpid,
+                    "tid": gtid[r],
+                    "ts": t0,
+                    "args": {"scope": r},
+                }
+            )
     # queue depth: work submitted but not finished, per stream (top-level scopes only count once)
     depth_events.sort(key=lambda x: (x[0], x[1]))
     depth: dict[int, int] = {}
@@ -247,8 +356,15 @@ def _gpu_events(
         depth[qi] = depth.get(qi, 0) + delta
         dev = queues[qi].device if 0 <= qi < len(queues) else 0
         label = queues[qi].label if 0 <= qi < len(queues) else "queue"
-        ev.append({"ph": "C", "name": f"queue depth · {label}", "pid": GPU_PID_BASE + dev,
-                   "ts": (t - base) / 1000.0, "args": {"depth": depth[qi]}})  # fmt: skip
+        ev.append(
+            {
+                "ph": "C",
+                "name": f"queue depth · {label}",
+                "pid": GPU_PID_BASE + dev,
+                "ts": (t - base) / 1000.0,
+                "args": {"depth": depth[qi]},
+            }
+        )
 
 
 def dumps(trace: Trace) -> bytes:
