@@ -166,18 +166,31 @@ class trace:
             entry = _unwind(buf, entry, self)
             if entry is None:
                 return
+        if entry[2] or exc_type is not None or self.args:
+            self._exit_slow(rec, buf, entry, exc_type)
+            return
+        buf.names.append(self.name)
+        buf.times.extend((entry[1], _clock(), 0, 0))
+
+    def _exit_slow(
+        self,
+        rec: Recorder,
+        buf: ThreadBuffer,
+        entry: tuple[Any, int, int],
+        exc_type: type[BaseException] | None,
+    ) -> None:
+        """Leaving a scope that has a GPU token, args or an exception."""
         token = entry[2]
         flags = 0
-        if token:
-            if token > 0:
-                try:
-                    rec.backend.end(token)
-                except Exception as err:
-                    rec.internal_error("ending a GPU span", err)
-                    flags = _DEGRADED
-            else:
+        if token > 0:
+            try:
+                rec.backend.end(token)
+            except Exception as err:
+                rec.internal_error("ending a GPU span", err)
                 flags = _DEGRADED
-                token = 0
+        elif token < 0:
+            flags = _DEGRADED
+            token = 0
         cpu_end = _clock()
         names = buf.names
         if exc_type is not None or self.args:
