@@ -7,6 +7,7 @@ class. ``auto`` tries cuda, then wgpu, then falls back to cpu with one notice sa
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from gputrace.backends.base import Backend, Clock
@@ -22,15 +23,22 @@ BACKENDS: dict[str, tuple[str, str]] = {
 AUTO_ORDER = ("cuda", "wgpu")
 
 
-def probe(name: str) -> str | None:
-    """Why backend ``name`` can't be used on this machine, or None if it can."""
+def probe(name: str, *, auto: bool = False) -> str | None:
+    """Why backend ``name`` can't be used on this machine, or None if it can.
+
+    ``auto``: asked on behalf of ``backend="auto"``, which a backend may answer more strictly
+    (wgpu: only for programs that imported wgpu); its module's ``probe`` then takes ``auto``.
+    """
     modname, _ = BACKENDS[name]
     try:
         mod = importlib.import_module(modname)
     except ImportError as exc:
         return f"its module could not be imported ({exc})"
     try:
-        reason: str | None = mod.probe()
+        if "auto" in inspect.signature(mod.probe).parameters:
+            reason: str | None = mod.probe(auto=auto)
+        else:
+            reason = mod.probe()
     except Exception as exc:  # a broken driver must not break the user's program
         return f"probing it failed ({type(exc).__name__}: {exc})"
     return reason
@@ -41,7 +49,7 @@ def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> B
     if name == "auto":
         reasons = []
         for cand in AUTO_ORDER:
-            why = probe(cand)
+            why = probe(cand, auto=True)
             if why is None:
                 try:
                     backend = _instantiate(cand, clock, **options)
