@@ -1,0 +1,154 @@
+"""Calibration: measure, on this machine and backend, the costs that decide where work belongs.
+
+>>> from gputrace.calibrate import measure
+>>> cal = measure("cpu", quick=True)
+>>> cal.backend, cal.get("scope_cost").wall.median > 0
+('cpu', True)
+
+Each backend module (``on_cuda``, ``on_wgpu``) imports its GPU library only when called, and
+returns a ``DeviceRun``; this module adds the shared measurements (clock, profiler cost), the
+numpy side of the break-even table, and the headline ``summary`` that later traces record.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputrace.calibrate.result import BreakEven, Calibration, Measurement
+from gputrace.calibrate.stats import Stat
+from gputrace.errors import GputraceError
+
+BACKENDS = ("cuda", "wgpu", "cpu")
+
+
+@dataclass
+class Plan:
+    """How much to measure. ``quick`` keeps a run to seconds (tests, a first look)."""
+
+    quick: bool
+    sizes: list[int]
+    reps: int  # repetitions per data point
+    batches: int  # batches for per-operation costs
+
+    @classmethod
+    def make(cls, quick: bool, max_log2: int = 24) -> Plan:
+        top = min(max_log2, 20 if quick else 24)
+        return cls(
+            quick=quick,
+            sizes=[1 << e for e in range(8, top + 1, 2)],
+            reps=5 if quick else 21,
+            batches=20 if quick else 100,
+        )
+
+
+@dataclass
+class DeviceRun:
+    """What a GPU backend's measurement returns."""
+
+    device: str
+    measurements: list[Measurement] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)  # grid of the break-even curves
+    resident_ns: dict[int, list[float]] = field(default_factory=dict)  # ops -> wall per size
+    with_copies_ns: dict[int, list[float]] = field(default_factory=dict)
+
+
+def host_facts() -> dict[str, Any]:
+    import numpy as np
+
+    try:
+        load: list[float] | None = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {
+        "name": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "loadavg": load,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "executable": sys.executable,
+    }
+
+
+def measure(backend: str, *, quick: bool = False) -> Calibration:
+    """Run every measurement for ``backend`` ("cuda", "wgpu" or "cpu") and return the results.
+
+    Raises ``GputraceError`` when the backend cannot run here. A single measurement that fails is
+    recorded in ``skipped`` with its reason; the others still run.
+    """
+    from gputrace.calibrate import on_cpu
+
+    if backend not in BACKENDS:
+        raise GputraceError(f"unknown calibration backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
+    plan = Plan.make(quick)
+    load_before = host_facts()["loadavg"]
+    run = _device_run(backend, plan)
+    measurements = list(run.measurements)
+    summary = dict(run.summary)
+    skipped = dict(run.skipped)
+
+    clock_m, clock_facts = on_cpu.clock_measurements(plan.batches)
+    measurements += clock_m
+    summary.update(clock_facts)
+    scope_m, scope_skipped = on_cpu.scope_cost(backend, plan.batches, 100 if quick else 500)
+    measurements += scope_m
+    skipped.update(scope_skipped)
+    for m in scope_m:
+        if m.key == "scope_cost" and m.wall is not None:
+            summary["scope_cost_ns"] = m.wall.median
+
+    breakeven: list[BreakEven] = []
+    curves: dict[str, Any] = {}
+    if run.resident_ns:
+        from gputrace.calibrate import breakeven as be
+
+        cpu_pass = on_cpu.numpy_pass_curve(run.sizes, plan.reps)
+        measurements.append(
+            Measurement(
+                "numpy_pass", "break-even", f"numpy multiply-add pass, {run.sizes[-1]:,} elements",
+                wall=cpu_pass[-1], note="the CPU side of the break-even table",
+            )
+        )
+        breakeven, curves = be.table(
+            run.sizes, [s.median for s in cpu_pass], run.resident_ns, run.with_copies_ns
+        )
+        summary["cpu_ns_per_element_op"] = cpu_pass[-1].median / run.sizes[-1]
+
+    host = host_facts()
+    host["loadavg_before"] = load_before
+    return Calibration(
+        backend=backend,
+        device=run.device,
+        host=host,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        quick=quick,
+        measurements=measurements,
+        breakeven=breakeven,
+        curves={**curves, **({"info": run.info} if run.info else {})},
+        summary={k: round(v, 3) for k, v in summary.items()},
+        skipped=skipped,
+    )
+
+
+def _device_run(backend: str, plan: Plan) -> DeviceRun:
+    if backend == "cpu":
+        return DeviceRun(device=f"CPU · {platform.processor() or platform.machine()}")
+    if backend == "cuda":
+        from gputrace.calibrate import on_cuda
+
+        return on_cuda.measure(plan)
+    from gputrace.calibrate import on_wgpu
+
+    return on_wgpu.measure(plan)
+
+
+__all__ = ["BreakEven", "Calibration", "DeviceRun", "Measurement", "Plan", "Stat", "measure"]

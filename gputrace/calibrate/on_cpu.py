@@ -1,0 +1,95 @@
+"""Measurements every backend shares: the session clock, the profiler's own cost per scope, and
+the CPU's rate on the break-even workload (numpy, on this machine).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from gputrace.calibrate.result import Measurement
+from gputrace.calibrate.stats import Stat, wall_per_op
+
+# The break-even workload: ``ops`` multiply-adds per float32 element, y = y * A + B, repeated.
+FMA_A = 0.999
+FMA_B = 0.001
+
+
+def clock_measurements(batches: int) -> tuple[list[Measurement], dict[str, float]]:
+    """Cost of one session-clock read, and the smallest step it shows."""
+    read = time.perf_counter_ns
+    cost = wall_per_op(read, batches=batches, per_batch=1000, warmup=1000)
+    steps = []
+    for _ in range(batches * 50):
+        a = read()
+        b = read()
+        while b == a:
+            b = read()
+        steps.append(float(b - a))
+    m = [
+        Measurement(
+            "clock_read", "clock", "session clock read (perf_counter_ns)",
+            wall=Stat.of(cost), per=1000,
+        ),
+        Measurement(
+            "clock_step", "clock", "session clock: smallest visible step",
+            wall=Stat.of(steps),
+            note="the time between two reads that differ",
+        ),
+    ]
+    return m, {"clock_resolution_ns": float(min(steps))}
+
+
+def scope_cost(backend: str, batches: int, per_batch: int) -> tuple[list[Measurement], dict[str, str]]:
+    """The profiler's own cost per ``with gputrace.trace(...)`` scope: with no session active, and
+    inside a session on ``backend`` (the full cost a user pays per traced region)."""
+    import gputrace
+
+    def scope() -> None:
+        with gputrace.trace("calibrate.scope"):
+            pass
+
+    out = [
+        Measurement(
+            "scope_cost_off", "profiler", "trace() scope, no session active",
+            wall=Stat.of(wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)),
+            per=per_batch,
+        )
+    ]
+    skipped: dict[str, str] = {}
+    try:
+        s = gputrace.session(backend=backend, quiet=True)
+        s.start()
+    except Exception as exc:  # the backend may be missing or unusable: say why, measure the rest
+        skipped["scope_cost"] = f"a {backend} session could not start ({exc})"
+        return out, skipped
+    try:
+        samples = wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)
+    finally:
+        s.stop()
+    out.append(
+        Measurement(
+            "scope_cost", "profiler", f"trace() scope inside a {backend} session",
+            wall=Stat.of(samples), per=per_batch,
+            note="enter + exit, including the backend's begin/end",
+        )
+    )
+    return out, skipped
+
+
+def numpy_pass_curve(sizes: list[int], batches: int) -> list[Stat]:
+    """Wall time of one multiply-add pass over ``n`` float32 elements with numpy, per size."""
+    out = []
+    a, b = np.float32(FMA_A), np.float32(FMA_B)
+    for n in sizes:
+        y = np.ones(n, dtype=np.float32)
+
+        def one_pass(y: Any = y) -> None:
+            np.multiply(y, a, out=y)
+            np.add(y, b, out=y)
+
+        per_batch = max(1, min(1000, (1 << 18) // n))
+        out.append(Stat.of(wall_per_op(one_pass, batches=batches, per_batch=per_batch, warmup=2)))
+    return out

@@ -1,0 +1,423 @@
+"""CUDA measurements, through CuPy directly (independent of gputrace's cuda backend).
+
+Device times come from CUDA event pairs; wall times from ``time.perf_counter_ns``. To measure
+the GPU's own per-kernel cost (not the CPU's enqueue rate), a batch of launches is queued behind
+a kernel that spins on ``%globaltimer`` long enough for the CPU to enqueue the whole batch, so the
+GPU then runs the batch back to back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gputrace.calibrate import DeviceRun, Plan
+from gputrace.calibrate.breakeven import INTENSITIES
+from gputrace.calibrate.on_cpu import FMA_A, FMA_B
+from gputrace.calibrate.result import Measurement
+from gputrace.calibrate.stats import Stat, smallest_step, wall_per_op
+from gputrace.errors import GputraceError
+
+KERNELS = r"""
+extern "C" __global__ void gt_empty() {}
+
+extern "C" __global__ void gt_spin(long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
+}
+
+extern "C" __global__ void gt_fma(float* y, long long n, int ops, float a, float b) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float v = y[i];
+        for (int j = 0; j < ops; ++j) v = fmaf(v, a, b);
+        y[i] = v;
+    }
+}
+"""
+
+# Runs in a fresh interpreter: what the first use of CUDA costs a new process.
+FIRST_USE_SCRIPT = r"""
+import json, sys, time
+clock = time.perf_counter_ns
+t0 = clock()
+import cupy as cp
+t1 = clock()
+cp.cuda.runtime.free(0)
+t2 = clock()
+k = cp.RawModule(code=sys.argv[1]).get_function("gt_empty")
+t3 = clock()
+k((1,), (1,), ())
+cp.cuda.runtime.deviceSynchronize()
+t4 = clock()
+k((1,), (1,), ())
+cp.cuda.runtime.deviceSynchronize()
+t5 = clock()
+print(json.dumps({"import": t1 - t0, "context": t2 - t1, "module": t3 - t2,
+                  "first_launch": t4 - t3, "second_launch": t5 - t4}))
+"""
+
+FIRST_USE_ROWS = (
+    ("import", "import cupy"),
+    ("context", "CUDA context creation (cudaFree(0))"),
+    ("module", "kernel compile (NVRTC, empty cache) + module load"),
+    ("first_launch", "first launch + sync"),
+    ("second_launch", "second launch + sync"),
+)
+GRID_BLOCKS = (1, 16, 256, 1024, 4096, 16384)
+GRAPH_KERNELS = 100
+LAUNCH_BATCH = 100
+
+
+def probe() -> Any:
+    """Import CuPy and check a GPU is there; raise a one-sentence ``GputraceError`` if not."""
+    try:
+        import cupy as cp
+    except ImportError as exc:
+        raise GputraceError(f"CUDA calibration needs CuPy, which could not be imported ({exc}).") from None
+    try:
+        if not cp.cuda.is_available():
+            raise GputraceError("CUDA calibration needs a CUDA GPU, and CuPy sees none here.")
+    except GputraceError:
+        raise
+    except Exception as exc:
+        raise GputraceError(f"CUDA is not usable here ({type(exc).__name__}: {exc}).") from None
+    return cp
+
+
+class _Cuda:
+    """The CuPy objects every measurement shares: one stream, the kernels, two timing events."""
+
+    def __init__(self, cp: Any) -> None:
+        self.cp = cp
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        mod = cp.RawModule(code=KERNELS)
+        self.empty = mod.get_function("gt_empty")
+        self.spin_kernel = mod.get_function("gt_spin")
+        self.fma = mod.get_function("gt_fma")
+        self.ev0 = cp.cuda.Event()
+        self.ev1 = cp.cuda.Event()
+        self.elapsed_seen: list[float] = []  # every event-pair reading, for the timer resolution
+
+    def elapsed_ns(self) -> float:
+        """Device ns between ev0 and ev1 (after waiting for ev1)."""
+        self.ev1.synchronize()
+        ns = round(self.cp.cuda.get_elapsed_time(self.ev0, self.ev1) * 1e6, 1)
+        self.elapsed_seen.append(ns)
+        return float(ns)
+
+    def spin(self, ns: float) -> None:
+        self.spin_kernel((1,), (1,), (np.int64(int(ns)),))
+
+
+def measure(plan: Plan) -> DeviceRun:
+    cp = probe()
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    run = DeviceRun(device=f"GPU 0 · {name} · cuda")
+    run.info = {
+        "cupy": cp.__version__,
+        "runtime_version": cp.cuda.runtime.runtimeGetVersion(),
+        "driver_version": cp.cuda.runtime.driverGetVersion(),
+        "multiprocessors": props.get("multiProcessorCount"),
+    }
+    _step(run, "first_use", lambda: _first_use(run, plan))
+    c = _Cuda(cp)
+    with c.stream:
+        _step(run, "launch", lambda: _launch(run, plan, c))
+        _step(run, "grid", lambda: _grid(run, plan, c))
+        _step(run, "graph", lambda: _graph(run, plan, c))
+        _step(run, "events", lambda: _events(run, plan, c))
+        _step(run, "copies", lambda: _copies(run, plan, c))
+        _step(run, "breakeven", lambda: _breakeven(run, plan, c))
+    step = smallest_step(c.elapsed_seen)
+    if step is not None:
+        run.summary["timer_resolution_ns"] = step
+    return run
+
+
+def _step(run: DeviceRun, key: str, fn: Callable[[], None]) -> None:
+    """Run one group of measurements; if it fails, record why and carry on with the next."""
+    try:
+        fn()
+    except Exception as exc:
+        run.skipped[key] = f"{type(exc).__name__}: {exc}"
+
+
+def _first_use(run: DeviceRun, plan: Plan) -> None:
+    samples: dict[str, list[float]] = {k: [] for k, _ in FIRST_USE_ROWS}
+    for _ in range(1 if plan.quick else 3):
+        with tempfile.TemporaryDirectory(prefix="gputrace-cupy-cache-") as cache:
+            env = dict(os.environ, CUPY_CACHE_DIR=cache)
+            done = subprocess.run(
+                [sys.executable, "-c", FIRST_USE_SCRIPT, KERNELS],
+                env=env, capture_output=True, text=True, timeout=180, check=False,
+            )
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"the fresh process failed: {tail}")
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        for k in samples:
+            samples[k].append(float(got[k]))
+    for key, what in FIRST_USE_ROWS:
+        run.measurements.append(
+            Measurement(f"first_{key}", "first use (fresh process)", what, wall=Stat.of(samples[key]))
+        )
+    run.summary["first_launch_ns"] = Stat.of(
+        [sum(samples[k][i] for k in ("context", "module", "first_launch"))
+         for i in range(len(samples["context"]))]
+    ).median
+
+
+def _queued_batch(c: _Cuda, launch: Callable[[], None], per: int, spin_ns: float) -> tuple[float, float]:
+    """(CPU ns per launch, GPU ns per launch) for ``per`` launches queued behind a spin kernel."""
+    clock = time.perf_counter_ns
+    c.spin(spin_ns)
+    c.ev0.record(c.stream)
+    t0 = clock()
+    for _ in range(per):
+        launch()
+    t1 = clock()
+    c.ev1.record(c.stream)
+    return (t1 - t0) / per, c.elapsed_ns() / per
+
+
+def _spin_for(c: _Cuda, launch: Callable[[], None], per: int) -> float:
+    """A spin long enough that the CPU enqueues ``per`` launches before the GPU reaches them."""
+    clock = time.perf_counter_ns
+    t0 = clock()
+    for _ in range(per):
+        launch()
+    enqueue = clock() - t0
+    c.stream.synchronize()
+    return 3.0 * enqueue + 200_000.0
+
+
+def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
+    def empty() -> None:
+        c.empty((1,), (1,), ())
+
+    for _ in range(200 if plan.quick else 2000):  # warm-up: module load, driver queues, clocks
+        empty()
+    c.stream.synchronize()
+    spin_ns = _spin_for(c, empty, LAUNCH_BATCH)
+    cpu, gpu = [], []
+    for _ in range(plan.batches):
+        a, b = _queued_batch(c, empty, LAUNCH_BATCH, spin_ns)
+        cpu.append(a)
+        gpu.append(b)
+    per_total = plan.batches * LAUNCH_BATCH
+    run.measurements.append(
+        Measurement(
+            "launch", "launch", f"empty kernel launch, queued ({per_total:,} launches)",
+            wall=Stat.of(cpu), device=Stat.of(gpu), per=LAUNCH_BATCH,
+            note="wall: CPU enqueue per launch; device: GPU time per launch back to back",
+        )
+    )
+    run.summary["launch_cpu_ns"] = Stat.of(cpu).median
+    run.summary["launch_gpu_ns"] = Stat.of(gpu).median
+
+    clock = time.perf_counter_ns
+    n = plan.batches * 5
+    sync_wall, single_dev = [], []
+    for _ in range(n):
+        t0 = clock()
+        empty()
+        c.stream.synchronize()
+        sync_wall.append(float(clock() - t0))
+    for _ in range(n):
+        c.ev0.record(c.stream)
+        empty()
+        c.ev1.record(c.stream)
+        single_dev.append(c.elapsed_ns())
+    run.measurements.append(
+        Measurement(
+            "launch_sync", "launch", "one empty launch + wait (idle GPU)",
+            wall=Stat.of(sync_wall), device=Stat.of(single_dev),
+            note="wall: launch to synchronize() returning; device: event pair around it",
+        )
+    )
+    run.summary["launch_sync_ns"] = Stat.of(sync_wall).median
+
+
+def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
+    per = 50
+    for blocks in GRID_BLOCKS:
+        def launch(blocks: int = blocks) -> None:
+            c.empty((blocks,), (256,), ())
+
+        for _ in range(20):
+            launch()
+        spin_ns = _spin_for(c, launch, per)
+        cpu, gpu = [], []
+        for _ in range(max(5, plan.batches // 4)):
+            a, b = _queued_batch(c, launch, per, spin_ns)
+            cpu.append(a)
+            gpu.append(b)
+        run.measurements.append(
+            Measurement(
+                f"grid_{blocks}", "grid size", f"empty kernel, {blocks:,} blocks × 256 threads, queued",
+                wall=Stat.of(cpu), device=Stat.of(gpu), per=per,
+            )
+        )
+
+
+def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
+    cp = c.cp
+    gstream = cp.cuda.Stream(non_blocking=True)
+    with gstream:
+        gstream.begin_capture()
+        for _ in range(GRAPH_KERNELS):
+            c.empty((1,), (1,), ())
+        graph = gstream.end_capture()
+    for _ in range(20):
+        graph.launch(gstream)
+    gstream.synchronize()
+    clock = time.perf_counter_ns
+    cpu, gpu = [], []
+    with gstream:
+        for _ in range(plan.batches):
+            c.spin(200_000)
+            c.ev0.record(gstream)
+            t0 = clock()
+            graph.launch(gstream)
+            t1 = clock()
+            c.ev1.record(gstream)
+            cpu.append(float(t1 - t0))
+            gpu.append(c.elapsed_ns() / GRAPH_KERNELS)
+    run.measurements.append(
+        Measurement(
+            "graph_launch", "CUDA graph", f"graph of {GRAPH_KERNELS} empty kernels: replay",
+            wall=Stat.of(cpu), note="wall: CPU cost of one graph launch",
+        )
+    )
+    run.measurements.append(
+        Measurement(
+            "graph_kernel", "CUDA graph", "graph replay, per kernel",
+            wall=Stat.of([v / GRAPH_KERNELS for v in cpu]), device=Stat.of(gpu), per=GRAPH_KERNELS,
+            note="compare with the queued launch row",
+        )
+    )
+    run.summary["graph_kernel_gpu_ns"] = Stat.of(gpu).median
+
+
+def _events(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
+    pair = []
+    for _ in range(plan.batches * 5):
+        c.ev0.record(c.stream)
+        c.ev1.record(c.stream)
+        pair.append(c.elapsed_ns())
+    rec = wall_per_op(lambda: c.ev0.record(c.stream), batches=plan.batches, per_batch=100, warmup=100)
+    c.stream.synchronize()
+    run.measurements.append(
+        Measurement(
+            "event_pair", "timing", "event pair with nothing between",
+            wall=Stat.of(rec), device=Stat.of(pair),
+            note="wall: one Event.record(); device: the pair's floor",
+        )
+    )
+
+
+def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
+    cp = c.cp
+    rt = cp.cuda.runtime
+    large = (64 if plan.quick else 256) << 20
+    clock = time.perf_counter_ns
+    for nbytes in (1024, large):
+        dev = cp.empty(nbytes, dtype=cp.uint8)
+        hosts = {
+            "pageable": np.ones(nbytes, dtype=np.uint8),
+            "pinned": _pinned(cp, nbytes),
+        }
+        reps = (plan.batches * 5) if nbytes <= 1 << 20 else (5 if plan.quick else 20)
+        size = "1 KB" if nbytes == 1024 else f"{nbytes >> 20} MB"
+        for memory, host in hosts.items():
+            hptr = host.ctypes.data
+            for direction, kind, dst, src in (
+                ("H2D", rt.memcpyHostToDevice, dev.data.ptr, hptr),
+                ("D2H", rt.memcpyDeviceToHost, hptr, dev.data.ptr),
+            ):
+                def copy(dst: int = dst, src: int = src, kind: int = kind) -> None:
+                    rt.memcpyAsync(dst, src, nbytes, kind, c.stream.ptr)
+
+                copy()
+                c.stream.synchronize()
+                wall, device = [], []
+                for _ in range(reps):
+                    t0 = clock()
+                    copy()
+                    c.stream.synchronize()
+                    wall.append(float(clock() - t0))
+                for _ in range(reps):
+                    c.ev0.record(c.stream)
+                    copy()
+                    c.ev1.record(c.stream)
+                    device.append(c.elapsed_ns())
+                key = f"{direction.lower()}_{'1k' if nbytes == 1024 else 'large'}_{memory}"
+                run.measurements.append(
+                    Measurement(
+                        key, "copies", f"{direction} {size}, {memory} host memory",
+                        wall=Stat.of(wall), device=Stat.of(device), bytes=nbytes,
+                        note="wall: copy + synchronize",
+                    )
+                )
+                if nbytes == 1024 and memory == "pageable":
+                    run.summary[f"{direction.lower()}_1k_ns"] = Stat.of(wall).median
+        del dev, hosts
+
+
+def _pinned(cp: Any, nbytes: int) -> Any:
+    import cupyx
+
+    arr = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+    arr[:] = 1
+    return arr
+
+
+def _breakeven(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
+    cp = c.cp
+    rt = cp.cuda.runtime
+    clock = time.perf_counter_ns
+    run.sizes = list(plan.sizes)
+    a, b = np.float32(FMA_A), np.float32(FMA_B)
+    resident: dict[int, list[float]] = {k: [] for k in INTENSITIES}
+    copies: dict[int, list[float]] = {k: [] for k in INTENSITIES}
+    for n in plan.sizes:
+        y = cp.ones(n, dtype=cp.float32)
+        host = np.ones(n, dtype=np.float32)
+        grid = ((n + 255) // 256,)
+        for ops in INTENSITIES:
+            args = (y, np.int64(n), np.int32(ops), a, b)
+
+            def kernel(args: Any = args) -> None:
+                c.fma(grid, (256,), args)
+
+            def with_copies(kernel: Callable[[], None] = kernel) -> None:
+                rt.memcpyAsync(y.data.ptr, host.ctypes.data, 4 * n, rt.memcpyHostToDevice, c.stream.ptr)
+                kernel()
+                rt.memcpyAsync(host.ctypes.data, y.data.ptr, 4 * n, rt.memcpyDeviceToHost, c.stream.ptr)
+
+            for fn, out in ((kernel, resident), (with_copies, copies)):
+                for _ in range(2):
+                    fn()
+                c.stream.synchronize()
+                samples = []
+                for _ in range(plan.reps):
+                    t0 = clock()
+                    fn()
+                    c.stream.synchronize()
+                    samples.append(float(clock() - t0))
+                out[ops].append(Stat.of(samples).median)
+        del y, host
+    run.resident_ns = resident
+    run.with_copies_ns = copies

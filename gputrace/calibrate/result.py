@@ -1,0 +1,146 @@
+"""What a calibration produces: measurements, a break-even table and a few headline numbers.
+
+A ``Calibration`` round-trips through JSON (``to_json``/``from_json``); the headline numbers in
+``summary`` are what later traces record in their header (``launch_cpu_ns``, ``launch_gpu_ns``, …).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputrace.calibrate.stats import Stat
+
+FORMAT = "gputrace-calibration/1"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One quantity measured on the CPU wall clock, on the device clock, or on both.
+
+    Each sample is already per operation (``per`` operations were timed together and divided).
+    ``bytes`` is set for copies, so the table can show bandwidth next to latency.
+    """
+
+    key: str
+    group: str
+    what: str
+    wall: Stat | None = None
+    device: Stat | None = None
+    per: int = 1
+    bytes: int | None = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "group": self.group,
+            "what": self.what,
+            "wall": self.wall.to_json() if self.wall else None,
+            "device": self.device.to_json() if self.device else None,
+            "per": self.per,
+            "bytes": self.bytes,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Measurement:
+        return cls(
+            key=d["key"],
+            group=d["group"],
+            what=d["what"],
+            wall=Stat.from_json(d["wall"]) if d.get("wall") else None,
+            device=Stat.from_json(d["device"]) if d.get("device") else None,
+            per=int(d.get("per", 1)),
+            bytes=d.get("bytes"),
+            note=d.get("note", ""),
+        )
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """For ``ops_per_element`` multiply-adds per element: the smallest element count at which the
+    GPU finishes first, with data already on the GPU (``resident``) and with copies in and out.
+
+    ``None`` means the GPU never won on the measured grid; ``below_grid`` means it already won at
+    the smallest size measured (so the true break-even is at most that size).
+    """
+
+    ops_per_element: int
+    resident: int | None
+    with_copies: int | None
+    resident_below_grid: bool = False
+    with_copies_below_grid: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ops_per_element": self.ops_per_element,
+            "resident_elements": self.resident,
+            "resident_below_grid": self.resident_below_grid,
+            "with_copies_elements": self.with_copies,
+            "with_copies_below_grid": self.with_copies_below_grid,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BreakEven:
+        return cls(
+            ops_per_element=int(d["ops_per_element"]),
+            resident=d.get("resident_elements"),
+            with_copies=d.get("with_copies_elements"),
+            resident_below_grid=bool(d.get("resident_below_grid", False)),
+            with_copies_below_grid=bool(d.get("with_copies_below_grid", False)),
+        )
+
+
+@dataclass
+class Calibration:
+    """Everything ``gputrace calibrate`` measured on one machine and backend."""
+
+    backend: str
+    device: str
+    host: dict[str, Any]
+    created: str
+    quick: bool
+    measurements: list[Measurement] = field(default_factory=list)
+    breakeven: list[BreakEven] = field(default_factory=list)
+    curves: dict[str, Any] = field(default_factory=dict)  # the break-even raw curves
+    summary: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # what could not be measured, and why
+
+    def get(self, key: str) -> Measurement | None:
+        for m in self.measurements:
+            if m.key == key:
+                return m
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "backend": self.backend,
+            "device": self.device,
+            "host": self.host,
+            "created": self.created,
+            "quick": self.quick,
+            "summary": self.summary,
+            "measurements": [m.to_json() for m in self.measurements],
+            "breakeven": [b.to_json() for b in self.breakeven],
+            "curves": self.curves,
+            "skipped": self.skipped,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Calibration:
+        if d.get("format") != FORMAT:
+            raise ValueError(f"not a gputrace calibration (format {d.get('format')!r})")
+        return cls(
+            backend=d["backend"],
+            device=d.get("device", ""),
+            host=d.get("host", {}),
+            created=d.get("created", ""),
+            quick=bool(d.get("quick", False)),
+            measurements=[Measurement.from_json(m) for m in d.get("measurements", [])],
+            breakeven=[BreakEven.from_json(b) for b in d.get("breakeven", [])],
+            curves=d.get("curves", {}),
+            summary={k: float(v) for k, v in d.get("summary", {}).items()},
+            skipped=dict(d.get("skipped", {})),
+        )

@@ -1,0 +1,86 @@
+"""Where calibrations live, and the part of one that later traces record in their header.
+
+``gputrace calibrate`` saves to a per-machine, per-backend file (``default_path``), or to the file
+named by the environment variable ``GPUTRACE_CALIBRATION``. A session started later on the same
+machine and backend reads it back (``header_calibration``) so ``summarize`` can judge scopes
+against this machine's own launch cost. Reading never fails a session: a missing, unreadable or
+foreign file simply records nothing.
+
+>>> import os
+>>> str(default_path("cuda", host="node1", env={"XDG_CACHE_HOME": "/c"}))
+'/c/gputrace/calibration-node1-cuda.json'
+>>> str(default_path("cuda", env={"GPUTRACE_CALIBRATION": "/tmp/mine.json"}))
+'/tmp/mine.json'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ENV_VAR = "GPUTRACE_CALIBRATION"
+# The summary keys a trace header carries (when the calibration measured them).
+HEADER_KEYS = (
+    "launch_cpu_ns",
+    "launch_gpu_ns",
+    "launch_sync_ns",
+    "h2d_1k_ns",
+    "d2h_1k_ns",
+    "scope_cost_ns",
+    "timer_resolution_ns",
+)
+
+
+def default_path(
+    backend: str, *, host: str | None = None, env: Mapping[str, str] | None = None
+) -> Path:
+    """The file a calibration of ``backend`` on this machine is saved to and read from."""
+    env = os.environ if env is None else env
+    explicit = env.get(ENV_VAR)
+    if explicit:
+        return Path(explicit).expanduser()
+    cache = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host or socket.gethostname()) or "host"
+    return Path(cache) / "gputrace" / f"calibration-{name}-{backend}.json"
+
+
+def save(doc: Mapping[str, Any], path: Path) -> None:
+    """Write a calibration document atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def header_calibration(backend: str, path: Path | None = None) -> dict[str, Any] | None:
+    """The calibration block for a trace header, or None.
+
+    Only a calibration of the same backend with both launch costs counts; anything else (no file,
+    a broken file, another backend's numbers) gives None and never raises.
+    """
+    try:
+        src = path or default_path(backend)
+        if not src.is_file():
+            return None
+        doc = json.loads(src.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or doc.get("backend") != backend:
+            return None
+        summary = doc.get("summary") or {}
+        out: dict[str, Any] = {"backend": backend}
+        for key in HEADER_KEYS:
+            value = summary.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = float(value)
+        if "launch_cpu_ns" not in out or "launch_gpu_ns" not in out:
+            return None
+        out["device"] = str(doc.get("device", ""))
+        out["created"] = str(doc.get("created", ""))
+        out["source"] = str(src)
+        return out
+    except Exception:
+        return None

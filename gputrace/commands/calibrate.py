@@ -1,0 +1,84 @@
+"""``gputrace calibrate``: measure this machine's launch, copy and timer costs, and save them.
+
+    gputrace calibrate                      # auto: cuda, else wgpu, else cpu
+    gputrace calibrate --backend wgpu --quick
+    gputrace calibrate --format json -o calib.json
+
+The results are also saved per machine and backend (``~/.cache/gputrace/calibration-<host>-
+<backend>.json``, or the file named by ``GPUTRACE_CALIBRATION``); sessions started later on this
+machine with the same backend record the headline numbers in their trace header.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from gputrace.errors import GputraceError
+
+
+def _auto_backend() -> str:
+    from gputrace.calibrate import on_cuda
+
+    try:
+        on_cuda.probe()
+        return "cuda"
+    except GputraceError:
+        pass
+    try:
+        from gputrace.calibrate import on_wgpu
+
+        on_wgpu.probe()
+        return "wgpu"
+    except GputraceError:
+        return "cpu"
+
+
+@click.command()
+@click.option(
+    "--backend", type=click.Choice(["auto", "cuda", "wgpu", "cpu"]), default="auto",
+    show_default=True, help="What to measure.",
+)
+@click.option("--quick", is_flag=True, help="Fewer repetitions and a smaller grid (seconds).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+    help="What to print on stdout.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    help="Also save the results (JSON) to this file.",
+)
+@click.option("--no-save", is_flag=True, help="Do not save to this machine's default location.")
+def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save: bool) -> None:
+    """Measure launch overhead, copy latency, timer resolution and the CPU-vs-GPU break-even."""
+    from gputrace.calibrate import measure
+    from gputrace.calibrate.report import render
+    from gputrace.calibrate.store import default_path, save
+
+    try:
+        chosen = _auto_backend() if backend == "auto" else backend
+        if backend == "auto":
+            click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
+        cal = measure(chosen, quick=quick)
+    except GputraceError as exc:
+        click.echo(f"gputrace: {exc}", err=True)
+        sys.exit(2)
+    doc = cal.to_json()
+    targets = [] if no_save else [default_path(chosen)]
+    if output is not None:
+        targets.insert(0, output)
+    for path in targets:
+        try:
+            save(doc, path)
+        except OSError as exc:
+            click.echo(f"gputrace: could not save the calibration to {path} ({exc.strerror or exc}).", err=True)
+            sys.exit(2)
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        click.echo(render(cal))
+    for path in targets:
+        click.echo(f"gputrace: calibration saved to {path}", err=True)
