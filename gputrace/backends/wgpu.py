@@ -1,0 +1,385 @@
+"""The wgpu backend: a timestamp pair per compute/render pass, through wgpu-py 0.32.
+
+Keep your wgpu code as it is; hand the device to the session (or instrument it once)::
+
+    import gputrace, wgpu
+    adapter = wgpu.gpu.request_adapter_sync()
+    device = adapter.request_device_sync(required_features=["timestamp-query"])
+    with gputrace.session("frame.json", backend="wgpu", backend_options={"device": device}):
+        with gputrace.trace("blur"):
+            encoder = device.create_command_encoder()
+            cpass = encoder.begin_compute_pass()   # timed: timestamp_writes added for you
+            ...
+            cpass.end()
+            device.queue.submit([encoder.finish()])  # the passes' submission time
+
+Each pass becomes a GPU span of the innermost scope open on the thread that began it (labelled
+with the pass label, or "compute pass #n"); a scope's GPU span is the hull of its passes and of
+its children's. ``gputrace.backends.wgpu.instrument(device)`` does the same for ``backend="auto"``,
+which picks wgpu only when the program has imported wgpu itself (so programs that do not use
+wgpu are never given it), an adapter has "timestamp-query", and no CUDA GPU is usable.
+
+A device without "timestamp-query" is still traced: its scopes keep their CPU times and are
+marked untimed (one notice), never given made-up GPU numbers. Every wait on the GPU ends after
+``timeout_s`` with a ``GputraceError``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
+from gputrace.errors import GputraceError, notice
+from gputrace.model import QueueInfo
+
+_adapter_reason: list[str | None] = []  # probe's answer, cached: asking for an adapter is slow
+_instrumented: weakref.WeakSet[Any] = weakref.WeakSet()
+_active: WgpuBackend | None = None
+
+
+def probe(*, auto: bool = True) -> str | None:
+    """Why the wgpu backend cannot be used here, or None.
+
+    For ``backend="auto"`` (``auto=True``) it also needs the program to have imported wgpu and an
+    adapter with "timestamp-query"; asked for by name, wgpu only has to be importable.
+    """
+    if auto and "wgpu" not in sys.modules:
+        return "the program has not imported wgpu (auto picks wgpu only for programs using it)"
+    try:
+        import wgpu  # noqa: F401
+        from wgpu.backends.wgpu_native import _api  # noqa: F401
+    except Exception as exc:
+        return f"wgpu-py is not importable ({type(exc).__name__}: {exc})"
+    if not auto:
+        return None
+    if not _adapter_reason:
+        _adapter_reason.append(_probe_adapter())
+    return _adapter_reason[0]
+
+
+def _probe_adapter() -> str | None:
+    import wgpu
+
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as exc:
+        return f"no WebGPU adapter was found ({type(exc).__name__}: {exc})"
+    if adapter is None:
+        return "no WebGPU adapter was found"
+    if "timestamp-query" not in adapter.features:
+        return f"the adapter {adapter.info.get('device', '?')!r} has no timestamp-query support"
+    return None
+
+
+def instrument(device: Any) -> Any:
+    """Trace the passes of ``device`` in every gputrace session; returns the same device.
+
+    Outside a session (or a scope) the device behaves exactly as before, at the cost of one
+    attribute read per encoder and per submit. ``uninstrument(device)`` undoes it.
+    """
+    from gputrace.backends import wgpu_hooks
+
+    try:
+        from wgpu.backends.wgpu_native._api import GPUDevice
+    except ImportError as exc:
+        raise GputraceError(f"gputrace cannot trace wgpu devices: wgpu-py is missing ({exc}).") from None
+    if not isinstance(device, GPUDevice):
+        raise GputraceError(
+            f"gputrace traces wgpu-native devices (wgpu.GPUDevice), not {type(device).__name__}."
+        )
+    if not wgpu_hooks.is_swapped(device):
+        wgpu_hooks.swap_in(device)
+    _instrumented.add(device)
+    if _active is not None:
+        _active.attach(device)
+    return device
+
+
+def uninstrument(device: Any) -> None:
+    """Give ``device`` back its own classes; its passes are no longer timed."""
+    from gputrace.backends import wgpu_hooks
+
+    _instrumented.discard(device)
+    if _active is not None:
+        _active.detach(device)
+    wgpu_hooks.swap_out(device)
+
+
+class WgpuBackend(Backend):
+    """Options (``backend_options``):
+
+    - ``device``: a wgpu device or a list of them (default: every instrumented device);
+    - ``timeout_s``: the longest wait on the GPU before a ``GputraceError`` (10);
+    - ``calibration_samples``: samples kept per device and calibration, the tightest half of
+      twice as many (4; at session start twice that);
+    - ``timestamp_period``: ns per tick (default: what the driver reports);
+    - ``page_queries``: the size of a pooled query set (4096, WebGPU's largest).
+    """
+
+    name = "wgpu"
+    timed = True
+    spans_cover_children = True
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        device: Any = None,
+        timeout_s: float = 10.0,
+        calibration_samples: int = 4,
+        timestamp_period: float | None = None,
+        page_queries: int = 4096,
+    ) -> None:
+        super().__init__(clock)
+        global _active
+        if not timeout_s > 0:
+            raise GputraceError(f"timeout_s must be positive, not {timeout_s!r}.")
+        if timestamp_period is not None and not timestamp_period > 0:
+            raise GputraceError(f"timestamp_period must be positive, not {timestamp_period!r}.")
+        if not 2 <= page_queries <= 4096 or page_queries % 2:
+            raise GputraceError(f"page_queries must be even and in 2…4096, not {page_queries!r}.")
+        self.timeout_s = float(timeout_s)
+        self.calibration_samples = max(1, int(calibration_samples))
+        self.period_override = timestamp_period
+        self.page_queries = page_queries
+        self.scopes = threading.local()
+        self._tokens = itertools.count(1)
+        self._last_token = 0
+        self._collected_upto = 0
+        self.untimed: set[int] = set()
+        self.tracers: list[Any] = []
+        self._calibrators: dict[int, Any] = {}
+        self._pending_samples: list[CalibrationSample] = []
+        self._started = False
+        self._lock = threading.Lock()
+        self._noticed_none = False
+        self.closed = False
+        given = device if isinstance(device, (list, tuple)) else [device] if device is not None else []
+        for dev in given:
+            instrument(dev)
+        for dev in given or list(_instrumented):
+            self.attach(dev)
+        _active = self
+
+    # devices -------------------------------------------------------------------------------
+    def attach(self, device: Any) -> None:
+        """Trace ``device`` in this session (called for devices instrumented mid-session too)."""
+        from gputrace.backends import wgpu_hooks
+        from gputrace.backends.wgpu_queries import WorkDone, timestamp_period
+
+        with self._lock:
+            if self.closed or any(t.device is device for t in self.tracers):
+                return
+            timed = "timestamp-query" in device.features
+            period = self.period_override or timestamp_period(device.queue)
+            tracer = wgpu_hooks.DeviceTracer(
+                device, len(self.tracers), clock=self.clock, scopes=self.scopes,
+                untimed=self.untimed, timed=timed, period=period, timeout_s=self.timeout_s,
+                page_queries=self.page_queries,
+            )  # fmt: skip
+            tracer.work_done = WorkDone(device, self.clock, self.timeout_s)  # type: ignore[attr-defined]
+            self.tracers.append(tracer)
+            wgpu_hooks.attach(device, tracer)
+        if not timed:
+            notice(
+                f"the wgpu device {_device_name(device)!r} was created without the "
+                "'timestamp-query' feature (request it: required_features=['timestamp-query']); "
+                "its scopes are recorded with CPU times only, marked untimed."
+            )
+        elif self._started:
+            self._pending_samples.extend(self._sample(tracer, self.calibration_samples))
+
+    def detach(self, device: Any) -> None:
+        from gputrace.backends import wgpu_hooks
+
+        for t in self.tracers:
+            if t.device is device:
+                wgpu_hooks.attach(device, None)
+
+    # scopes (hot path) ---------------------------------------------------------------------
+    def begin(self, name: str, stream: Hashable | None, cpu_ns: int) -> int:
+        token = next(self._tokens)
+        try:
+            self.scopes.stack.append([token, 0])
+        except AttributeError:
+            self.scopes.stack = [[token, 0]]
+        self._last_token = token
+        return token
+
+    def end(self, token: int) -> None:
+        stack = self.scopes.stack
+        if stack[-1][0] == token:
+            stack.pop()
+            return
+        for i in range(len(stack) - 1, -1, -1):  # scopes left out of order (coroutines)
+            if stack[i][0] == token:
+                del stack[i]
+                return
+
+    # sync, calibration, collection ------------------------------------------------------------
+    def sync(self) -> None:
+        for t in list(self.tracers):
+            wd = t.work_done
+            wd.wait(wd.request(), f"the work submitted to {_device_name(t.device)!r}")
+
+    def calibrate(self) -> list[CalibrationSample]:
+        n = self.calibration_samples if self._started else 2 * self.calibration_samples
+        self._started = True
+        out, self._pending_samples = self._pending_samples, []
+        for t in list(self.tracers):
+            if t.timed:
+                out.extend(self._sample(t, n))
+        return out
+
+    def _sample(self, tracer: Any, n: int) -> list[CalibrationSample]:
+        """The tightest half of ``n`` samples: a wide window (a thread wake-up) only adds doubt."""
+        cal = self._calibrators.get(tracer.index)
+        if cal is None:
+            cal = self._calibrators[tracer.index] = Calibrator(tracer)
+            cal.sample()  # the first pass on a device pays for set-up (tens of ms): not a sample
+        taken = sorted((cal.sample() for _ in range(n)), key=lambda s: s.half_width_ns)
+        return sorted(taken[: max(1, (n + 1) // 2)], key=lambda s: s.cpu_before_ns)
+
+    def collect(self) -> Collected:
+        got = Collected()
+        for t in list(self.tracers):
+            spans, degraded = t.collect()
+            got.spans.extend(spans)
+            got.degraded.update(degraded)
+        last = self._last_token
+        if not any(t.timed for t in self.tracers):
+            # nothing could be timed: every scope so far keeps its CPU times, marked untimed
+            got.untimed.update(range(self._collected_upto + 1, last + 1))
+            if not self.tracers and last > self._collected_upto and not self._noticed_none:
+                self._noticed_none = True
+                notice(
+                    "no wgpu device is traced, so no pass was timed: pass "
+                    "backend_options={'device': device} or call "
+                    "gputrace.backends.wgpu.instrument(device)."
+                )
+        self._collected_upto = last
+        got.untimed |= self.untimed
+        self.untimed.clear()
+        return got
+
+    # facts -----------------------------------------------------------------------------------
+    def queues(self) -> list[QueueInfo]:
+        return [QueueInfo(t.index, _device_name(t.device), self.name, "queue") for t in self.tracers]
+
+    def devices(self) -> list[dict[str, Any]]:
+        out = []
+        for t in self.tracers:
+            info = t.device.adapter.info
+            out.append(
+                {
+                    "index": t.index,
+                    "name": _device_name(t.device),
+                    "backend": self.name,
+                    "vendor": info.get("vendor", ""),
+                    "adapter_type": info.get("adapter_type", ""),
+                    "api": info.get("backend_type", ""),
+                    "driver": info.get("description", ""),
+                    "timestamps": t.timed,
+                    "timestamp_period_ns": t.period,
+                }
+            )
+        return out
+
+    def info(self) -> dict[str, Any]:
+        import wgpu
+        from wgpu.backends.wgpu_native import __version__ as native_version
+
+        return {
+            "name": self.name,
+            "wgpu_py": wgpu.__version__,
+            "wgpu_native": native_version,
+            "timestamp_period_ns": [t.period for t in self.tracers],
+            "passes_timed": sum(t.passes for t in self.tracers),
+            "query_pages": sum(t.pages_made for t in self.tracers),
+        }
+
+    def close(self) -> None:
+        global _active
+        from gputrace.backends import wgpu_hooks
+
+        with self._lock:
+            self.closed = True
+            for t in self.tracers:
+                wgpu_hooks.attach(t.device, None)
+                t.close()
+            for cal in self._calibrators.values():
+                cal.release()
+            self._calibrators.clear()
+        if _active is self:
+            _active = None
+
+
+class Calibrator:
+    """Brackets a GPU timestamp between session-clock reads.
+
+    An empty pass writes its begin timestamp; the CPU reads the clock just before submitting it
+    and the work-done callback reads it again as soon as the GPU is finished. The window is
+    about 100 µs on lavapipe; the resolver weighs the tightest windows most.
+    """
+
+    def __init__(self, tracer: Any) -> None:
+        import wgpu
+
+        device = tracer.device
+        self.tracer = tracer
+        self.query_set = device.create_query_set(label="gputrace calibration", type="timestamp", count=2)
+        self.resolve_buf = device.create_buffer(
+            label="gputrace calibration resolve", size=256,
+            usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC,
+        )  # fmt: skip
+        self.readback = device.create_buffer(
+            label="gputrace calibration readback", size=16,
+            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
+        )  # fmt: skip
+
+    def sample(self) -> CalibrationSample:
+        from gputrace.backends import wgpu_hooks
+        from gputrace.backends.wgpu_queries import ticks_to_ns, wait_mapped
+
+        t = self.tracer
+        enc = wgpu_hooks.raw_encoder(t.device)
+        cpass = enc.begin_compute_pass(
+            label="gputrace calibration",
+            timestamp_writes={
+                "query_set": self.query_set,
+                "beginning_of_pass_write_index": 0,
+                "end_of_pass_write_index": 1,
+            },
+        )
+        cpass.end()
+        enc.resolve_query_set(self.query_set, 0, 2, self.resolve_buf, 0)
+        enc.copy_buffer_to_buffer(self.resolve_buf, 0, self.readback, 0, 16)
+        cb = enc.finish()
+        wd = t.work_done
+        before = t.clock()
+        wgpu_hooks.raw_submit(t.device.queue, [cb])
+        req = wd.request()
+        after = wd.wait(req, "a calibration pass")
+        promise = self.readback.map_async("READ_NOSYNC", 0, 16)
+        wait_mapped(self.readback, promise, t.timeout_s, "reading a calibration timestamp")
+        ticks = self.readback.read_mapped(0, 16)
+        self.readback.unmap()
+        import numpy as np
+
+        gpu_ns = int(ticks_to_ns(np.frombuffer(ticks, np.uint64), t.period)[0])
+        return CalibrationSample(before, gpu_ns, after, t.index)
+
+    def release(self) -> None:
+        self.query_set = self.resolve_buf = self.readback = None
+
+
+def _device_name(device: Any) -> str:
+    try:
+        return str(device.adapter.info.get("device", "") or "wgpu device")
+    except Exception:
+        return "wgpu device"

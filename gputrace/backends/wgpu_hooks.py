@@ -1,0 +1,360 @@
+"""Timing every pass of a wgpu device without query bookkeeping in the user's code.
+
+``instrument(device)`` swaps the classes of the device and its queue for subclasses (the objects
+stay the same, ``isinstance`` still holds, nothing else changes while no session traces them):
+
+- ``device.create_command_encoder()`` returns an encoder whose ``begin_compute_pass`` and
+  ``begin_render_pass`` add ``timestamp_writes`` from pooled query sets (unless the user passed
+  their own) when a ``gputrace.trace`` scope is open on this thread; the pass belongs to the
+  innermost open scope.
+- ``encoder.finish()`` resolves exactly the slots this encoder wrote (resolving an unwritten slot
+  hangs NVIDIA's queue) into the page's read-back buffer.
+- ``queue.submit()`` reads the session clock just before submitting: the passes' ``submit_ns``.
+
+Reading back never stalls the user's frame: a full page is mapped asynchronously and read at a
+later submit, and whatever is left is read at the next ``gputrace.sync()`` or at stop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from gputrace.backends.base import Clock, RawSpan
+from gputrace.backends.wgpu_queries import PAGE_QUERIES, QueryPage, mapped_ready, ticks_to_ns, wait_mapped
+from gputrace.errors import report_internal
+
+_FAILED = -1  # submit_ns of a pass whose submit raised
+
+
+class PassRecord:
+    """One timed pass: its scope's token, label, page and first slot (begin; end is slot + 1)."""
+
+    __slots__ = ("label", "page", "slot", "submit_ns", "token")
+
+    def __init__(self, token: int, label: str, page: QueryPage, slot: int) -> None:
+        self.token = token
+        self.label = label
+        self.page = page
+        self.slot = slot
+        self.submit_ns: int | None = None
+
+
+class DeviceTracer:
+    """One traced device within one session: query pages, slot hand-out, finished passes."""
+
+    def __init__(
+        self,
+        device: Any,
+        index: int,
+        *,
+        clock: Clock,
+        scopes: threading.local,
+        untimed: set[int],
+        timed: bool,
+        period: float,
+        timeout_s: float,
+        page_queries: int = PAGE_QUERIES,
+    ) -> None:
+        self.device = device
+        self.index = index
+        self.clock = clock
+        self.scopes = scopes  # the backend's per-thread stack of [token, passes so far]
+        self.untimed = untimed  # the backend's set of tokens with passes the GPU could not time
+        self.timed = timed
+        self.period = period
+        self.timeout_s = timeout_s
+        self.page_queries = page_queries
+        self.lock = threading.Lock()
+        self.page: QueryPage | None = None
+        self.free: list[QueryPage] = []
+        self.pinned: list[QueryPage] = []  # closed, some slot holders not submitted yet
+        self.mapping: deque[QueryPage] = deque()  # closed, all submitted, read-back mapping
+        self.spans: list[RawSpan] = []
+        self.degraded: dict[int, str] = {}
+        self.closed = False
+        self.passes = 0
+        self.pages_made = 0
+
+    # hot path: called from the traced encoder and queue ---------------------------------------
+    def writes(self, encoder: Any, label: str, kind: str) -> dict[str, Any] | None:
+        """``timestamp_writes`` for a pass the user is beginning, or None to leave it untimed."""
+        try:
+            stack = self.scopes.stack
+        except AttributeError:
+            return None
+        if not stack or self.closed:
+            return None
+        entry = stack[-1]
+        entry[1] += 1
+        token = entry[0]
+        if not self.timed:
+            self.untimed.add(token)
+            return None
+        recs = encoder._gputrace_records
+        if not recs:
+            recs = encoder._gputrace_records = []
+        with self.lock:
+            page = self.page
+            if page is None or page.used + 2 > page.count:
+                page = self._open_page()
+            slot = page.used
+            page.used = slot + 2
+            if not recs or recs[-1].page is not page:
+                page.unsubmitted += 1
+            rec = PassRecord(token, label or f"{kind} pass #{entry[1]}", page, slot)
+            page.records.append(rec)
+            self.passes += 1
+        recs.append(rec)
+        return {
+            "query_set": page.query_set,
+            "beginning_of_pass_write_index": slot,
+            "end_of_pass_write_index": slot + 1,
+        }
+
+    def resolve(self, encoder: Any, recs: list[PassRecord]) -> None:
+        """Resolve the slots ``recs`` wrote, run by contiguous run, into their pages' read-back."""
+        i = 0
+        while i < len(recs):
+            page, first = recs[i].page, recs[i].slot
+            j = i + 1
+            while j < len(recs) and recs[j].page is page and recs[j].slot == recs[j - 1].slot + 2:
+                j += 1
+            n = 2 * (j - i)
+            encoder.resolve_query_set(page.query_set, first, n, page.resolve_buf, 0)
+            encoder.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, first * 8, n * 8)
+            i = j
+
+    def submitted(self, batches: list[list[PassRecord]], submit_ns: int, ok: bool) -> None:
+        if self.closed:
+            return
+        with self.lock:
+            for recs in batches:
+                prev = None
+                for rec in recs:
+                    rec.submit_ns = submit_ns if ok else _FAILED
+                    if rec.page is not prev:
+                        prev = rec.page
+                        prev.unsubmitted -= 1
+                        if prev.closed and prev.unsubmitted == 0 and prev in self.pinned:
+                            self.pinned.remove(prev)
+                            self._start_map(prev)
+
+    def harvest_ready(self) -> None:
+        """Read every page whose read-back already finished mapping; never waits."""
+        while True:
+            with self.lock:
+                if not self.mapping or not mapped_ready(self.mapping[0].promise):
+                    return
+                page = self.mapping.popleft()
+            self._read(page)
+
+    # pages ---------------------------------------------------------------------------------
+    def _open_page(self) -> QueryPage:
+        """Close the current page and open a fresh one (call with the lock held)."""
+        if self.page is not None:
+            self._close(self.page)
+        if self.free:
+            page = self.free.pop()
+        else:
+            page = QueryPage(self.device, self.page_queries)
+            self.pages_made += 1
+        self.page = page
+        return page
+
+    def _close(self, page: QueryPage) -> None:
+        page.closed = True
+        if page.unsubmitted == 0:
+            self._start_map(page)
+        else:
+            self.pinned.append(page)
+
+    def _start_map(self, page: QueryPage) -> None:
+        page.start_map()
+        self.mapping.append(page)
+
+    def _read(self, page: QueryPage, wait: bool = False) -> None:
+        try:
+            if wait:
+                wait_mapped(page.readback, page.promise, self.timeout_s, "reading back timestamps")
+            else:
+                page.promise.sync_wait()
+            done_by = self.clock()
+            ns = ticks_to_ns(page.read_ticks(), self.period)
+        except Exception as exc:
+            for rec in page.records:
+                self.degraded.setdefault(rec.token, f"reading back its timestamps failed ({exc})")
+            raise
+        self._emit(page, ns, done_by)
+        page.reset()
+        with self.lock:
+            self.free.append(page)
+
+    def _emit(self, page: QueryPage, ns: Any, done_by: int) -> None:
+        starts = ns[0::2].tolist()
+        ends = ns[1::2].tolist()
+        for rec in page.records:
+            if rec.submit_ns is None or rec.submit_ns == _FAILED:
+                self.degraded.setdefault(rec.token, "a traced pass was never submitted successfully")
+                continue
+            k = rec.slot // 2
+            start, end = starts[k], ends[k]
+            if start == 0 or end == 0 or end < start:
+                self.degraded.setdefault(
+                    rec.token, f"the GPU returned impossible timestamps for a pass ({start}, {end})"
+                )
+                continue
+            self.spans.append(RawSpan(rec.token, self.index, start, end, rec.submit_ns, done_by, rec.label))
+
+    # at sync / stop ------------------------------------------------------------------------
+    def collect(self) -> tuple[list[RawSpan], dict[int, str]]:
+        """Everything finished so far (call after a sync: every submitted pass is complete)."""
+        with self.lock:
+            if self.page is not None and self.page.used:
+                self._close(self.page)
+                self.page = None
+            todo = list(self.mapping)
+            self.mapping.clear()
+        for page in todo:
+            try:
+                self._read(page, wait=True)
+            except Exception as exc:  # its scopes are marked degraded; the other pages still count
+                report_internal("wgpu-readback", f"reading back wgpu timestamps failed ({exc})")
+        spans, self.spans = self.spans, []
+        degraded, self.degraded = self.degraded, {}
+        return spans, degraded
+
+    def close(self) -> None:
+        self.closed = True
+        for page in [self.page, *self.free, *self.pinned, *self.mapping]:
+            if page is not None:
+                page.release()
+        self.page, self.free, self.pinned = None, [], []
+        self.mapping.clear()
+
+
+# The class swap ------------------------------------------------------------------------------
+class _TracedDevice:
+    _gputrace_tracer: DeviceTracer | None = None
+    _gputrace_base: Any
+
+    def create_command_encoder(self, *, label: str = "") -> Any:
+        enc = self._gputrace_base.create_command_encoder(self, label=label)
+        tracer = self._gputrace_tracer
+        if tracer is not None:
+            enc.__class__ = traced_class(type(enc), _TracedEncoder)
+            enc._gputrace_tracer = tracer
+        return enc
+
+
+class _TracedEncoder:
+    _gputrace_tracer: DeviceTracer | None = None
+    _gputrace_records: list[PassRecord] | tuple[()] = ()
+    _gputrace_base: Any
+
+    def begin_compute_pass(self, *, label: str = "", timestamp_writes: Any = None) -> Any:
+        if timestamp_writes is None and self._gputrace_tracer is not None:
+            timestamp_writes = self._gputrace_tracer.writes(self, label, "compute")
+        return self._gputrace_base.begin_compute_pass(self, label=label, timestamp_writes=timestamp_writes)
+
+    def begin_render_pass(self, *, label: str = "", timestamp_writes: Any = None, **kw: Any) -> Any:
+        if timestamp_writes is None and self._gputrace_tracer is not None:
+            timestamp_writes = self._gputrace_tracer.writes(self, label, "render")
+        return self._gputrace_base.begin_render_pass(
+            self, label=label, timestamp_writes=timestamp_writes, **kw
+        )
+
+    def finish(self, *, label: str = "") -> Any:
+        recs = self._gputrace_records
+        tracer = self._gputrace_tracer
+        if recs and tracer is not None:
+            tracer.resolve(self, recs)  # type: ignore[arg-type]
+        cb = self._gputrace_base.finish(self, label=label)
+        if recs:
+            cb._gputrace_passes = (tracer, recs)
+        return cb
+
+
+class _TracedQueue:
+    _gputrace_tracer: DeviceTracer | None = None
+    _gputrace_base: Any
+
+    def submit(self, command_buffers: Any) -> None:
+        tracer = self._gputrace_tracer
+        if tracer is None:
+            self._gputrace_base.submit(self, command_buffers)
+            return None
+        batches: dict[DeviceTracer, list[list[PassRecord]]] = {}
+        for cb in command_buffers:
+            passes = getattr(cb, "_gputrace_passes", None)
+            if passes is not None:
+                del cb._gputrace_passes
+                batches.setdefault(passes[0], []).append(passes[1])
+        submit_ns = tracer.clock()
+        ok = False
+        try:
+            self._gputrace_base.submit(self, command_buffers)
+            ok = True
+        finally:
+            for owner, recs in batches.items():
+                owner.submitted(recs, submit_ns, ok)
+            if tracer.mapping:
+                try:
+                    tracer.harvest_ready()
+                except Exception as exc:  # the user's submit went through: never fail it
+                    report_internal("wgpu-harvest", f"reading back wgpu timestamps failed ({exc}).")
+        return None
+
+
+_classes: dict[tuple[type, type], type] = {}
+
+
+def traced_class(base: type, mixin: type) -> type:
+    """``base`` with ``mixin``'s methods in front (cached: one class per pair)."""
+    if issubclass(base, mixin):
+        return base
+    cls = _classes.get((base, mixin))
+    if cls is None:
+        # Same name as the base: wgpu-py counts live objects by class name.
+        cls = type(base.__name__, (mixin, base), {"_gputrace_base": base})
+        cls.__qualname__ = base.__qualname__
+        _classes[(base, mixin)] = cls
+    return cls
+
+
+def swap_in(device: Any) -> None:
+    """Give ``device`` and its queue the traced classes (idempotent)."""
+    device.__class__ = traced_class(type(device), _TracedDevice)
+    queue = device.queue
+    queue.__class__ = traced_class(type(queue), _TracedQueue)
+
+
+def swap_out(device: Any) -> None:
+    """Give ``device`` and its queue their own classes back."""
+    for obj in (device, device.queue):
+        base = getattr(type(obj), "_gputrace_base", None)
+        if base is not None:
+            obj.__dict__.pop("_gputrace_tracer", None)
+            obj.__class__ = base
+
+
+def is_swapped(device: Any) -> bool:
+    return isinstance(device, _TracedDevice)
+
+
+def attach(device: Any, tracer: DeviceTracer | None) -> None:
+    """Route ``device``'s passes to ``tracer`` (None: leave them alone)."""
+    device._gputrace_tracer = tracer
+    device.queue._gputrace_tracer = tracer
+
+
+def raw_encoder(device: Any) -> Any:
+    """An encoder that gputrace itself uses (never traced)."""
+    base = getattr(type(device), "_gputrace_base", type(device))
+    return base.create_command_encoder(device, label="gputrace")
+
+
+def raw_submit(queue: Any, command_buffers: list[Any]) -> None:
+    base = getattr(type(queue), "_gputrace_base", type(queue))
+    base.submit(queue, command_buffers)

@@ -1,0 +1,219 @@
+"""Low-level pieces of the wgpu backend: tick conversion, completion waits, query-set pages.
+
+Everything here talks to wgpu-py 0.32 (wgpu-native 29). Two of its gaps are filled through cffi:
+the timestamp period (``wgpuQueueGetTimestampPeriod`` is not wrapped) and the queue's work-done
+callback (``on_submitted_work_done_sync`` has the wrong callback signature in 0.32). Every wait
+polls without blocking and ends in a ``GputraceError`` after ``timeout_s``: nothing here can hang.
+
+>>> import numpy as np
+>>> ticks_to_ns(np.array([0, 10, 1_000_001], np.uint64), 2.5).tolist()
+[0, 25, 2500002]
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gputrace.backends.base import Clock
+from gputrace.errors import GputraceError
+
+# WebGPU caps a query set at 4096 queries; a page holds 2048 passes (a begin and an end slot each).
+PAGE_QUERIES = 4096
+# Resolving into a buffer needs a 256-byte aligned offset: resolve to offset 0 of a scratch buffer,
+# then copy into the page's read-back buffer at the slot's own offset.
+RESOLVE_ALIGNMENT = 256
+# Spin this long on a non-blocking poll before sleeping between polls (tight calibration windows).
+SPIN_NS = 2_000_000
+
+
+def ticks_to_ns(ticks: npt.NDArray[Any], period: float) -> npt.NDArray[np.int64]:
+    """Device ticks → nanoseconds, exactly for the rational nearest to ``period`` (ns per tick).
+
+    Float multiplication would lose up to 256 ns on epoch-sized tick values (NVIDIA counts ns
+    since 1970), so the period is taken as a fraction n/d and applied in integer arithmetic.
+    """
+    t = np.asarray(ticks).astype(np.int64)
+    if period == 1.0:
+        return t
+    if not period > 0.0:
+        raise GputraceError(f"the timestamp period must be positive, not {period!r}.")
+    frac = Fraction(period).limit_denominator(1 << 20)
+    num, den = np.int64(frac.numerator), np.int64(frac.denominator)
+    whole, rest = np.divmod(t, den)
+    out: npt.NDArray[np.int64] = (whole * num + (rest * num) // den).astype(np.int64)
+    return out
+
+
+def timestamp_period(queue: Any) -> float:
+    """The queue's ns per timestamp tick, read through cffi (wgpu-py 0.32 does not wrap it)."""
+    from wgpu.backends.wgpu_native._api import libf
+
+    return float(libf.wgpuQueueGetTimestampPeriod(queue._internal))
+
+
+def poll(device: Any) -> None:
+    """Let wgpu-native run its callbacks without blocking."""
+    from wgpu.backends.wgpu_native._api import ffi, libf
+
+    if device._internal:
+        libf.wgpuDevicePoll(device._internal, False, ffi.NULL)
+
+
+def _waiter(deadline_ns: int, what: str, timeout_s: float) -> Any:
+    """A generator-free poll pacer: spin first, then sleep a little longer each time."""
+    start = time.monotonic_ns()
+    naps = [0.0]
+
+    def pace() -> None:
+        now = time.monotonic_ns()
+        if now > deadline_ns:
+            raise GputraceError(
+                f"the GPU did not finish {what} within {timeout_s:g} s; "
+                "its queue may be hung (gputrace stopped waiting)."
+            )
+        if now - start > SPIN_NS:
+            naps[0] = min(max(naps[0] * 2, 50e-6), 2e-3)
+            time.sleep(naps[0])
+
+    return pace
+
+
+class WorkDone:
+    """Completion of submitted work, timed on the session clock inside the callback itself.
+
+    ``request()`` asks wgpu-native to call back once everything submitted so far is done;
+    ``wait(req)`` polls until it has and returns the session-clock time the callback ran.
+    """
+
+    def __init__(self, device: Any, clock: Clock, timeout_s: float) -> None:
+        from wgpu.backends.wgpu_native._api import ffi, lib
+
+        self.device = device
+        self.queue = device.queue
+        self.clock = clock
+        self.timeout_s = timeout_s
+        self._done: dict[int, tuple[int, int]] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+        self._ok = int(lib.WGPUQueueWorkDoneStatus_Success)
+        self._mode = int(lib.WGPUCallbackMode_AllowProcessEvents)
+        # The type comes from wgpu-native's own header, so its signature cannot drift.
+        self._callback = ffi.callback("WGPUQueueWorkDoneCallback", self._on_done)
+
+    def _on_done(self, status: Any, message: Any, userdata1: Any, userdata2: Any) -> None:
+        from wgpu.backends.wgpu_native._api import ffi
+
+        now = self.clock()
+        self._done[int(ffi.cast("uintptr_t", userdata1))] = (now, int(status))
+
+    def request(self) -> int:
+        from wgpu.backends.wgpu_native._api import ffi, libf
+
+        with self._lock:
+            self._next += 1
+            req = self._next
+        info = ffi.new(
+            "WGPUQueueWorkDoneCallbackInfo *",
+            {"mode": self._mode, "callback": self._callback, "userdata1": ffi.cast("void *", req)},
+        )
+        libf.wgpuQueueOnSubmittedWorkDone(self.queue._internal, info[0])
+        return req
+
+    def wait(self, req: int, what: str = "its submitted work") -> int:
+        deadline = time.monotonic_ns() + int(self.timeout_s * 1e9)
+        pace = _waiter(deadline, what, self.timeout_s)
+        while req not in self._done:
+            poll(self.device)
+            if req in self._done:
+                break
+            pace()
+        done_ns, status = self._done.pop(req)
+        if status != self._ok:
+            raise GputraceError(f"waiting for the GPU failed (work-done status {status}).")
+        return done_ns
+
+
+def wait_mapped(buffer: Any, promise: Any, timeout_s: float, what: str) -> None:
+    """Wait for ``buffer.map_async``'s promise, polling, with a timeout."""
+    deadline = time.monotonic_ns() + int(timeout_s * 1e9)
+    pace = _waiter(deadline, what, timeout_s)
+    while not mapped_ready(promise):
+        poll(buffer._device)
+        if mapped_ready(promise):
+            break
+        pace()
+    promise.sync_wait()  # resolved already: runs the handler (marks the buffer mapped) or raises
+
+
+def mapped_ready(promise: Any) -> bool:
+    """Has the promise been settled (by the poll thread or our own poll)? Never blocks."""
+    event = getattr(promise, "_thread_event", None)
+    if event is not None:
+        return bool(event.is_set())
+    return str(getattr(promise, "_state", "pending")) != "pending"
+
+
+class QueryPage:
+    """A pooled query set with its scratch resolve buffer and its read-back buffer.
+
+    Slots are handed out in pairs (begin, end of one pass). ``unsubmitted`` counts the encoders
+    or command buffers holding slots of this page that were not submitted yet: the read-back
+    buffer is mapped only when the page is closed and that count is 0, so a user's submit can
+    never meet a mapped buffer.
+    """
+
+    __slots__ = (
+        "closed", "count", "promise", "query_set", "readback", "records", "resolve_buf",
+        "unsubmitted", "used",
+    )  # fmt: skip
+
+    def __init__(self, device: Any, count: int = PAGE_QUERIES) -> None:
+        import wgpu
+
+        self.count = count
+        self.query_set = device.create_query_set(label="gputrace timestamps", type="timestamp", count=count)
+        size = count * 8
+        self.resolve_buf = device.create_buffer(
+            label="gputrace resolve",
+            size=-(-size // RESOLVE_ALIGNMENT) * RESOLVE_ALIGNMENT,
+            usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC,
+        )
+        self.readback = device.create_buffer(
+            label="gputrace readback",
+            size=size,
+            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
+        )
+        self.records: list[Any] = []
+        self.reset()
+
+    def reset(self) -> None:
+        self.used = 0
+        self.unsubmitted = 0
+        self.closed = False
+        self.promise: Any = None
+        self.records = []
+
+    def start_map(self) -> None:
+        # READ_NOSYNC: wgpu-py would otherwise submit an empty command buffer first; every copy
+        # into this buffer was submitted already, so there is nothing to flush.
+        self.promise = self.readback.map_async("READ_NOSYNC", 0, max(self.used, 2) * 8)
+
+    def read_ticks(self) -> npt.NDArray[np.uint64]:
+        data = self.readback.read_mapped(0, max(self.used, 2) * 8)
+        self.readback.unmap()
+        ticks: npt.NDArray[np.uint64] = np.frombuffer(data, np.uint64).copy()
+        return ticks
+
+    def release(self) -> None:
+        """Drop our handles; wgpu-native frees the objects once no command buffer uses them.
+
+        (``destroy()`` would break a user's command buffer still holding slots of this page.)
+        """
+        self.query_set = self.resolve_buf = self.readback = None
+        self.records = []
