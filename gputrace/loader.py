@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,14 @@ class NotAGputraceTrace(TraceFileError):
         self.document = document
 
 
-def read_document(path: str | os.PathLike[str]) -> Any:
-    """The parsed JSON of a (possibly gzipped) file; ``TraceFileError`` with one sentence if not."""
+Progress = Callable[[str], None]
+
+
+def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> Any:
+    """The parsed JSON of a (possibly gzipped) file; ``TraceFileError`` with one sentence if not.
+
+    ``progress`` (if given) is called with "read" once the bytes are in and "parsed" after JSON.
+    """
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -70,8 +77,13 @@ def read_document(path: str | os.PathLike[str]) -> Any:
             raise TraceFileError(f"{p}: the gzip data is truncated or corrupt.") from None
     if not raw.strip():
         raise TraceFileError(f"{p}: the file is empty.")
+    if progress is not None:
+        progress("read")
     try:
-        return orjson.loads(raw)
+        doc = orjson.loads(raw)
+        if progress is not None:
+            progress("parsed")
+        return doc
     except orjson.JSONDecodeError as exc:
         detail = str(exc.args[0] if exc.args else exc)
         what = "truncated JSON" if "unexpected end" in detail.lower() else "not valid JSON"
@@ -89,14 +101,19 @@ def _looks_truncated(raw: bytes) -> bool:
     return True
 
 
-def load(path: str | os.PathLike[str]) -> Trace:
+def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
     """Load a trace written by gputrace (``.json`` or ``.json.gz``).
 
     Raises ``TraceFileError`` (a ``GputraceError``) with one sentence naming the file and the
-    problem for a missing, truncated, non-JSON or non-trace file.
+    problem for a missing, truncated, non-JSON or non-trace file; ``NotAGputraceTrace`` (a
+    ``TraceFileError``) carries the parsed ``document`` of a JSON file gputrace did not write.
+    ``progress`` is called with "read", "parsed" and "built" as loading goes on.
     """
-    doc = read_document(path)
-    return from_document(doc, str(path))
+    doc = read_document(path, progress)
+    trace = from_document(doc, str(path))
+    if progress is not None:
+        progress("built")
+    return trace
 
 
 def from_document(doc: Any, where: str = "<trace>") -> Trace:

@@ -1,0 +1,226 @@
+"""Renderers for a summary (``gputrace.summary.summarize``): table, markdown, CSV and JSON.
+
+The JSON keeps nanoseconds exactly; the table and markdown show human units:
+
+>>> human_ns(850), human_ns(12_345), human_ns(4_560_000), human_ns(1_230_000_000)
+('850 ns', '12.3 µs', '4.56 ms', '1.23 s')
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import orjson
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+def human_ns(ns: float | None) -> str:
+    """A duration in ns as three significant digits in ns, µs, ms or s; "—" for none."""
+    if ns is None:
+        return "—"
+    a = abs(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if a >= scale * 0.9995:
+            return f"{_sig3(ns / scale)} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _sig3(x: float) -> str:
+    a = abs(x)
+    if a >= 99.95:
+        return f"{x:.0f}"
+    if a >= 9.995:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _ratio(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}×" if x < 10 else f"{x:.0f}×"
+
+
+COLUMNS = (
+    "name", "stream", "calls", "cold", "CPU enq med", "GPU med", "GPU p95", "GPU min", "GPU max",
+    "GPU total", "share", "gap med", "gap p95", "GPU/CPU", "spread", "outl", "notes",
+)  # fmt: skip
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    g = r["gpu_ns"] or {}
+    gap = r["queue_gap_ns"] or {}
+    cold = r["cold"]
+    cold_s = "—" if cold is None else human_ns(cold["gpu_ns"] if cold["gpu_ns"] is not None
+                                               else cold["cpu_ns"])  # fmt: skip
+    notes = []
+    if r["launch_bound"]:
+        notes.append("launch-bound")
+    if r["noisy"]:
+        notes.append("noisy")
+    if r["empty"]:
+        notes.append(f"{r['empty']} empty")
+    if r["untimed"]:
+        notes.append(f"{r['untimed']} untimed")
+    if r["errors"]:
+        notes.append(f"{r['errors']} raised")
+    stream = "CPU" if r["queue"] is None else (
+        f"{r['device']}:{r['queue']}" if r["device"] is not None else r["queue"])  # fmt: skip
+    return [
+        r["name"], stream, str(r["calls"]), cold_s, human_ns(r["cpu_ns"]["median"]),
+        human_ns(g.get("median")), human_ns(g.get("p95")), human_ns(g.get("min")),
+        human_ns(g.get("max")), human_ns(g.get("total")), _pct(r["gpu_share"]),
+        human_ns(gap.get("median")), human_ns(gap.get("p95")), _ratio(r["gpu_over_cpu"]),
+        _pct(r["spread"]), str(r["outliers"]), ", ".join(notes),
+    ]  # fmt: skip
+
+
+def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """The sections after the table as (title, lines)."""
+    out: list[tuple[str, list[str]]] = []
+    idle = []
+    for q in summary["idle"]:
+        share = q["idle_ns"] / q["window_ns"] if q["window_ns"] else 0.0
+        line = (f"GPU {q['device']} {q['queue']}: idle {human_ns(q['idle_ns'])} of "
+                f"{human_ns(q['window_ns'])} ({_pct(share)})")  # fmt: skip
+        if q["idle_ns"]:
+            parts = [f"waiting for the host to submit {human_ns(q['waiting_for_host_ns'])}",
+                     f"between queued work {human_ns(q['between_queued_work_ns'])}"]  # fmt: skip
+            if q["unknown_ns"]:
+                parts.append(f"cause unknown {human_ns(q['unknown_ns'])}")
+            line += ": " + ", ".join(parts)
+        idle.append(line)
+    out.append(("GPU idle time per stream", idle or ["no GPU work in this trace."]))
+    an = []
+    for a in summary["anomalies"]:
+        where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
+        nums = []
+        for ex in a["examples"]:
+            nums.append(f"scope {ex['scope']} at {human_ns(ex['cpu_start_ns'])}: GPU "
+                        f"{human_ns(ex['gpu_ns'])}, CPU {human_ns(ex['cpu_ns'])}, gap "
+                        f"{human_ns(ex['queue_gap_ns'])} ±{human_ns(ex['uncertainty_ns'])}")  # fmt: skip
+        if "numbers" in a:
+            n = a["numbers"]
+            nums.append(f"GPU median {human_ns(n['gpu_median_ns'])}, CPU enqueue median "
+                        f"{human_ns(n['cpu_median_ns'])}, spread {_pct(n['spread'])}")  # fmt: skip
+        an.append(f"{where}: {a['meaning']}; {a['what_to_do']}.")
+        an.extend(f"    {x}" for x in nums)
+    out.append(("Anomalies", an or ["none found."]))
+    clock = summary["clock"]
+    cl = []
+    for f in clock["devices"]:
+        cl.append(f"GPU {f.get('device')}: offset {human_ns(f.get('offset_ns'))}, drift "
+                  f"{f.get('drift_ppm', 0.0):.2f} ppm, residual {human_ns(f.get('residual_ns'))}, "
+                  f"uncertainty ±{human_ns(f.get('uncertainty_ns'))} from {f.get('samples')} "
+                  "samples")  # fmt: skip
+    cl.append(clock["note"])
+    out.append(("Clock alignment", cl))
+    h = summary["host"]
+    hl = [f"{h['name'] or 'unknown host'}, {h['cpu_count'] or '?'} CPUs, load average "
+          f"{_loads(h['loadavg_start'])} at start, {_loads(h['loadavg_end'])} at end"]  # fmt: skip
+    if h["note"]:
+        hl.append(("WARNING: " if h["high"] else "") + h["note"])
+    out.append(("Host load", hl))
+    return out
+
+
+def _loads(la: Any) -> str:
+    if not isinstance(la, list):
+        return "—"
+    return " ".join(f"{x:.2f}" if isinstance(x, (int, float)) else "?" for x in la)
+
+
+def _intro(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    what = f"{summary['scopes']} scopes"
+    if summary["session_ns"] is not None:
+        what += f" over {human_ns(summary['session_ns'])}"
+    if summary["backend"]:
+        what += f", backend {summary['backend']}"
+    lines.append(f"{summary['file'] or 'trace'}: {what}.")
+    if summary["note"]:
+        lines.append(summary["note"])
+    lines.append("Times: median/p95/min/max over warm calls (the first, cold, call shown apart);"
+                 " totals over all calls.")  # fmt: skip
+    return lines
+
+
+def to_table(summary: dict[str, Any]) -> str:
+    """Aligned plain-text table plus sections, for a terminal."""
+    rows = [list(COLUMNS)] + [_cells(r) for r in summary["rows"]]
+    for r in rows[1:]:
+        if len(r[0]) > 40:
+            r[0] = r[0][:39] + "…"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = _intro(summary) + [""]
+    for k, r in enumerate(rows):
+        cells = [c.ljust(w) if i in (0, 1, 16) else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]  # fmt: skip
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if not summary["rows"]:
+        lines.append("(no scopes match)")
+    for title, body in _sections(summary):
+        lines += ["", title, *(f"  {b}" for b in body)]
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(summary: dict[str, Any]) -> str:
+    """A GitHub-flavoured markdown table plus sections."""
+
+    def esc(x: str) -> str:
+        return x.replace("|", "\\|")
+
+    lines = [*_intro(summary), ""]
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("|" + "|".join("---" if i in (0, 1, 16) else "--:" for i in range(len(COLUMNS))) + "|")
+    for r in summary["rows"]:
+        lines.append("| " + " | ".join(esc(c) for c in _cells(r)) + " |")
+    for title, body in _sections(summary):
+        lines += ["", f"### {title}", ""]
+        lines += [f"- {esc(b.strip())}" if not b.startswith("    ") else f"  - {esc(b.strip())}"
+                  for b in body]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = (
+    "name", "device", "device_name", "queue", "calls", "warm_calls", "timed_calls", "empty",
+    "untimed", "errors", "cold_cpu_ns", "cold_gpu_ns", "cpu_median_ns", "cpu_p95_ns", "cpu_total_ns",
+    "gpu_median_ns", "gpu_p95_ns", "gpu_min_ns", "gpu_max_ns", "gpu_total_ns", "gpu_share",
+    "gap_median_ns", "gap_p95_ns", "gpu_over_cpu", "spread", "noisy", "outliers", "launch_bound",
+)  # fmt: skip
+
+
+def to_csv(summary: dict[str, Any]) -> str:
+    """One line per row of the table, in nanoseconds; empty cells where there is no value."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for r in summary["rows"]:
+        g = r["gpu_ns"] or {}
+        gap = r["queue_gap_ns"] or {}
+        cold = r["cold"] or {}
+        vals = [
+            r["name"], r["device"], r["device_name"], r["queue"], r["calls"], r["warm_calls"],
+            r["timed_calls"], r["empty"], r["untimed"], r["errors"], cold.get("cpu_ns"),
+            cold.get("gpu_ns"), r["cpu_ns"]["median"], r["cpu_ns"]["p95"], r["cpu_ns"]["total"],
+            g.get("median"), g.get("p95"), g.get("min"), g.get("max"), g.get("total"),
+            r["gpu_share"], gap.get("median"), gap.get("p95"), r["gpu_over_cpu"], r["spread"],
+            r["noisy"], r["outliers"], r["launch_bound"],
+        ]  # fmt: skip
+        w.writerow(["" if v is None else v for v in vals])
+    return buf.getvalue()
+
+
+def to_json(summary: dict[str, Any]) -> str:
+    """The summary dict as indented JSON with sorted keys (stable across runs)."""
+    return orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+
+
+def render(summary: dict[str, Any], fmt: str) -> str:
+    return {"table": to_table, "json": to_json, "csv": to_csv, "markdown": to_markdown}[fmt](summary)

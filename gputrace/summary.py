@@ -1,0 +1,498 @@
+"""The numbers a person needs from a trace: pure functions from a ``Trace`` to a JSON-ready dict.
+
+>>> import gputrace
+>>> from gputrace.clock import FakeClock
+>>> with gputrace.session(backend="fake", clock=FakeClock(0, 1_000), quiet=True) as s:
+...     for _ in range(4):
+...         with gputrace.trace("matmul"):
+...             pass
+>>> row = summarize(s.trace)["rows"][0]
+>>> row["name"], row["calls"], row["warm_calls"], row["gpu_ns"]["median"]
+('matmul', 4, 3, 20000.0)
+
+Every duration is in integer or float **nanoseconds**; renderers (``gputrace.render``) turn them
+into human units. The JSON written by ``gputrace summarize --format json`` is this dict, and its
+layout is stable (``"schema": "gputrace-summary/1"``; fields are only ever added):
+
+``schema``, ``file`` (path or null), ``source`` ("gputrace" or "chrome": a trace from another tool),
+``note`` (one line about the source, or null), ``backend``, ``scopes`` (count), ``session_ns``,
+``sort``, ``gpu_busy_ns`` (time at least one scope ran, summed over streams),
+
+``rows``: one per scope name and GPU stream (a name that ran on two streams has two rows; CPU-only
+scopes have ``device``/``queue`` null):
+
+- ``name``, ``device``, ``device_name``, ``queue``; ``calls`` (all), ``warm_calls`` (all but the
+  first call of the name, which is ``cold``), ``timed_calls`` (warm calls with a non-empty GPU span),
+  ``empty`` (calls whose GPU span held no work), ``untimed``, ``errors`` (the scope raised);
+- ``cold``: the first call apart, ``{"cpu_ns", "gpu_ns"}`` (``gpu_ns`` null without GPU time), or
+  null when the cold call is in another row;
+- ``cpu_ns``: CPU enqueue window of warm calls, ``{"median", "p95", "total"}`` (total: all calls);
+- ``gpu_ns``: GPU time of warm timed calls, ``{"median", "p95", "min", "max", "total"}`` (total: all
+  timed calls, cold included), or null; ``gpu_share``: ``total / gpu_busy_ns`` (nested names
+  overlap, so shares can add up past 1);
+- ``queue_gap_ns``: submission → GPU start of warm timed calls, ``{"median", "p95"}`` or null;
+- ``gpu_over_cpu``: GPU median / CPU enqueue median (≫ 1: the CPU returns long before the GPU is
+  done, so a wall clock without sync measures enqueueing);
+- ``spread``: relative spread of warm times (interquartile range / median, GPU times where there are
+  any), ``noisy`` when it exceeds ``NOISY_SPREAD`` with ``MIN_CALLS_FOR_SPREAD`` calls or more;
+- ``outliers``: calls flagged as outliers; ``flags``: count per flag name;
+- ``launch_bound``: true/false when the header carries ``calibration``, else null.
+
+``idle``: per GPU stream ``{"device", "device_name", "queue", "window_ns", "busy_ns", "idle_ns",
+"waiting_for_host_ns", "between_queued_work_ns", "unknown_ns"}``: the window runs from the first GPU
+start to the last GPU end on that stream; an idle gap counts as waiting for the host until the next
+work was submitted, and as a gap between queued work after that (submission known, GPU not started).
+
+``anomalies``: ``[{"kind", "name", "count", "examples": [{"scope", "cpu_start_ns", "cpu_ns",
+"gpu_ns", "queue_gap_ns", "uncertainty_ns"}], "meaning", "what_to_do"}]``, most frequent first.
+
+``clock``: ``{"devices": [header clock fits], "max_uncertainty_ns", "note"}``;
+``host``: ``{"name", "cpu_count", "loadavg_start", "loadavg_end", "high", "note"}``;
+``calibration``: the header's ``calibration`` object or null.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, Trace, flag_names
+
+SCHEMA = "gputrace-summary/1"
+NOISY_SPREAD = 0.10  # interquartile range above 10 % of the median: too noisy to compare closely
+MIN_CALLS_FOR_SPREAD = 4
+HIGH_LOAD_PER_CPU = 0.8  # 1-minute load average per CPU above which CPU-side times are suspect
+MAX_EXAMPLES = 3
+
+SORT_KEYS: dict[str, tuple[str, ...]] = {
+    "gpu_total": ("gpu_ns", "total"),
+    "gpu_median": ("gpu_ns", "median"),
+    "gpu_p95": ("gpu_ns", "p95"),
+    "gpu_max": ("gpu_ns", "max"),
+    "cpu_median": ("cpu_ns", "median"),
+    "cpu_total": ("cpu_ns", "total"),
+    "gap_median": ("queue_gap_ns", "median"),
+    "calls": ("calls",),
+    "spread": ("spread",),
+    "name": ("name",),
+}
+
+# kind -> (what it usually means, what to do)
+ADVICE: dict[str, tuple[str, str]] = {
+    "empty_gpu_span": (
+        "no GPU work ran inside the scope: nothing was launched, or it was never flushed",
+        "launch the work inside the scope on the traced stream (wgpu: submit before it ends)",
+    ),
+    "gpu_exceeds_wall": (
+        "GPU time longer than the wall time from submission to completion: impossible, "
+        "so a clock skew or a bad timestamp",
+        "distrust these calls; sync more often and check the clock uncertainty",
+    ),
+    "start_before_submit": (
+        "the GPU started before the CPU submitted, beyond the alignment uncertainty: "
+        "the clocks disagree",
+        "call gputrace.sync() more often so the clock fit is refreshed",
+    ),
+    "overlap": (
+        "two spans on one in-order queue partially overlap: overlapping passes or a clock glitch",
+        "trace concurrent work on separate streams; check for nested passes",
+    ),
+    "outlier": (
+        "far from the other calls of this name: contention, a clock change, or different work",
+        "look at what else ran at these times; compare medians, not single calls",
+    ),
+    "degraded": (
+        "gputrace failed while recording this scope; its times may be partial",
+        "see the gputrace warning printed during the run",
+    ),
+    "launch_bound": (
+        "the GPU work is about as short as an empty launch, or shorter than its CPU enqueue: "
+        "launch overhead dominates",
+        "batch or fuse the work, or capture it in a CUDA graph; keep tiny work on the CPU",
+    ),
+    "noisy": (
+        "warm calls spread by more than 10 % (interquartile range / median)",
+        "run more iterations, check the host load, and compare medians with care",
+    ),
+}
+
+
+def _group_quantile(
+    values: npt.NDArray[np.float64], starts: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64], q: float,
+) -> npt.NDArray[np.float64]:  # fmt: skip
+    """Linear-interpolation quantile (numpy's default) of each group of sorted ``values``."""
+    out = np.full(len(counts), np.nan)
+    has = counts > 0
+    pos = (counts[has] - 1) * q
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, counts[has] - 1)
+    frac = pos - lo
+    a = values[starts[has] + lo]
+    b = values[starts[has] + hi]
+    out[has] = a + (b - a) * frac
+    return out
+
+
+class _Grouped:
+    """Values per group (sorted inside each group) for vectorised order statistics."""
+
+    def __init__(self, group: npt.NDArray[np.int64], values: npt.NDArray[Any], n_groups: int):
+        order = np.lexsort((values, group))
+        self.values = values[order].astype(np.float64)
+        self.counts = np.bincount(group, minlength=n_groups).astype(np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+
+    def q(self, q: float) -> npt.NDArray[np.float64]:
+        return _group_quantile(self.values, self.starts, self.counts, q)
+
+    def min(self) -> npt.NDArray[np.float64]:
+        return self.q(0.0)
+
+    def max(self) -> npt.NDArray[np.float64]:
+        return self.q(1.0)
+
+
+def _num(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def summarize(
+    trace: Trace,
+    *,
+    sort: str = "gpu_total",
+    top: int | None = None,
+    name: str | None = None,
+    file: str | None = None,
+) -> dict[str, Any]:
+    """The summary of ``trace`` (see the module docstring for every field).
+
+    ``sort`` is one of ``SORT_KEYS`` (largest first; "name" alphabetical), ``top`` keeps the first
+    N rows, ``name`` keeps names matching a glob pattern (``"matmul*"``) or containing it.
+    """
+    if sort not in SORT_KEYS:
+        raise ValueError(f"unknown sort key {sort!r}; choose one of {', '.join(SORT_KEYS)}")
+    idle = idle_per_stream(trace)
+    busy = sum(i["busy_ns"] for i in idle)
+    rows = _rows(trace, busy)
+    all_rows = rows
+    if name is not None:
+        rows = [r for r in rows if _matches(r["name"], name)]
+    rows = _sorted(rows, sort)
+    if top is not None:
+        rows = rows[: max(top, 0)]
+    header = trace.header
+    start, end = header.get("start_ns"), header.get("end_ns")
+    return {
+        "schema": SCHEMA,
+        "file": file,
+        "source": str(header.get("source", "gputrace")),
+        "note": header.get("source_note"),
+        "backend": header.get("backend"),
+        "scopes": len(trace),
+        "session_ns": int(end) - int(start) if isinstance(start, int) and isinstance(end, int) else None,
+        "sort": sort,
+        "gpu_busy_ns": busy,
+        "rows": rows,
+        "idle": idle,
+        "anomalies": [a for a in anomalies(trace, all_rows) if name is None or _matches(a["name"], name)],
+        "clock": clock_section(trace),
+        "host": host_section(trace),
+        "calibration": _calibration(trace),
+    }
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern) or pattern in name
+
+
+def _calibration(trace: Trace) -> dict[str, Any] | None:
+    cal = trace.header.get("calibration")
+    if not isinstance(cal, dict):
+        return None
+    try:
+        float(cal["launch_gpu_ns"]), float(cal["launch_cpu_ns"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return cal
+
+
+def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
+    path = SORT_KEYS[sort]
+
+    def key(r: dict[str, Any]) -> Any:
+        v: Any = r
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        return v
+
+    if sort == "name":
+        return sorted(rows, key=lambda r: (r["name"], r["device"] is not None, r["queue"] or ""))
+    have = [r for r in rows if key(r) is not None]
+    missing = [r for r in rows if key(r) is None]
+    have.sort(key=lambda r: (-key(r), r["name"], r["queue"] or ""))
+    missing.sort(key=lambda r: (r["name"], r["queue"] or ""))
+    return have + missing
+
+
+def _sum_by(group: npt.NDArray[np.int64], values: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
+    # float64 sums are exact for totals below 2**53 ns (104 days)
+    return np.rint(np.bincount(group, weights=values.astype(np.float64), minlength=n)).astype(np.int64)
+
+
+def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
+    s = trace.scopes
+    n = len(s)
+    if not n:
+        return []
+    nq = len(trace.queues)
+    flags = s.flags.astype(np.int64)
+    has_gpu = s.gpu_start_ns != NO_TIME
+    queue = np.where(has_gpu, s.queue.astype(np.int64), -1)
+    queue = np.where((queue >= 0) & (queue < nq), queue, -1)
+    key = s.name.astype(np.int64) * (nq + 1) + (queue + 1)
+    keys, group = np.unique(key, return_inverse=True)
+    group = group.astype(np.int64)
+    g = len(keys)
+    cold = (flags & int(Flag.COLD)) != 0
+    empty = (flags & int(Flag.EMPTY)) != 0
+    timed = has_gpu & ~empty
+    cpu_ns = s.cpu_end_ns - s.cpu_start_ns
+    gpu_ns = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, 0)
+    gap_known = timed & (s.submit_ns != NO_TIME)
+    gap_ns = np.where(gap_known, s.gpu_start_ns - s.submit_ns, 0)
+
+    calls = np.bincount(group, minlength=g)
+    warm = ~cold
+    cpu_w = _Grouped(group[warm], cpu_ns[warm], g)
+    cpu_total = _sum_by(group, cpu_ns, g)
+    gw = warm & timed
+    gpu_w = _Grouped(group[gw], gpu_ns[gw], g)
+    gpu_total = _sum_by(group[timed], gpu_ns[timed], g)
+    gap_w = _Grouped(group[warm & gap_known], gap_ns[warm & gap_known], g)
+    counts = {bit: np.bincount(group[(flags & int(bit)) != 0], minlength=g) for bit in Flag}
+    cpu_med, cpu_p95 = cpu_w.q(0.5), cpu_w.q(0.95)
+    cpu_q1, cpu_q3 = cpu_w.q(0.25), cpu_w.q(0.75)
+    gpu_med, gpu_p95, gpu_min, gpu_max = gpu_w.q(0.5), gpu_w.q(0.95), gpu_w.min(), gpu_w.max()
+    gpu_q1, gpu_q3 = gpu_w.q(0.25), gpu_w.q(0.75)
+    gap_med, gap_p95 = gap_w.q(0.5), gap_w.q(0.95)
+    cal = _calibration(trace)
+    cold_rows = np.flatnonzero(cold)
+    cold_of = dict(zip(group[cold_rows].tolist(), cold_rows.tolist(), strict=True))
+
+    out = []
+    for gi in range(g):
+        name_idx, q = divmod(int(keys[gi]), nq + 1)
+        q -= 1
+        qi = trace.queues[q] if q >= 0 else None
+        gpu_stats = None
+        if gpu_w.counts[gi]:
+            gpu_stats = {
+                "median": float(gpu_med[gi]),
+                "p95": float(gpu_p95[gi]),
+                "min": int(gpu_min[gi]),
+                "max": int(gpu_max[gi]),
+                "total": int(gpu_total[gi]),
+            }
+        elif gpu_total[gi]:
+            gpu_stats = {"median": None, "p95": None, "min": None, "max": None,
+                         "total": int(gpu_total[gi])}  # fmt: skip
+        use_gpu = gpu_w.counts[gi] > 0
+        med = gpu_med[gi] if use_gpu else cpu_med[gi]
+        iqr = (gpu_q3[gi] - gpu_q1[gi]) if use_gpu else (cpu_q3[gi] - cpu_q1[gi])
+        n_spread = gpu_w.counts[gi] if use_gpu else cpu_w.counts[gi]
+        spread = float(iqr / med) if n_spread >= 2 and med > 0 else None
+        row_cold = None
+        if gi in cold_of:
+            r = cold_of[gi]
+            row_cold = {"cpu_ns": int(cpu_ns[r]), "gpu_ns": int(gpu_ns[r]) if timed[r] else None}
+        launch_bound = None
+        if cal is not None and use_gpu:
+            launch_bound = bool(
+                gpu_med[gi] < 2.0 * float(cal["launch_gpu_ns"])
+                or (cpu_w.counts[gi] > 0 and cpu_med[gi] >= gpu_med[gi])
+            )
+        out.append(
+            {
+                "name": trace.names[name_idx],
+                "device": qi.device if qi else None,
+                "device_name": qi.device_name if qi else None,
+                "queue": qi.label if qi else None,
+                "calls": int(calls[gi]),
+                "warm_calls": int(cpu_w.counts[gi]),
+                "timed_calls": int(gpu_w.counts[gi]),
+                "empty": int(counts[Flag.EMPTY][gi]),
+                "untimed": int(counts[Flag.UNTIMED][gi]),
+                "errors": int(counts[Flag.ERROR][gi]),
+                "cold": row_cold,
+                "cpu_ns": {
+                    "median": _num(cpu_med[gi]),
+                    "p95": _num(cpu_p95[gi]),
+                    "total": int(cpu_total[gi]),
+                },
+                "gpu_ns": gpu_stats,
+                "gpu_share": float(gpu_total[gi] / busy) if busy and gpu_total[gi] else None,
+                "queue_gap_ns": None if not gap_w.counts[gi] else {
+                    "median": float(gap_med[gi]), "p95": float(gap_p95[gi])},
+                "gpu_over_cpu": float(gpu_med[gi] / cpu_med[gi])
+                if use_gpu and cpu_w.counts[gi] and cpu_med[gi] > 0 else None,
+                "spread": spread,
+                "noisy": bool(spread is not None and spread > NOISY_SPREAD
+                              and n_spread >= MIN_CALLS_FOR_SPREAD),
+                "outliers": int(counts[Flag.OUTLIER][gi]),
+                "flags": {flag_names(int(b))[0]: int(counts[b][gi]) for b in Flag if counts[b][gi]},
+                "launch_bound": launch_bound,
+            }
+        )  # fmt: skip
+    return out
+
+
+def _union(
+    start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Merge intervals: (block starts, block ends, row in the sorted input that opened each block)."""
+    order = np.lexsort((-end, start))
+    st, en = start[order], end[order]
+    run_end = np.maximum.accumulate(en)
+    opens = np.ones(len(st), bool)
+    opens[1:] = st[1:] > run_end[:-1]
+    first = np.flatnonzero(opens)
+    last = np.concatenate([first[1:] - 1, [len(st) - 1]])
+    return st[first], run_end[last], order[first]
+
+
+def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
+    """GPU idle time per stream, split by cause where the submission times tell."""
+    s = trace.scopes
+    has_gpu = s.gpu_start_ns != NO_TIME
+    out = []
+    for qi, q in enumerate(trace.queues):
+        rows = np.flatnonzero(has_gpu & (s.queue == qi))
+        if not len(rows):
+            continue
+        b0, b1, opener = _union(s.gpu_start_ns[rows], s.gpu_end_ns[rows])
+        busy = int((b1 - b0).sum())
+        window = int(b1.max() - b0[0])
+        host = queued = unknown = 0
+        if len(b0) > 1:
+            gaps_start, gaps_end = b1[:-1], b0[1:]
+            sub = s.submit_ns[rows[opener[1:]]]
+            known = sub != NO_TIME
+            wait = np.clip(sub - gaps_start, 0, gaps_end - gaps_start)
+            host = int(wait[known].sum())
+            queued = int((gaps_end - gaps_start)[known].sum()) - host
+            unknown = int((gaps_end - gaps_start)[~known].sum())
+        out.append(
+            {
+                "device": q.device,
+                "device_name": q.device_name,
+                "queue": q.label,
+                "window_ns": window,
+                "busy_ns": busy,
+                "idle_ns": window - busy,
+                "waiting_for_host_ns": host,
+                "between_queued_work_ns": queued,
+                "unknown_ns": unknown,
+            }
+        )
+    return out
+
+
+def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Anomalies per (kind, name) with example scopes, meaning and advice; most frequent first."""
+    s = trace.scopes
+    flags = s.flags.astype(np.int64)
+    out: list[dict[str, Any]] = []
+    for bit in Flag:
+        if not (int(bit) & int(ANOMALY_FLAGS)):
+            continue
+        hit = np.flatnonzero(flags & int(bit))
+        if not len(hit):
+            continue
+        kind = flag_names(int(bit))[0]
+        names, first, count = np.unique(s.name[hit], return_index=True, return_counts=True)
+        for nm, c in zip(names.tolist(), count.tolist(), strict=True):
+            ex = hit[s.name[hit] == nm][:MAX_EXAMPLES]
+            out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r)) for r in ex]))
+    if rows is None:
+        rows = _rows(trace, sum(i["busy_ns"] for i in idle_per_stream(trace)))
+    for r in rows:
+        if r["launch_bound"]:
+            out.append(_anomaly("launch_bound", r["name"], r["timed_calls"], [], r))
+        if r["noisy"]:
+            out.append(_anomaly("noisy", r["name"], r["warm_calls"], [], r))
+    out.sort(key=lambda a: (-a["count"], a["kind"], a["name"]))
+    return out
+
+
+def _anomaly(
+    kind: str, name: str, count: int, examples: list[dict[str, Any]],
+    row: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    meaning, todo = ADVICE[kind]
+    a: dict[str, Any] = {"kind": kind, "name": name, "count": count, "examples": examples,
+                         "meaning": meaning, "what_to_do": todo}  # fmt: skip
+    if row is not None:
+        a["queue"] = row["queue"]
+        a["numbers"] = {
+            "gpu_median_ns": (row["gpu_ns"] or {}).get("median"),
+            "cpu_median_ns": row["cpu_ns"]["median"],
+            "spread": row["spread"],
+        }
+    return a
+
+
+def _example(trace: Trace, r: int) -> dict[str, Any]:
+    sc = trace.scope(r)
+    return {
+        "scope": r,
+        "cpu_start_ns": sc.cpu_start_ns - trace.base_ns,
+        "cpu_ns": sc.cpu_ns,
+        "gpu_ns": sc.gpu_ns,
+        "queue_gap_ns": sc.queue_gap_ns,
+        "uncertainty_ns": sc.uncertainty_ns,
+    }
+
+
+def clock_section(trace: Trace) -> dict[str, Any]:
+    """The clock fits from the header and the largest per-scope alignment uncertainty."""
+    s = trace.scopes
+    has_gpu = s.gpu_start_ns != NO_TIME
+    fits = [dict(c) for c in trace.header.get("clock", []) if isinstance(c, dict)]
+    max_unc = int(s.uncertainty_ns[has_gpu].max()) if has_gpu.any() else None
+    if not has_gpu.any():
+        note = "no GPU times in this trace: nothing to align."
+    elif not fits:
+        note = "GPU times carry no clock fit in this trace: treat their placement as unknown."
+    else:
+        note = f"GPU times are placed on the CPU clock within ±{max_unc} ns."
+    return {"devices": fits, "max_uncertainty_ns": max_unc, "note": note}
+
+
+def host_section(trace: Trace) -> dict[str, Any]:
+    """The host and its load average at start and end; ``high`` when CPU times are suspect."""
+    host = trace.header.get("host")
+    host = host if isinstance(host, dict) else {}
+    cpus = host.get("cpu_count")
+    loads = [
+        float(la[0]) for la in (host.get("loadavg_start"), host.get("loadavg_end"))
+        if isinstance(la, list) and la and isinstance(la[0], (int, float))
+    ]  # fmt: skip
+    high = bool(isinstance(cpus, int) and cpus > 0 and loads and max(loads) > HIGH_LOAD_PER_CPU * cpus)
+    note = None
+    if high:
+        note = (f"the host was busy (load {max(loads):.2f} on {cpus} CPUs): CPU-side times and "
+                "launch gaps may be inflated; GPU times are not affected.")  # fmt: skip
+    elif not loads:
+        note = "the trace does not record the host load."
+    return {
+        "name": host.get("name"),
+        "cpu_count": cpus,
+        "loadavg_start": host.get("loadavg_start"),
+        "loadavg_end": host.get("loadavg_end"),
+        "high": high,
+        "note": note,
+    }
