@@ -106,6 +106,9 @@ class session:
             },
             "metadata": dict(self.metadata),
         }
+        calibration = _calibration(backend.name)
+        if calibration is not None:
+            self._raw.header["calibration"] = calibration
         self._raw.spans_cover_children = backend.spans_cover_children
         self._raw.empty_span_ns = int(getattr(backend, "empty_span_ns", 0))
         self._recorder = Recorder(self.clock, backend)
@@ -217,6 +220,16 @@ def _safe(fn: Any) -> Any:
         return fn()
     except Exception as exc:
         report_internal(f"info:{fn.__name__}", f"reading backend facts failed ({type(exc).__name__}: {exc}).")
+        return None
+
+
+def _calibration(backend: str) -> dict[str, Any] | None:
+    """This machine's saved calibration for ``backend`` (``gputrace calibrate``), or None."""
+    try:
+        from gputrace.calibrate.store import header_calibration
+
+        return header_calibration(backend)
+    except Exception:  # a calibration file must never fail a session
         return None
 
 
