@@ -1,0 +1,638 @@
+"""The cuda backend on a real GPU: overhead, accuracy, alignment and drift, measured in one run.
+
+    python3 benchmarks/bench_cuda.py [--drift-s 60] [--json results.json]
+
+Prints one table per question:
+
+1. overhead: CPU µs per traced empty scope next to two bare CUDA event records,
+   ``torch.profiler.record_function`` and ``nvtx.annotate`` on the same loop;
+2. the empty-span floor: GPU durations of empty scopes and of empty kernels, idle and queued;
+3. calibration windows: how tightly an event record, a ``%globaltimer`` stamp kernel, and a
+   ``%globaltimer`` ping-pong through pinned memory can be bracketed by the CPU clock;
+4. accuracy: scope GPU durations against CUPTI kernel durations (torch.profiler, same process,
+   same kernels) for kernels of 10 µs … 10 ms;
+5. alignment: each scope's GPU start on the CPU clock against the ``%globaltimer`` read by its
+   kernel, mapped onto the CPU clock by an independent ping-pong fit (median, p99);
+6. drift: the same error over a long run (``--drift-s``), early against late, next to the
+   uncertainty the trace states.
+
+Needs CuPy and a CUDA device; torch, nvtx are optional (their rows say so when missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gputrace
+from gputrace.backends.base import CalibrationSample
+from gputrace.backends.cuda import CudaBackend
+from gputrace.clock import session_clock
+from gputrace.resolver import fit_clock
+
+KERNELS = r"""
+extern "C" __global__ void spin_ns(unsigned long long ns, unsigned long long out_addr) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+    if (out_addr) { *((unsigned long long*)out_addr) = t0; }
+}
+extern "C" __global__ void empty() {}
+extern "C" __global__ void stamp(unsigned long long out_addr) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *((volatile unsigned long long*)out_addr) = t;
+    __threadfence_system();
+}
+extern "C" __global__ void pingpong(unsigned long long flag_addr, unsigned int want,
+                                    unsigned long long out_addr, unsigned long long timeout_ns) {
+    volatile unsigned int* flag = (volatile unsigned int*)flag_addr;
+    volatile unsigned long long* out = (volatile unsigned long long*)out_addr;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    out[1] = want;
+    __threadfence_system();
+    while (*flag != want) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > timeout_ns) { out[0] = 1; __threadfence_system(); return; }
+    }
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    out[0] = t;
+    __threadfence_system();
+}
+"""
+
+RESULTS: dict[str, Any] = {}
+
+
+def pct(xs: list[float] | np.ndarray, q: float) -> float:
+    return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) if len(xs) else float("nan")
+
+
+def table(title: str, header: list[str], rows: list[list[Any]]) -> None:
+    print(f"\n## {title}")
+    cells = [header] + [
+        [c if isinstance(c, str) else f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows
+    ]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for j, r in enumerate(cells):
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+class Gpu:
+    def __init__(self) -> None:
+        import cupy
+
+        self.cp = cupy
+        self.mod = cupy.RawModule(code=KERNELS)
+        self.spin_k = self.mod.get_function("spin_ns")
+        self.empty_k = self.mod.get_function("empty")
+        self.stamp_k = self.mod.get_function("stamp")
+        self.pp_k = self.mod.get_function("pingpong")
+        self.pinned = cupy.cuda.alloc_pinned_memory(64)
+        self.p64 = np.frombuffer(self.pinned, np.uint64, 8)
+        self.p32 = np.frombuffer(self.pinned, np.uint32, 16)
+        self.p64[:] = 0
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.seq = 0
+        self.spin(1000)
+        self.empty()
+        cupy.cuda.Device().synchronize()
+
+    def spin(self, ns: int, out_addr: int = 0) -> None:
+        self.spin_k((1,), (1,), (np.uint64(ns), np.uint64(out_addr)))
+
+    def empty(self) -> None:
+        self.empty_k((1,), (1,), ())
+
+    def stamp_sample(self) -> tuple[int, int, int]:
+        """t0; launch a kernel that writes %globaltimer to pinned memory; poll it; t1."""
+        out = self.p64
+        out[4] = 0
+        addr = np.uint64(self.pinned.ptr + 32)
+        deadline = time.monotonic() + 5
+        with self.stream:
+            t0 = time.perf_counter_ns()
+            self.stamp_k((1,), (1,), (addr,))
+        while out[4] == 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("stamp kernel never wrote")
+        t1 = time.perf_counter_ns()
+        return t0, int(out[4]), t1
+
+    def pingpong_sample(self) -> tuple[int, int, int] | None:
+        """A kernel spins on a pinned flag; t0; set the flag; the kernel writes %globaltimer; t1."""
+        self.seq += 1
+        want = self.seq
+        out = self.p64
+        out[0] = 0
+        out[1] = 0
+        flag_addr = np.uint64(self.pinned.ptr + 48)
+        with self.stream:
+            self.pp_k(
+                (1,), (1,), (flag_addr, np.uint32(want), np.uint64(self.pinned.ptr), np.uint64(200_000_000))
+            )
+        deadline = time.monotonic() + 5
+        while out[1] != want:
+            if time.monotonic() > deadline:
+                raise RuntimeError("ping-pong kernel never started")
+        t0 = time.perf_counter_ns()
+        self.p32[12] = want
+        while out[0] == 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("ping-pong kernel never answered")
+        t1 = time.perf_counter_ns()
+        g = int(out[0])
+        self.stream.synchronize()
+        return None if g == 1 else (t0, g, t1)
+
+    def truth_samples(self, n: int) -> list[CalibrationSample]:
+        out = []
+        for _ in range(n):
+            s = self.pingpong_sample()
+            if s is not None:
+                out.append(CalibrationSample(s[0], s[1], s[2], 0))
+        return out
+
+
+# 1. overhead ----------------------------------------------------------------------------------
+def bench_overhead(gpu: Gpu, n: int = 20_000, rounds: int = 5) -> None:
+    cp = gpu.cp
+    rt = cp.cuda.runtime
+    e1, e2 = cp.cuda.Event(), cp.cuda.Event()
+    r1, r2 = rt.eventCreateWithFlags(0), rt.eventCreateWithFlags(0)
+    sptr = cp.cuda.get_current_stream().ptr
+    chunk = 2000
+
+    def bare() -> None:
+        for _ in range(n):
+            pass
+
+    def two_event_records() -> None:
+        for _ in range(n):
+            e1.record()
+            e2.record()
+
+    def two_raw_event_records() -> None:
+        rec = rt.eventRecord
+        for _ in range(n):
+            rec(r1, sptr)
+            rec(r2, sptr)
+
+    def scoped(backend: str) -> Callable[[], float]:
+        def run() -> float:
+            tr = gputrace.trace("s")
+            spent = 0
+            with gputrace.session(backend=backend, quiet=True):
+                for _ in range(n // chunk):
+                    t0 = time.perf_counter_ns()
+                    for _ in range(chunk):
+                        with tr:
+                            pass
+                    spent += time.perf_counter_ns() - t0
+                    gputrace.sync()  # outside the timed part: recycles the event pool
+            return spent / 1e9
+
+        return run
+
+    rows: dict[str, list[float]] = {}
+    variants: dict[str, Callable[[], Any]] = {
+        "empty loop": bare,
+        "2× cupy Event.record()": two_event_records,
+        "2× runtime.eventRecord (raw)": two_raw_event_records,
+        "gputrace scope, cuda": scoped("cuda"),
+        "gputrace scope, cpu backend": scoped("cpu"),
+    }
+    try:
+        import torch
+
+        torch.cuda.init()
+        rf = torch.profiler.record_function
+
+        def record_function() -> None:
+            for _ in range(n):
+                with rf("s"):
+                    pass
+
+        def record_function_profiling() -> float:
+            acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=acts):
+                t0 = time.perf_counter_ns()
+                record_function()
+                return (time.perf_counter_ns() - t0) / 1e9
+
+        variants["torch record_function (no profiler)"] = record_function
+        variants["torch record_function (profiler on)"] = record_function_profiling
+    except Exception as exc:
+        print(f"(torch unavailable: {exc})")
+    try:
+        import nvtx
+
+        def nvtx_annotate() -> None:
+            for _ in range(n):
+                with nvtx.annotate("s"):
+                    pass
+
+        variants["nvtx.annotate"] = nvtx_annotate
+    except Exception as exc:
+        print(f"(nvtx unavailable: {exc})")
+    try:
+        from cupyx.profiler import time_range
+
+        def cupyx_time_range() -> None:
+            for _ in range(n):
+                with time_range("s"):
+                    pass
+
+        variants["cupyx.profiler.time_range"] = cupyx_time_range
+    except Exception as exc:
+        print(f"(cupyx time_range unavailable: {exc})")
+
+    for _ in range(rounds):  # interleaved rounds: load changes hit every variant alike
+        for name, fn in variants.items():
+            t0 = time.perf_counter_ns()
+            got = fn()
+            wall = (time.perf_counter_ns() - t0) / 1e9
+            secs = got if isinstance(got, float) else wall
+            rows.setdefault(name, []).append(secs / n * 1e6)
+            cp.cuda.Device().synchronize()
+    base = min(rows["empty loop"])
+    ref = min(rows["2× cupy Event.record()"]) - base
+    out = []
+    for name, xs in rows.items():
+        best = min(xs) - base
+        out.append([name, best, statistics.median(xs) - base, best / ref if ref > 0 else float("nan")])
+    table(
+        f"overhead per scope, CPU µs (n={n}, best and median of {rounds}, empty loop subtracted)",
+        ["variant", "best µs", "median µs", "× 2 event records"],
+        out,
+    )
+    RESULTS["overhead_us"] = {r[0]: {"best": r[1], "median": r[2], "ratio": r[3]} for r in out}
+    rt.eventDestroy(r1)
+    rt.eventDestroy(r2)
+
+    # micro costs of the calls the hot path makes
+    stream = cp.cuda.get_current_stream()
+    micro: dict[str, Callable[[], Any]] = {
+        "get_current_stream()": cp.cuda.get_current_stream,
+        "runtime.getDevice()": rt.getDevice,
+        "streamIsCapturing(ptr)": lambda: rt.streamIsCapturing(stream.ptr),
+        "perf_counter_ns()": time.perf_counter_ns,
+    }
+    mrows = []
+    for name, fn in micro.items():
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        mrows.append([name, (time.perf_counter_ns() - t0) / n / 1e3])
+    table("hot-path call costs, µs per call (incl. a lambda where shown)", ["call", "µs"], mrows)
+    RESULTS["micro_us"] = {r[0]: r[1] for r in mrows}
+
+
+# 2. empty-span floor --------------------------------------------------------------------------
+def bench_empty_floor(gpu: Gpu, n: int = 200) -> None:
+    rows = []
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        for case in ("idle", "queued"):
+            for body in ("nothing", "empty kernel"):
+                name = f"{body} / {case}"
+                for i in range(n):
+                    if case == "queued" and i % 50 == 0:
+                        gpu.spin(2_000_000)
+                    with gputrace.trace(name):
+                        if body == "empty kernel":
+                            gpu.empty()
+                    if case == "idle":
+                        gputrace.sync()
+                gputrace.sync()
+    t = s.trace
+    assert t is not None
+    for name in dict.fromkeys(t.names):
+        sc = [x for x in t.find(name)[1:] if x.gpu_ns is not None]
+        if not sc:
+            continue
+        d = [x.gpu_ns for x in sc]
+        flagged = sum(bool(x.flags & gputrace.Flag.EMPTY) for x in sc)
+        rows.append([name, len(d), min(d), pct(d, 50), pct(d, 99), max(d), flagged])
+    # the floor itself: two raw event records queued back to back behind a busy kernel
+    cp = gpu.cp
+    rt = cp.cuda.runtime
+    sptr = cp.cuda.get_current_stream().ptr
+    evs = [rt.eventCreateWithFlags(0) for _ in range(2 * n)]
+    gpu.spin(2_000_000)
+    for i in range(n):
+        rt.eventRecord(evs[2 * i], sptr)
+        rt.eventRecord(evs[2 * i + 1], sptr)
+    rt.eventSynchronize(evs[-1])
+    d = [round(rt.eventElapsedTime(evs[2 * i], evs[2 * i + 1]) * 1e6) for i in range(n)]
+    rows.append(["raw event pair / queued", n, min(d), pct(d, 50), pct(d, 99), max(d), "-"])
+    for e in evs:
+        rt.eventDestroy(e)
+    table(
+        f"GPU span of a scope, ns (empty_span_ns floor = {CudaBackend.empty_span_ns})",
+        ["scope", "n", "min", "p50", "p99", "max", "flagged empty"],
+        rows,
+    )
+    RESULTS["empty_floor_ns"] = {r[0]: r[1:] for r in rows}
+
+
+# 3. calibration windows -----------------------------------------------------------------------
+def bench_windows(gpu: Gpu, n: int = 200) -> None:
+    b = CudaBackend(session_clock, samples=1)
+    ev = []
+    for _ in range(n):
+        ev.extend(b.calibrate())
+    b.close()
+    stamp = [gpu.stamp_sample() for _ in range(n)]
+    pp = [s for s in (gpu.pingpong_sample() for _ in range(n)) if s is not None]
+    rows = []
+    for name, w in (
+        ("event record, polled (backend)", [s.cpu_after_ns - s.cpu_before_ns for s in ev]),
+        ("%globaltimer stamp kernel, polled", [c - a for a, _, c in stamp]),
+        ("%globaltimer ping-pong (truth)", [c - a for a, _, c in pp]),
+    ):
+        rows.append([name, len(w), min(w), pct(w, 10), pct(w, 50), pct(w, 90)])
+    table(
+        "calibration window (cpu_after − cpu_before), ns", ["method", "n", "min", "p10", "p50", "p90"], rows
+    )
+    RESULTS["window_ns"] = {r[0]: r[1:] for r in rows}
+    # how well each method's samples fit a line on their own (residual over a short run)
+    fits = []
+    for name, smp in (
+        ("event record, polled (backend)", ev),
+        ("%globaltimer ping-pong (truth)", [CalibrationSample(a, g, c) for a, g, c in pp]),
+    ):
+        f = fit_clock(smp)
+        if f is not None:
+            fits.append([name, f.samples, f.residual_ns, f.uncertainty_ns, f.drift_ppm])
+    table(
+        "one fit per method over those samples",
+        ["method", "used", "residual ns", "uncertainty ns", "drift ppm"],
+        fits,
+    )
+
+
+# 4. accuracy vs CUPTI -------------------------------------------------------------------------
+def bench_accuracy(gpu: Gpu, reps: int = 20) -> None:
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except Exception as exc:
+        print(f"\n## accuracy vs CUPTI: skipped (torch unavailable: {exc})")
+        return
+    sizes = [10_000, 30_000, 100_000, 300_000, 1_000_000, 3_000_000, 10_000_000]
+    torch.cuda.init()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with gputrace.session(backend="cuda", quiet=True) as s:
+            for ns in sizes:
+                for _ in range(reps):
+                    with gputrace.trace(f"spin {ns}"):
+                        gpu.spin(ns)
+                gputrace.sync()
+    t = s.trace
+    assert t is not None
+    kern: list[tuple[int, int]] = []
+    try:
+        for e in prof.profiler.kineto_results.events():
+            if "spin_ns" in e.name() and str(e.device_type()).endswith("CUDA"):
+                kern.append((int(e.start_ns()), int(e.duration_ns())))
+    except Exception as exc:
+        print(f"(kineto_results unavailable: {exc}; using prof.events())")
+        kern = []
+        for fe in prof.events():
+            if "spin_ns" in fe.name and str(fe.device_type).endswith("CUDA"):
+                kern.append((int(fe.time_range.start * 1000), int(fe.time_range.elapsed_us() * 1000)))
+    kern.sort()
+    scopes = sorted((sc for sc in t if sc.name.startswith("spin ")), key=lambda x: x.cpu_start_ns)
+    print(f"\n(accuracy: {len(scopes)} scopes, {len(kern)} CUPTI spin_ns kernels)")
+    if len(kern) != len(scopes):
+        print("accuracy: counts differ; matching is not possible")
+        return
+    rows = []
+    res: dict[str, Any] = {}
+    for ns in sizes:
+        pairs = [
+            (sc.gpu_ns, k[1])
+            for sc, k in zip(scopes, kern, strict=True)
+            if sc.name == f"spin {ns}" and sc.gpu_ns is not None
+        ][1:]  # drop the cold call
+        err = [g - c for g, c in pairs]
+        rel = [abs(e) / c * 100 for e, (_, c) in zip(err, pairs, strict=True)]
+        aim = max(1000.0, 0.02 * statistics.median(c for _, c in pairs))
+        med_abs = statistics.median(abs(e) for e in err)
+        rows.append(
+            [
+                f"{ns / 1000:g} µs",
+                len(pairs),
+                statistics.median(c for _, c in pairs),
+                statistics.median(err),
+                med_abs,
+                pct([abs(e) for e in err], 90),
+                statistics.median(rel),
+                "yes" if med_abs <= aim else "no",
+            ]
+        )
+        res[str(ns)] = rows[-1][1:]
+    table(
+        "scope GPU duration − CUPTI kernel duration, ns",
+        [
+            "kernel",
+            "n",
+            "CUPTI median",
+            "median err",
+            "median |err|",
+            "p90 |err|",
+            "median |err| %",
+            "≤ max(1µs,2%)",
+        ],
+        rows,
+    )
+    RESULTS["accuracy_vs_cupti"] = res
+
+
+# 5./6. alignment and drift --------------------------------------------------------------------
+def traced_truth(
+    gpu: Gpu, n: int, every_sync: int, spacing_s: float = 0.0, truth_every_s: float = 2.0
+) -> tuple[gputrace.Trace, np.ndarray, list[CalibrationSample]]:
+    """n traced kernels that each record %globaltimer at their start; truth samples on the side."""
+    cp = gpu.cp
+    outs = cp.zeros(n, dtype=cp.uint64)
+    truth = gpu.truth_samples(20)
+    next_truth = time.monotonic() + truth_every_s
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        for i in range(n):
+            with gputrace.trace("probe"):
+                gpu.spin(5_000, outs.data.ptr + 8 * i)
+            if (i + 1) % every_sync == 0:
+                gputrace.sync()
+            if spacing_s:
+                time.sleep(spacing_s)
+            if time.monotonic() > next_truth:
+                gpu.cp.cuda.get_current_stream().synchronize()
+                truth.extend(gpu.truth_samples(5))
+                next_truth = time.monotonic() + truth_every_s
+    truth.extend(gpu.truth_samples(20))
+    t = s.trace
+    assert t is not None
+    return t, outs.get(), truth
+
+
+def alignment_errors(t: gputrace.Trace, g: np.ndarray, truth: list[CalibrationSample]) -> dict[str, Any]:
+    tf = fit_clock(truth)
+    assert tf is not None
+    scopes = t.find("probe")
+    start = np.array([sc.gpu_start_ns for sc in scopes], np.int64)
+    unc = np.array([sc.uncertainty_ns for sc in scopes], np.int64)
+    true_cpu = tf.to_cpu(g.astype(np.int64))
+    err = start - true_cpu
+    return {
+        "err": err,
+        "unc": unc,
+        "cpu": np.array([sc.cpu_start_ns for sc in scopes]),
+        "truth_fit": tf,
+        "fit": t.clock_fits.get(0),
+    }
+
+
+def bench_alignment(gpu: Gpu) -> None:
+    rows = []
+    for label, n, every, spacing in (
+        ("sync every 10, back to back", 500, 10, 0.0),
+        ("sync every 50, 1 ms apart", 300, 50, 0.001),
+    ):
+        t, g, truth = traced_truth(gpu, n, every, spacing)
+        a = alignment_errors(t, g, truth)
+        e = a["err"]
+        rows.append(
+            [
+                label,
+                len(e),
+                float(np.median(e)),
+                float(np.median(np.abs(e))),
+                pct(np.abs(e), 99),
+                float(np.max(np.abs(e))),
+                float(np.median(a["unc"])),
+                a["truth_fit"].uncertainty_ns,
+                float(np.mean(np.abs(e) <= a["unc"])),
+            ]
+        )
+    table(
+        "alignment: scope GPU start − %globaltimer truth on the CPU clock, ns",
+        [
+            "run",
+            "n",
+            "median err",
+            "median |err|",
+            "p99 |err|",
+            "max |err|",
+            "stated unc p50",
+            "truth unc",
+            "frac |err|≤stated",
+        ],
+        rows,
+    )
+    RESULTS["alignment_ns"] = {r[0]: r[1:] for r in rows}
+
+
+def bench_drift(gpu: Gpu, seconds: float) -> None:
+    n = int(seconds / 0.05)
+    t0 = time.monotonic()
+    t, g, truth = traced_truth(gpu, n, every_sync=20, spacing_s=0.05, truth_every_s=5.0)
+    took = time.monotonic() - t0
+    a = alignment_errors(t, g, truth)
+    e, unc, cpu = a["err"], a["unc"], a["cpu"]
+    span = (cpu - cpu[0]) / 1e9
+    rows = []
+    for label, m in (("first 10 s", span <= 10), ("last 10 s", span >= span[-1] - 10), ("all", span >= 0)):
+        rows.append(
+            [
+                label,
+                int(m.sum()),
+                float(np.median(e[m])),
+                float(np.median(np.abs(e[m]))),
+                pct(np.abs(e[m]), 99),
+                float(np.max(np.abs(e[m]))),
+                float(np.median(unc[m])),
+                float(np.mean(np.abs(e[m]) <= unc[m])),
+            ]
+        )
+    fit, tf = a["fit"], a["truth_fit"]
+    table(
+        f"drift over {took:.0f} s (scopes every 50 ms, sync every 20): error vs truth, ns",
+        [
+            "window",
+            "n",
+            "median err",
+            "median |err|",
+            "p99 |err|",
+            "max |err|",
+            "stated unc p50",
+            "frac |err|≤stated",
+        ],
+        rows,
+    )
+    print(
+        f"backend fit: drift {fit.drift_ppm:+.3f} ppm, residual {fit.residual_ns:.0f} ns, "
+        f"uncertainty {fit.uncertainty_ns:.0f} ns over {fit.samples} samples; truth fit: drift "
+        f"{tf.drift_ppm:+.3f} ppm, uncertainty {tf.uncertainty_ns:.0f} ns over {tf.samples} samples"
+    )
+    RESULTS["drift"] = {
+        "seconds": took,
+        "rows": {r[0]: r[1:] for r in rows},
+        "fit": fit.to_dict(),
+        "truth_fit": tf.to_dict(),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--drift-s", type=float, default=60.0)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--only", default="overhead,floor,windows,accuracy,alignment,drift")
+    args = ap.parse_args()
+    import cupy
+
+    dev = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    print(
+        f"# bench_cuda: {dev.decode() if isinstance(dev, bytes) else dev}, CuPy {cupy.__version__}, "
+        f"Python {sys.version.split()[0]}"
+    )
+    gpu = Gpu()
+    steps = {
+        "overhead": lambda: bench_overhead(gpu),
+        "floor": lambda: bench_empty_floor(gpu),
+        "windows": lambda: bench_windows(gpu),
+        "accuracy": lambda: bench_accuracy(gpu),
+        "alignment": lambda: bench_alignment(gpu),
+        "drift": lambda: bench_drift(gpu, args.drift_s),
+    }
+    failed = 0
+    for name in args.only.split(","):
+        try:
+            t0 = time.monotonic()
+            steps[name]()
+            print(f"({name}: {time.monotonic() - t0:.1f} s)")
+        except Exception:
+            failed += 1
+            print(f"\n## {name}: FAILED")
+            traceback.print_exc(file=sys.stdout)
+    if args.json:
+        args.json.write_text(json.dumps(RESULTS, indent=1, default=str))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

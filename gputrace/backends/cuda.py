@@ -1,0 +1,533 @@
+"""The cuda backend: a pooled CUDA event pair per scope, recorded through CuPy.
+
+Each scope records a start event when it is entered and an end event when it is left, on the
+stream its work goes to (CuPy's current stream, or ``trace(name, stream=s)``). The submission time
+is the CPU time the scope was entered. Events come from a per-device pool and return to it once a
+sync has collected them: creating an event costs as much as recording one.
+
+>>> import cupy, gputrace                                     # doctest: +SKIP
+>>> with gputrace.session("mm.json", backend="cuda") as s:    # doctest: +SKIP
+...     a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
+...     with gputrace.trace("matmul"):
+...         b = a @ a
+>>> s.trace.find("matmul")[0].gpu_ns                          # doctest: +SKIP
+1843200
+
+The GPU clock domain
+--------------------
+CUDA events only give relative float32 milliseconds (``cudaEventElapsedTime``), whose resolution
+falls with the distance between the two events (61 ns at 1 s, 8 µs at 100 s). So every event is
+placed against a nearby *anchor*: a one-thread kernel that reads ``%globaltimer`` (ns since the
+Unix epoch on the GPU's clock) followed by an event ``A`` on the backend's own stream. An event
+``e`` then sits at ``G_A + elapsed(A, e)``: ns on the GPU's global timer, never far from an anchor
+(one is issued at every calibration and, from ``begin``, at most every ``ANCHOR_EVERY_NS``).
+The few hundred ns between the timer read and ``A`` is the same for every anchor, and calibration
+samples go through the same conversion, so it cancels in the resolver's fit.
+
+Calibration brackets an event record between two session-clock reads: ``t0``; record ``R``; poll
+until ``R`` is done; ``t1``. ``R`` was timestamped inside ``[t0, t1]``. If NVRTC cannot build the
+anchor kernel, anchors are chained event to event instead (``info()["clock_domain"]`` says which).
+
+Work captured into a CUDA graph cannot be timed by ordinary event records; scopes entered while
+their stream is capturing are flagged ``untimed`` and one notice says so.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, RawSpan
+from gputrace.errors import GputraceError, notice
+from gputrace.model import QueueInfo
+
+# Two event records queued back to back on an idle-free stream measure 1.25 µs apart on the H200
+# (FACTS); a span at or below this floor holds no GPU work. Spans of empty scopes on an idle GPU
+# measure the CPU time between the two records instead and are not caught by this floor.
+EMPTY_SPAN_NS = 1_300
+ANCHOR_EVERY_NS = 1_000_000_000
+ANCHOR_SLOTS = 4096
+SAMPLES_PER_CALIBRATION = 4
+DEFAULT_SYNC_TIMEOUT_S = 120.0
+_MS = 1e6
+
+_STAMP_SRC = r"""
+extern "C" __global__ void gputrace_stamp(unsigned long long slot_addr) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *((volatile unsigned long long*)slot_addr) = t;
+    __threadfence_system();
+}
+"""
+
+
+def probe() -> str | None:
+    """Why CUDA through CuPy cannot be used here, or None. Never raises."""
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"CuPy is not installed ({exc})"
+    except Exception as exc:
+        return f"importing CuPy failed ({type(exc).__name__}: {exc})"
+    try:
+        if not cupy.cuda.is_available():
+            return "CuPy found no usable CUDA device"
+    except Exception as exc:
+        return f"CuPy could not query CUDA devices ({type(exc).__name__}: {exc})"
+    return None
+
+
+def nearest(anchor_cpu_ns: list[int], cpu_ns: int) -> int:
+    """Index of the anchor issued nearest to ``cpu_ns`` (ties go to the earlier one).
+
+    >>> nearest([0, 100, 200], 149), nearest([0, 100, 200], 150), nearest([0, 100, 200], 999)
+    (1, 1, 2)
+    """
+    i = bisect.bisect_left(anchor_cpu_ns, cpu_ns)
+    if i == 0:
+        return 0
+    if i == len(anchor_cpu_ns):
+        return i - 1
+    return i if anchor_cpu_ns[i] - cpu_ns < cpu_ns - anchor_cpu_ns[i - 1] else i - 1
+
+
+def ms_to_ns(ms: float) -> int:
+    """``cudaEventElapsedTime`` milliseconds to integer ns.
+
+    >>> ms_to_ns(0.001248), ms_to_ns(-0.5)
+    (1248, -500000)
+    """
+    return round(ms * _MS)
+
+
+@dataclass
+class _Anchor:
+    cpu_ns: int
+    event: int
+    slot: int  # pinned slot holding G, or -1 when chained
+    gpu_ns: int | None = None
+
+
+@dataclass
+class _Device:
+    index: int
+    name: str
+    stream: Any  # the backend's own non-blocking stream on this device
+    pool: list[int] = field(default_factory=list)
+    created: int = 0
+    anchors: list[_Anchor] = field(default_factory=list)
+    stamp: Any = None  # RawKernel, or None when chained
+    slots: Any = None  # numpy uint64 view of pinned memory
+    slots_mem: Any = None
+    next_slot: int = 0
+    anchor_due_ns: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class _Queue:
+    q: int
+    dev: _Device
+    sptr: int
+    stream: Any  # the user's stream object, kept alive so its handle is not reused
+    last_end: int = 0  # last end event recorded on it (0: none since the last sync)
+
+
+class CudaBackend(Backend):
+    """CUDA events through CuPy; ``backend_options``: ``sync_timeout_s``, ``samples``."""
+
+    name = "cuda"
+    timed = True
+    spans_cover_children = False
+    empty_span_ns = EMPTY_SPAN_NS
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        sync_timeout_s: float = DEFAULT_SYNC_TIMEOUT_S,
+        samples: int = SAMPLES_PER_CALIBRATION,
+        anchor_every_ns: int = ANCHOR_EVERY_NS,
+    ) -> None:
+        super().__init__(clock)
+        why = probe()
+        if why is not None:
+            raise GputraceError(f"the cuda backend is not usable here: {why}.")
+        import cupy
+
+        self._cp = cupy
+        self._rt = cupy.cuda.runtime
+        self._record = cupy.cuda.runtime.eventRecord
+        self._capturing = cupy.cuda.runtime.streamIsCapturing
+        self._current = cupy.cuda.get_current_stream
+        self._get_device = cupy.cuda.runtime.getDevice
+        self.sync_timeout_s = float(sync_timeout_s)
+        self.samples = max(1, int(samples))
+        self.anchor_every_ns = int(anchor_every_ns)
+        self._tokens = itertools.count(1)
+        self._devs: dict[int, _Device] = {}
+        self._queues: dict[tuple[int, int], _Queue] = {}
+        self._queue_list: list[_Queue] = []
+        self._open: dict[int, tuple[_Queue, int, int]] = {}
+        self._ended: list[tuple[int, _Queue, int, int, int]] = []
+        self._captured: set[int] = set()
+        self._captured_noticed = False
+        self._lock = threading.Lock()  # slow paths only: new device, new queue
+        self._pending_samples: list[CalibrationSample] = []
+        self._synced_ns = 0
+        self._chained = False
+        self._compile_error = ""
+        self._device(self._get_device())
+
+    # hot path -------------------------------------------------------------------------------
+    def begin(self, name: str, stream: Hashable | None, cpu_ns: int) -> int:
+        s = self._current() if stream is None else stream
+        sptr = s if isinstance(s, int) else getattr(s, "ptr", None)
+        if sptr is None:
+            sptr = _stream_ptr(s)
+        dev = getattr(s, "device_id", -1)
+        if dev < 0:
+            dev = self._get_device()
+        qs = self._queues.get((dev, sptr))
+        if qs is None:
+            qs = self._new_queue(dev, sptr, s)
+        token = next(self._tokens)
+        if sptr and self._capturing(sptr):
+            self._refuse_capture(token, name)
+            return token
+        d = qs.dev
+        try:
+            ev = d.pool.pop()
+        except IndexError:
+            ev = self._new_event(d)
+        self._record(ev, sptr)
+        self._open[token] = (qs, ev, cpu_ns)
+        if cpu_ns >= d.anchor_due_ns:
+            self._anchor(d, cpu_ns, auto=True)
+        return token
+
+    def end(self, token: int) -> None:
+        try:
+            qs, ev0, cpu_ns = self._open.pop(token)
+        except KeyError:
+            return  # refused (graph capture) at begin
+        d = qs.dev
+        try:
+            ev1 = d.pool.pop()
+        except IndexError:
+            ev1 = self._new_event(d)
+        self._record(ev1, qs.sptr)
+        qs.last_end = ev1
+        self._ended.append((token, qs, ev0, ev1, cpu_ns))
+
+    # slow paths -----------------------------------------------------------------------------
+    def _device(self, index: int) -> _Device:
+        d = self._devs.get(index)
+        if d is not None:
+            return d
+        with self._lock:
+            d = self._devs.get(index)
+            if d is None:
+                d = self._make_device(index)
+                self._devs[index] = d
+        return d
+
+    def _make_device(self, index: int) -> _Device:
+        cp = self._cp
+        with cp.cuda.Device(index):
+            props = self._rt.getDeviceProperties(index)
+            raw_name = props.get("name", b"")
+            name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+            d = _Device(index, name or f"CUDA device {index}", cp.cuda.Stream(non_blocking=True))
+            try:
+                import numpy as np
+
+                d.slots_mem = cp.cuda.alloc_pinned_memory(ANCHOR_SLOTS * 8)
+                d.slots = np.frombuffer(d.slots_mem, np.uint64, ANCHOR_SLOTS)
+                d.slots[:] = 0
+                d.stamp = cp.RawKernel(_STAMP_SRC, "gputrace_stamp")
+                with d.stream:
+                    d.stamp((1,), (1,), (np.uint64(d.slots_mem.ptr),))
+                d.stream.synchronize()
+            except Exception as exc:  # no NVRTC, say: chain events instead of reading the timer
+                d.stamp = None
+                self._chained = True
+                self._compile_error = f"{type(exc).__name__}: {exc}"
+            d.pool = [self._rt.eventCreateWithFlags(0) for _ in range(64)]
+            d.created = 64
+        now = self.clock()
+        self._anchor(d, now, auto=False)
+        self._pending_samples.extend(self._bracket(d))
+        return d
+
+    def _new_event(self, d: _Device) -> int:
+        prev = self._get_device()
+        if prev != d.index:
+            self._rt.setDevice(d.index)
+        try:
+            ev: int = self._rt.eventCreateWithFlags(0)
+        finally:
+            if prev != d.index:
+                self._rt.setDevice(prev)
+        d.created += 1
+        return ev
+
+    def _new_queue(self, dev: int, sptr: int, stream: Any) -> _Queue:
+        d = self._device(dev)
+        with self._lock:
+            qs = self._queues.get((dev, sptr))
+            if qs is None:
+                qs = _Queue(len(self._queue_list), d, sptr, stream if not isinstance(stream, int) else None)
+                self._queue_list.append(qs)
+                self._queues[(dev, sptr)] = qs
+        return qs
+
+    def _refuse_capture(self, token: int, name: str) -> None:
+        self._captured.add(token)
+        if not self._captured_noticed:
+            self._captured_noticed = True
+            notice(
+                f"scope {name!r} was entered while its stream was capturing a CUDA graph; scopes "
+                "inside graph capture are not timed on the GPU (flagged untimed): trace the graph "
+                "launch instead."
+            )
+
+    def _anchor(self, d: _Device, cpu_ns: int, *, auto: bool) -> None:
+        """Issue an anchor on the backend's stream: a %globaltimer read, then an event."""
+        with d.lock:
+            if auto and cpu_ns < d.anchor_due_ns:
+                return
+            d.anchor_due_ns = cpu_ns + self.anchor_every_ns
+            if d.stamp is not None and len(d.anchors) >= ANCHOR_SLOTS:
+                return  # every slot holds a live anchor: the nearest older one still serves
+            ev = d.pool.pop() if d.pool else self._new_event(d)
+            slot = -1
+            prev = self._get_device()
+            if prev != d.index:
+                self._rt.setDevice(d.index)
+            try:
+                if d.stamp is not None:
+                    slot = d.next_slot % ANCHOR_SLOTS
+                    d.next_slot += 1
+                    d.slots[slot] = 0
+                    import numpy as np
+
+                    with d.stream:
+                        d.stamp((1,), (1,), (np.uint64(d.slots_mem.ptr + 8 * slot),))
+                self._record(ev, d.stream.ptr)
+            finally:
+                if prev != d.index:
+                    self._rt.setDevice(prev)
+            d.anchors.append(_Anchor(cpu_ns, ev, slot))
+
+    def _wait(self, events: list[tuple[int, str]], deadline: float) -> None:
+        """Poll events until done; past ``deadline`` raise one clear error (never hang)."""
+        query = self._rt.eventQuery
+        spins = 0
+        for ev, where in events:
+            while query(ev) != 0:
+                spins += 1
+                if spins > 2000:
+                    time.sleep(min(0.001, 1e-6 * (spins - 2000)))
+                if time.monotonic() > deadline:
+                    raise GputraceError(
+                        f"the GPU did not finish the traced work on {where} within "
+                        f"{self.sync_timeout_s:g} s; pass backend_options={{'sync_timeout_s': ...}} "
+                        "if that is expected."
+                    )
+
+    def _bracket(self, d: _Device) -> list[CalibrationSample]:
+        """Samples: an event record bracketed by session-clock reads, on the backend's stream."""
+        out: list[tuple[int, int, int]] = []
+        deadline = time.monotonic() + self.sync_timeout_s
+        query = self._rt.eventQuery
+        sptr = d.stream.ptr
+        clock = self.clock
+        ev_list = [d.pool.pop() if d.pool else self._new_event(d) for _ in range(self.samples)]
+        # the anchor issued just before must be done first, so the brackets see an idle stream
+        self._wait([(d.anchors[-1].event, f"device {d.index}")], deadline)
+        for ev in ev_list:
+            t0 = clock()
+            self._record(ev, sptr)
+            while query(ev) != 0:
+                if time.monotonic() > deadline:
+                    self._wait([(ev, f"device {d.index}")], deadline)
+            t1 = clock()
+            out.append((t0, ev, t1))
+        self._read_anchors(d)
+        anchor = d.anchors[-1]
+        samples = []
+        if anchor.gpu_ns is not None:
+            elapsed = self._rt.eventElapsedTime
+            for t0, ev, t1 in out:
+                g = anchor.gpu_ns + ms_to_ns(elapsed(anchor.event, ev))
+                samples.append(CalibrationSample(t0, g, t1, d.index))
+        d.pool.extend(ev_list)
+        return samples
+
+    def _read_anchors(self, d: _Device) -> None:
+        """Fill in G for anchors whose event is done (timer read, or chained from the previous)."""
+        query = self._rt.eventQuery
+        prev: _Anchor | None = None
+        for a in d.anchors:
+            if a.gpu_ns is None and query(a.event) == 0:
+                if a.slot >= 0:
+                    g = int(d.slots[a.slot])
+                    a.gpu_ns = g if g else None
+                elif prev is None:
+                    a.gpu_ns = 0
+                elif prev.gpu_ns is not None:
+                    a.gpu_ns = prev.gpu_ns + ms_to_ns(self._rt.eventElapsedTime(prev.event, a.event))
+            prev = a
+
+    # sync, calibrate, collect ---------------------------------------------------------------
+    def sync(self) -> None:
+        deadline = time.monotonic() + self.sync_timeout_s
+        waits = []
+        for qs in self._queue_list:
+            if qs.last_end:
+                waits.append((qs.last_end, f"device {qs.dev.index} {_label(qs)}"))
+        for d in self._devs.values():
+            if d.anchors:
+                waits.append((d.anchors[-1].event, f"device {d.index} (gputrace's stream)"))
+        self._wait(waits, deadline)
+        self._synced_ns = self.clock()
+
+    def calibrate(self) -> list[CalibrationSample]:
+        out, self._pending_samples = self._pending_samples, []
+        for d in list(self._devs.values()):
+            self._anchor(d, self.clock(), auto=False)
+            out.extend(self._bracket(d))
+        return out
+
+    def collect(self) -> Collected:
+        done_by = self._synced_ns or self.clock()
+        got = Collected()
+        ended, self._ended = self._ended, []
+        query = self._rt.eventQuery
+        elapsed = self._rt.eventElapsedTime
+        cpu_index: dict[int, tuple[list[int], list[_Anchor]]] = {}
+        for d in self._devs.values():
+            self._read_anchors(d)
+            ready = [a for a in d.anchors if a.gpu_ns is not None]
+            cpu_index[d.index] = ([a.cpu_ns for a in ready], ready)
+        keep = []
+        for rec in ended:
+            token, qs, ev0, ev1, cpu_ns = rec
+            d = qs.dev
+            if query(ev1) != 0:
+                keep.append(rec)  # not finished yet (a sync timed out): a later collect takes it
+                continue
+            cpus, ready = cpu_index[d.index]
+            if not ready:
+                got.degraded[token] = "no clock anchor could be read on this device"
+            else:
+                a = ready[nearest(cpus, cpu_ns)]
+                try:
+                    start = a.gpu_ns + ms_to_ns(elapsed(a.event, ev0))  # type: ignore[operator]
+                    dur = ms_to_ns(elapsed(ev0, ev1))
+                    got.spans.append(RawSpan(token, qs.q, start, start + dur, cpu_ns, done_by))
+                except Exception as exc:
+                    got.degraded[token] = f"reading its CUDA events failed ({type(exc).__name__})"
+            d.pool.append(ev0)
+            d.pool.append(ev1)
+        self._ended = keep + self._ended
+        for qs in self._queue_list:
+            if not any(r[1] is qs for r in keep):
+                qs.last_end = 0
+        got.untimed, self._captured = self._captured, set()
+        self._retire_anchors()
+        return got
+
+    def _retire_anchors(self) -> None:
+        """Return anchors no open or uncollected scope can need to the pool (keep the latest)."""
+        live = [c for _, _, c in self._open.values()] + [r[4] for r in self._ended]
+        oldest = min(live, default=None)
+        for d in self._devs.values():
+            with d.lock:
+                done = [a for a in d.anchors if a.gpu_ns is not None]
+                if len(done) < 2:
+                    continue
+                cutoff = done[-1].cpu_ns if oldest is None else oldest
+                # keep the newest finished anchor at or before the cutoff, and all after it
+                older = [a for a in done[:-1] if a.cpu_ns < cutoff]
+                drop = older[:-1] if older else []
+                if not drop:
+                    continue
+                ids = {id(a) for a in drop}
+                d.anchors = [a for a in d.anchors if id(a) not in ids]
+                d.pool.extend(a.event for a in drop)
+
+    # facts ----------------------------------------------------------------------------------
+    def queues(self) -> list[QueueInfo]:
+        return [QueueInfo(qs.dev.index, qs.dev.name, self.name, _label(qs)) for qs in self._queue_list]
+
+    def devices(self) -> list[dict[str, Any]]:
+        return [{"index": d.index, "name": d.name, "backend": self.name} for d in self._devs.values()]
+
+    def info(self) -> dict[str, Any]:
+        cp = self._cp
+        facts: dict[str, Any] = {
+            "name": self.name,
+            "cupy": cp.__version__,
+            "cuda_runtime": self._rt.runtimeGetVersion(),
+            "cuda_driver": self._rt.driverGetVersion(),
+            "clock_domain": "cuda-event-chain" if self._chained else "globaltimer",
+            "clock_domain_note": (
+                "GPU times are ns since the first anchor event, chained event to event "
+                f"(the %globaltimer kernel could not be built: {self._compile_error})"
+                if self._chained
+                else "GPU times are %globaltimer ns: each event is placed as G + elapsed(anchor, "
+                "event) against an anchor issued at most "
+                f"{self.anchor_every_ns / 1e9:g} s from it"
+            ),
+            "calibration": "event record bracketed by session-clock reads, polled to completion",
+            "samples_per_calibration": self.samples,
+            "empty_span_ns": self.empty_span_ns,
+            "events_created": {str(d.index): d.created for d in self._devs.values()},
+            "graph_capture": "scopes inside stream capture are refused and flagged untimed",
+        }
+        return facts
+
+    def close(self) -> None:
+        destroy = self._rt.eventDestroy
+        for d in self._devs.values():
+            events = list(d.pool) + [a.event for a in d.anchors]
+            events += [ev for qs, ev, _ in self._open.values() if qs.dev is d]
+            events += [e for r in self._ended if r[1].dev is d for e in (r[2], r[3])]
+            for ev in set(events):
+                # a context already torn down at exit leaves nothing to free
+                with contextlib.suppress(Exception):
+                    destroy(ev)
+            d.pool = []
+            d.anchors = []
+        self._open.clear()
+        self._ended = []
+        self._queues.clear()
+        for qs in self._queue_list:
+            qs.stream = None
+
+
+def _stream_ptr(stream: Any) -> int:
+    """The raw handle of a stream given as a CuPy stream, a torch stream, or an int."""
+    for attr in ("ptr", "cuda_stream", "handle"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    raise GputraceError(
+        f"trace(stream=...) needs a CuPy stream, a torch stream or a raw handle, not {type(stream).__name__}."
+    )
+
+
+def _label(qs: _Queue) -> str:
+    if qs.sptr == 0:
+        return "default stream"
+    if qs.sptr in (1, 2):
+        return "per-thread default stream" if qs.sptr == 2 else "legacy default stream"
+    return f"stream {qs.sptr:#x}"

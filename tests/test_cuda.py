@@ -1,0 +1,374 @@
+"""The cuda backend: CPU-side behaviour everywhere, GPU structure and invariants on a CUDA machine.
+
+GPU tests assert structure (every scope timed, GPU start ≤ end, spans of a stream nest or follow
+each other, the flags raised are the real ones), never timing values.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import gputrace
+from gputrace import backends
+from gputrace.backends import cuda
+from gputrace.model import NO_TIME, Flag
+
+GPU_REASON = cuda.probe()
+gpu = pytest.mark.skipif(GPU_REASON is not None, reason=f"needs CuPy and a CUDA device: {GPU_REASON}")
+BAD = Flag.OVERLAP | Flag.START_BEFORE_SUBMIT | Flag.GPU_EXCEEDS_WALL | Flag.DEGRADED
+
+
+# CPU side ---------------------------------------------------------------------------------------
+def test_pure_helpers() -> None:
+    assert [cuda.nearest([0, 100, 200], t) for t in (-5, 49, 51, 150, 151, 10_000)] == [0, 0, 1, 1, 2, 2]
+    assert cuda.ms_to_ns(1.248e-3) == 1248
+    assert cuda.ms_to_ns(-0.000032) == -32
+    assert cuda.ms_to_ns(7.999968) == 7_999_968
+
+
+def test_probe_says_why_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    why = cuda.probe()
+    assert why is not None and why.startswith("CuPy is not installed")
+
+
+def test_auto_falls_back_to_cpu_with_one_notice(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setattr(backends, "AUTO_ORDER", ("cuda",))
+    with gputrace.session(backend="auto") as s:
+        with gputrace.trace("step"):
+            pass
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("gputrace: no GPU backend is usable (cuda: CuPy is not installed")
+    assert err[0].endswith("recording CPU times only.")
+    assert s.trace is not None
+    assert s.trace.header["backend"] == "cpu"
+    assert [sc.name for sc in s.trace] == ["step"]
+
+
+def test_explicit_cuda_without_cupy_raises_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(gputrace.GputraceError) as info:
+        gputrace.session(backend="cuda").start()
+    msg = str(info.value)
+    assert msg.startswith("backend 'cuda' is not usable here: CuPy is not installed")
+    assert msg.endswith(".") and "\n" not in msg and msg.count(". ") == 0
+
+
+@pytest.mark.skipif(GPU_REASON is None, reason="this machine has a usable CUDA device")
+def test_explicit_cuda_without_gpu_raises_one_sentence() -> None:
+    with pytest.raises(gputrace.GputraceError, match=r"^backend 'cuda' is not usable here: .*\.$"):
+        gputrace.session(backend="cuda").start()
+
+
+def test_importing_the_backend_module_does_not_import_cupy() -> None:
+    code = "import sys, gputrace.backends.cuda; print('cupy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# GPU side ---------------------------------------------------------------------------------------
+SPIN_SRC = r"""
+extern "C" __global__ void spin_ns(unsigned long long ns, unsigned long long* out) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+    if (out) { out[0] = t0; }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def spin():  # type: ignore[no-untyped-def]
+    """``spin(ns, stream=None)``: a one-thread kernel that busy-waits ``ns`` on the GPU clock."""
+    if GPU_REASON is not None:
+        pytest.skip(f"needs CuPy and a CUDA device: {GPU_REASON}")
+    import cupy
+
+    kern = cupy.RawKernel(SPIN_SRC, "spin_ns")
+
+    def run(ns: int, stream: object = None) -> None:
+        if stream is None:
+            kern((1,), (1,), (np.uint64(ns), np.uint64(0)))
+        else:
+            with stream:  # type: ignore[attr-defined]
+                kern((1,), (1,), (np.uint64(ns), np.uint64(0)))
+
+    run(1000)
+    cupy.cuda.Device().synchronize()
+    return run
+
+
+def _gpu_scopes_ok(trace: gputrace.Trace) -> None:
+    s = trace.scopes
+    timed = s.gpu_start_ns != NO_TIME
+    assert np.all(s.gpu_start_ns[timed] <= s.gpu_end_ns[timed])
+    bad = [(sc.name, sc.flag_names) for sc in trace if sc.flags & BAD]
+    assert not bad, bad
+
+
+def _follow_or_nest(spans: list[tuple[int, int]]) -> bool:
+    spans = sorted(spans, key=lambda x: (x[0], -x[1]))
+    stack: list[tuple[int, int]] = []
+    for a, b in spans:
+        while stack and stack[-1][1] <= a:
+            stack.pop()
+        if stack and b > stack[-1][1]:
+            return False
+        stack.append((a, b))
+    return True
+
+
+@pytest.mark.gpu
+@gpu
+def test_nested_scopes_on_one_stream(spin) -> None:  # type: ignore[no-untyped-def]
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        for _ in range(3):
+            with gputrace.trace("outer"):
+                for _ in range(4):
+                    with gputrace.trace("inner"):
+                        spin(20_000)
+    t = s.trace
+    assert t is not None and len(t) == 15
+    _gpu_scopes_ok(t)
+    assert all(sc.gpu_start_ns is not None for sc in t)
+    assert t.header["backend"] == "cuda"
+    assert t.header["backend_info"]["clock_domain"] in ("globaltimer", "cuda-event-chain")
+    fit = t.header["clock"][0]
+    assert fit["samples"] >= 2 and 0 < fit["uncertainty_ns"] < 1e6
+    for outer in t.find("outer"):
+        kids = [sc for sc in t if sc.parent == outer.index]
+        assert len(kids) == 4
+        for k in kids:
+            assert outer.gpu_start_ns <= k.gpu_start_ns <= k.gpu_end_ns <= outer.gpu_end_ns
+        assert all(a.gpu_end_ns <= b.gpu_start_ns for a, b in itertools.pairwise(kids))
+    assert _follow_or_nest([(sc.gpu_start_ns, sc.gpu_end_ns) for sc in t])
+    # submission is the CPU time of entering the scope, and the GPU cannot start before it
+    for sc in t:
+        assert sc.submit_ns == sc.cpu_start_ns
+        assert sc.gpu_start_ns + sc.uncertainty_ns >= sc.submit_ns
+
+
+@pytest.mark.gpu
+@gpu
+def test_streams_get_their_own_queues(spin) -> None:  # type: ignore[no-untyped-def]
+    import cupy
+
+    s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        for _ in range(5):
+            with gputrace.trace("a", stream=s1):
+                spin(30_000, s1)
+            with s2, gputrace.trace("b"):
+                spin(30_000)
+    t = s.trace
+    assert t is not None
+    _gpu_scopes_ok(t)
+    qa = {sc.queue for sc in t.find("a")}
+    qb = {sc.queue for sc in t.find("b")}
+    assert len(qa) == 1 and len(qb) == 1 and qa != qb
+    assert {q.label for q in qa | qb} == {f"stream {s1.ptr:#x}", f"stream {s2.ptr:#x}"}  # type: ignore[union-attr]
+    for name in ("a", "b"):
+        assert _follow_or_nest([(sc.gpu_start_ns, sc.gpu_end_ns) for sc in t.find(name)])
+
+
+@pytest.mark.gpu
+@gpu
+def test_empty_scope_is_flagged_and_real_work_is_not(spin) -> None:  # type: ignore[no-untyped-def]
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        for _ in range(5):
+            spin(2_000_000)  # keep the stream busy so the empty scope's events run back to back
+            with gputrace.trace("nothing"):
+                pass
+            with gputrace.trace("work"):
+                spin(50_000)
+            gputrace.sync()
+    t = s.trace
+    assert t is not None
+    assert all(sc.flags & Flag.EMPTY for sc in t.find("nothing"))
+    assert not any(sc.flags & Flag.EMPTY for sc in t.find("work"))
+
+
+@pytest.mark.gpu
+@gpu
+def test_graph_capture_is_refused_clearly(spin, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    import cupy
+
+    st = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.zeros(1024, dtype=cupy.float32)
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        with st:
+            x += 0  # warm the kernel outside capture
+            st.synchronize()
+            st.begin_capture()
+            with gputrace.trace("in_graph"):
+                x += 1
+            graph = st.end_capture()
+        for _ in range(3):
+            with gputrace.trace("replay", stream=st):
+                graph.launch(st)
+    st.synchronize()
+    assert float(x[0]) == 3.0  # the user's graph still works
+    t = s.trace
+    assert t is not None
+    (cap,) = t.find("in_graph")
+    assert cap.flags & Flag.UNTIMED and cap.gpu_start_ns is None
+    assert all(sc.gpu_start_ns is not None for sc in t.find("replay"))
+    err = capsys.readouterr().err
+    assert err.count("capturing a CUDA graph") == 1
+
+
+@pytest.mark.gpu
+@gpu
+def test_sync_timeout_is_a_clear_error(spin) -> None:  # type: ignore[no-untyped-def]
+    import cupy
+
+    with gputrace.session(backend="cuda", quiet=True, backend_options={"sync_timeout_s": 0.1}) as s:
+        with gputrace.trace("long"):
+            spin(1_500_000_000)
+        with pytest.raises(gputrace.GputraceError, match=r"did not finish the traced work .* 0\.1 s"):
+            gputrace.sync()
+        cupy.cuda.Device().synchronize()
+    t = s.trace
+    assert t is not None and t.find("long")[0].gpu_ns is not None
+
+
+@pytest.mark.gpu
+@gpu
+def test_events_are_pooled_and_reused(spin) -> None:  # type: ignore[no-untyped-def]
+    from gputrace.clock import session_clock
+
+    b = cuda.CudaBackend(session_clock)
+    created = []
+    with gputrace.session(backend=b, quiet=True) as s:
+        for _ in range(3):
+            for _ in range(200):
+                with gputrace.trace("k"):
+                    pass
+            gputrace.sync()
+            created.append(b.info()["events_created"]["0"])
+    assert created[1] == created[2]
+    assert s.trace is not None and len(s.trace) == 600
+    assert all(sc.gpu_start_ns is not None for sc in s.trace)
+
+
+@pytest.mark.gpu
+@gpu
+def test_sync_inside_an_open_scope(spin) -> None:  # type: ignore[no-untyped-def]
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        with gputrace.trace("epoch"):
+            with gputrace.trace("step"):
+                spin(10_000)
+            gputrace.sync()
+            with gputrace.trace("step"):
+                spin(10_000)
+    t = s.trace
+    assert t is not None
+    _gpu_scopes_ok(t)
+    (epoch,) = t.find("epoch")
+    for st in t.find("step"):
+        assert epoch.gpu_start_ns <= st.gpu_start_ns <= st.gpu_end_ns <= epoch.gpu_end_ns
+
+
+@pytest.mark.gpu
+@gpu
+def test_threads_with_their_own_streams(spin) -> None:  # type: ignore[no-untyped-def]
+    import cupy
+
+    def work() -> None:
+        with cupy.cuda.Stream(non_blocking=True):
+            for _ in range(20):
+                with gputrace.trace("t"):
+                    spin(5_000)
+
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        threads = [threading.Thread(target=work) for _ in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    t = s.trace
+    assert t is not None and len(t) == 40
+    _gpu_scopes_ok(t)
+    assert len({sc.queue for sc in t}) == 2
+    assert len({sc.thread.tid for sc in t}) == 2
+
+
+@pytest.mark.gpu
+@gpu
+def test_cold_first_call_of_a_new_kernel(spin) -> None:  # type: ignore[no-untyped-def]
+    import cupy
+
+    k = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x * 3.0f + 1.0f", "gputrace_cold_test")
+    x = cupy.ones(1 << 16, dtype=cupy.float32)
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        for _ in range(5):
+            with gputrace.trace("axpb"):
+                k(x)
+    t = s.trace
+    assert t is not None
+    flags = [bool(sc.flags & Flag.COLD) for sc in t.find("axpb")]
+    assert flags == [True, False, False, False, False]
+
+
+@pytest.mark.gpu
+@gpu
+def test_elapsed_time_is_signed() -> None:
+    """The backend places events before their anchor with a negative elapsed time."""
+    import cupy
+
+    rt = cupy.cuda.runtime
+    a, b = rt.eventCreateWithFlags(0), rt.eventCreateWithFlags(0)
+    try:
+        s = cupy.cuda.get_current_stream()
+        rt.eventRecord(a, s.ptr)
+        cupy.arange(1 << 20).sum()
+        rt.eventRecord(b, s.ptr)
+        rt.eventSynchronize(b)
+        fwd, back = rt.eventElapsedTime(a, b), rt.eventElapsedTime(b, a)
+        assert fwd > 0 and back == -fwd
+    finally:
+        rt.eventDestroy(a)
+        rt.eventDestroy(b)
+
+
+@pytest.mark.gpu
+@gpu
+def test_trace_file_has_a_gpu_process_per_device(spin, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "cuda.json"
+    with gputrace.session(path, backend="cuda", quiet=True):
+        for _ in range(3):
+            with gputrace.trace("k"):
+                spin(10_000)
+    loaded = gputrace.load(path)
+    assert len(loaded) == 3
+    assert loaded.header["backend"] == "cuda"
+    assert all(sc.gpu_start_ns is not None for sc in loaded)
+    assert loaded.queues and loaded.queues[0].backend == "cuda"
+
+
+@pytest.mark.gpu
+@gpu
+def test_two_devices_get_their_own_clock_fit(spin) -> None:  # type: ignore[no-untyped-def]
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two CUDA devices")
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        for dev in (0, 1):
+            with cupy.cuda.Device(dev), gputrace.trace(f"on{dev}"):
+                cupy.arange(1 << 20).sum()
+    t = s.trace
+    assert t is not None
+    _gpu_scopes_ok(t)
+    assert {q.device for q in t.queues} == {0, 1}
+    assert {c["device"] for c in t.header["clock"]} == {0, 1}
