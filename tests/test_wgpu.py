@@ -61,9 +61,7 @@ def test_ticks_to_ns_refuses_a_nonpositive_period() -> None:
 
 
 def _run(code: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -229,9 +227,7 @@ def test_every_pass_lies_between_its_submit_and_its_completion(
         for j in mine.tolist():
             start, end = int(t.spans.gpu_start_ns[j]), int(t.spans.gpu_end_ns[j])
             assert sc.submit_ns - unc <= start <= end <= hi + unc
-        assert not {"gpu_exceeds_wall", "start_before_submit", "overlap", "degraded"} & set(
-            sc.flag_names
-        )
+        assert not {"gpu_exceeds_wall", "start_before_submit", "overlap", "degraded"} & set(sc.flag_names)
     fit = t.clock_fits[0]
     assert fit.samples >= 4
     raw = sorted(backend.seen_spans, key=lambda r: (r.gpu_start_ns, r.label))
@@ -340,9 +336,7 @@ def test_render_passes_are_timed(device: Any) -> None:
 
 
 @pytest.mark.wgpu
-def test_the_timestamp_period_is_applied_to_passes_and_samples(
-    device: Any, on_lavapipe: bool
-) -> None:
+def test_the_timestamp_period_is_applied_to_passes_and_samples(device: Any, on_lavapipe: bool) -> None:
     if not on_lavapipe:
         pytest.skip("needs the GPU clock to be the session clock (lavapipe) to know the truth")
     k = Kernel(device)
