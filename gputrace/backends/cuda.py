@@ -418,6 +418,7 @@ class CudaBackend(Backend):
             ready = [a for a in d.anchors if a.gpu_ns is not None]
             cpu_index[d.index] = ([a.cpu_ns for a in ready], ready)
         keep = []
+        released: set[int] = set()
         for rec in ended:
             token, qs, ev0, ev1, cpu_ns = rec
             d = qs.dev
@@ -437,10 +438,11 @@ class CudaBackend(Backend):
                     got.degraded[token] = f"reading its CUDA events failed ({type(exc).__name__})"
             d.pool.append(ev0)
             d.pool.append(ev1)
+            released.add(ev1)
         self._ended = keep + self._ended
         for qs in self._queue_list:
-            if not any(r[1] is qs for r in keep):
-                qs.last_end = 0
+            if qs.last_end in released:
+                qs.last_end = 0  # nothing newer was recorded on it: the next sync skips it
         got.untimed, self._captured = self._captured, set()
         self._retire_anchors()
         return got
