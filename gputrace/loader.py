@@ -303,11 +303,14 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         gpu_start_ns=g0[order],
         gpu_end_ns=g1[order],
     )
+    # a merged trace (gputrace merge) keeps each process's threads under its own pid
+    procs = header.get("processes")
+    pids = {pid} | ({int(p["pid"]) for p in procs} if isinstance(procs, list) else set())
     marks = [
         Mark(str(e["name"]), _ns(float(e["ts"]), base), thread_idx[int(e["tid"])], str(e["cat"]),
              dict(e.get("args") or {}))
         for e in instants
-        if e.get("cat") in ("mark", "sync") and e.get("pid") == pid
+        if e.get("cat") in ("mark", "sync") and e.get("pid") in pids
     ]  # fmt: skip
     names = canonical_names(names, s, spans)
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}

@@ -465,6 +465,8 @@ def clock_section(trace: Trace) -> dict[str, Any]:
     max_unc = int(s.uncertainty_ns[has_gpu].max()) if has_gpu.any() else None
     if not has_gpu.any():
         note = "no GPU times in this trace: nothing to align."
+    elif trace.header.get("source") == "chrome":
+        note = "the other tool placed GPU times on its CPU clock; their uncertainty is not recorded."
     elif not fits:
         note = "GPU times carry no clock fit in this trace: treat their placement as unknown."
     else:

@@ -1,0 +1,37 @@
+"""``gputrace merge OUT IN...``: traces of several processes (ranks) on one time line.
+
+    torchrun --nproc-per-node 4 train.py          # each rank writes trace-$RANK.json
+    gputrace merge all.json trace-*.json           # one file, one track group per rank
+
+Each input's recorded (monotonic, realtime) clock pair puts it on the first rank's clock; every
+process keeps its own tracks, named by its rank; GPU process ids and flow ids never collide.
+"""
+
+from __future__ import annotations
+
+import click
+
+from gputrace.commands._common import fail, load_any
+from gputrace.errors import GputraceError
+from gputrace.merge import merge as merge_traces
+from gputrace.merge import write
+
+
+@click.command("merge")
+@click.argument("out", type=str)
+@click.argument("inputs", nargs=-1, required=True, type=str)
+def merge(out: str, inputs: tuple[str, ...]) -> None:
+    """Merge traces from several processes into OUT (gzip if it ends in .gz)."""
+    traces = [load_any(p, foreign=False) for p in inputs]
+    try:
+        merged = merge_traces(traces, list(inputs))
+    except GputraceError as exc:
+        fail(str(exc))
+    except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
+        fail(f"cannot merge {', '.join(inputs)}: a trace looks malformed ({type(exc).__name__}: {exc}).")
+    try:
+        write(merged, out)
+    except OSError as exc:
+        fail(f"{out}: cannot be written ({exc.strerror or exc}).")
+    procs = ", ".join(p["label"] for p in merged.header["processes"])
+    click.echo(f"wrote {out}: {len(merged)} scopes from {len(inputs)} traces ({procs}).", err=True)

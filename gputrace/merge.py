@@ -1,0 +1,253 @@
+"""Merge traces from several processes (ranks of one job) onto one time line.
+
+Each trace records a ``clock_pair`` (its session clock and the realtime clock read together). The
+first input (the lowest rank) is the reference: input ``i``'s times move by
+``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns, which puts every process on the
+reference's session clock. Processes keep their own tracks (their own pid, named by rank when the
+trace recorded one); GPU processes, thread ids and flow ids are renumbered so they never collide.
+
+>>> import gputrace, os, tempfile
+>>> from gputrace.clock import FakeClock
+>>> d = tempfile.mkdtemp()
+>>> for rank in (0, 1):
+...     os.environ["RANK"] = str(rank)
+...     with gputrace.session(os.path.join(d, f"r{rank}.json"), backend="fake", quiet=True):
+...         with gputrace.trace("allreduce"):
+...             pass
+>>> del os.environ["RANK"]
+>>> merged = merge_files(os.path.join(d, "all.json"), [os.path.join(d, f"r{r}.json") for r in (0, 1)])
+>>> [p["label"] for p in merged.header["processes"]], len(merged.find("allreduce"))
+(['rank 0', 'rank 1'], 2)
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gputrace.errors import GputraceError
+from gputrace.exporters.chrome import GPU_PID_BASE, to_events
+from gputrace.loader import load
+from gputrace.model import (
+    NO_TIME,
+    ClockFit,
+    Mark,
+    QueueInfo,
+    ScopeTable,
+    SpanTable,
+    ThreadInfo,
+    Trace,
+    canonical_names,
+)
+
+MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
+MAX_PID = 1 << 22
+
+
+def clock_offset(header: dict[str, Any], where: str) -> int:
+    """realtime − monotonic of a trace, from its ``clock_pair``; a clear error if it has none."""
+    pair = header.get("clock_pair")
+    if not isinstance(pair, dict):
+        raise GputraceError(f"{where}: cannot be merged, it records no clock_pair.")
+    mono, real = pair.get("monotonic_ns"), pair.get("realtime_ns")
+    if type(mono) is not int or type(real) is not int:
+        raise GputraceError(f"{where}: cannot be merged, its clock_pair is not two integers.")
+    return real - mono
+
+
+def _shift(col: np.ndarray, by: int) -> np.ndarray:
+    return np.where(col != NO_TIME, col + by, NO_TIME)
+
+
+def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
+    """One trace holding every input's scopes, placed on the first input's session clock.
+
+    Inputs are ordered by rank (traces without one last, in the given order).
+    """
+    if not traces:
+        raise GputraceError("nothing to merge: give at least one trace.")
+    files = files or [f"<trace {i}>" for i in range(len(traces))]
+    order = sorted(range(len(traces)), key=lambda i: (_rank(traces[i]) is None, _rank(traces[i]) or 0, i))
+    traces = [traces[i] for i in order]
+    files = [files[i] for i in order]
+    offsets = [clock_offset(t.header, f) for t, f in zip(traces, files, strict=True)]
+    shifts = [o - offsets[0] for o in offsets]
+
+    names: list[str] = []
+    name_id: dict[str, int] = {}
+    threads: list[ThreadInfo] = []
+    queues: list[QueueInfo] = []
+    used_tids: set[int] = set()
+    used_pids: set[int] = set()
+    processes: list[dict[str, Any]] = []
+    parts: list[ScopeTable] = []
+    span_parts: list[SpanTable] = []
+    marks: list[Mark] = []
+    fits: dict[int, ClockFit] = {}
+    clock: list[dict[str, Any]] = []
+    merged_info: list[dict[str, Any]] = []
+    row0 = n_devices = 0
+    next_tid = MAX_TID
+    for t, f, shift in zip(traces, files, shifts, strict=True):
+        name_map = np.array([name_id.setdefault(n, len(name_id)) for n in t.names] or [0], np.int64)
+        thread0, queue0 = len(threads), len(queues)
+        tids = []
+        for th in t.threads:
+            tid = th.tid
+            if tid in used_tids or not 0 <= tid < MAX_TID:
+                while next_tid in used_tids:
+                    next_tid += 1
+                tid = next_tid
+            used_tids.add(tid)
+            tids.append(tid)
+            threads.append(ThreadInfo(tid, th.name))
+        pid = int(t.header.get("pid") or 1)
+        if pid in used_pids or not 0 < pid < MAX_PID:
+            pid = MAX_PID
+            while pid in used_pids:
+                pid += 1
+        used_pids.add(pid)
+        rank = _rank(t)
+        label = f"rank {rank}" if rank is not None else f"pid {pid}"
+        processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids})
+        dev_map: dict[int, int] = {}
+        for dev in [q.device for q in t.queues] + sorted(t.clock_fits):
+            if dev not in dev_map:
+                dev_map[dev] = n_devices
+                n_devices += 1
+        for q in t.queues:
+            queues.append(QueueInfo(dev_map[q.device], f"{q.device_name} · {label}", q.backend, q.label))
+        for dev, fit in t.clock_fits.items():
+            nd = dev_map[dev]
+            fits[nd] = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + shift,
+                               first_cpu_ns=fit.first_cpu_ns + shift,
+                               last_cpu_ns=fit.last_cpu_ns + shift)  # fmt: skip
+            clock.append(dict(device=nd, **fits[nd].to_dict()))
+        s = t.scopes
+        part = ScopeTable(
+            name=name_map[s.name].astype(np.int32) if len(s) else s.name,
+            thread=(s.thread + thread0).astype(np.int32),
+            parent=np.where(s.parent >= 0, s.parent + row0, -1),
+            depth=s.depth.copy(),
+            cpu_start_ns=s.cpu_start_ns + shift,
+            cpu_end_ns=s.cpu_end_ns + shift,
+            submit_ns=_shift(s.submit_ns, shift),
+            gpu_start_ns=_shift(s.gpu_start_ns, shift),
+            gpu_end_ns=_shift(s.gpu_end_ns, shift),
+            queue=np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
+            flags=s.flags.copy(),
+            uncertainty_ns=s.uncertainty_ns.copy(),
+            args={k + row0: v for k, v in s.args.items()},
+        )
+        parts.append(part)
+        sp = t.spans
+        span_parts.append(SpanTable(
+            scope=sp.scope + row0,
+            label=name_map[sp.label].astype(np.int32) if len(sp) else sp.label,
+            queue=np.where(sp.queue >= 0, sp.queue + queue0, -1).astype(np.int32),
+            submit_ns=_shift(sp.submit_ns, shift),
+            gpu_start_ns=sp.gpu_start_ns + shift,
+            gpu_end_ns=sp.gpu_end_ns + shift,
+        ))  # fmt: skip
+        marks += [replace(m, ts_ns=m.ts_ns + shift, thread=m.thread + thread0) for m in t.marks]
+        merged_info.append({
+            "file": f, "pid": pid, "rank": rank, "shift_ns": shift, "backend": t.header.get("backend"),
+            "clock_pair": t.header.get("clock_pair"), "host": t.header.get("host"),
+            "argv": t.header.get("argv"),
+        })  # fmt: skip
+        row0 += len(s)
+
+    scopes, spans = _concat(parts, span_parts)
+    marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
+    all_names = canonical_names(list(name_id), scopes, spans)
+    header = dict(traces[0].header)
+    starts = [int(t.header.get("start_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)]
+    ends = [int(t.header.get("end_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)]
+    header.update(
+        start_ns=min(starts), base_ns=min(starts), end_ns=max(ends), pid=processes[0]["pid"],
+        rank=None, clock=clock, processes=processes, merged=merged_info,
+        backend=",".join(sorted({str(t.header.get("backend")) for t in traces})),
+    )  # fmt: skip
+    merged = Trace(header, all_names, threads, queues, scopes, spans, marks, fits)
+    from gputrace.resolver import anomaly_report
+
+    header["anomalies"] = anomaly_report(merged)
+    return merged
+
+
+def _rank(t: Trace) -> int | None:
+    r = t.header.get("rank")
+    return r if type(r) is int else None
+
+
+def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[ScopeTable, SpanTable]:
+    """Concatenate, then order rows by (cpu start, thread, −cpu end) as every trace is ordered."""
+    cols = {c: np.concatenate([getattr(p, c) for p in parts]) for c in ScopeTable.COLUMNS}
+    order = np.lexsort((-cols["cpu_end_ns"], cols["thread"], cols["cpu_start_ns"]))
+    new_row = np.empty(len(order), np.int64)
+    new_row[order] = np.arange(len(order))
+    for c in ScopeTable.COLUMNS:
+        cols[c] = cols[c][order]
+    cols["parent"] = np.where(cols["parent"] >= 0, new_row[np.maximum(cols["parent"], 0)], -1)
+    args = {int(new_row[k]): v for p in parts for k, v in p.args.items()}
+    scopes = ScopeTable(**cols, args=dict(sorted(args.items())))
+    scol = {c: np.concatenate([getattr(p, c) for p in span_parts]) for c in
+            ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns")}  # fmt: skip
+    scol["scope"] = new_row[scol["scope"]] if len(scol["scope"]) else scol["scope"]
+    sorder = np.lexsort((scol["gpu_end_ns"], scol["gpu_start_ns"], scol["scope"]))
+    spans = SpanTable(**{c: v[sorder] for c, v in scol.items()})
+    return scopes, spans
+
+
+def dumps(trace: Trace) -> bytes:
+    """Chrome JSON of a merged trace: each process's threads under its own pid."""
+    events, header = to_events(trace)
+    procs = header.get("processes") or []
+    pid_of_tid = {tid % (1 << 24): p["pid"] for p in procs for tid in p["tids"]}
+    ref = int(header.get("pid") or 1)
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if e.get("pid") == ref:
+            if e.get("ph") == "M" and e.get("name") in ("process_name", "process_sort_index"):
+                continue
+            tid = e.get("tid")
+            if isinstance(tid, int):
+                e["pid"] = pid_of_tid.get(tid % (1 << 24), ref)
+        out.append(e)
+    for k, p in enumerate(procs):
+        out.append({"ph": "M", "name": "process_name", "pid": p["pid"], "tid": 0,
+                    "args": {"name": f"python {p['pid']} ({p['label']})"}})  # fmt: skip
+        out.append({"ph": "M", "name": "process_sort_index", "pid": p["pid"], "tid": 0,
+                    "args": {"sort_index": k}})  # fmt: skip
+    for e in out:  # GPUs sort after every process
+        if e.get("name") == "process_sort_index" and e["pid"] >= GPU_PID_BASE:
+            e["args"] = {"sort_index": len(procs) + e["pid"] - GPU_PID_BASE}
+    return orjson.dumps({"traceEvents": out, "displayTimeUnit": "ms", "gputrace": header},
+                        option=orjson.OPT_SERIALIZE_NUMPY)  # fmt: skip
+
+
+def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    data = dumps(trace)
+    tmp = p.with_name(p.name + ".partial")
+    if p.name.endswith(".gz"):
+        with gzip.open(tmp, "wb", compresslevel=5) as f:
+            f.write(data)
+    else:
+        tmp.write_bytes(data)
+    tmp.replace(p)
+    return p
+
+
+def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
+    """Load ``inputs``, merge them, write ``out``; returns the merged trace."""
+    traces = [load(f) for f in inputs]
+    merged = merge(traces, list(inputs))
+    write(merged, out)
+    return merged
