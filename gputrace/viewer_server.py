@@ -147,10 +147,10 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
         server_version = "gputrace-view"
         sys_version = ""
 
-        def do_GET(self) -> None:  # noqa: N802 - name fixed by http.server
+        def do_GET(self) -> None:
             self._answer(body=True)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._answer(body=False)
 
         def _answer(self, body: bool) -> None:
@@ -158,7 +158,7 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
             if self.headers.get("Host", "") not in allowed_hosts:
                 self._send(HTTPStatus.FORBIDDEN, b"wrong Host header\n", "text/plain", body)
                 return
-            route = urllib.parse.urlsplit(self.path).path  # as sent: never unquoted, never joined
+            route = self.path.split("?", 1)[0]  # as sent: never unquoted, normalised or joined
             entry = server.routes.get(route)
             if entry is None:
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", body)
@@ -185,7 +185,7 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
             if body:
                 self.wfile.write(data)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # quiet: the terminal shows the URL and "stopped", not every request
 
     return Handler

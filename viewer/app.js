@@ -206,6 +206,12 @@ var GT = window.GT || (window.GT = {});
              slices: l.count || 0, instants: l.instants.length, points: l.points ? l.points.length / 2 : 0 };
   }
 
+  function countHighlighted() {
+    var S = model.slices, hl = timeline.highlight, n = 0;
+    for (var s = 0; s < S.n; s++) n += hl[S.name[s]];
+    return n;
+  }
+
   window.gputraceViewer = {
     load: function (url, name) { return guard(loadUrl(url, name || String(url))); },
     loadBuffer: function (buf, name) { return guard(openBuffer(buf, name || 'trace')); },
@@ -218,6 +224,7 @@ var GT = window.GT || (window.GT = {});
         lanes: model.lanes.map(laneStats), flows: model.flows.length, instants: model.instants.length,
         view: { start: timeline.viewStart, end: timeline.viewEnd }, extent: { start: model.t0, end: model.t1 },
         selected: timeline.selected, lastDraw: timeline.lastDraw,
+        highlighted: timeline.highlight ? countHighlighted() : null,
       };
     },
     view: function () { return { start: timeline.viewStart, end: timeline.viewEnd }; },
