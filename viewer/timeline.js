@@ -297,20 +297,19 @@ var GT = window.GT || (window.GT = {});
       var ry = ly + PAD + r * l.rowH;
       if (ry > this.height || ry + l.rowH < RULER_H) continue;
       var ids = l.rowIds[r], starts = l.rowStart[r];
-      var i = GT.firstEndingAfter(l.rowMaxEnd[r], vs), lastPx = -1;
+      var i = GT.firstEndingAfter(l.rowMaxEnd[r], vs);
+      var coveredTo = LABEL_W; // pixels of this row already painted (rows only overlap when crowded)
       var h = l.rowH - 1, textY = ry + h / 2;
       for (; i < ids.length && starts[i] <= ve; i++) {
         var id = ids[i];
         stats.slicesVisited++;
         var x0 = LABEL_W + (S.start[id] - vs) * k, x1 = x0 + S.dur[id] * k;
-        if (x1 < LABEL_W) continue;
+        if (x1 < coveredTo) continue; // sub-pixel or hidden behind what is drawn: one rect per pixel
+        if (x0 < coveredTo) x0 = coveredTo;
+        if (x1 - x0 < 1) { x0 = Math.floor(x0); x1 = x0 + 1; }
+        if (x1 > W) x1 = W;
         var w = x1 - x0;
-        if (w < 1) {
-          var px = Math.floor(x0);
-          if (px === lastPx) continue;
-          lastPx = px; x0 = px; w = 1;
-        } else if (x0 < LABEL_W) { w -= LABEL_W - x0; x0 = LABEL_W; }
-        if (x0 + w > W) w = W - x0;
+        coveredTo = x1;
         var kind = S.kind[id], nm = S.name[id];
         ctx.globalAlpha = hl && !hl[nm] ? 0.15 : 1;
         ctx.fillStyle = this._color(kind, nm);
