@@ -59,6 +59,7 @@ class DeviceRun:
     sizes: list[int] = field(default_factory=list)  # grid of the break-even curves
     resident_ns: dict[int, list[float]] = field(default_factory=dict)  # ops -> wall per size
     with_copies_ns: dict[int, list[float]] = field(default_factory=dict)
+    session_options: dict[str, Any] = field(default_factory=dict)  # for the scope-cost session
 
 
 def host_facts() -> dict[str, Any]:
@@ -99,7 +100,9 @@ def measure(backend: str, *, quick: bool = False) -> Calibration:
     clock_m, clock_facts = on_cpu.clock_measurements(plan.batches)
     measurements += clock_m
     summary.update(clock_facts)
-    scope_m, scope_skipped = on_cpu.scope_cost(backend, plan.batches, 100 if quick else 500)
+    scope_m, scope_skipped = on_cpu.scope_cost(
+        backend, plan.batches, 100 if quick else 500, run.session_options
+    )
     measurements += scope_m
     skipped.update(scope_skipped)
     for m in scope_m:
@@ -114,8 +117,11 @@ def measure(backend: str, *, quick: bool = False) -> Calibration:
         cpu_pass = on_cpu.numpy_pass_curve(run.sizes, plan.reps)
         measurements.append(
             Measurement(
-                "numpy_pass", "break-even", f"numpy multiply-add pass, {run.sizes[-1]:,} elements",
-                wall=cpu_pass[-1], note="the CPU side of the break-even table",
+                "numpy_pass",
+                "break-even",
+                f"numpy multiply-add pass, {run.sizes[-1]:,} elements",
+                wall=cpu_pass[-1],
+                note="the CPU side of the break-even table",
             )
         )
         breakeven, curves = be.table(

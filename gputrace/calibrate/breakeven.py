@@ -18,7 +18,7 @@ between the two grid points that bracket it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gputrace.calibrate.result import BreakEven
@@ -31,7 +31,7 @@ def crossing(
 ) -> tuple[int | None, bool]:
     """(smallest element count where the GPU is faster, whether that is already the grid's first
     point); (None, False) when the CPU is faster everywhere on the grid."""
-    wins = [g < c for c, g in zip(cpu_ns, gpu_ns)]
+    wins = [g < c for c, g in zip(cpu_ns, gpu_ns, strict=True)]
     if not wins:
         return None, False
     if wins[0]:
@@ -42,15 +42,15 @@ def crossing(
             d1 = math.log(cpu_ns[i] / gpu_ns[i])  # > 0: GPU faster
             frac = -d0 / (d1 - d0) if d1 != d0 else 1.0
             log_n = math.log(sizes[i - 1]) + frac * (math.log(sizes[i]) - math.log(sizes[i - 1]))
-            return int(math.ceil(round(math.exp(log_n), 6))), False
+            return math.ceil(round(math.exp(log_n), 6)), False
     return None, False
 
 
 def table(
     sizes: Sequence[int],
     cpu_pass_ns: Sequence[float],
-    gpu_resident_ns: dict[int, Sequence[float]],
-    gpu_copies_ns: dict[int, Sequence[float]],
+    gpu_resident_ns: Mapping[int, Sequence[float]],
+    gpu_copies_ns: Mapping[int, Sequence[float]],
 ) -> tuple[list[BreakEven], dict[str, Any]]:
     """Break-even rows for each intensity measured, and the curves they came from (for the JSON)."""
     rows = []

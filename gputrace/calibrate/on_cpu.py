@@ -30,11 +30,16 @@ def clock_measurements(batches: int) -> tuple[list[Measurement], dict[str, float
         steps.append(float(b - a))
     m = [
         Measurement(
-            "clock_read", "clock", "session clock read (perf_counter_ns)",
-            wall=Stat.of(cost), per=1000,
+            "clock_read",
+            "clock",
+            "session clock read (perf_counter_ns)",
+            wall=Stat.of(cost),
+            per=1000,
         ),
         Measurement(
-            "clock_step", "clock", "session clock: smallest visible step",
+            "clock_step",
+            "clock",
+            "session clock: smallest visible step",
             wall=Stat.of(steps),
             note="the time between two reads that differ",
         ),
@@ -42,7 +47,9 @@ def clock_measurements(batches: int) -> tuple[list[Measurement], dict[str, float
     return m, {"clock_resolution_ns": float(min(steps))}
 
 
-def scope_cost(backend: str, batches: int, per_batch: int) -> tuple[list[Measurement], dict[str, str]]:
+def scope_cost(
+    backend: str, batches: int, per_batch: int, options: dict[str, Any] | None = None
+) -> tuple[list[Measurement], dict[str, str]]:
     """The profiler's own cost per ``with gputrace.trace(...)`` scope: with no session active, and
     inside a session on ``backend`` (the full cost a user pays per traced region)."""
     import gputrace
@@ -53,14 +60,16 @@ def scope_cost(backend: str, batches: int, per_batch: int) -> tuple[list[Measure
 
     out = [
         Measurement(
-            "scope_cost_off", "profiler", "trace() scope, no session active",
+            "scope_cost_off",
+            "profiler",
+            "trace() scope, no session active",
             wall=Stat.of(wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)),
             per=per_batch,
         )
     ]
     skipped: dict[str, str] = {}
     try:
-        s = gputrace.session(backend=backend, quiet=True)
+        s = gputrace.session(backend=backend, quiet=True, backend_options=options)
         s.start()
     except Exception as exc:  # the backend may be missing or unusable: say why, measure the rest
         skipped["scope_cost"] = f"a {backend} session could not start ({exc})"
@@ -71,8 +80,11 @@ def scope_cost(backend: str, batches: int, per_batch: int) -> tuple[list[Measure
         s.stop()
     out.append(
         Measurement(
-            "scope_cost", "profiler", f"trace() scope inside a {backend} session",
-            wall=Stat.of(samples), per=per_batch,
+            "scope_cost",
+            "profiler",
+            f"trace() scope inside a {backend} session",
+            wall=Stat.of(samples),
+            per=per_batch,
             note="enter + exit, including the backend's begin/end",
         )
     )

@@ -161,7 +161,11 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
             env = dict(os.environ, CUPY_CACHE_DIR=cache)
             done = subprocess.run(
                 [sys.executable, "-c", FIRST_USE_SCRIPT, KERNELS],
-                env=env, capture_output=True, text=True, timeout=180, check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
             )
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -174,8 +178,10 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
             Measurement(f"first_{key}", "first use (fresh process)", what, wall=Stat.of(samples[key]))
         )
     run.summary["first_launch_ns"] = Stat.of(
-        [sum(samples[k][i] for k in ("context", "module", "first_launch"))
-         for i in range(len(samples["context"]))]
+        [
+            sum(samples[k][i] for k in ("context", "module", "first_launch"))
+            for i in range(len(samples["context"]))
+        ]
     ).median
 
 
@@ -219,8 +225,12 @@ def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     per_total = plan.batches * LAUNCH_BATCH
     run.measurements.append(
         Measurement(
-            "launch", "launch", f"empty kernel launch, queued ({per_total:,} launches)",
-            wall=Stat.of(cpu), device=Stat.of(gpu), per=LAUNCH_BATCH,
+            "launch",
+            "launch",
+            f"empty kernel launch, queued ({per_total:,} launches)",
+            wall=Stat.of(cpu),
+            device=Stat.of(gpu),
+            per=LAUNCH_BATCH,
             note="wall: CPU enqueue per launch; device: GPU time per launch back to back",
         )
     )
@@ -242,8 +252,11 @@ def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
         single_dev.append(c.elapsed_ns())
     run.measurements.append(
         Measurement(
-            "launch_sync", "launch", "one empty launch + wait (idle GPU)",
-            wall=Stat.of(sync_wall), device=Stat.of(single_dev),
+            "launch_sync",
+            "launch",
+            "one empty launch + wait (idle GPU)",
+            wall=Stat.of(sync_wall),
+            device=Stat.of(single_dev),
             note="wall: launch to synchronize() returning; device: event pair around it",
         )
     )
@@ -253,6 +266,7 @@ def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     per = 50
     for blocks in GRID_BLOCKS:
+
         def launch(blocks: int = blocks) -> None:
             c.empty((blocks,), (256,), ())
 
@@ -266,8 +280,12 @@ def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
             gpu.append(b)
         run.measurements.append(
             Measurement(
-                f"grid_{blocks}", "grid size", f"empty kernel, {blocks:,} blocks × 256 threads, queued",
-                wall=Stat.of(cpu), device=Stat.of(gpu), per=per,
+                f"grid_{blocks}",
+                "grid size",
+                f"empty kernel, {blocks:,} blocks × 256 threads, queued",
+                wall=Stat.of(cpu),
+                device=Stat.of(gpu),
+                per=per,
             )
         )
 
@@ -297,14 +315,21 @@ def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
             gpu.append(c.elapsed_ns() / GRAPH_KERNELS)
     run.measurements.append(
         Measurement(
-            "graph_launch", "CUDA graph", f"graph of {GRAPH_KERNELS} empty kernels: replay",
-            wall=Stat.of(cpu), note="wall: CPU cost of one graph launch",
+            "graph_launch",
+            "CUDA graph",
+            f"graph of {GRAPH_KERNELS} empty kernels: replay",
+            wall=Stat.of(cpu),
+            note="wall: CPU cost of one graph launch",
         )
     )
     run.measurements.append(
         Measurement(
-            "graph_kernel", "CUDA graph", "graph replay, per kernel",
-            wall=Stat.of([v / GRAPH_KERNELS for v in cpu]), device=Stat.of(gpu), per=GRAPH_KERNELS,
+            "graph_kernel",
+            "CUDA graph",
+            "graph replay, per kernel",
+            wall=Stat.of([v / GRAPH_KERNELS for v in cpu]),
+            device=Stat.of(gpu),
+            per=GRAPH_KERNELS,
             note="compare with the queued launch row",
         )
     )
@@ -321,8 +346,11 @@ def _events(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     c.stream.synchronize()
     run.measurements.append(
         Measurement(
-            "event_pair", "timing", "event pair with nothing between",
-            wall=Stat.of(rec), device=Stat.of(pair),
+            "event_pair",
+            "timing",
+            "event pair with nothing between",
+            wall=Stat.of(rec),
+            device=Stat.of(pair),
             note="wall: one Event.record(); device: the pair's floor",
         )
     )
@@ -347,7 +375,8 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
                 ("H2D", rt.memcpyHostToDevice, dev.data.ptr, hptr),
                 ("D2H", rt.memcpyDeviceToHost, hptr, dev.data.ptr),
             ):
-                def copy(dst: int = dst, src: int = src, kind: int = kind) -> None:
+
+                def copy(dst: int = dst, src: int = src, kind: int = kind, nbytes: int = nbytes) -> None:
                     rt.memcpyAsync(dst, src, nbytes, kind, c.stream.ptr)
 
                 copy()
@@ -366,8 +395,12 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
                 key = f"{direction.lower()}_{'1k' if nbytes == 1024 else 'large'}_{memory}"
                 run.measurements.append(
                     Measurement(
-                        key, "copies", f"{direction} {size}, {memory} host memory",
-                        wall=Stat.of(wall), device=Stat.of(device), bytes=nbytes,
+                        key,
+                        "copies",
+                        f"{direction} {size}, {memory} host memory",
+                        wall=Stat.of(wall),
+                        device=Stat.of(device),
+                        bytes=nbytes,
                         note="wall: copy + synchronize",
                     )
                 )
@@ -399,13 +432,18 @@ def _breakeven(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
         for ops in INTENSITIES:
             args = (y, np.int64(n), np.int32(ops), a, b)
 
-            def kernel(args: Any = args) -> None:
+            def kernel(args: Any = args, grid: tuple[int] = grid) -> None:
                 c.fma(grid, (256,), args)
 
-            def with_copies(kernel: Callable[[], None] = kernel) -> None:
-                rt.memcpyAsync(y.data.ptr, host.ctypes.data, 4 * n, rt.memcpyHostToDevice, c.stream.ptr)
+            def with_copies(
+                kernel: Callable[[], None] = kernel,
+                dev: int = y.data.ptr,
+                hptr: int = host.ctypes.data,
+                nbytes: int = 4 * n,
+            ) -> None:
+                rt.memcpyAsync(dev, hptr, nbytes, rt.memcpyHostToDevice, c.stream.ptr)
                 kernel()
-                rt.memcpyAsync(host.ctypes.data, y.data.ptr, 4 * n, rt.memcpyDeviceToHost, c.stream.ptr)
+                rt.memcpyAsync(hptr, dev, nbytes, rt.memcpyDeviceToHost, c.stream.ptr)
 
             for fn, out in ((kernel, resident), (with_copies, copies)):
                 for _ in range(2):

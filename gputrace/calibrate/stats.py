@@ -69,7 +69,12 @@ class Stat:
 
 
 def wall_per_op(
-    op: Callable[[], Any], *, batches: int, per_batch: int, warmup: int
+    op: Callable[[], Any],
+    *,
+    batches: int,
+    per_batch: int,
+    warmup: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
 ) -> list[float]:
     """CPU wall time per call of ``op`` (ns): ``batches`` samples, each ``per_batch`` calls long.
 
@@ -81,7 +86,6 @@ def wall_per_op(
     """
     for _ in range(warmup):
         op()
-    clock = time.perf_counter_ns
     out = []
     for _ in range(batches):
         t0 = clock()

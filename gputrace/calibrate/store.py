@@ -36,9 +36,7 @@ HEADER_KEYS = (
 )
 
 
-def default_path(
-    backend: str, *, host: str | None = None, env: Mapping[str, str] | None = None
-) -> Path:
+def default_path(backend: str, *, host: str | None = None, env: Mapping[str, str] | None = None) -> Path:
     """The file a calibration of ``backend`` on this machine is saved to and read from."""
     env = os.environ if env is None else env
     explicit = env.get(ENV_VAR)

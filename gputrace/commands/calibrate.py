@@ -39,16 +39,25 @@ def _auto_backend() -> str:
 
 @click.command()
 @click.option(
-    "--backend", type=click.Choice(["auto", "cuda", "wgpu", "cpu"]), default="auto",
-    show_default=True, help="What to measure.",
+    "--backend",
+    type=click.Choice(["auto", "cuda", "wgpu", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="What to measure.",
 )
 @click.option("--quick", is_flag=True, help="Fewer repetitions and a smaller grid (seconds).")
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
     help="What to print on stdout.",
 )
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Also save the results (JSON) to this file.",
 )
 @click.option("--no-save", is_flag=True, help="Do not save to this machine's default location.")
@@ -74,7 +83,8 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
         try:
             save(doc, path)
         except OSError as exc:
-            click.echo(f"gputrace: could not save the calibration to {path} ({exc.strerror or exc}).", err=True)
+            why = exc.strerror or exc
+            click.echo(f"gputrace: could not save the calibration to {path} ({why}).", err=True)
             sys.exit(2)
     if fmt == "json":
         click.echo(json.dumps(doc, indent=1))

@@ -1,0 +1,354 @@
+"""WebGPU measurements through wgpu-py directly (independent of gputrace's wgpu backend).
+
+Device times come from timestamp queries written at the beginning and end of a compute pass
+(ticks × the queue's timestamp period); wall times from ``time.perf_counter_ns``. Completion is
+awaited by mapping a small buffer copied in a later submission (``on_submitted_work_done_sync``
+is broken in wgpu-py 0.32), and that wait is measured on its own row so it can be read apart.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gputrace.calibrate import DeviceRun, Plan
+from gputrace.calibrate.breakeven import INTENSITIES
+from gputrace.calibrate.on_cpu import FMA_A, FMA_B
+from gputrace.calibrate.result import Measurement
+from gputrace.calibrate.stats import Stat, smallest_step
+from gputrace.errors import GputraceError
+
+EMPTY_WGSL = "@compute @workgroup_size(1) fn main() {}"
+FMA_WGSL = """
+struct Params { n: u32, ops: u32, a: f32, b: f32 }
+@group(0) @binding(0) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<uniform> p: Params;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let stride = nwg.x * 64u;
+    for (var i = gid.x; i < p.n; i += stride) {
+        var v = y[i];
+        for (var j = 0u; j < p.ops; j++) { v = fma(v, p.a, p.b); }
+        y[i] = v;
+    }
+}
+"""
+MAX_WORKGROUPS = 65535
+CPU_ADAPTER_MAX_LOG2 = 18  # lavapipe and other software adapters: keep the grid affordable
+
+
+def probe() -> tuple[Any, Any]:
+    """Import wgpu and get an adapter; raise a one-sentence ``GputraceError`` if there is none."""
+    try:
+        import wgpu
+    except ImportError as exc:
+        raise GputraceError(f"wgpu calibration needs wgpu-py, which could not be imported ({exc}).") from None
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as exc:
+        raise GputraceError(f"no wgpu adapter is usable here ({type(exc).__name__}: {exc}).") from None
+    if adapter is None:
+        raise GputraceError("no wgpu adapter is usable here.")
+    return wgpu, adapter
+
+
+class _Wgpu:
+    def __init__(self, wgpu: Any, device: Any, timestamps: bool) -> None:
+        self.wgpu = wgpu
+        self.device = device
+        self.queue = device.queue
+        self.timestamps = timestamps
+        usage = wgpu.BufferUsage
+        self.flag_src = device.create_buffer(size=4, usage=usage.STORAGE | usage.COPY_SRC)
+        self.flag_map = device.create_buffer(size=4, usage=usage.MAP_READ | usage.COPY_DST)
+        self.empty = device.create_compute_pipeline(
+            layout="auto",
+            compute={"module": device.create_shader_module(code=EMPTY_WGSL), "entry_point": "main"},
+        )
+        self.period = _timestamp_period(device)
+        self.durations_seen: list[float] = []
+        if timestamps:
+            self.qs = device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+            self.resolve = device.create_buffer(size=16, usage=usage.QUERY_RESOLVE | usage.COPY_SRC)
+            self.ts_map = device.create_buffer(size=16, usage=usage.MAP_READ | usage.COPY_DST)
+
+    def wait(self) -> None:
+        """Return once everything submitted so far has run."""
+        enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(self.flag_src, 0, self.flag_map, 0, 4)
+        self.queue.submit([enc.finish()])
+        self.flag_map.map_sync(self.wgpu.MapMode.READ)
+        self.flag_map.unmap()
+
+    def dispatch(self, pipeline: Any, groups: int, bind_group: Any = None, timed: bool = False) -> Any:
+        """Encode one compute pass with one dispatch (0 groups: an empty pass); return the encoder."""
+        enc = self.device.create_command_encoder()
+        writes = None
+        if timed:
+            writes = {"query_set": self.qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+        cpass = enc.begin_compute_pass(timestamp_writes=writes)
+        if groups:
+            cpass.set_pipeline(pipeline)
+            if bind_group is not None:
+                cpass.set_bind_group(0, bind_group)
+            cpass.dispatch_workgroups(groups)
+        cpass.end()
+        if timed:
+            enc.resolve_query_set(self.qs, 0, 2, self.resolve, 0)
+            enc.copy_buffer_to_buffer(self.resolve, 0, self.ts_map, 0, 16)
+        return enc
+
+    def read_pass_ns(self) -> float:
+        """GPU duration of the last timed pass (waits for it)."""
+        self.ts_map.map_sync(self.wgpu.MapMode.READ)
+        ticks = np.frombuffer(self.ts_map.read_mapped(), dtype=np.uint64).copy()
+        self.ts_map.unmap()
+        ns = float(int(ticks[1]) - int(ticks[0])) * self.period
+        self.durations_seen.append(ns)
+        return ns
+
+
+def _timestamp_period(device: Any) -> float:
+    try:
+        from wgpu.backends.wgpu_native import lib
+
+        return float(lib.wgpuQueueGetTimestampPeriod(device.queue._internal))
+    except Exception:
+        return 1.0
+
+
+def measure(plan: Plan) -> DeviceRun:
+    wgpu, adapter = probe()
+    timestamps = "timestamp-query" in adapter.features
+    device = adapter.request_device_sync(required_features=["timestamp-query"] if timestamps else [])
+    info = dict(adapter.info)
+    run = DeviceRun(device=f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})")
+    w = _Wgpu(wgpu, device, timestamps)
+    run.info = {
+        "wgpu": wgpu.__version__,
+        "adapter_type": info.get("adapter_type"),
+        "timestamp_period": w.period,
+        "timestamps": timestamps,
+    }
+    run.summary["timestamp_period"] = w.period
+    run.session_options = {"device": device}  # gputrace's wgpu backend times this device
+    if not timestamps:
+        run.skipped["device_times"] = "the adapter has no timestamp-query feature"
+    _step(run, "submit", lambda: _submit(run, plan, w))
+    _step(run, "copies", lambda: _copies(run, plan, w))
+    cpu_adapter = str(info.get("adapter_type", "")).upper() == "CPU"
+    _step(run, "breakeven", lambda: _breakeven(run, plan, w, cpu_adapter))
+    step = smallest_step(w.durations_seen)
+    if step is not None:
+        run.summary["timer_resolution_ns"] = step
+    return run
+
+
+def _step(run: DeviceRun, key: str, fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception as exc:
+        run.skipped[key] = f"{type(exc).__name__}: {exc}"
+
+
+def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
+    clock = time.perf_counter_ns
+    n = plan.batches * 5
+    submit, launch, launch_wait, waits = [], [], [], []
+    for i in range(n + 10):
+        cb = w.device.create_command_encoder().finish()
+        t0 = clock()
+        w.queue.submit([cb])
+        t1 = clock()
+        if i >= 10:
+            submit.append(float(t1 - t0))
+        if i % 50 == 49:
+            w.wait()
+    w.wait()
+    for i in range(n + 10):
+        t0 = clock()
+        w.queue.submit([w.dispatch(w.empty, 1).finish()])
+        t1 = clock()
+        if i >= 10:
+            launch.append(float(t1 - t0))
+        if i % 50 == 49:
+            w.wait()
+    w.wait()
+    for _ in range(n // 2):
+        t0 = clock()
+        w.queue.submit([w.dispatch(w.empty, 1).finish()])
+        w.wait()
+        launch_wait.append(float(clock() - t0))
+    for _ in range(n // 2):
+        t0 = clock()
+        w.wait()
+        waits.append(float(clock() - t0))
+    run.measurements += [
+        Measurement("submit", "submit", "queue.submit, empty command buffer", wall=Stat.of(submit)),
+        Measurement(
+            "launch_cpu",
+            "submit",
+            "one-workgroup dispatch: encode + submit",
+            wall=Stat.of(launch),
+            note="the CPU cost of getting work going",
+        ),
+        Measurement(
+            "launch_sync",
+            "submit",
+            "one-workgroup dispatch + wait",
+            wall=Stat.of(launch_wait),
+            note="includes one completion wait",
+        ),
+        Measurement(
+            "wait",
+            "submit",
+            "completion wait (submit a 4 B copy + map it)",
+            wall=Stat.of(waits),
+            note="the way gputrace waits here",
+        ),
+    ]
+    run.summary["launch_cpu_ns"] = Stat.of(launch).median
+    run.summary["launch_sync_ns"] = Stat.of(launch_wait).median
+    if not w.timestamps:
+        return
+    for groups, key, what in (
+        (0, "pass_empty", "empty timestamped pass: resolve + map round trip"),
+        (1, "launch", "timestamped one-workgroup dispatch: round trip"),
+    ):
+        wall, dev = [], []
+        for i in range(n // 2 + 5):
+            t0 = clock()
+            w.queue.submit([w.dispatch(w.empty, groups, timed=True).finish()])
+            ns = w.read_pass_ns()
+            t1 = clock()
+            if i >= 5:
+                wall.append(float(t1 - t0))
+                dev.append(ns)
+        run.measurements.append(
+            Measurement(
+                key,
+                "timestamps",
+                what,
+                wall=Stat.of(wall),
+                device=Stat.of(dev),
+                note="device: end - begin timestamp of the pass",
+            )
+        )
+        if groups:
+            run.summary["launch_gpu_ns"] = Stat.of(dev).median
+
+
+def _copies(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
+    usage = w.wgpu.BufferUsage
+    clock = time.perf_counter_ns
+    large = (4 if plan.quick else 16) << 20
+    for nbytes in (1024, large):
+        buf = w.device.create_buffer(size=nbytes, usage=usage.STORAGE | usage.COPY_DST | usage.COPY_SRC)
+        mapbuf = w.device.create_buffer(size=nbytes, usage=usage.MAP_READ | usage.COPY_DST)
+        data = np.ones(nbytes, dtype=np.uint8)
+        reps = plan.batches * 2 if nbytes == 1024 else (3 if plan.quick else 10)
+        up, down = [], []
+        for i in range(reps + 2):
+            t0 = clock()
+            w.queue.write_buffer(buf, 0, data)
+            w.wait()
+            t1 = clock()
+            enc = w.device.create_command_encoder()
+            enc.copy_buffer_to_buffer(buf, 0, mapbuf, 0, nbytes)
+            w.queue.submit([enc.finish()])
+            mapbuf.map_sync(w.wgpu.MapMode.READ)
+            _ = bytes(mapbuf.read_mapped())
+            mapbuf.unmap()
+            t2 = clock()
+            if i >= 2:
+                up.append(float(t1 - t0))
+                down.append(float(t2 - t1))
+        size = "1 KB" if nbytes == 1024 else f"{nbytes >> 20} MB"
+        tag = "1k" if nbytes == 1024 else "large"
+        run.measurements += [
+            Measurement(
+                f"h2d_{tag}", "copies", f"upload {size} (write_buffer + wait)", wall=Stat.of(up), bytes=nbytes
+            ),
+            Measurement(
+                f"d2h_{tag}",
+                "copies",
+                f"readback {size} (copy + map + read)",
+                wall=Stat.of(down),
+                bytes=nbytes,
+            ),
+        ]
+        if nbytes == 1024:
+            run.summary["h2d_1k_ns"] = Stat.of(up).median
+            run.summary["d2h_1k_ns"] = Stat.of(down).median
+        buf.destroy()
+        mapbuf.destroy()
+
+
+def _breakeven(run: DeviceRun, plan: Plan, w: _Wgpu, cpu_adapter: bool) -> None:
+    wgpu, device = w.wgpu, w.device
+    usage = wgpu.BufferUsage
+    clock = time.perf_counter_ns
+    top = CPU_ADAPTER_MAX_LOG2 - (4 if plan.quick else 0)
+    sizes = [n for n in plan.sizes if not cpu_adapter or n <= 1 << top]
+    pipeline = device.create_compute_pipeline(
+        layout="auto",
+        compute={"module": device.create_shader_module(code=FMA_WGSL), "entry_point": "main"},
+    )
+    params = device.create_buffer(size=16, usage=usage.UNIFORM | usage.COPY_DST)
+    resident: dict[int, list[float]] = {k: [] for k in INTENSITIES}
+    copies: dict[int, list[float]] = {k: [] for k in INTENSITIES}
+    for n in sizes:
+        y = device.create_buffer(size=4 * n, usage=usage.STORAGE | usage.COPY_DST | usage.COPY_SRC)
+        ymap = device.create_buffer(size=4 * n, usage=usage.MAP_READ | usage.COPY_DST)
+        host = np.ones(n, dtype=np.float32)
+        bind = device.create_bind_group(
+            layout=pipeline.get_bind_group_layout(0),
+            entries=[
+                {"binding": 0, "resource": {"buffer": y, "offset": 0, "size": 4 * n}},
+                {"binding": 1, "resource": {"buffer": params, "offset": 0, "size": 16}},
+            ],
+        )
+        groups = min((n + 63) // 64, MAX_WORKGROUPS)
+        for ops in INTENSITIES:
+            w.queue.write_buffer(params, 0, struct.pack("<IIff", n, ops, FMA_A, FMA_B))
+
+            def kernel(bind: Any = bind, groups: int = groups) -> None:
+                w.queue.submit([w.dispatch(pipeline, groups, bind).finish()])
+                w.wait()
+
+            def with_copies(
+                y: Any = y,
+                ymap: Any = ymap,
+                host: Any = host,
+                bind: Any = bind,
+                groups: int = groups,
+                n: int = n,
+            ) -> None:
+                w.queue.write_buffer(y, 0, host)
+                enc = w.dispatch(pipeline, groups, bind)
+                enc.copy_buffer_to_buffer(y, 0, ymap, 0, 4 * n)
+                w.queue.submit([enc.finish()])
+                ymap.map_sync(wgpu.MapMode.READ)
+                host[:] = np.frombuffer(ymap.read_mapped(), dtype=np.float32)
+                ymap.unmap()
+
+            for fn, out in ((kernel, resident), (with_copies, copies)):
+                t0 = clock()
+                fn()  # warm-up, and a guess of the cost to bound the repetitions
+                first = clock() - t0
+                reps = max(3, min(plan.reps, int(0.3e9 / max(first, 1))))
+                samples = []
+                for _ in range(reps):
+                    t0 = clock()
+                    fn()
+                    samples.append(float(clock() - t0))
+                out[ops].append(Stat.of(samples).median)
+        y.destroy()
+        ymap.destroy()
+    run.sizes = sizes
+    run.resident_ns = resident
+    run.with_copies_ns = copies

@@ -1,0 +1,94 @@
+"""``gputrace run``: trace a Python program without editing it.
+
+    gputrace run train.py --epochs 3                 # writes train.trace.json
+    gputrace run -o t.json --backend cuda train.py
+    gputrace run --trace-module mymodel train.py     # every top-level function of mymodel
+    gputrace run --trace-function __main__:step train.py
+    python -m gputrace run train.py
+
+Options go before the script; everything after it belongs to the program. The program's exit
+status is passed through (1 with a traceback when it raises); the trace is written in every case.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from gputrace.errors import GputraceError
+
+
+@click.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the trace (default: <script>.trace.json here; .gz to compress).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "cuda", "wgpu", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="Which GPU backend records the program's scopes.",
+)
+@click.option(
+    "--trace-module",
+    "trace_modules",
+    multiple=True,
+    metavar="NAME",
+    help="Trace every top-level function of module NAME (__main__: the script). Repeatable.",
+)
+@click.option(
+    "--trace-function",
+    "trace_functions",
+    multiple=True,
+    metavar="MODULE:FUNC",
+    help="Trace one function (or Class.method) of a module. Repeatable.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No notices from gputrace on stderr.")
+@click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(
+    output: Path | None,
+    backend: str,
+    trace_modules: tuple[str, ...],
+    trace_functions: tuple[str, ...],
+    quiet: bool,
+    script: Path,
+    args: tuple[str, ...],
+) -> None:
+    """Run SCRIPT [ARGS]... as `python SCRIPT ARGS` would, with a gputrace session active."""
+    from gputrace.runner import RunOptions, run_script
+
+    if output is None:
+        output = Path(f"{script.stem}.trace.json")
+    try:
+        result = run_script(
+            RunOptions(script, list(args), output, backend, trace_modules, trace_functions, quiet)
+        )
+    except GputraceError as exc:
+        click.echo(f"gputrace: {exc}", err=True)
+        sys.exit(2)
+    if result.trace is not None:
+        if result.written is not None:
+            click.echo(
+                f"gputrace: trace written to {result.written} ({len(result.trace)} scopes, "
+                f"backend {result.trace.header.get('backend')})",
+                err=True,
+            )
+        else:
+            click.echo("gputrace: no trace file was written (see the warning above).", err=True)
+    if not quiet:
+        for note in result.notes:
+            click.echo(f"gputrace: {note}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if result.signal is not None:  # end the way the signal would have ended the program
+        signal.signal(result.signal, signal.SIG_DFL)
+        os.kill(os.getpid(), result.signal)
+    sys.exit(result.exit_code)

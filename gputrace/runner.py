@@ -1,0 +1,352 @@
+"""Run a Python program under a gputrace session, as ``python script.py`` would run it.
+
+The program runs as ``__main__`` with its own ``sys.argv`` and its directory first on
+``sys.path``; the trace is written when it ends, whether it returns, raises, calls ``sys.exit``
+or is stopped with SIGINT/SIGTERM. Its exit status is passed through unchanged.
+
+>>> import pathlib, tempfile
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (d / "prog.py").write_text("import sys\\nsys.exit(3)\\n")
+>>> result = run_script(RunOptions(d / "prog.py", [], output=None, backend="cpu", quiet=True))
+>>> result.exit_code, len(result.trace)
+(3, 0)
+
+Functions can be traced without editing the program: ``trace_modules=["pkg.mod"]`` wraps every
+top-level function of ``pkg.mod`` in a scope named ``pkg.mod.func`` when the program imports it
+(``"__main__"`` names the program itself, scopes then named ``func``); ``trace_functions=
+["pkg.mod:Class.method", "__main__:step"]`` wraps chosen ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.abc
+import inspect
+import os
+import signal
+import sys
+import threading
+import tokenize
+import traceback
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gputrace.errors import GputraceError, notice
+from gputrace.model import Trace
+from gputrace.recorder import trace
+from gputrace.session import session
+
+MAIN = "__main__"
+_HELPER = "__gputrace_trace__"
+_WRAPPED = "__gputrace_wrapped__"
+# Signals that end a Python program by default; while the program runs they end it through an
+# exception instead, so the trace is still written.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@dataclass
+class RunOptions:
+    script: Path
+    args: Sequence[str]
+    output: Path | None
+    backend: str = "auto"
+    trace_modules: Sequence[str] = ()
+    trace_functions: Sequence[str] = ()  # "module:func" or "module:Class.method"
+    quiet: bool = False
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    trace: Trace | None  # None when the program never ran (a syntax error)
+    written: Path | None
+    signal: int | None = None  # the program was stopped by this signal: re-raise it to exit
+    notes: list[str] = field(default_factory=list)
+
+
+class _Stopped(BaseException):
+    """Raised inside the program when a stop signal arrives (like KeyboardInterrupt for SIGINT)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+def parse_targets(modules: Sequence[str], functions: Sequence[str]) -> dict[str, set[str] | None]:
+    """``{module: None}`` for every top-level function, ``{module: {"f", "C.m"}}`` for chosen ones.
+
+    >>> parse_targets(["pkg.mod"], ["__main__:step", "pkg.mod:f"])
+    {'pkg.mod': None, '__main__': {'step'}}
+    """
+    targets: dict[str, set[str] | None] = {m: None for m in modules}
+    for spec in functions:
+        mod, sep, qual = spec.partition(":")
+        if not sep or not mod or not qual or not all(p.isidentifier() for p in qual.split(".")):
+            raise GputraceError(
+                f"--trace-function {spec!r} is not of the form module:function or module:Class.method."
+            )
+        if mod in targets and targets[mod] is None:
+            continue  # the whole module is traced already
+        chosen = targets.setdefault(mod, set())
+        assert chosen is not None
+        chosen.add(qual)
+    return targets
+
+
+def run_script(opts: RunOptions) -> RunResult:
+    """Run ``opts.script`` under a session; return its exit code and the trace."""
+    script = Path(os.path.abspath(opts.script))
+    if not script.is_file():
+        raise GputraceError(f"{opts.script}: no such Python file.")
+    targets = parse_targets(opts.trace_modules, opts.trace_functions)
+    try:
+        with tokenize.open(script) as f:
+            source = f.read()
+    except (OSError, SyntaxError) as exc:
+        raise GputraceError(f"{opts.script}: could not be read ({exc}).") from None
+
+    saved_argv, saved_path0 = list(sys.argv), (sys.path[0] if sys.path else None)
+    saved_main = sys.modules.get(MAIN)
+    main = types.ModuleType(MAIN)
+    main.__dict__.update(__file__=str(script), __builtins__=builtins, __cached__=None)
+    main.__dict__.update(__spec__=None, __loader__=None, __package__=None)
+    notes: list[str] = []
+    hook = _WrapOnImport({m: q for m, q in targets.items() if m != MAIN}, notes)
+    in_main = targets.get(MAIN) or set()
+    try:
+        code, found = _compile(source, script, in_main, whole=MAIN in targets and targets[MAIN] is None)
+    except SyntaxError:  # as Python reports it: no traceback frames, exit status 1
+        traceback.print_exception(*sys.exc_info(), limit=0)
+        return RunResult(1, None, None)
+    notes += [f"--trace-function: {script.name} has no function {q}." for q in sorted(in_main - found)]
+    main.__dict__[_HELPER] = trace
+
+    sys.argv = [str(opts.script), *opts.args]
+    if sys.path:
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+    s = session(
+        opts.output,
+        backend=opts.backend,
+        quiet=opts.quiet,
+        metadata={"command": "gputrace run", "script": str(script), "args": list(opts.args)},
+    )
+    try:
+        s.start()
+    except BaseException:
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+        raise
+    previous = _catch_stop_signals()
+    hook.install()
+    sys.modules[MAIN] = main
+    exit_code: int = 0
+    stopped_by: int | None = None
+    try:
+        try:
+            exec(code, main.__dict__)
+        finally:
+            _join_threads()
+    except SystemExit as exc:
+        exit_code = _exit_status(exc.code)
+    except KeyboardInterrupt:
+        _print_exception(main.__dict__)
+        exit_code, stopped_by = 128 + int(signal.SIGINT), int(signal.SIGINT)
+    except _Stopped as exc:
+        exit_code, stopped_by = 128 + exc.signum, exc.signum
+    except BaseException:
+        _print_exception(main.__dict__)
+        exit_code = 1
+    finally:
+        hook.remove()
+        _restore_signals(previous)
+        try:
+            result_trace = s.stop()
+        finally:
+            if saved_main is not None:
+                sys.modules[MAIN] = saved_main
+            sys.argv = saved_argv
+            if saved_path0 is not None:
+                sys.path[0] = saved_path0
+    for mod in hook.never_imported():
+        notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
+    return RunResult(exit_code, result_trace, s.written, stopped_by, notes)
+
+
+def _compile(source: str, script: Path, chosen: set[str], *, whole: bool) -> tuple[types.CodeType, set[str]]:
+    """Compile the program; with targets in ``__main__``, add a trace decorator to those
+    functions (innermost, on the ``def`` line, so line numbers and tracebacks stay the same).
+    Returns the code and the names decorated."""
+    found: set[str] = set()
+    if not chosen and not whole:
+        return compile(source, str(script), "exec", dont_inherit=True), found
+    tree = ast.parse(source, str(script))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if whole or node.name in chosen:
+                _decorate(node, node.name, found)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    qual = f"{node.name}.{item.name}"
+                    if qual in chosen:
+                        _decorate(item, qual, found)
+    return compile(tree, str(script), "exec", dont_inherit=True), found
+
+
+def _decorate(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str, found: set[str]) -> None:
+    call = ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[ast.Constant(name)], keywords=[])
+    node.decorator_list.append(ast.fix_missing_locations(ast.copy_location(call, node)))
+    found.add(name)
+
+
+def _exit_status(code: object) -> int:
+    """What ``sys.exit(code)`` makes the process return, as Python itself does it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else code % 256
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_exception(main_globals: dict[str, Any]) -> None:
+    """Print the program's uncaught exception as Python would: through ``sys.excepthook``, with
+    the frames of gputrace itself left out."""
+    etype, value, tb = sys.exc_info()
+    assert etype is not None and value is not None
+    while tb is not None and tb.tb_frame.f_globals is not main_globals:
+        tb = tb.tb_next
+    if tb is not None:
+        value = value.with_traceback(tb)  # the default hook prints value.__traceback__
+    try:
+        sys.excepthook(etype, value, value.__traceback__)
+    except Exception:
+        traceback.print_exception(etype, value, tb)
+    sys.stderr.flush()
+
+
+def _join_threads() -> None:
+    """Wait for the program's non-daemon threads, as the interpreter does before it exits."""
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and not t.daemon and t is not threading.main_thread():
+            t.join()
+
+
+def _catch_stop_signals() -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    for sig in _STOP_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:  # the program's own handlers stay in charge
+            previous[sig] = signal.signal(sig, stop)
+    return previous
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+class _WrapOnImport(importlib.abc.MetaPathFinder):
+    """Wraps chosen functions of chosen modules in ``trace`` scopes as the modules are imported."""
+
+    def __init__(self, targets: dict[str, set[str] | None], notes: list[str]) -> None:
+        self.targets = targets
+        self.notes = notes
+        self.seen: set[str] = set()
+
+    def install(self) -> None:
+        for name in self.targets:
+            mod = sys.modules.get(name)
+            if mod is not None:
+                self.wrap(mod)
+        if self.targets:
+            sys.meta_path.insert(0, self)
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def never_imported(self) -> list[str]:
+        return sorted(set(self.targets) - self.seen)
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.targets:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        original: Callable[[types.ModuleType], None] | None = getattr(loader, "exec_module", None)
+        if original is None:
+            return spec
+
+        def exec_module(module: types.ModuleType) -> None:
+            assert original is not None
+            original(module)
+            self.wrap(module)
+
+        try:
+            loader.exec_module = exec_module  # type: ignore[union-attr,method-assign]  # per module
+        except (AttributeError, TypeError):
+            return spec
+        return spec
+
+    def wrap(self, module: types.ModuleType) -> None:
+        name = module.__name__
+        self.seen.add(name)
+        chosen = self.targets.get(name)
+        try:
+            if chosen is None:
+                for attr, obj in list(vars(module).items()):
+                    if inspect.isfunction(obj) and obj.__module__ == name and not attr.startswith("__"):
+                        setattr(module, attr, _traced(obj, f"{name}.{attr}"))
+                return
+            for qual in sorted(chosen):
+                if not _wrap_qualname(module, qual, f"{name}.{qual}"):
+                    self.notes.append(f"--trace-function: {name} has no function {qual}.")
+        except Exception as exc:  # never break the program over tracing it
+            notice(f"could not trace functions of {name} ({type(exc).__name__}: {exc}).")
+
+
+def _traced(fn: Any, scope: str) -> Any:
+    if getattr(fn, _WRAPPED, False):
+        return fn
+    wrapped = trace(scope)(fn)
+    setattr(wrapped, _WRAPPED, True)
+    return wrapped
+
+
+def _wrap_qualname(module: types.ModuleType, qual: str, scope: str) -> bool:
+    """Wrap ``module.<qual>`` (a function or ``Class.method``) in place; False if not found."""
+    *owners, last = qual.split(".")
+    owner: Any = module
+    for part in owners:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return False
+    raw = vars(owner).get(last) if hasattr(owner, "__dict__") else None
+    if isinstance(raw, staticmethod):
+        setattr(owner, last, staticmethod(_traced(raw.__func__, scope)))
+    elif isinstance(raw, classmethod):
+        setattr(owner, last, classmethod(_traced(raw.__func__, scope)))
+    elif inspect.isfunction(raw):
+        setattr(owner, last, _traced(raw, scope))
+    else:
+        return False
+    return True
