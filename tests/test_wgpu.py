@@ -517,3 +517,17 @@ def test_the_example_runs(adapter: Any, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "tiny" in out.stdout and "large" in out.stdout
     assert gputrace.load(tmp_path / "ex.json").find("tiny")
+
+
+@pytest.mark.wgpu
+def test_an_encoder_left_open_at_stop_still_finishes_and_submits(device: Any) -> None:
+    k = Kernel(device, n=256)
+    with gputrace.session(backend="wgpu", backend_options={"device": device}, quiet=True) as s:
+        with gputrace.trace("straddles"):
+            enc = device.create_command_encoder()
+            k.record(enc)
+    device.queue.submit([enc.finish()])  # after stop: the user's program carries on untouched
+    k.finish_wait()
+    t = s.trace
+    assert t is not None
+    assert "empty_gpu_span" in t.find("straddles")[0].flag_names  # never submitted in the session

@@ -226,12 +226,12 @@ class DeviceTracer:
         return spans, degraded
 
     def close(self) -> None:
-        self.closed = True
-        for page in [self.page, *self.free, *self.pinned, *self.mapping]:
-            if page is not None:
-                page.release()
-        self.page, self.free, self.pinned = None, [], []
-        self.mapping.clear()
+        """Forget the pages. Never destroy them: a user's encoder or command buffer may still hold
+        slots of one (it is resolved and submitted as usual; nobody reads it back)."""
+        with self.lock:
+            self.closed = True
+            self.page, self.free, self.pinned = None, [], []
+            self.mapping.clear()
 
 
 # The class swap ------------------------------------------------------------------------------

@@ -209,11 +209,3 @@ class QueryPage:
         self.readback.unmap()
         ticks: npt.NDArray[np.uint64] = np.frombuffer(data, np.uint64).copy()
         return ticks
-
-    def release(self) -> None:
-        """Drop our handles; wgpu-native frees the objects once no command buffer uses them.
-
-        (``destroy()`` would break a user's command buffer still holding slots of this page.)
-        """
-        self.query_set = self.resolve_buf = self.readback = None
-        self.records = []
