@@ -9,7 +9,7 @@ var GT = window.GT || (window.GT = {});
 
 (function () {
   var RULER_H = 26, LABEL_W = 200, GROUP_H = 22, PAD = 3;
-  var ROW_H = 18, QROW_H = 9, COUNTER_H = 30;
+  var ROW_H = 18, QROW_H = 12, COUNTER_H = 30;
   var MAX_ARROWS = 1500;
   var FONT = '11px system-ui, -apple-system, "Segoe UI", sans-serif';
   var KIND = GT.KIND;
@@ -209,7 +209,7 @@ var GT = window.GT || (window.GT = {});
       var h = GT.hue(this.model.names[nameId]);
       c = kind === KIND.gpu ? 'hsl(' + h + ',62%,52%)'
         : kind === KIND.pass ? 'hsl(' + h + ',55%,70%)'
-        : kind === KIND.queued ? 'hsl(' + h + ',30%,84%)'
+        : kind === KIND.queued ? 'hsl(' + h + ',45%,80%)'
         : kind === KIND.other ? 'hsl(' + h + ',20%,68%)'
         : 'hsl(' + h + ',55%,68%)';
       this._colors[kind][nameId] = c;
