@@ -152,8 +152,12 @@ def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
     else:
         widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
         for k, r in enumerate([head, *body]):
-            lines.append("  ".join(c.ljust(w) if i in (0, 1, 9) else c.rjust(w)
-                                   for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip())
+            lines.append(
+                "  ".join(
+                    c.ljust(w) if i in (0, 1, 9) else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                ).rstrip()
+            )
             if k == 0:
                 lines.append("  ".join("-" * w for w in widths))
     if result["fail_above_pct"] is not None:

@@ -20,6 +20,7 @@ fit: the other tool already placed GPU times on its CPU clock.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -57,13 +58,12 @@ def from_chrome(doc: Any, where: str) -> Trace:
         if not (isinstance(e, dict) and e.get("ph") == "X" and _num(e.get("ts"))):
             continue
         dur = e.get("dur")
-        if not (_num(dur) and dur >= 0):
+        if not (_num(dur) and dur is not None and dur >= 0):
             continue
         (gpu if str(e.get("cat", "")).lower() in GPU_CATS else cpu).append(e)
     if not cpu and not gpu:
         raise TraceFileError(
-            f"{where}: a Chrome trace not written by gputrace, with no complete (X) slices to "
-            "summarize."
+            f"{where}: a Chrome trace not written by gputrace, with no complete (X) slices to summarize."
         )
     threads: dict[tuple[Any, Any], int] = {}
     queues: dict[tuple[Any, Any], int] = {}
@@ -76,20 +76,19 @@ def from_chrome(doc: Any, where: str) -> Trace:
         c1 = c0 + round(e["dur"] * 1000.0)
         args = e.get("args")
         if isinstance(args, dict) and "correlation" in args:
-            try:
+            with contextlib.suppress(TypeError):  # an unhashable correlation id links nothing
                 launch.setdefault(args["correlation"], len(rows))
-            except TypeError:
-                pass  # an unhashable correlation id links nothing
         rows.append((str(e.get("name", "")), th, c0, c1, NO_TIME, NO_TIME, NO_TIME, -1))
     matched = 0
     for e in gpu:
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        dev = args.get("device", e.get("pid"))
-        qkey = (dev, args.get("stream", e.get("tid")))
+        raw_args = e.get("args")
+        gargs: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
+        dev = gargs.get("device", e.get("pid"))
+        qkey = (dev, gargs.get("stream", e.get("tid")))
         q = queues.setdefault(qkey, len(queues))
         g0 = round(e["ts"] * 1000.0)
         g1 = g0 + round(e["dur"] * 1000.0)
-        corr = args.get("correlation")
+        corr = gargs.get("correlation")
         lr = launch.get(corr) if isinstance(corr, (int, str)) else None
         if lr is not None:
             matched += 1

@@ -131,10 +131,16 @@ def from_document(doc: Any, where: str = "<trace>") -> Trace:
         return _build(doc["traceEvents"], header)
     except _Malformed as exc:
         raise TraceFileError(f"{where}: the trace is malformed: {exc}.") from None
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
+    except KeyError as exc:
         raise TraceFileError(
-            f"{where}: the trace is malformed ({type(exc).__name__}: {exc})."
+            f"{where}: the trace is malformed: the field {exc.args[0]!r} is missing."
         ) from None
+    except AttributeError:
+        raise TraceFileError(
+            f"{where}: the trace is malformed: an event, its args or a header entry is not an object."
+        ) from None
+    except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        raise TraceFileError(f"{where}: the trace is malformed ({type(exc).__name__}: {exc}).") from None
 
 
 def _ns(us: float, base: int) -> int:
@@ -149,9 +155,19 @@ class _Malformed(ValueError):
     """A value inside an event that cannot be a trace value; the message says which."""
 
 
+def _array(values: list[Any], empty: type[np.generic]) -> npt.NDArray[Any]:
+    """``np.array(values)``, or an object array (refused by the callers) where numpy cannot."""
+    if not values:
+        return np.zeros(0, empty)
+    try:
+        return np.array(values)
+    except (ValueError, TypeError, OverflowError):  # ragged lists, mixed nesting
+        return np.array([None])
+
+
 def _floats(values: list[Any], what: str, *, non_negative: bool = False) -> npt.NDArray[np.float64]:
     """Numbers as float64, refusing strings, nulls, nested lists and absurd magnitudes."""
-    arr = np.array(values) if values else np.zeros(0, np.float64)
+    arr = _array(values, np.float64)
     if arr.ndim != 1 or arr.dtype.kind not in "iuf":
         bad = next((v for v in values if type(v) not in (int, float)), None)
         raise _Malformed(f"{what} must be a number, not {type(bad).__name__} {bad!r:.40}")
@@ -164,7 +180,7 @@ def _floats(values: list[Any], what: str, *, non_negative: bool = False) -> npt.
 
 
 def _ints(values: list[Any], what: str) -> npt.NDArray[np.int64]:
-    arr = np.array(values) if values else np.zeros(0, np.int64)
+    arr = _array(values, np.int64)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         bad = next((v for v in values if type(v) is not int), None)
         raise _Malformed(f"{what} must be an integer, not {type(bad).__name__} {bad!r:.40}")

@@ -79,7 +79,6 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     offsets = [clock_offset(t.header, f) for t, f in zip(traces, files, strict=True)]
     shifts = [o - offsets[0] for o in offsets]
 
-    names: list[str] = []
     name_id: dict[str, int] = {}
     threads: list[ThreadInfo] = []
     queues: list[QueueInfo] = []
@@ -167,8 +166,12 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
     all_names = canonical_names(list(name_id), scopes, spans)
     header = dict(traces[0].header)
-    starts = [int(t.header.get("start_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)]
-    ends = [int(t.header.get("end_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)]
+    starts = [
+        int(t.header.get("start_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)
+    ]
+    ends = [
+        int(t.header.get("end_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)
+    ]
     header.update(
         start_ns=min(starts), base_ns=min(starts), end_ns=max(ends), pid=processes[0]["pid"],
         rank=None, clock=clock, processes=processes, merged=merged_info,

@@ -156,7 +156,7 @@ def to_table(summary: dict[str, Any]) -> str:
         if len(r[0]) > 40:
             r[0] = r[0][:39] + "…"
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = _intro(summary) + [""]
+    lines = [*_intro(summary), ""]
     for k, r in enumerate(rows):
         cells = [c.ljust(w) if i in (0, 1, 16) else c.rjust(w)
                  for i, (c, w) in enumerate(zip(r, widths, strict=True))]  # fmt: skip

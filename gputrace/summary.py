@@ -92,8 +92,7 @@ ADVICE: dict[str, tuple[str, str]] = {
         "distrust these calls; sync more often and check the clock uncertainty",
     ),
     "start_before_submit": (
-        "the GPU started before the CPU submitted, beyond the alignment uncertainty: "
-        "the clocks disagree",
+        "the GPU started before the CPU submitted, beyond the alignment uncertainty: the clocks disagree",
         "call gputrace.sync() more often so the clock fit is refreshed",
     ),
     "overlap": (
@@ -288,7 +287,7 @@ def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
         name_idx, q = divmod(int(keys[gi]), nq + 1)
         q -= 1
         qi = trace.queues[q] if q >= 0 else None
-        gpu_stats = None
+        gpu_stats: dict[str, float | int | None] | None = None
         if gpu_w.counts[gi]:
             gpu_stats = {
                 "median": float(gpu_med[gi]),
@@ -413,7 +412,7 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[di
         if not len(hit):
             continue
         kind = flag_names(int(bit))[0]
-        names, first, count = np.unique(s.name[hit], return_index=True, return_counts=True)
+        names, count = np.unique(s.name[hit], return_counts=True)
         for nm, c in zip(names.tolist(), count.tolist(), strict=True):
             ex = hit[s.name[hit] == nm][:MAX_EXAMPLES]
             out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r)) for r in ex]))

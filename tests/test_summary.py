@@ -35,6 +35,7 @@ def run_cli(*args: str) -> Any:
 
 # --- exact numbers -----------------------------------------------------------------------------
 
+
 def test_handmade_numbers() -> None:
     s = summarize(gputrace.load(DATA / "handmade.json"))
     assert s["schema"] == SCHEMA and s["scopes"] == 6 and s["session_ns"] == 600_000
@@ -150,8 +151,8 @@ def test_cpu_enqueue_at_least_gpu_time_is_launch_bound() -> None:
 def test_noisy_names_are_flagged() -> None:
     times = [10, 10, 30, 10, 30, 10, 30]  # warm: IQR 20 µs, median 20 µs
     clock = FakeClock(0, 0)
-    with gputrace.session(backend="fake", clock=clock, quiet=True,
-                          backend_options={"script": lambda n, i: (0, times[i] * 1_000)}) as sess:  # fmt: skip
+    opts = {"script": lambda n, i: (0, times[i] * 1_000)}
+    with gputrace.session(backend="fake", clock=clock, quiet=True, backend_options=opts) as sess:
         for _ in times:
             with gputrace.trace("jittery"):
                 clock.advance(1_000)
@@ -164,6 +165,7 @@ def test_noisy_names_are_flagged() -> None:
 
 
 # --- filters, formats --------------------------------------------------------------------------
+
 
 def test_sort_top_and_name_filters() -> None:
     t = gputrace.load(DATA / "story.json")
@@ -210,6 +212,7 @@ def test_cli_filters_and_bad_option() -> None:
 
 # --- other sources -----------------------------------------------------------------------------
 
+
 def test_pytorch_profiler_trace_is_read_as_cpu_and_gpu_slices() -> None:
     res = run_cli("summarize", str(DATA / "pytorch.json"), "-f", "json")
     assert res.exit_code == 0, res.output
@@ -248,4 +251,6 @@ def test_load_reports_progress_stages() -> None:
 def test_untimed_scope_has_no_gpu_columns() -> None:
     t = gputrace.load(DATA / "story.json")
     steps = t.find("step")
-    assert all(x.gpu_start_ns is None for x in steps) and (t.scopes.gpu_start_ns != NO_TIME).sum() == 17  # with noop
+    assert (
+        all(x.gpu_start_ns is None for x in steps) and (t.scopes.gpu_start_ns != NO_TIME).sum() == 17
+    )  # with noop

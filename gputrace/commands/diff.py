@@ -23,10 +23,21 @@ EXIT_REGRESSION = 1
 @click.command("diff")
 @click.argument("a", type=str)
 @click.argument("b", type=str)
-@click.option("-f", "--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
-              default="table", show_default=True)
-@click.option("--fail-above", type=click.FloatRange(min=0), default=None, metavar="PCT",
-              help="Exit with code 1 if a name got slower by more than PCT % beyond the noise.")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "--fail-above",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="Exit with code 1 if a name got slower by more than PCT % beyond the noise.",
+)
 def diff(a: str, b: str, fmt: str, fail_above: float | None) -> None:
     """Compare the median GPU time per scope name between two traces."""
     ta, tb = load_any(a), load_any(b)

@@ -39,8 +39,13 @@ FIXED_HOST = {"name": "golden", "cpu_count": 4, "loadavg_start": [0.5, 0.4, 0.3]
 def _fixed(trace: gputrace.Trace, **header: Any) -> gputrace.Trace:
     """Replace what depends on the machine that generated the file (pid, host, argv, clock pair)."""
     h = trace.header
-    h.update(pid=1000, rank=None, argv=["make_golden.py"], host=dict(FIXED_HOST),
-             clock_pair={"monotonic_ns": 1_000_000_000, "realtime_ns": 1_700_000_000_000_000_000})
+    h.update(
+        pid=1000,
+        rank=None,
+        argv=["make_golden.py"],
+        host=dict(FIXED_HOST),
+        clock_pair={"monotonic_ns": 1_000_000_000, "realtime_ns": 1_700_000_000_000_000_000},
+    )
     h.update(header)
     trace.threads[:] = [type(t)(1000 + i, t.name) for i, t in enumerate(trace.threads)]
     return trace
