@@ -58,13 +58,32 @@ def test_sys_exit_code_and_argv_pass_through(tmp_path: Path) -> None:
     assert t.header["metadata"]["args"] == ["-o", "x", "--flag"]
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="POSIX signals")
-def test_sigterm_writes_the_trace_then_ends_by_the_signal(tmp_path: Path) -> None:
-    done = gputrace_run("-o", tmp_path / "s.json", "--backend", "cpu", SCRIPTS / "sigterm.py", cwd=tmp_path)
-    assert done.returncode == -signal.SIGTERM
-    t = gputrace.load(tmp_path / "s.json")
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+@pytest.mark.parametrize("name", ["TERM", "INT"])
+def test_a_signal_writes_the_trace_then_ends_the_process_by_that_signal(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "s.json"
+    done = gputrace_run("-o", out, "--backend", "cpu", SCRIPTS / "signals.py", name, cwd=tmp_path)
+    assert done.returncode == -getattr(signal, "SIG" + name)
+    if name == "INT":  # as Python does it: a KeyboardInterrupt traceback
+        assert done.stderr.startswith("Traceback") and "KeyboardInterrupt" in done.stderr
+    t = gputrace.load(out)
     assert [sc.name for sc in t] == ["before-signal", "waiting"]
-    assert t.find("waiting")[0].flags & Flag.ERROR  # left by the _Stopped exception
+    assert t.find("waiting")[0].flags & Flag.ERROR  # the scope the signal interrupted
+
+
+def test_the_program_s_threads_are_waited_for(tmp_path: Path) -> None:
+    script = tmp_path / "threads.py"
+    script.write_text(
+        "import threading, time, gputrace\n"
+        "def work():\n"
+        "    time.sleep(0.05)\n"
+        "    with gputrace.trace('in-thread'):\n"
+        "        pass\n"
+        "threading.Thread(target=work).start()\n"
+    )
+    result = run_script(RunOptions(script, [], output=None, backend="cpu", quiet=True))
+    assert result.exit_code == 0 and result.trace is not None
+    assert [sc.name for sc in result.trace] == ["in-thread"]
 
 
 def test_python_dash_m_and_trace_module_in_a_fresh_process(tmp_path: Path) -> None:

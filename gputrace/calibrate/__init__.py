@@ -41,7 +41,7 @@ class Plan:
         top = min(max_log2, 20 if quick else 24)
         return cls(
             quick=quick,
-            sizes=[1 << e for e in range(8, top + 1, 2)],
+            sizes=[1 << e for e in range(4, top + 1, 2)],
             reps=5 if quick else 21,
             batches=20 if quick else 100,
         )

@@ -89,7 +89,7 @@ def _be_cell(n: int | None, below: bool, top: int | None) -> str:
     if n is None:
         return f"> {fmt_count(top)} (CPU faster on the whole grid)" if top else "CPU always faster"
     if below:
-        return f"≤ {fmt_count(n)} (GPU faster already)"
+        return f"≤ {fmt_count(n)} (GPU faster from the smallest size)"
     return f"≈ {fmt_count(n)}"
 
 
@@ -98,11 +98,11 @@ def render_breakeven(rows: list[BreakEven], sizes: list[int]) -> list[str]:
     out = [
         "break-even: smallest element count (float32) where the GPU finishes first "
         "(numpy on this CPU vs one kernel + wait)",
-        f"{'multiply-adds/element':>21}  {'data on the GPU':<40}  with copies in and out",
+        f"{'multiply-adds/element':>21}  {'data on the GPU':<44}  with copies in and out",
     ]
     for r in rows:
         out.append(
-            f"{r.ops_per_element:>21}  {_be_cell(r.resident, r.resident_below_grid, top):<40}  "
+            f"{r.ops_per_element:>21}  {_be_cell(r.resident, r.resident_below_grid, top):<44}  "
             f"{_be_cell(r.with_copies, r.with_copies_below_grid, top)}"
         )
     return out
