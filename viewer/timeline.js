@@ -274,6 +274,13 @@ var GT = window.GT || (window.GT = {});
       ctx.fillStyle = '#e5e7eb';
       ctx.fillRect(0, lyy + ln.height - 1, W, 1);
     }
+    var viewH = H - RULER_H;
+    if (this.contentH > viewH) { // where the visible lanes sit in all of them
+      var thumbH = Math.max(24, viewH * viewH / this.contentH);
+      var thumbY = RULER_H + (viewH - thumbH) * this.scrollY / (this.contentH - viewH);
+      ctx.fillStyle = 'rgba(31,36,48,0.28)';
+      ctx.fillRect(W - 6, thumbY, 4, thumbH);
+    }
     ctx.restore();
     this._drawRuler(tick);
     if (this.mouse && this.mouse.x > LABEL_W && this.mouse.y > RULER_H) {
