@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import gputrace  # noqa: E402
-from gputrace.backends.fake import FakeBackend  # noqa: E402
-from gputrace.clock import FakeClock  # noqa: E402
-from gputrace.viewer_server import ViewerServer  # noqa: E402
+import gputrace
+from gputrace.backends.fake import FakeBackend
+from gputrace.clock import FakeClock
+from gputrace.viewer_server import ViewerServer
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
@@ -75,7 +75,7 @@ def main() -> None:
     head = ("scopes", "gz MB", "load s", "view", "visited", "rects", "frame ms (median)", "max")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
-        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
+        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)))
 
 
 if __name__ == "__main__":
