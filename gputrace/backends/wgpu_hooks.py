@@ -76,6 +76,11 @@ class DeviceTracer:
         self.closed = False
         self.passes = 0
         self.pages_made = 0
+        if timed:
+            # Pages outlive sessions (kept on the device), and the first one is made now, at
+            # session start: making a query set can take milliseconds, not for the user's loop.
+            self.free = [p for p in device.__dict__.pop("_gputrace_pool", []) if p.count == page_queries]
+            self.page = self.free.pop() if self.free else self._new_page()
 
     # hot path: called from the traced encoder and queue ---------------------------------------
     def writes(self, encoder: Any, label: str, kind: str) -> dict[str, Any] | None:
@@ -155,13 +160,13 @@ class DeviceTracer:
         """Close the current page and open a fresh one (call with the lock held)."""
         if self.page is not None:
             self._close(self.page)
-        if self.free:
-            page = self.free.pop()
-        else:
-            page = QueryPage(self.device, self.page_queries)
-            self.pages_made += 1
+        page = self.free.pop() if self.free else self._new_page()
         self.page = page
         return page
+
+    def _new_page(self) -> QueryPage:
+        self.pages_made += 1
+        return QueryPage(self.device, self.page_queries)
 
     def _close(self, page: QueryPage) -> None:
         page.closed = True
@@ -230,6 +235,11 @@ class DeviceTracer:
         slots of one (it is resolved and submitted as usual; nobody reads it back)."""
         with self.lock:
             self.closed = True
+            pool = self.free
+            if self.page is not None and self.page.used == 0:
+                pool.append(self.page)
+            if pool:
+                self.device._gputrace_pool = pool  # for the next session on this device
             self.page, self.free, self.pinned = None, [], []
             self.mapping.clear()
 
