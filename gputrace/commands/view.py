@@ -16,13 +16,9 @@ from pathlib import Path
 
 import click
 
+from gputrace.commands._common import fail
 from gputrace.errors import GputraceError
 from gputrace.loader import read_document
-
-
-def _fail(message: str) -> None:
-    click.echo(f"gputrace: {message}", err=True)
-    sys.exit(2)
 
 
 @click.command()
@@ -51,8 +47,7 @@ def view(trace: Path, no_browser: bool, port: int, perfetto: bool) -> None:
         del doc
         server = ViewerServer(trace, port=port)
     except GputraceError as exc:
-        _fail(str(exc))
-        return
+        fail(str(exc))
     url = server.perfetto_url if perfetto else server.url
     where = "for the Perfetto UI" if perfetto else ""
     click.echo(f"gputrace: viewing {trace} {where + ' ' if where else ''}at {url}")
