@@ -254,3 +254,18 @@ def test_untimed_scope_has_no_gpu_columns() -> None:
     assert (
         all(x.gpu_start_ns is None for x in steps) and (t.scopes.gpu_start_ns != NO_TIME).sum() == 17
     )  # with noop
+
+
+def test_progress_bar_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from gputrace.commands import _common
+
+    monkeypatch.setattr(_common, "PROGRESS_MIN_BYTES", 0)
+    _common.load_any(str(DATA / "story.json"))
+    assert "loading" not in capsys.readouterr().err  # captured stderr is not a terminal
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    _common.load_any(str(DATA / "story.json"))
+    assert f"loading {DATA / 'story.json'}" in capsys.readouterr().err
