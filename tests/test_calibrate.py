@@ -21,6 +21,15 @@ from gputrace.cli import cli
 from gputrace.clock import FakeClock
 
 
+def invoke(args: list[str]) -> Any:
+    """Run the CLI with stdout and stderr apart (click 8.1 needs asking; 8.2+ always does)."""
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        runner = CliRunner()
+    return runner.invoke(cli, args)
+
+
 def check_sane(doc: dict[str, Any]) -> None:
     """Every statistic positive, ordered, and its median inside min..max."""
     assert doc["format"] == FORMAT and doc["measurements"]
@@ -43,9 +52,7 @@ def calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.not_a_trace
 def test_cpu_calibration_from_the_cli(tmp_path: Path, calibration_file: Path) -> None:
     out = tmp_path / "calib.json"
-    res = CliRunner().invoke(
-        cli, ["calibrate", "--backend", "cpu", "--quick", "--format", "json", "-o", str(out)]
-    )
+    res = invoke(["calibrate", "--backend", "cpu", "--quick", "--format", "json", "-o", str(out)])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc == json.loads(out.read_text()) == json.loads(calibration_file.read_text())
@@ -60,7 +67,7 @@ def test_cpu_calibration_from_the_cli(tmp_path: Path, calibration_file: Path) ->
 
 @pytest.mark.not_a_trace
 def test_table_lists_every_measurement(calibration_file: Path) -> None:
-    res = CliRunner().invoke(cli, ["calibrate", "--backend", "cpu", "--quick", "--no-save"])
+    res = invoke(["calibrate", "--backend", "cpu", "--quick", "--no-save"])
     assert res.exit_code == 0, res.output
     assert not calibration_file.exists()
     cal = Calibration.from_json(json.loads(json.dumps(measure("cpu", quick=True).to_json())))
@@ -78,7 +85,7 @@ def test_cpu_calibration_roundtrips_through_json() -> None:
 
 
 def test_unknown_or_unusable_backend_is_one_sentence_and_exit_2() -> None:
-    res = CliRunner().invoke(cli, ["calibrate", "--backend", "tpu"])
+    res = invoke(["calibrate", "--backend", "tpu"])
     assert res.exit_code == 2
     try:
         import cupy  # noqa: F401
@@ -86,7 +93,7 @@ def test_unknown_or_unusable_backend_is_one_sentence_and_exit_2() -> None:
         pytest.skip("CuPy is installed here")
     except ImportError:
         pass
-    res = CliRunner().invoke(cli, ["calibrate", "--backend", "cuda", "--no-save"])
+    res = invoke(["calibrate", "--backend", "cuda", "--no-save"])
     assert res.exit_code == 2
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("gputrace: CUDA calibration needs CuPy")
 
@@ -220,7 +227,7 @@ def test_cuda_calibration_on_a_real_gpu(calibration_file: Path) -> None:
         on_cuda.probe()
     except GputraceError as exc:
         pytest.skip(str(exc))
-    res = CliRunner().invoke(cli, ["calibrate", "--backend", "cuda", "--quick", "--format", "json"])
+    res = invoke(["calibrate", "--backend", "cuda", "--quick", "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     check_sane(doc)

@@ -142,7 +142,7 @@ def measure(plan: Plan) -> DeviceRun:
         _step(run, "breakeven", lambda: _breakeven(run, plan, c))
     step = smallest_step(c.elapsed_seen)
     if step is not None:
-        run.summary["timer_resolution_ns"] = step
+        run.summary["timer_resolution_ns"] = float(round(step))  # float32 ms: 31.9 means 32
     return run
 
 
