@@ -46,7 +46,10 @@ extern "C" __global__ void spin_ns(unsigned long long ns, unsigned long long out
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-    if (out_addr) { *((unsigned long long*)out_addr) = t0; }
+    if (out_addr) {
+        ((unsigned long long*)out_addr)[0] = t0;
+        ((unsigned long long*)out_addr)[1] = t;
+    }
 }
 extern "C" __global__ void busy_ns(unsigned long long ns) {
     unsigned long long t0, t;
@@ -478,17 +481,24 @@ def bench_accuracy(gpu: Gpu, reps: int = 20) -> None:
 
 # 5./6. alignment and drift --------------------------------------------------------------------
 def traced_truth(
-    gpu: Gpu, n: int, every_sync: int, spacing_s: float = 0.0, truth_every_s: float = 2.0
+    gpu: Gpu,
+    n: int,
+    every_sync: int,
+    spacing_s: float = 0.0,
+    truth_every_s: float = 2.0,
+    busy_every: int = 0,
 ) -> tuple[gputrace.Trace, np.ndarray, list[CalibrationSample]]:
-    """n traced kernels that each record %globaltimer at their start; truth samples on the side."""
+    """n traced kernels that each record %globaltimer at their start and end; truth on the side."""
     cp = gpu.cp
-    outs = cp.zeros(n, dtype=cp.uint64)
+    outs = cp.zeros(2 * n, dtype=cp.uint64)
     truth = gpu.truth_samples(20)
     next_truth = time.monotonic() + truth_every_s
     with gputrace.session(backend="cuda", quiet=True) as s:
         for i in range(n):
+            if busy_every and i % busy_every == 0:
+                gpu.busy(3_000_000)  # queue the next scopes behind a busy GPU
             with gputrace.trace("probe"):
-                gpu.spin(5_000, outs.data.ptr + 8 * i)
+                gpu.spin(5_000, outs.data.ptr + 16 * i)
             if (i + 1) % every_sync == 0:
                 gputrace.sync()
             if spacing_s:
@@ -500,50 +510,57 @@ def traced_truth(
     truth.extend(gpu.truth_samples(20))
     t = s.trace
     assert t is not None
-    return t, outs.get(), truth
+    return t, outs.get().reshape(n, 2), truth
 
 
 def alignment_errors(t: gputrace.Trace, g: np.ndarray, truth: list[CalibrationSample]) -> dict[str, Any]:
+    """Scope start − kernel's first timer read, scope end − kernel's last read, on the CPU clock."""
     tf = fit_clock(truth)
     assert tf is not None
     scopes = t.find("probe")
     start = np.array([sc.gpu_start_ns for sc in scopes], np.int64)
+    end = np.array([sc.gpu_end_ns for sc in scopes], np.int64)
     unc = np.array([sc.uncertainty_ns for sc in scopes], np.int64)
-    true_cpu = tf.to_cpu(g.astype(np.int64))
-    err = start - true_cpu
+    err_start = start - tf.to_cpu(g[:, 0].astype(np.int64))
+    err_end = end - tf.to_cpu(g[:, 1].astype(np.int64))
     return {
-        "err": err,
+        "err": err_start,
+        "err_end": err_end,
         "unc": unc,
         "cpu": np.array([sc.cpu_start_ns for sc in scopes]),
         "truth_fit": tf,
         "fit": t.clock_fits.get(0),
+        "flags": t.header.get("anomalies", {}).get("counts", {}),
     }
 
 
 def bench_alignment(gpu: Gpu) -> None:
     rows = []
-    for label, n, every, spacing in (
-        ("sync every 10, back to back", 500, 10, 0.0),
-        ("sync every 50, 1 ms apart", 300, 50, 0.001),
+    for label, n, every, spacing, busy in (
+        ("idle GPU, sync every 10", 500, 10, 0.0, 0),
+        ("queued (busy 3 ms every 50), sync every 50", 500, 50, 0.0, 50),
+        ("idle GPU, 1 ms apart, sync every 50", 300, 50, 0.001, 0),
     ):
-        t, g, truth = traced_truth(gpu, n, every, spacing)
+        t, g, truth = traced_truth(gpu, n, every, spacing, busy_every=busy)
         a = alignment_errors(t, g, truth)
-        e = a["err"]
-        rows.append(
-            [
-                label,
-                len(e),
-                float(np.median(e)),
-                float(np.median(np.abs(e))),
-                pct(np.abs(e), 99),
-                float(np.max(np.abs(e))),
-                float(np.median(a["unc"])),
-                a["truth_fit"].uncertainty_ns,
-                float(np.mean(np.abs(e) <= a["unc"])),
-            ]
-        )
+        for which in ("start", "end"):
+            e = a["err"] if which == "start" else a["err_end"]
+            rows.append(
+                [
+                    f"{label}: {which}",
+                    len(e),
+                    float(np.median(e)),
+                    float(np.median(np.abs(e))),
+                    pct(np.abs(e), 99),
+                    float(np.max(np.abs(e))),
+                    float(np.median(a["unc"])),
+                    a["truth_fit"].uncertainty_ns,
+                    float(np.mean(np.abs(e) <= a["unc"])),
+                ]
+            )
+        print(f"({label}: fit {a['fit'].to_dict()}; anomalies {a['flags']})")
     table(
-        "alignment: scope GPU start − %globaltimer truth on the CPU clock, ns",
+        "alignment: scope GPU start/end − the kernel's own %globaltimer reads (truth) on the CPU clock, ns",
         [
             "run",
             "n",
@@ -566,7 +583,7 @@ def bench_drift(gpu: Gpu, seconds: float) -> None:
     t, g, truth = traced_truth(gpu, n, every_sync=20, spacing_s=0.05, truth_every_s=5.0)
     took = time.monotonic() - t0
     a = alignment_errors(t, g, truth)
-    e, unc, cpu = a["err"], a["unc"], a["cpu"]
+    e, unc, cpu = a["err_end"], a["unc"], a["cpu"]
     span = (cpu - cpu[0]) / 1e9
     rows = []
     for label, m in (("first 10 s", span <= 10), ("last 10 s", span >= span[-1] - 10), ("all", span >= 0)):
@@ -584,7 +601,7 @@ def bench_drift(gpu: Gpu, seconds: float) -> None:
         )
     fit, tf = a["fit"], a["truth_fit"]
     table(
-        f"drift over {took:.0f} s (scopes every 50 ms, sync every 20): error vs truth, ns",
+        f"drift over {took:.0f} s (scopes every 50 ms, sync every 20): scope end − truth, ns",
         [
             "window",
             "n",

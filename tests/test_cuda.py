@@ -149,13 +149,13 @@ def test_nested_scopes_on_one_stream(spin) -> None:  # type: ignore[no-untyped-d
         kids = [sc for sc in t if sc.parent == outer.index]
         assert len(kids) == 4
         for k in kids:
-            assert outer.gpu_start_ns <= k.gpu_start_ns <= k.gpu_end_ns <= outer.gpu_end_ns
-        assert all(a.gpu_end_ns <= b.gpu_start_ns for a, b in itertools.pairwise(kids))
+            assert outer.gpu_start_ns <= k.gpu_start_ns <= k.gpu_end_ns <= outer.gpu_end_ns, (outer, k)
+        assert all(a.gpu_end_ns <= b.gpu_start_ns for a, b in itertools.pairwise(kids)), kids
     assert _follow_or_nest([(sc.gpu_start_ns, sc.gpu_end_ns) for sc in t])
     # submission is the CPU time of entering the scope, and the GPU cannot start before it
     for sc in t:
-        assert sc.submit_ns == sc.cpu_start_ns
-        assert sc.gpu_start_ns + sc.uncertainty_ns >= sc.submit_ns
+        assert sc.submit_ns == sc.cpu_start_ns, sc
+        assert sc.gpu_start_ns + sc.uncertainty_ns >= sc.submit_ns, (sc, fit)
 
 
 @pytest.mark.gpu

@@ -16,17 +16,20 @@ sync has collected them: creating an event costs as much as recording one.
 The GPU clock domain
 --------------------
 CUDA events only give relative float32 milliseconds (``cudaEventElapsedTime``), whose resolution
-falls with the distance between the two events (61 ns at 1 s, 8 µs at 100 s). So every event is
-placed against a nearby *anchor*: a one-thread kernel that reads ``%globaltimer`` (ns since the
-Unix epoch on the GPU's clock) followed by an event ``A`` on the backend's own stream. An event
-``e`` then sits at ``G_A + elapsed(A, e)``: ns on the GPU's global timer, never far from an anchor
-(one is issued at every calibration and, from ``begin``, at most every ``ANCHOR_EVERY_NS``).
-The few hundred ns between the timer read and ``A`` is the same for every anchor, and calibration
-samples go through the same conversion, so it cancels in the resolver's fit.
+falls with the distance between the two events (exact below 8 ms, 61 ns at 1 s, 8 µs at 100 s).
+So the backend keeps a chain of *anchor* events on its own stream, one at every calibration and,
+from ``begin``, at most every ``ANCHOR_EVERY_NS``: anchor ``k`` sits at ``G(k-1) + elapsed(k-1,
+k)`` ns after the first one, and a scope's event ``e`` at ``G(a) + elapsed(a, e)`` for the anchor
+``a`` issued nearest to it. Every link is short, so no time is ever read from far away.
 
 Calibration brackets an event record between two session-clock reads: ``t0``; record ``R``; poll
-until ``R`` is done; ``t1``. ``R`` was timestamped inside ``[t0, t1]``. If NVRTC cannot build the
-anchor kernel, anchors are chained event to event instead (``info()["clock_domain"]`` says which).
+until ``R`` is done; ``t1``. An event is timestamped when the GPU reaches it, so on the idle
+backend stream ``R`` was timestamped inside ``[t0, t1]`` (6.2–6.7 µs wide on the H200).
+
+Why not ``%globaltimer`` anchors (a kernel reads the timer, then an event follows it): measured on
+the H200, the event is timestamped when its record *arrives*, which for a one-thread kernel is
+after the kernel already finished, at a time set by the CPU's launch jitter; anchors then
+disagreed with each other by up to 10 µs. The event chain has no such race.
 
 Work captured into a CUDA graph cannot be timed by ordinary event records; scopes entered while
 their stream is capturing are flagged ``untimed`` and one notice says so.
@@ -47,24 +50,15 @@ from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected,
 from gputrace.errors import GputraceError, notice
 from gputrace.model import QueueInfo
 
-# Two event records queued back to back on an idle-free stream measure 1.25 µs apart on the H200
-# (FACTS); a span at or below this floor holds no GPU work. Spans of empty scopes on an idle GPU
-# measure the CPU time between the two records instead and are not caught by this floor.
-EMPTY_SPAN_NS = 1_300
+# Measured on the H200 (benchmarks/bench_cuda.py): two event records queued back to back measure
+# 1.25–2.08 µs apart, an empty kernel between them 2.9–3.9 µs. A span at or below this floor
+# holds no GPU work. An empty scope on an idle GPU measures the CPU time between its two records
+# instead (2.6–10 µs) and is not caught by the floor.
+EMPTY_SPAN_NS = 2_500
 ANCHOR_EVERY_NS = 1_000_000_000
-ANCHOR_SLOTS = 4096
 SAMPLES_PER_CALIBRATION = 4
 DEFAULT_SYNC_TIMEOUT_S = 120.0
 _MS = 1e6
-
-_STAMP_SRC = r"""
-extern "C" __global__ void gputrace_stamp(unsigned long long slot_addr) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    *((volatile unsigned long long*)slot_addr) = t;
-    __threadfence_system();
-}
-"""
 
 
 def probe() -> str | None:
@@ -108,10 +102,9 @@ def ms_to_ns(ms: float) -> int:
 
 @dataclass
 class _Anchor:
-    cpu_ns: int
+    cpu_ns: int  # session clock when it was recorded
     event: int
-    slot: int  # pinned slot holding G, or -1 when chained
-    gpu_ns: int | None = None
+    gpu_ns: int | None = None  # ns since the device's first anchor, once chained
 
 
 @dataclass
@@ -122,10 +115,6 @@ class _Device:
     pool: list[int] = field(default_factory=list)
     created: int = 0
     anchors: list[_Anchor] = field(default_factory=list)
-    stamp: Any = None  # RawKernel, or None when chained
-    slots: Any = None  # numpy uint64 view of pinned memory
-    slots_mem: Any = None
-    next_slot: int = 0
     anchor_due_ns: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -181,8 +170,8 @@ class CudaBackend(Backend):
         self._lock = threading.Lock()  # slow paths only: new device, new queue
         self._pending_samples: list[CalibrationSample] = []
         self._synced_ns = 0
-        self._chained = False
-        self._compile_error = ""
+        self._one_device = cupy.cuda.runtime.getDeviceCount() == 1
+        self._by_ptr: dict[int, _Queue] = {}  # the single-device fast path
         self._device(self._get_device())
 
     # hot path -------------------------------------------------------------------------------
@@ -191,12 +180,12 @@ class CudaBackend(Backend):
         sptr = s if isinstance(s, int) else getattr(s, "ptr", None)
         if sptr is None:
             sptr = _stream_ptr(s)
-        dev = getattr(s, "device_id", -1)
-        if dev < 0:
-            dev = self._get_device()
-        qs = self._queues.get((dev, sptr))
+        qs = self._by_ptr.get(sptr) if self._one_device else None
         if qs is None:
-            qs = self._new_queue(dev, sptr, s)
+            dev = getattr(s, "device_id", -1)
+            if dev < 0:
+                dev = self._get_device()
+            qs = self._queues.get((dev, sptr)) or self._new_queue(dev, sptr, s)
         token = next(self._tokens)
         if sptr and self._capturing(sptr):
             self._refuse_capture(token, name)
@@ -209,7 +198,7 @@ class CudaBackend(Backend):
         self._record(ev, sptr)
         self._open[token] = (qs, ev, cpu_ns)
         if cpu_ns >= d.anchor_due_ns:
-            self._anchor(d, cpu_ns, auto=True)
+            self._anchor(d, auto=True)
         return token
 
     def end(self, token: int) -> None:
@@ -245,24 +234,9 @@ class CudaBackend(Backend):
             raw_name = props.get("name", b"")
             name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
             d = _Device(index, name or f"CUDA device {index}", cp.cuda.Stream(non_blocking=True))
-            try:
-                import numpy as np
-
-                d.slots_mem = cp.cuda.alloc_pinned_memory(ANCHOR_SLOTS * 8)
-                d.slots = np.frombuffer(d.slots_mem, np.uint64, ANCHOR_SLOTS)
-                d.slots[:] = 0
-                d.stamp = cp.RawKernel(_STAMP_SRC, "gputrace_stamp")
-                with d.stream:
-                    d.stamp((1,), (1,), (np.uint64(d.slots_mem.ptr),))
-                d.stream.synchronize()
-            except Exception as exc:  # no NVRTC, say: chain events instead of reading the timer
-                d.stamp = None
-                self._chained = True
-                self._compile_error = f"{type(exc).__name__}: {exc}"
             d.pool = [self._rt.eventCreateWithFlags(0) for _ in range(64)]
             d.created = 64
-        now = self.clock()
-        self._anchor(d, now, auto=False)
+        self._anchor(d, auto=False)
         self._pending_samples.extend(self._bracket(d))
         return d
 
@@ -286,6 +260,8 @@ class CudaBackend(Backend):
                 qs = _Queue(len(self._queue_list), d, sptr, stream if not isinstance(stream, int) else None)
                 self._queue_list.append(qs)
                 self._queues[(dev, sptr)] = qs
+                if self._one_device:
+                    self._by_ptr[sptr] = qs
         return qs
 
     def _refuse_capture(self, token: int, name: str) -> None:
@@ -298,33 +274,16 @@ class CudaBackend(Backend):
                 "launch instead."
             )
 
-    def _anchor(self, d: _Device, cpu_ns: int, *, auto: bool) -> None:
-        """Issue an anchor on the backend's stream: a %globaltimer read, then an event."""
+    def _anchor(self, d: _Device, *, auto: bool) -> None:
+        """Record an anchor event on the backend's own stream of device ``d``."""
         with d.lock:
-            if auto and cpu_ns < d.anchor_due_ns:
-                return
-            d.anchor_due_ns = cpu_ns + self.anchor_every_ns
-            if d.stamp is not None and len(d.anchors) >= ANCHOR_SLOTS:
-                return  # every slot holds a live anchor: the nearest older one still serves
+            now = self.clock()
+            if auto and now < d.anchor_due_ns:
+                return  # another thread anchored meanwhile
+            d.anchor_due_ns = now + self.anchor_every_ns
             ev = d.pool.pop() if d.pool else self._new_event(d)
-            slot = -1
-            prev = self._get_device()
-            if prev != d.index:
-                self._rt.setDevice(d.index)
-            try:
-                if d.stamp is not None:
-                    slot = d.next_slot % ANCHOR_SLOTS
-                    d.next_slot += 1
-                    d.slots[slot] = 0
-                    import numpy as np
-
-                    with d.stream:
-                        d.stamp((1,), (1,), (np.uint64(d.slots_mem.ptr + 8 * slot),))
-                self._record(ev, d.stream.ptr)
-            finally:
-                if prev != d.index:
-                    self._rt.setDevice(prev)
-            d.anchors.append(_Anchor(cpu_ns, ev, slot))
+            self._record(ev, d.stream.ptr)
+            d.anchors.append(_Anchor(self.clock(), ev))
 
     def _wait(self, events: list[tuple[int, str]], deadline: float) -> None:
         """Poll events until done; past ``deadline`` raise one clear error (never hang)."""
@@ -372,15 +331,12 @@ class CudaBackend(Backend):
         return samples
 
     def _read_anchors(self, d: _Device) -> None:
-        """Fill in G for anchors whose event is done (timer read, or chained from the previous)."""
+        """Chain anchors whose event is done: each sits ``elapsed`` after the previous one."""
         query = self._rt.eventQuery
         prev: _Anchor | None = None
         for a in d.anchors:
             if a.gpu_ns is None and query(a.event) == 0:
-                if a.slot >= 0:
-                    g = int(d.slots[a.slot])
-                    a.gpu_ns = g if g else None
-                elif prev is None:
+                if prev is None:
                     a.gpu_ns = 0
                 elif prev.gpu_ns is not None:
                     a.gpu_ns = prev.gpu_ns + ms_to_ns(self._rt.eventElapsedTime(prev.event, a.event))
@@ -402,7 +358,7 @@ class CudaBackend(Backend):
     def calibrate(self) -> list[CalibrationSample]:
         out, self._pending_samples = self._pending_samples, []
         for d in list(self._devs.values()):
-            self._anchor(d, self.clock(), auto=False)
+            self._anchor(d, auto=False)
             out.extend(self._bracket(d))
         return out
 
@@ -480,14 +436,11 @@ class CudaBackend(Backend):
             "cupy": cp.__version__,
             "cuda_runtime": self._rt.runtimeGetVersion(),
             "cuda_driver": self._rt.driverGetVersion(),
-            "clock_domain": "cuda-event-chain" if self._chained else "globaltimer",
+            "clock_domain": "cuda-event-chain",
             "clock_domain_note": (
-                "GPU times are ns since the first anchor event, chained event to event "
-                f"(the %globaltimer kernel could not be built: {self._compile_error})"
-                if self._chained
-                else "GPU times are %globaltimer ns: each event is placed as G + elapsed(anchor, "
-                "event) against an anchor issued at most "
-                f"{self.anchor_every_ns / 1e9:g} s from it"
+                "GPU times are ns since the device's first anchor event; anchors are chained by "
+                "cudaEventElapsedTime and issued at most "
+                f"{self.anchor_every_ns / 1e9:g} s apart while scopes run"
             ),
             "calibration": "event record bracketed by session-clock reads, polled to completion",
             "samples_per_calibration": self.samples,
