@@ -554,3 +554,20 @@ def test_full_pages_are_read_back_at_later_submits_without_a_sync(device: Any) -
     t = s.trace
     assert t is not None
     assert len(t.spans) == 4 and len(backend.seen_spans) == 4
+
+
+@pytest.mark.wgpu
+def test_a_pass_that_fails_to_begin_leaves_no_slot_to_resolve(device: Any) -> None:
+    k = Kernel(device, n=256)
+    with gputrace.session(backend="wgpu", backend_options={"device": device}, quiet=True) as s:
+        with gputrace.trace("step"):
+            enc = device.create_command_encoder()
+            k.record(enc, label="before")
+            with pytest.raises(Exception):  # noqa: B017 - whatever wgpu raises for bad arguments
+                enc.begin_render_pass(color_attachments="not a list")
+            k.record(enc, label="after")
+            device.queue.submit([enc.finish()])
+    t = s.trace
+    assert t is not None
+    assert sorted(t.names[x] for x in t.spans.label.tolist()) == ["after", "before"]
+    assert t.header["backend_info"]["passes_timed"] == 2

@@ -118,6 +118,20 @@ class DeviceTracer:
             "end_of_pass_write_index": slot + 1,
         }
 
+    def forget_last(self, encoder: Any) -> None:
+        """The pass whose slots ``writes`` just handed out was never begun: its slots stay
+        unwritten, so they must never be resolved (that would hang NVIDIA's queue)."""
+        recs = encoder._gputrace_records
+        with self.lock:
+            rec = recs.pop()
+            rec.page.records.remove(rec)
+            self.passes -= 1
+            if not recs or recs[-1].page is not rec.page:
+                rec.page.unsubmitted -= 1
+                if rec.page.closed and rec.page.unsubmitted == 0 and rec.page in self.pinned:
+                    self.pinned.remove(rec.page)
+                    self._start_map(rec.page)
+
     def resolve(self, encoder: Any, recs: list[PassRecord]) -> None:
         """Resolve the slots ``recs`` wrote, run by contiguous run, into their pages' read-back."""
         i = 0
@@ -264,16 +278,32 @@ class _TracedEncoder:
     _gputrace_base: Any
 
     def begin_compute_pass(self, *, label: str = "", timestamp_writes: Any = None) -> Any:
-        if timestamp_writes is None and self._gputrace_tracer is not None:
-            timestamp_writes = self._gputrace_tracer.writes(self, label, "compute")
-        return self._gputrace_base.begin_compute_pass(self, label=label, timestamp_writes=timestamp_writes)
+        tracer = self._gputrace_tracer
+        if timestamp_writes is not None or tracer is None:
+            return self._gputrace_base.begin_compute_pass(
+                self, label=label, timestamp_writes=timestamp_writes
+            )
+        ours = tracer.writes(self, label, "compute")
+        try:
+            return self._gputrace_base.begin_compute_pass(self, label=label, timestamp_writes=ours)
+        except BaseException:
+            if ours is not None:
+                tracer.forget_last(self)
+            raise
 
     def begin_render_pass(self, *, label: str = "", timestamp_writes: Any = None, **kw: Any) -> Any:
-        if timestamp_writes is None and self._gputrace_tracer is not None:
-            timestamp_writes = self._gputrace_tracer.writes(self, label, "render")
-        return self._gputrace_base.begin_render_pass(
-            self, label=label, timestamp_writes=timestamp_writes, **kw
-        )
+        tracer = self._gputrace_tracer
+        if timestamp_writes is not None or tracer is None:
+            return self._gputrace_base.begin_render_pass(
+                self, label=label, timestamp_writes=timestamp_writes, **kw
+            )
+        ours = tracer.writes(self, label, "render")
+        try:
+            return self._gputrace_base.begin_render_pass(self, label=label, timestamp_writes=ours, **kw)
+        except BaseException:
+            if ours is not None:
+                tracer.forget_last(self)
+            raise
 
     def finish(self, *, label: str = "") -> Any:
         recs = self._gputrace_records
