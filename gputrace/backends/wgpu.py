@@ -115,8 +115,8 @@ class WgpuBackend(Backend):
 
     - ``device``: a wgpu device or a list of them (default: every instrumented device);
     - ``timeout_s``: the longest wait on the GPU before a ``GputraceError`` (10);
-    - ``calibration_samples``: samples kept per device and calibration, the tightest half of
-      twice as many (4; at session start twice that);
+    - ``calibration_samples``: samples taken per device at each sync and at stop (4; twice that
+      at session start); the tightest half of them is kept;
     - ``timestamp_period``: ns per tick (default: what the driver reports);
     - ``page_queries``: the size of a pooled query set (4096, WebGPU's largest).
     """
