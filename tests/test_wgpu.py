@@ -571,3 +571,21 @@ def test_a_pass_that_fails_to_begin_leaves_no_slot_to_resolve(device: Any) -> No
     assert t is not None
     assert sorted(t.names[x] for x in t.spans.label.tolist()) == ["after", "before"]
     assert t.header["backend_info"]["passes_timed"] == 2
+
+
+@pytest.mark.wgpu
+def test_auto_picks_wgpu_for_a_program_that_uses_it(adapter: Any) -> None:
+    code = (
+        "import sys; sys.modules['cupy'] = None  # no CUDA here, whatever the machine has\n"
+        "import wgpu, gputrace\n"
+        "from gputrace.backends.wgpu import instrument\n"
+        "a = wgpu.gpu.request_adapter_sync(power_preference='high-performance')\n"
+        "d = instrument(a.request_device_sync(required_features=['timestamp-query']))\n"
+        "with gputrace.session() as s:\n"
+        "    with gputrace.trace('clear'):\n"
+        "        enc = d.create_command_encoder()\n"
+        "        enc.begin_compute_pass().end()\n"
+        "        d.queue.submit([enc.finish()])\n"
+        "print(s.trace.header['backend'], len(s.trace.spans))\n"
+    )
+    assert _run(code).splitlines()[-1] == "wgpu 1"
