@@ -142,6 +142,7 @@ def run_script(opts: RunOptions) -> RunResult:
             sys.path[0] = saved_path0
         raise
     previous = _catch_stop_signals()
+    undo_wgpu = _trace_new_wgpu_devices() if opts.backend == "wgpu" else None
     hook.install()
     sys.modules[MAIN] = main
     exit_code: int = 0
@@ -163,6 +164,8 @@ def run_script(opts: RunOptions) -> RunResult:
         exit_code = 1
     finally:
         hook.remove()
+        if undo_wgpu is not None:
+            undo_wgpu()
         _restore_signals(previous)
         try:
             result_trace = s.stop()
@@ -228,6 +231,43 @@ def _print_exception(main_globals: dict[str, Any]) -> None:
     except Exception:
         traceback.print_exception(etype, value, tb)
     sys.stderr.flush()
+
+
+def _trace_new_wgpu_devices() -> Callable[[], None] | None:
+    """With ``--backend wgpu``: devices the program creates with ``request_device_sync`` are traced,
+    with ``"timestamp-query"`` added to their features when the adapter has it. Returns the undo."""
+    try:
+        from wgpu.backends.wgpu_native._api import GPUAdapter
+
+        from gputrace.backends.wgpu import instrument
+    except ImportError:
+        return None
+    own = "request_device_sync" in GPUAdapter.__dict__  # wgpu-py 0.32 defines it on the base class
+    original = getattr(GPUAdapter, "request_device_sync", None)
+    if original is None:
+        return None
+
+    def request_device_sync(self: Any, **kwargs: Any) -> Any:
+        features = list(kwargs.get("required_features") or ())
+        if "timestamp-query" in self.features and "timestamp-query" not in features:
+            kwargs["required_features"] = [*features, "timestamp-query"]
+        device = original(self, **kwargs)
+        try:
+            instrument(device)
+        except Exception as exc:  # the program gets its device either way
+            notice(f"the program's wgpu device could not be traced ({type(exc).__name__}: {exc}).")
+        return device
+
+    request_device_sync.__doc__ = original.__doc__
+    GPUAdapter.request_device_sync = request_device_sync
+
+    def undo() -> None:
+        if own:
+            GPUAdapter.request_device_sync = original
+        else:
+            del GPUAdapter.request_device_sync
+
+    return undo
 
 
 def _join_threads() -> None:

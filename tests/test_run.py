@@ -183,3 +183,23 @@ def test_a_missing_function_or_module_is_noted(tmp_path: Path) -> None:
         "--trace-function: json has no function no_such_function.",
         "--trace-module/--trace-function: the program never imported never_imported_mod.",
     ]
+
+
+@pytest.mark.wgpu
+def test_wgpu_devices_the_program_creates_are_traced() -> None:
+    from gputrace.calibrate.on_wgpu import probe
+
+    try:
+        _, adapter = probe()
+    except GputraceError as exc:
+        pytest.skip(str(exc))
+    if "timestamp-query" not in adapter.features:
+        pytest.skip("the adapter has no timestamp-query feature")
+    from wgpu.backends.wgpu_native._api import GPUAdapter
+
+    result = run_script(RunOptions(SCRIPTS / "wgpu_passes.py", [], output=None, backend="wgpu", quiet=True))
+    assert result.exit_code == 0 and result.trace is not None
+    frames = result.trace.find("frame")
+    assert len(frames) == 3
+    assert all(sc.gpu_ns is not None and not sc.flags & Flag.UNTIMED for sc in frames)
+    assert "request_device_sync" not in GPUAdapter.__dict__  # the program's wgpu is left as it was
