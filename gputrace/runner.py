@@ -134,6 +134,7 @@ def run_script(opts: RunOptions) -> RunResult:
         quiet=opts.quiet,
         metadata={"command": "gputrace run", "script": str(script), "args": list(opts.args)},
     )
+    s.yields_to_inner = True  # a session the program starts itself records its own scopes
     try:
         s.start()
     except BaseException:

@@ -75,12 +75,17 @@ class session:
         self._recorder: Recorder | None = None
         self._raw = RawRecording(header={}, threads=[])
         self._lock = threading.Lock()
+        # True for the session ``gputrace run`` wraps around a program: a session the program starts
+        # itself then takes over recording until it stops, instead of failing as "already active".
+        self.yields_to_inner = False
+        self._outer: Recorder | None = None
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> session:
         if self._recorder is not None:
             raise GputraceError("this session was already started; create a new one.")
-        if active_recorder() is not None:
+        outer = active_recorder()
+        if outer is not None and not getattr(outer, "yields_to_inner", False):
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
         reset_reports()
         if isinstance(self.backend_spec, Backend):
@@ -114,6 +119,10 @@ class session:
         self._recorder = Recorder(self.clock, backend)
         self._recorder.owner = self
         self._calibrate()
+        self._recorder.yields_to_inner = self.yields_to_inner  # type: ignore[attr-defined]
+        if outer is not None:
+            outer.deactivate()
+            self._outer = outer
         self._recorder.activate()
         return self
 
@@ -141,6 +150,9 @@ class session:
         if self.trace is not None:
             return self.trace
         rec.deactivate()
+        outer, self._outer = self._outer, None
+        if outer is not None and active_recorder() is None:
+            outer.activate()
         with self._lock:
             try:
                 rec.backend.sync()

@@ -52,7 +52,7 @@ def test_sys_exit_code_and_argv_pass_through(tmp_path: Path) -> None:
     done = gputrace_run("--backend", "cpu", SCRIPTS / "exits.py", "-o", "x", "--flag", cwd=tmp_path)
     assert done.returncode == 3
     assert done.stdout == "argv: -o x --flag\n"  # options after the script belong to it
-    t = gputrace.load(tmp_path / "exits.trace.json")  # the default name, in the working directory
+    t = gputrace.load(tmp_path / "exits.run.trace.json")  # the default name, in the working directory
     (work,) = t.find("work")
     assert work.args == {"argc": 4}
     assert t.header["metadata"]["args"] == ["-o", "x", "--flag"]
@@ -203,3 +203,22 @@ def test_wgpu_devices_the_program_creates_are_traced() -> None:
     assert len(frames) == 3
     assert all(sc.gpu_ns is not None and not sc.flags & Flag.UNTIMED for sc in frames)
     assert "request_device_sync" not in GPUAdapter.__dict__  # the program's wgpu is left as it was
+
+
+def test_a_program_with_its_own_session_keeps_it(tmp_path: Path) -> None:
+    script = tmp_path / "own_session.py"
+    script.write_text(
+        "import sys, gputrace\n"
+        "with gputrace.trace('outside'):\n"
+        "    pass\n"
+        "with gputrace.session(sys.argv[1], backend='cpu', quiet=True):\n"
+        "    with gputrace.trace('inside'):\n"
+        "        pass\n"
+        "with gputrace.trace('after'):\n"
+        "    pass\n"
+    )
+    own = tmp_path / "own.json"
+    result = run_script(RunOptions(script, [str(own)], output=None, backend="cpu", quiet=True))
+    assert result.exit_code == 0 and result.trace is not None
+    assert [sc.name for sc in result.trace] == ["outside", "after"]
+    assert [sc.name for sc in gputrace.load(own)] == ["inside"]

@@ -1,6 +1,6 @@
 """``gputrace run``: trace a Python program without editing it.
 
-    gputrace run train.py --epochs 3                 # writes train.trace.json
+    gputrace run train.py --epochs 3                 # writes train.run.trace.json
     gputrace run -o t.json --backend cuda train.py
     gputrace run --trace-module mymodel train.py     # every top-level function of mymodel
     gputrace run --trace-function __main__:step train.py
@@ -27,7 +27,7 @@ from gputrace.errors import GputraceError
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the trace (default: <script>.trace.json here; .gz to compress).",
+    help="Where to write the trace (default: <script>.run.trace.json here; .gz to compress).",
 )
 @click.option(
     "--backend",
@@ -66,7 +66,7 @@ def run(
     from gputrace.runner import RunOptions, run_script
 
     if output is None:
-        output = Path(f"{script.stem}.trace.json")
+        output = Path(f"{script.stem}.run.trace.json")
     try:
         result = run_script(
             RunOptions(script, list(args), output, backend, trace_modules, trace_functions, quiet)
