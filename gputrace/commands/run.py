@@ -62,7 +62,7 @@ def run(
     script: Path,
     args: tuple[str, ...],
 ) -> None:
-    """Run SCRIPT [ARGS]... as `python SCRIPT ARGS` would, with a gputrace session active."""
+    """Run a Python program as `python SCRIPT ARGS` would, with a gputrace session active."""
     from gputrace.runner import RunOptions, run_script
 
     if output is None:
