@@ -181,7 +181,7 @@ class Gpu:
 
 
 # 1. overhead ----------------------------------------------------------------------------------
-def bench_overhead(gpu: Gpu, n: int = 20_000, rounds: int = 5) -> None:
+def bench_overhead(gpu: Gpu, n: int = 20_000, rounds: int = 3) -> None:
     cp = gpu.cp
     rt = cp.cuda.runtime
     e1, e2 = cp.cuda.Event(), cp.cuda.Event()
@@ -250,6 +250,19 @@ def bench_overhead(gpu: Gpu, n: int = 20_000, rounds: int = 5) -> None:
         variants["torch record_function (profiler on)"] = record_function_profiling
     except Exception as exc:
         print(f"(torch unavailable: {exc})")
+    try:
+        import torch
+
+        nvtx_range = torch.cuda.nvtx.range
+
+        def torch_nvtx_range() -> None:
+            for _ in range(n):
+                with nvtx_range("s"):
+                    pass
+
+        variants["torch.cuda.nvtx.range"] = torch_nvtx_range
+    except Exception as exc:
+        print(f"(torch.cuda.nvtx unavailable: {exc})")
     try:
         import nvtx
 
@@ -498,7 +511,9 @@ def traced_truth(
             if busy_every and i % busy_every == 0:
                 gpu.busy(3_000_000)  # queue the next scopes behind a busy GPU
             with gputrace.trace("probe"):
-                gpu.spin(5_000, outs.data.ptr + 16 * i)
+                # 200 µs: the end event is queued before the kernel ends, so it marks the kernel's
+                # end (a shorter kernel can finish before the CPU records the end event)
+                gpu.spin(200_000, outs.data.ptr + 16 * i)
             if (i + 1) % every_sync == 0:
                 gputrace.sync()
             if spacing_s:
