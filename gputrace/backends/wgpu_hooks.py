@@ -145,20 +145,20 @@ class DeviceTracer:
             encoder.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, first * 8, n * 8)
             i = j
 
-    def submitted(self, batches: list[list[PassRecord]], submit_ns: int, ok: bool) -> None:
+    def submitted(self, recs: list[PassRecord], submit_ns: int, ok: bool) -> None:
+        """The command buffer holding ``recs`` was submitted at ``submit_ns`` (or failed to be)."""
         if self.closed:
             return
         with self.lock:
-            for recs in batches:
-                prev = None
-                for rec in recs:
-                    rec.submit_ns = submit_ns if ok else _FAILED
-                    if rec.page is not prev:
-                        prev = rec.page
-                        prev.unsubmitted -= 1
-                        if prev.closed and prev.unsubmitted == 0 and prev in self.pinned:
-                            self.pinned.remove(prev)
-                            self._start_map(prev)
+            prev = None
+            for rec in recs:
+                rec.submit_ns = submit_ns if ok else _FAILED
+                if rec.page is not prev:
+                    prev = rec.page
+                    prev.unsubmitted -= 1
+                    if prev.closed and prev.unsubmitted == 0 and prev in self.pinned:
+                        self.pinned.remove(prev)
+                        self._start_map(prev)
 
     def harvest_ready(self) -> None:
         """Read every page whose read-back already finished mapping; never waits."""
@@ -267,7 +267,10 @@ class _TracedDevice:
         enc = self._gputrace_base.create_command_encoder(self, label=label)
         tracer = self._gputrace_tracer
         if tracer is not None:
-            enc.__class__ = traced_class(type(enc), _TracedEncoder)
+            cls = _encoder_classes.get(type(enc))
+            if cls is None:
+                cls = _encoder_classes[type(enc)] = traced_class(type(enc), _TracedEncoder)
+            enc.__class__ = cls
             enc._gputrace_tracer = tracer
         return enc
 
@@ -325,19 +328,15 @@ class _TracedQueue:
         if tracer is None:
             self._gputrace_base.submit(self, command_buffers)
             return None
-        batches: dict[DeviceTracer, list[list[PassRecord]]] = {}
-        for cb in command_buffers:
-            passes = getattr(cb, "_gputrace_passes", None)
-            if passes is not None:
-                del cb._gputrace_passes
-                batches.setdefault(passes[0], []).append(passes[1])
+        # (owner, records) of each traced command buffer; popped so a resubmit cannot count twice
+        batches = [p for cb in command_buffers if (p := cb.__dict__.pop("_gputrace_passes", None))]
         submit_ns = tracer.clock()
         ok = False
         try:
             self._gputrace_base.submit(self, command_buffers)
             ok = True
         finally:
-            for owner, recs in batches.items():
+            for owner, recs in batches:
                 owner.submitted(recs, submit_ns, ok)
             if tracer.mapping:
                 try:
@@ -348,6 +347,7 @@ class _TracedQueue:
 
 
 _classes: dict[tuple[type, type], type] = {}
+_encoder_classes: dict[type, type] = {}
 
 
 def traced_class(base: type, mixin: type) -> type:
