@@ -24,7 +24,11 @@ k)`` ns after the first one, and a scope's event ``e`` at ``G(a) + elapsed(a, e)
 
 Calibration brackets an event record between two session-clock reads: ``t0``; record ``R``; poll
 until ``R`` is done; ``t1``. An event is timestamped when the GPU reaches it, so on the idle
-backend stream ``R`` was timestamped inside ``[t0, t1]`` (6.2–6.7 µs wide on the H200).
+backend stream ``R`` was timestamped inside ``[t0, t1]`` (6.2–7.8 µs wide on the H200). Six
+brackets are tried per calibration and the tightest two kept: the resolver's bound follows its
+worst sample, and a wide window (a preempted thread, a GPU waking up) only loosens it. On the
+H200 the fit then states ±4.3–4.9 µs and scope ends land 1.0–2.2 µs after the kernel's own
+``%globaltimer`` end (median, 91 s run, no growth; ``benchmarks/bench_cuda.py``).
 
 Why not ``%globaltimer`` anchors (a kernel reads the timer, then an event follows it): measured on
 the H200, the event is timestamped when its record *arrives*, which for a one-thread kernel is
@@ -50,10 +54,10 @@ from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected,
 from gputrace.errors import GputraceError, notice
 from gputrace.model import QueueInfo
 
-# Measured on the H200 (benchmarks/bench_cuda.py): two event records queued back to back measure
-# 1.25–2.08 µs apart, an empty kernel between them 2.9–3.9 µs. A span at or below this floor
-# holds no GPU work. An empty scope on an idle GPU measures the CPU time between its two records
-# instead (2.6–10 µs) and is not caught by the floor.
+# Measured on the H200 in three runs (benchmarks/bench_cuda.py): two event records queued back to
+# back measure 1.25–2.34 µs apart, an empty kernel between them 2.69–3.94 µs. A span at or below
+# this floor holds no GPU work. An empty scope on an idle GPU measures the CPU time between its
+# two records instead (2.4–15 µs) and is mostly not caught by the floor.
 EMPTY_SPAN_NS = 2_500
 ANCHOR_EVERY_NS = 1_000_000_000
 # Brackets tried per calibration, and how many of the tightest are kept: a wider window says less
