@@ -1,9 +1,10 @@
 """The recorder: the hot path behind ``trace()``.
 
 Entering a scope reads the clock, asks a timed backend for a token and pushes onto this thread's
-stack; leaving it appends four int64 (start, end, token, flags) and a reference to the name to
-this thread's buffer. No lock shared across threads, no I/O, no resolution: that all happens after
-the session stops. With no session active, ``trace`` costs one global read per enter and exit.
+stack; leaving it appends the name and the two clock readings to this thread's buffer (and the
+token and flags, when there are any). No lock shared across threads, no I/O, no resolution:
+that all happens after the session stops. With no session active, ``trace`` costs one global
+read per enter and exit.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import functools
 import inspect
 import threading
 import time
-from array import array
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from gputrace.backends.base import Backend, Clock
 from gputrace.errors import report_internal
@@ -37,7 +40,7 @@ _ERROR = int(Flag.ERROR)
 class ThreadBuffer:
     """Everything one thread recorded. Only its own thread appends to it."""
 
-    __slots__ = ("args", "ident", "marks", "name", "names", "stack", "tid", "times")
+    __slots__ = ("args", "ident", "log", "marks", "name", "rich", "stack", "tid")
 
     def __init__(self) -> None:
         t = threading.current_thread()
@@ -45,9 +48,12 @@ class ThreadBuffer:
         self.tid = threading.get_native_id()
         self.name = t.name
         self.stack: list[tuple[Any, int, int]] = []  # (trace object, cpu_start_ns, token)
-        self.names: list[str] = []
-        self.times = array("q")  # flat: cpu_start_ns, cpu_end_ns, token, flags per scope
-        self.args: dict[int, dict[str, Any]] = {}
+        # Plain scopes, flat: name, cpu_start_ns, cpu_end_ns, ... Extending a list with three
+        # references is the cheapest store Python has (an array('q') converts each int: +190 ns).
+        self.log: list[Any] = []
+        # Scopes with a GPU token, flags or args, flat: name, cpu_start_ns, cpu_end_ns, token, flags.
+        self.rich: list[Any] = []
+        self.args: dict[int, dict[str, Any]] = {}  # index of a scope in ``rich`` -> its args
         self.marks: list[tuple[str, int, str, dict[str, Any]]] = []
 
 
@@ -169,8 +175,7 @@ class trace:
         if entry[2] or exc_type is not None or self.args:
             self._exit_slow(rec, buf, entry, exc_type)
             return
-        buf.names.append(self.name)
-        buf.times.extend((entry[1], _clock(), 0, 0))
+        buf.log.extend((self.name, entry[1], _clock()))
 
     def _exit_slow(
         self,
@@ -192,15 +197,14 @@ class trace:
             flags = _DEGRADED
             token = 0
         cpu_end = _clock()
-        names = buf.names
+        rich = buf.rich
         if exc_type is not None or self.args:
             args = dict(self.args)
             if exc_type is not None:
                 flags |= _ERROR
                 args["exception"] = exc_type.__name__
-            buf.args[len(names)] = args
-        names.append(self.name)
-        buf.times.extend((entry[1], cpu_end, token, flags))
+            buf.args[len(rich) // 5] = args
+        rich.extend((self.name, entry[1], cpu_end, token, flags))
 
     def __call__(self, fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
@@ -250,8 +254,8 @@ class RawThread:
     tid: int
     name: str
     names: list[str]
-    times: array[int]
-    args: dict[int, dict[str, Any]]
+    times: npt.NDArray[np.int64]  # shape (n, 4): cpu_start_ns, cpu_end_ns, token, flags
+    args: dict[int, dict[str, Any]]  # row in ``names``/``times`` -> args
     marks: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
 
 
@@ -262,12 +266,20 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
         buffers = list(rec.buffers)
     out = []
     for buf in buffers:
-        names, times, args = list(buf.names), array("q", buf.times), dict(buf.args)
+        log, rich = list(buf.log), list(buf.rich)
+        args = dict(buf.args)
         for obj, cpu_start, token in list(buf.stack):
             a = dict(getattr(obj, "args", {}) or {})
             a["unclosed"] = True
-            args[len(names)] = a
-            names.append(getattr(obj, "name", "?"))
-            times.extend((cpu_start, stop_ns, max(token, 0), _DEGRADED))
+            args[len(rich) // 5] = a
+            rich.extend((getattr(obj, "name", "?"), cpu_start, stop_ns, max(token, 0), _DEGRADED))
+        n_plain = len(log) // 3
+        times = np.zeros((n_plain + len(rich) // 5, 4), np.int64)
+        times[:n_plain, 0] = log[1::3]
+        times[:n_plain, 1] = log[2::3]
+        for col in range(4):
+            times[n_plain:, col] = rich[1 + col :: 5]
+        names = log[0::3] + rich[0::5]
+        args = {n_plain + k: v for k, v in args.items()}
         out.append(RawThread(buf.tid, buf.name, names, times, args, list(buf.marks)))
     return out

@@ -145,17 +145,17 @@ def resolve(raw: RawRecording) -> Trace:
     cols: list[np.ndarray] = []
     name_col: list[np.ndarray] = []
     thread_col: list[np.ndarray] = []
-    args_in: list[dict[str, Any] | None] = []
+    args_in: dict[int, dict[str, Any]] = {}  # row in the concatenated input -> args
+    offset = 0
     for ti, t in enumerate(raw.threads):
-        times = np.frombuffer(t.times, dtype=np.int64).reshape(-1, 4) if len(t.times) else None
-        if times is None:
+        times = t.times
+        if not len(times):
             continue
         cols.append(times)
         name_col.append(np.fromiter((intern(n) for n in t.names), np.int32, len(t.names)))
         thread_col.append(np.full(len(t.names), ti, np.int32))
-        args_in.extend(t.args.get(i) for i in range(len(t.names))) if t.args else args_in.extend(
-            [None] * len(t.names)
-        )
+        args_in.update({offset + k: v for k, v in t.args.items()})
+        offset += len(t.names)
     n = sum(len(c) for c in cols)
     s = ScopeTable.empty(n)
     if n:
@@ -168,10 +168,10 @@ def resolve(raw: RawRecording) -> Trace:
         s.cpu_end_ns = np.ascontiguousarray(allt[:, 1])
         tokens = np.ascontiguousarray(allt[:, 2])
         s.flags = allt[:, 3].astype(np.uint32)
-        for new, old in enumerate(order.tolist()):
-            a = args_in[old]
-            if a:
-                s.args[new] = a
+        if args_in:
+            new_row = np.empty(n, np.int64)
+            new_row[order] = np.arange(n)
+            s.args = {int(new_row[old]): a for old, a in sorted(args_in.items()) if a}
         nest(s)
     else:
         tokens = np.zeros(0, np.int64)
