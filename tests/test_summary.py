@@ -269,3 +269,13 @@ def test_progress_bar_only_on_a_terminal(
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     _common.load_any(str(DATA / "story.json"))
     assert f"loading {DATA / 'story.json'}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["summary", "render", "compare", "merge", "foreign", "loader"])
+def test_docstring_examples(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import doctest
+    import importlib
+
+    monkeypatch.delenv("RANK", raising=False)
+    result = doctest.testmod(importlib.import_module(f"gputrace.{module}"))
+    assert result.attempted > 0 and result.failed == 0

@@ -39,7 +39,10 @@ EXIT_REGRESSION = 1
     help="Exit with code 1 if a name got slower by more than PCT % beyond the noise.",
 )
 def diff(a: str, b: str, fmt: str, fail_above: float | None) -> None:
-    """Compare the median GPU time per scope name between two traces."""
+    """Compare the median GPU time per scope name between two traces.
+
+    Exit code 0: no regression; 1: a name got slower than --fail-above; 2: a bad input file.
+    """
     ta, tb = load_any(a), load_any(b)
     try:
         result = diff_traces(ta, tb, fail_above_pct=fail_above, a_name=a, b_name=b)

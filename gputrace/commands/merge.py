@@ -21,7 +21,11 @@ from gputrace.merge import write
 @click.argument("out", type=str)
 @click.argument("inputs", nargs=-1, required=True, type=str)
 def merge(out: str, inputs: tuple[str, ...]) -> None:
-    """Merge traces from several processes into OUT (gzip if it ends in .gz)."""
+    """Merge traces from several processes (ranks) into OUT (gzip if it ends in .gz).
+
+    Each input's recorded clock pair puts it on the first rank's clock; every process keeps
+    its own tracks, named by its rank.
+    """
     traces = [load_any(p, foreign=False) for p in inputs]
     try:
         merged = merge_traces(traces, list(inputs))
