@@ -279,3 +279,14 @@ def test_docstring_examples(module: str, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("RANK", raising=False)
     result = doctest.testmod(importlib.import_module(f"gputrace.{module}"))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_summary_of_the_file_equals_summary_of_the_session(tmp_path: Path) -> None:
+    from tests.data.make_golden import story
+
+    trace = story()
+    path = tmp_path / "story.json.gz"
+    from gputrace.exporters.chrome import write
+
+    write(trace, path)
+    assert summarize(gputrace.load(path)) == summarize(trace)
