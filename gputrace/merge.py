@@ -22,7 +22,6 @@ trace recorded one); GPU processes, thread ids and flow ids are renumbered so th
 
 from __future__ import annotations
 
-import gzip
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +31,7 @@ import numpy as np
 import orjson
 
 from gputrace.errors import GputraceError
-from gputrace.exporters.chrome import GPU_PID_BASE, to_events
+from gputrace.exporters.chrome import GPU_PID_BASE, to_events, write_bytes
 from gputrace.loader import load
 from gputrace.model import (
     NO_TIME,
@@ -236,16 +235,8 @@ def dumps(trace: Trace) -> bytes:
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    p = Path(path)
-    data = dumps(trace)
-    tmp = p.with_name(p.name + ".partial")
-    if p.name.endswith(".gz"):
-        with gzip.open(tmp, "wb", compresslevel=5) as f:
-            f.write(data)
-    else:
-        tmp.write_bytes(data)
-    tmp.replace(p)
-    return p
+    """Write a merged trace: each process keeps its own pid (see ``dumps``)."""
+    return write_bytes(dumps(trace), path)
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:

@@ -377,8 +377,12 @@ def dumps(trace: Trace) -> bytes:
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as Chrome/Perfetto JSON (gzip when the name ends in ``.gz``)."""
+    return write_bytes(dumps(trace), path)
+
+
+def write_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
+    """Write a serialised trace to ``path``, gzipped when the name ends in ``.gz``."""
     p = Path(path)
-    data = dumps(trace)
     tmp = p.with_name(p.name + ".partial")
     if p.name.endswith(".gz"):
         with gzip.open(tmp, "wb", compresslevel=5) as f:
