@@ -305,7 +305,9 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             p_sub[with_sub] = base + _to_ns(sub_us)
     with_pass = np.zeros(n, bool)
     with_pass[p_rows] = True
-    unl = np.flatnonzero(has_gpu & ~with_pass)
+    # A scope-level event pair (cuda) is a span of its own; where spans are passes that their
+    # scopes only hull (wgpu), a scope without passes of its own has none.
+    unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
     unl_label = intern_label("") if len(unl) else 0
     sc = np.concatenate([p_rows, unl]).astype(np.int64)
     g0 = np.concatenate([p_g0, s.gpu_start_ns[unl]])

@@ -188,6 +188,7 @@ def resolve(raw: RawRecording) -> Trace:
     names = canonical_names(names, s, spans)
     header = dict(raw.header)
     header["clock"] = [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
+    header["spans_cover_children"] = raw.spans_cover_children
     trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits)
     header["anomalies"] = anomaly_report(trace)
     return trace
