@@ -32,6 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _recorder: Recorder | None = None
 _clock: Clock = time.perf_counter_ns
 _tls: threading.local = threading.local()
+_timed = False
 
 _DEGRADED = int(Flag.DEGRADED)
 _ERROR = int(Flag.ERROR)
@@ -80,12 +81,12 @@ class Recorder:
         return buf
 
     def activate(self) -> None:
-        global _recorder, _clock, _tls
+        global _recorder, _clock, _tls, _timed
         if _recorder is not None:
             from gputrace.errors import GputraceError
 
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
-        _clock, _tls = self.clock, self.local
+        _clock, _tls, _timed = self.clock, self.local, self.timed
         _recorder = self
 
     def deactivate(self) -> None:
@@ -142,7 +143,7 @@ class trace:
             buf = _tls.buf
         except AttributeError:
             buf = rec.buffer()
-        if rec.timed:
+        if _timed:
             cpu_start = _clock()
             try:
                 token = rec.backend.begin(self.name, self.stream, cpu_start)
@@ -160,32 +161,34 @@ class trace:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        rec = _recorder
-        if rec is None:
+        if _recorder is None:
             return
         try:
             buf = _tls.buf
             entry = buf.stack.pop()
         except (AttributeError, IndexError):
             return  # entered before this session started: nothing of it was recorded
-        if entry[0] is not self:
-            entry = _unwind(buf, entry, self)
-            if entry is None:
+        obj, cpu_start, token = entry
+        if obj is not self:
+            found = _unwind(buf, entry, self)
+            if found is None:
                 return
-        if entry[2] or exc_type is not None or self.args:
-            self._exit_slow(rec, buf, entry, exc_type)
+            obj, cpu_start, token = found
+        if token or exc_type is not None or self.args:
+            self._exit_slow(buf, cpu_start, token, exc_type)
             return
-        buf.log.extend((self.name, entry[1], _clock()))
+        buf.log.extend((self.name, cpu_start, _clock()))
 
     def _exit_slow(
         self,
-        rec: Recorder,
         buf: ThreadBuffer,
-        entry: tuple[Any, int, int],
+        cpu_start: int,
+        token: int,
         exc_type: type[BaseException] | None,
     ) -> None:
         """Leaving a scope that has a GPU token, args or an exception."""
-        token = entry[2]
+        rec = _recorder
+        assert rec is not None
         flags = 0
         if token > 0:
             try:
@@ -204,7 +207,7 @@ class trace:
                 flags |= _ERROR
                 args["exception"] = exc_type.__name__
             buf.args[len(rich) // 5] = args
-        rich.extend((self.name, entry[1], cpu_end, token, flags))
+        rich.extend((self.name, cpu_start, cpu_end, token, flags))
 
     def __call__(self, fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
