@@ -271,6 +271,27 @@ def test_events_are_pooled_and_reused(spin) -> None:  # type: ignore[no-untyped-
 
 @pytest.mark.gpu
 @gpu
+def test_events_are_reclaimed_without_any_sync(spin) -> None:  # type: ignore[no-untyped-def]
+    from gputrace.clock import session_clock
+
+    b = cuda.CudaBackend(session_clock)
+    n = 5 * cuda.HARVEST_EVERY
+    with gputrace.session(backend=b, quiet=True) as s:
+        for i in range(n):
+            with gputrace.trace("k"):
+                if i % 100 == 0:
+                    spin(20_000)
+    created = b.info()["events_created"]["0"]
+    assert created < 3 * cuda.HARVEST_EVERY, created  # two per scope would be 10 × HARVEST_EVERY
+    t = s.trace
+    assert t is not None and len(t) == n
+    assert all(sc.gpu_start_ns is not None for sc in t)
+    _gpu_scopes_ok(t)
+    assert _follow_or_nest([(sc.gpu_start_ns, sc.gpu_end_ns) for sc in t])  # type: ignore[misc]
+
+
+@pytest.mark.gpu
+@gpu
 def test_sync_inside_an_open_scope(spin) -> None:  # type: ignore[no-untyped-def]
     with gputrace.session(backend="cuda", quiet=True) as s:
         with gputrace.trace("epoch"):

@@ -65,6 +65,9 @@ ANCHOR_EVERY_NS = 1_000_000_000
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 DEFAULT_SYNC_TIMEOUT_S = 120.0
+# Without syncs the pool would grow by two events per scope: every this many ended scopes, the
+# finished ones are read and their events returned to the pool (a few ms, without waiting).
+HARVEST_EVERY = 1024
 _MS = 1e6
 
 
@@ -176,6 +179,9 @@ class CudaBackend(Backend):
         self._captured_noticed = False
         self._lock = threading.Lock()  # slow paths only: new device, new queue
         self._pending_samples: list[CalibrationSample] = []
+        self._harvested = Collected()
+        self._harvest_at = HARVEST_EVERY
+        self._harvest_lock = threading.Lock()
         self._synced_ns = 0
         self._one_device = cupy.cuda.runtime.getDeviceCount() == 1
         self._by_ptr: dict[int, _Queue] = {}  # the single-device fast path
@@ -221,6 +227,20 @@ class CudaBackend(Backend):
         self._record(ev1, qs.sptr)
         qs.last_end = ev1
         self._ended.append((token, qs, ev0, ev1, cpu_ns))
+        if len(self._ended) >= self._harvest_at:
+            self._harvest()
+
+    def _harvest(self) -> None:
+        """Read the scopes whose events are done, without waiting; keep them for ``collect``."""
+        if not self._harvest_lock.acquire(blocking=False):
+            return  # another thread is at it
+        try:
+            got = self._take_finished(None)
+            self._harvested.spans.extend(got.spans)
+            self._harvested.degraded.update(got.degraded)
+            self._harvest_at = len(self._ended) + HARVEST_EVERY
+        finally:
+            self._harvest_lock.release()
 
     # slow paths -----------------------------------------------------------------------------
     def _device(self, index: int) -> _Device:
@@ -371,9 +391,25 @@ class CudaBackend(Backend):
         return out
 
     def collect(self) -> Collected:
-        done_by = self._synced_ns or self.clock()
+        with self._harvest_lock:
+            got = self._take_finished(self._synced_ns or self.clock())
+            early, self._harvested = self._harvested, Collected()
+            self._harvest_at = len(self._ended) + HARVEST_EVERY
+        got.spans[:0] = early.spans
+        got.degraded.update(early.degraded)
+        got.untimed, self._captured = self._captured, set()
+        return got
+
+    def _take_finished(self, done_by: int | None) -> Collected:
+        """Spans of the ended scopes whose end event is done; their events go back to the pool.
+
+        ``done_by``: a session-clock time by which those events were known done (the sync's end);
+        None when harvesting without a sync: then the clock is read after the last query, and
+        scopes that no finished anchor can place yet are left for later.
+        """
         got = Collected()
-        ended, self._ended = self._ended, []
+        n = len(self._ended)
+        ended = self._ended[:n]  # other threads may append meanwhile: never swap the list
         query = self._rt.eventQuery
         elapsed = self._rt.eventElapsedTime
         cpu_index: dict[int, tuple[list[int], list[_Anchor]]] = {}
@@ -383,13 +419,14 @@ class CudaBackend(Backend):
             cpu_index[d.index] = ([a.cpu_ns for a in ready], ready)
         keep = []
         released: set[int] = set()
+        placed: list[tuple[int, int, int, int, int]] = []
         for rec in ended:
             token, qs, ev0, ev1, cpu_ns = rec
             d = qs.dev
-            if query(ev1) != 0:
-                keep.append(rec)  # not finished yet (a sync timed out): a later collect takes it
-                continue
             cpus, ready = cpu_index[d.index]
+            if query(ev1) != 0 or (not ready and done_by is None):
+                keep.append(rec)  # not finished yet (or a sync timed out): a later collect takes it
+                continue
             if not ready:
                 got.degraded[token] = "no clock anchor could be read on this device"
             else:
@@ -397,17 +434,19 @@ class CudaBackend(Backend):
                 try:
                     start = a.gpu_ns + ms_to_ns(elapsed(a.event, ev0))  # type: ignore[operator]
                     dur = ms_to_ns(elapsed(ev0, ev1))
-                    got.spans.append(RawSpan(token, qs.q, start, start + dur, cpu_ns, done_by))
+                    placed.append((token, qs.q, start, start + dur, cpu_ns))
                 except Exception as exc:
                     got.degraded[token] = f"reading its CUDA events failed ({type(exc).__name__})"
             d.pool.append(ev0)
             d.pool.append(ev1)
             released.add(ev1)
-        self._ended = keep + self._ended
+        known_done = self.clock() if done_by is None else done_by
+        got.spans = [RawSpan(tok, q, g0, g1, sub, known_done) for tok, q, g0, g1, sub in placed]
+        del self._ended[:n]
+        self._ended[:0] = keep
         for qs in self._queue_list:
             if qs.last_end in released:
                 qs.last_end = 0  # nothing newer was recorded on it: the next sync skips it
-        got.untimed, self._captured = self._captured, set()
         self._retire_anchors()
         return got
 
