@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,3 +264,25 @@ def test_version_command() -> None:
         [sys.executable, "-m", "gputrace", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == f"gputrace, version {gputrace.__version__}"
+
+
+def test_session_writes_the_trace_when_the_program_raises(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    with pytest.raises(ZeroDivisionError):
+        with cpu_session(path=path):
+            with gputrace.trace("before"):
+                pass
+            with gputrace.trace("fails"):
+                _ = 1 / 0
+    t = gputrace.load(path)
+    assert [sc.name for sc in t] == ["before", "fails"]
+    assert t.find("fails")[0].args == {"exception": "ZeroDivisionError"}
+
+
+def test_sessions_can_follow_each_other() -> None:
+    for n in (1, 2):
+        with cpu_session() as s:
+            for _ in range(n):
+                with gputrace.trace("x"):
+                    pass
+        assert s.trace is not None and len(s.trace) == n
