@@ -9,13 +9,16 @@ cd "$(dirname "$0")/.."
 need=()
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
 if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo apt-get update -qq
-    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  if [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; then
+    # one retry for a flaky mirror; if it still fails, say so loudly: those tests then skip
+    apt_install "${need[@]}" || { sleep 5; apt_install "${need[@]}"; } ||
+      echo "tests/setup.sh: WARNING: could not install ${need[*]}; the tests that need them will be skipped." >&2
   else
     echo "tests/setup.sh: cannot install ${need[*]} without root; the tests that need them will be skipped." >&2
   fi
