@@ -118,6 +118,7 @@ class ClockFit:
     first_cpu_ns: int
     last_cpu_ns: int
     method: str = "offset+slope"
+    bound: str = "residual+window"  # how uncertainty_ns was bounded (see gputrace.clockbound)
 
     @property
     def offset_ns(self) -> int:
@@ -144,6 +145,7 @@ class ClockFit:
             "samples": self.samples,
             "first_cpu_ns": self.first_cpu_ns,
             "last_cpu_ns": self.last_cpu_ns,
+            "bound": self.bound,
         }
 
     @classmethod
@@ -158,6 +160,7 @@ class ClockFit:
             first_cpu_ns=int(d["first_cpu_ns"]),
             last_cpu_ns=int(d["last_cpu_ns"]),
             method=str(d.get("method", "offset+slope")),
+            bound=str(d.get("bound", "residual+window")),
         )
 
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from gputrace.backends.base import CalibrationSample, RawSpan
+from gputrace.clockbound import FeasibleBand
 from gputrace.model import (
     ANOMALY_FLAGS,
     NO_TIME,
@@ -176,8 +177,9 @@ def resolve(raw: RawRecording) -> Trace:
     else:
         tokens = np.zeros(0, np.int64)
 
-    spans, done_by = _place_spans(raw, s, tokens, intern)
-    fits = {d: f for d, f in _fits(raw).items() if f is not None}
+    fitted = _fits(raw)
+    spans, done_by = _place_spans(raw, s, tokens, intern, fitted)
+    fits = {d: f for d, (f, _) in fitted.items()}
     _flag(raw, s, tokens, done_by)
     marks = [
         Mark(name, ts, ti, kind, dict(args))
@@ -194,15 +196,34 @@ def resolve(raw: RawRecording) -> Trace:
     return trace
 
 
-def _fits(raw: RawRecording) -> dict[int, ClockFit | None]:
+def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
+    """Per device: the fitted clock and, where the windows allow, the feasible-set band."""
     by_device: dict[int, list[CalibrationSample]] = defaultdict(list)
     for smp in raw.samples:
         by_device[smp.device].append(smp)
-    return {d: fit_clock(v) for d, v in by_device.items()}
+    out = {}
+    for d, samples in by_device.items():
+        fit = fit_clock(samples)
+        if fit is None:
+            continue
+        band = FeasibleBand.build(samples, fit)
+        if band is None:
+            fit = replace(fit, bound="residual+window (no linear clock fits every window)")
+        else:
+            tighter = band.span_bound()
+            if tighter < fit.uncertainty_ns:
+                fit = replace(fit, uncertainty_ns=tighter, bound="feasible set")
+            band.fit = fit
+        out[d] = (fit, band)
+    return out
 
 
 def _place_spans(
-    raw: RawRecording, s: ScopeTable, tokens: np.ndarray, intern: Any
+    raw: RawRecording,
+    s: ScopeTable,
+    tokens: np.ndarray,
+    intern: Any,
+    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
 ) -> tuple[SpanTable, np.ndarray | None]:
     """Align raw GPU spans onto the session clock and hull them per scope.
 
@@ -210,7 +231,7 @@ def _place_spans(
     """
     if not raw.spans or not len(s):
         return SpanTable.empty(0), None
-    fits = _fits(raw)
+    fits = {d: f for d, (f, _) in fitted.items()}
     sorted_rows = np.argsort(tokens, kind="stable")
     sorted_tokens = tokens[sorted_rows]
     spans = sorted(raw.spans, key=lambda r: (r.token, r.gpu_start_ns, r.gpu_end_ns, r.queue, r.label))
@@ -286,11 +307,16 @@ def _place_spans(
     # uncertainty per scope from its device's fit
     unc = np.zeros(len(s), np.int64)
     for q in np.unique(first_q[first_q >= 0]).tolist():
-        fit = fits.get(raw.queues[q].device) if q < len(raw.queues) else None
-        if fit is None:
+        got = fitted.get(raw.queues[q].device) if q < len(raw.queues) else None
+        if got is None:
             continue
+        fit, band = got
         m = first_q == q
-        unc[m] = np.maximum(uncertainty_at(fit, s.gpu_start_ns[m]), uncertainty_at(fit, s.gpu_end_ns[m]))
+        for col in (s.gpu_start_ns[m], s.gpu_end_ns[m]):
+            u = uncertainty_at(fit, col)
+            if band is not None:  # both bounds hold; keep the tighter one at each time
+                u = np.minimum(u, band.bound(col).astype(np.int64))
+            unc[m] = np.maximum(unc[m], u)
     s.uncertainty_ns = unc
     return table, s_done
 

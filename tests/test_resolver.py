@@ -230,3 +230,81 @@ def test_spans_cover_children_hull() -> None:
     assert parent.gpu_start_ns <= child.gpu_start_ns and parent.gpu_end_ns >= child.gpu_end_ns  # type: ignore[operator]
     assert "empty_gpu_span" not in parent.flag_names
     assert not (parent.flags & Flag.OVERLAP)
+
+
+# --- the feasible-set bound (gputrace.clockbound) ----------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    offset=st.integers(-(10**12), 10**12),
+    drift_ppm=st.floats(-500.0, 500.0),
+    n=st.integers(1, 40),
+    spacing=st.integers(1_000, 10**9),
+    widths=st.lists(st.tuples(st.integers(0, 50_000), st.integers(0, 50_000)), min_size=40, max_size=40),
+    queries=st.lists(st.floats(-0.5, 1.5), min_size=1, max_size=5),
+)
+def test_feasible_band_always_contains_the_truth(offset, drift_ppm, n, spacing, widths, queries):  # type: ignore[no-untyped-def]
+    from gputrace.clockbound import FeasibleBand
+
+    slope = 1.0 / (1.0 + drift_ppm * 1e-6)
+
+    def truth(g: float) -> float:  # the CPU time of GPU time g
+        return offset + g * slope
+
+    samples = []
+    for k in range(n):
+        g = 10**9 + k * spacing
+        c = truth(g)
+        left, right = widths[k]
+        samples.append(CalibrationSample(int(np.floor(c)) - left, g, int(np.ceil(c)) + right, 0))
+    fit = fit_clock(samples)
+    assert fit is not None
+    band = FeasibleBand.build(samples, fit)
+    assert band is not None  # the truth is a linear clock inside every window
+    span = max(spacing * (n - 1), 1)
+    for q in queries:
+        g = int(10**9 + q * span)
+        est = int(fit.to_cpu(np.array([g], np.int64))[0])
+        bound = float(band.bound(np.array([est]))[0])
+        assert abs(est - truth(g)) <= bound + 1, (q, est - truth(g), bound)
+
+
+def test_feasible_band_is_far_tighter_than_any_window() -> None:
+    from gputrace.clockbound import FeasibleBand
+
+    rnd = random.Random(3)
+    samples = []
+    for k in range(300):
+        true = 10**9 + k * 3_000_000
+        samples.append(
+            CalibrationSample(true - rnd.randint(0, 20_000), true - 777, true + rnd.randint(0, 20_000))
+        )
+    fit = fit_clock(samples)
+    assert fit is not None
+    band = FeasibleBand.build(samples, fit)
+    assert band is not None
+    assert band.span_bound() < 1_000 < 15_000 < fit.uncertainty_ns
+
+
+def test_windows_no_linear_clock_fits_keep_the_residual_bound() -> None:
+    from gputrace.clockbound import FeasibleBand
+
+    # the middle sample's window lies 10 µs off the line through the other two
+    samples = [
+        CalibrationSample(0, 0, 100, 0),
+        CalibrationSample(1_010_000, 1_000_000, 1_010_100, 0),
+        CalibrationSample(2_000_000, 2_000_000, 2_000_100, 0),
+    ]
+    fit = fit_clock(samples)
+    assert fit is not None and FeasibleBand.build(samples, fit) is None
+
+
+def test_resolver_states_the_tighter_bound_in_the_header() -> None:
+    trace, fb = run_fake(lambda n, i: (3_000, 7_000), calls=40, step_ns=5_000, seed=7)
+    (clock,) = trace.header["clock"]
+    assert clock["bound"] == "feasible set" and clock["uncertainty_ns"] < 2_500  # windows: 5 µs
+    s = trace.scopes
+    for row, (_submit, start, end) in enumerate(truth_rows(trace, fb)):
+        assert abs(int(s.gpu_start_ns[row]) - start) <= int(s.uncertainty_ns[row])
+        assert abs(int(s.gpu_end_ns[row]) - end) <= int(s.uncertainty_ns[row])

@@ -1,0 +1,22 @@
+"""The examples in the package's docstrings run and print what they say."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import gputrace
+
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(gputrace.__path__, "gputrace.") if not m.name.endswith("__main__")
+)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} docstring example(s) failed in {name}"
