@@ -67,7 +67,8 @@ class FeasibleBand:
     """The polygon of linear clocks consistent with every calibration window."""
 
     def __init__(self, fit: ClockFit, x: F64, lower: F64, upper: F64, d_lo: float, d_hi: float) -> None:
-        self.fit = fit
+        self.fit = fit  # the line whose error is bounded; its cpu_ref may move (see centre_offset)
+        self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
         self.x, self.lower, self.upper = x, lower, upper
         self.d_lo, self.d_hi = d_lo, d_hi
 
@@ -138,10 +139,21 @@ class FeasibleBand:
         grid = np.linspace(float(self.x.min()), float(self.x.max()), GRID_POINTS)
         return float(np.max(self._err(grid))) + 0.5
 
+    def centre_offset(self) -> float:
+        """How far to move the line (ns, same slope) so that its largest error is smallest."""
+        grid = np.linspace(float(self.x.min()), float(self.x.max()), GRID_POINTS)
+        low, high = self.limits(grid)
+        line = self._line(grid)
+        return float(np.max(high - line) - np.max(line - low)) / 2.0
+
+    def _line(self, grid: F64) -> F64:
+        """The fitted line in the band's frame: cpu − frame_cpu − x at GPU times ``grid``."""
+        return (self.fit.cpu_ref_ns - self.frame_cpu_ns) + (self.fit.slope - 1.0) * grid
+
     def _err(self, grid: F64) -> F64:
         low, high = self.limits(grid)
         low, high = np.minimum(low, high), np.maximum(low, high)  # a band thinner than rounding
-        line = (self.fit.slope - 1.0) * grid
+        line = self._line(grid)
         return np.asarray(np.maximum(line - low, high - line) + 1.0)  # + 1 ns: integer windows
 
 

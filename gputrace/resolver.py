@@ -210,12 +210,28 @@ def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
         if band is None:
             fit = replace(fit, bound="residual+window (no linear clock fits every window)")
         else:
+            # Centre the line in the band (same slope): the least-squares line can sit off-centre
+            # when the windows are lopsided (a GPU that runs late after every submit).
+            moved = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + round(band.centre_offset()))
+            moved = _with_residual_bound(samples, moved)
+            band.fit = moved
             tighter = band.span_bound()
-            if tighter < fit.uncertainty_ns:
-                fit = replace(fit, uncertainty_ns=tighter, bound="feasible set")
-            band.fit = fit
+            if tighter < moved.uncertainty_ns:
+                fit = replace(moved, uncertainty_ns=tighter, bound="feasible set")
+            else:
+                band.fit = fit
         out[d] = (fit, band)
     return out
+
+
+def _with_residual_bound(samples: Sequence[CalibrationSample], fit: ClockFit) -> ClockFit:
+    """``fit`` with its residual and residual+window bound recomputed over ``samples``."""
+    used = [smp for smp in samples if fit.first_cpu_ns <= smp.cpu_before_ns <= fit.last_cpu_ns]
+    mids = np.array([smp.cpu_mid_ns for smp in used], np.float64)
+    hw = np.array([smp.half_width_ns for smp in used], np.float64)
+    at = fit.to_cpu(np.array([smp.gpu_ns for smp in used], np.int64)).astype(np.float64)
+    resid = np.abs(mids - at)
+    return replace(fit, residual_ns=float(resid.max()), uncertainty_ns=float(np.max(resid + hw)) + 0.5)
 
 
 def _place_spans(
