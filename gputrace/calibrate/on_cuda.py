@@ -115,6 +115,23 @@ class _Cuda:
         self.elapsed_seen.append(ns)
         return float(ns)
 
+    def wall_and_device(self, op: Callable[[], None], reps: int) -> tuple[list[float], list[float]]:
+        """``reps`` times each: wall ns of ``op`` + a stream sync, and device ns of ``op`` between
+        two events (measured apart, so neither disturbs the other)."""
+        clock = time.perf_counter_ns
+        wall, device = [], []
+        for _ in range(reps):
+            t0 = clock()
+            op()
+            self.stream.synchronize()
+            wall.append(float(clock() - t0))
+        for _ in range(reps):
+            self.ev0.record(self.stream)
+            op()
+            self.ev1.record(self.stream)
+            device.append(self.elapsed_ns())
+        return wall, device
+
     def spin(self, ns: float) -> None:
         self.spin_kernel((1,), (1,), (np.int64(int(ns)),))
 
@@ -237,19 +254,7 @@ def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     run.summary["launch_cpu_ns"] = Stat.of(cpu).median
     run.summary["launch_gpu_ns"] = Stat.of(gpu).median
 
-    clock = time.perf_counter_ns
-    n = plan.batches * 5
-    sync_wall, single_dev = [], []
-    for _ in range(n):
-        t0 = clock()
-        empty()
-        c.stream.synchronize()
-        sync_wall.append(float(clock() - t0))
-    for _ in range(n):
-        c.ev0.record(c.stream)
-        empty()
-        c.ev1.record(c.stream)
-        single_dev.append(c.elapsed_ns())
+    sync_wall, single_dev = c.wall_and_device(empty, plan.batches * 5)
     run.measurements.append(
         Measurement(
             "launch_sync",
@@ -360,7 +365,6 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     cp = c.cp
     rt = cp.cuda.runtime
     large = (64 if plan.quick else 256) << 20
-    clock = time.perf_counter_ns
     for nbytes in (1024, large):
         dev = cp.empty(nbytes, dtype=cp.uint8)
         hosts = {
@@ -381,17 +385,7 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 
                 copy()
                 c.stream.synchronize()
-                wall, device = [], []
-                for _ in range(reps):
-                    t0 = clock()
-                    copy()
-                    c.stream.synchronize()
-                    wall.append(float(clock() - t0))
-                for _ in range(reps):
-                    c.ev0.record(c.stream)
-                    copy()
-                    c.ev1.record(c.stream)
-                    device.append(c.elapsed_ns())
+                wall, device = c.wall_and_device(copy, reps)
                 key = f"{direction.lower()}_{'1k' if nbytes == 1024 else 'large'}_{memory}"
                 run.measurements.append(
                     Measurement(
