@@ -7,6 +7,8 @@ into the user's code; they are reported once per kind through ``report_internal`
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 import warnings
@@ -21,23 +23,47 @@ class GputraceWarning(UserWarning):
 
 
 _reported: set[str] = set()
+_messages: list[str] = []  # what was reported since the last reset (the trace header lists it)
 _lock = threading.Lock()
+MAX_MESSAGES = 20
 
 
 def report_internal(kind: str, message: str) -> bool:
-    """Warn once per ``kind`` for this process; returns True if this call emitted the warning."""
+    """Warn once per ``kind`` for this process; returns True if this call emitted the warning.
+
+    Never raises, not even when warnings are turned into errors (``-W error``): the problem is
+    then only listed in the trace header (``problems``)."""
     with _lock:
         if kind in _reported:
             return False
         _reported.add(kind)
-    warnings.warn(f"gputrace: {message}", GputraceWarning, stacklevel=3)
+        if len(_messages) < MAX_MESSAGES:
+            _messages.append(message)
+    with contextlib.suppress(Exception):
+        warnings.warn(f"gputrace: {message}", GputraceWarning, stacklevel=3)
     return True
+
+
+def reported() -> list[str]:
+    """The problems reported since the last reset, in order (at most ``MAX_MESSAGES``)."""
+    with _lock:
+        return list(_messages)
 
 
 def reset_reports() -> None:
     """Forget which internal problems were reported (for tests and new sessions)."""
     with _lock:
         _reported.clear()
+        _messages.clear()
+
+
+def _reinit_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def notice(message: str) -> None:

@@ -9,13 +9,17 @@ read per enter and exit.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import importlib.abc
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,6 +27,7 @@ import numpy.typing as npt
 
 from gputrace.backends.base import Backend, Clock
 from gputrace.errors import report_internal
+from gputrace.jsonsafe import clean_str, jsonsafe, short_repr
 from gputrace.model import Flag
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,22 +38,43 @@ _recorder: Recorder | None = None
 _clock: Clock = time.perf_counter_ns
 _tls: threading.local = threading.local()
 _timed = False
+_getframe = sys._getframe
+_get_ident = threading.get_ident
+# The running asyncio loop of this thread, or None. A stand-in that always says None until the
+# program imports asyncio (gputrace never imports it itself).
+_running_loop: Callable[[], Any] = type(None)
+_current_task: Callable[[Any], Any] | None = None
+# The asyncio task's own track (set in the task's context, so every task has its own value).
+_task_track: contextvars.ContextVar[ThreadBuffer | None] = contextvars.ContextVar(
+    "gputrace_task_track", default=None
+)
 
 _DEGRADED = int(Flag.DEGRADED)
 _ERROR = int(Flag.ERROR)
+# Code that can be suspended with a scope open: generators, coroutines, async generators.
+_SUSPENDABLE = 0x20 | 0x80 | 0x100 | 0x200
+# Tracks that are not OS threads (asyncio tasks, suspended generators) get tids from here up:
+# above any Linux tid (< 2**22), below the exporter's overlap lanes (multiples of 2**24).
+EXTRA_TID_BASE = 1 << 23
 
 
 class ThreadBuffer:
-    """Everything one thread recorded. Only its own thread appends to it."""
+    """Everything one track recorded: an OS thread, an asyncio task, or a generator that was
+    suspended with a scope open. Only the thread that owns it appends to it."""
 
-    __slots__ = ("args", "ident", "log", "marks", "name", "rich", "stack", "tid")
+    __slots__ = (
+        "args", "ident", "log", "marks", "name", "rec", "rich", "sides", "stack", "task_id", "tid",
+    )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, rec: Recorder | None = None, name: str | None = None, tid: int | None = None) -> None:
         t = threading.current_thread()
+        self.rec = rec
         self.ident = t.ident or 0
-        self.tid = threading.get_native_id()
-        self.name = t.name
-        self.stack: list[tuple[Any, int, int]] = []  # (trace object, cpu_start_ns, token)
+        self.tid = threading.get_native_id() if tid is None else tid
+        self.name = t.name if name is None else name
+        self.task_id = 0
+        # Open scopes: (trace object, cpu_start_ns, token, frame that entered it).
+        self.stack: list[tuple[Any, int, int, FrameType | None]] = []
         # Plain scopes, flat: name, cpu_start_ns, cpu_end_ns, ... Extending a list with three
         # references is the cheapest store Python has (an array('q') converts each int: +190 ns).
         self.log: list[Any] = []
@@ -56,10 +82,11 @@ class ThreadBuffer:
         self.rich: list[Any] = []
         self.args: dict[int, dict[str, Any]] = {}  # index of a scope in ``rich`` -> its args
         self.marks: list[tuple[str, int, str, dict[str, Any]]] = []
+        self.sides: dict[Any, ThreadBuffer] | None = None  # suspended generators' tracks, by frame
 
 
 class Recorder:
-    """Owns the per-thread buffers of one session."""
+    """Owns the per-track buffers of one session."""
 
     def __init__(self, clock: Clock, backend: Backend) -> None:
         self.clock = clock
@@ -68,24 +95,92 @@ class Recorder:
         self.owner: object = None  # the session that owns this recorder
         self.local = threading.local()
         self.buffers: list[ThreadBuffer] = []
-        self._buffers_lock = threading.Lock()  # taken once per thread, never per scope
+        self._buffers_lock = threading.Lock()  # taken once per track, never per scope
+        self._extra_tids = 0
+        self._finder: _AsyncioWatch | None = None
+
+    def _add(self, buf: ThreadBuffer) -> ThreadBuffer:
+        with self._buffers_lock:
+            self.buffers.append(buf)
+        return buf
+
+    def _extra_tid(self) -> int:
+        with self._buffers_lock:
+            self._extra_tids += 1
+            return EXTRA_TID_BASE + self._extra_tids
 
     def buffer(self) -> ThreadBuffer:
+        """This OS thread's track."""
         try:
             buf: ThreadBuffer = self.local.buf
         except AttributeError:
-            buf = ThreadBuffer()
+            buf = self._add(ThreadBuffer(self))
             self.local.buf = buf
-            with self._buffers_lock:
-                self.buffers.append(buf)
         return buf
 
+    def task_buffer(self, loop: Any) -> ThreadBuffer:
+        """The track of the asyncio task running on ``loop`` (this thread's, outside a task)."""
+        global _current_task
+        if _current_task is None:
+            _current_task = sys.modules["asyncio"].current_task
+        task = _current_task(loop)
+        if task is None:
+            return self.buffer()
+        trk = _task_track.get()
+        if trk is not None and trk.rec is self and trk.task_id == id(task):
+            return trk
+        try:
+            tname = str(task.get_name())
+        except Exception:
+            tname = "task"
+        thread = self.buffer()
+        trk = self._add(ThreadBuffer(self, clean_str(f"{thread.name} · {tname}", 200), self._extra_tid()))
+        trk.task_id = id(task)
+        _task_track.set(trk)
+        return trk
+
+    def current(self) -> ThreadBuffer:
+        loop = _running_loop()
+        return self.buffer() if loop is None else self.task_buffer(loop)
+
+    def set_aside(self, buf: ThreadBuffer) -> None:
+        """The scopes on top of ``buf``'s stack were opened by a generator (or coroutine) that is
+        suspended now: move them to that generator's own track, so that they do not adopt the
+        scopes that run while it is suspended."""
+        stack = buf.stack
+        moved = []
+        while stack:
+            frame = stack[-1][3]
+            if frame is None or frame.f_back is not None or not frame.f_code.co_flags & _SUSPENDABLE:
+                break
+            moved.append(stack.pop())
+        if not moved:
+            return
+        frame = moved[-1][3]
+        assert frame is not None
+        if buf.sides is None:
+            buf.sides = {}
+        side = buf.sides.get(frame)
+        if side is None:
+            code = frame.f_code
+            what = getattr(code, "co_qualname", code.co_name)
+            side = buf.sides[frame] = self._add(
+                ThreadBuffer(self, clean_str(f"{buf.name} · {what} (suspended)", 200), self._extra_tid())
+            )
+        side.stack.extend(reversed(moved))
+
     def activate(self) -> None:
-        global _recorder, _clock, _tls, _timed
+        global _recorder, _clock, _tls, _timed, _running_loop
         if _recorder is not None:
             from gputrace.errors import GputraceError
 
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
+        events = sys.modules.get("asyncio.events")
+        if events is not None:
+            _running_loop = events._get_running_loop
+        else:  # start watching for the program's own ``import asyncio``
+            self._finder = _AsyncioWatch()
+            sys.meta_path.insert(0, self._finder)
         _clock, _tls, _timed = self.clock, self.local, self.timed
         _recorder = self
 
@@ -93,6 +188,9 @@ class Recorder:
         global _recorder
         if _recorder is self:
             _recorder = None
+        finder, self._finder = self._finder, None
+        if finder is not None:
+            finder.remove()
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         report_internal(
@@ -100,6 +198,22 @@ class Recorder:
             f"{where} failed inside the profiler ({type(exc).__name__}: {exc}); "
             "the scope is recorded as degraded and your program continues.",
         )
+
+
+class _AsyncioWatch(importlib.abc.MetaPathFinder):
+    """Finds nothing; notices when the program has imported ``asyncio.events``."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
+        global _running_loop
+        events = sys.modules.get("asyncio.events")
+        if events is not None:
+            _running_loop = getattr(events, "_get_running_loop", type(None))
+            self.remove()
+        return None
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
 
 
 def active_recorder() -> Recorder | None:
@@ -139,10 +253,17 @@ class trace:
         rec = _recorder
         if rec is None:
             return self
-        try:
-            buf = _tls.buf
-        except AttributeError:
-            buf = rec.buffer()
+        if _running_loop() is None:
+            try:
+                buf = _tls.buf
+            except AttributeError:
+                buf = rec.buffer()
+        else:
+            buf = rec.task_buffer(_running_loop())
+        stack = buf.stack
+        frame = _getframe(1)
+        if stack and stack[-1][3].f_back is None:  # type: ignore[union-attr]
+            rec.set_aside(buf)  # the scope on top may belong to a suspended generator
         if _timed:
             cpu_start = _clock()
             try:
@@ -150,9 +271,9 @@ class trace:
             except Exception as exc:
                 rec.internal_error("starting a GPU span", exc)
                 token = -1
-            buf.stack.append((self, cpu_start, token))
+            stack.append((self, cpu_start, token, frame))
         else:
-            buf.stack.append((self, _clock(), 0))
+            stack.append((self, _clock(), 0, frame))
         return self
 
     def __exit__(
@@ -161,34 +282,40 @@ class trace:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if _recorder is None:
+        rec = _recorder
+        if rec is None:
             return
-        try:
-            buf = _tls.buf
-            entry = buf.stack.pop()
-        except (AttributeError, IndexError):
-            return  # entered before this session started: nothing of it was recorded
-        obj, cpu_start, token = entry
-        if obj is not self:
-            found = _unwind(buf, entry, self)
+        buf = _task_track.get()
+        if buf is None or buf.rec is not rec or buf.ident != _get_ident():
+            try:
+                buf = _tls.buf
+            except AttributeError:
+                return  # entered before this session started: nothing of it was recorded
+        stack = buf.stack
+        if stack and stack[-1][0] is self:
+            entry = stack.pop()
+        else:
+            found = _find(rec, buf, self)
             if found is None:
-                return
-            obj, cpu_start, token = found
+                return  # entered before this session started, or on another thread
+            entry, buf = found
+        cpu_start, token = entry[1], entry[2]
+        if exc_type is GeneratorExit:
+            exc_type = None  # a generator closed early: a normal end for its scopes
         if token or exc_type is not None or self.args:
-            self._exit_slow(buf, cpu_start, token, exc_type)
+            self._exit_slow(rec, buf, cpu_start, token, exc_type)
             return
         buf.log.extend((self.name, cpu_start, _clock()))
 
     def _exit_slow(
         self,
+        rec: Recorder,
         buf: ThreadBuffer,
         cpu_start: int,
         token: int,
         exc_type: type[BaseException] | None,
     ) -> None:
         """Leaving a scope that has a GPU token, args or an exception."""
-        rec = _recorder
-        assert rec is not None
         flags = 0
         if token > 0:
             try:
@@ -202,10 +329,11 @@ class trace:
         cpu_end = _clock()
         rich = buf.rich
         if exc_type is not None or self.args:
+            # kept as given: converted to JSON-safe values when the session stops, off the hot path
             args = dict(self.args)
             if exc_type is not None:
                 flags |= _ERROR
-                args["exception"] = exc_type.__name__
+                args["exception"] = getattr(exc_type, "__name__", "exception")
             buf.args[len(rich) // 5] = args
         rich.extend((self.name, cpu_start, cpu_end, token, flags))
 
@@ -230,15 +358,25 @@ class trace:
         return f"gputrace.trace({self.name!r})"
 
 
-def _unwind(buf: ThreadBuffer, popped: tuple[Any, int, int], obj: trace) -> tuple[Any, int, int] | None:
-    """Scopes left out of order (interleaved coroutines on one thread): find ``obj``'s entry."""
-    stack = buf.stack
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i][0] is obj:
-            found = stack.pop(i)
-            stack.append(popped)
-            return found
-    stack.append(popped)
+def _find(
+    rec: Recorder, buf: ThreadBuffer, obj: trace
+) -> tuple[tuple[Any, int, int, Any], ThreadBuffer] | None:
+    """``obj``'s open entry when it is not on top of ``buf``'s stack: scopes left out of order
+    (interleaved coroutines on one thread), set aside with a suspended generator, or entered on
+    this thread's own track from inside a task. Removes and returns it with its track."""
+    cands = [buf]
+    thread = getattr(rec.local, "buf", None)
+    if thread is not None and thread is not buf:
+        cands.append(thread)
+    for b in list(cands):
+        if b.sides:
+            cands.extend(b.sides.values())
+    for b in cands:
+        stack = b.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] is obj:
+                entry = stack.pop(i)
+                return entry, b
     return None
 
 
@@ -247,7 +385,10 @@ def mark(name: str, **args: Any) -> None:
     rec = _recorder
     if rec is None:
         return
-    rec.buffer().marks.append((name, rec.clock(), "mark", args))
+    try:
+        rec.current().marks.append((name, rec.clock(), "mark", args))
+    except Exception as exc:
+        rec.internal_error("recording a mark", exc)
 
 
 @dataclass
@@ -263,26 +404,81 @@ class RawThread:
 
 
 def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
-    """Take every thread's records. Scopes still open at stop are kept, ending at ``stop_ns``,
-    flagged degraded with ``args["unclosed"] = True``: nothing recorded is dropped."""
+    """Take every track's records. Scopes still open at stop are kept, ending at ``stop_ns``,
+    flagged degraded with ``args["unclosed"] = True``: nothing recorded is dropped. Args, names
+    and marks become JSON-safe values here (see ``gputrace.jsonsafe``), never a reason to fail.
+
+    Other threads may still be inside scopes while this runs: a scope that leaves during the
+    drain is either in the copy (closed) or still on its stack (unclosed), or, leaving at that
+    very moment, in neither; never half of it."""
     with rec._buffers_lock:
         buffers = list(rec.buffers)
     out = []
     for buf in buffers:
+        stack = list(buf.stack)
         log, rich = list(buf.log), list(buf.rich)
-        args = dict(buf.args)
-        for obj, cpu_start, token in list(buf.stack):
-            a = dict(getattr(obj, "args", {}) or {})
+        n_rich = len(rich) // 5
+        del rich[n_rich * 5 :]
+        args = {k: v for k, v in list(buf.args.items()) if k < n_rich}
+        for entry in stack:
+            obj = entry[0]
+            a = dict(getattr(obj, "args", None) or {})
             a["unclosed"] = True
             args[len(rich) // 5] = a
-            rich.extend((getattr(obj, "name", "?"), cpu_start, stop_ns, max(token, 0), _DEGRADED))
+            rich.extend(
+                (getattr(obj, "name", "?"), entry[1], max(stop_ns, entry[1]), max(entry[2], 0), _DEGRADED)
+            )
         n_plain = len(log) // 3
+        del log[n_plain * 3 :]
         times = np.zeros((n_plain + len(rich) // 5, 4), np.int64)
         times[:n_plain, 0] = log[1::3]
         times[:n_plain, 1] = log[2::3]
         for col in range(4):
             times[n_plain:, col] = rich[1 + col :: 5]
-        names = log[0::3] + rich[0::5]
-        args = {n_plain + k: v for k, v in args.items()}
-        out.append(RawThread(buf.tid, buf.name, names, times, args, list(buf.marks)))
+        names = _clean_names(log[0::3] + rich[0::5])
+        safe_args = {}
+        for k, v in args.items():
+            got = jsonsafe(v)
+            safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
+        marks = [
+            (_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in list(buf.marks)
+        ]
+        out.append(RawThread(buf.tid, clean_str(str(buf.name), 200), names, times, safe_args, marks))
     return out
+
+
+def _safe_dict(d: Any) -> dict[str, Any]:
+    got = jsonsafe(d)
+    return got if isinstance(got, dict) else {"args": got}
+
+
+def _clean_name(n: Any) -> str:
+    if type(n) is str:
+        return clean_str(n, 1000)
+    try:
+        return clean_str(str(n), 1000)
+    except Exception:
+        return short_repr(n)
+
+
+def _clean_names(names: list[Any]) -> list[str]:
+    """Scope names as clean, bounded strings (a name may be anything a user passed)."""
+    try:
+        uniq = set(names)
+    except TypeError:  # an unhashable name
+        return [_clean_name(n) for n in names]
+    fix = {}
+    for n in uniq:
+        if type(n) is not str or len(n) > 1000 or not (n.isascii() or _utf8(n)):
+            fix[n] = _clean_name(n)
+    if not fix:
+        return names
+    return [fix.get(n, n) if n in fix else n for n in names]
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -69,6 +69,9 @@ class RawRecording:
     degraded: dict[int, str] = field(default_factory=dict)
     spans_cover_children: bool = False
     empty_span_ns: int = 0  # a GPU span this short or shorter holds no work (backend's floor)
+    # Why GPU times may be missing (collection or calibration failed): a timed scope without a
+    # GPU span is then flagged degraded with this reason, not empty.
+    problem: str = ""
 
 
 def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
@@ -361,7 +364,13 @@ def _flag(raw: RawRecording, s: ScopeTable, tokens: np.ndarray, done_by: np.ndar
     empty = timed & ~untimed & (~has_gpu | (gpu_dur <= raw.empty_span_ns))
     if raw.spans_cover_children:
         empty &= ~has_gpu  # scopes without any pass are empty; a pass always holds work
-    flags[empty & ((flags & int(Flag.DEGRADED)) == 0)] |= int(Flag.EMPTY)
+    empty &= (flags & int(Flag.DEGRADED)) == 0
+    if raw.problem:  # GPU times were lost, not absent: say so instead of "nothing launched"
+        for row in np.flatnonzero(empty).tolist():
+            flags[row] |= int(Flag.DEGRADED)
+            s.args.setdefault(row, {})["degraded"] = raw.problem
+    else:
+        flags[empty] |= int(Flag.EMPTY)
     if has_gpu.any():
         g = np.flatnonzero(has_gpu)
         unc = s.uncertainty_ns[g]

@@ -19,13 +19,27 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from gputrace._version import __version__
 from gputrace.backends import create
 from gputrace.backends.base import Backend, Clock
 from gputrace.clock import clock_pair, session_clock
-from gputrace.errors import GputraceError, report_internal, reset_reports
-from gputrace.model import FORMAT_VERSION, Trace
-from gputrace.recorder import Recorder, active_recorder, drain
+from gputrace.errors import GputraceError, report_internal, reported, reset_reports
+from gputrace.jsonsafe import jsonsafe
+from gputrace.model import (
+    FORMAT_VERSION,
+    NO_TIME,
+    Flag,
+    QueueInfo,
+    ScopeTable,
+    SpanTable,
+    ThreadInfo,
+    Trace,
+    flag_names,
+    nest,
+)
+from gputrace.recorder import RawThread, Recorder, active_recorder, drain
 from gputrace.resolver import RawRecording, resolve
 
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
@@ -79,6 +93,7 @@ class session:
         # itself then takes over recording until it stops, instead of failing as "already active".
         self.yields_to_inner = False
         self._outer: Recorder | None = None
+        self._pid = os.getpid()
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> session:
@@ -88,10 +103,21 @@ class session:
         if outer is not None and not getattr(outer, "yields_to_inner", False):
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
         reset_reports()
+        self._pid = os.getpid()
         if isinstance(self.backend_spec, Backend):
             backend = self.backend_spec
         else:
-            backend = create(self.backend_spec, self.clock, quiet=self.quiet, **self.backend_options)
+            try:
+                backend = create(self.backend_spec, self.clock, quiet=self.quiet, **self.backend_options)
+            except GputraceError:
+                raise  # the user's to fix: a wrong option, a GPU that is not there
+            except Exception as exc:  # a fault inside gputrace or a driver: record CPU times
+                report_internal(
+                    "backend",
+                    f"the {self.backend_spec} backend failed to start ({type(exc).__name__}: {exc}); "
+                    "recording CPU times only.",
+                )
+                backend = create("cpu", self.clock, quiet=True)
         mono, real = clock_pair()
         base = self.clock()
         self._raw.header = {
@@ -143,7 +169,11 @@ class session:
         rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
 
     def stop(self) -> Trace:
-        """Stop recording, resolve, write the file if a path was given, and return the trace."""
+        """Stop recording, resolve, write the file if a path was given, and return the trace.
+
+        Never fails over a problem inside gputrace: each stage (sync, drain, resolve, export)
+        that raises is reported once, and what it lost is flagged ``degraded`` in the trace.
+        """
         rec = self._recorder
         if rec is None:
             raise GputraceError("this session was never started.")
@@ -151,6 +181,10 @@ class session:
             return self.trace
         rec.deactivate()
         outer, self._outer = self._outer, None
+        if os.getpid() != self._pid:
+            # a forked child: the parent owns the backend and the file; touch neither
+            self.trace = _fallback_trace(self._raw.header, [], "")
+            return self.trace
         if outer is not None and active_recorder() is None:
             outer.activate()
         with self._lock:
@@ -162,27 +196,42 @@ class session:
             self._collect()
         stop_ns = self.clock()
         raw = self._raw
-        raw.threads = drain(rec, stop_ns)
+        try:
+            raw.threads = drain(rec, stop_ns)
+        except Exception as exc:
+            report_internal(
+                "drain",
+                f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
+            )
+            raw.threads = []
         raw.header["end_ns"] = stop_ns
         raw.header["host"]["loadavg_end"] = _loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = _safe(rec.backend.queues) or []
+        raw.queues = _complete_queues(_safe(rec.backend.queues), raw.spans, rec.backend.name)
         try:
             rec.backend.close()
         except Exception as exc:
             report_internal("close", f"closing the backend failed ({type(exc).__name__}: {exc}).")
-        self.trace = resolve(raw)
+        lost = getattr(rec.backend, "problem", "")
+        if not raw.problem and isinstance(lost, str) and lost:
+            raw.problem = lost
+        problems = reported()
+        if problems:
+            raw.header["problems"] = problems
+        raw.header = jsonsafe(raw.header)
+        self.trace = _resolve_safely(raw)
         if self.path is not None:
             self._write(self.trace, self.path)
         return self.trace
 
     def _write(self, trace: Trace, path: Path) -> None:
-        from gputrace.exporters.chrome import write
+        from gputrace.exporters import chrome
 
         try:
-            write(trace, path)
+            chrome.write(trace, path)
             self.written = path
+            return
         except OSError as exc:
             # The user's program must not die at exit over a file: say so once; keep the trace.
             report_internal(
@@ -190,6 +239,21 @@ class session:
                 f"could not write the trace to {path} ({exc.strerror or exc}); "
                 "it is still available as session.trace.",
             )
+            return
+        except Exception as exc:
+            reason = f"exporting the trace failed ({type(exc).__name__}: {exc})"
+            report_internal("export", f"{reason}; its GPU part is left out of {path}.")
+        try:  # again without the GPU part (where exporter faults are most likely)
+            chrome.write(_cpu_only(trace, reason), path)
+            self.written = path
+            return
+        except Exception:
+            pass
+        try:  # last resort: the CPU scopes in the plainest form the loader reads
+            chrome.write_bytes(_plain_json(trace, reason), path)
+            self.written = path
+        except Exception as exc:
+            report_internal("write", f"could not write the trace to {path} ({type(exc).__name__}: {exc}).")
 
     def _calibrate(self) -> None:
         rec = self._recorder
@@ -197,10 +261,9 @@ class session:
         try:
             self._raw.samples.extend(rec.backend.calibrate())
         except Exception as exc:
-            report_internal(
-                "calibrate",
-                f"taking a clock calibration sample failed ({type(exc).__name__}: {exc}).",
-            )
+            reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
+            report_internal("calibrate", f"{reason}.")
+            self._raw.problem = self._raw.problem or reason
 
     def _collect(self) -> None:
         rec = self._recorder
@@ -208,7 +271,9 @@ class session:
         try:
             got = rec.backend.collect()
         except Exception as exc:
-            report_internal("collect", f"collecting GPU timestamps failed ({type(exc).__name__}: {exc}).")
+            reason = f"collecting GPU timestamps failed ({type(exc).__name__}: {exc})"
+            report_internal("collect", f"{reason}.")
+            self._raw.problem = self._raw.problem or reason
             return
         self._raw.spans.extend(got.spans)
         self._raw.untimed |= got.untimed
@@ -225,6 +290,100 @@ class session:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _complete_queues(queues: Any, spans: list[Any], backend: str) -> list[QueueInfo]:
+    """The backend's queues, with a stand-in for every queue a span names that it did not list
+    (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
+    out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
+    need = max((sp.queue for sp in spans), default=-1) + 1
+    for i in range(len(out), need):
+        out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
+    return out
+
+
+def _resolve_safely(raw: RawRecording) -> Trace:
+    """``resolve(raw)``; if it fails, the CPU scopes alone, flagged degraded with the reason."""
+    try:
+        return resolve(raw)
+    except Exception as exc:
+        reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
+        report_internal("resolve", f"{reason}; the trace keeps CPU times only, flagged degraded.")
+    return _fallback_trace(raw.header, raw.threads, reason)
+
+
+def _fallback_trace(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:
+    """CPU scopes only, built without the resolver (which may be what failed)."""
+    try:
+        names: list[str] = []
+        ids: dict[str, int] = {}
+        rows = []
+        for ti, t in enumerate(threads):
+            for k, nm in enumerate(t.names):
+                i = ids.setdefault(nm, len(names))
+                if i == len(names):
+                    names.append(nm)
+                a = dict(t.args.get(k) or {})
+                if reason:
+                    a["degraded"] = reason
+                flags = int(t.times[k, 3]) | (int(Flag.DEGRADED) if reason else 0)
+                rows.append((int(t.times[k, 0]), -int(t.times[k, 1]), ti, i, a, flags))
+        rows.sort(key=lambda r: (r[2], r[0], r[1]))
+        s = ScopeTable.empty(len(rows))
+        if rows:
+            s.cpu_start_ns = np.array([r[0] for r in rows], np.int64)
+            s.cpu_end_ns = np.array([-r[1] for r in rows], np.int64)
+            s.thread = np.array([r[2] for r in rows], np.int32)
+            s.name = np.array([r[3] for r in rows], np.int32)
+            s.flags = np.array([r[5] for r in rows], np.uint32)
+            s.args = {k: r[4] for k, r in enumerate(rows) if r[4]}
+            nest(s)
+        th = [ThreadInfo(t.tid, t.name) for t in threads]
+        return Trace(dict(header), names, th, [], s, SpanTable.empty(0), [], {})
+    except Exception:
+        return Trace(dict(header), [], [], [], ScopeTable.empty(0), SpanTable.empty(0), [], {})
+
+
+def _cpu_only(trace: Trace, reason: str) -> Trace:
+    """``trace`` without its GPU part, every scope flagged degraded with ``reason``."""
+    s = trace.scopes
+    cpu = ScopeTable.empty(len(s))
+    for col in ("name", "thread", "parent", "depth", "cpu_start_ns", "cpu_end_ns"):
+        setattr(cpu, col, getattr(s, col).copy())
+    cpu.flags = s.flags | np.uint32(int(Flag.DEGRADED))
+    cpu.args = {i: dict(s.args.get(i) or {}, degraded=reason) for i in range(len(s))}
+    header = dict(trace.header, clock=[])
+    return Trace(header, list(trace.names), list(trace.threads), [], cpu, SpanTable.empty(0), [], {})
+
+
+def _plain_json(trace: Trace, reason: str) -> bytes:
+    """The CPU scopes as the plainest Chrome JSON the loader reads (no exporter involved)."""
+    import orjson
+
+    s = trace.scopes
+    header = jsonsafe(dict(trace.header, clock=[], anomalies={"counts": {}, "items": [], "truncated": 0}))
+    pid = int(header.get("pid") or 1)
+    base = min([int(header["base_ns"]), *[int(v) for v in s.cpu_start_ns[:1]]])
+    header["base_ns"] = base
+    header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
+    header["queues"] = []
+    ev: list[dict[str, Any]] = [
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": t.tid, "args": {"name": t.name}}
+        for t in trace.threads
+    ]
+    flags = flag_names(int(Flag.DEGRADED))
+    for i in range(len(s)):
+        t0, t1 = int(s.cpu_start_ns[i]), int(s.cpu_end_ns[i])
+        if t0 == NO_TIME or t1 < t0:
+            continue
+        ev.append(
+            {
+                "ph": "X", "cat": "cpu", "name": trace.names[int(s.name[i])], "pid": pid,
+                "tid": trace.threads[int(s.thread[i])].tid, "ts": (t0 - base) / 1000.0,
+                "dur": (t1 - t0) / 1000.0, "args": {"degraded": reason, "flags": flags},
+            }
+        )  # fmt: skip
+    return orjson.dumps({"traceEvents": ev, "displayTimeUnit": "ms", "gputrace": header})
 
 
 def _safe(fn: Any) -> Any:

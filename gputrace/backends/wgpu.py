@@ -34,7 +34,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
-from gputrace.errors import GputraceError, notice
+from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 
 _adapter_reason: list[str | None] = []  # probe's answer, cached: asking for an adapter is slow
@@ -96,7 +96,10 @@ def instrument(device: Any) -> Any:
         wgpu_hooks.swap_in(device)
     _instrumented.add(device)
     if _active is not None:
-        _active.attach(device)
+        try:
+            _active.attach(device)
+        except Exception as exc:
+            _active._lost(device, exc)
     return device
 
 
@@ -159,12 +162,32 @@ class WgpuBackend(Backend):
         self._lock = threading.Lock()
         self._noticed_none = False
         self.closed = False
+        # Why some passes could not be timed (a device that failed to attach), or "".
+        self.problem = ""
         given = device if isinstance(device, (list, tuple)) else [device] if device is not None else []
         for dev in given:
-            instrument(dev)
+            try:
+                instrument(dev)
+            except GputraceError:
+                raise  # not a wgpu device: the user's to fix
+            except Exception as exc:
+                self._lost(dev, exc)
         for dev in given or list(_instrumented):
-            self.attach(dev)
+            try:
+                self.attach(dev)
+            except Exception as exc:
+                self._lost(dev, exc)
         _active = self
+
+    def _lost(self, device: Any, exc: BaseException) -> None:
+        """``device`` could not be traced: its passes run untimed, their scopes are flagged."""
+        try:
+            name = _device_name(device)
+        except Exception:
+            name = "?"
+        reason = f"tracing the wgpu device {name!r} failed ({type(exc).__name__}: {exc})"
+        self.problem = self.problem or reason
+        report_internal("wgpu-attach", f"{reason}; its passes are not timed, your program continues.")
 
     # devices -------------------------------------------------------------------------------
     def attach(self, device: Any) -> None:
@@ -252,7 +275,10 @@ class WgpuBackend(Backend):
             got.spans.extend(spans)
             got.degraded.update(degraded)
         last = self._last_token
-        if not any(t.timed for t in self.tracers):
+        if not any(t.timed for t in self.tracers) and self.problem:
+            # the device failed to attach: its scopes lost their GPU times (degraded, not untimed)
+            got.degraded.update(dict.fromkeys(range(self._collected_upto + 1, last + 1), self.problem))
+        elif not any(t.timed for t in self.tracers):
             # nothing could be timed: every scope so far keeps its CPU times, marked untimed
             got.untimed.update(range(self._collected_upto + 1, last + 1))
             if not self.tracers and last > self._collected_upto and not self._noticed_none:

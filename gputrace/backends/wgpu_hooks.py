@@ -152,7 +152,7 @@ class DeviceTracer:
         with self.lock:
             prev = None
             for rec in recs:
-                rec.submit_ns = submit_ns if ok else _FAILED
+                rec.submit_ns = submit_ns if ok and rec.submit_ns is None else _FAILED
                 if rec.page is not prev:
                     prev = rec.page
                     prev.unsubmitted -= 1
@@ -169,12 +169,26 @@ class DeviceTracer:
                 page = self.mapping.popleft()
             self._read(page)
 
+    def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
+        """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
+        untraced; the scopes involved (default: the innermost open one) are marked degraded."""
+        try:
+            reason = f"{what} failed inside gputrace ({type(exc).__name__}: {exc})"
+            report_internal(f"wgpu-{what}", f"{reason}; those passes are not timed, your program continues.")
+            if tokens is None:
+                stack = getattr(self.scopes, "stack", None)
+                tokens = [stack[-1][0]] if stack else []
+            for tok in tokens:
+                self.degraded.setdefault(tok, reason)
+        except Exception:
+            pass
+
     # pages ---------------------------------------------------------------------------------
     def _open_page(self) -> QueryPage:
         """Close the current page and open a fresh one (call with the lock held)."""
+        page = self.free.pop() if self.free else self._new_page()  # first: it may fail
         if self.page is not None:
             self._close(self.page)
-        page = self.free.pop() if self.free else self._new_page()
         self.page = page
         return page
 
@@ -267,11 +281,14 @@ class _TracedDevice:
         enc = self._gputrace_base.create_command_encoder(self, label=label)
         tracer = self._gputrace_tracer
         if tracer is not None:
-            cls = _encoder_classes.get(type(enc))
-            if cls is None:
-                cls = _encoder_classes[type(enc)] = traced_class(type(enc), _TracedEncoder)
-            enc.__class__ = cls
-            enc._gputrace_tracer = tracer
+            try:
+                cls = _encoder_classes.get(type(enc))
+                if cls is None:
+                    cls = _encoder_classes[type(enc)] = traced_class(type(enc), _TracedEncoder)
+                enc.__class__ = cls
+                enc._gputrace_tracer = tracer
+            except Exception as exc:
+                tracer.fault("tracing an encoder", exc)
         return enc
 
 
@@ -286,12 +303,19 @@ class _TracedEncoder:
             return self._gputrace_base.begin_compute_pass(
                 self, label=label, timestamp_writes=timestamp_writes
             )
-        ours = tracer.writes(self, label, "compute")
+        try:
+            ours = tracer.writes(self, label, "compute")
+        except Exception as exc:
+            tracer.fault("timing a pass", exc)
+            ours = None
         try:
             return self._gputrace_base.begin_compute_pass(self, label=label, timestamp_writes=ours)
         except BaseException:
             if ours is not None:
-                tracer.forget_last(self)
+                try:
+                    tracer.forget_last(self)
+                except Exception as exc:
+                    tracer.fault("dropping a pass", exc)
             raise
 
     def begin_render_pass(self, *, label: str = "", timestamp_writes: Any = None, **kw: Any) -> Any:
@@ -300,22 +324,38 @@ class _TracedEncoder:
             return self._gputrace_base.begin_render_pass(
                 self, label=label, timestamp_writes=timestamp_writes, **kw
             )
-        ours = tracer.writes(self, label, "render")
+        try:
+            ours = tracer.writes(self, label, "render")
+        except Exception as exc:
+            tracer.fault("timing a pass", exc)
+            ours = None
         try:
             return self._gputrace_base.begin_render_pass(self, label=label, timestamp_writes=ours, **kw)
         except BaseException:
             if ours is not None:
-                tracer.forget_last(self)
+                try:
+                    tracer.forget_last(self)
+                except Exception as exc:
+                    tracer.fault("dropping a pass", exc)
             raise
 
     def finish(self, *, label: str = "") -> Any:
         recs = self._gputrace_records
         tracer = self._gputrace_tracer
         if recs and tracer is not None:
-            tracer.resolve(self, recs)  # type: ignore[arg-type]
+            try:
+                tracer.resolve(self, recs)  # type: ignore[arg-type]
+            except Exception as exc:
+                tracer.fault("resolving timestamps", exc, [r.token for r in recs])  # type: ignore[union-attr]
+                for r in recs:
+                    r.submit_ns = _FAILED  # type: ignore[union-attr]
         cb = self._gputrace_base.finish(self, label=label)
         if recs:
-            cb._gputrace_passes = (tracer, recs)
+            try:
+                cb._gputrace_passes = (tracer, recs)
+            except Exception as exc:
+                if tracer is not None:
+                    tracer.fault("noting a command buffer", exc, [r.token for r in recs])  # type: ignore[union-attr]
         return cb
 
 
@@ -329,15 +369,22 @@ class _TracedQueue:
             self._gputrace_base.submit(self, command_buffers)
             return None
         # (owner, records) of each traced command buffer; popped so a resubmit cannot count twice
-        batches = [p for cb in command_buffers if (p := cb.__dict__.pop("_gputrace_passes", None))]
-        submit_ns = tracer.clock()
+        try:
+            batches = [p for cb in command_buffers if (p := cb.__dict__.pop("_gputrace_passes", None))]
+            submit_ns = tracer.clock()
+        except Exception as exc:
+            tracer.fault("noting a submit", exc, [])
+            batches, submit_ns = [], 0
         ok = False
         try:
             self._gputrace_base.submit(self, command_buffers)
             ok = True
         finally:
             for owner, recs in batches:
-                owner.submitted(recs, submit_ns, ok)
+                try:
+                    owner.submitted(recs, submit_ns, ok)
+                except Exception as exc:
+                    owner.fault("noting a submit", exc, [r.token for r in recs])
             if tracer.mapping:
                 try:
                     tracer.harvest_ready()

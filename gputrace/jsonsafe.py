@@ -1,0 +1,162 @@
+"""Turn any Python value into one a trace file can hold, never by failing.
+
+Scope args, marks and header metadata come from the user's program and can be anything: numpy
+scalars and dtypes, paths, sets, bytes, huge ints, self-referencing containers. ``jsonsafe``
+keeps what JSON can say exactly (str, bool, None, finite floats, ints within 64 bits, lists,
+dicts with string keys) and writes everything else as a short ``repr``, with bounded length,
+item count and depth, so the file always stays valid JSON and loadable.
+
+>>> import math
+>>> from decimal import Decimal
+>>> from pathlib import PurePosixPath
+>>> jsonsafe({"p": PurePosixPath("/tmp/x"), 1: {2, 3}, "n": 2**70, "f": math.nan, "d": Decimal("1.5")})
+{'p': '/tmp/x', '1': [2, 3], 'n': '1180591620717411303424', 'f': 'NaN', 'd': "Decimal('1.5')"}
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+MAX_DEPTH = 32
+MAX_ITEMS = 1000  # per list or dict; the rest is summarised as one string item
+MAX_STR = 4096  # characters of a string kept
+MAX_REPR = 200  # characters of the repr of an object JSON cannot hold
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+
+
+def clean_str(s: str, limit: int = MAX_STR) -> str:
+    """``s`` bounded to ``limit`` characters, with lone surrogates (not UTF-8) replaced."""
+    if len(s) > limit:
+        s = s[:limit] + f"…(+{len(s) - limit} chars)"
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return s
+
+
+def short_repr(value: Any, limit: int = MAX_REPR) -> str:
+    """A bounded ``repr`` that never raises (a broken ``__repr__`` gives the type name)."""
+    try:
+        r = repr(value)
+        if not isinstance(r, str):
+            raise TypeError
+    except Exception:
+        try:
+            r = f"<{type(value).__qualname__} object (repr failed)>"
+        except Exception:
+            r = "<object (repr failed)>"
+    return clean_str(r, limit)
+
+
+def _float(x: float) -> Any:
+    if math.isfinite(x):
+        return x
+    return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+
+
+def _int(x: int) -> Any:
+    return x if INT_MIN <= x <= INT_MAX else str(x) if abs(x) < 10**MAX_REPR else short_repr(x)
+
+
+def _key(k: Any) -> str:
+    if isinstance(k, str):
+        return clean_str(k, MAX_REPR)
+    if isinstance(k, bool) or k is None:
+        return "true" if k is True else "false" if k is False else "null"
+    if isinstance(k, (int, float)):
+        return clean_str(str(k), MAX_REPR)
+    return short_repr(k)
+
+
+def _numpy(value: Any) -> tuple[bool, Any]:
+    """numpy scalars become Python numbers, arrays a short summary, dtypes their name."""
+    np = __import__("sys").modules.get("numpy")
+    if np is None:
+        return False, None
+    if isinstance(value, np.generic):
+        try:
+            item = value.item()
+        except Exception:
+            return True, short_repr(value)
+        if isinstance(item, (bool, int, float, str)) or item is None:
+            return True, jsonsafe(item)
+        return True, short_repr(value)
+    if isinstance(value, np.ndarray):
+        try:
+            return True, f"ndarray(shape={value.shape}, dtype={value.dtype}) {short_repr(value, 120)}"
+        except Exception:
+            return True, short_repr(value)
+    if isinstance(value, np.dtype):
+        return True, str(value)
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return True, value.__name__
+    return False, None
+
+
+def jsonsafe(value: Any, depth: int = 0) -> Any:
+    """``value`` as plain JSON data (see the module doc). Never raises."""
+    try:
+        return _convert(value, depth, set())
+    except Exception:
+        return short_repr(value)
+
+
+def _convert(value: Any, depth: int, seen: set[int]) -> Any:
+    t = type(value)
+    if t is str:
+        return clean_str(value)
+    if value is None or t is bool:
+        return value
+    if t is int:
+        return _int(value)
+    if t is float:
+        return _float(value)
+    if depth >= MAX_DEPTH:
+        return short_repr(value, 80)
+    if isinstance(value, (dict, list, tuple, set, frozenset)):
+        if id(value) in seen:
+            return "<recursion>"
+        seen.add(id(value))
+        try:
+            if isinstance(value, dict):
+                out: dict[str, Any] = {}
+                for i, (k, v) in enumerate(value.items()):
+                    if i >= MAX_ITEMS:
+                        out["…"] = f"{len(value) - MAX_ITEMS} more items"
+                        break
+                    out[_key(k)] = _convert(v, depth + 1, seen)
+                return out
+            items = value
+            if isinstance(value, (set, frozenset)):
+                try:
+                    items = sorted(value)
+                except Exception:
+                    items = list(value)
+            lst = [_convert(v, depth + 1, seen) for _, v in zip(range(MAX_ITEMS), items, strict=False)]
+            if len(value) > MAX_ITEMS:
+                lst.append(f"… {len(value) - MAX_ITEMS} more items")
+            return lst
+        finally:
+            seen.discard(id(value))
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):  # int subclasses (IntEnum, …): the number
+        return _int(int(value))
+    if isinstance(value, float):
+        return _float(float(value))
+    if isinstance(value, str):
+        return clean_str(str(value))
+    done, got = _numpy(value)
+    if done:
+        return got
+    if isinstance(value, os.PathLike):
+        try:
+            return clean_str(os.fspath(value))  # type: ignore[arg-type]
+        except Exception:
+            return short_repr(value)
+    if isinstance(value, type):
+        return clean_str(value.__qualname__, MAX_REPR)
+    return short_repr(value)
