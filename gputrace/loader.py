@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
@@ -39,6 +37,7 @@ from gputrace.model import (
     flags_from_names,
     nest,
 )
+from gputrace.readlimits import read_trace_bytes
 
 
 class TraceFileError(GputraceError):
@@ -62,19 +61,10 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     ``progress`` (if given) is called with "read" once the bytes are in and "parsed" after JSON.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: no such file.") from None
-    except IsADirectoryError:
-        raise TraceFileError(f"{p}: is a directory, not a trace file.") from None
-    except OSError as exc:
-        raise TraceFileError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error):
-            raise TraceFileError(f"{p}: the gzip data is truncated or corrupt.") from None
+    try:  # bounded: regular files only, at most GPUTRACE_MAX_TRACE_BYTES (gzip: decompressed)
+        raw = read_trace_bytes(p)
+    except GputraceError as exc:
+        raise TraceFileError(str(exc)) from None
     if not raw.strip():
         raise TraceFileError(f"{p}: the file is empty.")
     if progress is not None:
