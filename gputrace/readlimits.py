@@ -95,7 +95,9 @@ def _refuse_special(p: Path, mode: int) -> None:
         raise TraceReadError(f"{p}: is {what}, not a trace file; copy it to a regular file first.")
 
 
-def read_trace_bytes(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+def read_trace_bytes(
+    path: str | os.PathLike[str], limit: int | None = None, *, decompress: bool = True
+) -> bytes:
     """The bytes of a trace file, decompressed when it is gzip, never more than ``limit``.
 
     Raises ``TraceReadError`` with one sentence for a missing, unreadable, special, too large or
@@ -125,7 +127,7 @@ def read_trace_bytes(path: str | os.PathLike[str], limit: int | None = None) -> 
                     f"{p}: too large: {human_bytes(st.st_size)} on disk, {_limit_note(cap)}."
                 )
             raw = _read_all(f, st.st_size, cap, p)
-            if raw[:2] == b"\x1f\x8b":
+            if decompress and raw[:2] == b"\x1f\x8b":
                 if limit is None and not _limit_is_set():
                     return _gunzip(raw, min(cap, max(GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(raw))), p)
                 return _gunzip(raw, cap, p)
