@@ -130,6 +130,7 @@ def diff(
 def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
     """The comparison as an aligned table (or markdown), in human units."""
     from gputrace.render import human_ns
+    from gputrace.safetext import printable
 
     head = ["name", "metric", "calls A", "calls B", "median A", "median B", "change", "noise A",
             "noise B", "verdict"]  # fmt: skip
@@ -142,6 +143,7 @@ def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
             "—" if pct is None else f"{pct:+.1f}%",
             human_ns(r["iqr_a_ns"]), human_ns(r["iqr_b_ns"]), r["verdict"],
         ])  # fmt: skip
+        body[-1] = [printable(c) for c in body[-1]]  # names from a trace never reach the terminal raw
     lines = [f"A = {result['a']}", f"B = {result['b']}",
              "noise = interquartile range of the warm calls; a change counts when it exceeds both.",
              ""]  # fmt: skip
@@ -167,7 +169,7 @@ def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
                          + ", ".join(result["regressions"]))  # fmt: skip
         else:
             lines.append(f"OK: nothing slower by more than {result['fail_above_pct']:g}% beyond the noise.")
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(printable, lines)) + "\n"
 
 
 def _s(x: int | None) -> str:

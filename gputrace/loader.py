@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
@@ -39,6 +37,8 @@ from gputrace.model import (
     flags_from_names,
     nest,
 )
+from gputrace.readlimits import read_trace_bytes
+from gputrace.tracecheck import negative_gpu_time, repeated_cpu_slice, repeated_gpu_scope
 
 
 class TraceFileError(GputraceError):
@@ -62,19 +62,10 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     ``progress`` (if given) is called with "read" once the bytes are in and "parsed" after JSON.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: no such file.") from None
-    except IsADirectoryError:
-        raise TraceFileError(f"{p}: is a directory, not a trace file.") from None
-    except OSError as exc:
-        raise TraceFileError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error):
-            raise TraceFileError(f"{p}: the gzip data is truncated or corrupt.") from None
+    try:  # bounded: regular files only, at most GPUTRACE_MAX_TRACE_BYTES (gzip: decompressed)
+        raw = read_trace_bytes(p)
+    except GputraceError as exc:
+        raise TraceFileError(str(exc)) from None
     if not raw.strip():
         raise TraceFileError(f"{p}: the file is empty.")
     if progress is not None:
@@ -246,6 +237,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     s.thread = _thread_rows(tids, threads)
     ts = _floats(list(map(itemgetter("ts"), cpu)), "a cpu slice's ts")
     dur = _floats(list(map(itemgetter("dur"), cpu)), "a cpu slice's dur", non_negative=True)
+    if why := repeated_cpu_slice(tids, s.name, ts, dur, cpu):
+        raise _Malformed(why)
     s.cpu_start_ns = base + _to_ns(ts)
     s.cpu_end_ns = s.cpu_start_ns + _to_ns(dur)
     flags = np.zeros(n, np.uint32)
@@ -270,7 +263,10 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             raise _Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
         t0 = base + _to_ns(_floats(list(map(itemgetter("ts"), gpu)), "a gpu slice's ts"))
         s.gpu_start_ns[rows] = t0
-        s.gpu_end_ns[rows] = t0 + _to_ns(_floats(list(map(itemgetter("gpu_us"), ga)), "gpu_us"))
+        gpu_us = _floats(list(map(itemgetter("gpu_us"), ga)), "gpu_us")
+        if why := repeated_gpu_scope(rows) or negative_gpu_time(gpu_us, ga):
+            raise _Malformed(why)
+        s.gpu_end_ns[rows] = t0 + _to_ns(gpu_us)
         with_sub = [i for i, a in enumerate(ga) if "submit_ts" in a]
         if with_sub:
             sub_us = _floats([ga[i]["submit_ts"] for i in with_sub], "submit_ts")

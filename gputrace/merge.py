@@ -44,9 +44,39 @@ from gputrace.model import (
     Trace,
     canonical_names,
 )
+from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
 MAX_PID = 1 << 22
+MAX_ARGS_DEPTH = 200  # orjson writes at most 255 levels; deeper values are replaced by a note
+
+
+def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
+    """Refuse an output that is one of the inputs, and an input given twice (same file).
+
+    Files are compared by device and inode, so ``a.json``, ``./a.json``, a symbolic link and a
+    hard link to it are one file. Inputs that do not exist are left for loading to report.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for f in inputs:
+        try:
+            st = os.stat(f)
+        except (OSError, ValueError):
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            first = seen[key]
+            same = "it is given twice" if first == f else f"it is the same file as {path_text(first)}"
+            raise GputraceError(f"{path_text(f)}: {same}; give each trace to merge once.")
+        seen[key] = f
+    try:
+        st = os.stat(out)
+    except (OSError, ValueError):
+        return
+    if (st.st_dev, st.st_ino) in seen:
+        raise GputraceError(
+            f"{path_text(out)}: is also an input, and merging would overwrite it; choose another output file."
+        )
 
 
 def clock_offset(header: dict[str, Any], where: str) -> int:
@@ -155,9 +185,9 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         ))  # fmt: skip
         marks += [replace(m, ts_ns=m.ts_ns + shift, thread=m.thread + thread0) for m in t.marks]
         merged_info.append({
-            "file": f, "pid": pid, "rank": rank, "shift_ns": shift, "backend": t.header.get("backend"),
-            "clock_pair": t.header.get("clock_pair"), "host": t.header.get("host"),
-            "argv": t.header.get("argv"),
+            "file": path_text(f), "pid": pid, "rank": rank, "shift_ns": shift,
+            "backend": t.header.get("backend"), "clock_pair": t.header.get("clock_pair"),
+            "host": t.header.get("host"), "argv": t.header.get("argv"),
         })  # fmt: skip
         row0 += len(s)
 
@@ -230,8 +260,36 @@ def dumps(trace: Trace) -> bytes:
     for e in out:  # GPUs sort after every process
         if e.get("name") == "process_sort_index" and e["pid"] >= GPU_PID_BASE:
             e["args"] = {"sort_index": len(procs) + e["pid"] - GPU_PID_BASE}
-    return orjson.dumps({"traceEvents": out, "displayTimeUnit": "ms", "gputrace": header},
-                        option=orjson.OPT_SERIALIZE_NUMPY)  # fmt: skip
+    doc = {"traceEvents": out, "displayTimeUnit": "ms", "gputrace": header}
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:  # values a loaded file can hold but orjson cannot write
+        return orjson.dumps(_json_safe(doc), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _json_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` with what orjson refuses made writable: integers beyond 64 bits as floats (as
+    they were read), nesting deeper than ``MAX_ARGS_DEPTH`` replaced by a note, non-UTF-8 text
+    escaped, other objects by a short ``repr``."""
+    if isinstance(value, (bool, float)) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < 1 << 64 else float(value)
+    if isinstance(value, str):
+        try:
+            value.encode()
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode()
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= MAX_ARGS_DEPTH:
+            return f"(nested deeper than {MAX_ARGS_DEPTH} levels, not kept)"
+        if isinstance(value, dict):
+            return {_json_safe(str(k)): _json_safe(v, depth + 1) for k, v in value.items()}
+        return [_json_safe(v, depth + 1) for v in value]
+    if isinstance(value, (np.generic, np.ndarray)):
+        return _json_safe(value.tolist(), depth)
+    return repr(value)[:200]
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -240,7 +298,11 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
-    """Load ``inputs``, merge them, write ``out``; returns the merged trace."""
+    """Load ``inputs``, merge them, write ``out``; returns the merged trace.
+
+    Raises ``GputraceError`` if ``out`` is one of the inputs or an input is given twice.
+    """
+    check_paths(out, inputs)
     traces = [load(f) for f in inputs]
     merged = merge(traces, list(inputs))
     write(merged, out)

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from gputrace.safetext import json_safe_text, printable
+
 FORMATS = ("table", "json", "csv", "markdown")
 
 
@@ -151,7 +153,7 @@ def _intro(summary: dict[str, Any]) -> list[str]:
 
 def to_table(summary: dict[str, Any]) -> str:
     """Aligned plain-text table plus sections, for a terminal."""
-    rows = [list(COLUMNS)] + [_cells(r) for r in summary["rows"]]
+    rows = [list(COLUMNS)] + [[printable(c) for c in _cells(r)] for r in summary["rows"]]
     for r in rows[1:]:
         if len(r[0]) > 40:
             r[0] = r[0][:39] + "…"
@@ -167,7 +169,7 @@ def to_table(summary: dict[str, Any]) -> str:
         lines.append("(no scopes match)")
     for title, body in _sections(summary):
         lines += ["", title, *(f"  {b}" for b in body)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(printable, lines)) + "\n"  # a trace's text never reaches the terminal raw
 
 
 def to_markdown(summary: dict[str, Any]) -> str:
@@ -185,7 +187,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
         lines += ["", f"### {title}", ""]
         lines += [f"- {esc(b.strip())}" if not b.startswith("    ") else f"  - {esc(b.strip())}"
                   for b in body]  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(printable, lines)) + "\n"
 
 
 CSV_FIELDS = (
@@ -213,13 +215,14 @@ def to_csv(summary: dict[str, Any]) -> str:
             r["gpu_share"], gap.get("median"), gap.get("p95"), r["gpu_over_cpu"], r["spread"],
             r["noisy"], r["outliers"], r["launch_bound"],
         ]  # fmt: skip
-        w.writerow(["" if v is None else v for v in vals])
+        w.writerow(["" if v is None else printable(v) if isinstance(v, str) else v for v in vals])
     return buf.getvalue()
 
 
 def to_json(summary: dict[str, Any]) -> str:
     """The summary dict as indented JSON with sorted keys (stable across runs)."""
-    return orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+    text = orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    return json_safe_text(text) + "\n"
 
 
 def render(summary: dict[str, Any], fmt: str) -> str:

@@ -8,6 +8,10 @@ variants are plain misses (404), and there is no directory listing. Requests who
 header is not this server's own address are refused (a web page cannot reach the server through
 DNS rebinding).
 
+Each connection gets its own thread; the listen backlog holds ``LISTEN_BACKLOG`` waiting
+connections, and a connection that sends nothing for ``IDLE_TIMEOUT_S`` is closed. A client that
+goes away mid-answer (a closed tab, a cancelled fetch) is not an error: nothing is printed.
+
 >>> import tempfile, urllib.request, gputrace
 >>> path = tempfile.mkdtemp() + "/t.json"
 >>> with gputrace.session(path, backend="cpu"):
@@ -23,6 +27,8 @@ b'{"traceEvents":'
 from __future__ import annotations
 
 import os
+import socket
+import sys
 import threading
 import urllib.parse
 from http import HTTPStatus
@@ -31,8 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from gputrace.errors import GputraceError
+from gputrace.readlimits import read_trace_bytes
 
 HOST = "127.0.0.1"
+LISTEN_BACKLOG = 128
+IDLE_TIMEOUT_S = 10.0
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -72,8 +81,11 @@ class ViewerServer:
     Raises ``GputraceError`` if the port cannot be bound or the trace cannot be read.
     """
 
-    def __init__(self, trace_path: str | os.PathLike[str], port: int = 0) -> None:
+    def __init__(
+        self, trace_path: str | os.PathLike[str], port: int = 0, idle_timeout_s: float = IDLE_TIMEOUT_S
+    ) -> None:
         self.trace_path = Path(trace_path)
+        self.idle_timeout_s = idle_timeout_s
         try:
             gz = _is_gzip(self.trace_path)
         except OSError as exc:
@@ -87,7 +99,7 @@ class ViewerServer:
         self.routes["/"] = self.routes["/index.html"]
         self.routes[self.trace_route] = (None, "application/gzip" if gz else "application/json")
         try:
-            self.httpd = ThreadingHTTPServer((HOST, port), _handler_for(self))
+            self.httpd = _Server((HOST, port), _handler_for(self))
         except OSError as exc:
             raise GputraceError(
                 f"cannot listen on {HOST}:{port} ({exc.strerror or exc}); pick another --port."
@@ -102,7 +114,9 @@ class ViewerServer:
         return f"http://{HOST}:{self.port}"
 
     def _query(self) -> str:
-        return urllib.parse.urlencode({"trace": self.trace_route.lstrip("/"), "name": self.trace_path.name})
+        # the name as bytes: a non-UTF-8 file name is percent-encoded as it is on disk
+        name = os.fsencode(self.trace_path.name)
+        return urllib.parse.urlencode({"trace": self.trace_route.lstrip("/"), "name": name})
 
     @property
     def url(self) -> str:
@@ -142,10 +156,24 @@ class ViewerServer:
         self.close()
 
 
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, a real listen backlog, and quiet client disconnects."""
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+            return  # the client went away or went quiet: nothing to report
+        print(f"gputrace: view: a request failed ({type(exc).__name__}: {exc}).", file=sys.stderr)
+
+
 def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "gputrace-view"
         sys_version = ""
+        timeout = server.idle_timeout_s  # an idle connection is closed, not held forever
 
         def do_GET(self) -> None:
             self._answer(body=True)
@@ -165,9 +193,9 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
                 return
             data, ctype = entry
             if data is None:  # the trace: read now, so a reload shows a re-written file
-                try:
-                    data = server.trace_path.read_bytes()
-                except OSError:
+                try:  # bounded like every read of a trace; served as stored (gzip stays gzip)
+                    data = read_trace_bytes(server.trace_path, decompress=False)
+                except GputraceError:
                     self._send(HTTPStatus.NOT_FOUND, b"trace file is gone\n", "text/plain", body)
                     return
             self._send(HTTPStatus.OK, data, ctype, body)

@@ -13,14 +13,15 @@ import click
 from gputrace.errors import GputraceError
 from gputrace.loader import NotAGputraceTrace, load
 from gputrace.model import Trace
+from gputrace.safetext import printable
 
 EXIT_BAD_INPUT = 2
 PROGRESS_MIN_BYTES = 32 << 20  # a progress bar only for loads that take a while
 
 
 def fail(message: str) -> NoReturn:
-    """One sentence on stderr, exit code 2, no traceback."""
-    click.echo(f"gputrace: {message}", err=True)
+    """One sentence on stderr, exit code 2, no traceback (a trace's text shown escaped)."""
+    click.echo(f"gputrace: {printable(message)}", err=True)
     sys.exit(EXIT_BAD_INPUT)
 
 

@@ -16,6 +16,7 @@ import orjson
 from gputrace.commands._common import fail, load_any
 from gputrace.compare import diff as diff_traces
 from gputrace.compare import to_table
+from gputrace.safetext import json_safe_text, path_text
 
 EXIT_REGRESSION = 1
 
@@ -45,9 +46,10 @@ def diff(a: str, b: str, fmt: str, fail_above: float | None) -> None:
     """
     ta, tb = load_any(a), load_any(b)
     try:
-        result = diff_traces(ta, tb, fail_above_pct=fail_above, a_name=a, b_name=b)
+        result = diff_traces(ta, tb, fail_above_pct=fail_above, a_name=path_text(a), b_name=path_text(b))
         if fmt == "json":
-            text = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+            text = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+            text = json_safe_text(text) + "\n"
         else:
             text = to_table(result, markdown=fmt == "markdown")
     except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback

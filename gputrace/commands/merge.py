@@ -13,8 +13,9 @@ import click
 
 from gputrace.commands._common import fail, load_any
 from gputrace.errors import GputraceError
+from gputrace.merge import check_paths, write
 from gputrace.merge import merge as merge_traces
-from gputrace.merge import write
+from gputrace.safetext import path_text
 
 
 @click.command("merge")
@@ -26,16 +27,23 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
     Each input's recorded clock pair puts it on the first rank's clock; every process keeps
     its own tracks, named by its rank.
     """
+    try:
+        check_paths(out, list(inputs))  # never overwrite an input; each file once
+    except GputraceError as exc:
+        fail(str(exc))
     traces = [load_any(p, foreign=False) for p in inputs]
     try:
         merged = merge_traces(traces, list(inputs))
     except GputraceError as exc:
         fail(str(exc))
     except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
-        fail(f"cannot merge {', '.join(inputs)}: a trace looks malformed ({type(exc).__name__}: {exc}).")
+        names = ", ".join(map(path_text, inputs))
+        fail(f"cannot merge {names}: a trace looks malformed ({type(exc).__name__}: {exc}).")
     try:
         write(merged, out)
     except OSError as exc:
-        fail(f"{out}: cannot be written ({exc.strerror or exc}).")
+        fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
+    except Exception as exc:  # the merged trace cannot be serialised: one sentence, no traceback
+        fail(f"{path_text(out)}: cannot be written ({type(exc).__name__}: {exc}).")
     procs = ", ".join(p["label"] for p in merged.header["processes"])
-    click.echo(f"wrote {out}: {len(merged)} scopes from {len(inputs)} traces ({procs}).", err=True)
+    click.echo(f"wrote {path_text(out)}: {len(merged)} scopes from {len(inputs)} traces ({procs}).", err=True)

@@ -11,6 +11,7 @@ import click
 
 from gputrace.commands._common import fail, load_any
 from gputrace.render import FORMATS, render
+from gputrace.safetext import path_text
 from gputrace.summary import SORT_KEYS
 from gputrace.summary import summarize as summarize_trace
 
@@ -42,7 +43,7 @@ def summarize(trace: str, fmt: str, sort: str, top: int | None, pattern: str | N
     then GPU idle time, anomalies, clock uncertainty and host load."""
     t = load_any(trace)
     try:
-        summary = summarize_trace(t, sort=sort, top=top, name=pattern, file=trace)
+        summary = summarize_trace(t, sort=sort, top=top, name=pattern, file=path_text(trace))
         text = render(summary, fmt)
     except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
         fail(f"{trace}: cannot be summarized, the trace looks malformed ({type(exc).__name__}: {exc}).")

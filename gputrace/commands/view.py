@@ -12,17 +12,30 @@ from __future__ import annotations
 
 import sys
 import webbrowser
-from pathlib import Path
 
 import click
 
 from gputrace.commands._common import fail
 from gputrace.errors import GputraceError
 from gputrace.loader import read_document
+from gputrace.safetext import path_text
+
+
+def check_viewable(trace: str) -> None:
+    """Read ``trace`` as the viewer will; a bad file ends the command with the one sentence that
+    ``summarize`` gives for it (exit code 2), not a blank page."""
+    try:
+        doc = read_document(trace)  # bounded: regular files only, size and gzip capped
+    except GputraceError as exc:
+        fail(str(exc))
+    except MemoryError:
+        fail(f"{trace}: too large to load into memory.")
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        fail(f"{trace}: not a Chrome trace (no traceEvents list).")
 
 
 @click.command()
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=str)  # read (and refused) by gputrace itself, as summarize does
 @click.option("--no-browser", is_flag=True, help="Print the URL instead of opening a browser.")
 @click.option(
     "--port",
@@ -36,21 +49,22 @@ from gputrace.loader import read_document
     is_flag=True,
     help="Hand the trace to the Perfetto UI (ui.perfetto.dev) instead of the bundled viewer.",
 )
-def view(trace: Path, no_browser: bool, port: int, perfetto: bool) -> None:
+@click.option("--check", is_flag=True, help="Only check that TRACE can be shown, then exit.")
+def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -> None:
     """Show TRACE (.json or .json.gz) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
     from gputrace.viewer_server import ViewerServer
 
+    check_viewable(trace)
+    if check:
+        click.echo(f"gputrace: {path_text(trace)} can be viewed.")
+        return
     try:
-        doc = read_document(trace)  # a bad file gets one sentence here, not a blank page
-        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-            raise GputraceError(f"{trace}: not a Chrome trace (no traceEvents list).")
-        del doc
         server = ViewerServer(trace, port=port)
     except GputraceError as exc:
         fail(str(exc))
     url = server.perfetto_url if perfetto else server.url
     where = "for the Perfetto UI" if perfetto else ""
-    click.echo(f"gputrace: viewing {trace} {where + ' ' if where else ''}at {url}")
+    click.echo(f"gputrace: viewing {path_text(trace)} {where + ' ' if where else ''}at {url}")
     click.echo("gputrace: press Ctrl-C to stop.")
     sys.stdout.flush()
     if not no_browser:

@@ -17,6 +17,7 @@ partially overlap on one track move to an extra track named "(overlap n)".
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 from pathlib import Path
@@ -384,10 +385,15 @@ def write_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
     """Write a serialised trace to ``path``, gzipped when the name ends in ``.gz``."""
     p = Path(path)
     tmp = p.with_name(p.name + ".partial")
-    if p.name.endswith(".gz"):
-        with gzip.open(tmp, "wb", compresslevel=5) as f:
-            f.write(data)
-    else:
-        tmp.write_bytes(data)
-    tmp.replace(p)  # a crash mid-write never leaves a truncated trace under the real name
+    try:
+        if p.name.endswith(".gz"):
+            with gzip.open(tmp, "wb", compresslevel=5) as f:
+                f.write(data)
+        else:
+            tmp.write_bytes(data)
+        tmp.replace(p)  # a crash mid-write never leaves a truncated trace under the real name
+    except BaseException:  # a full disk, a directory in the way: no half-written file is left
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     return p
