@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 
-from gputrace.durations import fmt_ns as human_ns
+from gputrace.durations import fmt_ns
 
 FORMATS = ("table", "json", "csv", "markdown")
+human_ns = fmt_ns  # the one duration format, under the name the renderers use
 
 
 def _pct(x: float | None) -> str:
@@ -83,9 +84,11 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
         nums = []
         for ex in a["examples"]:
+            unc = ex["uncertainty_ns"]  # 0 or unknown: no alignment to be unsure of
             nums.append(f"scope {ex['scope']} at {human_ns(ex['cpu_start_ns'])}: GPU "
                         f"{human_ns(ex['gpu_ns'])}, CPU {human_ns(ex['cpu_ns'])}, gap "
-                        f"{human_ns(ex['queue_gap_ns'])} ±{human_ns(ex['uncertainty_ns'])}")  # fmt: skip
+                        f"{human_ns(ex['queue_gap_ns'])}"
+                        + (f" ±{human_ns(unc)}" if unc else ""))  # fmt: skip
         if "numbers" in a:
             n = a["numbers"]
             nums.append(f"GPU median {human_ns(n['gpu_median_ns'])}, CPU enqueue median "
