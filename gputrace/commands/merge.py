@@ -15,6 +15,7 @@ from gputrace.commands._common import fail, load_any
 from gputrace.errors import GputraceError
 from gputrace.merge import merge as merge_traces
 from gputrace.merge import write
+from gputrace.progress import Progress
 
 
 @click.command("merge")
@@ -26,16 +27,22 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
     Each input's recorded clock pair puts it on the first rank's clock; every process keeps
     its own tracks, named by its rank.
     """
-    traces = [load_any(p, foreign=False) for p in inputs]
-    try:
-        merged = merge_traces(traces, list(inputs))
-    except GputraceError as exc:
-        fail(str(exc))
-    except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
-        fail(f"cannot merge {', '.join(inputs)}: a trace looks malformed ({type(exc).__name__}: {exc}).")
-    try:
-        write(merged, out)
-    except OSError as exc:
-        fail(f"{out}: cannot be written ({exc.strerror or exc}).")
+    with Progress("gputrace merge", total=len(inputs) + 2) as bar:
+        traces = []
+        for p in inputs:
+            bar.step(f"reading {p}")
+            traces.append(load_any(p, foreign=False, progress=False))
+        bar.step("merging")
+        try:
+            merged = merge_traces(traces, list(inputs))
+        except GputraceError as exc:
+            fail(str(exc))
+        except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
+            fail(f"cannot merge {', '.join(inputs)}: a trace looks malformed ({type(exc).__name__}: {exc}).")
+        bar.step(f"writing {out}")
+        try:
+            write(merged, out)
+        except OSError as exc:
+            fail(f"{out}: cannot be written ({exc.strerror or exc}).")
     procs = ", ".join(p["label"] for p in merged.header["processes"])
     click.echo(f"wrote {out}: {len(merged)} scopes from {len(inputs)} traces ({procs}).", err=True)
