@@ -69,6 +69,7 @@ class Recorder:
         self.local = threading.local()
         self.buffers: list[ThreadBuffer] = []
         self._buffers_lock = threading.Lock()  # taken once per thread, never per scope
+        self.nvtx: Any = None  # gputrace.nvtx.Ranges for session(nvtx=True): on while active
 
     def buffer(self) -> ThreadBuffer:
         try:
@@ -88,11 +89,15 @@ class Recorder:
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
         _clock, _tls, _timed = self.clock, self.local, self.timed
         _recorder = self
+        if self.nvtx is not None:  # swaps trace's enter/exit: the plain path stays as it is
+            self.nvtx.enable()
 
     def deactivate(self) -> None:
         global _recorder
         if _recorder is self:
             _recorder = None
+        if self.nvtx is not None:
+            self.nvtx.disable()
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         report_internal(

@@ -57,6 +57,7 @@ class RunOptions:
     trace_modules: Sequence[str] = ()
     trace_functions: Sequence[str] = ()  # "module:func" or "module:Class.method"
     quiet: bool = False
+    nvtx: bool = False  # every scope also an NVTX range (gputrace.nvtx)
 
 
 @dataclass
@@ -132,6 +133,7 @@ def run_script(opts: RunOptions) -> RunResult:
         opts.output,
         backend=opts.backend,
         quiet=opts.quiet,
+        nvtx=opts.nvtx,
         metadata={"command": "gputrace run", "script": str(script), "args": list(opts.args)},
     )
     s.yields_to_inner = True  # a session the program starts itself records its own scopes
