@@ -14,7 +14,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import cupy
+try:
+    import cupy
+except ImportError:
+    sys.exit(
+        f"{Path(__file__).name} needs CuPy and a CUDA GPU, and CuPy is not installed (pip install "
+        "'gputrace[cuda13]' or 'gputrace[cuda12]'); examples/quickstart.py runs on any machine."
+    )
+if not cupy.cuda.is_available():
+    sys.exit(
+        f"{Path(__file__).name} needs a CUDA GPU, and CuPy finds none; "
+        "examples/quickstart.py runs on any machine."
+    )
 
 import gputrace
 

@@ -150,4 +150,8 @@ def from_chrome(doc: Any, where: str) -> Trace:
         "end_ns": end,
         "clock": [],
     }
+    top = doc if isinstance(doc, dict) else {}
+    host = next((top[k] for k in ("host_name", "hostname") if isinstance(top.get(k), str)), None)
+    if host:  # PyTorch's profiler writes the host's name at the top level
+        header["host"] = {"name": host}
     return Trace(header, names, thread_infos, queue_infos, s, spans, [], {})

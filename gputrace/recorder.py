@@ -98,6 +98,7 @@ class Recorder:
         self._buffers_lock = threading.Lock()  # taken once per track, never per scope
         self._extra_tids = 0
         self._finder: _AsyncioWatch | None = None
+        self.nvtx: Any = None  # gputrace.nvtx.Ranges for session(nvtx=True): on while active
 
     def _add(self, buf: ThreadBuffer) -> ThreadBuffer:
         with self._buffers_lock:
@@ -183,6 +184,8 @@ class Recorder:
             sys.meta_path.insert(0, self._finder)
         _clock, _tls, _timed = self.clock, self.local, self.timed
         _recorder = self
+        if self.nvtx is not None:  # swaps trace's enter/exit: the plain path stays as it is
+            self.nvtx.enable()
 
     def deactivate(self) -> None:
         global _recorder
@@ -191,6 +194,8 @@ class Recorder:
         finder, self._finder = self._finder, None
         if finder is not None:
             finder.remove()
+        if self.nvtx is not None:
+            self.nvtx.disable()
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         report_internal(

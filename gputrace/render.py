@@ -1,6 +1,7 @@
 """Renderers for a summary (``gputrace.summary.summarize``): table, markdown, CSV and JSON.
 
-The JSON keeps nanoseconds exactly; the table and markdown show human units:
+The JSON keeps nanoseconds exactly; the table and markdown show human units
+(``human_ns`` is ``gputrace.durations.fmt_ns``, the one duration format):
 
 >>> human_ns(850), human_ns(12_345), human_ns(4_560_000), human_ns(1_230_000_000)
 ('850 ns', '12.3 µs', '4.56 ms', '1.23 s')
@@ -14,29 +15,11 @@ from typing import Any
 
 import orjson
 
+from gputrace.durations import fmt_ns
 from gputrace.safetext import json_safe_text, printable
 
 FORMATS = ("table", "json", "csv", "markdown")
-
-
-def human_ns(ns: float | None) -> str:
-    """A duration in ns as three significant digits in ns, µs, ms or s; "—" for none."""
-    if ns is None:
-        return "—"
-    a = abs(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if a >= scale * 0.9995:
-            return f"{_sig3(ns / scale)} {unit}"
-    return f"{ns:.0f} ns"
-
-
-def _sig3(x: float) -> str:
-    a = abs(x)
-    if a >= 99.95:
-        return f"{x:.0f}"
-    if a >= 9.995:
-        return f"{x:.1f}"
-    return f"{x:.2f}"
+human_ns = fmt_ns  # the one duration format, under the name the renderers use
 
 
 def _pct(x: float | None) -> str:
@@ -102,9 +85,11 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
         nums = []
         for ex in a["examples"]:
+            unc = ex["uncertainty_ns"]  # 0 or unknown: no alignment to be unsure of
             nums.append(f"scope {ex['scope']} at {human_ns(ex['cpu_start_ns'])}: GPU "
                         f"{human_ns(ex['gpu_ns'])}, CPU {human_ns(ex['cpu_ns'])}, gap "
-                        f"{human_ns(ex['queue_gap_ns'])} ±{human_ns(ex['uncertainty_ns'])}")  # fmt: skip
+                        f"{human_ns(ex['queue_gap_ns'])}"
+                        + (f" ±{human_ns(unc)}" if unc else ""))  # fmt: skip
         if "numbers" in a:
             n = a["numbers"]
             nums.append(f"GPU median {human_ns(n['gpu_median_ns'])}, CPU enqueue median "

@@ -57,6 +57,7 @@ class RunOptions:
     trace_modules: Sequence[str] = ()
     trace_functions: Sequence[str] = ()  # "module:func" or "module:Class.method"
     quiet: bool = False
+    nvtx: bool = False  # every scope also an NVTX range (gputrace.nvtx)
 
 
 @dataclass
@@ -132,6 +133,7 @@ def run_script(opts: RunOptions) -> RunResult:
         opts.output,
         backend=opts.backend,
         quiet=opts.quiet,
+        nvtx=opts.nvtx,
         metadata={"command": "gputrace run", "script": str(script), "args": list(opts.args)},
     )
     s.yields_to_inner = True  # a session the program starts itself records its own scopes
@@ -226,12 +228,35 @@ def _print_exception(main_globals: dict[str, Any]) -> None:
     while tb is not None and tb.tb_frame.f_globals is not main_globals:
         tb = tb.tb_next
     if tb is not None:
-        value = value.with_traceback(tb)  # the default hook prints value.__traceback__
+        value = value.with_traceback(_without_own_frames(tb))  # the hook prints __traceback__
+    seen, chained = {id(value)}, [value.__cause__, value.__context__]
+    while chained:  # the exceptions it was raised from or during are printed too
+        e = chained.pop()
+        if e is not None and id(e) not in seen:
+            seen.add(id(e))
+            if e.__traceback__ is not None:
+                _without_own_frames(e.__traceback__)
+            chained += [e.__cause__, e.__context__]
     try:
         sys.excepthook(etype, value, value.__traceback__)
     except Exception:
         traceback.print_exception(etype, value, tb)
     sys.stderr.flush()
+
+
+def _without_own_frames(tb: types.TracebackType) -> types.TracebackType:
+    """``tb`` without the frames of gputrace's own code (a traced function's ``wrapper``), so the
+    traceback reads as it would without gputrace. The first frame (the script's) is always kept."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    kept = [tb]
+    t = tb.tb_next
+    while t is not None:
+        if not os.path.abspath(t.tb_frame.f_code.co_filename).startswith(package):
+            kept.append(t)
+        t = t.tb_next
+    for a, b in zip(kept, [*kept[1:], None], strict=True):
+        a.tb_next = b
+    return tb
 
 
 def _trace_new_wgpu_devices() -> Callable[[], None] | None:

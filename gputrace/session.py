@@ -52,6 +52,12 @@ def _loadavg() -> list[float] | None:
         return None
 
 
+def _nvtx_ranges() -> Any:
+    from gputrace.nvtx import load
+
+    return load()
+
+
 def _rank() -> int | None:
     for var in RANK_VARS:
         v = os.environ.get(var)
@@ -65,6 +71,7 @@ class session:
 
     ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
     ``backend_options`` go to the backend. ``clock`` replaces the session clock (tests).
+    ``nvtx=True`` makes every scope also an NVTX range (``gputrace.nvtx``), for Nsight Systems.
     The resolved ``Trace`` stays available as ``session.trace`` even without a file.
     """
 
@@ -77,8 +84,10 @@ class session:
         backend_options: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         quiet: bool = False,
+        nvtx: bool = False,
     ) -> None:
         self.path = Path(path) if path is not None else None
+        self.nvtx = nvtx
         self.backend_spec = backend
         self.clock: Clock = clock or session_clock
         self.backend_options = backend_options or {}
@@ -104,6 +113,7 @@ class session:
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
         reset_reports()
         self._pid = os.getpid()
+        ranges = _nvtx_ranges() if self.nvtx else None  # missing NVTX: one sentence, nothing started
         if isinstance(self.backend_spec, Backend):
             backend = self.backend_spec
         else:
@@ -144,6 +154,7 @@ class session:
         self._raw.empty_span_ns = int(getattr(backend, "empty_span_ns", 0))
         self._recorder = Recorder(self.clock, backend)
         self._recorder.owner = self
+        self._recorder.nvtx = ranges
         self._calibrate()
         self._recorder.yields_to_inner = self.yields_to_inner  # type: ignore[attr-defined]
         if outer is not None:

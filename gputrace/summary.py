@@ -53,7 +53,9 @@ work was submitted, and as a gap between queued work after that (submission know
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import re
 from typing import Any
 
 import numpy as np
@@ -162,27 +164,35 @@ def _num(x: float) -> float | None:
 def summarize(
     trace: Trace,
     *,
-    sort: str = "gpu_total",
+    sort: str | None = None,
     top: int | None = None,
     name: str | None = None,
     file: str | None = None,
+    group: bool = False,
 ) -> dict[str, Any]:
     """The summary of ``trace`` (see the module docstring for every field).
 
-    ``sort`` is one of ``SORT_KEYS`` (largest first; "name" alphabetical), ``top`` keeps the first
-    N rows, ``name`` keeps names matching a glob pattern (``"matmul*"``) or containing it.
+    ``sort`` is one of ``SORT_KEYS`` (largest first; "name" alphabetical; by default GPU total, or
+    CPU total when the trace has no GPU times), ``top`` keeps the first N entries of every list
+    (rows, idle streams, anomalies), ``name`` keeps names matching a glob pattern (``"matmul*"``)
+    or containing it, ``group`` folds trailing numbers (``ProfilerStep#12`` → ``ProfilerStep#*``).
     """
-    if sort not in SORT_KEYS:
+    if sort is not None and sort not in SORT_KEYS:
         raise ValueError(f"unknown sort key {sort!r}; choose one of {', '.join(SORT_KEYS)}")
+    if group:
+        trace = fold_numbers(trace)
     idle = idle_per_stream(trace)
     busy = sum(i["busy_ns"] for i in idle)
     rows = _rows(trace, busy)
     all_rows = rows
+    if sort is None:
+        sort = "gpu_total" if any(r["gpu_ns"] for r in rows) else "cpu_total"
     if name is not None:
         rows = [r for r in rows if _matches(r["name"], name)]
     rows = _sorted(rows, sort)
+    found = [a for a in anomalies(trace, all_rows) if name is None or _matches(a["name"], name)]
     if top is not None:
-        rows = rows[: max(top, 0)]
+        rows, idle, found = rows[: max(top, 0)], idle[: max(top, 0)], found[: max(top, 0)]
     header = trace.header
     start, end = header.get("start_ns"), header.get("end_ns")
     return {
@@ -197,7 +207,7 @@ def summarize(
         "gpu_busy_ns": busy,
         "rows": rows,
         "idle": idle,
-        "anomalies": [a for a in anomalies(trace, all_rows) if name is None or _matches(a["name"], name)],
+        "anomalies": found,
         "clock": clock_section(trace),
         "host": host_section(trace),
         "calibration": _calibration(trace),
@@ -206,6 +216,32 @@ def summarize(
 
 def _matches(name: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern) or pattern in name
+
+
+_TRAILING_NUMBER = re.compile(r"\d+$")
+
+
+def fold_numbers(trace: Trace) -> Trace:
+    """``trace`` with trailing numbers in names folded (``ProfilerStep#12`` → ``ProfilerStep#*``).
+
+    The first call of a folded name stays its only cold call, as if it had been one name all along.
+    """
+    names = list(trace.names)  # kept in place: other tables index them
+    index = {n: i for i, n in enumerate(names)}
+    for n in trace.names:
+        index.setdefault(_TRAILING_NUMBER.sub("*", n), len(index))
+    names = sorted(index, key=index.__getitem__)
+    to_new = np.array([index[_TRAILING_NUMBER.sub("*", n)] for n in trace.names] or [0], np.int32)
+    s = trace.scopes
+    new_name = to_new[s.name] if len(s) else s.name.copy()
+    flags = s.flags.copy()
+    cold = np.flatnonzero(flags & np.uint32(Flag.COLD))
+    if len(cold):  # scopes are ordered by CPU start: keep the cold flag on the first of each name
+        _, first = np.unique(new_name[cold], return_index=True)
+        demote = np.setdiff1d(cold, cold[first])
+        flags[demote] &= np.uint32(~int(Flag.COLD) & 0xFFFFFFFF)
+    scopes = dataclasses.replace(s, name=new_name, flags=flags)
+    return dataclasses.replace(trace, names=names, scopes=scopes)
 
 
 def _calibration(trace: Trace) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ import pytest
 import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
+from gputrace.durations import fmt_ns
 from gputrace.viewer_server import ViewerServer, viewer_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,12 @@ def server(golden: Path) -> Iterator[ViewerServer]:
 
 
 def fmt_dur(us: float) -> str:
-    """The viewer's duration format (viewer/format.js GT.fmtDur)."""
+    """The viewer's duration format (viewer/format.js GT.fmtDur): gputrace's one format, in µs."""
+    return fmt_ns(us * 1000)
+
+
+def fmt_ts(us: float) -> str:
+    """The viewer's time-on-axis format (viewer/format.js GT.fmtTs), to the nanosecond."""
     a = abs(us)
 
     def trim(s: str) -> str:
@@ -452,10 +458,10 @@ def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: d
         a = g["args"]
         assert text.splitlines()[0] == g["name"]
         for expected in (
-            f"GPU\t{fmt_dur(a['gpu_us'])}\tt = {fmt_dur(g['ts'])}",
+            f"GPU\t{fmt_dur(a['gpu_us'])}\tt = {fmt_ts(g['ts'])}",
             f"queued (submit → start)\t{fmt_dur(a['submit_to_start_us'])}",
-            f"CPU enqueue\t{fmt_dur(cpu['dur'])}\tt = {fmt_dur(cpu['ts'])}",
-            f"submitted\tt = {fmt_dur(a['submit_ts'])}",
+            f"CPU enqueue\t{fmt_dur(cpu['dur'])}\tt = {fmt_ts(cpu['ts'])}",
+            f"submitted\tt = {fmt_ts(a['submit_ts'])}",
             f"alignment uncertainty\t± {fmt_dur(a['uncertainty_us'])}",
         ):
             assert expected in text, (expected, text)
@@ -466,6 +472,16 @@ def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: d
     page.page.mouse.move(pt["x"], pt["y"])
     assert "empty_gpu_span" in page.page.locator("#tooltip").inner_text()
     assert page.errors == []
+
+
+@pytest.mark.browser
+def test_durations_read_the_same_in_the_viewer_and_in_python(page: Page, server: ViewerServer) -> None:
+    """viewer/format.js GT.fmtNs against the table gputrace/durations.py is tested against."""
+    cases = json.loads((Path(__file__).parent / "data" / "durations.json").read_text("utf-8"))["cases"]
+    page.open(server.url)
+    shown = page.js("cs => cs.map(c => GT.fmtNs(c[0]))", cases)
+    assert shown == [text for _, text in cases]
+    assert page.js("[GT.fmtDur(999.999), GT.fmtDur(null), GT.fmtNs(NaN)]") == ["1.00 ms", "—", "—"]
 
 
 @pytest.mark.browser

@@ -8,20 +8,43 @@ var GT = window.GT || (window.GT = {});
     return s.indexOf('.') >= 0 ? s.replace(/\.?0+$/, '') : s;
   }
 
-  // A duration in µs as a person reads it: "722 ns", "20.021 µs", "1.235 ms", "2.5 s".
-  GT.fmtDur = function (us) {
-    if (us === null || us === undefined || !isFinite(us)) return '—';
-    var a = Math.abs(us);
-    if (a === 0) return '0 µs';
-    if (a < 1) return (us * 1000).toFixed(0) + ' ns';
-    if (a < 1000) return trimZeros(us.toFixed(3)) + ' µs';
-    if (a < 1e6) return trimZeros((us / 1000).toFixed(3)) + ' ms';
-    return trimZeros((us / 1e6).toFixed(3)) + ' s';
+  function fixed(x, decimals) {  // toFixed rounds the exact value, ties away from zero
+    var s = x.toFixed(decimals);
+    return s.charAt(0) === '-' && Number(s) === 0 ? s.slice(1) : s;
+  }
+
+  // A duration in ns, with the same rules and text as gputrace/durations.py fmt_ns (the cases
+  // both are tested against: tests/data/durations.json): three significant digits in the largest
+  // unit that keeps the number at least 1; "850 ns", "12.3 µs", "1.00 ms", "2.5 ns".
+  GT.fmtNs = function (ns) {
+    if (typeof ns !== 'number' || !isFinite(ns)) return '—';
+    var a = Math.abs(ns);
+    if (Math.abs(Number(fixed(a, 0))) < 1000) return trimZeros(fixed(ns, a < 10 ? 2 : a < 100 ? 1 : 0)) + ' ns';
+    var units = [['µs', 1e3], ['ms', 1e6], ['s', 1e9]];
+    for (var i = 0; i < units.length; i++) {
+      var v = ns / units[i][1];
+      for (var d = 2; d >= 0; d--) {
+        var s = fixed(v, d);
+        if (Math.abs(Number(s)) < Math.pow(10, 3 - d)) return s + ' ' + units[i][0];
+      }
+    }
+    return fixed(ns / 1e9, 0) + ' s';
   };
 
-  // A time on the trace's axis (µs since the trace's base).
+  // A duration in µs (the trace file's unit).
+  GT.fmtDur = function (us) {
+    return typeof us === 'number' ? GT.fmtNs(us * 1000) : '—';
+  };
+
+  // A time on the trace's axis (µs since the trace's base), to the nanosecond: "t = 20.021 µs".
   GT.fmtTs = function (us) {
-    return 't = ' + GT.fmtDur(us);
+    if (typeof us !== 'number' || !isFinite(us)) return 't = —';
+    var a = Math.abs(us);
+    if (a === 0) return 't = 0 µs';
+    if (a < 1) return 't = ' + (us * 1000).toFixed(0) + ' ns';
+    if (a < 1000) return 't = ' + trimZeros(us.toFixed(3)) + ' µs';
+    if (a < 1e6) return 't = ' + trimZeros((us / 1000).toFixed(3)) + ' ms';
+    return 't = ' + trimZeros((us / 1e6).toFixed(3)) + ' s';
   };
 
   // A ruler label for time `us` when ticks are `step` µs apart: the unit follows the step.

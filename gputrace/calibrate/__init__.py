@@ -17,6 +17,8 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,21 @@ from gputrace.calibrate.stats import Stat
 from gputrace.errors import GputraceError
 
 BACKENDS = ("cuda", "wgpu", "cpu")
+# the groups of measurements each backend runs, in order (for the progress line)
+STEPS = {
+    "cuda": ("first_use", "launch", "grid", "graph", "events", "copies", "breakeven"),
+    "wgpu": ("submit", "copies", "breakeven"),
+    "cpu": (),
+}
+SHARED_STEPS = ("clock", "scope_cost", "numpy_breakeven")
+_progress: ContextVar[Callable[[str], None] | None] = ContextVar("calibration_progress", default=None)
+
+
+def step_started(key: str) -> None:
+    """Called by a backend as each group of measurements starts (drives ``measure``'s progress)."""
+    report = _progress.get()
+    if report is not None:
+        report(key)
 
 
 @dataclass
@@ -80,12 +97,23 @@ def host_facts() -> dict[str, Any]:
     }
 
 
-def measure(backend: str, *, quick: bool = False) -> Calibration:
+def measure(
+    backend: str, *, quick: bool = False, progress: Callable[[str], None] | None = None
+) -> Calibration:
     """Run every measurement for ``backend`` ("cuda", "wgpu" or "cpu") and return the results.
 
     Raises ``GputraceError`` when the backend cannot run here. A single measurement that fails is
-    recorded in ``skipped`` with its reason; the others still run.
+    recorded in ``skipped`` with its reason; the others still run. ``progress`` is called with the
+    key of each group of measurements as it starts (``STEPS[backend]``, then ``SHARED_STEPS``).
     """
+    token = _progress.set(progress)
+    try:
+        return _measure(backend, quick)
+    finally:
+        _progress.reset(token)
+
+
+def _measure(backend: str, quick: bool) -> Calibration:
     from gputrace.calibrate import on_cpu
 
     if backend not in BACKENDS:
@@ -97,9 +125,11 @@ def measure(backend: str, *, quick: bool = False) -> Calibration:
     summary = dict(run.summary)
     skipped = dict(run.skipped)
 
+    step_started("clock")
     clock_m, clock_facts = on_cpu.clock_measurements(plan.batches)
     measurements += clock_m
     summary.update(clock_facts)
+    step_started("scope_cost")
     scope_m, scope_skipped = on_cpu.scope_cost(
         backend, plan.batches, 100 if quick else 500, run.session_options
     )
@@ -114,6 +144,7 @@ def measure(backend: str, *, quick: bool = False) -> Calibration:
     if run.resident_ns:
         from gputrace.calibrate import breakeven as be
 
+        step_started("numpy_breakeven")
         cpu_pass = on_cpu.numpy_pass_curve(run.sizes, plan.reps)
         measurements.append(
             Measurement(
@@ -157,4 +188,4 @@ def _device_run(backend: str, plan: Plan) -> DeviceRun:
     return on_wgpu.measure(plan)
 
 
-__all__ = ["BreakEven", "Calibration", "DeviceRun", "Measurement", "Plan", "Stat", "measure"]
+__all__ = ["BreakEven", "Calibration", "DeviceRun", "Measurement", "Plan", "Stat", "measure", "step_started"]

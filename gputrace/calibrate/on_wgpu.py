@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.calibrate import DeviceRun, Plan
+from gputrace.calibrate import DeviceRun, Plan, step_started
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
 from gputrace.calibrate.result import Measurement
@@ -149,6 +149,7 @@ def measure(plan: Plan) -> DeviceRun:
 
 
 def _step(run: DeviceRun, key: str, fn: Callable[[], None]) -> None:
+    step_started(key)
     try:
         fn()
     except Exception as exc:

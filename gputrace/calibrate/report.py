@@ -10,15 +10,7 @@ from __future__ import annotations
 
 from gputrace.calibrate.result import BreakEven, Calibration, Measurement
 from gputrace.calibrate.stats import Stat
-
-
-def fmt_ns(ns: float) -> str:
-    """A duration with three significant digits and a unit a person reads at a glance."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            v = ns / scale
-            return f"{v:.3g} {unit}" if v >= 100 else f"{v:.3g} {unit}" if v >= 10 else f"{v:.2f} {unit}"
-    return f"{ns:.0f} ns" if abs(ns) >= 10 else f"{ns:.3g} ns"
+from gputrace.durations import fmt_ns
 
 
 def fmt_count(n: int) -> str:

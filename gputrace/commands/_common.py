@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,40 +12,43 @@ import click
 from gputrace.errors import GputraceError
 from gputrace.loader import NotAGputraceTrace, load
 from gputrace.model import Trace
+from gputrace.progress import MIN_BYTES, Progress, content_size, is_terminal
+from gputrace.progress import clear as clear_progress
 from gputrace.safetext import printable
 
 EXIT_BAD_INPUT = 2
-PROGRESS_MIN_BYTES = 32 << 20  # a progress bar only for loads that take a while
+PROGRESS_MIN_BYTES = MIN_BYTES  # a progress line only for loads that take a while
 
 
 def fail(message: str) -> NoReturn:
     """One sentence on stderr, exit code 2, no traceback (a trace's text shown escaped)."""
+    clear_progress()
     click.echo(f"gputrace: {printable(message)}", err=True)
     sys.exit(EXIT_BAD_INPUT)
 
 
 @contextmanager
 def _progress(path: str) -> Iterator[Callable[[str], None] | None]:
-    try:
-        big = os.path.getsize(path) >= PROGRESS_MIN_BYTES
-    except OSError:
-        big = False
-    if not (big and sys.stderr.isatty()):
+    # keyed on the JSON inside: a small .json.gz can hold a trace that takes a while to parse
+    if content_size(path) < PROGRESS_MIN_BYTES or not is_terminal(sys.stderr):
         yield None
         return
-    steps = ("read", "parsed", "built")
-    with click.progressbar(length=len(steps), label=f"loading {path}", file=sys.stderr) as bar:
-        yield lambda stage: bar.update(1)
+    with Progress(f"loading {path}", total=3) as bar:
+        bar.step("reading")
+        yield lambda stage: bar.step({"read": "parsing", "parsed": "building"}.get(stage, "done"))
 
 
-def load_any(path: str, *, foreign: bool = True) -> Trace:
+def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace:
     """A trace from ``path``; another tool's Chrome trace is read as CPU/GPU slices if ``foreign``.
 
-    Any problem with the file ends the command with one sentence and exit code 2.
+    Any problem with the file ends the command with one sentence and exit code 2. A large file
+    shows a progress line on a terminal unless ``progress`` is false (the caller shows its own).
     """
     try:
-        with _progress(path) as progress:
-            return load(path, progress=progress)
+        if not progress:
+            return load(path)
+        with _progress(path) as stages:
+            return load(path, progress=stages)
     except NotAGputraceTrace as exc:
         if not foreign or exc.document is None:
             fail(str(exc))

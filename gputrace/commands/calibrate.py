@@ -19,6 +19,20 @@ import click
 
 from gputrace.errors import GputraceError
 
+STEP_NAMES = {
+    "first_use": "first use in fresh processes",
+    "launch": "kernel launches",
+    "grid": "grid sizes",
+    "graph": "CUDA graph replays",
+    "events": "event timer",
+    "copies": "copies",
+    "breakeven": "break-even on the GPU",
+    "submit": "submits and passes",
+    "clock": "session clock",
+    "scope_cost": "profiler cost per scope",
+    "numpy_breakeven": "break-even with numpy",
+}
+
 
 def _auto_backend() -> str:
     from gputrace.calibrate import on_cuda
@@ -63,15 +77,18 @@ def _auto_backend() -> str:
 @click.option("--no-save", is_flag=True, help="Do not save to this machine's default location.")
 def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save: bool) -> None:
     """Measure launch overhead, copy latency, timer resolution and the CPU-vs-GPU break-even."""
-    from gputrace.calibrate import measure
+    from gputrace.calibrate import SHARED_STEPS, STEPS, measure
     from gputrace.calibrate.report import render
     from gputrace.calibrate.store import default_path, save
+    from gputrace.progress import Progress
 
     try:
         chosen = _auto_backend() if backend == "auto" else backend
         if backend == "auto":
             click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
-        cal = measure(chosen, quick=quick)
+        steps = STEPS[chosen] + SHARED_STEPS
+        with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps)) as bar:
+            cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
     except GputraceError as exc:
         click.echo(f"gputrace: {exc}", err=True)
         sys.exit(2)

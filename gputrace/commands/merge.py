@@ -15,6 +15,7 @@ from gputrace.commands._common import fail, load_any
 from gputrace.errors import GputraceError
 from gputrace.merge import check_paths, write
 from gputrace.merge import merge as merge_traces
+from gputrace.progress import Progress
 from gputrace.safetext import path_text
 
 
@@ -31,19 +32,25 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
         check_paths(out, list(inputs))  # never overwrite an input; each file once
     except GputraceError as exc:
         fail(str(exc))
-    traces = [load_any(p, foreign=False) for p in inputs]
-    try:
-        merged = merge_traces(traces, list(inputs))
-    except GputraceError as exc:
-        fail(str(exc))
-    except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
-        names = ", ".join(map(path_text, inputs))
-        fail(f"cannot merge {names}: a trace looks malformed ({type(exc).__name__}: {exc}).")
-    try:
-        write(merged, out)
-    except OSError as exc:
-        fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
-    except Exception as exc:  # the merged trace cannot be serialised: one sentence, no traceback
-        fail(f"{path_text(out)}: cannot be written ({type(exc).__name__}: {exc}).")
+    with Progress("gputrace merge", total=len(inputs) + 2) as bar:
+        traces = []
+        for p in inputs:
+            bar.step(f"reading {path_text(p)}")
+            traces.append(load_any(p, foreign=False, progress=False))
+        bar.step("merging")
+        try:
+            merged = merge_traces(traces, list(inputs))
+        except GputraceError as exc:
+            fail(str(exc))
+        except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
+            names = ", ".join(map(path_text, inputs))
+            fail(f"cannot merge {names}: a trace looks malformed ({type(exc).__name__}: {exc}).")
+        bar.step(f"writing {path_text(out)}")
+        try:
+            write(merged, out)
+        except OSError as exc:
+            fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
+        except Exception as exc:  # the merged trace cannot be serialised: one sentence, no traceback
+            fail(f"{path_text(out)}: cannot be written ({type(exc).__name__}: {exc}).")
     procs = ", ".join(p["label"] for p in merged.header["processes"])
     click.echo(f"wrote {path_text(out)}: {len(merged)} scopes from {len(inputs)} traces ({procs}).", err=True)

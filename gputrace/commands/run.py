@@ -50,6 +50,9 @@ from gputrace.errors import GputraceError
     metavar="MODULE:FUNC",
     help="Trace one function (or Class.method) of a module. Repeatable.",
 )
+@click.option(
+    "--nvtx", is_flag=True, help="Also make every scope an NVTX range (Nsight Systems); needs nvtx or CuPy."
+)
 @click.option("-q", "--quiet", is_flag=True, help="No notices from gputrace on stderr.")
 @click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -58,6 +61,7 @@ def run(
     backend: str,
     trace_modules: tuple[str, ...],
     trace_functions: tuple[str, ...],
+    nvtx: bool,
     quiet: bool,
     script: Path,
     args: tuple[str, ...],
@@ -69,7 +73,7 @@ def run(
         output = Path(f"{script.stem}.run.trace.json")
     try:
         result = run_script(
-            RunOptions(script, list(args), output, backend, trace_modules, trace_functions, quiet)
+            RunOptions(script, list(args), output, backend, trace_modules, trace_functions, quiet, nvtx)
         )
     except GputraceError as exc:
         click.echo(f"gputrace: {exc}", err=True)

@@ -3,6 +3,7 @@
 gputrace summarize trace.json
 gputrace summarize trace.json.gz --sort gpu_median --top 10 --name 'matmul*'
 gputrace summarize trace.json --format json > summary.json
+gputrace summarize torch_trace.json --group --top 10
 """
 
 from __future__ import annotations
@@ -30,20 +31,32 @@ from gputrace.summary import summarize as summarize_trace
 @click.option(
     "--sort",
     type=click.Choice(list(SORT_KEYS)),
-    default="gpu_total",
-    show_default=True,
-    help="Order of the rows (largest first; name: alphabetical).",
+    default=None,
+    help="Order of the rows (largest first; name: alphabetical). Default: gpu_total, or cpu_total "
+    "when the trace has no GPU times.",
 )
-@click.option("--top", type=click.IntRange(min=1), default=None, help="Keep the first N rows.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Keep the first N entries of every section (rows, idle streams, anomalies).",
+)
+@click.option(
+    "--group",
+    is_flag=True,
+    help="Fold trailing numbers in names into one row (ProfilerStep#12 -> ProfilerStep#*).",
+)
 @click.option(
     "--name", "pattern", default=None, help="Keep names matching this glob pattern (or containing it)."
 )
-def summarize(trace: str, fmt: str, sort: str, top: int | None, pattern: str | None) -> None:
+def summarize(
+    trace: str, fmt: str, sort: str | None, top: int | None, pattern: str | None, group: bool
+) -> None:
     """Per scope name: calls, cold call, CPU enqueue and GPU time, queue gap, stability;
     then GPU idle time, anomalies, clock uncertainty and host load."""
     t = load_any(trace)
     try:
-        summary = summarize_trace(t, sort=sort, top=top, name=pattern, file=path_text(trace))
+        summary = summarize_trace(t, sort=sort, top=top, name=pattern, file=path_text(trace), group=group)
         text = render(summary, fmt)
     except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
         fail(f"{trace}: cannot be summarized, the trace looks malformed ({type(exc).__name__}: {exc}).")

@@ -1,0 +1,138 @@
+"""One status line on stderr for work that takes a while (loading, merging, calibrating).
+
+Shown only when stderr is a terminal, so pipes, logs and CI output stay clean:
+
+>>> import io
+>>> with Progress("merging", total=3, stream=io.StringIO()) as p:  # not a terminal: silent
+...     p.step("a.json")
+>>> p.shown
+False
+
+The line is redrawn in place (at most every ``min_interval_s``, and at every new step) and
+cleared when the work ends, so what the command prints afterwards starts on a clean line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from types import TracebackType
+from typing import TextIO
+
+MIN_BYTES = 32 << 20  # loads of less than this much JSON finish before a bar would help
+
+
+def is_terminal(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # closed or replaced streams
+        return False
+
+
+_SHOWING: list[Progress] = []  # the lines on screen now, so a message can clear them first
+
+
+def clear() -> None:
+    """Clear any progress line on screen (before printing a message to stderr)."""
+    for p in list(_SHOWING):
+        p._erase()
+
+
+class Progress:
+    """``label: what [done/total] elapsed`` on one line of ``stream`` (stderr by default)."""
+
+    def __init__(
+        self,
+        label: str,
+        total: int | None = None,
+        *,
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+        min_interval_s: float = 0.1,
+    ) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = is_terminal(self.stream) if enabled is None else enabled
+        self.shown = False
+        self._min_interval_s = min_interval_s
+        self._start = time.monotonic()
+        self._last = -1e9
+        self._what = ""
+        self._stepping = False
+
+    def step(self, what: str) -> None:
+        """``what`` starts now; the step announced before it (if any) is done."""
+        if self._stepping:
+            self.done += 1
+        self._stepping = True
+        self._what = what
+        self._draw(force=True)
+
+    def advance(self, n: int = 1) -> None:
+        """``n`` more units done (redrawn at most every ``min_interval_s``)."""
+        self.done += n
+        self._draw(force=False)
+
+    def _draw(self, force: bool) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < self._min_interval_s:
+            return
+        self._last = now
+        count = f" [{self.done}/{self.total}]" if self.total else ""
+        what = f": {self._what}" if self._what else ""
+        line = f"{self.label}{what}{count} {now - self._start:.1f} s"
+        try:
+            self.stream.write(f"\r\x1b[K{line}")
+            self.stream.flush()
+            self.shown = True
+            if self not in _SHOWING:
+                _SHOWING.append(self)
+        except (OSError, ValueError):  # a closed terminal never stops the work
+            self.enabled = False
+
+    def _erase(self) -> None:
+        if self in _SHOWING:
+            _SHOWING.remove(self)
+            try:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    def close(self) -> None:
+        self._erase()
+        self.enabled = False
+
+    def __enter__(self) -> Progress:
+        self._draw(force=True)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def content_size(path: str | os.PathLike[str]) -> int:
+    """Bytes of JSON a (possibly gzipped) file holds: the gzip trailer's size for ``.gz``, so a
+    4.7 MB ``.json.gz`` holding 44 MB of trace counts as 44 MB. 0 if the file cannot be read."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            if f.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            f.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(f.read(4), "little")  # uncompressed size mod 2**32
+    except OSError:
+        return 0
+    while isize < size:  # files over 4 GiB: the trailer wrapped around
+        isize += 1 << 32
+    return isize
+
+
+__all__ = ["MIN_BYTES", "Progress", "clear", "content_size", "is_terminal"]
