@@ -25,6 +25,8 @@ from gputrace.backends.base import Backend, Clock
 from gputrace.clock import clock_pair, session_clock
 from gputrace.errors import GputraceError, report_internal, reset_reports
 from gputrace.model import FORMAT_VERSION, Trace
+from gputrace.ranks import RankClock, rank_path, transport_for
+from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import Recorder, active_recorder, drain
 from gputrace.resolver import RawRecording, resolve
 
@@ -51,6 +53,10 @@ class session:
 
     ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
     ``backend_options`` go to the backend. ``clock`` replaces the session clock (tests).
+    ``group`` is the job's process group (an mpi4py communicator or a torch.distributed group;
+    ``None`` finds an initialised torch.distributed, ``False`` never uses one): with one, the
+    ranks' clock offsets are measured through it and the file name gets the rank
+    (``run.rank3.trace.json``); ``group_options`` tune that (see ``gputrace.ranks``).
     The resolved ``Trace`` stays available as ``session.trace`` even without a file.
     """
 
@@ -63,6 +69,8 @@ class session:
         backend_options: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         quiet: bool = False,
+        group: Any = None,
+        group_options: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.backend_spec = backend
@@ -79,6 +87,10 @@ class session:
         # itself then takes over recording until it stops, instead of failing as "already active".
         self.yields_to_inner = False
         self._outer: Recorder | None = None
+        # measured clock offsets between ranks (gputrace.ranks)
+        self.group = group if group is None or group is False else transport_for(group)
+        self.group_options = group_options
+        self._ranks: RankClock | None = None
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> session:
@@ -124,6 +136,7 @@ class session:
             outer.deactivate()
             self._outer = outer
         self._recorder.activate()
+        self._attach_ranks("start")
         return self
 
     def sync(self) -> None:
@@ -141,6 +154,10 @@ class session:
             self._calibrate()
             self._collect()
         rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
+        if self._ranks is not None:
+            self._ranks.on_sync()
+        else:
+            self._attach_ranks("sync")
 
     def stop(self) -> Trace:
         """Stop recording, resolve, write the file if a path was given, and return the trace."""
@@ -160,6 +177,14 @@ class session:
                 report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
             self._calibrate()
             self._collect()
+        if self._ranks is not None:
+            self._ranks.exchange("stop")
+        else:
+            self._attach_ranks("stop")
+        if self._ranks is not None:
+            self._raw.header["ranks"] = self._ranks.header()
+            if self.path is not None:
+                self.path = Path(rank_path(self.path, self._ranks.rank))
         stop_ns = self.clock()
         raw = self._raw
         raw.threads = drain(rec, stop_ns)
@@ -213,6 +238,18 @@ class session:
         self._raw.spans.extend(got.spans)
         self._raw.untimed |= got.untimed
         self._raw.degraded.update(got.degraded)
+
+    def _attach_ranks(self, reason: str) -> None:
+        """Find the job's process group (now, or when torch.distributed is initialised later) and
+        exchange clocks with the other ranks through it."""
+        if self._ranks is not None or self.group is False:
+            return
+        if reason != "start" and self.group is not None:
+            return  # a group given explicitly is attached at start, or not at all
+        self._ranks = attach_ranks(self.group, self.clock, self.group_options)
+        if self._ranks is not None:
+            self._raw.header["rank"] = self._ranks.rank
+            self._ranks.exchange(reason)
 
     # context manager -----------------------------------------------------------------------
     def __enter__(self) -> session:
