@@ -301,3 +301,47 @@ def test_mpi_without_the_measurement_merge_says_clock_pair(
     merged = merge(traces)
     assert {i["offset"]["method"] for i in merged.header["merged"]} == {"clock pair"}
     assert all("same host" in i["offset"]["note"] for i in merged.header["merged"])
+
+
+# ------------------------------------------------------------------------------------------------
+# summarize of a merged trace: the per-rank view
+
+
+def _rank_trace(tmp: Path, rank: int, compute_ns: int, monkeypatch: pytest.MonkeyPatch) -> str:
+    from gputrace.backends.fake import FakeBackend
+
+    monkeypatch.setenv("RANK", str(rank))
+    clock = FakeClock(start_ns=1_000_000_000, step_ns=100)
+
+    def script(name: str, call: int) -> tuple[int, int | None]:
+        return 1_000, {"compute": compute_ns, "ncclDevKernel_AllReduce": 50_000}.get(name, 1_000)
+
+    path = tmp / f"run.rank{rank}.trace.json"
+    with gputrace.session(path, backend=FakeBackend(clock, script=script), clock=clock, quiet=True):
+        for _ in range(3):
+            with gputrace.trace("train_step"):
+                with gputrace.trace("compute"):
+                    clock.advance(compute_ns)
+                with gputrace.trace("ncclDevKernel_AllReduce"):
+                    clock.advance(50_000)
+    return str(path)
+
+
+def test_summarize_of_a_merged_trace_names_the_slowest_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gputrace.render import render
+    from gputrace.summary import summarize
+
+    files = [_rank_trace(tmp_path, 0, 100_000, monkeypatch), _rank_trace(tmp_path, 1, 300_000, monkeypatch)]
+    merged = merge_files(tmp_path / "all.json", files)
+    view = summarize(merged)["ranks"]
+    assert [r["rank"] for r in view["ranks"]] == [0, 1]
+    assert all(r["gpu_busy_ns"] > 0 and r["collective_ns"] == 3 * 50_000 for r in view["ranks"])
+    steps = view["steps"]
+    assert steps["name"] == "train_step" and steps["count"] == 3
+    assert [r["slowest_rank"] for r in steps["rows"]] == [1, 1, 1]
+    assert steps["slowest_counts"] == {"1": 3}
+    text = render(summarize(merged), "table")
+    assert "slowest rank per step (train_step, 3 steps): rank 1 in 3" in text
+    assert summarize(load(files[0]))["ranks"] is None  # one process: no per-rank view
