@@ -3,8 +3,11 @@
 Each trace records a ``clock_pair`` (its session clock and the realtime clock read together). The
 first input (the lowest rank) is the reference: input ``i``'s times move by
 ``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns, which puts every process on the
-reference's session clock. Processes keep their own tracks (their own pid, named by rank when the
-trace recorded one); GPU processes, thread ids and flow ids are renumbered so they never collide.
+reference's session clock. Traces whose ranks measured their clock offsets through the job's process
+group (``gputrace.ranks``) are placed by those instead, on rank 0's clock; each input's
+``merged[i]["offset"]`` says which way it was placed and with what uncertainty. Processes keep
+their own tracks (their own pid, named by rank when the trace recorded one); GPU processes, thread
+ids and flow ids are renumbered so they never collide.
 
 >>> import gputrace, os, tempfile
 >>> from gputrace.clock import FakeClock
@@ -44,6 +47,7 @@ from gputrace.model import (
     Trace,
     canonical_names,
 )
+from gputrace.ranks import place as place_ranks
 from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
@@ -107,6 +111,8 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     files = [files[i] for i in order]
     offsets = [clock_offset(t.header, f) for t, f in zip(traces, files, strict=True)]
     shifts = [o - offsets[0] for o in offsets]
+    # ranks that measured their offsets through the job's process group go by those (gputrace.ranks)
+    traces, shifts, placed = place_ranks(traces, files, shifts)
 
     name_id: dict[str, int] = {}
     threads: list[ThreadInfo] = []
@@ -190,6 +196,8 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
             "host": t.header.get("host"), "argv": t.header.get("argv"),
         })  # fmt: skip
         row0 += len(s)
+    for info, how in zip(merged_info, placed, strict=True):
+        info["offset"] = how
 
     scopes, spans = _concat(parts, span_parts)
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))

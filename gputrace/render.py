@@ -106,6 +106,10 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
                   "samples")  # fmt: skip
     cl.append(clock["note"])
     out.append(("Clock alignment", cl))
+    if summary.get("ranks"):
+        from gputrace.rankview import lines as rank_lines
+
+        out.append(("Ranks", rank_lines(summary["ranks"], human_ns)))
     h = summary["host"]
     hl = [f"{h['name'] or 'unknown host'}, {h['cpu_count'] or '?'} CPUs, load average "
           f"{_loads(h['loadavg_start'])} at start, {_loads(h['loadavg_end'])} at end"]  # fmt: skip

@@ -39,6 +39,8 @@ from gputrace.model import (
     flag_names,
     nest,
 )
+from gputrace.ranks import RankClock, rank_path, transport_for
+from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import RawThread, Recorder, active_recorder, drain
 from gputrace.resolver import RawRecording, resolve
 
@@ -72,6 +74,10 @@ class session:
     ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
     ``backend_options`` go to the backend. ``clock`` replaces the session clock (tests).
     ``nvtx=True`` makes every scope also an NVTX range (``gputrace.nvtx``), for Nsight Systems.
+    ``group`` is the job's process group (an mpi4py communicator or a torch.distributed group;
+    ``None`` finds an initialised torch.distributed, ``False`` never uses one): with one, the
+    ranks' clock offsets are measured through it and the file name gets the rank
+    (``run.rank3.trace.json``); ``group_options`` tune that (see ``gputrace.ranks``).
     The resolved ``Trace`` stays available as ``session.trace`` even without a file.
     """
 
@@ -85,6 +91,8 @@ class session:
         metadata: dict[str, Any] | None = None,
         quiet: bool = False,
         nvtx: bool = False,
+        group: Any = None,
+        group_options: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.nvtx = nvtx
@@ -103,6 +111,10 @@ class session:
         self.yields_to_inner = False
         self._outer: Recorder | None = None
         self._pid = os.getpid()
+        # measured clock offsets between ranks (gputrace.ranks)
+        self.group = group if group is None or group is False else transport_for(group)
+        self.group_options = group_options
+        self._ranks: RankClock | None = None
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> session:
@@ -161,6 +173,7 @@ class session:
             outer.deactivate()
             self._outer = outer
         self._recorder.activate()
+        self._attach_ranks("start")
         return self
 
     def sync(self) -> None:
@@ -178,6 +191,10 @@ class session:
             self._calibrate()
             self._collect()
         rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
+        if self._ranks is not None:
+            self._ranks.on_sync()
+        else:
+            self._attach_ranks("sync")
 
     def stop(self) -> Trace:
         """Stop recording, resolve, write the file if a path was given, and return the trace.
@@ -205,6 +222,14 @@ class session:
                 report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
             self._calibrate()
             self._collect()
+        if self._ranks is not None:
+            self._ranks.exchange("stop")
+        else:
+            self._attach_ranks("stop")
+        if self._ranks is not None:
+            self._raw.header["ranks"] = self._ranks.header()
+            if self.path is not None:
+                self.path = Path(rank_path(self.path, self._ranks.rank))
         stop_ns = self.clock()
         raw = self._raw
         try:
@@ -289,6 +314,18 @@ class session:
         self._raw.spans.extend(got.spans)
         self._raw.untimed |= got.untimed
         self._raw.degraded.update(got.degraded)
+
+    def _attach_ranks(self, reason: str) -> None:
+        """Find the job's process group (now, or when torch.distributed is initialised later) and
+        exchange clocks with the other ranks through it."""
+        if self._ranks is not None or self.group is False:
+            return
+        if reason != "start" and self.group is not None:
+            return  # a group given explicitly is attached at start, or not at all
+        self._ranks = attach_ranks(self.group, self.clock, self.group_options)
+        if self._ranks is not None:
+            self._raw.header["rank"] = self._ranks.rank
+            self._ranks.exchange(reason)
 
     # context manager -----------------------------------------------------------------------
     def __enter__(self) -> session:

@@ -49,6 +49,8 @@ work was submitted, and as a gap between queued work after that (submission know
 ``clock``: ``{"devices": [header clock fits], "max_uncertainty_ns", "note"}``;
 ``host``: ``{"name", "cpu_count", "loadavg_start", "loadavg_end", "high", "note"}``;
 ``calibration``: the header's ``calibration`` object or null.
+``ranks``: for a merged trace of several processes, the per-rank view of ``gputrace.rankview``
+(GPU busy and time in collectives per rank, the slowest rank per step), else null.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, Trace, flag_names
+from gputrace.rankview import rank_view
 
 SCHEMA = "gputrace-summary/1"
 NOISY_SPREAD = 0.10  # interquartile range above 10 % of the median: too noisy to compare closely
@@ -211,6 +214,7 @@ def summarize(
         "clock": clock_section(trace),
         "host": host_section(trace),
         "calibration": _calibration(trace),
+        "ranks": rank_view(trace),
     }
 
 

@@ -2,6 +2,8 @@
 # Installs what the test suite needs on a fresh Debian machine, then nothing else:
 #   - Mesa's lavapipe (mesa-vulkan-drivers): the wgpu tests run on it for real;
 #   - Debian's chromium: the viewer tests drive it through Playwright (no browser download);
+#   - Debian's Open MPI (openmpi-bin): the multi-rank clock-offset test runs 4 ranks through it, with
+#     mpi4py's PyPI wheel (a prebuilt wheel that loads Open MPI's libmpi.so.40: no compile);
 #   - gputrace itself, editable, with its test extras.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -9,6 +11,7 @@ cd "$(dirname "$0")/.."
 need=()
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v mpiexec >/dev/null 2>&1 || need+=(openmpi-bin)
 apt_install() {
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo

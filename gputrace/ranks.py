@@ -1,0 +1,557 @@
+"""Measured clock offsets between the ranks of a job, through the job's own process group.
+
+When a session has a process group (``torch.distributed`` initialised, or an ``mpi4py``
+communicator handed to it as ``session(..., group=comm)``), every rank measures its session clock
+against rank 0's by ping-pong through that group: rank ``i`` reads its clock (``before``), sends a
+ping, rank 0 answers with its own clock ``T``, rank ``i`` reads its clock again (``after``). Rank 0's
+clock read ``T`` happened while rank ``i``'s clock ran from ``before`` to ``after`` (Cristian's
+bound), so the offset is known to ± half the round trip. Many rounds are taken and the ones with
+the lowest round trips kept; exchanges happen at session start, at ``gputrace.sync()`` (at most
+every ``refresh_s`` seconds) and at stop, and the offset and drift are fitted over all of them with
+the same rigorous fit the resolver uses for GPU clocks (``gputrace.resolver.fit_clock`` and the
+feasible-set band of ``gputrace.clockbound``). The trace header records, per rank, the kept samples
+and the fit with its uncertainty; ``gputrace merge`` then places each rank by its fit.
+
+Nothing here opens a socket or imports torch or mpi4py: a group is only used when the program
+already imported its engine. An exchange that fails or takes longer than ``timeout_s`` is given up
+with one notice; the program goes on and the trace says so.
+
+>>> class Alone:                      # a one-rank "group": nothing to exchange
+...     engine, rank, size = "test", 0, 1
+>>> rc = RankClock(Alone(), clock=lambda: 5)
+>>> rc.exchange("start"); rc.header()["status"]
+'reference'
+>>> rank_path("out/run.trace.json", 3)
+'out/run.rank3.trace.json'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from gputrace.backends.base import CalibrationSample
+from gputrace.errors import GputraceError, report_internal
+
+TAG = 0x6774  # message tag for MPI and torch.distributed point-to-point messages
+ROUNDS = 32  # ping-pongs per peer and exchange
+KEEP = 8  # lowest-round-trip samples kept per exchange (all of them bound the offset; these suffice)
+REFRESH_S = 5.0  # sync() exchanges at most this often (rank 0 schedules them)
+TIMEOUT_S = 5.0  # an exchange waits at most this long for the other side (plus PEER_BUDGET_S per peer)
+PEER_BUDGET_S = 0.25
+NCCL_PEER_BUDGET_S = 1.0  # NCCL sets up a communicator for each new pair on the first message
+
+
+class Pending(Protocol):
+    """One posted send or receive of four int64 values."""
+
+    def test(self) -> bool: ...
+    def values(self) -> tuple[int, int, int, int]: ...
+    def cancel(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Point-to-point messages of four int64 values inside one process group."""
+
+    engine: str
+    rank: int
+    size: int
+
+    def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending: ...
+    def irecv(self, src: int) -> Pending: ...
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Mismatch(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------------------------
+# engines
+
+
+class _MpiPending:
+    def __init__(self, req: Any, buf: np.ndarray) -> None:
+        self.req, self.buf = req, buf
+
+    def test(self) -> bool:
+        return bool(self.req.Test())
+
+    def values(self) -> tuple[int, int, int, int]:
+        a, b, c, d = (int(x) for x in self.buf)
+        return a, b, c, d
+
+    def cancel(self) -> None:
+        try:
+            self.req.Cancel()
+            self.req.Free()
+        except Exception:  # best effort: the request may have completed meanwhile
+            pass
+
+
+class MpiTransport:
+    """An mpi4py communicator (``mpi4py.MPI.Comm``)."""
+
+    engine = "mpi"
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.rank = int(comm.Get_rank())
+        self.size = int(comm.Get_size())
+
+    def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
+        buf = np.array(values, np.int64)
+        return _MpiPending(self.comm.Isend(buf, dest=dst, tag=TAG), buf)
+
+    def irecv(self, src: int) -> Pending:
+        buf = np.zeros(4, np.int64)
+        return _MpiPending(self.comm.Irecv(buf, source=src, tag=TAG), buf)
+
+
+class _TorchPending:
+    def __init__(self, work: Any, tensor: Any) -> None:
+        self.work, self.tensor = work, tensor
+
+    def test(self) -> bool:
+        return bool(self.work.is_completed())
+
+    def values(self) -> tuple[int, int, int, int]:
+        a, b, c, d = (int(x) for x in self.tensor.tolist())
+        return a, b, c, d
+
+    def cancel(self) -> None:
+        with contextlib.suppress(Exception):  # not every backend can abort one operation
+            self.work.abort()
+
+
+class TorchTransport:
+    """A ``torch.distributed`` process group (``None``: the default group). NCCL messages live on
+    the current CUDA device; gloo (and other CPU backends) use CPU tensors."""
+
+    def __init__(self, group: Any = None) -> None:
+        torch = sys.modules["torch"]
+        dist = sys.modules["torch.distributed"]
+        self.torch, self.dist, self.group = torch, dist, group
+        self.rank = int(dist.get_rank(group))
+        self.size = int(dist.get_world_size(group))
+        backend = str(dist.get_backend(group))
+        self.engine = f"torch.distributed ({backend})"
+        self.nccl = "nccl" in backend.lower()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.nccl else torch.device("cpu")
+
+    def _peer(self, r: int) -> int:
+        return r if self.group is None else int(self.dist.get_global_rank(self.group, r))
+
+    def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
+        t = self.torch.tensor(values, dtype=self.torch.int64, device=self.device)
+        return _TorchPending(self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG), t)
+
+    def irecv(self, src: int) -> Pending:
+        t = self.torch.zeros(4, dtype=self.torch.int64, device=self.device)
+        return _TorchPending(self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG), t)
+
+
+def transport_for(group: Any) -> Transport | None:
+    """The transport for ``group``: an mpi4py communicator, a torch ProcessGroup, a ``Transport``;
+    ``None`` (the default) finds an initialised ``torch.distributed``; ``False`` turns it off.
+
+    Never imports an engine the program has not imported itself.
+    """
+    if group is False:
+        return None
+    if group is None:
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is None or not dist.is_available() or not dist.is_initialized():
+                return None
+        except Exception:
+            return None
+        return TorchTransport(None)
+    if all(hasattr(group, a) for a in ("isend", "irecv", "rank", "size", "engine")):
+        return group  # type: ignore[no-any-return]
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and isinstance(group, mpi.Comm):
+        return MpiTransport(group)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and isinstance(group, dist.ProcessGroup):
+        return TorchTransport(group)
+    raise GputraceError(
+        "group must be an mpi4py communicator or a torch.distributed process group, "
+        f"not {type(group).__name__}."
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# the exchange
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One exchange as rank ``i`` saw it: when, why, how many rounds, the best round trip."""
+
+    reason: str
+    at_ns: int
+    rounds: int
+    kept: int
+    min_rtt_ns: int
+    wall_ns: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "at_ns": self.at_ns, "rounds": self.rounds, "kept": self.kept,
+                "min_rtt_ns": self.min_rtt_ns, "wall_ns": self.wall_ns}  # fmt: skip
+
+
+class RankClock:
+    """Measures this rank's session clock against rank 0's through ``transport``."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        clock: Callable[[], int],
+        *,
+        rounds: int = ROUNDS,
+        keep: int = KEEP,
+        refresh_s: float = REFRESH_S,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
+        self.t = transport
+        self.clock = clock
+        self.rank, self.size = int(transport.rank), int(transport.size)
+        self.rounds, self.keep = max(1, int(rounds)), max(1, int(keep))
+        self.refresh_s, self.timeout_s = float(refresh_s), float(timeout_s)
+        nccl = bool(getattr(transport, "nccl", False))
+        self.peer_budget_s = NCCL_PEER_BUDGET_S if nccl else PEER_BUDGET_S
+        self.samples: list[CalibrationSample] = []
+        self.exchanges: list[Exchange] = []
+        self.failed: str | None = None
+        self.dead: set[int] = set()  # peers rank 0 gave up on
+        self.reference_id = 0  # rank 0's id for this job (its clock at its first exchange)
+        self.n_exchanges = 0
+        self.n_syncs = 0
+        self.next_sync = 1  # the sync() call that exchanges next; rank 0 decides and tells the others
+        self.started_wall = time.monotonic()
+
+    # scheduling ----------------------------------------------------------------------------------
+    def on_sync(self) -> None:
+        """Count a ``sync()``; exchange when rank 0 scheduled this one."""
+        self.n_syncs += 1
+        if self.n_syncs == self.next_sync:
+            self.exchange("sync")
+
+    def _schedule(self) -> int:
+        """Rank 0: the sync() call to exchange at next, about ``refresh_s`` from now at the rate
+        sync() has been called so far."""
+        elapsed = time.monotonic() - self.started_wall
+        if self.n_syncs == 0 or elapsed <= 0:
+            return self.n_syncs + 1
+        per_sync = elapsed / self.n_syncs
+        return self.n_syncs + max(1, round(self.refresh_s / per_sync))
+
+    # the exchange ---------------------------------------------------------------------------------
+    def exchange(self, reason: str) -> None:
+        """One exchange with every peer (rank 0) or with rank 0 (other ranks). Never raises."""
+        if self.size < 2 or self.failed is not None:
+            return
+        e = self.n_exchanges
+        self.n_exchanges += 1
+        deadline = time.monotonic() + self.timeout_s + (self.size - 1) * self.peer_budget_s
+        try:
+            if self.rank == 0:
+                self._serve(e, reason, deadline)
+            else:
+                self._ping(e, reason, deadline)
+        except _Timeout:
+            waited = self.timeout_s + (self.size - 1) * self.peer_budget_s
+            self._fail(f"the {reason} exchange got no answer within {waited:.1f} s")
+        except _Mismatch as exc:
+            self._fail(f"the {reason} exchange went out of step ({exc})")
+        except Exception as exc:
+            self._fail(f"the {reason} exchange failed ({type(exc).__name__}: {exc})")
+
+    def _fail(self, why: str) -> None:
+        self.failed = why
+        report_internal(
+            "ranks",
+            f"measuring rank {self.rank}'s clock offset through {self.t.engine}: {why}; "
+            "no further exchanges from this rank (merge falls back to the clock pair where none succeeded).",
+        )
+
+    def _wait(self, p: Pending, deadline: float) -> None:
+        spins = 0
+        while not p.test():
+            spins += 1
+            if spins > 200:  # let the peer run on a busy machine
+                os.sched_yield()
+                if time.monotonic() > deadline:
+                    p.cancel()
+                    raise _Timeout()
+
+    def _serve(self, e: int, reason: str, deadline: float) -> None:
+        if self.reference_id == 0:
+            self.reference_id = int(self.clock()) or 1
+        nxt = self._schedule()
+        self.next_sync = nxt
+        sends: list[Pending] = []
+        start = time.monotonic()
+        try:
+            for peer in range(1, self.size):
+                if peer in self.dead:
+                    continue
+                try:
+                    for k in range(self.rounds):
+                        r = self.t.irecv(peer)
+                        self._wait(r, deadline)
+                        pe, pk, _, _ = r.values()
+                        if (pe, pk) != (e, k):
+                            raise _Mismatch(f"rank {peer} sent round {pe}/{pk}, expected {e}/{k}")
+                        sends.append(self.t.isend(peer, (e, int(self.clock()), nxt, self.reference_id)))
+                except (_Timeout, _Mismatch) as exc:
+                    self.dead.add(peer)
+                    report_internal(
+                        f"ranks:{peer}",
+                        f"rank {peer} did not answer the clock exchange through {self.t.engine} "
+                        f"({'timeout' if isinstance(exc, _Timeout) else exc}); "
+                        "its offset is not measured from here on.",
+                    )
+            for s in sends:
+                self._wait(s, deadline)
+        finally:
+            self.exchanges.append(Exchange(reason, int(self.clock()), self.rounds, 0, 0,
+                                           int((time.monotonic() - start) * 1e9)))  # fmt: skip
+
+    def _ping(self, e: int, reason: str, deadline: float) -> None:
+        got: list[tuple[int, CalibrationSample]] = []
+        start = time.monotonic()
+        nxt = self.next_sync
+        for k in range(self.rounds):
+            r = self.t.irecv(0)
+            before = int(self.clock())
+            s = self.t.isend(0, (e, k, 0, 0))
+            self._wait(r, deadline)
+            after = int(self.clock())
+            re, ref_ns, nxt, ref_id = r.values()
+            if re != e:
+                raise _Mismatch(f"rank 0 answered exchange {re}, expected {e}")
+            self._wait(s, deadline)
+            got.append((after - before, CalibrationSample(before, ref_ns, after, 0)))
+            self.reference_id = ref_id
+        got.sort(key=lambda x: x[0])
+        kept = [smp for _, smp in got[: self.keep]]
+        self.samples.extend(kept)
+        self.next_sync = nxt
+        self.exchanges.append(Exchange(reason, kept[0].cpu_before_ns, self.rounds, len(kept), got[0][0],
+                                       int((time.monotonic() - start) * 1e9)))  # fmt: skip
+
+    # the result -------------------------------------------------------------------------------------
+    def header(self) -> dict[str, Any]:
+        """The ``ranks`` object of this rank's trace header."""
+        out: dict[str, Any] = {
+            "engine": self.t.engine,
+            "rank": self.rank,
+            "size": self.size,
+            "reference_rank": 0,
+            "reference_id": self.reference_id,
+            "rounds": self.rounds,
+            "exchanges": [x.to_dict() for x in self.exchanges],
+            "samples": [[s.cpu_before_ns, s.gpu_ns, s.cpu_after_ns] for s in self.samples],
+        }
+        if self.rank == 0:
+            out["status"] = "reference"
+        elif self.samples:
+            out["status"] = "measured" if self.failed is None else "partly measured"
+            out["fit"] = fit_offsets(self.samples)
+        else:
+            out["status"] = "not measured"
+        if self.failed is not None:
+            out["failed"] = self.failed
+        return out
+
+
+def fit_offsets(samples: Sequence[CalibrationSample]) -> dict[str, Any]:
+    """Fit rank 0's clock against this rank's from ping-pong samples (before, rank 0's T, after).
+
+    The fit maps rank 0's clock onto this rank's (``local = cpu_ref + slope·(T − gpu_ref)``, the
+    resolver's convention); ``offset_ns`` is ``T − local`` at the first sample.
+    """
+    from gputrace.resolver import RawRecording, _fits
+
+    fit, _band = _fits(RawRecording(header={}, threads=[], samples=list(samples)))[0]
+    d = fit.to_dict()
+    d["offset_ns"] = int(to_reference(d, np.array([fit.first_cpu_ns], np.int64))[0]) - fit.first_cpu_ns
+    d["direction"] = "local = cpu_ref_ns + slope * (reference - gpu_ref_ns)"
+    return d
+
+
+def to_reference(fit: dict[str, Any], local_ns: np.ndarray) -> np.ndarray:
+    """Rank 0's clock at this rank's session-clock times ``local_ns`` (int64 ns)."""
+    delta = (local_ns - int(fit["cpu_ref_ns"])).astype(np.float64) / float(fit["slope"])
+    return (int(fit["gpu_ref_ns"]) + np.rint(delta).astype(np.int64)).astype(np.int64)
+
+
+def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
+    """The largest alignment uncertainty (ns) of ``fit`` over a session from ``start_ns`` to
+    ``end_ns``: the fit's bound inside its samples, growing by the slope's uncertainty outside."""
+    from gputrace.model import ClockFit
+    from gputrace.resolver import uncertainty_at
+
+    cf = ClockFit.from_dict(fit)
+    return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
+
+
+def rank_path(path: str | os.PathLike[str], rank: int) -> str:
+    """``run.trace.json`` → ``run.rank3.trace.json`` (unchanged when the name already says it)."""
+    head, name = os.path.split(os.fspath(path))
+    if f"rank{rank}" in name.split("."):
+        return os.fspath(path)
+    stem, dot, rest = name.partition(".")
+    if not stem:  # a name starting with a dot
+        return os.path.join(head, f"{name}.rank{rank}")
+    return os.path.join(head, f"{stem}.rank{rank}{dot}{rest}")
+
+
+def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None = None) -> RankClock | None:
+    """A ``RankClock`` for ``group`` (see ``transport_for``), or ``None`` without a group of 2+
+    ranks. A group that cannot be used is reported once and ignored."""
+    try:
+        t = transport_for(group)
+    except GputraceError:
+        raise
+    except Exception as exc:
+        report_internal(
+            "ranks", f"the process group cannot be used for clock offsets ({type(exc).__name__}: {exc})."
+        )
+        return None
+    if t is None:
+        return None
+    return RankClock(t, clock, **(options or {}))
+
+
+# ------------------------------------------------------------------------------------------------
+# merging: place each rank on rank 0's clock by its measured fit
+
+
+def place(
+    traces: list[Any], files: list[str], shifts: list[int]
+) -> tuple[list[Any], list[int], list[dict[str, Any]]]:
+    """Where ranks measured their offsets against one rank 0, map their times onto rank 0's clock
+    (offset and drift); the others move by their clock-pair ``shifts``, re-anchored on that clock.
+
+    Returns the traces (mapped ones replaced), their remaining constant shifts, and per trace how
+    it was placed and with what uncertainty.
+    """
+    recs = [t.header.get("ranks") if isinstance(t.header.get("ranks"), dict) else None for t in traces]
+    usable = [
+        r is not None and (r.get("status") == "reference" or isinstance(r.get("fit"), dict)) for r in recs
+    ]
+    ids = [r.get("reference_id") if r is not None and u else None for r, u in zip(recs, usable, strict=True)]
+    counted = [i for i in ids if i]
+    if not counted:
+        return traces, shifts, [_pair_info(t, traces[0], s) for t, s in zip(traces, shifts, strict=True)]
+    ref_ids = [
+        i for i, r in zip(ids, recs, strict=True) if i and r is not None and r.get("status") == "reference"
+    ]
+    ref_id = ref_ids[0] if ref_ids else max(set(counted), key=counted.count)
+    measured = [i == ref_id for i in ids]
+    anchor = measured.index(True)
+    out_traces, out_shifts, info = list(traces), list(shifts), []
+    a_rec = recs[anchor]
+    assert a_rec is not None
+    a_start = _start(traces[anchor])
+    a_off = (
+        0
+        if a_rec.get("status") == "reference"
+        else int(to_reference(a_rec["fit"], np.array([a_start]))[0]) - a_start
+    )
+    for k, t in enumerate(traces):
+        rec = recs[k]
+        if measured[k] and rec is not None:
+            start, end = _start(t), int(t.header.get("end_ns", _start(t)))
+            base = {
+                "engine": rec.get("engine"),
+                "rank": rec.get("rank"),
+                "samples": len(rec.get("samples") or []),
+            }
+            if rec.get("status") == "reference":
+                info.append(
+                    {"method": "reference", "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0, **base}
+                )
+                out_shifts[k] = 0
+                continue
+            fit = rec["fit"]
+            out_traces[k] = _mapped(t, fit)
+            out_shifts[k] = 0
+            info.append({
+                "method": "measured", **base,
+                "offset_ns": int(to_reference(fit, np.array([start]))[0]) - start,
+                "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
+                "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
+                "fit_method": fit.get("method"), "bound": fit.get("bound"),
+            })  # fmt: skip
+            if rec.get("failed"):
+                info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
+        else:
+            out_shifts[k] = shifts[k] - shifts[anchor] + a_off
+            info.append(_pair_info(t, traces[anchor], out_shifts[k]))
+    return out_traces, out_shifts, info
+
+
+def _start(t: Any) -> int:
+    return int(t.header.get("start_ns", t.header["base_ns"]))
+
+
+def _pair_info(t: Any, ref: Any, shift: int) -> dict[str, Any]:
+    host = (t.header.get("host") or {}).get("name")
+    same = host is not None and host == (ref.header.get("host") or {}).get("name")
+    note = ("clock pair on the same host: one monotonic clock, exact up to the realtime reads unless "
+            "the realtime clock was stepped between the sessions") if same else (
+            "clock pair across hosts: trusts NTP (single-digit ms over the internet, tens of µs on a "
+            "good LAN); not measured")  # fmt: skip
+    r = t.header.get("ranks")
+    if isinstance(r, dict) and r.get("failed"):
+        note += f"; the measured exchange failed: {r['failed']}"
+    return {"method": "clock pair", "offset_ns": shift, "uncertainty_ns": None, "note": note}
+
+
+def _mapped(t: Any, fit: dict[str, Any]) -> Any:
+    """``t`` with every time moved from its session clock onto rank 0's by ``fit``."""
+    from dataclasses import replace
+
+    from gputrace.model import NO_TIME, ScopeTable, SpanTable, Trace
+
+    def m(col: np.ndarray) -> np.ndarray:
+        col = np.asarray(col, np.int64)
+        ok = col != NO_TIME
+        out: np.ndarray = col.copy()
+        if ok.any():
+            out[ok] = to_reference(fit, col[ok])
+        return out
+
+    def one(ns: int) -> int:
+        return int(to_reference(fit, np.array([ns], np.int64))[0])
+
+    s = t.scopes
+    scopes = ScopeTable(**{c: getattr(s, c) for c in ScopeTable.COLUMNS}, args=s.args)
+    for c in ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
+        setattr(scopes, c, m(getattr(s, c)))
+    sp = t.spans
+    spans = SpanTable(sp.scope, sp.label, sp.queue, m(sp.submit_ns), m(sp.gpu_start_ns), m(sp.gpu_end_ns))
+    marks = [replace(x, ts_ns=one(x.ts_ns)) for x in t.marks]
+    slope = float(fit["slope"])
+    fits = {d: replace(f, cpu_ref_ns=one(f.cpu_ref_ns), first_cpu_ns=one(f.first_cpu_ns),
+                       last_cpu_ns=one(f.last_cpu_ns), slope=f.slope / slope)
+            for d, f in t.clock_fits.items()}  # fmt: skip
+    header = dict(t.header)
+    for k in ("start_ns", "base_ns", "end_ns"):
+        if isinstance(header.get(k), int):
+            header[k] = one(header[k])
+    return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits)

@@ -1,0 +1,176 @@
+"""The per-rank view of a merged trace: GPU busy per rank, time in collectives, the slowest rank per step.
+
+Rules (stated in the summary too):
+
+- A scope belongs to the rank whose process recorded it (``header["processes"]`` of a merged trace).
+- **GPU busy** of a rank: the union of its GPU intervals (scopes' GPU spans and per-operation spans).
+- **Collectives**: GPU intervals named like a collective: ``nccl*`` (NCCL kernels as CUPTI names
+  them) or containing all_reduce/allreduce, all_gather/allgather, reduce_scatter, all_to_all/alltoall,
+  broadcast (a user's scope around the call, timed by events). Waiting for a slower rank inside a
+  collective counts as collective time.
+- **Steps**: ``ProfilerStep#N`` scopes where the trace has them (matched across ranks by N); else the
+  top-level scope name that every rank repeats most often (matched by its k-th occurrence).
+- A step on a rank lasts from entering its scope to the later of leaving it and the end of the GPU
+  work started inside it; its **work** is that minus its time in collectives. The **slowest rank**
+  of a step is the one with the most work: the others wait for it in the collective.
+
+>>> import gputrace
+>>> with gputrace.session(backend="fake", quiet=True) as s:
+...     with gputrace.trace("step"):
+...         pass
+>>> rank_view(s.trace) is None      # one process: no per-rank view
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from gputrace.model import NO_TIME, Trace
+
+COLLECTIVE = re.compile(
+    r"^nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast", re.IGNORECASE
+)
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+MAX_STEP_ROWS = 50
+
+
+def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    if not len(start):
+        return 0
+    order = np.argsort(start, kind="stable")
+    st, en = start[order], end[order]
+    run_end = np.maximum.accumulate(en)
+    opens = np.ones(len(st), bool)
+    opens[1:] = st[1:] > run_end[:-1]
+    first = np.flatnonzero(opens)
+    last = np.concatenate([first[1:] - 1, [len(st) - 1]])
+    return int((run_end[last] - st[first]).sum())
+
+
+def rank_view(trace: Trace) -> dict[str, Any] | None:
+    """The per-rank view of a merged trace, or ``None`` for a trace of one process."""
+    procs = trace.header.get("processes")
+    if not isinstance(procs, list) or len(procs) < 2:
+        return None
+    tid_proc = {int(t): k for k, p in enumerate(procs) for t in p.get("tids") or []}
+    thread_proc = np.array([tid_proc.get(th.tid, -1) for th in trace.threads] or [-1], np.int64)
+    s, sp = trace.scopes, trace.spans
+    scope_proc = thread_proc[s.thread] if len(s) else np.zeros(0, np.int64)
+    # every GPU interval: (owning scope row, start, end, name)
+    g_scope = np.flatnonzero(s.gpu_start_ns != NO_TIME)
+    rows = np.concatenate([g_scope, sp.scope]).astype(np.int64)
+    g0 = np.concatenate([s.gpu_start_ns[g_scope], sp.gpu_start_ns]).astype(np.int64)
+    g1 = np.concatenate([s.gpu_end_ns[g_scope], sp.gpu_end_ns]).astype(np.int64)
+    names = [trace.names[int(i)] for i in s.name[g_scope]] + [trace.names[int(i)] for i in sp.label]
+    coll = np.array([bool(COLLECTIVE.search(n)) for n in names], bool)
+    g_proc = scope_proc[rows] if len(rows) else np.zeros(0, np.int64)
+    merged = trace.header.get("merged") or []
+    out_ranks = []
+    for k, p in enumerate(procs):
+        mine = g_proc == k
+        off = merged[k].get("offset") if k < len(merged) and isinstance(merged[k], dict) else None
+        out_ranks.append({
+            "rank": p.get("rank"), "label": p.get("label"),
+            "scopes": int(np.count_nonzero(scope_proc == k)),
+            "gpu_busy_ns": _union_ns(g0[mine], g1[mine]),
+            "collective_ns": _union_ns(g0[mine & coll], g1[mine & coll]),
+            "placed_by": (off or {}).get("method"), "uncertainty_ns": (off or {}).get("uncertainty_ns"),
+        })  # fmt: skip
+    start, end = trace.header.get("start_ns"), trace.header.get("end_ns")
+    window = int(end) - int(start) if isinstance(start, int) and isinstance(end, int) else 0
+    for r in out_ranks:
+        r["gpu_busy_share"] = r["gpu_busy_ns"] / window if window > 0 else None
+    return {
+        "ranks": out_ranks,
+        "window_ns": window,
+        "steps": _steps(trace, procs, scope_proc, rows, g1, g0, coll),
+        "rule": "slowest rank of a step: the most work (step span minus time in collectives)",
+    }
+
+
+def _steps(
+    trace: Trace, procs: list[Any], scope_proc: np.ndarray, rows: np.ndarray,
+    g1: np.ndarray, g0: np.ndarray, coll: np.ndarray,
+) -> dict[str, Any] | None:  # fmt: skip
+    s = trace.scopes
+    n = len(procs)
+    keyed: dict[int, dict[Any, int]] = {k: {} for k in range(n)}  # proc -> step key -> scope row
+    step_name = None
+    prof = [i for i, name in enumerate(trace.names) if PROFILER_STEP.match(name)]
+    if prof:
+        step_name = "ProfilerStep#N"
+        for row in np.flatnonzero(np.isin(s.name, prof)).tolist():
+            m = PROFILER_STEP.match(trace.names[int(s.name[row])])
+            assert m is not None
+            keyed[int(scope_proc[row])].setdefault(int(m.group(1)), row)
+    else:
+        top = s.depth == 0
+        per_proc = [Counter(s.name[top & (scope_proc == k)].tolist()) for k in range(n)]
+        common = set.intersection(*(set(c) for c in per_proc)) if per_proc else set()
+        candidates = [(min(c[i] for c in per_proc), i) for i in common]
+        candidates = [c for c in candidates if c[0] >= 2]
+        if not candidates:
+            return None
+        _, name_id = max(candidates, key=lambda c: (c[0], -c[1]))
+        step_name = trace.names[name_id]
+        for k in range(n):
+            for j, row in enumerate(np.flatnonzero(top & (scope_proc == k) & (s.name == name_id)).tolist()):
+                keyed[k][j] = row
+    keys = sorted(set.intersection(*(set(v) for v in keyed.values())))
+    if not keys:
+        return None
+    out_rows = []
+    slowest: Counter[Any] = Counter()
+    for key in keys:
+        per_rank = []
+        for k in range(n):
+            row = keyed[k][key]
+            t0, t1 = int(s.cpu_start_ns[row]), int(s.cpu_end_ns[row])
+            inside = np.flatnonzero(
+                (s.thread == s.thread[row]) & (s.cpu_start_ns >= t0) & (s.cpu_start_ns <= t1)
+            )
+            mine = np.isin(rows, inside)
+            end = max(t1, int(g1[mine].max())) if mine.any() else t1
+            c = _union_ns(g0[mine & coll], g1[mine & coll])
+            per_rank.append({"rank": procs[k].get("rank"), "span_ns": end - t0, "collective_ns": c,
+                             "work_ns": end - t0 - c})  # fmt: skip
+        work = [r["work_ns"] for r in per_rank]
+        worst = int(np.argmax(work))
+        ordered = sorted(work)
+        slowest[per_rank[worst]["rank"]] += 1
+        out_rows.append({"step": key, "slowest_rank": per_rank[worst]["rank"],
+                         "lead_ns": ordered[-1] - ordered[-2], "ranks": per_rank})  # fmt: skip
+    return {
+        "name": step_name,
+        "count": len(keys),
+        "slowest_counts": {str(r): c for r, c in slowest.most_common()},
+        "rows": out_rows[:MAX_STEP_ROWS],
+    }
+
+
+def lines(view: dict[str, Any], human_ns: Any) -> list[str]:
+    """The view as text lines for the summary table (``human_ns`` formats nanoseconds)."""
+    out = []
+    for r in view["ranks"]:
+        share = f" ({r['gpu_busy_share']:.0%})" if r.get("gpu_busy_share") is not None else ""
+        placed = r.get("placed_by") or "?"
+        if r.get("uncertainty_ns") is not None:
+            placed += f" ±{human_ns(r['uncertainty_ns'])}"
+        out.append(f"{r['label']}: GPU busy {human_ns(r['gpu_busy_ns'])}{share}, in collectives "
+                   f"{human_ns(r['collective_ns'])}, {r['scopes']} scopes; placed by {placed}")  # fmt: skip
+    st = view.get("steps")
+    if st is None:
+        out.append("steps: none found (no ProfilerStep#N, no top-level scope every rank repeats).")
+        return out
+    counts = ", ".join(f"rank {r} in {c}" for r, c in st["slowest_counts"].items())
+    out.append(f"slowest rank per step ({st['name']}, {st['count']} steps): {counts}; {view['rule']}")
+    for row in st["rows"][:10]:
+        works = " · ".join(f"r{x['rank']} {human_ns(x['work_ns'])}" for x in row["ranks"])
+        out.append(f"    step {row['step']}: slowest rank {row['slowest_rank']} "
+                   f"(+{human_ns(row['lead_ns'])}); work {works}")  # fmt: skip
+    return out

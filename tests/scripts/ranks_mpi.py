@@ -1,0 +1,45 @@
+"""One rank of the MPI clock-offset test: ``mpiexec -n 4 python3 ranks_mpi.py OUT_DIR T0_NS STEPS``.
+
+Each rank's session clock is the machine's monotonic clock plus a known offset and drift
+(``INJECTED``), relative to ``T0_NS``. The ranks write ``OUT_DIR/run.rank<r>.trace.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from mpi4py import MPI
+
+import gputrace
+
+# rank -> (offset ns, drift): some drift by tens of ppm
+INJECTED = {
+    0: (-7_000_000, 10e-6),
+    1: (3_000_000, 40e-6),
+    2: (-12_345_678, -25e-6),
+    3: (250_000_000_000, 0.0),
+}
+
+
+def main() -> None:
+    out, t0, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    offset, drift = INJECTED[rank % len(INJECTED)]
+
+    def clock() -> int:
+        t = time.perf_counter_ns()
+        return t + offset + round(drift * (t - t0))
+
+    with gputrace.session(f"{out}/run.trace.json", backend="cpu", clock=clock, group=comm,
+                          group_options={"refresh_s": 0.2}, quiet=True):  # fmt: skip
+        for step in range(steps):
+            with gputrace.trace("step", rank=rank, step=step):
+                time.sleep(0.02 * (1 + rank % 2))
+            comm.Barrier()
+            gputrace.sync()
+
+
+if __name__ == "__main__":
+    main()
