@@ -21,7 +21,7 @@ try:
     import cupy
 except ImportError:
     sys.exit(
-        f"{Path(__file__).name} needs CuPy and a CUDA GPU, and CuPy is not installed (pip install "
+        f"{Path(__file__).name} needs CuPy and a CUDA GPU, and CuPy could not be imported (pip install "
         "'gputrace[cuda13]' or 'gputrace[cuda12]'); examples/quickstart.py runs on any machine."
     )
 if not cupy.cuda.is_available():

@@ -28,7 +28,7 @@ def _from_nvtx_package() -> tuple[Callable[[str], None], Callable[[], None]]:
     import nvtx
 
     domain = nvtx.get_domain(DOMAIN)
-    attributes: dict[str, Any] = {}  # one registered message per scope name
+    attributes: dict[str, Any] = {DOMAIN: domain.get_event_attributes(message=DOMAIN)}  # API check
 
     def push(name: str) -> None:
         a = attributes.get(name)

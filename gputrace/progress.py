@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from types import TracebackType
 from typing import TextIO
@@ -34,9 +35,9 @@ _SHOWING: list[Progress] = []  # the lines on screen now, so a message can clear
 
 
 def clear() -> None:
-    """Clear any progress line on screen (before printing a message to stderr)."""
+    """End any progress line on screen (before printing a message to stderr)."""
     for p in list(_SHOWING):
-        p._erase()
+        p.close()
 
 
 class Progress:
@@ -50,6 +51,7 @@ class Progress:
         stream: TextIO | None = None,
         enabled: bool | None = None,
         min_interval_s: float = 0.1,
+        tick_s: float = 0.5,
     ) -> None:
         self.label = label
         self.total = total
@@ -62,6 +64,10 @@ class Progress:
         self._last = -1e9
         self._what = ""
         self._stepping = False
+        self._tick_s = tick_s
+        self._lock = threading.Lock()  # the ticker and the caller both draw
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     def step(self, what: str) -> None:
         """``what`` starts now; the step announced before it (if any) is done."""
@@ -76,7 +82,15 @@ class Progress:
         self.done += n
         self._draw(force=False)
 
+    def _tick(self) -> None:  # keeps the elapsed time moving through a long step
+        while not self._stop.wait(self._tick_s):
+            self._draw(force=True)
+
     def _draw(self, force: bool) -> None:
+        with self._lock:
+            self._draw_locked(force)
+
+    def _draw_locked(self, force: bool) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
@@ -95,7 +109,7 @@ class Progress:
         except (OSError, ValueError):  # a closed terminal never stops the work
             self.enabled = False
 
-    def _erase(self) -> None:
+    def _erase_locked(self) -> None:
         if self in _SHOWING:
             _SHOWING.remove(self)
             try:
@@ -105,11 +119,18 @@ class Progress:
                 pass
 
     def close(self) -> None:
-        self._erase()
-        self.enabled = False
+        self._stop.set()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join()
+        with self._lock:
+            self._erase_locked()
+            self.enabled = False
 
     def __enter__(self) -> Progress:
         self._draw(force=True)
+        if self.enabled and self._tick_s > 0:
+            self._ticker = threading.Thread(target=self._tick, name="gputrace-progress", daemon=True)
+            self._ticker.start()
         return self
 
     def __exit__(

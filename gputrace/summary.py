@@ -16,7 +16,9 @@ layout is stable (``"schema": "gputrace-summary/1"``; fields are only ever added
 
 ``schema``, ``file`` (path or null), ``source`` ("gputrace" or "chrome": a trace from another tool),
 ``note`` (one line about the source, or null), ``backend``, ``scopes`` (count), ``session_ns``,
-``sort``, ``gpu_busy_ns`` (time at least one scope ran, summed over streams),
+``sort`` (the key the rows are in: by default ``gpu_total``, or ``cpu_total`` when the trace has no
+GPU times), ``group`` (trailing numbers folded), ``gpu_busy_ns`` (time at least one scope ran,
+summed over streams),
 
 ``rows``: one per scope name and GPU stream (a name that ran on two streams has two rows; CPU-only
 scopes have ``device``/``queue`` null):
@@ -207,6 +209,7 @@ def summarize(
         "scopes": len(trace),
         "session_ns": int(end) - int(start) if isinstance(start, int) and isinstance(end, int) else None,
         "sort": sort,
+        "group": group,
         "gpu_busy_ns": busy,
         "rows": rows,
         "idle": idle,

@@ -1,4 +1,4 @@
-"""The Perfetto/chrome://tracing import rules from FACTS.md, as a checker for written trace files."""
+"""The Perfetto/chrome://tracing import rules (docs/trace-format.md), as a checker for written trace files."""
 
 from __future__ import annotations
 

@@ -176,3 +176,16 @@ def test_gputrace_run_nvtx_without_nvtx_is_exit_2(tmp_path: Path) -> None:
                    python="import sys\nsys.modules['nvtx'] = sys.modules['cupy'] = None")  # fmt: skip
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == f"gputrace: {MISSING}"
+
+
+def test_import_and_a_plain_session_do_not_import_nvtx() -> None:
+    code = (
+        "import sys, gputrace\n"
+        "with gputrace.session(backend='cpu', quiet=True):\n"
+        "    with gputrace.trace('x'):\n"
+        "        pass\n"
+        "print('nvtx' in sys.modules, 'gputrace.nvtx' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+    assert out.stdout.split() == ["False", "False"]

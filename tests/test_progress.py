@@ -5,13 +5,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from gputrace import progress
-from gputrace.calibrate import measure
+from gputrace.calibrate import measure, steps
 from gputrace.cli import cli
 from gputrace.commands import _common
 from gputrace.progress import Progress, content_size
@@ -39,6 +40,18 @@ def test_shown_on_a_terminal_only() -> None:
     broken.close()
     with Progress("work", stream=broken) as p:  # a closed terminal never stops the work
         p.step("x")
+
+
+def test_the_elapsed_time_keeps_moving_through_a_long_step() -> None:
+    tty = Terminal()
+    with Progress("calibrating", total=1, stream=tty, tick_s=0.01) as p:
+        p.step("one long step")
+        time.sleep(0.2)
+        progress.clear()  # an error message is about to be printed: the line goes, and stays gone
+        after = tty.getvalue()
+        time.sleep(0.05)
+        assert tty.getvalue() == after and after.endswith("\r\x1b[K")
+    assert after.count("one long step [0/1]") >= 3  # redrawn while the step ran
 
 
 def test_a_gzip_file_is_sized_by_the_json_it_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,12 +90,13 @@ def test_merge_is_silent_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
 def test_calibrate_reports_each_group_of_measurements(monkeypatch: pytest.MonkeyPatch) -> None:
     stages: list[str] = []
     measure("cpu", quick=True, progress=stages.append)
-    assert stages == ["clock", "scope_cost"]
+    assert stages == ["clock", "scope_cost"] == list(steps("cpu"))
+    assert steps("wgpu") == ("submit", "copies", "breakeven", "clock", "scope_cost", "numpy_breakeven")
     monkeypatch.setattr(progress, "is_terminal", lambda stream: True)
     res = CliRunner().invoke(cli, CALIBRATE_CPU)
     assert res.exit_code == 0, res.stderr
-    assert "gputrace calibrate --backend cpu: session clock [0/3]" in res.stderr
-    assert "profiler cost per scope [1/3]" in res.stderr
+    assert "gputrace calibrate --backend cpu: session clock [0/2]" in res.stderr
+    assert "profiler cost per scope [1/2]" in res.stderr
     json.loads(res.stdout)  # stdout holds only the results
 
 

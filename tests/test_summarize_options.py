@@ -68,6 +68,7 @@ def test_group_folds_trailing_numbers(tmp_path: Path) -> None:
     t = gputrace.load(path)
     assert len(summarize(t)["rows"]) == 6
     s = summarize(t, group=True)
+    assert s["group"] is True and summarize(t)["group"] is False
     step = next(r for r in s["rows"] if r["name"] == "ProfilerStep#*")
     assert step["calls"] == 5 and step["warm_calls"] == 4 and step["cold"] is not None
     assert {r["name"] for r in s["rows"]} == {"ProfilerStep#*", "layer*"}

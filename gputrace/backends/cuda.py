@@ -26,9 +26,9 @@ Calibration brackets an event record between two session-clock reads: ``t0``; re
 until ``R`` is done; ``t1``. An event is timestamped when the GPU reaches it, so on the idle
 backend stream ``R`` was timestamped inside ``[t0, t1]`` (6.2–7.8 µs wide on the H200). Six
 brackets are tried per calibration and the tightest two kept: the resolver's bound follows its
-worst sample, and a wide window (a preempted thread, a GPU waking up) only loosens it. On the
-H200 the fit then states ±4.3–4.9 µs and scope ends land 1.0–2.2 µs after the kernel's own
-``%globaltimer`` end (median, 91 s run, no growth; ``benchmarks/bench_cuda.py``).
+worst sample, and a wide window (a preempted thread, a GPU waking up) only loosens it. What
+the fit states on the H200, and the error measured against the kernels' own ``%globaltimer``
+(``benchmarks/bench_cuda.py``), are in docs/accuracy.md ("CUDA events").
 
 Why not ``%globaltimer`` anchors (a kernel reads the timer, then an event follows it): measured on
 the H200, the event is timestamped when its record *arrives*, which for a one-thread kernel is

@@ -33,7 +33,14 @@ STEPS = {
     "wgpu": ("submit", "copies", "breakeven"),
     "cpu": (),
 }
-SHARED_STEPS = ("clock", "scope_cost", "numpy_breakeven")
+SHARED_STEPS = ("clock", "scope_cost")  # then, for GPU backends, "numpy_breakeven"
+
+
+def steps(backend: str) -> tuple[str, ...]:
+    """The keys ``measure(backend, progress=...)`` reports, in order."""
+    return STEPS[backend] + SHARED_STEPS + (("numpy_breakeven",) if STEPS[backend] else ())
+
+
 _progress: ContextVar[Callable[[str], None] | None] = ContextVar("calibration_progress", default=None)
 
 
@@ -104,7 +111,7 @@ def measure(
 
     Raises ``GputraceError`` when the backend cannot run here. A single measurement that fails is
     recorded in ``skipped`` with its reason; the others still run. ``progress`` is called with the
-    key of each group of measurements as it starts (``STEPS[backend]``, then ``SHARED_STEPS``).
+    key of each group of measurements as it starts (``steps(backend)``).
     """
     token = _progress.set(progress)
     try:
@@ -188,4 +195,14 @@ def _device_run(backend: str, plan: Plan) -> DeviceRun:
     return on_wgpu.measure(plan)
 
 
-__all__ = ["BreakEven", "Calibration", "DeviceRun", "Measurement", "Plan", "Stat", "measure", "step_started"]
+__all__ = [
+    "BreakEven",
+    "Calibration",
+    "DeviceRun",
+    "Measurement",
+    "Plan",
+    "Stat",
+    "measure",
+    "step_started",
+    "steps",
+]

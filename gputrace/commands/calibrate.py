@@ -77,7 +77,7 @@ def _auto_backend() -> str:
 @click.option("--no-save", is_flag=True, help="Do not save to this machine's default location.")
 def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save: bool) -> None:
     """Measure launch overhead, copy latency, timer resolution and the CPU-vs-GPU break-even."""
-    from gputrace.calibrate import SHARED_STEPS, STEPS, measure
+    from gputrace.calibrate import measure, steps
     from gputrace.calibrate.report import render
     from gputrace.calibrate.store import default_path, save
     from gputrace.progress import Progress
@@ -86,8 +86,7 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
         chosen = _auto_backend() if backend == "auto" else backend
         if backend == "auto":
             click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
-        steps = STEPS[chosen] + SHARED_STEPS
-        with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps)) as bar:
+        with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps(chosen))) as bar:
             cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
     except GputraceError as exc:
         click.echo(f"gputrace: {exc}", err=True)

@@ -1,6 +1,6 @@
 """Chrome/Perfetto JSON exporter.
 
-Layout (see DESIGN.md "The trace file"):
+Layout (see docs/trace-format.md):
 - the traced process (pid = its OS pid): one thread track per Python thread, a ``cat: "cpu"`` X
   slice per scope spanning its CPU enqueue window;
 - one process per GPU (pid = ``GPU_PID_BASE + device``), a thread track per stream/queue with a
