@@ -14,6 +14,7 @@ import contextvars
 import functools
 import importlib.abc
 import inspect
+import os
 import sys
 import threading
 import time
@@ -214,6 +215,31 @@ class _AsyncioWatch(importlib.abc.MetaPathFinder):
     def remove(self) -> None:
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(self)
+
+
+def _after_fork_in_child() -> None:
+    """A process forked inside a session records nothing: the trace file, the backend (CUDA and
+    wgpu do not survive a fork) and the buffers belong to the parent. One notice says so."""
+    rec = _recorder
+    if rec is None:
+        return
+    rec._buffers_lock = threading.Lock()  # another thread may have held it at the fork
+    rec.deactivate()
+    owner = rec.owner
+    if getattr(owner, "quiet", False):
+        return
+    path = getattr(owner, "path", None)
+    where = f" ({path})" if path is not None else ""
+    msg = (
+        f"gputrace: process {os.getpid()} was forked inside a session and records nothing; "
+        f"the trace{where} stays its parent's.\n"
+    )
+    with contextlib.suppress(Exception):
+        os.write(2, msg.encode("utf-8", "replace"))  # no lock taken: safe right after a fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def active_recorder() -> Recorder | None:
