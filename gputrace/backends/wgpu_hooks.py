@@ -169,6 +169,25 @@ class DeviceTracer:
                 page = self.mapping.popleft()
             self._read(page)
 
+    def settle(self, recs: list[PassRecord]) -> None:
+        """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
+        other passes on those pages are still read back."""
+        try:
+            with self.lock:
+                prev = None
+                for rec in recs:
+                    if rec.submit_ns is not None:
+                        continue  # ``submitted`` got this far
+                    rec.submit_ns = _FAILED
+                    if rec.page is not prev:
+                        prev = rec.page
+                        prev.unsubmitted -= 1
+                        if prev.closed and prev.unsubmitted == 0 and prev in self.pinned:
+                            self.pinned.remove(prev)
+                            self._start_map(prev)
+        except Exception:
+            pass
+
     def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
         """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
         untraced; the scopes involved (default: the innermost open one) are marked degraded."""
@@ -385,6 +404,7 @@ class _TracedQueue:
                     owner.submitted(recs, submit_ns, ok)
                 except Exception as exc:
                     owner.fault("noting a submit", exc, [r.token for r in recs])
+                    owner.settle(recs)
             if tracer.mapping:
                 try:
                     tracer.harvest_ready()
