@@ -1,10 +1,12 @@
 """The recorder: the hot path behind ``trace()``.
 
-Entering a scope reads the clock, asks a timed backend for a token and pushes onto this thread's
-stack; leaving it appends the name and the two clock readings to this thread's buffer (and the
-token and flags, when there are any). No lock shared across threads, no I/O, no resolution:
-that all happens after the session stops. With no session active, ``trace`` costs one global
-read per enter and exit.
+Entering a scope reads the clock, asks a timed backend for a token and pushes onto its track's
+stack; leaving it appends the name and the two clock readings to that track's buffer (and the
+token and flags, when there are any). A track is an OS thread, an asyncio task (found through a
+context variable, so tasks on one thread never nest into each other), or a generator that was
+suspended with a scope open. No lock shared across threads, no I/O, no resolution, no conversion
+of args: that all happens after the session stops. With no session active, ``trace`` costs one
+global read per enter and exit.
 """
 
 from __future__ import annotations
@@ -249,7 +251,8 @@ def active_recorder() -> Recorder | None:
 class trace:
     """Trace a region: ``with trace("name"):`` or ``@trace("name")``.
 
-    Scopes nest per thread. The same object can be reused and entered recursively. Keyword
+    Scopes nest per thread and per asyncio task. The same object can be reused and entered
+    recursively. Keyword
     arguments are kept as the scope's args (shown in Perfetto and the viewer); ``stream`` names the
     CUDA stream the work goes to (default: CuPy's current stream).
 
