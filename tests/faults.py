@@ -45,7 +45,8 @@ def inject(target: Any, name: str, mode: str) -> Iterator[Fault]:
     if mode not in ("first", "nth", "every"):
         raise ValueError(mode)
     own = name in vars(target)
-    raw = vars(target)[name] if own else inspect.getattr_static(target, name)  # else inherited: removing the wrapper restores it
+    # not ``own``: inherited, and removing the wrapper afterwards restores it
+    raw = vars(target)[name] if own else inspect.getattr_static(target, name)
     fault = Fault(f"{getattr(target, '__name__', target)}.{name}", mode)
     original = getattr(target, name)
     if isinstance(raw, (staticmethod, classmethod)) or not callable(original):

@@ -50,7 +50,7 @@ def _cases(points: list[str]) -> list[tuple[str, str]]:
 
 
 def _target(point: str, backend_cls: type) -> tuple[Any, str]:
-    return STAGES[point] if point in STAGES else (backend_cls, point)
+    return STAGES.get(point, (backend_cls, point))
 
 
 def _run(
@@ -127,7 +127,8 @@ def test_cpu_backend(point: str, mode: str, tmp_path: Path) -> None:
 
 def test_a_backend_that_fails_to_start_falls_back_to_cpu(tmp_path: Path) -> None:
     with inject(FakeBackend, "__init__", "every"):
-        result, fault, msgs, t = _run(lambda: "fake", _cpu_program, (Backend, "close"), "nth", tmp_path / "t.json")
+        out = tmp_path / "t.json"
+        result, _, msgs, t = _run(lambda: "fake", _cpu_program, (Backend, "close"), "nth", out)
     assert result == sum(range(STEPS)) and len(msgs) == 1 and "failed to start" in msgs[0]
     assert t.header["backend"] == "cpu" and len(t.find("step")) == STEPS
 
@@ -139,7 +140,7 @@ def test_backend_queues_failing_with_spans_on_several_queues(tmp_path: Path) -> 
                 pass
         return 1
 
-    result, fault, msgs, t = _run(
+    result, _, msgs, t = _run(
         lambda: FakeBackend(gputrace.clock.session_clock), program, (FakeBackend, "queues"), "every",
         tmp_path / "t.json",
     )  # fmt: skip
@@ -224,7 +225,9 @@ def _wgpu_program(device: Any) -> Callable[[], Any]:
     n = 256
     buf = device.create_buffer(size=n * 4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
     module = device.create_shader_module(code=SHADER)
-    pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    pipeline = device.create_compute_pipeline(
+        layout="auto", compute={"module": module, "entry_point": "main"}
+    )
     group = device.create_bind_group(
         layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buf}}]
     )
@@ -320,6 +323,7 @@ def test_cuda_backend(point: str, mode: str, tmp_path: Path) -> None:
                 gputrace.sync()
         return float(x.sum())
 
-    result, fault, msgs, t = _run(lambda: "cuda", program, _target(point, CudaBackend), mode, tmp_path / "t.json")
+    target = _target(point, CudaBackend)
+    result, fault, msgs, t = _run(lambda: "cuda", program, target, mode, tmp_path / "t.json")
     assert result == 256.0 * STEPS
     _check(point, mode, fault, msgs, t, gpu=True)
