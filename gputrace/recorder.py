@@ -244,6 +244,27 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def innermost_token() -> int:
+    """The GPU token of the innermost timed scope open on the calling thread's current track
+    (its asyncio task, when one runs), or 0. Backends that attribute work to scopes (wgpu passes)
+    ask this, so the attribution follows tasks and suspended generators as the nesting does."""
+    rec = _recorder
+    if rec is None:
+        return 0
+    loop = _running_loop()
+    if loop is None:
+        buf = getattr(_tls, "buf", None)
+        if buf is None:
+            return 0
+    else:
+        buf = rec.task_buffer(loop)
+    stack = buf.stack
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][2] > 0:
+            return stack[i][2]
+    return 0
+
+
 def active_recorder() -> Recorder | None:
     return _recorder
 

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import gputrace
 from gputrace.model import Flag, Trace
 from tests import perfetto_rules
@@ -154,3 +156,40 @@ def test_scopes_outside_asyncio_stay_on_the_thread_track() -> None:
     assert t is not None
     assert [(sc.name, sc.depth) for sc in t] == [("a", 0), ("b", 1)]
     assert [th.name for th in t.threads] == ["MainThread"]
+
+
+@pytest.mark.wgpu
+def test_wgpu_passes_belong_to_the_scope_of_their_own_task() -> None:
+    wgpu = pytest.importorskip("wgpu", reason="wgpu-py is not installed")
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as exc:
+        pytest.skip(f"no WebGPU adapter here ({exc})")
+    if adapter is None or "timestamp-query" not in adapter.features:
+        pytest.skip("no WebGPU adapter with timestamp-query here; install mesa-vulkan-drivers")
+    device = adapter.request_device_sync(required_features=["timestamp-query"])
+
+    async def job(i: int) -> None:
+        with gputrace.trace(f"job{i}"):
+            await asyncio.sleep(0.001)  # the other tasks open their scopes meanwhile
+            enc = device.create_command_encoder()
+            enc.begin_compute_pass(label=f"pass{i}").end()
+            device.queue.submit([enc.finish()])
+            await asyncio.sleep(0.001)
+
+    async def main() -> None:
+        await asyncio.gather(*(job(i) for i in range(3)))
+
+    from gputrace.backends.wgpu import uninstrument
+
+    try:
+        with gputrace.session(backend="wgpu", backend_options={"device": device}, quiet=True) as s:
+            asyncio.run(main())
+    finally:
+        uninstrument(device)
+    t = s.trace
+    assert t is not None
+    owner = {
+        t.names[int(lab)]: t.scope(int(sc)).name for sc, lab in zip(t.spans.scope, t.spans.label, strict=True)
+    }
+    assert owner == {"pass0": "job0", "pass1": "job1", "pass2": "job2"}
