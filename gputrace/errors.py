@@ -2,7 +2,7 @@
 
 ``GputraceError`` is the one error type a user sees: its message is one sentence that names the
 problem (and the file, where there is one). Failures inside gputrace while recording never raise
-into the user's code; they are reported once per kind through ``report_internal``.
+into the user's code; the first is a warning (``report_internal``), all are listed in the trace.
 """
 
 from __future__ import annotations
@@ -29,16 +29,21 @@ MAX_MESSAGES = 20
 
 
 def report_internal(kind: str, message: str) -> bool:
-    """Warn once per ``kind`` for this process; returns True if this call emitted the warning.
+    """Note a problem inside gputrace; returns True if this call emitted a warning.
 
-    Never raises, not even when warnings are turned into errors (``-W error``): the problem is
-    then only listed in the trace header (``problems``)."""
+    The first problem since the last reset (a session's start) is a ``GputraceWarning``; later
+    ones, and repeats of a kind, are only listed (``reported()``, the trace header's
+    ``problems``), so a failing driver gives one warning, not one per call. Never raises, not even
+    when warnings are turned into errors (``-W error``)."""
     with _lock:
         if kind in _reported:
             return False
         _reported.add(kind)
+        first = not _messages
         if len(_messages) < MAX_MESSAGES:
             _messages.append(message)
+    if not first:
+        return False
     with contextlib.suppress(Exception):
         warnings.warn(f"gputrace: {message}", GputraceWarning, stacklevel=3)
     return True

@@ -1,10 +1,12 @@
 """The recorder: the hot path behind ``trace()``.
 
-Entering a scope reads the clock, asks a timed backend for a token and pushes onto this thread's
-stack; leaving it appends the name and the two clock readings to this thread's buffer (and the
-token and flags, when there are any). No lock shared across threads, no I/O, no resolution:
-that all happens after the session stops. With no session active, ``trace`` costs one global
-read per enter and exit.
+Entering a scope reads the clock, asks a timed backend for a token and pushes onto its track's
+stack; leaving it appends the name and the two clock readings to that track's buffer (and the
+token and flags, when there are any). A track is an OS thread, an asyncio task (found through a
+context variable, so tasks on one thread never nest into each other), or a generator that was
+suspended with a scope open. No lock shared across threads, no I/O, no resolution, no conversion
+of args: that all happens after the session stops. With no session active, ``trace`` costs one
+global read per enter and exit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextvars
 import functools
 import importlib.abc
 import inspect
+import os
 import sys
 import threading
 import time
@@ -221,6 +224,52 @@ class _AsyncioWatch(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
 
 
+def _after_fork_in_child() -> None:
+    """A process forked inside a session records nothing: the trace file, the backend (CUDA and
+    wgpu do not survive a fork) and the buffers belong to the parent. One notice says so."""
+    rec = _recorder
+    if rec is None:
+        return
+    rec._buffers_lock = threading.Lock()  # another thread may have held it at the fork
+    rec.deactivate()
+    owner = rec.owner
+    if getattr(owner, "quiet", False):
+        return
+    path = getattr(owner, "path", None)
+    where = f" ({path})" if path is not None else ""
+    msg = (
+        f"gputrace: process {os.getpid()} was forked inside a session and records nothing; "
+        f"the trace{where} stays its parent's.\n"
+    )
+    with contextlib.suppress(Exception):
+        os.write(2, msg.encode("utf-8", "replace"))  # no lock taken: safe right after a fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def innermost_token() -> int:
+    """The GPU token of the innermost timed scope open on the calling thread's current track
+    (its asyncio task, when one runs), or 0. Backends that attribute work to scopes (wgpu passes)
+    ask this, so the attribution follows tasks and suspended generators as the nesting does."""
+    rec = _recorder
+    if rec is None:
+        return 0
+    loop = _running_loop()
+    if loop is None:
+        buf = getattr(_tls, "buf", None)
+        if buf is None:
+            return 0
+    else:
+        buf = rec.task_buffer(loop)
+    stack = buf.stack
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][2] > 0:
+            return stack[i][2]
+    return 0
+
+
 def active_recorder() -> Recorder | None:
     return _recorder
 
@@ -228,7 +277,8 @@ def active_recorder() -> Recorder | None:
 class trace:
     """Trace a region: ``with trace("name"):`` or ``@trace("name")``.
 
-    Scopes nest per thread. The same object can be reused and entered recursively. Keyword
+    Scopes nest per thread and per asyncio task. The same object can be reused and entered
+    recursively. Keyword
     arguments are kept as the scope's args (shown in Perfetto and the viewer); ``stream`` names the
     CUDA stream the work goes to (default: CuPy's current stream).
 

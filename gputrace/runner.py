@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import importlib.abc
 import inspect
 import os
@@ -153,31 +154,43 @@ def run_script(opts: RunOptions) -> RunResult:
     try:
         try:
             exec(code, main.__dict__)
-        finally:
+        except SystemExit as exc:
+            exit_code = _exit_status(exc.code)
+        except KeyboardInterrupt:
+            _print_exception(main.__dict__)
+            exit_code, stopped_by = 128 + int(signal.SIGINT), int(signal.SIGINT)
+        except _Stopped as exc:
+            exit_code, stopped_by = 128 + exc.signum, exc.signum
+        except BaseException:
+            _print_exception(main.__dict__)
+            exit_code = 1
+        if stopped_by is None or stopped_by == int(signal.SIGINT):
+            # As the interpreter does before it exits; a stop signal (SIGTERM) ends the process
+            # at once instead, whatever its threads are doing.
             _join_threads()
-    except SystemExit as exc:
-        exit_code = _exit_status(exc.code)
-    except KeyboardInterrupt:
-        _print_exception(main.__dict__)
-        exit_code, stopped_by = 128 + int(signal.SIGINT), int(signal.SIGINT)
-    except _Stopped as exc:
+    except _Stopped as exc:  # while waiting for the program's threads
         exit_code, stopped_by = 128 + exc.signum, exc.signum
-    except BaseException:
-        _print_exception(main.__dict__)
-        exit_code = 1
+    except KeyboardInterrupt:
+        exit_code, stopped_by = 128 + int(signal.SIGINT), int(signal.SIGINT)
     finally:
         hook.remove()
         if undo_wgpu is not None:
             undo_wgpu()
         _restore_signals(previous)
+        deferred = _defer_signals()  # a second Ctrl-C or SIGTERM must not cut the write short
         try:
             result_trace = s.stop()
         finally:
+            arrived = deferred.restore()
+            if arrived and stopped_by is None:
+                exit_code, stopped_by = 128 + arrived[0], arrived[0]
             if saved_main is not None:
                 sys.modules[MAIN] = saved_main
             sys.argv = saved_argv
             if saved_path0 is not None:
                 sys.path[0] = saved_path0
+    if os.getpid() != s._pid:  # a process the program forked: its parent writes the trace
+        return RunResult(exit_code, None, None, stopped_by, [])
     for mod in hook.never_imported():
         notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
     return RunResult(exit_code, result_trace, s.written, stopped_by, notes)
@@ -316,6 +329,35 @@ def _catch_stop_signals() -> dict[int, Any]:
         if signal.getsignal(sig) is signal.SIG_DFL:  # the program's own handlers stay in charge
             previous[sig] = signal.signal(sig, stop)
     return previous
+
+
+class _Deferred:
+    """Signals that arrived while the trace was written; ``restore`` puts the handlers back."""
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+        self.arrived: list[int] = []
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.arrived.append(signum)
+        if len(self.arrived) >= 3:  # asked three times: give up on the trace, as asked
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def restore(self) -> list[int]:
+        _restore_signals(self.previous)
+        return [sig for sig in self.arrived if self.previous.get(sig) is not signal.SIG_IGN]
+
+
+def _defer_signals() -> _Deferred:
+    """Hold SIGINT, SIGTERM and SIGHUP while the trace is written (the main thread only)."""
+    d = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        return d
+    for sig in (signal.SIGINT, *_STOP_SIGNALS):
+        with contextlib.suppress(ValueError, OSError, TypeError):
+            d.previous[sig] = signal.signal(sig, d.handle)
+    return d
 
 
 def _restore_signals(previous: dict[int, Any]) -> None:

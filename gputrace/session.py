@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import socket
 import sys
@@ -279,14 +280,20 @@ class session:
         except Exception as exc:
             reason = f"exporting the trace failed ({type(exc).__name__}: {exc})"
             report_internal("export", f"{reason}; its GPU part is left out of {path}.")
+        trace.header["problems"] = jsonsafe(reported())
         try:  # again without the GPU part (where exporter faults are most likely)
             chrome.write(_cpu_only(trace, reason), path)
             self.written = path
             return
         except Exception:
             pass
-        try:  # last resort: the CPU scopes in the plainest form the loader reads
-            chrome.write_bytes(_plain_json(trace, reason), path)
+        try:  # last resort: the CPU scopes in the plainest form the loader reads, written plainly
+            tmp = path.with_name(path.name + ".partial")
+            data = _plain_json(trace, reason)
+            if path.name.endswith(".gz"):
+                data = gzip.compress(data, compresslevel=5)
+            tmp.write_bytes(data)
+            tmp.replace(path)
             self.written = path
         except Exception as exc:
             report_internal("write", f"could not write the trace to {path} ({type(exc).__name__}: {exc}).")
@@ -357,7 +364,7 @@ def _resolve_safely(raw: RawRecording) -> Trace:
     except Exception as exc:
         reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
         report_internal("resolve", f"{reason}; the trace keeps CPU times only, flagged degraded.")
-    return _fallback_trace(raw.header, raw.threads, reason)
+    return _fallback_trace(dict(raw.header, problems=jsonsafe(reported())), raw.threads, reason)
 
 
 def _fallback_trace(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:

@@ -150,7 +150,7 @@ class WgpuBackend(Backend):
         self.calibration_samples = max(1, int(calibration_samples))
         self.period_override = timestamp_period
         self.page_queries = page_queries
-        self.scopes = threading.local()
+        self.pass_counts: dict[int, int] = {}  # token -> passes so far (for their labels)
         self._tokens = itertools.count(1)
         self._last_token = 0
         self._collected_upto = 0
@@ -201,7 +201,7 @@ class WgpuBackend(Backend):
             timed = "timestamp-query" in device.features
             period = self.period_override or timestamp_period(device.queue)
             tracer = wgpu_hooks.DeviceTracer(
-                device, len(self.tracers), clock=self.clock, scopes=self.scopes,
+                device, len(self.tracers), clock=self.clock, pass_counts=self.pass_counts,
                 untimed=self.untimed, timed=timed, period=period, timeout_s=self.timeout_s,
                 page_queries=self.page_queries,
             )  # fmt: skip
@@ -225,24 +225,15 @@ class WgpuBackend(Backend):
                 wgpu_hooks.attach(device, None)
 
     # scopes (hot path) ---------------------------------------------------------------------
+    # A pass belongs to the innermost scope open on its thread's current track (the recorder
+    # knows it: asyncio tasks and suspended generators included); a token only names the scope.
     def begin(self, name: str, stream: Hashable | None, cpu_ns: int) -> int:
         token = next(self._tokens)
-        try:
-            self.scopes.stack.append([token, 0])
-        except AttributeError:
-            self.scopes.stack = [[token, 0]]
         self._last_token = token
         return token
 
     def end(self, token: int) -> None:
-        stack = self.scopes.stack
-        if stack[-1][0] == token:
-            stack.pop()
-            return
-        for i in range(len(stack) - 1, -1, -1):  # scopes left out of order (coroutines)
-            if stack[i][0] == token:
-                del stack[i]
-                return
+        pass
 
     # sync, calibration, collection ------------------------------------------------------------
     def sync(self) -> None:

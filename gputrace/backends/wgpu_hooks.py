@@ -24,6 +24,7 @@ from typing import Any
 from gputrace.backends.base import Clock, RawSpan
 from gputrace.backends.wgpu_queries import PAGE_QUERIES, QueryPage, mapped_ready, ticks_to_ns, wait_mapped
 from gputrace.errors import report_internal
+from gputrace.recorder import innermost_token
 
 _FAILED = -1  # submit_ns of a pass whose submit raised
 
@@ -50,7 +51,7 @@ class DeviceTracer:
         index: int,
         *,
         clock: Clock,
-        scopes: threading.local,
+        pass_counts: dict[int, int],
         untimed: set[int],
         timed: bool,
         period: float,
@@ -60,7 +61,7 @@ class DeviceTracer:
         self.device = device
         self.index = index
         self.clock = clock
-        self.scopes = scopes  # the backend's per-thread stack of [token, passes so far]
+        self.pass_counts = pass_counts  # the backend's: token -> passes so far
         self.untimed = untimed  # the backend's set of tokens with passes the GPU could not time
         self.timed = timed
         self.period = period
@@ -85,15 +86,10 @@ class DeviceTracer:
     # hot path: called from the traced encoder and queue ---------------------------------------
     def writes(self, encoder: Any, label: str, kind: str) -> dict[str, Any] | None:
         """``timestamp_writes`` for a pass the user is beginning, or None to leave it untimed."""
-        try:
-            stack = self.scopes.stack
-        except AttributeError:
+        token = innermost_token()
+        if not token or self.closed:
             return None
-        if not stack or self.closed:
-            return None
-        entry = stack[-1]
-        entry[1] += 1
-        token = entry[0]
+        n = self.pass_counts[token] = self.pass_counts.get(token, 0) + 1
         if not self.timed:
             self.untimed.add(token)
             return None
@@ -108,7 +104,7 @@ class DeviceTracer:
             page.used = slot + 2
             if not recs or recs[-1].page is not page:
                 page.unsubmitted += 1
-            rec = PassRecord(token, label or f"{kind} pass #{entry[1]}", page, slot)
+            rec = PassRecord(token, label or f"{kind} pass #{n}", page, slot)
             page.records.append(rec)
             self.passes += 1
         recs.append(rec)
@@ -169,6 +165,25 @@ class DeviceTracer:
                 page = self.mapping.popleft()
             self._read(page)
 
+    def settle(self, recs: list[PassRecord]) -> None:
+        """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
+        other passes on those pages are still read back."""
+        try:
+            with self.lock:
+                prev = None
+                for rec in recs:
+                    if rec.submit_ns is not None:
+                        continue  # ``submitted`` got this far
+                    rec.submit_ns = _FAILED
+                    if rec.page is not prev:
+                        prev = rec.page
+                        prev.unsubmitted -= 1
+                        if prev.closed and prev.unsubmitted == 0 and prev in self.pinned:
+                            self.pinned.remove(prev)
+                            self._start_map(prev)
+        except Exception:
+            pass
+
     def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
         """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
         untraced; the scopes involved (default: the innermost open one) are marked degraded."""
@@ -176,8 +191,8 @@ class DeviceTracer:
             reason = f"{what} failed inside gputrace ({type(exc).__name__}: {exc})"
             report_internal(f"wgpu-{what}", f"{reason}; those passes are not timed, your program continues.")
             if tokens is None:
-                stack = getattr(self.scopes, "stack", None)
-                tokens = [stack[-1][0]] if stack else []
+                token = innermost_token()
+                tokens = [token] if token else []
             for tok in tokens:
                 self.degraded.setdefault(tok, reason)
         except Exception:
@@ -385,6 +400,7 @@ class _TracedQueue:
                     owner.submitted(recs, submit_ns, ok)
                 except Exception as exc:
                     owner.fault("noting a submit", exc, [r.token for r in recs])
+                    owner.settle(recs)
             if tracer.mapping:
                 try:
                     tracer.harvest_ready()
