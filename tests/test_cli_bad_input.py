@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,13 @@ A_SLICE = 2  # the first cpu slice of handmade.json
 A_GPU = 8  # its gpu slice
 
 
+def repeated(*indices: int) -> bytes:
+    """The trace with these events given a second time (a file concatenated or edited)."""
+    doc = orjson.loads(orjson.dumps(STORY))
+    doc["traceEvents"] += [doc["traceEvents"][i] for i in indices]
+    return orjson.dumps(doc)
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
@@ -71,6 +81,13 @@ A_GPU = 8  # its gpu slice
         (with_event(A_GPU, tid=9), "stream track that the header does not list"),
         (with_event(A_SLICE, args={"flags": ["bogus"]}), "malformed"),
         (with_event(A_SLICE, name=["unhashable"]), "malformed"),
+        (
+            with_event(A_GPU, args={"scope": 0, "gpu_us": -20}),
+            "gpu_us holds a negative value (-20) for scope 0",
+        ),
+        (repeated(A_SLICE), "the cpu slice 'a' at ts 10 appears twice"),
+        (repeated(A_GPU), "scope 0 has two gpu slices"),
+        (repeated(*range(2, 12)), "appears twice"),
     ],
     ids=lambda v: v if isinstance(v, str) else "content",
 )
@@ -143,3 +160,90 @@ def test_fuzzed_traces_never_raise(tmp_path: Path, data: st.DataObject, source: 
     if res.exit_code == 2:
         line = res.output.strip()
         assert line.startswith(f"gputrace: {path}") and "\n" not in line, line
+
+
+def test_negative_gpu_time_that_gputrace_flagged_is_kept(tmp_path: Path) -> None:
+    """gputrace writes a broken timer's value as measured, flagged: such a file still loads."""
+    path = tmp_path / "flagged_bad.json"
+    path.write_bytes(with_event(A_GPU, args={"scope": 0, "gpu_us": -20, "flags": ["empty_gpu_span"]}))
+    res = summarize(path, "-f", "json")
+    assert res.exit_code == 0, res.output
+    row = next(r for r in orjson.loads(res.output)["rows"] if r["name"] == "a")
+    assert row["empty"] == 1
+
+
+# --- terminal escape injection ----------------------------------------------------------------------
+EVIL = "x\x1b]0;owned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07\u009b31m\u202eevil\r\n\x00\x7f"
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def evil_trace(path: Path) -> Path:
+    doc = orjson.loads(orjson.dumps(STORY))
+    for e in doc["traceEvents"]:
+        if e.get("name") == "a":
+            e["name"] = EVIL
+    doc["gputrace"]["backend"] = EVIL
+    doc["gputrace"]["host"] = {"name": EVIL, "cpu_count": 2}
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv", "json"])
+def test_summarize_never_prints_a_control_character_from_the_trace(tmp_path: Path, fmt: str) -> None:
+    path = evil_trace(tmp_path / "evil_bad.json")
+    res = summarize(path, "-f", fmt)
+    assert res.exit_code == 0, res.output
+    assert not RAW_CONTROL.findall(res.output), RAW_CONTROL.findall(res.output)
+    if fmt == "json":  # still the same value, escaped as JSON
+        names = [r["name"] for r in orjson.loads(res.output)["rows"]]
+        assert EVIL in names
+    else:
+        assert "x\\x1b]0;owned\\x07\\x1b[2J" in res.output
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_diff_never_prints_a_control_character_from_the_trace(tmp_path: Path, fmt: str) -> None:
+    path = evil_trace(tmp_path / "evil_bad.json")
+    res = CliRunner().invoke(cli, ["diff", str(DATA / "handmade.json"), str(path), "-f", fmt])
+    assert res.exit_code == 0, res.output
+    assert not RAW_CONTROL.findall(res.output), RAW_CONTROL.findall(res.output)
+    assert "x\\x1b]0;owned" in res.output or (fmt == "json" and "\\u001b]0;owned" in res.output)
+
+
+def test_error_sentences_escape_controls_too(tmp_path: Path) -> None:
+    path = tmp_path / "bad\x1b[31mname.json"
+    res = summarize(path)
+    assert res.exit_code == 2
+    assert res.output == f"gputrace: {tmp_path}/bad\\x1b[31mname.json: no such file.\n"
+
+
+def test_view_unreadable_file_gives_the_sentence_summarize_gives(tmp_path: Path, monkeypatch: Any) -> None:
+    """A file this user may not read (simulated: the tests may run as root, who reads anything)."""
+    path = tmp_path / "locked_bad.json"
+    path.write_bytes((DATA / "handmade.json").read_bytes())
+    real_access, real_os_open, real_io_open = os.access, os.open, io.open
+
+    def denied(p: Any) -> bool:
+        return os.fsdecode(p) == str(path) if isinstance(p, (str, bytes, os.PathLike)) else False
+
+    def access(p: Any, mode: int, **kw: Any) -> bool:
+        return False if denied(p) else real_access(p, mode, **kw)
+
+    def os_open(p: Any, *a: Any, **kw: Any) -> int:
+        if denied(p):
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_os_open(p, *a, **kw)
+
+    def io_open(p: Any, *a: Any, **kw: Any) -> Any:
+        if denied(p):
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_io_open(p, *a, **kw)
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(io, "open", io_open)
+    want = f"gputrace: {path}: cannot be read (Permission denied).\n"
+    res = summarize(path)
+    assert (res.exit_code, res.output) == (2, want)
+    res = CliRunner().invoke(cli, ["view", "--no-browser", str(path)])
+    assert (res.exit_code, res.output) == (2, want)
