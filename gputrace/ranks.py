@@ -582,3 +582,40 @@ def _mapped(t: Any, fit: dict[str, Any]) -> Any:
         if isinstance(header.get(k), int):
             header[k] = one(header[k])
     return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits)
+
+
+def placement_lines(header: dict[str, Any]) -> list[str]:
+    """One line per input of a merged trace: how it was placed on the time line, how well."""
+    out = []
+    for m in header.get("merged") or []:
+        how = m.get("offset") or {}
+        who = f"rank {m['rank']}" if m.get("rank") is not None else str(m.get("file"))
+        method = how.get("method", "clock pair")
+        line = f"{who}: {method}" + (" (its clock is the time line)" if method == "reference" else "")
+        if method == "measured":
+            unc = float(how.get("uncertainty_ns") or 0)
+            line += (f" through {how.get('engine')}, offset {how.get('offset_ns', 0) / 1e3:+.3f} µs "
+                     f"± {unc / 1e3:.3f} µs, drift {how.get('drift_ppm', 0.0):+.2f} ppm")  # fmt: skip
+        elif method == "clock pair":
+            line += f", offset {how.get('offset_ns', 0) / 1e3:+.3f} µs, uncertainty not measured"
+        if how.get("note"):
+            line += f" ({how['note']})"
+        out.append(line)
+    return out
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Inputs with glob patterns (``'run.rank*.trace.json'``, quoted past the shell) expanded, in
+    rank order where the names carry ranks; a pattern matching nothing stays as given."""
+    import glob
+    import re
+
+    def key(p: str) -> tuple[int, str]:
+        m = re.search(r"\.rank(\d+)\.", os.path.basename(p) + ".")
+        return (int(m.group(1)) if m else 1 << 30, p)
+
+    out: list[str] = []
+    for p in inputs:
+        hits = [] if os.path.exists(p) or not glob.has_magic(p) else glob.glob(p)
+        out.extend(sorted(hits, key=key) if hits else [p])
+    return out
