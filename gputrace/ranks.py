@@ -119,11 +119,26 @@ class MpiTransport:
 
 
 class _TorchPending:
-    def __init__(self, work: Any, tensor: Any) -> None:
-        self.work, self.tensor = work, tensor
+    def __init__(self, work: Any, tensor: Any, blocking_wait: bool) -> None:
+        self.work, self.tensor, self.blocking_wait = work, tensor, blocking_wait
+        self.done = False
 
     def test(self) -> bool:
-        return bool(self.work.is_completed())
+        if not self.done:
+            self.done = bool(self.work.is_completed())
+        return self.done
+
+    def wait(self, seconds: float) -> bool:
+        """gloo's send/recv report completion only through ``wait``: wait with a timeout there."""
+        if self.done or not self.blocking_wait:
+            return self.test()
+        from datetime import timedelta
+
+        try:
+            self.done = bool(self.work.wait(timedelta(seconds=max(seconds, 0.001)))) or True
+        except Exception:  # gloo raises when the timeout passes
+            return False
+        return True
 
     def values(self) -> tuple[int, int, int, int]:
         a, b, c, d = (int(x) for x in self.tensor.tolist())
@@ -148,17 +163,23 @@ class TorchTransport:
         self.engine = f"torch.distributed ({backend})"
         self.nccl = "nccl" in backend.lower()
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.nccl else torch.device("cpu")
+        # NCCL's is_completed() polls the GPU; gloo's send/recv complete only through wait()
+        self.blocking_wait = not self.nccl
 
     def _peer(self, r: int) -> int:
         return r if self.group is None else int(self.dist.get_global_rank(self.group, r))
 
     def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
         t = self.torch.tensor(values, dtype=self.torch.int64, device=self.device)
-        return _TorchPending(self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG), t)
+        return _TorchPending(
+            self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG), t, self.blocking_wait
+        )
 
     def irecv(self, src: int) -> Pending:
         t = self.torch.zeros(4, dtype=self.torch.int64, device=self.device)
-        return _TorchPending(self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG), t)
+        return _TorchPending(
+            self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG), t, self.blocking_wait
+        )
 
 
 def transport_for(group: Any) -> Transport | None:
@@ -287,6 +308,12 @@ class RankClock:
         )
 
     def _wait(self, p: Pending, deadline: float) -> None:
+        wait = getattr(p, "wait", None)
+        if wait is not None:  # an engine that can only block, with a timeout
+            if not wait(deadline - time.monotonic()):
+                p.cancel()
+                raise _Timeout()
+            return
         spins = 0
         while not p.test():
             spins += 1
@@ -555,3 +582,40 @@ def _mapped(t: Any, fit: dict[str, Any]) -> Any:
         if isinstance(header.get(k), int):
             header[k] = one(header[k])
     return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits)
+
+
+def placement_lines(header: dict[str, Any]) -> list[str]:
+    """One line per input of a merged trace: how it was placed on the time line, how well."""
+    out = []
+    for m in header.get("merged") or []:
+        how = m.get("offset") or {}
+        who = f"rank {m['rank']}" if m.get("rank") is not None else str(m.get("file"))
+        method = how.get("method", "clock pair")
+        line = f"{who}: {method}" + (" (its clock is the time line)" if method == "reference" else "")
+        if method == "measured":
+            unc = float(how.get("uncertainty_ns") or 0)
+            line += (f" through {how.get('engine')}, offset {how.get('offset_ns', 0) / 1e3:+.3f} µs "
+                     f"± {unc / 1e3:.3f} µs, drift {how.get('drift_ppm', 0.0):+.2f} ppm")  # fmt: skip
+        elif method == "clock pair":
+            line += f", offset {how.get('offset_ns', 0) / 1e3:+.3f} µs, uncertainty not measured"
+        if how.get("note"):
+            line += f" ({how['note']})"
+        out.append(line)
+    return out
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Inputs with glob patterns (``'run.rank*.trace.json'``, quoted past the shell) expanded, in
+    rank order where the names carry ranks; a pattern matching nothing stays as given."""
+    import glob
+    import re
+
+    def key(p: str) -> tuple[int, str]:
+        m = re.search(r"\.rank(\d+)\.", os.path.basename(p) + ".")
+        return (int(m.group(1)) if m else 1 << 30, p)
+
+    out: list[str] = []
+    for p in inputs:
+        hits = [] if os.path.exists(p) or not glob.has_magic(p) else glob.glob(p)
+        out.extend(sorted(hits, key=key) if hits else [p])
+    return out

@@ -2,9 +2,12 @@
 
     torchrun --nproc-per-node 4 train.py          # each rank writes trace-$RANK.json
     gputrace merge all.json trace-*.json           # one file, one track group per rank
+    gputrace merge all.json 'run.rank*.trace.json' # ranks that measured their clock offsets
 
-Each input's recorded (monotonic, realtime) clock pair puts it on the first rank's clock; every
-process keeps its own tracks, named by its rank; GPU process ids and flow ids never collide.
+Each input's recorded (monotonic, realtime) clock pair puts it on the first rank's clock, or, where
+the ranks measured their offsets through the job's process group, the fitted offsets put them on
+rank 0's clock (``gputrace.ranks``); one line per input says which and how well. Every process
+keeps its own tracks, named by its rank; GPU process ids and flow ids never collide.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from gputrace.errors import GputraceError
 from gputrace.merge import check_paths, write
 from gputrace.merge import merge as merge_traces
 from gputrace.progress import Progress
+from gputrace.ranks import expand_inputs, placement_lines
 from gputrace.safetext import path_text
 
 
@@ -28,6 +32,7 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
     Each input's recorded clock pair puts it on the first rank's clock; every process keeps
     its own tracks, named by its rank.
     """
+    inputs = tuple(expand_inputs(inputs))  # 'run.rank*.trace.json' quoted past the shell
     try:
         check_paths(out, list(inputs))  # never overwrite an input; each file once
     except GputraceError as exc:
@@ -54,3 +59,5 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
             fail(f"{path_text(out)}: cannot be written ({type(exc).__name__}: {exc}).")
     procs = ", ".join(p["label"] for p in merged.header["processes"])
     click.echo(f"wrote {path_text(out)}: {len(merged)} scopes from {len(inputs)} traces ({procs}).", err=True)
+    for line in placement_lines(merged.header):  # how each rank was put on the time line
+        click.echo(f"  {line}", err=True)
