@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gputrace
 from gputrace.backends.base import CalibrationSample
-from gputrace.backends.cuda import CudaBackend
+from gputrace.backends.cuda_events import CudaEventsBackend as CudaBackend
 from gputrace.clock import session_clock
 from gputrace.resolver import fit_clock
 
@@ -330,7 +330,7 @@ def bench_overhead(gpu: Gpu, n: int = 20_000, rounds: int = 3) -> None:
 # 2. empty-span floor --------------------------------------------------------------------------
 def bench_empty_floor(gpu: Gpu, n: int = 200) -> None:
     rows = []
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options={"timing": "events"}) as s:
         for case in ("idle", "queued"):
             for body in ("nothing", "empty kernel"):
                 name = f"{body} / {case}"
@@ -423,7 +423,7 @@ def bench_accuracy(gpu: Gpu, reps: int = 20) -> None:
     res: dict[str, Any] = {}
     for queued in (False, True):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            with gputrace.session(backend="cuda", quiet=True) as s:
+            with gputrace.session(backend="cuda", quiet=True, backend_options={"timing": "events"}) as s:
                 for ns in sizes:
                     if queued:  # a busy GPU: the scopes' events run right around their kernels
                         gpu.busy(5_000_000)
@@ -500,13 +500,14 @@ def traced_truth(
     spacing_s: float = 0.0,
     truth_every_s: float = 2.0,
     busy_every: int = 0,
+    timing: str = "events",
 ) -> tuple[gputrace.Trace, np.ndarray, list[CalibrationSample]]:
     """n traced kernels that each record %globaltimer at their start and end; truth on the side."""
     cp = gpu.cp
     outs = cp.zeros(2 * n, dtype=cp.uint64)
     truth = gpu.truth_samples(20)
     next_truth = time.monotonic() + truth_every_s
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options={"timing": timing}) as s:
         for i in range(n):
             if busy_every and i % busy_every == 0:
                 gpu.busy(3_000_000)  # queue the next scopes behind a busy GPU
@@ -551,12 +552,14 @@ def alignment_errors(t: gputrace.Trace, g: np.ndarray, truth: list[CalibrationSa
 
 def bench_alignment(gpu: Gpu) -> None:
     rows = []
-    for label, n, every, spacing, busy in (
-        ("idle GPU, sync every 10", 500, 10, 0.0, 0),
-        ("queued (busy 3 ms every 50), sync every 50", 500, 50, 0.0, 50),
-        ("idle GPU, 1 ms apart, sync every 50", 300, 50, 0.001, 0),
+    for label, n, every, spacing, busy, timing in (
+        ("events: idle GPU, sync every 10", 500, 10, 0.0, 0, "events"),
+        ("events: queued (busy 3 ms every 50), sync every 50", 500, 50, 0.0, 50, "events"),
+        ("cupti: idle GPU, sync every 10", 500, 10, 0.0, 0, "cupti"),
+        ("cupti: queued (busy 3 ms every 50), sync every 50", 500, 50, 0.0, 50, "cupti"),
+        ("cupti: idle GPU, 1 ms apart, no sync", 300, 10**9, 0.001, 0, "cupti"),
     ):
-        t, g, truth = traced_truth(gpu, n, every, spacing, busy_every=busy)
+        t, g, truth = traced_truth(gpu, n, every, spacing, busy_every=busy, timing=timing)
         a = alignment_errors(t, g, truth)
         for which in ("start", "end"):
             e = a["err"] if which == "start" else a["err_end"]
@@ -642,11 +645,133 @@ def bench_drift(gpu: Gpu, seconds: float) -> None:
     }
 
 
+# 7. whole programs ------------------------------------------------------------------------------
+# Each variant runs in its own process (CUPTI and torch leave state behind in a process), timed from
+# just before the profiler starts to just after it stopped and wrote its trace, so session start,
+# the stop's resolve and the write are all counted.
+PROGRAM = r"""
+import json, os, sys, time, tempfile
+variant, workload = sys.argv[1], sys.argv[2]
+import cupy as cp
+if workload == "tiny":
+    x = cp.zeros(256, dtype=cp.float32); n = 20_000
+    def step(): x.__iadd__(1)
+else:
+    a = cp.random.rand(4096, 4096, dtype=cp.float32); n = 60
+    def step(): a @ a
+step(); cp.cuda.Device().synchronize()
+out = os.path.join(tempfile.mkdtemp(), "t.json")
+extra = {}
+if variant in ("cupti_raw", "cupti_raw_corr"):
+    from cupti import cupti
+    recs = [0]
+    def req(): return 1 << 20, 0
+    def done(acts): recs[0] += len(acts)
+    K = cupti.ActivityKind
+    kinds = [K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME] + ([K.EXTERNAL_CORRELATION] if variant == "cupti_raw_corr" else [])
+if variant.startswith("torch"):
+    import torch; torch.cuda.init()
+if variant == "nvtx":
+    from cupyx.profiler import time_range
+t0 = time.perf_counter_ns()
+if variant == "bare":
+    for _ in range(n): step()
+    cp.cuda.Device().synchronize()
+elif variant.startswith("gputrace_"):
+    import gputrace
+    timing = variant.split("_", 1)[1]
+    with gputrace.session(out, backend="cuda", quiet=True, backend_options={"timing": timing}) as s:
+        tr = gputrace.trace("tiny" if workload == "tiny" else "matmul")
+        for _ in range(n):
+            with tr:
+                step()
+    extra = {"timing": s.trace.header["backend_info"].get("timing"), "scopes": len(s.trace),
+             "ops": len(s.trace.ops), "dropped": s.trace.header["backend_info"].get("cupti_dropped_records")}
+elif variant == "torch":
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(n):
+            with torch.profiler.record_function("tiny"):
+                step()
+        cp.cuda.Device().synchronize()
+    prof.export_chrome_trace(out)
+elif variant == "nvtx":
+    for _ in range(n):
+        with time_range("tiny"):
+            step()
+    cp.cuda.Device().synchronize()
+elif variant in ("cupti_raw", "cupti_raw_corr"):
+    cupti.activity_register_callbacks(req, done)
+    for k in kinds: cupti.activity_enable(k)
+    if variant == "cupti_raw_corr":
+        push, pop, ck = cupti.activity_push_external_correlation_id, cupti.activity_pop_external_correlation_id, cupti.ExternalCorrelationKind.CUSTOM0
+        for i in range(n):
+            push(ck, i + 1)
+            step()
+            pop(ck)
+    else:
+        for _ in range(n): step()
+    cp.cuda.Device().synchronize()
+    cupti.activity_flush_all(1)
+    for k in kinds: cupti.activity_disable(k)
+    extra = {"records": recs[0]}
+t1 = time.perf_counter_ns()
+print(json.dumps({"ms": (t1 - t0) / 1e6, **extra}))
+"""
+
+PROGRAM_VARIANTS = {
+    "bare": "no profiler",
+    "gputrace_cupti": "gputrace cuda, timing=cupti",
+    "gputrace_events": "gputrace cuda, timing=events",
+    "torch": "torch.profiler (CPU+CUDA) + record_function",
+    "nvtx": "cupyx.profiler.time_range (NVTX)",
+    "cupti_raw": "raw CUPTI activities (kernel+driver+runtime)",
+    "cupti_raw_corr": "raw CUPTI + external-correlation push/pop",
+}
+
+
+def bench_programs(rounds: int = 3) -> None:
+    import subprocess
+
+    for workload in ("tiny", "matmul"):
+        best: dict[str, float] = {}
+        extra: dict[str, Any] = {}
+        for _ in range(rounds):  # interleaved: load changes hit every variant alike
+            for v in PROGRAM_VARIANTS:
+                r = subprocess.run(
+                    [sys.executable, "-c", PROGRAM, v, workload], capture_output=True, text=True, timeout=300
+                )
+                if r.returncode != 0:
+                    print(f"({v}/{workload} failed: {r.stderr.strip().splitlines()[-1:]})")
+                    continue
+                got = json.loads(r.stdout.strip().splitlines()[-1])
+                best[v] = min(best.get(v, float("inf")), got.pop("ms"))
+                extra[v] = got
+        n = 20_000 if workload == "tiny" else 60
+        bare = best.get("bare", float("nan"))
+        torch_over = best.get("torch", float("nan")) - bare
+        rows = []
+        for v, label in PROGRAM_VARIANTS.items():
+            if v not in best:
+                continue
+            over = best[v] - bare
+            rows.append(
+                [label, best[v], best[v] / bare, over / n * 1e3,
+                 over / torch_over if torch_over > 0 else float("nan"), json.dumps(extra.get(v, {}))]
+            )  # fmt: skip
+        table(
+            f"whole program, {workload} ({n} iterations, one scope each; best of {rounds}, own process each)",
+            ["variant", "ms", "× bare", "+µs/iter", "overhead / torch's", "notes"],
+            rows,
+        )
+        RESULTS[f"programs_{workload}"] = {r[0]: r[1:5] for r in rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drift-s", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--only", default="overhead,floor,windows,accuracy,alignment,drift")
+    ap.add_argument("--only", default="programs,overhead,floor,windows,accuracy,alignment,drift")
     args = ap.parse_args()
     import cupy
 
@@ -663,6 +788,7 @@ def main() -> int:
         "accuracy": lambda: bench_accuracy(gpu),
         "alignment": lambda: bench_alignment(gpu),
         "drift": lambda: bench_drift(gpu, args.drift_s),
+        "programs": bench_programs,
     }
     failed = 0
     for name in args.only.split(","):

@@ -213,6 +213,7 @@ class session:
         self._raw.spans.extend(got.spans)
         self._raw.untimed |= got.untimed
         self._raw.degraded.update(got.degraded)
+        self._raw.add_ops(got)
 
     # context manager -----------------------------------------------------------------------
     def __enter__(self) -> session:
