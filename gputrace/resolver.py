@@ -353,8 +353,6 @@ def _place_spans(
     return table, s_done
 
 
-
-
 def _fit_for(fitted: dict[int, tuple[ClockFit, FeasibleBand | None]], device: int) -> ClockFit | None:
     got = fitted.get(device)
     if got is None and fitted:  # a host-side clock (CUPTI) is one clock for every device

@@ -571,7 +571,9 @@ def test_torch_profiler_inside_a_cupti_session(spin, capsys: pytest.CaptureFixtu
 @pytest.mark.gpu
 @cupti_gpu
 @pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
-def test_cupti_session_inside_torch_profiler_falls_back_to_events(spin, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_cupti_session_inside_torch_profiler_falls_back_to_events(
+    spin, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
     import torch
 
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]

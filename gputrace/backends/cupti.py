@@ -126,7 +126,9 @@ class CuptiBackend(Backend):
     spans_cover_children = True  # a scope's GPU span hulls the operations of its subtree
     empty_span_ns = 0
 
-    def __init__(self, clock: Clock, *, source: ActivitySource, samples: int = SAMPLES_PER_CALIBRATION) -> None:
+    def __init__(
+        self, clock: Clock, *, source: ActivitySource, samples: int = SAMPLES_PER_CALIBRATION
+    ) -> None:
         super().__init__(clock)
         self.source = source
         self.samples = max(1, int(samples))
@@ -234,7 +236,9 @@ class CuptiBackend(Backend):
                 self.source.reclaim()
                 self._good_until = self.source.timestamp()
             except Exception as exc:
-                report_internal("cupti:reclaim", f"re-registering with CUPTI failed ({type(exc).__name__}: {exc}).")
+                report_internal(
+                    "cupti:reclaim", f"re-registering with CUPTI failed ({type(exc).__name__}: {exc})."
+                )
 
     def _new_queue(self, dev: int, sid: int) -> int:
         with self._lock:
@@ -323,7 +327,9 @@ class CuptiSource:
             for a in activities:
                 kind = a.kind
                 if kind == dr or kind == rt:
-                    calls.append((a.correlation_id, a.thread_id, a.start, a.end, 1 if kind == rt else 0, a.cbid))
+                    calls.append(
+                        (a.correlation_id, a.thread_id, a.start, a.end, 1 if kind == rt else 0, a.cbid)
+                    )
                 elif kind == kk:
                     ops.append((OP_KERNEL, a.name, a.device_id, a.stream_id, a.correlation_id, a.start,
                                 a.end, 0, a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y, a.block_z,

@@ -96,6 +96,8 @@ class FakeActivitySource:
         c0 = self.timestamp()
         c1 = self.timestamp()
         g0 = self._place(device, stream, c0, gpu_ns)
+        if kind != OP_KERNEL:
+            grid, block = (0, 0, 0), (0, 0, 0)
         op: OpTuple = (kind, name, device, stream, corr, g0, g0 + gpu_ns, nbytes, *grid, *block, 0, 0)
         self._record([op], (corr, threading.get_native_id(), c0, c1, 0, _LAUNCH_CBID))
         return corr
@@ -109,7 +111,9 @@ class FakeActivitySource:
         ops: list[OpTuple] = []
         for node, (name, ns) in enumerate(kernels, start=1):
             g0 = self._place(device, stream, c0, ns)
-            ops.append((OP_KERNEL, name, device, stream, corr, g0, g0 + ns, 0, 1, 1, 1, 32, 1, 1, graph_id, node))
+            ops.append(
+                (OP_KERNEL, name, device, stream, corr, g0, g0 + ns, 0, 1, 1, 1, 32, 1, 1, graph_id, node)
+            )
         self._record(ops, (corr, threading.get_native_id(), c0, c1, 0, _GRAPH_CBID))
         return corr
 
@@ -151,9 +155,11 @@ class FakeActivitySource:
         return ops, calls
 
     def call_name(self, domain: int, cbid: int) -> str:
-        return {_SYNC_CBID: "cuCtxSynchronize", _LAUNCH_CBID: "cuLaunchKernel", _GRAPH_CBID: "cuGraphLaunch"}.get(
-            cbid, f"driver api {cbid}"
-        )
+        return {
+            _SYNC_CBID: "cuCtxSynchronize",
+            _LAUNCH_CBID: "cuLaunchKernel",
+            _GRAPH_CBID: "cuGraphLaunch",
+        }.get(cbid, f"driver api {cbid}")
 
     def dropped(self) -> int:
         return 0

@@ -44,6 +44,9 @@ def export_base_ns(trace: Trace) -> int:
         cands.append(int(trace.spans.gpu_start_ns.min()))
         cands.append(int(trace.spans.gpu_end_ns.min()))
     cands.extend(m.ts_ns for m in trace.marks[:1])
+    if len(trace.ops):
+        seen = trace.ops.call_start_ns[trace.ops.call_start_ns != NO_TIME]
+        cands.extend(int(c.min()) for c in (trace.ops.gpu_start_ns, seen) if len(c))
     return min(cands)
 
 
@@ -128,6 +131,8 @@ def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     has_gpu = s.gpu_start_ns != NO_TIME
 
     _gpu_events(trace, base, pid, cpu_tid, name_str, has_gpu, ev)
+    if len(trace.ops):
+        _op_events(trace, base, pid, cpu_tid, ev)
 
     # -- instants: marks and syncs on their thread
     for m in trace.marks:
@@ -369,10 +374,10 @@ def _gpu_events(
 
 def dumps(trace: Trace) -> bytes:
     events, header = to_events(trace)
-    return orjson.dumps(
-        {"traceEvents": events, "displayTimeUnit": "ms", "gputrace": header},
-        option=orjson.OPT_SERIALIZE_NUMPY,
-    )
+    doc: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ms", "gputrace": header}
+    if len(trace.ops):  # Holistic Trace Analysis reads the rank here, as PyTorch writes it
+        doc["distributedInfo"] = {"rank": int(header.get("rank") or 0)}
+    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -391,3 +396,130 @@ def write_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
         tmp.write_bytes(data)
     tmp.replace(p)  # a crash mid-write never leaves a truncated trace under the real name
     return p
+
+
+# Per-operation events (CUPTI timing) -------------------------------------------------------------
+OP_TID_BASE = 1 << 20  # a stream's operations track: OP_TID_BASE + queue (+ overflow lanes)
+OP_FLOW_BASE = 1 << 40  # flow ids of launch call -> operation, apart from the scope flows
+OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # PyTorch's categories, which HTA reads
+
+
+def stream_number(label: str, queue: int) -> int:
+    """The stream id a queue label names ("stream 7" -> 7), else the queue index."""
+    head, _, num = label.rpartition(" ")
+    return int(num) if head == "stream" and num.isdigit() else queue
+
+
+def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[dict[str, Any]]) -> None:
+    """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
+    slice inside its scope, and a flow from call to operation; with the fields HTA reads."""
+    ops, names, queues = trace.ops, trace.names, trace.queues
+    n = len(ops)
+    st, en = ops.gpu_start_ns.tolist(), ops.gpu_end_ns.tolist()
+    c0, c1 = ops.call_start_ns.tolist(), ops.call_end_ns.tolist()
+    scope, qcol, thr = ops.scope.tolist(), ops.queue.tolist(), ops.thread.tolist()
+    s = trace.scopes
+    sc0, sc1 = s.cpu_start_ns, s.cpu_end_ns
+    tids = [t.tid for t in trace.threads]
+    op_tid = [0] * n
+    for qi in sorted(set(qcol)):
+        rows = [k for k in range(n) if qcol[k] == qi]
+        order = sorted(range(len(rows)), key=lambda j: (st[rows[j]], -en[rows[j]]))
+        lanes = _lanes([st[k] for k in rows], [en[k] for k in rows], order)
+        q = queues[qi] if 0 <= qi < len(queues) else None
+        dev = q.device if q is not None else 0
+        label = q.label if q is not None else "stream ?"
+        for k, ln in zip(rows, lanes, strict=True):
+            op_tid[k] = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
+        for ln in range(max(lanes) + 1):
+            suffix = f" (overlap {ln})" if ln else ""
+            ev.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": GPU_PID_BASE + dev,
+                    "tid": OP_TID_BASE + qi + ln * OVERLAP_TID_STEP,
+                    "args": {"name": f"{label} · operations{suffix}"},
+                }
+            )
+    rank = int(trace.header.get("rank") or 0)
+    for k in range(n):
+        qi = qcol[k]
+        q = queues[qi] if 0 <= qi < len(queues) else None
+        dev = q.device if q is not None else 0
+        kind = int(ops.kind[k])
+        corr = int(ops.correlation[k])
+        r = scope[k]
+        a: dict[str, Any] = {
+            "op": k,
+            "scope": r,
+            "queue": qi,
+            "device": dev,
+            "stream": stream_number(q.label if q is not None else "", qi),
+            "correlation": corr,
+            "External id": r,
+            "rank": rank,
+            "timing": "cupti",
+        }
+        if kind == 0 or ops.grid[k].any():
+            a["grid"] = ops.grid[k].tolist()
+            a["block"] = ops.block[k].tolist()
+        if kind != 0 or ops.bytes[k]:
+            a["bytes"] = int(ops.bytes[k])
+        if int(ops.graph_id[k]):
+            a["graph id"] = int(ops.graph_id[k])
+            a["graph node id"] = int(ops.graph_node_id[k])
+        seen = c0[k] != NO_TIME
+        if seen:
+            a["call"] = names[int(ops.call_name[k])]
+            a["call_ts"] = (c0[k] - base) / 1000.0
+            a["call_dur_us"] = (c1[k] - c0[k]) / 1000.0
+            a["launch_to_start_us"] = (st[k] - c0[k]) / 1000.0
+        if thr[k] >= 0:
+            a["tid"] = tids[thr[k]]
+        t0 = (st[k] - base) / 1000.0
+        ev.append(
+            {
+                "ph": "X",
+                "cat": OP_CATS[kind] if 0 <= kind < len(OP_CATS) else "kernel",
+                "name": names[int(ops.name[k])],
+                "pid": GPU_PID_BASE + dev,
+                "tid": op_tid[k],
+                "ts": t0,
+                "dur": max(en[k] - st[k], 0) / 1000.0,
+                "args": a,
+            }
+        )
+        if not seen or thr[k] < 0:
+            continue
+        # the launch call, inside its scope's CPU slice (only where it nests: never a partial overlap)
+        ctid = cpu_tid[r] if r >= 0 else tids[thr[k]]
+        if r >= 0 and not (sc0[r] <= c0[k] and c1[k] <= sc1[r]):
+            continue
+        call = names[int(ops.call_name[k])]
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime" if call.startswith("cuda") else "cuda_driver",
+                "name": call,
+                "pid": pid,
+                "tid": ctid,
+                "ts": (c0[k] - base) / 1000.0,
+                "dur": max(c1[k] - c0[k], 0) / 1000.0,
+                "args": {
+                    "correlation": corr,
+                    "External id": r,
+                    "device": dev,
+                    "stream": a["stream"],
+                    "op": k,
+                },
+            }
+        )
+        ev.append(
+            {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k, "pid": pid, "tid": ctid,
+             "ts": (c0[k] - base) / 1000.0}
+        )  # fmt: skip
+        ev.append(
+            {"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k,
+             "pid": GPU_PID_BASE + dev, "tid": op_tid[k], "ts": t0}
+        )  # fmt: skip
