@@ -673,20 +673,37 @@ if variant.startswith("torch"):
     import torch; torch.cuda.init()
 if variant == "nvtx":
     from cupyx.profiler import time_range
+if variant.startswith("gputrace_"):
+    import gputrace  # imported before the clock starts, as torch is for its rows
 t0 = time.perf_counter_ns()
 if variant == "bare":
     for _ in range(n): step()
     cp.cuda.Device().synchronize()
 elif variant.startswith("gputrace_"):
-    import gputrace
-    timing = variant.split("_", 1)[1]
-    with gputrace.session(out, backend="cuda", quiet=True, backend_options={"timing": timing}) as s:
-        tr = gputrace.trace("tiny" if workload == "tiny" else "matmul")
-        for _ in range(n):
-            with tr:
-                step()
-    extra = {"timing": s.trace.header["backend_info"].get("timing"), "scopes": len(s.trace),
-             "ops": len(s.trace.ops), "dropped": s.trace.header["backend_info"].get("cupti_dropped_records")}
+    timing = variant.split("_")[1]
+    opts = {"timing": timing}
+    if variant.endswith("_all"):
+        opts["api_filter"] = False
+    s = gputrace.session(out, backend="cuda", quiet=True, backend_options=opts)
+    s.start()
+    ta = time.perf_counter_ns()
+    tr = gputrace.trace("tiny" if workload == "tiny" else "matmul")
+    for _ in range(n):
+        with tr:
+            step()
+    tb = time.perf_counter_ns()
+    if os.environ.get("BENCH_PROFILE_STOP"):
+        import cProfile, pstats
+        pr = cProfile.Profile(); pr.enable(); s.stop(); pr.disable()
+        pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+    else:
+        s.stop()
+    tc = time.perf_counter_ns()
+    info = s.trace.header["backend_info"]
+    extra = {"start_ms": round((ta - t0) / 1e6, 1), "loop_ms": round((tb - ta) / 1e6, 1),
+             "stop_ms": round((tc - tb) / 1e6, 1), "ops": len(s.trace.ops),
+             "api_records": info.get("cupti_api_records"), "dropped": info.get("cupti_dropped_records"),
+             "timing": info.get("timing")}
 elif variant == "torch":
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
@@ -722,6 +739,7 @@ print(json.dumps({"ms": (t1 - t0) / 1e6, **extra}))
 PROGRAM_VARIANTS = {
     "bare": "no profiler",
     "gputrace_cupti": "gputrace cuda, timing=cupti",
+    "gputrace_cupti_all": "gputrace cupti, every API call recorded",
     "gputrace_events": "gputrace cuda, timing=events",
     "torch": "torch.profiler (CPU+CUDA) + record_function",
     "nvtx": "cupyx.profiler.time_range (NVTX)",
@@ -765,12 +783,107 @@ def bench_programs(rounds: int = 3) -> None:
             rows,
         )
         RESULTS[f"programs_{workload}"] = {r[0]: r[1:5] for r in rows}
+    env = dict(__import__("os").environ, BENCH_PROFILE_STOP="1")
+    r = subprocess.run([sys.executable, "-c", PROGRAM, "gputrace_cupti", "tiny"], capture_output=True,
+                       text=True, timeout=300, env=env)  # fmt: skip
+    print("\n(cProfile of session stop, gputrace cupti, tiny:)")
+    print("\n".join(r.stderr.splitlines()[:45]))
+
+
+def bench_threads(per_thread: int = 10_000) -> None:
+    """4 threads × 2 streams each × ``per_thread`` scopes, each launching a kernel whose grid size
+    names its scope: every kernel attributed to its own scope, none lost, none twice."""
+    import threading
+
+    import cupy
+
+    kern = cupy.RawKernel('extern "C" __global__ void tagged(float* x) { x[blockIdx.x % 64] += 1.0f; }',
+                          "tagged")  # fmt: skip
+    bufs = [cupy.zeros(64, dtype=cupy.float32) for _ in range(4)]
+    kern((1,), (1,), (bufs[0],))
+    cupy.cuda.Device().synchronize()
+
+    def work(k: int) -> None:
+        streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+        for i in range(per_thread):
+            with streams[i % 2], gputrace.trace("tagged", i=i):
+                kern((i % 4096 + 1,), (1,), (bufs[k],))
+        for st in streams:
+            st.synchronize()
+
+    t0 = time.monotonic()
+    with gputrace.session(backend="cuda", quiet=True, backend_options={"timing": "cupti"}) as s:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=120)
+        hung = sum(th.is_alive() for th in threads)
+    took = time.monotonic() - t0
+    t = s.trace
+    assert t is not None
+    idx = t.names.index("tagged")
+    rows = np.flatnonzero(t.ops.name == idx)
+    owners = t.ops.scope[rows]
+    ok = 0
+    for r, o in zip(rows.tolist(), owners.tolist(), strict=True):
+        if o >= 0:
+            sc_args = t.scopes.args.get(o, {})
+            if (
+                int(t.ops.grid[r, 0]) == sc_args.get("i", -1) % 4096 + 1
+                and t.ops.thread[r] == t.scopes.thread[o]
+            ):
+                ok += 1
+    n = 4 * per_thread
+    table(
+        f"attribution: 4 threads × 2 streams × {per_thread} scopes (cupti)",
+        ["scopes", "kernels", "attributed to their own scope", "unattributed", "twice", "hung threads",
+         "dropped", "seconds"],
+        [[len(t), len(rows), ok, int((owners < 0).sum()), int(len(owners) - len(set(owners.tolist()))),
+          hung, t.header["backend_info"].get("cupti_dropped_records"), took]],
+    )  # fmt: skip
+    RESULTS["threads"] = {"scopes": len(t), "kernels": len(rows), "ok": ok, "expected": n, "seconds": took}
+
+
+def write_sample_trace(path: str) -> None:
+    """A small CUDA trace for tests/data: a few hundred kernels, memcpys and memsets, two streams,
+    nested scopes, a graph replay."""
+    import cupy
+
+    a = cupy.random.rand(512, 512, dtype=cupy.float32)
+    x = cupy.zeros(1 << 16, dtype=cupy.float32)
+    host = np.ones(1 << 16, np.float32)
+    s2 = cupy.cuda.Stream(non_blocking=True)
+    with s2:
+        y = cupy.zeros(1024, dtype=cupy.float32)
+        y += 1
+        s2.synchronize()
+        s2.begin_capture()
+        y += 1
+        y *= 2
+        graph = s2.end_capture()
+    with gputrace.session(path, backend="cuda", quiet=True, backend_options={"timing": "cupti"}):
+        for _ in range(40):
+            with gputrace.trace("step"):
+                with gputrace.trace("upload"):
+                    x.set(host)
+                with gputrace.trace("matmul"):
+                    b = a @ a
+                with gputrace.trace("tiny"):
+                    for _ in range(4):
+                        x += 1
+                with gputrace.trace("side stream"), s2:
+                    graph.launch(s2)
+                    y.fill(0)
+                with gputrace.trace("download"):
+                    _ = b[:4].get()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drift-s", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--sample-trace", default=None, help="write a small CUPTI-timed trace there and exit")
     ap.add_argument("--only", default="programs,overhead,floor,windows,accuracy,alignment,drift")
     args = ap.parse_args()
     import cupy
@@ -780,6 +893,9 @@ def main() -> int:
         f"# bench_cuda: {dev.decode() if isinstance(dev, bytes) else dev}, CuPy {cupy.__version__}, "
         f"Python {sys.version.split()[0]}"
     )
+    if args.sample_trace:
+        write_sample_trace(args.sample_trace)
+        return 0
     gpu = Gpu()
     steps = {
         "overhead": lambda: bench_overhead(gpu),
@@ -789,6 +905,7 @@ def main() -> int:
         "alignment": lambda: bench_alignment(gpu),
         "drift": lambda: bench_drift(gpu, args.drift_s),
         "programs": bench_programs,
+        "threads": bench_threads,
     }
     failed = 0
     for name in args.only.split(","):

@@ -539,6 +539,7 @@ def _torch_cuda() -> str | None:
 @pytest.mark.gpu
 @cupti_gpu
 @pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
 def test_torch_profiler_inside_a_cupti_session(spin, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     import torch
 
@@ -571,6 +572,7 @@ def test_torch_profiler_inside_a_cupti_session(spin, capsys: pytest.CaptureFixtu
 @pytest.mark.gpu
 @cupti_gpu
 @pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
 def test_cupti_session_inside_torch_profiler_falls_back_to_events(
     spin, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]

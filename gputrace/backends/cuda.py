@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 TIMINGS = ("auto", "cupti", "events")
-_CUPTI_OPTIONS = ("buffer_bytes", "flush_period_ms")
+_CUPTI_OPTIONS = ("buffer_bytes", "flush_period_ms", "api_filter")
 _EVENTS_OPTIONS = ("sync_timeout_s", "anchor_every_ns")
 
 

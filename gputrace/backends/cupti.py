@@ -287,7 +287,13 @@ class CuptiSource:
 
     name = "cupti-python"
 
-    def __init__(self, *, buffer_bytes: int = BUFFER_BYTES, flush_period_ms: int = FLUSH_PERIOD_MS) -> None:
+    def __init__(
+        self,
+        *,
+        buffer_bytes: int = BUFFER_BYTES,
+        flush_period_ms: int = FLUSH_PERIOD_MS,
+        api_filter: bool = True,
+    ) -> None:
         import cupy
         from cupti import cupti
 
@@ -295,6 +301,8 @@ class CuptiSource:
         self._cp = cupy
         self.buffer_bytes = int(buffer_bytes)
         self.flush_period_ms = int(flush_period_ms)
+        self.api_filter = bool(api_filter)
+        self.api_records = 0
         self._lock = threading.Lock()
         self._ops: list[OpTuple] = []
         self._calls: list[CallTuple] = []
@@ -344,6 +352,7 @@ class CuptiSource:
             with self._lock:
                 self._ops.extend(ops)
                 self._calls.extend(calls)
+                self.api_records += len(calls)
             cb = self._on_buffer
             if cb is not None:
                 cb()
@@ -359,6 +368,8 @@ class CuptiSource:
             c.activity_register_callbacks(self._requested, self._completed)
             for k in self._kinds:
                 c.activity_enable(k)
+            if self.api_filter:
+                self._filter_api()
             with contextlib.suppress(Exception):
                 c.activity_flush_period(self.flush_period_ms)
         except Exception as exc:
@@ -369,6 +380,23 @@ class CuptiSource:
 
     def reclaim(self) -> None:
         self.start()
+
+    def _filter_api(self) -> None:
+        """Record only the API calls that launch GPU work or synchronize (the canary): every
+        recorded call costs CUPTI time in the program and a Python object in the callback."""
+        import re
+
+        c = self._c
+        keep = re.compile(r"Launch|Memcpy|Memset|Synchronize")
+        for enum_, enable in (
+            (c.DriverApiTraceCbid, c.activity_enable_driver_api),
+            (c.RuntimeApiTraceCbid, c.activity_enable_runtime_api),
+        ):
+            for m in enum_:
+                if m.name in ("INVALID", "SIZE", "FORCE_INT"):
+                    continue
+                with contextlib.suppress(Exception):
+                    enable(int(m), 1 if keep.search(m.name) else 0)
 
     def timestamp(self) -> int:
         ts: int = self._c.get_timestamp()
@@ -438,7 +466,12 @@ class CuptiSource:
         self._started = False
 
     def info(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {"timing_source": self.name, "cupti_buffer_bytes": self.buffer_bytes}
+        facts: dict[str, Any] = {
+            "timing_source": self.name,
+            "cupti_buffer_bytes": self.buffer_bytes,
+            "cupti_api_filter": self.api_filter,
+            "cupti_api_records": self.api_records,
+        }
         with contextlib.suppress(Exception):
             import importlib.metadata as md
 
@@ -460,7 +493,7 @@ def create(clock: Clock, **options: Any) -> CuptiBackend:
     why = probe()
     if why is not None:
         raise GputraceError(why)
-    src_opts = {k: options.pop(k) for k in ("buffer_bytes", "flush_period_ms") if k in options}
+    src_opts = {k: options.pop(k) for k in ("buffer_bytes", "flush_period_ms", "api_filter") if k in options}
     source = CuptiSource(**src_opts)
     backend = CuptiBackend(clock, source=source, **options)
     source._on_buffer = backend.background_sample
