@@ -668,7 +668,9 @@ if variant in ("cupti_raw", "cupti_raw_corr"):
     def req(): return 1 << 20, 0
     def done(acts): recs[0] += len(acts)
     K = cupti.ActivityKind
-    kinds = [K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME] + ([K.EXTERNAL_CORRELATION] if variant == "cupti_raw_corr" else [])
+    kinds = [K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME]
+    if variant == "cupti_raw_corr":
+        kinds.append(K.EXTERNAL_CORRELATION)
 if variant.startswith("torch"):
     import torch; torch.cuda.init()
 if variant == "nvtx":
@@ -721,7 +723,9 @@ elif variant in ("cupti_raw", "cupti_raw_corr"):
     cupti.activity_register_callbacks(req, done)
     for k in kinds: cupti.activity_enable(k)
     if variant == "cupti_raw_corr":
-        push, pop, ck = cupti.activity_push_external_correlation_id, cupti.activity_pop_external_correlation_id, cupti.ExternalCorrelationKind.CUSTOM0
+        push = cupti.activity_push_external_correlation_id
+        pop = cupti.activity_pop_external_correlation_id
+        ck = cupti.ExternalCorrelationKind.CUSTOM0
         for i in range(n):
             push(ck, i + 1)
             step()

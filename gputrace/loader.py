@@ -334,7 +334,14 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         for e in instants
         if e.get("cat") in ("mark", "sync") and e.get("pid") in pids
     ]  # fmt: skip
-    ops = _ops(op_events, base, n, threads, len(queues), intern_label)
+    ops = _ops(
+        op_events,
+        base,
+        n,
+        threads,
+        len(queues),
+        lambda x: name_ids[x] if x in name_ids else intern_label(x),
+    )
     names = canonical_names(names, s, spans, ops)
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
     return Trace(dict(header), names, threads, queues, s, spans, marks, fits, ops)

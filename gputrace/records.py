@@ -9,7 +9,7 @@ recorder that fills it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gputrace.model import QueueInfo
 
@@ -54,9 +54,9 @@ class RawSpan:
     label: str = ""  # a pass label; "" for a scope-level event pair
 
 
-@dataclass(frozen=True)
-class RawOp:
-    """One GPU operation (kernel, memcpy, memset) as an activity source saw it.
+class RawOp(NamedTuple):
+    """One GPU operation (kernel, memcpy, memset) as an activity source saw it (a named tuple:
+    tens of thousands are made per collect).
 
     Every time is on the source's clock (CUPTI: CLOCK_REALTIME ns), GPU and CPU alike; the
     launch call's fields are ``call_*`` (``call_tid`` −1 and times 0 when the call was not seen).

@@ -97,7 +97,8 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     out.append(("GPU idle time per stream", idle or ["no GPU work in this trace."]))
     ops = _op_lines(summary)
     if ops:
-        out.append(("GPU operations per scope (busy: summed operation time; span: first start to last end)", ops))
+        title = "GPU operations per scope (busy: summed operation time; span: first start to last end)"
+        out.append((title, ops))
     an = []
     for a in summary["anomalies"]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
@@ -141,10 +142,12 @@ def _op_lines(summary: dict[str, Any]) -> list[str]:
         span, busy = g.get("median"), b.get("median")
         share = f" ({_pct(busy / span)})" if span and busy is not None else ""
         where = "CPU" if r["queue"] is None else f"{r['device']}:{r['queue']}"
-        out.append(f"{r['name']} ({where}): busy median {human_ns(busy)} of span median {human_ns(span)}{share}")
+        out.append(f"{r['name']} ({where}): busy median {human_ns(busy)} of span median "
+                   f"{human_ns(span)}{share}")  # fmt: skip
         for o in r["ops"]:
             lag = (o["launch_to_start_ns"] or {}).get("median")
-            out.append(f"    {o['kind']} {o['name'][:60]}: {o['calls']} calls, GPU median "
+            nm = o["name"] if len(o["name"]) <= 80 else o["name"][:79] + "…"
+            out.append(f"    {o['kind']} {nm}: {o['calls']} calls, GPU median "
                        f"{human_ns(o['gpu_ns']['median'])}, total {human_ns(o['gpu_ns']['total'])}, "
                        f"launch → start median {human_ns(lag)}")  # fmt: skip
     return out

@@ -24,3 +24,7 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# Holistic Trace Analysis (~30 s, no torch): tests/test_hta.py runs its analyses on a gputrace trace.
+# Kept out of the test extra (it brings jupyterlab); if it cannot be installed, that test is skipped.
+python3 -m pip install -q --disable-pip-version-check 'holistictraceanalysis==0.5.0' ||
+  echo "tests/setup.sh: WARNING: could not install holistictraceanalysis; tests/test_hta.py will be skipped." >&2

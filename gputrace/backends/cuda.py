@@ -60,19 +60,21 @@ def CudaBackend(clock: Clock, *, timing: str = "auto", **options: Any) -> Backen
     """
     if timing not in TIMINGS:
         raise GputraceError(f"unknown timing {timing!r}; choose one of {', '.join(TIMINGS)}.")
-    why = probe()
-    if why is not None:
-        raise GputraceError(f"the cuda backend is not usable here: {why}.")
+    cannot = probe()
+    if cannot is not None:
+        raise GputraceError(f"the cuda backend is not usable here: {cannot}.")
+    why = ""
     if timing in ("auto", "cupti"):
         from gputrace.backends import cupti
 
-        why = cupti.probe()
-        if why is None:
+        no_cupti = cupti.probe()
+        if no_cupti is None:
             try:
                 opts = {k: v for k, v in options.items() if k not in _EVENTS_OPTIONS}
                 return cupti.create(clock, **opts)
             except GputraceError as exc:
-                why = str(exc)
+                no_cupti = str(exc)
+        why = no_cupti
         if timing == "cupti":
             raise GputraceError(f"timing='cupti' is not usable here: {why}.")
         if "holds CUPTI" in why:

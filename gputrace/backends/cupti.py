@@ -25,6 +25,7 @@ tool is no longer active.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -183,8 +184,8 @@ class CuptiBackend(Backend):
         ops, calls = self.source.drain()
         done_by = self.clock()
         now = self._calls_now
-        for c in calls:
-            now[c[0]] = c
+        for call in calls:
+            now[call[0]] = call
         self._check_canary(calls, got)
         prev = self._calls_prev
         name_of = self.source.call_name
@@ -195,7 +196,7 @@ class CuptiBackend(Backend):
             q = self._queues.get((dev, sid))
             if q is None:
                 q = self._new_queue(dev, sid)
-            c = now.get(corr) or prev.get(corr)
+            c: CallTuple | None = now.get(corr) or prev.get(corr)
             if c is None:
                 out.append(RawOp(kind, name, dev, q, corr, g0, g1, -1, 0, 0, "", nbytes,
                                  (gx, gy, gz), (bx, by, bz), gid, nid, done_by))  # fmt: skip
@@ -334,7 +335,7 @@ class CuptiSource:
             )
             for a in activities:
                 kind = a.kind
-                if kind == dr or kind == rt:
+                if kind in (dr, rt):
                     calls.append(
                         (a.correlation_id, a.thread_id, a.start, a.end, 1 if kind == rt else 0, a.cbid)
                     )
@@ -363,8 +364,14 @@ class CuptiSource:
     def start(self) -> None:
         c = self._c
         try:
-            # OS thread ids (gettid), as threading.get_native_id() and the trace's tids
-            c.set_thread_id_type(c.ActivityThreadIdType.SYSTEM)
+            # OS thread ids (gettid), as threading.get_native_id() and the trace's tids. CUPTI
+            # refuses the change while activities are enabled (taking CUPTI back): then the type
+            # set before must still hold.
+            try:
+                c.set_thread_id_type(c.ActivityThreadIdType.SYSTEM)
+            except Exception:
+                if int(c.get_thread_id_type()) != int(c.ActivityThreadIdType.SYSTEM):
+                    raise
             c.activity_register_callbacks(self._requested, self._completed)
             for k in self._kinds:
                 c.activity_enable(k)
@@ -384,8 +391,6 @@ class CuptiSource:
     def _filter_api(self) -> None:
         """Record only the API calls that launch GPU work or synchronize (the canary): every
         recorded call costs CUPTI time in the program and a Python object in the callback."""
-        import re
-
         c = self._c
         keep = re.compile(r"Launch|Memcpy|Memset|Synchronize")
         for enum_, enable in (
@@ -429,7 +434,8 @@ class CuptiSource:
             c = self._c
             dom = c.CallbackDomain.RUNTIME_API if domain == 1 else c.CallbackDomain.DRIVER_API
             try:
-                name = str(c.get_callback_name(dom, cbid))
+                # "cudaMemcpyAsync_v3020" -> "cudaMemcpyAsync", as PyTorch (and HTA) name calls
+                name = re.sub(r"_v\d+$", "", str(c.get_callback_name(dom, cbid)))
             except Exception:
                 name = f"{'runtime' if domain == 1 else 'driver'} api {cbid}"
             self._names[key] = name
@@ -480,7 +486,8 @@ class CuptiSource:
 
 
 _MEMCPY_NAMES = {1: "Memcpy HtoD", 2: "Memcpy DtoH", 3: "Memcpy HtoA", 4: "Memcpy AtoH", 5: "Memcpy AtoA",
-                 6: "Memcpy AtoD", 7: "Memcpy DtoA", 8: "Memcpy DtoD", 9: "Memcpy HtoH", 10: "Memcpy PtoP"}  # fmt: skip
+                 6: "Memcpy AtoD", 7: "Memcpy DtoA", 8: "Memcpy DtoD", 9: "Memcpy HtoH",
+                 10: "Memcpy PtoP"}  # fmt: skip
 
 
 def _memcpy_name(copy_kind: int) -> str:

@@ -375,9 +375,12 @@ def _gpu_events(
 def dumps(trace: Trace) -> bytes:
     events, header = to_events(trace)
     doc: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ms", "gputrace": header}
-    if len(trace.ops):  # Holistic Trace Analysis reads the rank here, as PyTorch writes it
-        doc["distributedInfo"] = {"rank": int(header.get("rank") or 0)}
-    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    out = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    if len(trace.ops):
+        # Holistic Trace Analysis finds the rank with the regex '"rank":\s+(\d+)' (PyTorch writes
+        # indented JSON), so this one key keeps its space.
+        out = out[:-1] + b',"distributedInfo": {"rank": %d}}' % int(header.get("rank") or 0)
+    return out
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -412,114 +415,88 @@ def stream_number(label: str, queue: int) -> int:
 
 def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[dict[str, Any]]) -> None:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
-    slice inside its scope, and a flow from call to operation; with the fields HTA reads."""
+    slice inside its scope (once per call: a graph launch runs many operations), and a flow from
+    call to operation; with the fields HTA reads."""
     ops, names, queues = trace.ops, trace.names, trace.queues
     n = len(ops)
     st, en = ops.gpu_start_ns.tolist(), ops.gpu_end_ns.tolist()
     c0, c1 = ops.call_start_ns.tolist(), ops.call_end_ns.tolist()
     scope, qcol, thr = ops.scope.tolist(), ops.queue.tolist(), ops.thread.tolist()
-    s = trace.scopes
-    sc0, sc1 = s.cpu_start_ns, s.cpu_end_ns
+    kinds, corrs = ops.kind.tolist(), ops.correlation.tolist()
+    op_names = [names[i] for i in ops.name.tolist()]
+    call_names = [names[i] for i in ops.call_name.tolist()]
+    grids, blocks, nbytes = ops.grid.tolist(), ops.block.tolist(), ops.bytes.tolist()
+    gids, nids = ops.graph_id.tolist(), ops.graph_node_id.tolist()
+    sc0, sc1 = trace.scopes.cpu_start_ns.tolist(), trace.scopes.cpu_end_ns.tolist()
     tids = [t.tid for t in trace.threads]
+    dev_of = [q.device for q in queues]
+    stream_of = [stream_number(q.label, qi) for qi, q in enumerate(queues)]
     op_tid = [0] * n
-    for qi in sorted(set(qcol)):
-        rows = [k for k in range(n) if qcol[k] == qi]
-        order = sorted(range(len(rows)), key=lambda j: (st[rows[j]], -en[rows[j]]))
-        lanes = _lanes([st[k] for k in rows], [en[k] for k in rows], order)
-        q = queues[qi] if 0 <= qi < len(queues) else None
-        dev = q.device if q is not None else 0
-        label = q.label if q is not None else "stream ?"
+    by_q: dict[int, list[int]] = {}
+    for k, qi in enumerate(qcol):
+        by_q.setdefault(qi, []).append(k)
+    for qi, rows in sorted(by_q.items()):
+        # rows are in GPU start order already; an overlap (concurrent graph branches) gets a lane
+        lanes = _lanes([st[k] for k in rows], [en[k] for k in rows], list(range(len(rows))))
+        dev = dev_of[qi] if 0 <= qi < len(queues) else 0
+        label = queues[qi].label if 0 <= qi < len(queues) else "stream ?"
         for k, ln in zip(rows, lanes, strict=True):
             op_tid[k] = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
         for ln in range(max(lanes) + 1):
-            suffix = f" (overlap {ln})" if ln else ""
             ev.append(
                 {
                     "ph": "M",
                     "name": "thread_name",
                     "pid": GPU_PID_BASE + dev,
                     "tid": OP_TID_BASE + qi + ln * OVERLAP_TID_STEP,
-                    "args": {"name": f"{label} · operations{suffix}"},
+                    "args": {"name": f"{label} · operations" + (f" (overlap {ln})" if ln else "")},
                 }
             )
     rank = int(trace.header.get("rank") or 0)
+    calls_done: set[int] = set()
     for k in range(n):
-        qi = qcol[k]
-        q = queues[qi] if 0 <= qi < len(queues) else None
-        dev = q.device if q is not None else 0
-        kind = int(ops.kind[k])
-        corr = int(ops.correlation[k])
-        r = scope[k]
-        a: dict[str, Any] = {
-            "op": k,
-            "scope": r,
-            "queue": qi,
-            "device": dev,
-            "stream": stream_number(q.label if q is not None else "", qi),
-            "correlation": corr,
-            "External id": r,
-            "rank": rank,
-            "timing": "cupti",
-        }
-        if kind == 0 or ops.grid[k].any():
-            a["grid"] = ops.grid[k].tolist()
-            a["block"] = ops.block[k].tolist()
-        if kind != 0 or ops.bytes[k]:
-            a["bytes"] = int(ops.bytes[k])
-        if int(ops.graph_id[k]):
-            a["graph id"] = int(ops.graph_id[k])
-            a["graph node id"] = int(ops.graph_node_id[k])
+        qi, kind, corr, r = qcol[k], kinds[k], corrs[k], scope[k]
+        known_q = 0 <= qi < len(queues)
+        dev = dev_of[qi] if known_q else 0
+        stream = stream_of[qi] if known_q else qi
+        a: dict[str, Any] = {"op": k, "scope": r, "queue": qi, "device": dev, "stream": stream,
+                             "correlation": corr, "External id": r, "rank": rank,
+                             "timing": "cupti"}  # fmt: skip
+        if kind == 0 or any(grids[k]):
+            a["grid"], a["block"] = grids[k], blocks[k]
+        if kind != 0 or nbytes[k]:
+            a["bytes"] = nbytes[k]
+        if gids[k]:
+            a["graph id"], a["graph node id"] = gids[k], nids[k]
         seen = c0[k] != NO_TIME
         if seen:
-            a["call"] = names[int(ops.call_name[k])]
+            a["call"] = call_names[k]
             a["call_ts"] = (c0[k] - base) / 1000.0
             a["call_dur_us"] = (c1[k] - c0[k]) / 1000.0
             a["launch_to_start_us"] = (st[k] - c0[k]) / 1000.0
         if thr[k] >= 0:
             a["tid"] = tids[thr[k]]
         t0 = (st[k] - base) / 1000.0
-        ev.append(
-            {
-                "ph": "X",
-                "cat": OP_CATS[kind] if 0 <= kind < len(OP_CATS) else "kernel",
-                "name": names[int(ops.name[k])],
-                "pid": GPU_PID_BASE + dev,
-                "tid": op_tid[k],
-                "ts": t0,
-                "dur": max(en[k] - st[k], 0) / 1000.0,
-                "args": a,
-            }
-        )
+        gpid, gtid = GPU_PID_BASE + dev, op_tid[k]
+        ev.append({"ph": "X", "cat": OP_CATS[kind] if 0 <= kind < 3 else "kernel", "name": op_names[k],
+                   "pid": gpid, "tid": gtid, "ts": t0, "dur": max(en[k] - st[k], 0) / 1000.0,
+                   "args": a})  # fmt: skip
         if not seen or thr[k] < 0:
             continue
-        # the launch call, inside its scope's CPU slice (only where it nests: never a partial overlap)
-        ctid = cpu_tid[r] if r >= 0 else tids[thr[k]]
+        # the launch call, inside its scope's CPU slice (only where it nests: never a partial overlap);
+        # no "stream" in its args: HTA tells CPU events from GPU ones by a missing stream
         if r >= 0 and not (sc0[r] <= c0[k] and c1[k] <= sc1[r]):
             continue
-        call = names[int(ops.call_name[k])]
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime" if call.startswith("cuda") else "cuda_driver",
-                "name": call,
-                "pid": pid,
-                "tid": ctid,
-                "ts": (c0[k] - base) / 1000.0,
-                "dur": max(c1[k] - c0[k], 0) / 1000.0,
-                "args": {
-                    "correlation": corr,
-                    "External id": r,
-                    "device": dev,
-                    "stream": a["stream"],
-                    "op": k,
-                },
-            }
-        )
-        ev.append(
-            {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k, "pid": pid, "tid": ctid,
-             "ts": (c0[k] - base) / 1000.0}
-        )  # fmt: skip
-        ev.append(
-            {"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k,
-             "pid": GPU_PID_BASE + dev, "tid": op_tid[k], "ts": t0}
-        )  # fmt: skip
+        ctid = cpu_tid[r] if r >= 0 else tids[thr[k]]
+        cts = (c0[k] - base) / 1000.0
+        if corr not in calls_done:
+            calls_done.add(corr)
+            call = call_names[k]
+            ev.append({"ph": "X", "cat": "cuda_runtime" if call.startswith("cuda") else "cuda_driver",
+                       "name": call, "pid": pid, "tid": ctid, "ts": cts,
+                       "dur": max(c1[k] - c0[k], 0) / 1000.0,
+                       "args": {"correlation": corr, "External id": r}})  # fmt: skip
+        ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k, "pid": pid,
+                   "tid": ctid, "ts": cts})  # fmt: skip
+        ev.append({"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k,
+                   "pid": gpid, "tid": gtid, "ts": t0})  # fmt: skip
