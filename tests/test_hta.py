@@ -25,7 +25,8 @@ def _hta_reason() -> str | None:
     try:
         import hta.trace_analysis  # noqa: F401
     except Exception as exc:  # not installed, or broken by its own dependencies
-        return f"holistictraceanalysis is not importable ({type(exc).__name__}: {exc}); tests/setup.sh installs it"
+        why = f"{type(exc).__name__}: {exc}"
+        return f"holistictraceanalysis is not importable ({why}); tests/setup.sh installs it"
     return None
 
 
