@@ -708,7 +708,7 @@ elif variant.startswith("gputrace_"):
     extra = {"start_ms": round((ta - t0) / 1e6, 1), "loop_ms": round((tb - ta) / 1e6, 1),
              "stop_ms": round((tc - tb) / 1e6, 1), "ops": len(s.trace.ops),
              "api_records": info.get("cupti_api_records"), "dropped": info.get("cupti_dropped_records"),
-             "timing": info.get("timing")}
+             "timing": info.get("timing"), "cupti_start_ms": info.get("cupti_start_ms")}
 elif variant == "torch":
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:

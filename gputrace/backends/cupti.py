@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -304,6 +305,7 @@ class CuptiSource:
         self.flush_period_ms = int(flush_period_ms)
         self.api_filter = bool(api_filter)
         self.api_records = 0
+        self.start_ms: dict[str, float] = {}
         self._lock = threading.Lock()
         self._ops: list[OpTuple] = []
         self._calls: list[CallTuple] = []
@@ -477,6 +479,7 @@ class CuptiSource:
             "cupti_buffer_bytes": self.buffer_bytes,
             "cupti_api_filter": self.api_filter,
             "cupti_api_records": self.api_records,
+            "cupti_start_ms": dict(self.start_ms),
         }
         with contextlib.suppress(Exception):
             import importlib.metadata as md
@@ -497,11 +500,14 @@ def _memcpy_name(copy_kind: int) -> str:
 
 def create(clock: Clock, **options: Any) -> CuptiBackend:
     """The CUPTI-timed cuda backend (raises ``GputraceError`` with the reason when it cannot be)."""
-    why = probe()
+    t0 = time.perf_counter_ns()
+    why = probe()  # imports cupti-python
     if why is not None:
         raise GputraceError(why)
+    t1 = time.perf_counter_ns()
     src_opts = {k: options.pop(k) for k in ("buffer_bytes", "flush_period_ms", "api_filter") if k in options}
     source = CuptiSource(**src_opts)
     backend = CuptiBackend(clock, source=source, **options)
     source._on_buffer = backend.background_sample
+    source.start_ms = {"import": (t1 - t0) / 1e6, "enable": (time.perf_counter_ns() - t1) / 1e6}
     return backend
