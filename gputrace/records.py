@@ -81,6 +81,10 @@ class RawOp(NamedTuple):
     graph_id: int = 0
     graph_node_id: int = 0
     done_by_ns: int = 0  # session clock: the collect that delivered it
+    # other OS threads the launching thread may have been: CUPTI names threads by pthread id,
+    # which a thread started after another ended can reuse (the resolver picks the one whose
+    # scope holds the call)
+    call_tid_alt: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -422,6 +422,16 @@ def _place_ops(
     by_tid = {t.tid: i for i, t in enumerate(raw.threads)}
     ops.thread = np.array([by_tid.get(t, -1) for t in tid.tolist()], np.int32)
     ops.scope = _attribute(s, ops.thread, ops.call_start_ns)
+    # a reused pthread id: try the other threads that had it
+    for k in np.flatnonzero(ops.scope < 0).tolist():
+        for alt in raw_ops[k].call_tid_alt:
+            th = by_tid.get(alt, -1)
+            if th < 0:
+                continue
+            got = _attribute(s, np.array([th], np.int32), ops.call_start_ns[k : k + 1])
+            if got[0] >= 0:
+                ops.thread[k], ops.scope[k] = th, got[0]
+                break
     # hull per scope over its subtree
     owners: list[np.ndarray] = []
     idx: list[np.ndarray] = []
@@ -454,10 +464,10 @@ def _place_ops(
     unc = np.zeros(len(s), np.int64)
     for q in np.unique(first_q[first_q >= 0]).tolist():
         d = raw.queues[q].device if q < len(raw.queues) else 0
-        got = fitted.get(d) or (fitted[min(fitted)] if fitted else None)
-        if got is None:
+        fit_band = fitted.get(d) or (fitted[min(fitted)] if fitted else None)
+        if fit_band is None:
             continue
-        fit, band = got
+        fit, band = fit_band
         m = first_q == q
         for col in (s.gpu_start_ns[m], s.gpu_end_ns[m]):
             u = uncertainty_at(fit, col)

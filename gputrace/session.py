@@ -117,6 +117,7 @@ class session:
         self._raw.spans_cover_children = backend.spans_cover_children
         self._raw.empty_span_ns = int(getattr(backend, "empty_span_ns", 0))
         self._recorder = Recorder(self.clock, backend)
+        backend.recorder = self._recorder
         self._recorder.owner = self
         self._calibrate()
         self._recorder.yields_to_inner = self.yields_to_inner  # type: ignore[attr-defined]

@@ -540,11 +540,15 @@ def _torch_cuda() -> str | None:
 @cupti_gpu
 @pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
-def test_torch_profiler_inside_a_cupti_session(spin, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("api_filter", [False, True], ids=["all-api", "filtered-api"])
+def test_torch_profiler_inside_a_cupti_session(
+    spin, capsys: pytest.CaptureFixture[str], api_filter: bool
+) -> None:  # type: ignore[no-untyped-def]
     import torch
 
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with gputrace.session(backend="cuda", quiet=True, backend_options=CUPTI) as s:
+    opts = {**CUPTI, "api_filter": api_filter}
+    with gputrace.session(backend="cuda", quiet=True, backend_options=opts) as s:
         with gputrace.trace("before"):
             spin(10_000)
         gputrace.sync()

@@ -287,3 +287,35 @@ def test_no_ops_in_a_cpu_only_trace_changes_nothing() -> None:
     assert t is not None and len(t.ops) == 0
     assert t.busy_ns().tolist() == [0]
     assert t.scopes.gpu_start_ns[0] == NO_TIME
+
+
+def test_os_thread_ids_are_used_as_they_come() -> None:
+    """A tool may switch CUPTI to OS thread ids: those are attributed directly."""
+    s, src, _ = _session(pthread_ids=False)
+    with s:
+        with gputrace.trace("step"):
+            src.launch("k")
+    t = s.trace
+    assert t is not None and t.ops.scope.tolist() == [0]
+
+
+def test_a_reused_pthread_id_still_finds_its_thread() -> None:
+    """Threads run one after another often get the same pthread id: each launch still lands in
+    the scope of the thread that made it."""
+    s, src, _ = _session()
+
+    def work(k: int) -> None:
+        with gputrace.trace("t", k=k):
+            src.launch("k")
+
+    with s:
+        for k in range(4):
+            th = threading.Thread(target=work, args=(k,))
+            th.start()
+            th.join()
+    t = s.trace
+    assert t is not None
+    owners = t.ops.scope.tolist()
+    assert sorted(t.scope(o).args["k"] for o in owners) == [0, 1, 2, 3]
+    for o, th in zip(owners, t.ops.thread.tolist(), strict=True):
+        assert t.scope(o).thread == t.threads[th]

@@ -31,6 +31,8 @@ class Backend:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
+        # the session's recorder (set by the session): its thread buffers name each thread
+        self.recorder: Any = None
 
     def begin(self, name: str, stream: Hashable | None, cpu_ns: int) -> int:
         """Start a GPU span for a scope entered at ``cpu_ns``; returns a token (> 0)."""

@@ -36,6 +36,8 @@ from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 from gputrace.records import OP_KERNEL, OP_MEMCPY, OP_MEMSET, Blind, RawOp
 
+# Linux OS thread ids stay below 2**22 (pid_max); pthread ids are addresses, far above.
+_MAX_OS_TID = 1 << 32
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 BUFFER_BYTES = 1 << 20  # one CUPTI activity buffer: about 4,000 kernel records
@@ -145,6 +147,9 @@ class CuptiBackend(Backend):
         self._bg_samples: list[CalibrationSample] = []
         self._lock = threading.Lock()
         self._ops_total = 0
+        # pthread id (CUPTI's default thread id) -> OS tids seen with it (ids are reused)
+        self._native: dict[int, list[int]] = {}
+        self._learn_threads()
         self._dev_names = source.devices()
         source.start()
         self._good_until = source.timestamp()
@@ -169,20 +174,41 @@ class CuptiBackend(Backend):
         out.extend(CalibrationSample(t0, g, t1, d) for d in devs for t0, g, t1 in best)
         return out
 
+    def _learn_threads(self) -> None:
+        """Remember each live thread's pthread id -> OS thread id (the trace names threads by OS
+        id; CUPTI by pthread id unless a tool changed the type). Learned from the recorder's
+        thread buffers and the live threads, at every buffer, sync and collect."""
+        native = self._native
+        pairs = [(b.ident, b.tid) for b in list(self.recorder.buffers)] if self.recorder is not None else []
+        pairs += [(t.ident, t.native_id) for t in threading.enumerate() if t.ident and t.native_id]
+        for ident, tid in pairs:
+            seen = native.setdefault(ident, [])
+            if tid not in seen:
+                seen.append(tid)
+
+    def _os_tids(self, tid: int) -> list[int]:
+        """The OS thread ids a CUPTI thread id (either kind) may stand for; [] when unknown."""
+        if 0 <= tid < _MAX_OS_TID:
+            return [tid]
+        return self._native.get(tid, [])
+
     def background_sample(self) -> None:
         """One bracket, taken from CUPTI's own thread when it hands over a buffer: keeps the
-        clock fit fresh in long runs without syncs."""
+        clock fit fresh in long runs without syncs; and the threads' ids learned."""
+        self._learn_threads()
         t0, g, t1 = self._brackets(1)[0]
         with self._lock:
             self._bg_samples.extend(CalibrationSample(t0, g, t1, d) for d in sorted(self._dev_names) or [0])
 
     # sync and collect -----------------------------------------------------------------------
     def sync(self) -> None:
+        self._learn_threads()
         self._canary = self.source.sync()
 
     def collect(self) -> Collected:
         got = Collected(ops_timing=True)
         ops, calls = self.source.drain()
+        self._learn_threads()
         done_by = self.clock()
         now = self._calls_now
         for call in calls:
@@ -206,8 +232,10 @@ class CuptiBackend(Backend):
             cname = names.get(key)
             if cname is None:
                 cname = names[key] = name_of(c[4], c[5])
-            out.append(RawOp(kind, name, dev, q, corr, g0, g1, c[1], c[2], c[3], cname, nbytes,
-                             (gx, gy, gz), (bx, by, bz), gid, nid, done_by))  # fmt: skip
+            tids = self._os_tids(c[1])
+            out.append(RawOp(kind, name, dev, q, corr, g0, g1, tids[-1] if tids else -1, c[2], c[3], cname,
+                             nbytes, (gx, gy, gz), (bx, by, bz), gid, nid, done_by,
+                             tuple(tids[:-1])))  # fmt: skip
         # a call's operations arrive by the collect after it at the latest
         self._calls_prev, self._calls_now = now, {}
         self._ops_total += len(out)
@@ -218,7 +246,7 @@ class CuptiBackend(Backend):
         if canary is None:
             return
         tid, t0, t1 = canary
-        if any(c[1] == tid and t0 <= c[2] <= t1 for c in calls):
+        if any(t0 <= c[2] <= t1 and tid in self._os_tids(c[1]) for c in calls):
             self._good_until = t1
             return
         since = self._good_until if self._good_until is not None else t0
@@ -294,7 +322,7 @@ class CuptiSource:
         *,
         buffer_bytes: int = BUFFER_BYTES,
         flush_period_ms: int = FLUSH_PERIOD_MS,
-        api_filter: bool = True,
+        api_filter: bool = False,
     ) -> None:
         import cupy
         from cupti import cupti
@@ -366,14 +394,9 @@ class CuptiSource:
     def start(self) -> None:
         c = self._c
         try:
-            # OS thread ids (gettid), as threading.get_native_id() and the trace's tids. CUPTI
-            # refuses the change while activities are enabled (taking CUPTI back): then the type
-            # set before must still hold.
-            try:
-                c.set_thread_id_type(c.ActivityThreadIdType.SYSTEM)
-            except Exception:
-                if int(c.get_thread_id_type()) != int(c.ActivityThreadIdType.SYSTEM):
-                    raise
+            # The thread id type is left as it is (pthread_self() by default): it is one setting
+            # for the whole process, and torch.profiler's Kineto drops every kernel when it is
+            # changed to OS thread ids (measured on the H200). The backend maps the ids.
             c.activity_register_callbacks(self._requested, self._completed)
             for k in self._kinds:
                 c.activity_enable(k)
@@ -390,9 +413,10 @@ class CuptiSource:
     def reclaim(self) -> None:
         self.start()
 
-    def _filter_api(self) -> None:
+    def _filter_api(self, restore: bool = False) -> None:
         """Record only the API calls that launch GPU work or synchronize (the canary): every
-        recorded call costs CUPTI time in the program and a Python object in the callback."""
+        recorded call costs CUPTI time in the program and a Python object in the callback.
+        ``restore``: record every call again."""
         c = self._c
         keep = re.compile(r"Launch|Memcpy|Memset|Synchronize")
         for enum_, enable in (
@@ -403,7 +427,7 @@ class CuptiSource:
                 if m.name in ("INVALID", "SIZE", "FORCE_INT"):
                     continue
                 with contextlib.suppress(Exception):
-                    enable(int(m), 1 if keep.search(m.name) else 0)
+                    enable(int(m), 1 if restore or keep.search(m.name) else 0)
 
     def timestamp(self) -> int:
         ts: int = self._c.get_timestamp()
@@ -468,6 +492,8 @@ class CuptiSource:
         c = self._c
         with contextlib.suppress(Exception):
             c.activity_flush_all(1)
+        if self.api_filter:  # per-call settings are process-wide: leave them as CUPTI had them
+            self._filter_api(restore=True)
         for k in self._kinds:
             with contextlib.suppress(Exception):
                 c.activity_disable(k)

@@ -48,10 +48,14 @@ class FakeActivitySource:
         offset_ns: int = REALTIME_OFFSET_NS,
         latency_ns: int = 3_000,
         devices: Sequence[int] = (0,),
+        pthread_ids: bool = True,
     ) -> None:
         self.clock = clock
         self.offset_ns = offset_ns
         self.latency_ns = latency_ns
+        # CUPTI's default thread ids are pthread_self() (threading.get_ident()); a tool may
+        # switch the process to OS ids (threading.get_native_id())
+        self._tid = threading.get_ident if pthread_ids else threading.get_native_id
         self._devices = {d: f"Fake GPU {d}" for d in devices}
         self._lock = threading.Lock()
         self._ops: list[OpTuple] = []
@@ -99,7 +103,7 @@ class FakeActivitySource:
         if kind != OP_KERNEL:
             grid, block = (0, 0, 0), (0, 0, 0)
         op: OpTuple = (kind, name, device, stream, corr, g0, g0 + gpu_ns, nbytes, *grid, *block, 0, 0)
-        self._record([op], (corr, threading.get_native_id(), c0, c1, 0, _LAUNCH_CBID))
+        self._record([op], (corr, self._tid(), c0, c1, 0, _LAUNCH_CBID))
         return corr
 
     def launch_graph(self, graph_id: int, kernels: Sequence[tuple[str, int]], *, stream: int = 7,
@@ -114,7 +118,7 @@ class FakeActivitySource:
             ops.append(
                 (OP_KERNEL, name, device, stream, corr, g0, g0 + ns, 0, 1, 1, 1, 32, 1, 1, graph_id, node)
             )
-        self._record(ops, (corr, threading.get_native_id(), c0, c1, 0, _GRAPH_CBID))
+        self._record(ops, (corr, self._tid(), c0, c1, 0, _GRAPH_CBID))
         return corr
 
     def _place(self, device: int, stream: int, call_ns: int, gpu_ns: int) -> int:
@@ -144,7 +148,7 @@ class FakeActivitySource:
     def sync(self) -> tuple[int, int, int]:
         t0 = self.timestamp()
         corr = self._next_corr()
-        self._record([], (corr, threading.get_native_id(), self.timestamp(), self.timestamp(), 0, _SYNC_CBID))
+        self._record([], (corr, self._tid(), self.timestamp(), self.timestamp(), 0, _SYNC_CBID))
         t1 = self.timestamp()
         return threading.get_native_id(), t0, t1
 
