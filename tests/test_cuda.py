@@ -540,19 +540,43 @@ def _torch_cuda() -> str | None:
 @cupti_gpu
 @pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
-@pytest.mark.parametrize("api_filter", [False, True], ids=["all-api", "filtered-api"])
-def test_torch_profiler_inside_a_cupti_session(
-    spin, capsys: pytest.CaptureFixture[str], api_filter: bool
+def test_torch_profiler_inside_an_auto_session_keeps_its_kernels(
+    spin, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]
+    """With torch loaded, timing="auto" leaves CUPTI to torch: its profiler works inside."""
     import torch
 
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    opts = {**CUPTI, "api_filter": api_filter}
-    with gputrace.session(backend="cuda", quiet=True, backend_options=opts) as s:
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(20):
+                with gputrace.trace("during"):
+                    spin(10_000)
+            torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) >= 20
+    t = s.trace
+    assert t is not None and t.header["backend_info"]["timing"] == "events"
+    assert all(sc.gpu_start_ns is not None for sc in t.find("during"))
+    assert capsys.readouterr().err.count("torch is loaded") == 1
+
+
+@pytest.mark.gpu
+@cupti_gpu
+@pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
+def test_torch_profiler_inside_a_forced_cupti_session(spin, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    """timing="cupti" forced, then torch.profiler takes CUPTI: gputrace flags the stretch untimed,
+    says so once and takes CUPTI back. (torch.profiler itself then records no kernels: measured,
+    and the reason timing="auto" avoids CUPTI in torch programs; docs/cupti.md.)"""
+    import torch
+
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with gputrace.session(backend="cuda", quiet=True, backend_options=CUPTI) as s:
         with gputrace.trace("before"):
             spin(10_000)
         gputrace.sync()
-        with torch.profiler.profile(activities=acts) as prof:
+        with torch.profiler.profile(activities=acts):
             for _ in range(20):
                 with gputrace.trace("during"):
                     spin(10_000)
@@ -561,24 +585,14 @@ def test_torch_profiler_inside_a_cupti_session(
         for _ in range(3):
             with gputrace.trace("after"):
                 spin(10_000)
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     t = s.trace
     assert t is not None
     err = capsys.readouterr().err
-    info = t.header["backend_info"]
-    diag = (
-        f"torch kernels {len(kernels)}; blind {info.get('blind')}; api records "
-        f"{info.get('cupti_api_records')}; ops {len(t.ops)}; stderr {err!r}; "
-        f"during {[sc.flag_names for sc in t.find('during')][:3]}; "
-        f"after {[(sc.gpu_start_ns is not None, sc.flag_names) for sc in t.find('after')]}"
-    )
-    print(diag)
-    assert len(kernels) >= 20, diag  # the other tool still works
-    assert t.find("before")[0].gpu_start_ns is not None, diag
+    assert t.find("before")[0].gpu_start_ns is not None
     for sc in t.find("during"):  # timed, or flagged untimed: never silently empty
-        assert sc.gpu_start_ns is not None or sc.flags & Flag.UNTIMED, diag
-    assert all(sc.gpu_start_ns is not None for sc in t.find("after")), "CUPTI was not taken back: " + diag
-    assert err.count("CUPTI records stopped arriving") <= 1, diag
+        assert sc.gpu_start_ns is not None or (sc.flags & Flag.UNTIMED and not sc.flags & Flag.EMPTY)
+    assert all(sc.gpu_start_ns is not None for sc in t.find("after")), "CUPTI was not taken back"
+    assert err.count("CUPTI records stopped arriving") == 1
 
 
 @pytest.mark.gpu

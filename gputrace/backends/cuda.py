@@ -68,6 +68,8 @@ def CudaBackend(clock: Clock, *, timing: str = "auto", **options: Any) -> Backen
         from gputrace.backends import cupti
 
         no_cupti = cupti.probe()
+        if no_cupti is None and timing == "auto":
+            no_cupti = cupti.torch_loaded()
         if no_cupti is None:
             try:
                 opts = {k: v for k, v in options.items() if k not in _EVENTS_OPTIONS}
@@ -77,7 +79,7 @@ def CudaBackend(clock: Clock, *, timing: str = "auto", **options: Any) -> Backen
         why = no_cupti
         if timing == "cupti":
             raise GputraceError(f"timing='cupti' is not usable here: {why}.")
-        if "holds CUPTI" in why:
+        if "holds CUPTI" in why or "torch is loaded" in why:
             notice(f"{why}; timing the cuda backend with CUDA events instead.")
     opts = {k: v for k, v in options.items() if k not in _CUPTI_OPTIONS}
     backend = CudaEventsBackend(clock, **opts)

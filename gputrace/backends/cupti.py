@@ -36,8 +36,9 @@ from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 from gputrace.records import OP_KERNEL, OP_MEMCPY, OP_MEMSET, Blind, RawOp
 
-# Linux OS thread ids stay below 2**22 (pid_max); pthread ids are addresses, far above.
-_MAX_OS_TID = 1 << 32
+# Linux OS thread ids stay below 2**22 (pid_max). CUPTI's default thread id is pthread_self(), an
+# address, of which its records keep the low 32 bits.
+_MAX_OS_TID = 1 << 22
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 BUFFER_BYTES = 1 << 20  # one CUPTI activity buffer: about 4,000 kernel records
@@ -104,6 +105,25 @@ def probe() -> str | None:
     why = torch_profiler_active()
     if why is not None:
         return why
+    return None
+
+
+def torch_loaded() -> str | None:
+    """Why ``timing="auto"`` leaves CUPTI alone in a program that imported torch, or None.
+
+    Measured on the H200 (torch 2.11): a torch.profiler started while gputrace holds CUPTI's
+    activity callbacks records no kernels at all, and a CUPTI session started after
+    torch.profiler ran in the process loses records when Kineto tears CUPTI down. CUPTI is one
+    per process, so the cooperative choice in a torch program is events; ``timing="cupti"``
+    still forces it.
+    """
+    import sys
+
+    if "torch" in sys.modules:
+        return (
+            "torch is loaded, and torch.profiler loses its kernels when started during a "
+            "CUPTI-timed session (timing='cupti' forces CUPTI)"
+        )
     return None
 
 
@@ -182,15 +202,16 @@ class CuptiBackend(Backend):
         pairs = [(b.ident, b.tid) for b in list(self.recorder.buffers)] if self.recorder is not None else []
         pairs += [(t.ident, t.native_id) for t in threading.enumerate() if t.ident and t.native_id]
         for ident, tid in pairs:
-            seen = native.setdefault(ident, [])
+            seen = native.setdefault(ident & 0xFFFFFFFF, [])  # CUPTI keeps 32 bits of it
             if tid not in seen:
                 seen.append(tid)
 
     def _os_tids(self, tid: int) -> list[int]:
         """The OS thread ids a CUPTI thread id (either kind) may stand for; [] when unknown."""
-        if 0 <= tid < _MAX_OS_TID:
-            return [tid]
-        return self._native.get(tid, [])
+        got = self._native.get(tid & 0xFFFFFFFF)
+        if got:
+            return got
+        return [tid] if 0 <= tid < _MAX_OS_TID else []
 
     def background_sample(self) -> None:
         """One bracket, taken from CUPTI's own thread when it hands over a buffer: keeps the

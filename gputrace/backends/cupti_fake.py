@@ -55,7 +55,7 @@ class FakeActivitySource:
         self.latency_ns = latency_ns
         # CUPTI's default thread ids are pthread_self() (threading.get_ident()); a tool may
         # switch the process to OS ids (threading.get_native_id())
-        self._tid = threading.get_ident if pthread_ids else threading.get_native_id
+        self.pthread_ids = pthread_ids
         self._devices = {d: f"Fake GPU {d}" for d in devices}
         self._lock = threading.Lock()
         self._ops: list[OpTuple] = []
@@ -69,6 +69,10 @@ class FakeActivitySource:
 
     def timestamp(self) -> int:
         return self.clock() + self.offset_ns
+
+    def _tid(self) -> int:
+        """This thread as CUPTI names it: 32 bits of pthread_self(), or its OS id."""
+        return threading.get_ident() & 0xFFFFFFFF if self.pthread_ids else threading.get_native_id()
 
     def _next_corr(self) -> int:
         with self._lock:

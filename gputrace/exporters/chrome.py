@@ -454,6 +454,7 @@ def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[d
             )
     rank = int(trace.header.get("rank") or 0)
     calls_done: set[int] = set()
+    touch_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for k in range(n):
         qi, kind, corr, r = qcol[k], kinds[k], corrs[k], scope[k]
         known_q = 0 <= qi < len(queues)
@@ -487,6 +488,8 @@ def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[d
         # no "stream" in its args: HTA tells CPU events from GPU ones by a missing stream
         if r >= 0 and not (sc0[r] <= c0[k] and c1[k] <= sc1[r]):
             continue
+        if r < 0 and _touches_a_scope(trace, thr[k], c0[k], c1[k], touch_cache):
+            continue
         ctid = cpu_tid[r] if r >= 0 else tids[thr[k]]
         cts = (c0[k] - base) / 1000.0
         if corr not in calls_done:
@@ -500,3 +503,18 @@ def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[d
                    "tid": ctid, "ts": cts})  # fmt: skip
         ev.append({"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k,
                    "pid": gpid, "tid": gtid, "ts": t0})  # fmt: skip
+
+
+def _touches_a_scope(
+    trace: Trace, thread: int, c0: int, c1: int, cache: dict[int, tuple[np.ndarray, np.ndarray]]
+) -> bool:
+    """Whether a scope of ``thread`` overlaps [c0, c1] (a call outside every scope is drawn only
+    where it cannot partially overlap one)."""
+    got = cache.get(thread)
+    if got is None:
+        s = trace.scopes
+        rows = np.flatnonzero(s.thread == thread)  # in start order
+        got = cache[thread] = (s.cpu_start_ns[rows], np.maximum.accumulate(s.cpu_end_ns[rows]))
+    starts, max_end = got
+    i = int(np.searchsorted(starts, c1, side="right"))
+    return i > 0 and int(max_end[i - 1]) >= c0
