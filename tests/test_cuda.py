@@ -531,8 +531,8 @@ def test_cupti_graph_replays_are_attributed(spin) -> None:  # type: ignore[no-un
 def _torch_cuda() -> str | None:
     try:
         import torch
-    except ImportError as exc:
-        return f"torch is not installed ({exc})"
+    except Exception as exc:  # not installed, or a broken install
+        return f"torch is not importable ({type(exc).__name__}: {exc})"
     return None if torch.cuda.is_available() else "torch sees no CUDA device"
 
 
