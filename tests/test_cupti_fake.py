@@ -319,3 +319,17 @@ def test_a_reused_pthread_id_still_finds_its_thread() -> None:
     assert sorted(t.scope(o).args["k"] for o in owners) == [0, 1, 2, 3]
     for o, th in zip(owners, t.ops.thread.tolist(), strict=True):
         assert t.scope(o).thread == t.threads[th]
+
+
+def test_scope_gpu_slices_carry_busy_time_and_timing_source(tmp_path: Path) -> None:
+    path = tmp_path / "busy.json"
+    s, src, clock = _session(path, latency_ns=0)
+    with s:
+        with gputrace.trace("step"):
+            src.launch("a", gpu_ns=1_000)
+            clock.advance(20_000)
+            src.launch("b", gpu_ns=2_000)
+    doc = perfetto_rules.read(path)
+    (gpu,) = [e for e in doc["traceEvents"] if e.get("cat") == "gpu"]
+    assert gpu["args"]["gpu_busy_us"] == 3.0 and gpu["args"]["timing"] == "cupti"
+    assert gpu["args"]["gpu_us"] > 20.0  # the span: the GPU waited for the second launch

@@ -238,6 +238,8 @@ def _gpu_events(
         for k in np.flatnonzero(sp.label != unlabelled).tolist():
             passes.setdefault(int(sp.scope[k]), []).append(k)
     depth_events: list[tuple[int, int, int, int]] = []  # (ts, +1/-1, queue, order)
+    timing = (trace.header.get("backend_info") or {}).get("timing")  # which source timed the GPU
+    busy = trace.busy_ns().tolist() if len(trace.ops) else None  # summed operation time per scope
     for r in rows.tolist():
         qi = qcol[r]
         dev = queues[qi].device if 0 <= qi < len(queues) else 0
@@ -256,6 +258,10 @@ def _gpu_events(
             a["submit_ts"] = (sub[r] - base) / 1000.0
         if flags[r]:
             a["flags"] = flag_names(flags[r])
+        if timing:
+            a["timing"] = timing
+        if busy is not None:
+            a["gpu_busy_us"] = busy[r] / 1000.0
         ev.append(
             {
                 "ph": "X",
