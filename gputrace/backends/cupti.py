@@ -416,8 +416,8 @@ class CuptiSource:
         c = self._c
         try:
             # The thread id type is left as it is (pthread_self() by default): it is one setting
-            # for the whole process, and torch.profiler's Kineto drops every kernel when it is
-            # changed to OS thread ids (measured on the H200). The backend maps the ids.
+            # for the whole process, which other CUPTI clients (torch.profiler's Kineto) rely on.
+            # The backend maps the ids.
             c.activity_register_callbacks(self._requested, self._completed)
             for k in self._kinds:
                 c.activity_enable(k)
