@@ -71,6 +71,7 @@ class FeasibleBand:
         self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
         self.x, self.lower, self.upper = x, lower, upper
         self.d_lo, self.d_hi = d_lo, d_hi
+        self._limits: dict[bytes, tuple[F64, F64]] = {}  # the grid searches, which dominate resolve
 
     @classmethod
     def build(cls, samples: Sequence[CalibrationSample], fit: ClockFit) -> FeasibleBand | None:
@@ -105,6 +106,13 @@ class FeasibleBand:
 
     def limits(self, x: F64) -> tuple[F64, F64]:
         """Smallest and largest ``cpu − cpu_ref − x`` any feasible clock gives at GPU times ``x``."""
+        key = x.tobytes()
+        got = self._limits.get(key)
+        if got is None:
+            got = self._limits[key] = self._search(x)
+        return got
+
+    def _search(self, x: F64) -> tuple[F64, F64]:
         g, lower, upper = self.x, self.lower, self.upper
 
         def high(d: F64) -> F64:  # max over a of a + d·x is U(d) + d·x: concave in d

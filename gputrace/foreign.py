@@ -116,10 +116,10 @@ def from_chrome(doc: Any, where: str) -> Trace:
     flags = np.zeros(len(rows), np.uint32)
     flags[first] |= np.uint32(Flag.COLD)
     s.flags = flags
-    from gputrace.resolver import _flag_outliers
+    from gputrace.flags import flag_outliers
 
     f64 = s.flags.astype(np.int64)
-    _flag_outliers(s, s.has_gpu(), f64)
+    flag_outliers(s, s.has_gpu(), f64)
     s.flags = f64.astype(np.uint32)
     spans = SpanTable.empty(0)
     names = canonical_names(names, s, spans)

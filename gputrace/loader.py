@@ -22,12 +22,13 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.errors import GputraceError
-from gputrace.exporters.chrome import OVERLAP_TID_STEP
+from gputrace.exporters.chrome import OP_CATS, OVERLAP_TID_STEP
 from gputrace.model import (
     FORMAT_VERSION,
     NO_TIME,
     ClockFit,
     Mark,
+    OpTable,
     QueueInfo,
     ScopeTable,
     SpanTable,
@@ -205,6 +206,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     cpu: list[dict[str, Any]] = []
     gpu: list[dict[str, Any]] = []
     passes: list[dict[str, Any]] = []
+    op_events: list[dict[str, Any]] = []
     instants: list[dict[str, Any]] = []
     for e in events:
         ph = e.get("ph")
@@ -216,6 +218,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
                 gpu.append(e)
             elif cat == "gpu.pass":
                 passes.append(e)
+            elif cat in OP_CATS and isinstance(e.get("args"), dict) and "op" in e["args"]:
+                op_events.append(e)
         elif ph == "i":
             instants.append(e)
     n = len(cpu)
@@ -326,9 +330,60 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         for e in instants
         if e.get("cat") in ("mark", "sync") and e.get("pid") in pids
     ]  # fmt: skip
-    names = canonical_names(names, s, spans)
+    ops = _ops(
+        op_events,
+        base,
+        n,
+        threads,
+        len(queues),
+        lambda x: name_ids[x] if x in name_ids else intern_label(x),
+    )
+    names = canonical_names(names, s, spans, ops)
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
-    return Trace(dict(header), names, threads, queues, s, spans, marks, fits)
+    return Trace(dict(header), names, threads, queues, s, spans, marks, fits, ops)
+
+
+def _ops(
+    events: list[dict[str, Any]], base: int, n_scopes: int, threads: list[ThreadInfo], n_queues: int,
+    intern: Callable[[str], int],
+) -> OpTable:  # fmt: skip
+    """The per-operation records (kernel/memcpy/memset events gputrace wrote), in their order."""
+    events = sorted(events, key=lambda e: int(e["args"]["op"]))
+    n = len(events)
+    ops = OpTable.empty(n)
+    if not n:
+        return ops
+    a = [e["args"] for e in events]
+    ops.scope = _ints([x["scope"] for x in a], "an operation's scope")
+    if ops.scope.max() >= n_scopes or ops.scope.min() < -1:
+        raise _Malformed("an operation names a scope that the trace does not have")
+    ops.kind = np.array([OP_CATS.index(e["cat"]) for e in events], np.int32)
+    ops.name = np.array([intern(str(e["name"])) for e in events], np.int32)
+    ops.queue = _ints([x["queue"] for x in a], "an operation's queue").astype(np.int32)
+    if ops.queue.max() >= n_queues or ops.queue.min() < 0:
+        raise _Malformed("an operation is on a stream that the header does not list")
+    by_tid = {t.tid: i for i, t in enumerate(threads)}
+    ops.thread = np.array([by_tid.get(x["tid"], -1) if "tid" in x else -1 for x in a], np.int32)
+    ops.correlation = _ints([x["correlation"] for x in a], "an operation's correlation")
+    ops.gpu_start_ns = base + _to_ns(_floats([e["ts"] for e in events], "an operation's ts"))
+    ops.gpu_end_ns = ops.gpu_start_ns + _to_ns(
+        _floats([e["dur"] for e in events], "an operation's dur", non_negative=True)
+    )
+    seen = [i for i, x in enumerate(a) if "call_ts" in x]
+    if seen:
+        c0 = base + _to_ns(_floats([a[i]["call_ts"] for i in seen], "call_ts"))
+        ops.call_start_ns[seen] = c0
+        ops.call_end_ns[seen] = c0 + _to_ns(_floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
+    ops.call_name = np.array([intern(str(x.get("call", ""))) for x in a], np.int32)
+    ops.bytes = _ints([x.get("bytes", 0) for x in a], "an operation's bytes")
+    for col in ("grid", "block"):
+        vals = [x.get(col, [0, 0, 0]) for x in a]
+        if any(not isinstance(v, list) or len(v) != 3 for v in vals):
+            raise _Malformed(f"an operation's {col} is not three integers")
+        setattr(ops, col, _ints([i for v in vals for i in v], f"an operation's {col}").reshape(n, 3))
+    ops.graph_id = _ints([x.get("graph id", 0) for x in a], "an operation's graph id")
+    ops.graph_node_id = _ints([x.get("graph node id", 0) for x in a], "an operation's graph node id")
+    return ops
 
 
 def _thread_rows(tids: npt.NDArray[np.int64], threads: list[ThreadInfo]) -> npt.NDArray[np.int32]:

@@ -215,7 +215,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         backend=",".join(sorted({str(t.header.get("backend")) for t in traces})),
     )  # fmt: skip
     merged = Trace(header, all_names, threads, queues, scopes, spans, marks, fits)
-    from gputrace.resolver import anomaly_report
+    from gputrace.flags import anomaly_report
 
     header["anomalies"] = anomaly_report(merged)
     return merged

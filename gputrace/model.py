@@ -258,6 +258,81 @@ class SpanTable:
         )
 
 
+@dataclass
+class OpTable:
+    """GPU operations one by one (kernels, memcpys, memsets), where a timing source sees them (CUPTI).
+
+    One row per operation, in GPU start order. ``scope`` is the innermost scope open on the
+    launching thread when the launch call started (−1: launched outside every scope). Times are
+    on the session clock: the launch call's CPU start/end (``NO_TIME`` when the call was not seen)
+    and the GPU start/end. Submission → launch → execution per operation: the scope's entry, then
+    ``call_start_ns``…``call_end_ns``, then ``gpu_start_ns``…``gpu_end_ns``.
+    """
+
+    scope: I64
+    kind: I32  # 0 kernel, 1 memcpy, 2 memset (gputrace.records.OP_KINDS)
+    name: I32  # index into Trace.names
+    queue: I32  # index into Trace.queues
+    thread: I32  # index into Trace.threads of the launching thread, or -1
+    correlation: I64
+    call_start_ns: I64
+    call_end_ns: I64
+    gpu_start_ns: I64
+    gpu_end_ns: I64
+    bytes: I64
+    grid: I64  # shape (n, 3)
+    block: I64  # shape (n, 3)
+    graph_id: I64
+    graph_node_id: I64
+    call_name: I32  # index into Trace.names ("" when unknown)
+
+    COLUMNS = (
+        "scope",
+        "kind",
+        "name",
+        "queue",
+        "thread",
+        "correlation",
+        "call_start_ns",
+        "call_end_ns",
+        "gpu_start_ns",
+        "gpu_end_ns",
+        "bytes",
+        "grid",
+        "block",
+        "graph_id",
+        "graph_node_id",
+        "call_name",
+    )
+
+    def __len__(self) -> int:
+        return len(self.scope)
+
+    @classmethod
+    def empty(cls, n: int = 0) -> OpTable:
+        return cls(
+            scope=np.full(n, -1, np.int64),
+            kind=np.zeros(n, np.int32),
+            name=np.zeros(n, np.int32),
+            queue=np.zeros(n, np.int32),
+            thread=np.full(n, -1, np.int32),
+            correlation=np.zeros(n, np.int64),
+            call_start_ns=np.full(n, NO_TIME, np.int64),
+            call_end_ns=np.full(n, NO_TIME, np.int64),
+            gpu_start_ns=np.zeros(n, np.int64),
+            gpu_end_ns=np.zeros(n, np.int64),
+            bytes=np.zeros(n, np.int64),
+            grid=np.zeros((n, 3), np.int64),
+            block=np.zeros((n, 3), np.int64),
+            graph_id=np.zeros(n, np.int64),
+            graph_node_id=np.zeros(n, np.int64),
+            call_name=np.zeros(n, np.int32),
+        )
+
+    def take(self, rows: npt.NDArray[np.int64]) -> OpTable:
+        return OpTable(*(getattr(self, c)[rows] for c in self.COLUMNS))
+
+
 @dataclass(frozen=True)
 class Scope:
     """One scope as a row object (a convenience view over ``ScopeTable``)."""
@@ -311,6 +386,7 @@ class Trace:
     spans: SpanTable
     marks: list[Mark]
     clock_fits: dict[int, ClockFit]  # device index -> fit
+    ops: OpTable = field(default_factory=OpTable.empty)  # per-operation records (CUPTI timing)
 
     def __len__(self) -> int:
         return len(self.scopes)
@@ -360,6 +436,29 @@ class Trace:
     def anomalies(self) -> list[dict[str, Any]]:
         return list(self.header.get("anomalies", {}).get("items", []))
 
+    def busy_ns(self) -> I64:
+        """Per scope, the summed GPU durations of the operations launched inside it (its own and its
+        descendants'); 0 without per-operation records. Below the GPU span when the GPU waited
+        for launches between them: span − busy is the launch-bound signal."""
+        return scope_busy_ns(self.scopes, self.ops)
+
+
+def scope_busy_ns(s: ScopeTable, ops: OpTable) -> I64:
+    """Summed operation durations per scope, each operation counted in its scope and every ancestor."""
+    busy = np.zeros(len(s), np.int64)
+    if not len(ops) or not len(s):
+        return busy
+    cur = ops.scope.copy()
+    dur = ops.gpu_end_ns - ops.gpu_start_ns
+    while True:
+        keep = cur >= 0
+        if not keep.any():
+            break
+        cur, dur = cur[keep], dur[keep]
+        np.add.at(busy, cur, dur)
+        cur = s.parent[cur]
+    return busy
+
 
 def nest(s: ScopeTable) -> None:
     """Parent and depth per scope: a stack walk per thread over scopes in start order."""
@@ -379,10 +478,17 @@ def nest(s: ScopeTable) -> None:
     s.depth = np.array(depth, np.int32)
 
 
-def canonical_names(names: list[str], scopes: ScopeTable, spans: SpanTable) -> list[str]:
-    """Renumber names by first appearance (scope rows, then span rows) so equal traces compare
-    equal whichever way they were built. Rewrites ``scopes.name`` and ``spans.label`` in place."""
-    ids = np.concatenate([scopes.name.astype(np.int64), spans.label.astype(np.int64)])
+def canonical_names(
+    names: list[str], scopes: ScopeTable, spans: SpanTable, ops: OpTable | None = None
+) -> list[str]:
+    """Renumber names by first appearance (scope rows, span rows, then operation rows) so equal
+    traces compare equal whichever way they were built. Rewrites the name columns in place."""
+    op_ids = (
+        np.concatenate([ops.name.astype(np.int64), ops.call_name.astype(np.int64)])
+        if ops is not None and len(ops)
+        else np.zeros(0, np.int64)
+    )
+    ids = np.concatenate([scopes.name.astype(np.int64), spans.label.astype(np.int64), op_ids])
     if not len(ids):
         return []
     uniq, first = np.unique(ids, return_index=True)
@@ -391,4 +497,7 @@ def canonical_names(names: list[str], scopes: ScopeTable, spans: SpanTable) -> l
     remap[order] = np.arange(len(order))
     scopes.name = remap[scopes.name].astype(np.int32)
     spans.label = remap[spans.label].astype(np.int32)
+    if ops is not None and len(ops):
+        ops.name = remap[ops.name].astype(np.int32)
+        ops.call_name = remap[ops.call_name].astype(np.int32)
     return [names[i] for i in order.tolist()]

@@ -80,6 +80,10 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
             line += ": " + ", ".join(parts)
         idle.append(line)
     out.append(("GPU idle time per stream", idle or ["no GPU work in this trace."]))
+    ops = _op_lines(summary)
+    if ops:
+        title = "GPU operations per scope (busy: summed operation time; span: first start to last end)"
+        out.append((title, ops))
     an = []
     for a in summary["anomalies"]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
@@ -119,6 +123,27 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _op_lines(summary: dict[str, Any]) -> list[str]:
+    """Per row with per-operation records: busy vs span, then one line per operation name."""
+    out = []
+    for r in summary["rows"]:
+        if "ops" not in r:
+            continue
+        g, b = r["gpu_ns"] or {}, r.get("gpu_busy_ns") or {}
+        span, busy = g.get("median"), b.get("median")
+        share = f" ({_pct(busy / span)})" if span and busy is not None else ""
+        where = "CPU" if r["queue"] is None else f"{r['device']}:{r['queue']}"
+        out.append(f"{r['name']} ({where}): busy median {human_ns(busy)} of span median "
+                   f"{human_ns(span)}{share}")  # fmt: skip
+        for o in r["ops"]:
+            lag = (o["launch_to_start_ns"] or {}).get("median")
+            nm = o["name"] if len(o["name"]) <= 80 else o["name"][:79] + "…"
+            out.append(f"    {o['kind']} {nm}: {o['calls']} calls, GPU median "
+                       f"{human_ns(o['gpu_ns']['median'])}, total {human_ns(o['gpu_ns']['total'])}, "
+                       f"launch → start median {human_ns(lag)}")  # fmt: skip
+    return out
+
+
 def _loads(la: Any) -> str:
     if not isinstance(la, list):
         return "—"
@@ -135,6 +160,13 @@ def _intro(summary: dict[str, Any]) -> list[str]:
     lines.append(f"{summary['file'] or 'trace'}: {what}.")
     if summary["note"]:
         lines.append(summary["note"])
+    timing = summary.get("timing") or []
+    if timing:
+        t = ", ".join(f"GPU {d['device']} {d['timing']}" for d in timing)
+        dropped = summary.get("cupti_dropped_records")
+        if dropped is not None:
+            t += f"; CUPTI dropped {dropped} record{'s' if dropped != 1 else ''}"
+        lines.append(f"Timing source: {t}.")
     lines.append("Times: median/p95/min/max over warm calls (the first, cold, call shown apart);"
                  " totals over all calls.")  # fmt: skip
     return lines

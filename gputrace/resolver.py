@@ -23,55 +23,60 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.clockbound import FeasibleBand
+from gputrace.flags import (
+    EXPLAIN,
+    MAX_ANOMALY_ITEMS,
+    OUTLIER_MIN_CALLS,
+    OUTLIER_MIN_REL,
+    OUTLIER_SIGMAS,
+    anomaly_report,
+    flag,
+    flag_outliers,
+    flag_overlaps,
+)
 from gputrace.model import (
-    ANOMALY_FLAGS,
     NO_TIME,
     ClockFit,
-    Flag,
     Mark,
-    QueueInfo,
+    OpTable,
     ScopeTable,
     SpanTable,
     ThreadInfo,
     Trace,
     canonical_names,
-    flag_names,
     nest,
 )
 from gputrace.recorder import RawThread
+from gputrace.records import CalibrationSample, RawRecording, RawSpan
+
+__all__ = [
+    "DEFAULT_DRIFT_PPM",
+    "EXPLAIN",
+    "MAX_ANOMALY_ITEMS",
+    "OUTLIER_MIN_CALLS",
+    "OUTLIER_MIN_REL",
+    "OUTLIER_SIGMAS",
+    "CalibrationSample",
+    "RawRecording",
+    "RawSpan",
+    "RawThread",
+    "anomaly_report",
+    "fit_clock",
+    "resolve",
+    "uncertainty_at",
+]
+# Kept for callers of the former private names.
+_flag_outliers = flag_outliers
+_flag_overlaps = flag_overlaps
 
 # The largest clock drift assumed when a single sample cannot measure it (FACTS: −2 … +44 ppm seen).
 DEFAULT_DRIFT_PPM = 50.0
-# Outliers: |x − median| > max(OUTLIER_SIGMAS · 1.4826 · MAD, OUTLIER_MIN_REL · median)
-OUTLIER_SIGMAS = 5.0
-OUTLIER_MIN_REL = 0.10
-OUTLIER_MIN_CALLS = 5
-MAX_ANOMALY_ITEMS = 1000
-
-
-@dataclass
-class RawRecording:
-    """Everything a session hands the resolver."""
-
-    header: dict[str, Any]
-    threads: list[RawThread]
-    queues: list[QueueInfo] = field(default_factory=list)
-    spans: list[RawSpan] = field(default_factory=list)
-    samples: list[CalibrationSample] = field(default_factory=list)
-    untimed: set[int] = field(default_factory=set)
-    degraded: dict[int, str] = field(default_factory=dict)
-    spans_cover_children: bool = False
-    empty_span_ns: int = 0  # a GPU span this short or shorter holds no work (backend's floor)
-    # Why GPU times may be missing (collection or calibration failed): a timed scope without a
-    # GPU span is then flagged degraded with this reason, not empty.
-    problem: str = ""
 
 
 def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
@@ -181,20 +186,28 @@ def resolve(raw: RawRecording) -> Trace:
         tokens = np.zeros(0, np.int64)
 
     fitted = _fits(raw)
-    spans, done_by = _place_spans(raw, s, tokens, intern, fitted)
+    ops = OpTable.empty(0)
+    blind = None
+    if raw.ops_timing:
+        spans = SpanTable.empty(0)
+        ops, done_by, blind = _place_ops(raw, s, intern, fitted)
+    else:
+        spans, done_by = _place_spans(raw, s, tokens, intern, fitted)
     fits = {d: f for d, (f, _) in fitted.items()}
-    _flag(raw, s, tokens, done_by)
+    flag(raw, s, tokens, done_by, blind)
     marks = [
         Mark(name, ts, ti, kind, dict(args))
         for ti, t in enumerate(raw.threads)
         for (name, ts, kind, args) in t.marks
     ]
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
-    names = canonical_names(names, s, spans)
+    names = canonical_names(names, s, spans, ops)
     header = dict(raw.header)
     header["clock"] = [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
-    header["spans_cover_children"] = raw.spans_cover_children
-    trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits)
+    header["spans_cover_children"] = raw.spans_cover_children or raw.ops_timing
+    if raw.ops_timing:
+        header["ops"] = {"count": len(ops), "unattributed": int(np.count_nonzero(ops.scope < 0))}
+    trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits, ops)
     header["anomalies"] = anomaly_report(trace)
     return trace
 
@@ -340,128 +353,153 @@ def _place_spans(
     return table, s_done
 
 
-def _flag(raw: RawRecording, s: ScopeTable, tokens: np.ndarray, done_by: np.ndarray | None) -> None:
-    n = len(s)
-    flags = s.flags.astype(np.int64)
-    if not n:
-        return
-    has_gpu = s.gpu_start_ns != NO_TIME
-    timed = tokens > 0
-    # untimed / degraded reported by the backend
-    if raw.untimed:
-        flags[np.isin(tokens, np.fromiter(raw.untimed, np.int64))] |= int(Flag.UNTIMED)
-    if raw.degraded:
-        deg_tokens = np.fromiter(raw.degraded, np.int64)
-        for row in np.flatnonzero(np.isin(tokens, deg_tokens)).tolist():
-            flags[row] |= int(Flag.DEGRADED)
-            s.args.setdefault(row, {})["degraded"] = raw.degraded[int(tokens[row])]
-    untimed = (flags & int(Flag.UNTIMED)) != 0
-    # cold: the first call of each name
-    _, first = np.unique(s.name, return_index=True)
-    flags[first] |= int(Flag.COLD)
-    # empty: a timed scope with no GPU work, or a GPU span no longer than the backend's floor
-    gpu_dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, 0)
-    empty = timed & ~untimed & (~has_gpu | (gpu_dur <= raw.empty_span_ns))
-    if raw.spans_cover_children:
-        empty &= ~has_gpu  # scopes without any pass are empty; a pass always holds work
-    empty &= (flags & int(Flag.DEGRADED)) == 0
-    if raw.problem:  # GPU times were lost, not absent: say so instead of "nothing launched"
-        for row in np.flatnonzero(empty).tolist():
-            flags[row] |= int(Flag.DEGRADED)
-            s.args.setdefault(row, {})["degraded"] = raw.problem
-    else:
-        flags[empty] |= int(Flag.EMPTY)
-    if has_gpu.any():
-        g = np.flatnonzero(has_gpu)
-        unc = s.uncertainty_ns[g]
-        # impossible: the GPU took longer than the wall time between submission and completion
-        if done_by is not None:
-            wall = done_by[g] - s.submit_ns[g]
-            flags[g[gpu_dur[g] > wall]] |= int(Flag.GPU_EXCEEDS_WALL)
-        flags[g[s.gpu_start_ns[g] < s.submit_ns[g] - unc]] |= int(Flag.START_BEFORE_SUBMIT)
-        _flag_overlaps(s, g, flags)
-    _flag_outliers(s, has_gpu, flags)
-    s.flags = flags.astype(np.uint32)
+def _fit_for(fitted: dict[int, tuple[ClockFit, FeasibleBand | None]], device: int) -> ClockFit | None:
+    got = fitted.get(device)
+    if got is None and fitted:  # a host-side clock (CUPTI) is one clock for every device
+        got = fitted[min(fitted)]
+    return got[0] if got is not None else None
 
 
-def _flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
-    """Spans on one in-order queue must nest or follow each other; partial overlaps are flagged."""
-    q = s.queue[g]
-    order = np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], q))
-    rows = g[order].tolist()
-    qs = q[order].tolist()
-    st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
-    stack: list[int] = []
-    cur_q = None
-    for row, qq in zip(rows, qs, strict=True):
-        if qq != cur_q:
-            stack, cur_q = [], qq
-        while stack and en[stack[-1]] <= st[row]:
-            stack.pop()
-        if stack and en[row] > en[stack[-1]]:
-            flags[row] |= int(Flag.OVERLAP)
-            flags[stack[-1]] |= int(Flag.OVERLAP)
-            continue  # keep the stack as it was: the overlapping span is not nested
-        stack.append(row)
+def _place_ops(
+    raw: RawRecording,
+    s: ScopeTable,
+    intern: Any,
+    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
+) -> tuple[OpTable, np.ndarray | None, np.ndarray | None]:
+    """Align per-operation records, attribute each to its scope, and hull them per scope.
 
-
-def _flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:
-    """Per name, excluding the cold call: GPU duration (else CPU duration) far from the median."""
-    dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, s.cpu_end_ns - s.cpu_start_ns)
-    warm = (flags & int(Flag.COLD)) == 0
-    names, counts = np.unique(s.name[warm], return_counts=True)
-    for nm in names[counts >= OUTLIER_MIN_CALLS].tolist():
-        rows = np.flatnonzero(warm & (s.name == nm))
-        # compare like with like: GPU times only with GPU times
-        gpu_rows = rows[has_gpu[rows]]
-        rows = gpu_rows if len(gpu_rows) >= OUTLIER_MIN_CALLS else rows[~has_gpu[rows]]
-        if len(rows) < OUTLIER_MIN_CALLS:
+    An operation belongs to the innermost scope open on its launching thread when its launch call
+    started (the scope's CPU window, on the session clock, holds the call's start). A scope's GPU
+    span is the hull of the operations of its subtree; its submission is its entry. Returns the
+    operations, per scope the time by which its work was known complete, and per scope whether a
+    blind stretch of the source (another tool held it) overlaps its CPU window.
+    """
+    n_ops = len(raw.ops)
+    blind = None
+    if raw.blind and len(s):
+        blind = np.zeros(len(s), bool)
+        for b in raw.blind:
+            fit = _fit_for(fitted, 0)
+            if fit is None:
+                continue
+            b0, b1 = fit.to_cpu(np.array([b.start_ns, b.end_ns], np.int64)).tolist()
+            blind |= (s.cpu_start_ns <= b1) & (s.cpu_end_ns >= b0)
+    if not n_ops:
+        return OpTable.empty(0), None, blind
+    raw_ops = sorted(
+        raw.ops, key=lambda o: (o.gpu_start_ns, o.gpu_end_ns, o.device, o.queue, o.correlation, o.name)
+    )
+    ops = OpTable.empty(n_ops)
+    ops.kind = np.array([o.kind for o in raw_ops], np.int32)
+    ops.name = np.array([intern(o.name) for o in raw_ops], np.int32)
+    ops.call_name = np.array([intern(o.call_name) for o in raw_ops], np.int32)
+    ops.queue = np.array([o.queue for o in raw_ops], np.int32)
+    ops.correlation = np.array([o.correlation for o in raw_ops], np.int64)
+    ops.bytes = np.array([o.bytes for o in raw_ops], np.int64)
+    ops.grid = np.array([o.grid for o in raw_ops], np.int64).reshape(n_ops, 3)
+    ops.block = np.array([o.block for o in raw_ops], np.int64).reshape(n_ops, 3)
+    ops.graph_id = np.array([o.graph_id for o in raw_ops], np.int64)
+    ops.graph_node_id = np.array([o.graph_node_id for o in raw_ops], np.int64)
+    dev = np.array([o.device for o in raw_ops], np.int64)
+    g0 = np.array([o.gpu_start_ns for o in raw_ops], np.int64)
+    g1 = np.array([o.gpu_end_ns for o in raw_ops], np.int64)
+    c0 = np.array([o.call_start_ns for o in raw_ops], np.int64)
+    c1 = np.array([o.call_end_ns for o in raw_ops], np.int64)
+    tid = np.array([o.call_tid for o in raw_ops], np.int64)
+    done = np.array([o.done_by_ns for o in raw_ops], np.int64)
+    seen = tid >= 0
+    for d in np.unique(dev).tolist():
+        fit = _fit_for(fitted, d)
+        m = dev == d
+        if fit is None:  # no calibration at all: keep the raw clock, the header says so
+            ops.gpu_start_ns[m], ops.gpu_end_ns[m] = g0[m], g1[m]
+            ops.call_start_ns[m & seen], ops.call_end_ns[m & seen] = c0[m & seen], c1[m & seen]
             continue
-        x = dur[rows].astype(np.float64)
-        med = float(np.median(x))
-        mad = float(np.median(np.abs(x - med)))
-        limit = max(OUTLIER_SIGMAS * 1.4826 * mad, OUTLIER_MIN_REL * abs(med))
-        flags[rows[np.abs(x - med) > limit]] |= int(Flag.OUTLIER)
+        ops.gpu_start_ns[m], ops.gpu_end_ns[m] = fit.to_cpu(g0[m]), fit.to_cpu(g1[m])
+        ms = m & seen
+        ops.call_start_ns[ms], ops.call_end_ns[ms] = fit.to_cpu(c0[ms]), fit.to_cpu(c1[ms])
+    # launching thread -> row of raw.threads
+    by_tid = {t.tid: i for i, t in enumerate(raw.threads)}
+    ops.thread = np.array([by_tid.get(t, -1) for t in tid.tolist()], np.int32)
+    ops.scope = _attribute(s, ops.thread, ops.call_start_ns)
+    # a reused pthread id: try the other threads that had it
+    for k in np.flatnonzero(ops.scope < 0).tolist():
+        for alt in raw_ops[k].call_tid_alt:
+            th = by_tid.get(alt, -1)
+            if th < 0:
+                continue
+            got = _attribute(s, np.array([th], np.int32), ops.call_start_ns[k : k + 1])
+            if got[0] >= 0:
+                ops.thread[k], ops.scope[k] = th, got[0]
+                break
+    # hull per scope over its subtree
+    owners: list[np.ndarray] = []
+    idx: list[np.ndarray] = []
+    cur, ix = ops.scope, np.arange(n_ops)
+    while True:
+        keep = cur >= 0
+        if not keep.any():
+            break
+        cur, ix = cur[keep], ix[keep]
+        owners.append(cur)
+        idx.append(ix)
+        cur = s.parent[cur]
+    if not owners:
+        return ops, None, blind
+    own, sel = np.concatenate(owners), np.concatenate(idx)
+    gs = np.full(len(s), np.iinfo(np.int64).max, np.int64)
+    ge = np.full(len(s), NO_TIME, np.int64)
+    np.minimum.at(gs, own, ops.gpu_start_ns[sel])
+    np.maximum.at(ge, own, ops.gpu_end_ns[sel])
+    has = ge != NO_TIME
+    s.gpu_start_ns = np.where(has, gs, NO_TIME)
+    s.gpu_end_ns = np.where(has, ge, NO_TIME)
+    s.submit_ns = np.where(has, s.cpu_start_ns, NO_TIME)
+    first_q = np.full(len(s), -1, np.int32)
+    order = np.argsort(ops.gpu_start_ns[sel], kind="stable")[::-1]
+    first_q[own[order]] = ops.queue[sel][order]
+    s.queue = first_q
+    s_done = np.full(len(s), NO_TIME, np.int64)
+    np.maximum.at(s_done, own, done[sel])
+    unc = np.zeros(len(s), np.int64)
+    for q in np.unique(first_q[first_q >= 0]).tolist():
+        d = raw.queues[q].device if q < len(raw.queues) else 0
+        fit_band = fitted.get(d) or (fitted[min(fitted)] if fitted else None)
+        if fit_band is None:
+            continue
+        fit, band = fit_band
+        m = first_q == q
+        for col in (s.gpu_start_ns[m], s.gpu_end_ns[m]):
+            u = uncertainty_at(fit, col)
+            if band is not None:
+                u = np.minimum(u, band.bound(col).astype(np.int64))
+            unc[m] = np.maximum(unc[m], u)
+    s.uncertainty_ns = unc
+    return ops, s_done, blind
 
 
-_EXPLAIN = {
-    "empty_gpu_span": "no GPU work ran inside this scope: nothing was launched, or it was never "
-    "flushed/submitted",
-    "gpu_exceeds_wall": "the GPU duration is longer than the wall time from submission to completion: "
-    "clock skew or a bad timestamp",
-    "start_before_submit": "the GPU started before the CPU submitted the work, beyond the alignment "
-    "uncertainty: clock skew",
-    "overlap": "two spans on one in-order queue partially overlap: timestamps from overlapping passes "
-    "or a clock glitch",
-    "outlier": "far from the other calls of this name: contention, a clock change, or different work",
-    "degraded": "gputrace failed while recording this scope; its times may be partial",
-}
+def _attribute(s: ScopeTable, thread: np.ndarray, call_ns: np.ndarray) -> np.ndarray:
+    """Row of the innermost scope of ``thread`` whose CPU window holds ``call_ns`` (−1: none).
 
-
-def anomaly_report(trace: Trace) -> dict[str, Any]:
-    """Counts per flag and the first ``MAX_ANOMALY_ITEMS`` anomalous scopes, with their numbers."""
-    s = trace.scopes
-    counts: dict[str, int] = {}
-    for bit in Flag:
-        c = int(np.count_nonzero(s.flags & int(bit)))
-        if c:
-            counts[flag_names(int(bit))[0]] = c
-    rows = np.flatnonzero(s.flags & int(ANOMALY_FLAGS))
-    items = []
-    for row in rows[:MAX_ANOMALY_ITEMS].tolist():
-        sc = trace.scope(row)
-        kinds = [k for k in sc.flag_names if k in _EXPLAIN]
-        items.append(
-            {
-                "scope": row,
-                "name": sc.name,
-                "kinds": kinds,
-                "cpu_start_ns": sc.cpu_start_ns,
-                "cpu_ns": sc.cpu_ns,
-                "gpu_ns": sc.gpu_ns,
-                "queue_gap_ns": sc.queue_gap_ns,
-                "uncertainty_ns": sc.uncertainty_ns,
-                "explain": [_EXPLAIN[k] for k in kinds],
-            }
-        )
-    return {"counts": counts, "items": items, "truncated": max(0, len(rows) - MAX_ANOMALY_ITEMS)}
+    Scopes of one thread nest, so the latest-entered scope at or before ``call_ns`` holds it, or
+    one of its ancestors does.
+    """
+    out = np.full(len(thread), -1, np.int64)
+    parent = s.parent
+    ends = s.cpu_end_ns
+    for th in np.unique(thread[thread >= 0]).tolist():
+        rows = np.flatnonzero(s.thread == th)
+        if not len(rows):
+            continue
+        m = np.flatnonzero((thread == th) & (call_ns != NO_TIME))
+        pos = np.searchsorted(s.cpu_start_ns[rows], call_ns[m], side="right") - 1
+        cand = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+        out[m] = cand
+        # the latest-entered scope had already ended: walk up to the ancestor still open
+        late = np.flatnonzero((cand >= 0) & (ends[np.maximum(cand, 0)] < call_ns[m]))
+        for k in late.tolist():
+            c, t = int(cand[k]), int(call_ns[m[k]])
+            while c >= 0 and ends[c] < t:
+                c = int(parent[c])
+            out[m[k]] = c
+    return out

@@ -166,6 +166,7 @@ class session:
         self._raw.spans_cover_children = backend.spans_cover_children
         self._raw.empty_span_ns = int(getattr(backend, "empty_span_ns", 0))
         self._recorder = Recorder(self.clock, backend)
+        backend.recorder = self._recorder
         self._recorder.owner = self
         self._recorder.nvtx = ranges
         self._calibrate()
@@ -321,6 +322,7 @@ class session:
         self._raw.spans.extend(got.spans)
         self._raw.untimed |= got.untimed
         self._raw.degraded.update(got.degraded)
+        self._raw.add_ops(got)
 
     def _attach_ranks(self, reason: str) -> None:
         """Find the job's process group (now, or when torch.distributed is initialised later) and

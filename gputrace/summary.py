@@ -189,6 +189,8 @@ def summarize(
     idle = idle_per_stream(trace)
     busy = sum(i["busy_ns"] for i in idle)
     rows = _rows(trace, busy)
+    if len(trace.ops):
+        _add_ops(trace, rows)
     all_rows = rows
     if sort is None:
         sort = "gpu_total" if any(r["gpu_ns"] for r in rows) else "cpu_total"
@@ -218,6 +220,9 @@ def summarize(
         "host": host_section(trace),
         "calibration": _calibration(trace),
         "ranks": rank_view(trace),
+        "timing": timing_section(trace),
+        "cupti_dropped_records": (header.get("backend_info") or {}).get("cupti_dropped_records"),
+        "ops_unattributed": (header.get("ops") or {}).get("unattributed"),
     }
 
 
@@ -540,3 +545,73 @@ def host_section(trace: Trace) -> dict[str, Any]:
         "high": high,
         "note": note,
     }
+
+
+def timing_section(trace: Trace) -> list[dict[str, Any]]:
+    """Per device, the timing source that timed it (``cupti`` or ``events``), where the header says."""
+    out = []
+    for d in trace.header.get("devices") or []:
+        if isinstance(d, dict) and "timing" in d:
+            out.append({"device": d.get("index"), "timing": d["timing"]})
+    return out
+
+
+def _add_ops(trace: Trace, rows: list[dict[str, Any]]) -> None:
+    """Per row: ``gpu_busy_ns`` (summed operation durations of warm calls: median, total) and
+    ``ops``, one entry per operation name launched under the scope (its own operations, not its
+    children's): ``{"name", "kind", "calls", "gpu_ns": {"median", "total"},
+    "launch_to_start_ns": {"median"} | None}``, largest total first."""
+    from gputrace.records import OP_KINDS
+
+    s, ops = trace.scopes, trace.ops
+    nq = len(trace.queues)
+    has_gpu = s.gpu_start_ns != NO_TIME
+    queue = np.where(has_gpu, s.queue.astype(np.int64), -1)
+    queue = np.where((queue >= 0) & (queue < nq), queue, -1)
+
+    def row_key(r: int) -> tuple[str, int | None, str | None]:
+        q = int(queue[r])
+        qi = trace.queues[q] if q >= 0 else None
+        return (trace.names[int(s.name[r])], qi.device if qi else None, qi.label if qi else None)
+
+    by_key = {(r["name"], r["device"], r["queue"]): r for r in rows}
+    busy = trace.busy_ns()
+    warm = (s.flags & int(Flag.COLD)) == 0
+    members: dict[tuple[str, int | None, str | None], list[int]] = {}
+    for r in np.flatnonzero(has_gpu).tolist():
+        members.setdefault(row_key(r), []).append(r)
+    for key, rs in members.items():
+        row = by_key.get(key)
+        if row is None:
+            continue
+        arr = np.array(rs, np.int64)
+        w = arr[warm[arr]]
+        row["gpu_busy_ns"] = {
+            "median": float(np.median(busy[w])) if len(w) else None,
+            "total": int(busy[arr].sum()),
+        }
+    own = ops.scope >= 0
+    per: dict[tuple[tuple[str, int | None, str | None], int, int], list[int]] = {}
+    for k in np.flatnonzero(own).tolist():
+        r = int(ops.scope[k])
+        per.setdefault((row_key(r), int(ops.name[k]), int(ops.kind[k])), []).append(k)
+    dur = ops.gpu_end_ns - ops.gpu_start_ns
+    lag = np.where(ops.call_start_ns != NO_TIME, ops.gpu_start_ns - ops.call_start_ns, NO_TIME)
+    for (key, name, kind), ks in per.items():
+        row = by_key.get(key)
+        if row is None:
+            continue
+        arr = np.array(ks, np.int64)
+        seen = lag[arr][lag[arr] != NO_TIME]
+        row.setdefault("ops", []).append(
+            {
+                "name": trace.names[name],
+                "kind": OP_KINDS[kind] if 0 <= kind < len(OP_KINDS) else "kernel",
+                "calls": len(ks),
+                "gpu_ns": {"median": float(np.median(dur[arr])), "total": int(dur[arr].sum())},
+                "launch_to_start_ns": {"median": float(np.median(seen))} if len(seen) else None,
+            }
+        )
+    for row in rows:
+        if "ops" in row:
+            row["ops"].sort(key=lambda o: (-o["gpu_ns"]["total"], o["name"]))

@@ -21,6 +21,7 @@ from gputrace.model import NO_TIME, Flag
 
 GPU_REASON = cuda.probe()
 gpu = pytest.mark.skipif(GPU_REASON is not None, reason=f"needs CuPy and a CUDA device: {GPU_REASON}")
+EV = {"timing": "events"}  # the CUDA-event timing source (CUPTI has its own tests below)
 BAD = Flag.OVERLAP | Flag.START_BEFORE_SUBMIT | Flag.GPU_EXCEEDS_WALL | Flag.DEGRADED
 
 
@@ -131,7 +132,7 @@ def _follow_or_nest(spans: list[tuple[int, int]]) -> bool:
 @pytest.mark.gpu
 @gpu
 def test_nested_scopes_on_one_stream(spin) -> None:  # type: ignore[no-untyped-def]
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         for _ in range(3):
             with gputrace.trace("outer"):
                 for _ in range(4):
@@ -164,7 +165,7 @@ def test_streams_get_their_own_queues(spin) -> None:  # type: ignore[no-untyped-
     import cupy
 
     s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         for _ in range(5):
             with gputrace.trace("a", stream=s1):
                 spin(30_000, s1)
@@ -184,7 +185,7 @@ def test_streams_get_their_own_queues(spin) -> None:  # type: ignore[no-untyped-
 @pytest.mark.gpu
 @gpu
 def test_empty_scope_is_flagged_and_real_work_is_not(spin) -> None:  # type: ignore[no-untyped-def]
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         for _ in range(5):
             spin(2_000_000)  # keep the stream busy so the empty scope's events run back to back
             with gputrace.trace("nothing"):
@@ -213,7 +214,7 @@ def test_graph_capture_is_refused_clearly(spin, capsys: pytest.CaptureFixture[st
 
     st = cupy.cuda.Stream(non_blocking=True)
     x = cupy.zeros(1024, dtype=cupy.float32)
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         with st:
             x += 0  # warm the kernel outside capture
             st.synchronize()
@@ -240,7 +241,7 @@ def test_graph_capture_is_refused_clearly(spin, capsys: pytest.CaptureFixture[st
 def test_sync_timeout_is_a_clear_error(spin) -> None:  # type: ignore[no-untyped-def]
     import cupy
 
-    with gputrace.session(backend="cuda", quiet=True, backend_options={"sync_timeout_s": 0.1}) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options={**EV, "sync_timeout_s": 0.1}) as s:
         with gputrace.trace("long"):
             spin(1_500_000_000)
         with pytest.raises(gputrace.GputraceError, match=r"did not finish the traced work .* 0\.1 s"):
@@ -255,7 +256,7 @@ def test_sync_timeout_is_a_clear_error(spin) -> None:  # type: ignore[no-untyped
 def test_events_are_pooled_and_reused(spin) -> None:  # type: ignore[no-untyped-def]
     from gputrace.clock import session_clock
 
-    b = cuda.CudaBackend(session_clock)
+    b = cuda.CudaBackend(session_clock, timing="events")
     created = []
     with gputrace.session(backend=b, quiet=True) as s:
         for _ in range(3):
@@ -274,7 +275,7 @@ def test_events_are_pooled_and_reused(spin) -> None:  # type: ignore[no-untyped-
 def test_events_are_reclaimed_without_any_sync(spin) -> None:  # type: ignore[no-untyped-def]
     from gputrace.clock import session_clock
 
-    b = cuda.CudaBackend(session_clock)
+    b = cuda.CudaBackend(session_clock, timing="events")
     n = 5 * cuda.HARVEST_EVERY
     with gputrace.session(backend=b, quiet=True) as s:
         for i in range(n):
@@ -293,7 +294,7 @@ def test_events_are_reclaimed_without_any_sync(spin) -> None:  # type: ignore[no
 @pytest.mark.gpu
 @gpu
 def test_sync_inside_an_open_scope(spin) -> None:  # type: ignore[no-untyped-def]
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         with gputrace.trace("epoch"):
             with gputrace.trace("step"):
                 spin(10_000)
@@ -319,7 +320,7 @@ def test_threads_with_their_own_streams(spin) -> None:  # type: ignore[no-untype
                 with gputrace.trace("t"):
                     spin(5_000)
 
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         threads = [threading.Thread(target=work) for _ in range(2)]
         for th in threads:
             th.start()
@@ -339,7 +340,7 @@ def test_cold_first_call_of_a_new_kernel(spin) -> None:  # type: ignore[no-untyp
 
     k = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x * 3.0f + 1.0f", "gputrace_cold_test")
     x = cupy.ones(1 << 16, dtype=cupy.float32)
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         for _ in range(5):
             with gputrace.trace("axpb"):
                 k(x)
@@ -392,7 +393,7 @@ def test_two_devices_get_their_own_clock_fit(spin) -> None:  # type: ignore[no-u
 
     if cupy.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs two CUDA devices")
-    with gputrace.session(backend="cuda", quiet=True) as s:
+    with gputrace.session(backend="cuda", quiet=True, backend_options=EV) as s:
         for dev in (0, 1):
             with cupy.cuda.Device(dev), gputrace.trace(f"on{dev}"):
                 cupy.arange(1 << 20).sum()
@@ -401,3 +402,219 @@ def test_two_devices_get_their_own_clock_fit(spin) -> None:  # type: ignore[no-u
     _gpu_scopes_ok(t)
     assert {q.device for q in t.queues} == {0, 1}
     assert {c["device"] for c in t.header["clock"]} == {0, 1}
+
+
+# CUPTI timing (cupti-python) ----------------------------------------------------------------------
+def _cupti_reason() -> str | None:
+    if GPU_REASON is not None:
+        return f"needs CuPy and a CUDA device: {GPU_REASON}"
+    from gputrace.backends import cupti
+
+    return cupti.probe()
+
+
+CUPTI = {"timing": "cupti"}
+cupti_gpu = pytest.mark.skipif(_cupti_reason() is not None, reason=f"needs CUPTI: {_cupti_reason()}")
+
+
+def _ops_of(t: gputrace.Trace, name: str) -> list[int]:
+    """Rows of the operations named ``name``."""
+    idx = t.names.index(name) if name in t.names else -1
+    return np.flatnonzero(t.ops.name == idx).tolist()
+
+
+@pytest.mark.gpu
+@cupti_gpu
+def test_cupti_every_kernel_under_its_scope(spin) -> None:  # type: ignore[no-untyped-def]
+    with gputrace.session(backend="cuda", quiet=True, backend_options=CUPTI) as s:
+        with gputrace.trace("outer"):
+            for _ in range(3):
+                with gputrace.trace("inner"):
+                    spin(20_000)
+                    spin(10_000)
+            with gputrace.trace("nothing"):
+                pass
+    t = s.trace
+    assert t is not None
+    assert t.header["backend_info"]["timing"] == "cupti"
+    assert all(d["timing"] == "cupti" for d in t.header["devices"])
+    rows = _ops_of(t, "spin_ns")
+    assert len(rows) == 6
+    inner = {sc.index for sc in t.find("inner")}
+    assert {int(t.ops.scope[r]) for r in rows} == inner
+    busy = t.busy_ns()
+    for sc in t.find("inner"):
+        mine = [r for r in rows if t.ops.scope[r] == sc.index]
+        assert len(mine) == 2
+        assert sc.gpu_start_ns == min(int(t.ops.gpu_start_ns[r]) for r in mine)
+        assert sc.gpu_end_ns == max(int(t.ops.gpu_end_ns[r]) for r in mine)
+        assert 0 < busy[sc.index] <= (sc.gpu_ns or 0)
+        for r in mine:  # launch call inside the scope; GPU start after the call started
+            assert sc.cpu_start_ns <= t.ops.call_start_ns[r] <= t.ops.call_end_ns[r] <= sc.cpu_end_ns
+            assert t.ops.gpu_start_ns[r] >= t.ops.call_start_ns[r] - sc.uncertainty_ns
+    (outer,) = t.find("outer")
+    assert busy[outer.index] == sum(busy[i] for i in inner)
+    (nothing,) = t.find("nothing")
+    assert nothing.flags & Flag.EMPTY and nothing.gpu_start_ns is None
+    assert not any(sc.flags & Flag.EMPTY for sc in t.find("inner"))
+    _gpu_scopes_ok(t)
+
+
+@pytest.mark.gpu
+@cupti_gpu
+def test_cupti_threads_and_streams_each_kernel_once(spin) -> None:  # type: ignore[no-untyped-def]
+    """4 threads × 2 streams; each scope launches a kernel of its own grid size."""
+    import cupy
+
+    kern = cupy.RawKernel('extern "C" __global__ void tagged(float* x) { x[blockIdx.x] += 1.0f; }', "tagged")
+    per_thread = 250
+    bufs = [cupy.zeros(per_thread * 2 + 1, dtype=cupy.float32) for _ in range(4)]
+
+    def work(k: int) -> None:
+        streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+        for i in range(per_thread):
+            st = streams[i % 2]
+            with st, gputrace.trace("tagged", thread=k, i=i):
+                kern((i + 1,), (1,), (bufs[k],))
+        for st in streams:
+            st.synchronize()
+
+    with gputrace.session(backend="cuda", quiet=True, backend_options=CUPTI) as s:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    t = s.trace
+    assert t is not None and len(t) == 4 * per_thread
+    rows = _ops_of(t, "tagged")
+    assert len(rows) == 4 * per_thread  # none lost
+    owners = [int(t.ops.scope[r]) for r in rows]
+    assert len(set(owners)) == len(owners) and min(owners) >= 0  # none twice, none unattributed
+    for r, o in zip(rows, owners, strict=True):
+        sc = t.scope(o)
+        assert int(t.ops.grid[r, 0]) == sc.args["i"] + 1  # its own kernel
+        assert t.threads[int(t.ops.thread[r])] == sc.thread
+    assert len({int(t.ops.queue[r]) for r in rows}) == 8
+
+
+@pytest.mark.gpu
+@cupti_gpu
+def test_cupti_graph_replays_are_attributed(spin) -> None:  # type: ignore[no-untyped-def]
+    import cupy
+
+    st = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.zeros(1024, dtype=cupy.float32)
+    with st:
+        x += 0
+        x *= 1
+        st.synchronize()
+        st.begin_capture()
+        x += 1
+        x *= 1
+        graph = st.end_capture()
+    with gputrace.session(backend="cuda", quiet=True, backend_options=CUPTI) as s:
+        for _ in range(3):
+            with gputrace.trace("replay"):
+                graph.launch(st)
+    st.synchronize()
+    assert float(x[0]) == 3.0
+    t = s.trace
+    assert t is not None
+    for sc in t.find("replay"):
+        mine = np.flatnonzero(t.ops.scope == sc.index)
+        assert len(mine) == 2, t.ops
+        assert all(int(t.ops.graph_id[r]) != 0 for r in mine)
+        assert sc.gpu_start_ns is not None
+
+
+def _torch_cuda() -> str | None:
+    try:
+        import torch
+    except Exception as exc:  # not installed, or a broken install
+        return f"torch is not importable ({type(exc).__name__}: {exc})"
+    return None if torch.cuda.is_available() else "torch sees no CUDA device"
+
+
+@pytest.mark.gpu
+@cupti_gpu
+@pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
+def test_torch_profiler_inside_an_auto_session_keeps_its_kernels(
+    spin, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """With torch loaded, timing="auto" leaves CUPTI to torch: its profiler works inside."""
+    import torch
+
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with gputrace.session(backend="cuda", quiet=True) as s:
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(20):
+                with gputrace.trace("during"):
+                    spin(10_000)
+            torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) >= 20
+    t = s.trace
+    assert t is not None and t.header["backend_info"]["timing"] == "events"
+    assert all(sc.gpu_start_ns is not None for sc in t.find("during"))
+    assert capsys.readouterr().err.count("torch is loaded") == 1
+
+
+@pytest.mark.gpu
+@cupti_gpu
+@pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
+def test_torch_profiler_inside_a_forced_cupti_session(spin, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    """timing="cupti" forced, then torch.profiler takes CUPTI: gputrace flags the stretch untimed,
+    says so once and takes CUPTI back. (torch.profiler itself then records no kernels: measured,
+    and the reason timing="auto" avoids CUPTI in torch programs; docs/cupti.md.)"""
+    import torch
+
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with gputrace.session(backend="cuda", quiet=True, backend_options=CUPTI) as s:
+        with gputrace.trace("before"):
+            spin(10_000)
+        gputrace.sync()
+        with torch.profiler.profile(activities=acts):
+            for _ in range(20):
+                with gputrace.trace("during"):
+                    spin(10_000)
+            torch.cuda.synchronize()
+        gputrace.sync()
+        for _ in range(3):
+            with gputrace.trace("after"):
+                spin(10_000)
+    t = s.trace
+    assert t is not None
+    err = capsys.readouterr().err
+    assert t.find("before")[0].gpu_start_ns is not None
+    for sc in t.find("during"):  # timed, or flagged untimed: never silently empty
+        assert sc.gpu_start_ns is not None or (sc.flags & Flag.UNTIMED and not sc.flags & Flag.EMPTY)
+    assert all(sc.gpu_start_ns is not None for sc in t.find("after")), "CUPTI was not taken back"
+    assert err.count("CUPTI records stopped arriving") == 1
+
+
+@pytest.mark.gpu
+@cupti_gpu
+@pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
+def test_cupti_session_inside_torch_profiler_falls_back_to_events(
+    spin, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        with gputrace.session(backend="cuda", quiet=True) as s:
+            for _ in range(10):
+                with gputrace.trace("k"):
+                    spin(10_000)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) >= 10
+    t = s.trace
+    assert t is not None
+    assert t.header["backend_info"]["timing"] == "events"
+    assert all(sc.gpu_start_ns is not None for sc in t.find("k"))
+    assert capsys.readouterr().err.count("holds CUPTI") == 1

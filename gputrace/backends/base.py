@@ -10,52 +10,14 @@ the resolver.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gputrace.model import QueueInfo
+from gputrace.records import CalibrationSample, Collected, RawOp, RawSpan
+
+__all__ = ["Backend", "CalibrationSample", "Clock", "Collected", "RawOp", "RawSpan"]
 
 Clock = Callable[[], int]
-
-
-@dataclass(frozen=True)
-class CalibrationSample:
-    """A GPU timestamp known to have been taken between two session-clock reads."""
-
-    cpu_before_ns: int
-    gpu_ns: int  # GPU clock, nanoseconds (ticks × timestamp period)
-    cpu_after_ns: int
-    device: int = 0
-
-    @property
-    def half_width_ns(self) -> float:
-        return (self.cpu_after_ns - self.cpu_before_ns) / 2.0
-
-    @property
-    def cpu_mid_ns(self) -> float:
-        return (self.cpu_before_ns + self.cpu_after_ns) / 2.0
-
-
-@dataclass(frozen=True)
-class RawSpan:
-    """One GPU execution span in the backend's clock domain, tied to a scope by its token."""
-
-    token: int
-    queue: int  # index into Backend.queues()
-    gpu_start_ns: int  # raw GPU clock, ns
-    gpu_end_ns: int
-    submit_ns: int  # session clock: when the CPU submitted this work
-    done_by_ns: int  # session clock: by then the work was known complete (the collecting sync)
-    label: str = ""  # a pass label; "" for a scope-level event pair
-
-
-@dataclass
-class Collected:
-    """What one ``collect()`` returns."""
-
-    spans: list[RawSpan] = field(default_factory=list)
-    untimed: set[int] = field(default_factory=set)  # tokens the GPU could not time
-    degraded: dict[int, str] = field(default_factory=dict)  # token -> what went wrong
 
 
 class Backend:
@@ -69,6 +31,8 @@ class Backend:
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
+        # the session's recorder (set by the session): its thread buffers name each thread
+        self.recorder: Any = None
 
     def begin(self, name: str, stream: Hashable | None, cpu_ns: int) -> int:
         """Start a GPU span for a scope entered at ``cpu_ns``; returns a token (> 0)."""

@@ -1,0 +1,553 @@
+"""CUDA-event timing for the cuda backend: a pooled CUDA event pair per scope, through CuPy.
+
+The fallback where CUPTI cannot be used (``timing="events"``, or another CUPTI client holds it),
+and the path that coexists with other profilers: it sees one span per scope, not the operations
+inside it, and on an idle GPU a scope's start event fires before its launch (docs/cupti.md).
+
+Each scope records a start event when it is entered and an end event when it is left, on the
+stream its work goes to (CuPy's current stream, or ``trace(name, stream=s)``). The submission time
+is the CPU time the scope was entered. Events come from a per-device pool and return to it once a
+sync has collected them: creating an event costs as much as recording one.
+
+>>> import cupy, gputrace                                     # doctest: +SKIP
+>>> with gputrace.session("mm.json", backend="cuda") as s:    # doctest: +SKIP
+...     a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
+...     with gputrace.trace("matmul"):
+...         b = a @ a
+>>> s.trace.find("matmul")[0].gpu_ns                          # doctest: +SKIP
+1843200
+
+The GPU clock domain
+--------------------
+CUDA events only give relative float32 milliseconds (``cudaEventElapsedTime``), whose resolution
+falls with the distance between the two events (exact below 8 ms, 61 ns at 1 s, 8 µs at 100 s).
+So the backend keeps a chain of *anchor* events on its own stream, one at every calibration and,
+from ``begin``, at most every ``ANCHOR_EVERY_NS``: anchor ``k`` sits at ``G(k-1) + elapsed(k-1,
+k)`` ns after the first one, and a scope's event ``e`` at ``G(a) + elapsed(a, e)`` for the anchor
+``a`` issued nearest to it. Every link is short, so no time is ever read from far away.
+
+Calibration brackets an event record between two session-clock reads: ``t0``; record ``R``; poll
+until ``R`` is done; ``t1``. An event is timestamped when the GPU reaches it, so on the idle
+backend stream ``R`` was timestamped inside ``[t0, t1]`` (6.2–7.8 µs wide on the H200). Six
+brackets are tried per calibration and the tightest two kept: the resolver's bound follows its
+worst sample, and a wide window (a preempted thread, a GPU waking up) only loosens it. On the
+H200 the fit then states ±4.3–4.9 µs and scope ends land 1.0–2.2 µs after the kernel's own
+``%globaltimer`` end (median, 91 s run, no growth; ``benchmarks/bench_cuda.py``).
+
+Why not ``%globaltimer`` anchors (a kernel reads the timer, then an event follows it): measured on
+the H200, the event is timestamped when its record *arrives*, which for a one-thread kernel is
+after the kernel already finished, at a time set by the CPU's launch jitter; anchors then
+disagreed with each other by up to 10 µs. The event chain has no such race.
+
+Work captured into a CUDA graph cannot be timed by ordinary event records; scopes entered while
+their stream is capturing are flagged ``untimed`` and one notice says so.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, RawSpan
+from gputrace.errors import GputraceError, notice
+from gputrace.model import QueueInfo
+
+# Measured on the H200 in three runs (benchmarks/bench_cuda.py): two event records queued back to
+# back measure 1.25–2.34 µs apart, an empty kernel between them 2.69–3.94 µs. A span at or below
+# this floor holds no GPU work. An empty scope on an idle GPU measures the CPU time between its
+# two records instead (2.4–15 µs) and is mostly not caught by the floor.
+EMPTY_SPAN_NS = 2_500
+ANCHOR_EVERY_NS = 1_000_000_000
+# Brackets tried per calibration, and how many of the tightest are kept: a wider window says less
+# (a preempted thread, a GPU waking up) and the resolver's bound follows its worst sample.
+SAMPLES_PER_CALIBRATION = 6
+SAMPLES_KEPT = 2
+DEFAULT_SYNC_TIMEOUT_S = 120.0
+# Without syncs the pool would grow by two events per scope: once this many ended scopes wait,
+# every scope exit reads the oldest few finished ones and returns their events to the pool
+# (HARVEST_PER_EXIT of them, a few µs, without waiting). Reading them all at once every 1,024
+# scopes stalled the program ~5 ms each time (once 153 ms) on the H200.
+HARVEST_EVERY = 512
+HARVEST_PER_EXIT = 4
+RETIRE_EVERY = 256  # harvests between two anchor retirements (it walks every live scope)
+_MS = 1e6
+
+
+def probe() -> str | None:
+    """Why CUDA through CuPy cannot be used here, or None. Never raises."""
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"CuPy is not installed ({exc})"
+    except Exception as exc:
+        return f"importing CuPy failed ({type(exc).__name__}: {exc})"
+    try:
+        if not cupy.cuda.is_available():
+            return "CuPy found no usable CUDA device"
+    except Exception as exc:
+        return f"CuPy could not query CUDA devices ({type(exc).__name__}: {exc})"
+    return None
+
+
+def nearest(anchor_cpu_ns: list[int], cpu_ns: int) -> int:
+    """Index of the anchor issued nearest to ``cpu_ns`` (ties go to the earlier one).
+
+    >>> nearest([0, 100, 200], 149), nearest([0, 100, 200], 150), nearest([0, 100, 200], 999)
+    (1, 1, 2)
+    """
+    i = bisect.bisect_left(anchor_cpu_ns, cpu_ns)
+    if i == 0:
+        return 0
+    if i == len(anchor_cpu_ns):
+        return i - 1
+    return i if anchor_cpu_ns[i] - cpu_ns < cpu_ns - anchor_cpu_ns[i - 1] else i - 1
+
+
+def ms_to_ns(ms: float) -> int:
+    """``cudaEventElapsedTime`` milliseconds to integer ns.
+
+    >>> ms_to_ns(0.001248), ms_to_ns(-0.5)
+    (1248, -500000)
+    """
+    return round(ms * _MS)
+
+
+@dataclass
+class _Anchor:
+    cpu_ns: int  # session clock when it was recorded
+    event: int
+    gpu_ns: int | None = None  # ns since the device's first anchor, once chained
+
+
+@dataclass
+class _Device:
+    index: int
+    name: str
+    stream: Any  # the backend's own non-blocking stream on this device
+    pool: list[int] = field(default_factory=list)
+    created: int = 0
+    anchors: list[_Anchor] = field(default_factory=list)
+    anchor_due_ns: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class _Queue:
+    q: int
+    dev: _Device
+    sptr: int
+    stream: Any  # the user's stream object, kept alive so its handle is not reused
+    last_end: int = 0  # last end event recorded on it (0: none since the last sync)
+
+
+class CudaEventsBackend(Backend):
+    """CUDA events through CuPy; ``backend_options``: ``sync_timeout_s``, ``samples``."""
+
+    name = "cuda"
+    timed = True
+    spans_cover_children = False
+    empty_span_ns = EMPTY_SPAN_NS
+    timing_note = ""  # why CUPTI was not used (set by gputrace.backends.cuda.CudaBackend)
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        sync_timeout_s: float = DEFAULT_SYNC_TIMEOUT_S,
+        samples: int = SAMPLES_PER_CALIBRATION,
+        anchor_every_ns: int = ANCHOR_EVERY_NS,
+    ) -> None:
+        super().__init__(clock)
+        why = probe()
+        if why is not None:
+            raise GputraceError(f"the cuda backend is not usable here: {why}.")
+        import cupy
+
+        self._cp = cupy
+        self._rt = cupy.cuda.runtime
+        self._record = cupy.cuda.runtime.eventRecord
+        self._capturing = cupy.cuda.runtime.streamIsCapturing
+        self._current = cupy.cuda.get_current_stream
+        self._get_device = cupy.cuda.runtime.getDevice
+        self.sync_timeout_s = float(sync_timeout_s)
+        self.samples = max(1, int(samples))
+        self.anchor_every_ns = int(anchor_every_ns)
+        self._tokens = itertools.count(1)
+        self._devs: dict[int, _Device] = {}
+        self._queues: dict[tuple[int, int], _Queue] = {}
+        self._queue_list: list[_Queue] = []
+        self._open: dict[int, tuple[_Queue, int, int]] = {}
+        self._ended: list[tuple[int, _Queue, int, int, int]] = []
+        self._captured: set[int] = set()
+        self._captured_noticed = False
+        self._lock = threading.Lock()  # slow paths only: new device, new queue
+        self._pending_samples: list[CalibrationSample] = []
+        self._harvested = Collected()
+        self._harvest_at = HARVEST_EVERY
+        self._harvests = 0
+        self._harvest_lock = threading.Lock()
+        self._synced_ns = 0
+        self._one_device = cupy.cuda.runtime.getDeviceCount() == 1
+        self._by_ptr: dict[int, _Queue] = {}  # the single-device fast path
+        self._device(self._get_device())
+
+    # hot path -------------------------------------------------------------------------------
+    def begin(self, name: str, stream: Hashable | None, cpu_ns: int) -> int:
+        s = self._current() if stream is None else stream
+        sptr = s if isinstance(s, int) else getattr(s, "ptr", None)
+        if sptr is None:
+            sptr = _stream_ptr(s)
+        qs = self._by_ptr.get(sptr) if self._one_device else None
+        if qs is None:
+            dev = getattr(s, "device_id", -1)
+            if dev < 0:
+                dev = self._get_device()
+            qs = self._queues.get((dev, sptr)) or self._new_queue(dev, sptr, s)
+        token = next(self._tokens)
+        if sptr and self._capturing(sptr):
+            self._refuse_capture(token, name)
+            return token
+        d = qs.dev
+        try:
+            ev = d.pool.pop()
+        except IndexError:
+            ev = self._new_event(d)
+        self._record(ev, sptr)
+        self._open[token] = (qs, ev, cpu_ns)
+        if cpu_ns >= d.anchor_due_ns:
+            self._anchor(d, auto=True)
+        return token
+
+    def end(self, token: int) -> None:
+        try:
+            qs, ev0, cpu_ns = self._open.pop(token)
+        except KeyError:
+            return  # refused (graph capture) at begin
+        d = qs.dev
+        try:
+            ev1 = d.pool.pop()
+        except IndexError:
+            ev1 = self._new_event(d)
+        self._record(ev1, qs.sptr)
+        qs.last_end = ev1
+        self._ended.append((token, qs, ev0, ev1, cpu_ns))
+        if len(self._ended) >= self._harvest_at:
+            self._harvest()
+
+    def _harvest(self) -> None:
+        """Read the scopes whose events are done, without waiting; keep them for ``collect``."""
+        if not self._harvest_lock.acquire(blocking=False):
+            return  # another thread is at it
+        try:
+            self._harvests += 1
+            retire = self._harvests % RETIRE_EVERY == 0
+            got = self._take_finished(None, limit=HARVEST_PER_EXIT, retire=retire)
+            self._harvested.spans.extend(got.spans)
+            self._harvested.degraded.update(got.degraded)
+        finally:
+            self._harvest_lock.release()
+
+    # slow paths -----------------------------------------------------------------------------
+    def _device(self, index: int) -> _Device:
+        d = self._devs.get(index)
+        if d is not None:
+            return d
+        with self._lock:
+            d = self._devs.get(index)
+            if d is None:
+                d = self._make_device(index)
+                self._devs[index] = d
+        return d
+
+    def _make_device(self, index: int) -> _Device:
+        cp = self._cp
+        with cp.cuda.Device(index):
+            props = self._rt.getDeviceProperties(index)
+            raw_name = props.get("name", b"")
+            name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+            d = _Device(index, name or f"CUDA device {index}", cp.cuda.Stream(non_blocking=True))
+            d.pool = [self._rt.eventCreateWithFlags(0) for _ in range(64)]
+            d.created = 64
+        self._anchor(d, auto=False)
+        self._pending_samples.extend(self._bracket(d))
+        return d
+
+    def _new_event(self, d: _Device) -> int:
+        prev = self._get_device()
+        if prev != d.index:
+            self._rt.setDevice(d.index)
+        try:
+            ev: int = self._rt.eventCreateWithFlags(0)
+        finally:
+            if prev != d.index:
+                self._rt.setDevice(prev)
+        d.created += 1
+        return ev
+
+    def _new_queue(self, dev: int, sptr: int, stream: Any) -> _Queue:
+        d = self._device(dev)
+        with self._lock:
+            qs = self._queues.get((dev, sptr))
+            if qs is None:
+                qs = _Queue(len(self._queue_list), d, sptr, stream if not isinstance(stream, int) else None)
+                self._queue_list.append(qs)
+                self._queues[(dev, sptr)] = qs
+                if self._one_device:
+                    self._by_ptr[sptr] = qs
+        return qs
+
+    def _refuse_capture(self, token: int, name: str) -> None:
+        self._captured.add(token)
+        if not self._captured_noticed:
+            self._captured_noticed = True
+            notice(
+                f"scope {name!r} was entered while its stream was capturing a CUDA graph; scopes "
+                "inside graph capture are not timed on the GPU (flagged untimed): trace the graph "
+                "launch instead."
+            )
+
+    def _anchor(self, d: _Device, *, auto: bool) -> None:
+        """Record an anchor event on the backend's own stream of device ``d``."""
+        with d.lock:
+            now = self.clock()
+            if auto and now < d.anchor_due_ns:
+                return  # another thread anchored meanwhile
+            d.anchor_due_ns = now + self.anchor_every_ns
+            ev = d.pool.pop() if d.pool else self._new_event(d)
+            self._record(ev, d.stream.ptr)
+            d.anchors.append(_Anchor(self.clock(), ev))
+
+    def _wait(self, events: list[tuple[int, str]], deadline: float) -> None:
+        """Poll events until done; past ``deadline`` raise one clear error (never hang)."""
+        query = self._rt.eventQuery
+        spins = 0
+        for ev, where in events:
+            while query(ev) != 0:
+                spins += 1
+                if spins > 2000:
+                    time.sleep(min(0.001, 1e-6 * (spins - 2000)))
+                if time.monotonic() > deadline:
+                    raise GputraceError(
+                        f"the GPU did not finish the traced work on {where} within "
+                        f"{self.sync_timeout_s:g} s; pass backend_options={{'sync_timeout_s': ...}} "
+                        "if that is expected."
+                    )
+
+    def _bracket(self, d: _Device) -> list[CalibrationSample]:
+        """Samples: an event record bracketed by session-clock reads, on the backend's stream."""
+        out: list[tuple[int, int, int]] = []
+        deadline = time.monotonic() + self.sync_timeout_s
+        query = self._rt.eventQuery
+        sptr = d.stream.ptr
+        clock = self.clock
+        ev_list = [d.pool.pop() if d.pool else self._new_event(d) for _ in range(self.samples)]
+        # the anchor issued just before must be done first, so the brackets see an idle stream
+        self._wait([(d.anchors[-1].event, f"device {d.index}")], deadline)
+        for ev in ev_list:
+            t0 = clock()
+            self._record(ev, sptr)
+            while query(ev) != 0:
+                if time.monotonic() > deadline:
+                    self._wait([(ev, f"device {d.index}")], deadline)
+            t1 = clock()
+            out.append((t0, ev, t1))
+        out.sort(key=lambda x: x[2] - x[0])
+        self._read_anchors(d)
+        anchor = d.anchors[-1]
+        samples = []
+        if anchor.gpu_ns is not None:
+            elapsed = self._rt.eventElapsedTime
+            for t0, ev, t1 in out[:SAMPLES_KEPT]:
+                g = anchor.gpu_ns + ms_to_ns(elapsed(anchor.event, ev))
+                samples.append(CalibrationSample(t0, g, t1, d.index))
+        d.pool.extend(ev_list)
+        return samples
+
+    def _read_anchors(self, d: _Device) -> None:
+        """Chain anchors whose event is done: each sits ``elapsed`` after the previous one."""
+        query = self._rt.eventQuery
+        prev: _Anchor | None = None
+        for a in d.anchors:
+            if a.gpu_ns is None and query(a.event) == 0:
+                if prev is None:
+                    a.gpu_ns = 0
+                elif prev.gpu_ns is not None:
+                    a.gpu_ns = prev.gpu_ns + ms_to_ns(self._rt.eventElapsedTime(prev.event, a.event))
+            prev = a
+
+    # sync, calibrate, collect ---------------------------------------------------------------
+    def sync(self) -> None:
+        deadline = time.monotonic() + self.sync_timeout_s
+        waits = []
+        for qs in self._queue_list:
+            if qs.last_end:
+                waits.append((qs.last_end, f"device {qs.dev.index} {_label(qs)}"))
+        for d in self._devs.values():
+            if d.anchors:
+                waits.append((d.anchors[-1].event, f"device {d.index} (gputrace's stream)"))
+        self._wait(waits, deadline)
+        self._synced_ns = self.clock()
+
+    def calibrate(self) -> list[CalibrationSample]:
+        out, self._pending_samples = self._pending_samples, []
+        for d in list(self._devs.values()):
+            self._anchor(d, auto=False)
+            out.extend(self._bracket(d))
+        return out
+
+    def collect(self) -> Collected:
+        with self._harvest_lock:
+            got = self._take_finished(self._synced_ns or self.clock())
+            early, self._harvested = self._harvested, Collected()
+        got.spans[:0] = early.spans
+        got.degraded.update(early.degraded)
+        got.untimed, self._captured = self._captured, set()
+        return got
+
+    def _take_finished(self, done_by: int | None, limit: int | None = None, retire: bool = True) -> Collected:
+        """Spans of the ended scopes whose end event is done; their events go back to the pool.
+
+        ``done_by``: a session-clock time by which those events were known done (the sync's end);
+        None when harvesting without a sync: then the clock is read after the last query, and
+        scopes that no finished anchor can place yet are left for later. ``limit``: read at most
+        that many of the oldest ended scopes.
+        """
+        got = Collected()
+        n = len(self._ended) if limit is None else min(limit, len(self._ended))
+        ended = self._ended[:n]  # other threads may append meanwhile: never swap the list
+        query = self._rt.eventQuery
+        elapsed = self._rt.eventElapsedTime
+        cpu_index: dict[int, tuple[list[int], list[_Anchor]]] = {}
+        for d in self._devs.values():
+            self._read_anchors(d)
+            ready = [a for a in d.anchors if a.gpu_ns is not None]
+            cpu_index[d.index] = ([a.cpu_ns for a in ready], ready)
+        keep = []
+        released: set[int] = set()
+        placed: list[tuple[int, int, int, int, int]] = []
+        for rec in ended:
+            token, qs, ev0, ev1, cpu_ns = rec
+            d = qs.dev
+            cpus, ready = cpu_index[d.index]
+            if query(ev1) != 0 or (not ready and done_by is None):
+                keep.append(rec)  # not finished yet (or a sync timed out): a later collect takes it
+                continue
+            if not ready:
+                got.degraded[token] = "no clock anchor could be read on this device"
+            else:
+                a = ready[nearest(cpus, cpu_ns)]
+                try:
+                    start = a.gpu_ns + ms_to_ns(elapsed(a.event, ev0))  # type: ignore[operator]
+                    dur = ms_to_ns(elapsed(ev0, ev1))
+                    placed.append((token, qs.q, start, start + dur, cpu_ns))
+                except Exception as exc:
+                    got.degraded[token] = f"reading its CUDA events failed ({type(exc).__name__})"
+            d.pool.append(ev0)
+            d.pool.append(ev1)
+            released.add(ev1)
+        known_done = self.clock() if done_by is None else done_by
+        got.spans = [RawSpan(tok, q, g0, g1, sub, known_done) for tok, q, g0, g1, sub in placed]
+        del self._ended[:n]
+        self._ended[:0] = keep
+        for qs in self._queue_list:
+            if qs.last_end in released:
+                qs.last_end = 0  # nothing newer was recorded on it: the next sync skips it
+        if retire:
+            self._retire_anchors()
+        return got
+
+    def _retire_anchors(self) -> None:
+        """Return anchors no open or uncollected scope can need to the pool (keep the latest)."""
+        live = [c for _, _, c in self._open.values()] + [r[4] for r in self._ended]
+        oldest = min(live, default=None)
+        for d in self._devs.values():
+            with d.lock:
+                done = [a for a in d.anchors if a.gpu_ns is not None]
+                if len(done) < 2:
+                    continue
+                cutoff = done[-1].cpu_ns if oldest is None else oldest
+                # keep the newest finished anchor at or before the cutoff, and all after it
+                older = [a for a in done[:-1] if a.cpu_ns < cutoff]
+                drop = older[:-1] if older else []
+                if not drop:
+                    continue
+                ids = {id(a) for a in drop}
+                d.anchors = [a for a in d.anchors if id(a) not in ids]
+                d.pool.extend(a.event for a in drop)
+
+    # facts ----------------------------------------------------------------------------------
+    def queues(self) -> list[QueueInfo]:
+        return [QueueInfo(qs.dev.index, qs.dev.name, self.name, _label(qs)) for qs in self._queue_list]
+
+    def devices(self) -> list[dict[str, Any]]:
+        return [
+            {"index": d.index, "name": d.name, "backend": self.name, "timing": "events"}
+            for d in self._devs.values()
+        ]
+
+    def info(self) -> dict[str, Any]:
+        cp = self._cp
+        facts: dict[str, Any] = {
+            "name": self.name,
+            "timing": "events",
+            "timing_by_device": {str(d): "events" for d in self._devs},
+            "timing_note": self.timing_note,
+            "cupy": cp.__version__,
+            "cuda_runtime": self._rt.runtimeGetVersion(),
+            "cuda_driver": self._rt.driverGetVersion(),
+            "clock_domain": "cuda-event-chain",
+            "clock_domain_note": (
+                "GPU times are ns since the device's first anchor event; anchors are chained by "
+                "cudaEventElapsedTime and issued at most "
+                f"{self.anchor_every_ns / 1e9:g} s apart while scopes run"
+            ),
+            "calibration": "event record bracketed by session-clock reads, polled to completion",
+            "samples_per_calibration": f"the tightest {min(SAMPLES_KEPT, self.samples)} of {self.samples}",
+            "empty_span_ns": self.empty_span_ns,
+            "events_created": {str(d.index): d.created for d in self._devs.values()},
+            "graph_capture": "scopes inside stream capture are refused and flagged untimed",
+        }
+        return facts
+
+    def close(self) -> None:
+        destroy = self._rt.eventDestroy
+        for d in self._devs.values():
+            events = list(d.pool) + [a.event for a in d.anchors]
+            events += [ev for qs, ev, _ in self._open.values() if qs.dev is d]
+            events += [e for r in self._ended if r[1].dev is d for e in (r[2], r[3])]
+            for ev in set(events):
+                # a context already torn down at exit leaves nothing to free
+                with contextlib.suppress(Exception):
+                    destroy(ev)
+            d.pool = []
+            d.anchors = []
+        self._open.clear()
+        self._ended = []
+        self._queues.clear()
+        for qs in self._queue_list:
+            qs.stream = None
+
+
+def _stream_ptr(stream: Any) -> int:
+    """The raw handle of a stream given as a CuPy stream, a torch stream, or an int."""
+    for attr in ("ptr", "cuda_stream", "handle"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    raise GputraceError(
+        f"trace(stream=...) needs a CuPy stream, a torch stream or a raw handle, not {type(stream).__name__}."
+    )
+
+
+def _label(qs: _Queue) -> str:
+    if qs.sptr == 0:
+        return "default stream"
+    if qs.sptr in (1, 2):
+        return "per-thread default stream" if qs.sptr == 2 else "legacy default stream"
+    return f"stream {qs.sptr:#x}"

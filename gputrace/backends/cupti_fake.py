@@ -1,0 +1,185 @@
+"""A scripted activity source: CUPTI's records, made up exactly, so the CUPTI path is tested in CI.
+
+Code under test calls ``launch`` (or ``launch_graph``) where it would launch GPU work; the source
+records the launch call on the calling thread at the current time and schedules the operation on
+its stream (after the stream's previous work and ``latency_ns``). Records are delivered at the
+next ``drain``, as CUPTI delivers them at a flush. ``take_over()`` plays another CUPTI client
+(torch.profiler) taking the callbacks: records are lost until ``release()``.
+
+>>> import gputrace
+>>> from gputrace.clock import FakeClock
+>>> from gputrace.backends.cupti import CuptiBackend
+>>> clock = FakeClock(0, 1_000)
+>>> src = FakeActivitySource(clock)
+>>> with gputrace.session(backend=CuptiBackend(clock, source=src), clock=clock, quiet=True) as s:
+...     with gputrace.trace("step"):
+...         _ = src.launch("k", gpu_ns=500)
+>>> [(s.trace.names[int(n)], int(e - b)) for n, b, e in zip(s.trace.ops.name, s.trace.ops.gpu_start_ns,
+...                                                        s.trace.ops.gpu_end_ns)]
+[('k', 500)]
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from gputrace.backends.base import Clock
+from gputrace.backends.cupti import CallTuple, OpTuple
+from gputrace.records import OP_KERNEL
+
+# CUPTI's clock is CLOCK_REALTIME: a long way from the session clock's zero.
+REALTIME_OFFSET_NS = 1_764_000_000_000_000_000
+_SYNC_CBID = 1
+_LAUNCH_CBID = 2
+_GRAPH_CBID = 3
+
+
+class FakeActivitySource:
+    """See the module docstring. ``drop_every``: drop every n-th record, counted as dropped."""
+
+    name = "fake"
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        offset_ns: int = REALTIME_OFFSET_NS,
+        latency_ns: int = 3_000,
+        devices: Sequence[int] = (0,),
+        pthread_ids: bool = True,
+    ) -> None:
+        self.clock = clock
+        self.offset_ns = offset_ns
+        self.latency_ns = latency_ns
+        # CUPTI's default thread ids are pthread_self() (threading.get_ident()); a tool may
+        # switch the process to OS ids (threading.get_native_id())
+        self.pthread_ids = pthread_ids
+        self._devices = {d: f"Fake GPU {d}" for d in devices}
+        self._lock = threading.Lock()
+        self._ops: list[OpTuple] = []
+        self._calls: list[CallTuple] = []
+        self._stream_free: dict[tuple[int, int], int] = {}
+        self._corr = 0
+        self.taken = False
+        self.other: str | None = None  # what other_client_active() answers
+        self.started = 0
+        self.lost = 0
+
+    def timestamp(self) -> int:
+        return self.clock() + self.offset_ns
+
+    def _tid(self) -> int:
+        """This thread as CUPTI names it: 32 bits of pthread_self(), or its OS id."""
+        return threading.get_ident() & 0xFFFFFFFF if self.pthread_ids else threading.get_native_id()
+
+    def _next_corr(self) -> int:
+        with self._lock:
+            self._corr += 1
+            return self._corr
+
+    def _record(self, ops: list[OpTuple], call: CallTuple) -> None:
+        with self._lock:
+            if self.taken:
+                self.lost += len(ops) + 1
+                return
+            self._ops.extend(ops)
+            self._calls.append(call)
+
+    def launch(
+        self,
+        name: str,
+        *,
+        gpu_ns: int = 1_000,
+        stream: int = 7,
+        device: int = 0,
+        kind: int = OP_KERNEL,
+        nbytes: int = 0,
+        grid: tuple[int, int, int] = (1, 1, 1),
+        block: tuple[int, int, int] = (256, 1, 1),
+    ) -> int:
+        """Record one launch call on this thread and its operation; returns the correlation id."""
+        corr = self._next_corr()
+        c0 = self.timestamp()
+        c1 = self.timestamp()
+        g0 = self._place(device, stream, c0, gpu_ns)
+        if kind != OP_KERNEL:
+            grid, block = (0, 0, 0), (0, 0, 0)
+        op: OpTuple = (kind, name, device, stream, corr, g0, g0 + gpu_ns, nbytes, *grid, *block, 0, 0)
+        self._record([op], (corr, self._tid(), c0, c1, 0, _LAUNCH_CBID))
+        return corr
+
+    def launch_graph(self, graph_id: int, kernels: Sequence[tuple[str, int]], *, stream: int = 7,
+                     device: int = 0) -> int:  # fmt: skip
+        """One graph launch call replaying ``kernels`` [(name, gpu_ns)], in order, on ``stream``."""
+        corr = self._next_corr()
+        c0 = self.timestamp()
+        c1 = self.timestamp()
+        ops: list[OpTuple] = []
+        for node, (name, ns) in enumerate(kernels, start=1):
+            g0 = self._place(device, stream, c0, ns)
+            ops.append(
+                (OP_KERNEL, name, device, stream, corr, g0, g0 + ns, 0, 1, 1, 1, 32, 1, 1, graph_id, node)
+            )
+        self._record(ops, (corr, self._tid(), c0, c1, 0, _GRAPH_CBID))
+        return corr
+
+    def _place(self, device: int, stream: int, call_ns: int, gpu_ns: int) -> int:
+        with self._lock:
+            free = self._stream_free.get((device, stream), 0)
+            g0 = max(free, call_ns + self.latency_ns)
+            self._stream_free[(device, stream)] = g0 + gpu_ns
+        return g0
+
+    def take_over(self, why: str | None = None) -> None:
+        """Another client takes CUPTI: records are lost until ``release``; ``why`` is what
+        ``other_client_active`` answers meanwhile (None: the tool is not detectable)."""
+        self.taken = True
+        self.other = why
+
+    def release(self) -> None:
+        self.other = None
+
+    # the source contract ------------------------------------------------------------------------
+    def start(self) -> None:
+        self.started += 1
+        self.taken = False
+
+    def reclaim(self) -> None:
+        self.start()
+
+    def sync(self) -> tuple[int, int, int]:
+        t0 = self.timestamp()
+        corr = self._next_corr()
+        self._record([], (corr, self._tid(), self.timestamp(), self.timestamp(), 0, _SYNC_CBID))
+        t1 = self.timestamp()
+        return threading.get_native_id(), t0, t1
+
+    def drain(self) -> tuple[list[OpTuple], list[CallTuple]]:
+        with self._lock:
+            ops, self._ops = self._ops, []
+            calls, self._calls = self._calls, []
+        return ops, calls
+
+    def call_name(self, domain: int, cbid: int) -> str:
+        return {
+            _SYNC_CBID: "cuCtxSynchronize",
+            _LAUNCH_CBID: "cuLaunchKernel",
+            _GRAPH_CBID: "cuGraphLaunch",
+        }.get(cbid, f"driver api {cbid}")
+
+    def dropped(self) -> int:
+        return 0
+
+    def other_client_active(self) -> str | None:
+        return self.other
+
+    def devices(self) -> dict[int, str]:
+        return dict(self._devices)
+
+    def stop(self) -> None:
+        pass
+
+    def info(self) -> dict[str, Any]:
+        return {"timing_source": self.name}

@@ -1,0 +1,162 @@
+"""Flagging: what in a resolved recording is suspicious, and what each flag means.
+
+A flag explains, it never clamps: every flagged value stays as measured. ``flag`` sets the
+per-scope flags after the resolver placed GPU times; ``anomaly_report`` writes the header's
+``anomalies`` section. ``flag_outliers`` and ``anomaly_report`` also serve traces read from other
+tools (``gputrace.foreign``) and merged traces (``gputrace.merge``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, ScopeTable, Trace, flag_names
+from gputrace.records import RawRecording
+
+# Outliers: |x − median| > max(OUTLIER_SIGMAS · 1.4826 · MAD, OUTLIER_MIN_REL · median)
+OUTLIER_SIGMAS = 5.0
+OUTLIER_MIN_REL = 0.10
+OUTLIER_MIN_CALLS = 5
+MAX_ANOMALY_ITEMS = 1000
+
+
+def flag(
+    raw: RawRecording,
+    s: ScopeTable,
+    tokens: np.ndarray,
+    done_by: np.ndarray | None,
+    blind: np.ndarray | None = None,
+) -> None:
+    """Set every scope's flags in place (``s.flags``); values are never changed, only flagged.
+
+    ``blind``: per scope, True where a timing source that observes every scope (CUPTI) could not
+    see it (another tool held the source): such a scope without GPU work is untimed, not empty.
+    """
+    n = len(s)
+    flags = s.flags.astype(np.int64)
+    if not n:
+        return
+    has_gpu = s.gpu_start_ns != NO_TIME
+    timed = np.ones(n, bool) if raw.ops_timing else tokens > 0
+    if blind is not None:
+        flags[blind & ~has_gpu] |= int(Flag.UNTIMED)
+    # untimed / degraded reported by the backend
+    if raw.untimed:
+        flags[np.isin(tokens, np.fromiter(raw.untimed, np.int64))] |= int(Flag.UNTIMED)
+    if raw.degraded:
+        deg_tokens = np.fromiter(raw.degraded, np.int64)
+        for row in np.flatnonzero(np.isin(tokens, deg_tokens)).tolist():
+            flags[row] |= int(Flag.DEGRADED)
+            s.args.setdefault(row, {})["degraded"] = raw.degraded[int(tokens[row])]
+    untimed = (flags & int(Flag.UNTIMED)) != 0
+    # cold: the first call of each name
+    _, first = np.unique(s.name, return_index=True)
+    flags[first] |= int(Flag.COLD)
+    # empty: a timed scope with no GPU work, or a GPU span no longer than the backend's floor
+    gpu_dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, 0)
+    empty = timed & ~untimed & (~has_gpu | (gpu_dur <= raw.empty_span_ns))
+    if raw.spans_cover_children:
+        empty &= ~has_gpu  # scopes without any pass are empty; a pass always holds work
+    empty &= (flags & int(Flag.DEGRADED)) == 0
+    if raw.problem:  # GPU times were lost, not absent: say so instead of "nothing launched"
+        for row in np.flatnonzero(empty).tolist():
+            flags[row] |= int(Flag.DEGRADED)
+            s.args.setdefault(row, {})["degraded"] = raw.problem
+    else:
+        flags[empty] |= int(Flag.EMPTY)
+    if has_gpu.any():
+        g = np.flatnonzero(has_gpu)
+        unc = s.uncertainty_ns[g]
+        # impossible: the GPU took longer than the wall time between submission and completion
+        if done_by is not None:
+            wall = done_by[g] - s.submit_ns[g]
+            flags[g[gpu_dur[g] > wall]] |= int(Flag.GPU_EXCEEDS_WALL)
+        flags[g[s.gpu_start_ns[g] < s.submit_ns[g] - unc]] |= int(Flag.START_BEFORE_SUBMIT)
+        flag_overlaps(s, g, flags)
+    flag_outliers(s, has_gpu, flags)
+    s.flags = flags.astype(np.uint32)
+
+
+def flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
+    """Spans on one in-order queue must nest or follow each other; partial overlaps are flagged."""
+    q = s.queue[g]
+    order = np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], q))
+    rows = g[order].tolist()
+    qs = q[order].tolist()
+    st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
+    stack: list[int] = []
+    cur_q = None
+    for row, qq in zip(rows, qs, strict=True):
+        if qq != cur_q:
+            stack, cur_q = [], qq
+        while stack and en[stack[-1]] <= st[row]:
+            stack.pop()
+        if stack and en[row] > en[stack[-1]]:
+            flags[row] |= int(Flag.OVERLAP)
+            flags[stack[-1]] |= int(Flag.OVERLAP)
+            continue  # keep the stack as it was: the overlapping span is not nested
+        stack.append(row)
+
+
+def flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:
+    """Per name, excluding the cold call: GPU duration (else CPU duration) far from the median."""
+    dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, s.cpu_end_ns - s.cpu_start_ns)
+    warm = (flags & int(Flag.COLD)) == 0
+    names, counts = np.unique(s.name[warm], return_counts=True)
+    for nm in names[counts >= OUTLIER_MIN_CALLS].tolist():
+        rows = np.flatnonzero(warm & (s.name == nm))
+        # compare like with like: GPU times only with GPU times
+        gpu_rows = rows[has_gpu[rows]]
+        rows = gpu_rows if len(gpu_rows) >= OUTLIER_MIN_CALLS else rows[~has_gpu[rows]]
+        if len(rows) < OUTLIER_MIN_CALLS:
+            continue
+        x = dur[rows].astype(np.float64)
+        med = float(np.median(x))
+        mad = float(np.median(np.abs(x - med)))
+        limit = max(OUTLIER_SIGMAS * 1.4826 * mad, OUTLIER_MIN_REL * abs(med))
+        flags[rows[np.abs(x - med) > limit]] |= int(Flag.OUTLIER)
+
+
+EXPLAIN = {
+    "empty_gpu_span": "no GPU work ran inside this scope: nothing was launched, or it was never "
+    "flushed/submitted",
+    "gpu_exceeds_wall": "the GPU duration is longer than the wall time from submission to completion: "
+    "clock skew or a bad timestamp",
+    "start_before_submit": "the GPU started before the CPU submitted the work, beyond the alignment "
+    "uncertainty: clock skew",
+    "overlap": "two spans on one in-order queue partially overlap: timestamps from overlapping passes "
+    "or a clock glitch",
+    "outlier": "far from the other calls of this name: contention, a clock change, or different work",
+    "degraded": "gputrace failed while recording this scope; its times may be partial",
+}
+
+
+def anomaly_report(trace: Trace) -> dict[str, Any]:
+    """Counts per flag and the first ``MAX_ANOMALY_ITEMS`` anomalous scopes, with their numbers."""
+    s = trace.scopes
+    counts: dict[str, int] = {}
+    for bit in Flag:
+        c = int(np.count_nonzero(s.flags & int(bit)))
+        if c:
+            counts[flag_names(int(bit))[0]] = c
+    rows = np.flatnonzero(s.flags & int(ANOMALY_FLAGS))
+    items = []
+    for row in rows[:MAX_ANOMALY_ITEMS].tolist():
+        sc = trace.scope(row)
+        kinds = [k for k in sc.flag_names if k in EXPLAIN]
+        items.append(
+            {
+                "scope": row,
+                "name": sc.name,
+                "kinds": kinds,
+                "cpu_start_ns": sc.cpu_start_ns,
+                "cpu_ns": sc.cpu_ns,
+                "gpu_ns": sc.gpu_ns,
+                "queue_gap_ns": sc.queue_gap_ns,
+                "uncertainty_ns": sc.uncertainty_ns,
+                "explain": [EXPLAIN[k] for k in kinds],
+            }
+        )
+    return {"counts": counts, "items": items, "truncated": max(0, len(rows) - MAX_ANOMALY_ITEMS)}

@@ -1,0 +1,137 @@
+"""Raw records: what backends and timing sources hand the resolver, before any clock alignment.
+
+Times here are in the domain they were read in: the session clock for CPU reads, a GPU clock
+(or CUPTI's clock) for device timestamps. The resolver (``gputrace.resolver``) aligns and places
+them; nothing in this module interprets them. ``RawThread`` (one thread's scopes) lives with the
+recorder that fills it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from gputrace.model import QueueInfo
+
+if TYPE_CHECKING:
+    from gputrace.recorder import RawThread
+
+# Kinds of GPU operation a timing source sees (``RawOp.kind``, ``OpTable.kind``).
+OP_KERNEL = 0
+OP_MEMCPY = 1
+OP_MEMSET = 2
+OP_KINDS = ("kernel", "memcpy", "memset")
+
+
+@dataclass(frozen=True)
+class CalibrationSample:
+    """A GPU timestamp known to have been taken between two session-clock reads."""
+
+    cpu_before_ns: int
+    gpu_ns: int  # GPU clock, nanoseconds (ticks × timestamp period)
+    cpu_after_ns: int
+    device: int = 0
+
+    @property
+    def half_width_ns(self) -> float:
+        return (self.cpu_after_ns - self.cpu_before_ns) / 2.0
+
+    @property
+    def cpu_mid_ns(self) -> float:
+        return (self.cpu_before_ns + self.cpu_after_ns) / 2.0
+
+
+@dataclass(frozen=True)
+class RawSpan:
+    """One GPU execution span in the backend's clock domain, tied to a scope by its token."""
+
+    token: int
+    queue: int  # index into Backend.queues()
+    gpu_start_ns: int  # raw GPU clock, ns
+    gpu_end_ns: int
+    submit_ns: int  # session clock: when the CPU submitted this work
+    done_by_ns: int  # session clock: by then the work was known complete (the collecting sync)
+    label: str = ""  # a pass label; "" for a scope-level event pair
+
+
+class RawOp(NamedTuple):
+    """One GPU operation (kernel, memcpy, memset) as an activity source saw it (a named tuple:
+    tens of thousands are made per collect).
+
+    Every time is on the source's clock (CUPTI: CLOCK_REALTIME ns), GPU and CPU alike; the
+    launch call's fields are ``call_*`` (``call_tid`` −1 and times 0 when the call was not seen).
+    The resolver attributes the operation to the innermost scope open on ``call_tid`` at
+    ``call_start_ns``.
+    """
+
+    kind: int  # OP_KERNEL, OP_MEMCPY or OP_MEMSET
+    name: str
+    device: int
+    queue: int  # index into Backend.queues()
+    correlation: int
+    gpu_start_ns: int
+    gpu_end_ns: int
+    call_tid: int = -1  # OS thread id of the launching thread
+    call_start_ns: int = 0
+    call_end_ns: int = 0
+    call_name: str = ""  # the API call, e.g. "cuLaunchKernel"
+    bytes: int = 0
+    grid: tuple[int, int, int] = (0, 0, 0)
+    block: tuple[int, int, int] = (0, 0, 0)
+    graph_id: int = 0
+    graph_node_id: int = 0
+    done_by_ns: int = 0  # session clock: the collect that delivered it
+    # other OS threads the launching thread may have been: CUPTI names threads by pthread id,
+    # which a thread started after another ended can reuse (the resolver picks the one whose
+    # scope holds the call)
+    call_tid_alt: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Blind:
+    """A stretch of the source's clock during which it saw nothing (another tool held it)."""
+
+    start_ns: int  # source clock
+    end_ns: int
+    why: str
+
+
+@dataclass
+class Collected:
+    """What one ``collect()`` returns."""
+
+    spans: list[RawSpan] = field(default_factory=list)
+    untimed: set[int] = field(default_factory=set)  # tokens the GPU could not time
+    degraded: dict[int, str] = field(default_factory=dict)  # token -> what went wrong
+    ops: list[RawOp] = field(default_factory=list)
+    blind: list[Blind] = field(default_factory=list)
+    ops_timing: bool = False  # a timing source that observes every scope made this collect
+
+
+@dataclass
+class RawRecording:
+    """Everything a session hands the resolver."""
+
+    header: dict[str, Any]
+    threads: list[RawThread]
+    queues: list[QueueInfo] = field(default_factory=list)
+    spans: list[RawSpan] = field(default_factory=list)
+    samples: list[CalibrationSample] = field(default_factory=list)
+    untimed: set[int] = field(default_factory=set)
+    degraded: dict[int, str] = field(default_factory=dict)
+    spans_cover_children: bool = False
+    empty_span_ns: int = 0  # a GPU span this short or shorter holds no work (backend's floor)
+    ops: list[RawOp] = field(default_factory=list)
+    blind: list[Blind] = field(default_factory=list)
+    # True when a timing source observed every scope (CUPTI): a scope is then timed without a
+    # token, and one whose subtree launched nothing is empty by fact.
+    ops_timing: bool = False
+    # Why GPU times may be missing (collection or calibration failed): a timed scope without a
+    # GPU span is then flagged degraded with this reason, not empty.
+    problem: str = ""
+
+    def add_ops(self, got: Collected) -> None:
+        """Take the per-operation records of one ``collect()``."""
+        self.ops.extend(got.ops)
+        self.blind.extend(got.blind)
+        self.ops_timing |= got.ops_timing

@@ -1,0 +1,335 @@
+"""The CUPTI timing path, exactly, with a scripted activity source and a fake clock (no GPU).
+
+The fake source stamps launch calls with the session clock plus a CLOCK_REALTIME-like offset and
+schedules each operation ``latency_ns`` after its call (or after its stream's previous work), so
+every aligned time is known to the nanosecond.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gputrace
+from gputrace.backends.cupti import CuptiBackend
+from gputrace.backends.cupti_fake import FakeActivitySource
+from gputrace.clock import FakeClock
+from gputrace.model import NO_TIME, Flag
+from gputrace.records import OP_MEMCPY, RawRecording
+from gputrace.resolver import resolve
+from gputrace.summary import summarize
+from tests import perfetto_rules
+
+
+def _session(
+    path: Path | None = None, **src_opts: object
+) -> tuple[gputrace.session, FakeActivitySource, FakeClock]:
+    clock = FakeClock(1_000_000, 1_000)
+    src = FakeActivitySource(clock, **src_opts)  # type: ignore[arg-type]
+    return (
+        gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True),
+        src,
+        clock,
+    )
+
+
+def _ops_named(t: gputrace.Trace, name: str) -> list[int]:
+    return np.flatnonzero(t.ops.name == t.names.index(name)).tolist()
+
+
+def test_times_are_exact_and_the_launch_sits_inside_its_scope() -> None:
+    s, src, clock = _session()
+    with s:
+        with gputrace.trace("step"):
+            call_at = clock.now_ns
+            src.launch("k", gpu_ns=500)
+    t = s.trace
+    assert t is not None and len(t.ops) == 1
+    (sc,) = t.find("step")
+    assert int(t.ops.scope[0]) == sc.index
+    assert int(t.ops.call_start_ns[0]) == call_at  # the source clock mapped back exactly
+    assert int(t.ops.call_end_ns[0]) == call_at + 1_000
+    assert int(t.ops.gpu_start_ns[0]) == call_at + 3_000  # latency_ns after the call started
+    assert int(t.ops.gpu_end_ns[0]) == call_at + 3_500
+    assert (sc.gpu_start_ns, sc.gpu_end_ns) == (call_at + 3_000, call_at + 3_500)
+    assert sc.submit_ns == sc.cpu_start_ns  # submission: the scope was entered
+    assert t.names[int(t.ops.call_name[0])] == "cuLaunchKernel"
+    assert t.threads[int(t.ops.thread[0])].tid == threading.get_native_id()
+    assert t.header["backend_info"]["timing"] == "cupti"
+    assert t.header["devices"][0]["timing"] == "cupti"
+    assert t.header["ops"] == {"count": 1, "unattributed": 0}
+    assert not sc.flags & Flag.EMPTY
+
+
+def test_nesting_hull_busy_and_empty_by_fact() -> None:
+    s, src, clock = _session(latency_ns=0)
+    with s:
+        with gputrace.trace("outer"):
+            for ns in (1_000, 2_000):
+                with gputrace.trace("inner"):
+                    src.launch("a", gpu_ns=ns)
+                    clock.advance(50_000)  # the GPU idles, waiting for the next launch
+                    src.launch("b", gpu_ns=ns)
+            with gputrace.trace("nothing"):
+                pass
+    t = s.trace
+    assert t is not None
+    busy = t.busy_ns()
+    inner = t.find("inner")
+    assert [int(busy[sc.index]) for sc in inner] == [2_000, 4_000]
+    for sc in inner:
+        rows = np.flatnonzero(t.ops.scope == sc.index)
+        assert len(rows) == 2
+        assert sc.gpu_start_ns == int(t.ops.gpu_start_ns[rows].min())
+        assert sc.gpu_end_ns == int(t.ops.gpu_end_ns[rows].max())
+        assert (sc.gpu_ns or 0) > 50_000 > busy[sc.index]  # span ≫ busy: launch-bound
+    (outer,) = t.find("outer")
+    assert int(busy[outer.index]) == 6_000
+    assert outer.gpu_start_ns == inner[0].gpu_start_ns and outer.gpu_end_ns == inner[1].gpu_end_ns
+    (nothing,) = t.find("nothing")
+    assert nothing.flags & Flag.EMPTY and nothing.gpu_start_ns is None
+    assert not any(sc.flags & Flag.EMPTY for sc in (*inner, outer))
+
+
+def test_threads_and_streams_each_operation_once() -> None:
+    s, src, _ = _session()
+    per_thread = 60
+
+    def work(k: int) -> None:
+        for i in range(per_thread):
+            with gputrace.trace("tagged", thread=k, i=i):
+                src.launch("tagged", stream=100 + 2 * k + i % 2, grid=(i + 1, k + 1, 1))
+
+    with s:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    t = s.trace
+    assert t is not None and len(t) == 4 * per_thread
+    rows = _ops_named(t, "tagged")
+    assert len(rows) == 4 * per_thread
+    owners = t.ops.scope[rows].tolist()
+    assert len(set(owners)) == len(owners) and min(owners) >= 0
+    for r, o in zip(rows, owners, strict=True):
+        sc = t.scope(o)
+        assert t.ops.grid[r].tolist() == [sc.args["i"] + 1, sc.args["thread"] + 1, 1]
+        assert t.threads[int(t.ops.thread[r])] == sc.thread
+    assert len({int(q) for q in t.ops.queue[rows]}) == 8
+    assert sorted(q.label for q in t.queues) == sorted(f"stream {100 + n}" for n in range(8))
+
+
+def test_graph_replays_belong_to_the_scope_around_the_launch() -> None:
+    s, src, _ = _session()
+    with s:
+        for _ in range(3):
+            with gputrace.trace("replay"):
+                src.launch_graph(42, [("g1", 1_000), ("g2", 2_000), ("g3", 500)])
+    t = s.trace
+    assert t is not None
+    busy = t.busy_ns()
+    for sc in t.find("replay"):
+        rows = np.flatnonzero(t.ops.scope == sc.index)
+        assert [t.names[int(t.ops.name[r])] for r in rows] == ["g1", "g2", "g3"]
+        assert t.ops.graph_id[rows].tolist() == [42, 42, 42]
+        assert t.ops.graph_node_id[rows].tolist() == [1, 2, 3]
+        assert len(set(t.ops.correlation[rows].tolist())) == 1  # one launch call
+        assert int(busy[sc.index]) == 3_500 == sc.gpu_ns
+
+
+def test_work_launched_outside_every_scope_is_kept() -> None:
+    s, src, _ = _session()
+    with s:
+        src.launch("loose", gpu_ns=700)
+        with gputrace.trace("step"):
+            src.launch("k", kind=OP_MEMCPY, nbytes=4096)
+    t = s.trace
+    assert t is not None
+    (loose,) = _ops_named(t, "loose")
+    assert int(t.ops.scope[loose]) == -1
+    assert t.header["ops"] == {"count": 2, "unattributed": 1}
+    (cp,) = _ops_named(t, "k")
+    assert int(t.ops.kind[cp]) == OP_MEMCPY and int(t.ops.bytes[cp]) == 4096
+
+
+def test_another_client_taking_cupti_flags_untimed_and_is_taken_back(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    s, src, _ = _session()
+    with s:
+        with gputrace.trace("before"):
+            src.launch("k")
+        gputrace.sync()
+        src.take_over()  # torch.profiler starts, records go to it ...
+        with gputrace.trace("during"):
+            src.launch("k")
+        with gputrace.trace("idle"):
+            pass
+        src.release()  # ... and stops
+        gputrace.sync()  # the canary is missing: blind stretch, CUPTI taken back
+        with gputrace.trace("after"):
+            src.launch("k")
+    t = s.trace
+    assert t is not None
+    assert t.find("before")[0].gpu_start_ns is not None
+    for name in ("during", "idle"):
+        (sc,) = t.find(name)
+        assert sc.flags & Flag.UNTIMED and not sc.flags & Flag.EMPTY and sc.gpu_start_ns is None
+    assert t.find("after")[0].gpu_start_ns is not None
+    assert src.started == 2 and src.lost == 3  # the kernel, its launch call, the sync's call
+    assert len(t.header["backend_info"]["blind"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CUPTI records stopped arriving" in err[0] and "took CUPTI back" in err[0]
+
+
+def test_a_client_still_active_is_left_alone_and_noticed_once(capsys: pytest.CaptureFixture[str]) -> None:
+    s, src, _ = _session()
+    with s:
+        gputrace.sync()
+        src.take_over("torch.profiler is recording and holds CUPTI")
+        for _ in range(2):
+            with gputrace.trace("during"):
+                src.launch("k")
+            gputrace.sync()
+    t = s.trace
+    assert t is not None
+    assert src.started == 1  # never re-registered while the other tool records
+    assert all(sc.flags & Flag.UNTIMED for sc in t.find("during"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch.profiler is recording" in err[0]
+
+
+def test_resolve_is_pure_over_record_order() -> None:
+    s, src, _ = _session()
+    with s:
+        for i in range(20):
+            with gputrace.trace("k"):
+                src.launch(f"op{i % 3}", stream=i % 2, gpu_ns=100 * (i + 1))
+    raw: RawRecording = s._raw
+    a = resolve(raw)
+    random.Random(1).shuffle(raw.ops)
+    b = resolve(raw)
+    assert a.names == b.names
+    for col in a.ops.COLUMNS:
+        assert np.array_equal(getattr(a.ops, col), getattr(b.ops, col)), col
+
+
+def test_round_trip_layout_and_hta_fields(tmp_path: Path) -> None:
+    path = tmp_path / "cupti.json"
+    s, src, _ = _session(path)
+    with s:
+        with gputrace.trace("step"):
+            src.launch("k", gpu_ns=2_000)
+            src.launch("copy", kind=OP_MEMCPY, nbytes=1 << 20)
+        src.launch("loose")
+    t = s.trace
+    assert t is not None
+    back = gputrace.load(path)
+    assert back.names == t.names
+    for col in t.ops.COLUMNS:
+        assert np.array_equal(getattr(t.ops, col), getattr(back.ops, col)), col
+    assert np.array_equal(back.busy_ns(), t.busy_ns())
+    doc = perfetto_rules.read(path)
+    assert perfetto_rules.check(doc) == []
+    assert doc["distributedInfo"] == {"rank": 0}
+    ev = doc["traceEvents"]
+    kern = [e for e in ev if e.get("cat") == "kernel"]
+    memcpy = [e for e in ev if e.get("cat") == "gpu_memcpy"]
+    calls = [e for e in ev if e.get("cat") == "cuda_driver"]
+    assert len(kern) == 2 and len(memcpy) == 1 and len(calls) == 3
+    for e in kern + memcpy:
+        assert {"device", "stream", "correlation", "External id"} <= set(e["args"])
+    by_corr = {c["args"]["correlation"]: c for c in calls}
+    for e in kern + memcpy:
+        c = by_corr[e["args"]["correlation"]]
+        assert c["ts"] <= e["ts"]  # launch before execution
+    flows = [e for e in ev if e.get("cat") == "ac2g"]
+    assert len(flows) == 6 and {e["ph"] for e in flows} == {"s", "f"}
+
+
+def test_summary_per_kernel_rows_busy_and_timing_source() -> None:
+    s, src, clock = _session(latency_ns=0)
+    with s:
+        for _ in range(4):
+            with gputrace.trace("step"):
+                src.launch("gemm", gpu_ns=3_000)
+                clock.advance(10_000)
+                src.launch("relu", gpu_ns=1_000)
+    t = s.trace
+    assert t is not None
+    out = summarize(t)
+    (row,) = [r for r in out["rows"] if r["name"] == "step"]
+    kernels = {k["name"]: k for k in row["ops"]}
+    assert set(kernels) == {"gemm", "relu"}
+    assert kernels["gemm"]["calls"] == 4 and kernels["gemm"]["gpu_ns"]["median"] == 3_000
+    assert kernels["relu"]["gpu_ns"]["median"] == 1_000
+    assert kernels["gemm"]["launch_to_start_ns"]["median"] == 0
+    assert row["gpu_busy_ns"]["median"] == 4_000
+    assert row["gpu_busy_ns"]["median"] < row["gpu_ns"]["median"]
+    assert out["timing"] == [{"device": 0, "timing": "cupti"}]
+    assert out["cupti_dropped_records"] == 0
+    from gputrace.render import to_table
+
+    text = to_table(out)
+    assert "gemm" in text and "busy" in text and "cupti" in text
+
+
+def test_no_ops_in_a_cpu_only_trace_changes_nothing() -> None:
+    with gputrace.session(backend="cpu", quiet=True) as s:
+        with gputrace.trace("x"):
+            pass
+    t = s.trace
+    assert t is not None and len(t.ops) == 0
+    assert t.busy_ns().tolist() == [0]
+    assert t.scopes.gpu_start_ns[0] == NO_TIME
+
+
+def test_os_thread_ids_are_used_as_they_come() -> None:
+    """A tool may switch CUPTI to OS thread ids: those are attributed directly."""
+    s, src, _ = _session(pthread_ids=False)
+    with s:
+        with gputrace.trace("step"):
+            src.launch("k")
+    t = s.trace
+    assert t is not None and t.ops.scope.tolist() == [0]
+
+
+def test_a_reused_pthread_id_still_finds_its_thread() -> None:
+    """Threads run one after another often get the same pthread id: each launch still lands in
+    the scope of the thread that made it."""
+    s, src, _ = _session()
+
+    def work(k: int) -> None:
+        with gputrace.trace("t", k=k):
+            src.launch("k")
+
+    with s:
+        for k in range(4):
+            th = threading.Thread(target=work, args=(k,))
+            th.start()
+            th.join()
+    t = s.trace
+    assert t is not None
+    owners = t.ops.scope.tolist()
+    assert sorted(t.scope(o).args["k"] for o in owners) == [0, 1, 2, 3]
+    for o, th in zip(owners, t.ops.thread.tolist(), strict=True):
+        assert t.scope(o).thread == t.threads[th]
+
+
+def test_scope_gpu_slices_carry_busy_time_and_timing_source(tmp_path: Path) -> None:
+    path = tmp_path / "busy.json"
+    s, src, clock = _session(path, latency_ns=0)
+    with s:
+        with gputrace.trace("step"):
+            src.launch("a", gpu_ns=1_000)
+            clock.advance(20_000)
+            src.launch("b", gpu_ns=2_000)
+    doc = perfetto_rules.read(path)
+    (gpu,) = [e for e in doc["traceEvents"] if e.get("cat") == "gpu"]
+    assert gpu["args"]["gpu_busy_us"] == 3.0 and gpu["args"]["timing"] == "cupti"
+    assert gpu["args"]["gpu_us"] > 20.0  # the span: the GPU waited for the second launch
