@@ -125,9 +125,12 @@ class Recorder:
     def task_buffer(self, loop: Any) -> ThreadBuffer:
         """The track of the asyncio task running on ``loop`` (this thread's, outside a task)."""
         global _current_task
-        if _current_task is None:
-            _current_task = sys.modules["asyncio"].current_task
-        task = _current_task(loop)
+        try:
+            if _current_task is None:
+                _current_task = sys.modules["asyncio"].current_task
+            task = _current_task(loop)
+        except Exception:  # an event loop that asyncio does not know: one track per thread
+            task = None
         if task is None:
             return self.buffer()
         trk = _task_track.get()
@@ -319,7 +322,10 @@ class trace:
         else:
             buf = rec.task_buffer(_running_loop())
         stack = buf.stack
-        frame = _getframe(1)
+        try:
+            frame = _getframe(1)
+        except ValueError:  # entered from C with no Python caller
+            frame = _getframe(0)
         if stack and stack[-1][3].f_back is None:  # type: ignore[union-attr]
             rec.set_aside(buf)  # the scope on top may belong to a suspended generator
         if _timed:
