@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from gputrace.backends.base import Backend, Clock
 from gputrace.errors import report_internal
-from gputrace.jsonsafe import clean_str, jsonsafe, short_repr
+from gputrace.jsonsafe import clean_str, is_plain, jsonsafe, short_repr
 from gputrace.model import Flag
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -518,7 +518,7 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
         names = _clean_names(log[0::3] + rich[0::5])
         safe_args = {}
         for k, v in args.items():
-            got = jsonsafe(v)
+            got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
             safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
         marks = [
             (_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in list(buf.marks)
