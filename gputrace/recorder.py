@@ -384,23 +384,26 @@ class trace:
         if exc_type is GeneratorExit:
             exc_type = None  # a generator closed early: a normal end for its scopes
         flags = 0
+        lost = ""
         if token > 0:
             try:
                 rec.backend.end(token)
             except Exception as err:
                 rec.internal_error("ending a GPU span", err)
-                flags = _DEGRADED
+                flags, lost = _DEGRADED, f"ending its GPU span failed ({type(err).__name__})"
         elif token < 0:
-            flags = _DEGRADED
+            flags, lost = _DEGRADED, "starting its GPU span failed"
             token = 0
         cpu_end = _clock()
         rich = buf.rich
-        if exc_type is not None or self.args:
+        if exc_type is not None or self.args or lost:
             # kept as given: converted to JSON-safe values when the session stops, off the hot path
             args = dict(self.args)
             if exc_type is not None:
                 flags |= _ERROR
                 args["exception"] = getattr(exc_type, "__name__", "exception")
+            if lost:
+                args["degraded"] = lost
             buf.args[len(rich) // 5] = args
         rich.extend((self.name, cpu_start, cpu_end, token, flags))
 
