@@ -96,6 +96,27 @@ def _numpy(value: Any) -> tuple[bool, Any]:
     return False, None
 
 
+def is_plain(d: dict[Any, Any]) -> bool:
+    """True if ``d`` is already JSON-safe and flat (short ASCII str keys; str, int, finite
+    float, bool or None values): the common case, checked faster than it is converted."""
+    for k, v in d.items():
+        if type(k) is not str or len(k) > MAX_REPR or not k.isascii():
+            return False
+        t = type(v)
+        if t is str:
+            if len(v) > MAX_STR or not v.isascii():
+                return False
+        elif t is int:
+            if not INT_MIN <= v <= INT_MAX:
+                return False
+        elif t is float:
+            if v - v != 0.0:  # NaN or an infinity
+                return False
+        elif v is not None and t is not bool:
+            return False
+    return True
+
+
 def jsonsafe(value: Any, depth: int = 0) -> Any:
     """``value`` as plain JSON data (see the module doc). Never raises."""
     try:

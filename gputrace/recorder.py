@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from gputrace.backends.base import Backend, Clock
 from gputrace.errors import report_internal
-from gputrace.jsonsafe import clean_str, jsonsafe, short_repr
+from gputrace.jsonsafe import clean_str, is_plain, jsonsafe, short_repr
 from gputrace.model import Flag
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,6 +46,7 @@ _get_ident = threading.get_ident
 # The running asyncio loop of this thread, or None. A stand-in that always says None until the
 # program imports asyncio (gputrace never imports it itself).
 _running_loop: Callable[[], Any] = type(None)
+_asyncio = False  # True once the program has imported asyncio: only then is a loop looked for
 _current_task: Callable[[Any], Any] | None = None
 # The asyncio task's own track (set in the task's context, so every task has its own value).
 _task_track: contextvars.ContextVar[ThreadBuffer | None] = contextvars.ContextVar(
@@ -125,9 +126,12 @@ class Recorder:
     def task_buffer(self, loop: Any) -> ThreadBuffer:
         """The track of the asyncio task running on ``loop`` (this thread's, outside a task)."""
         global _current_task
-        if _current_task is None:
-            _current_task = sys.modules["asyncio"].current_task
-        task = _current_task(loop)
+        try:
+            if _current_task is None:
+                _current_task = sys.modules["asyncio"].current_task
+            task = _current_task(loop)
+        except Exception:  # an event loop that asyncio does not know: one track per thread
+            task = None
         if task is None:
             return self.buffer()
         trk = _task_track.get()
@@ -144,7 +148,7 @@ class Recorder:
         return trk
 
     def current(self) -> ThreadBuffer:
-        loop = _running_loop()
+        loop = _running_loop() if _asyncio else None
         return self.buffer() if loop is None else self.task_buffer(loop)
 
     def set_aside(self, buf: ThreadBuffer) -> None:
@@ -174,15 +178,12 @@ class Recorder:
         side.stack.extend(reversed(moved))
 
     def activate(self) -> None:
-        global _recorder, _clock, _tls, _timed, _running_loop
+        global _recorder, _clock, _tls, _timed
         if _recorder is not None:
             from gputrace.errors import GputraceError
 
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
-        events = sys.modules.get("asyncio.events")
-        if events is not None:
-            _running_loop = events._get_running_loop
-        else:  # start watching for the program's own ``import asyncio``
+        if not _watch_asyncio():  # start watching for the program's own ``import asyncio``
             self._finder = _AsyncioWatch()
             sys.meta_path.insert(0, self._finder)
         _clock, _tls, _timed = self.clock, self.local, self.timed
@@ -208,14 +209,24 @@ class Recorder:
         )
 
 
+def _watch_asyncio() -> bool:
+    """Look for asyncio loops from now on if the program has imported asyncio; True if so."""
+    global _running_loop, _asyncio
+    if _asyncio:
+        return True
+    events = sys.modules.get("asyncio.events")
+    get = getattr(events, "_get_running_loop", None)
+    if get is None:
+        return False
+    _running_loop, _asyncio = get, True
+    return True
+
+
 class _AsyncioWatch(importlib.abc.MetaPathFinder):
     """Finds nothing; notices when the program has imported ``asyncio.events``."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
-        global _running_loop
-        events = sys.modules.get("asyncio.events")
-        if events is not None:
-            _running_loop = getattr(events, "_get_running_loop", type(None))
+        if _watch_asyncio():
             self.remove()
         return None
 
@@ -256,7 +267,7 @@ def innermost_token() -> int:
     rec = _recorder
     if rec is None:
         return 0
-    loop = _running_loop()
+    loop = _running_loop() if _asyncio else None
     if loop is None:
         buf = getattr(_tls, "buf", None)
         if buf is None:
@@ -308,7 +319,7 @@ class trace:
         rec = _recorder
         if rec is None:
             return self
-        if _running_loop() is None:
+        if not _asyncio or _running_loop() is None:
             try:
                 buf = _tls.buf
             except AttributeError:
@@ -316,7 +327,10 @@ class trace:
         else:
             buf = rec.task_buffer(_running_loop())
         stack = buf.stack
-        frame = _getframe(1)
+        try:
+            frame = _getframe(1)
+        except ValueError:  # entered from C with no Python caller
+            frame = _getframe(0)
         if stack and stack[-1][3].f_back is None:  # type: ignore[union-attr]
             rec.set_aside(buf)  # the scope on top may belong to a suspended generator
         if _timed:
@@ -340,23 +354,24 @@ class trace:
         rec = _recorder
         if rec is None:
             return
-        buf = _task_track.get()
-        if buf is None or buf.rec is not rec or buf.ident != _get_ident():
+        if _asyncio:
+            found = _task_entry(rec, self)
+            if found is None:
+                return
+            entry, buf = found
+        else:
             try:
                 buf = _tls.buf
-            except AttributeError:
+                entry = buf.stack.pop()
+            except (AttributeError, IndexError):
                 return  # entered before this session started: nothing of it was recorded
-        stack = buf.stack
-        if stack and stack[-1][0] is self:
-            entry = stack.pop()
-        else:
-            found = _find(rec, buf, self)
-            if found is None:
-                return  # entered before this session started, or on another thread
-            entry, buf = found
+            if entry[0] is not self:
+                buf.stack.append(entry)
+                found = _find(rec, buf, self)
+                if found is None:
+                    return  # entered before this session started, or on another thread
+                entry, buf = found
         cpu_start, token = entry[1], entry[2]
-        if exc_type is GeneratorExit:
-            exc_type = None  # a generator closed early: a normal end for its scopes
         if token or exc_type is not None or self.args:
             self._exit_slow(rec, buf, cpu_start, token, exc_type)
             return
@@ -371,24 +386,29 @@ class trace:
         exc_type: type[BaseException] | None,
     ) -> None:
         """Leaving a scope that has a GPU token, args or an exception."""
+        if exc_type is GeneratorExit:
+            exc_type = None  # a generator closed early: a normal end for its scopes
         flags = 0
+        lost = ""
         if token > 0:
             try:
                 rec.backend.end(token)
             except Exception as err:
                 rec.internal_error("ending a GPU span", err)
-                flags = _DEGRADED
+                flags, lost = _DEGRADED, f"ending its GPU span failed ({type(err).__name__})"
         elif token < 0:
-            flags = _DEGRADED
+            flags, lost = _DEGRADED, "starting its GPU span failed"
             token = 0
         cpu_end = _clock()
         rich = buf.rich
-        if exc_type is not None or self.args:
+        if exc_type is not None or self.args or lost:
             # kept as given: converted to JSON-safe values when the session stops, off the hot path
             args = dict(self.args)
             if exc_type is not None:
                 flags |= _ERROR
                 args["exception"] = getattr(exc_type, "__name__", "exception")
+            if lost:
+                args["degraded"] = lost
             buf.args[len(rich) // 5] = args
         rich.extend((self.name, cpu_start, cpu_end, token, flags))
 
@@ -411,6 +431,19 @@ class trace:
 
     def __repr__(self) -> str:
         return f"gputrace.trace({self.name!r})"
+
+
+def _task_entry(rec: Recorder, obj: trace) -> tuple[tuple[Any, int, int, Any], ThreadBuffer] | None:
+    """``obj``'s open entry, popped, and its track, once the program uses asyncio."""
+    buf = _task_track.get()
+    if buf is None or buf.rec is not rec or buf.ident != _get_ident():
+        buf = getattr(_tls, "buf", None)
+        if buf is None:
+            return None
+    stack = buf.stack
+    if stack and stack[-1][0] is obj:
+        return stack.pop(), buf
+    return _find(rec, buf, obj)
 
 
 def _find(
@@ -493,7 +526,7 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
         names = _clean_names(log[0::3] + rich[0::5])
         safe_args = {}
         for k, v in args.items():
-            got = jsonsafe(v)
+            got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
             safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
         marks = [
             (_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in list(buf.marks)

@@ -41,6 +41,17 @@ STAGES: dict[str, tuple[Any, str]] = {
     "export": (chrome, "to_events"),
     "write": (chrome, "write_bytes"),
 }
+# Points whose failure costs some step its GPU times: such steps must say so (flag and reason).
+LOSES_GPU_TIMES = {
+    "begin",
+    "end",
+    "writes",
+    "resolve_hook",
+    "submitted",
+    "attach",
+    "timestamp_period",
+    "query_page",
+}
 ONCE = {"queues", "devices", "info", "close", "drain", "resolve", "attach", "timestamp_period"}
 
 
@@ -87,6 +98,9 @@ def _check(point: str, mode: str, fault: Fault, msgs: list[str], t: gputrace.Tra
         assert not any(sc.flags & Flag.EMPTY for sc in steps)
     if fault.fired:
         assert t.header.get("problems"), "the file does not say what went wrong"
+    if fault.fired and gpu and point in LOSES_GPU_TIMES and mode != "nth":
+        lost = [sc for sc in steps if sc.flags & Flag.DEGRADED]
+        assert lost and all(sc.args.get("degraded") for sc in lost if not sc.args.get("unclosed"))
 
 
 # fake and cpu ----------------------------------------------------------------------------------------

@@ -370,3 +370,31 @@ def test_a_forked_pool_worker_gets_a_notice_not_silence() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[2]", "[4]"]
     assert done.stderr.count("was forked inside a session") == 1  # quiet sessions stay quiet
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_program_that_forks_under_gputrace_run_keeps_one_trace(tmp_path: Path) -> None:
+    script = tmp_path / "forks.py"
+    script.write_text(
+        "import os, gputrace\n"
+        "with gputrace.trace('before'):\n"
+        "    pass\n"
+        "pid = os.fork()\n"
+        "with gputrace.trace('child' if pid == 0 else 'parent'):\n"
+        "    pass\n"
+        "if pid:\n"
+        "    os.waitpid(pid, 0)\n"
+    )
+    out = tmp_path / "forks.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "gputrace", "run", "-o", str(out), "--backend", "cpu", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("trace written to") == 1  # the parent's; the child writes nothing
+    assert done.stderr.count("was forked inside a session") == 1
+    assert [sc.name for sc in gputrace.load(out)] == ["before", "parent"]

@@ -95,12 +95,21 @@ def instrument(device: Any) -> Any:
     if not wgpu_hooks.is_swapped(device):
         wgpu_hooks.swap_in(device)
     _instrumented.add(device)
-    if _active is not None:
+    if _active is not None and _recording(_active):
         try:
             _active.attach(device)
         except Exception as exc:
             _active._lost(device, exc)
     return device
+
+
+def _recording(backend: WgpuBackend) -> bool:
+    """Is ``backend`` the one the active session records with (not one left over, say, by a
+    session whose backend failed to close)?"""
+    from gputrace.recorder import active_recorder
+
+    rec = active_recorder()
+    return rec is not None and rec.backend is backend
 
 
 def uninstrument(device: Any) -> None:
