@@ -15,6 +15,7 @@ cleared when the work ends, so what the command prints afterwards starts on a cl
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import threading
 import time
@@ -143,7 +144,10 @@ def content_size(path: str | os.PathLike[str]) -> int:
     """Bytes of JSON a (possibly gzipped) file holds: the gzip trailer's size for ``.gz``, so a
     4.7 MB ``.json.gz`` holding 44 MB of trace counts as 44 MB. 0 if the file cannot be read."""
     try:
-        size = os.path.getsize(path)
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return 0  # a FIFO or device: opening it could block; the loader refuses it
+        size = st.st_size
         with open(path, "rb") as f:
             if f.read(2) != b"\x1f\x8b" or size < 18:
                 return size

@@ -30,7 +30,7 @@ def fail(message: str) -> NoReturn:
 @contextmanager
 def _progress(path: str) -> Iterator[Callable[[str], None] | None]:
     # keyed on the JSON inside: a small .json.gz can hold a trace that takes a while to parse
-    if content_size(path) < PROGRESS_MIN_BYTES or not is_terminal(sys.stderr):
+    if not is_terminal(sys.stderr) or content_size(path) < PROGRESS_MIN_BYTES:
         yield None
         return
     with Progress(f"loading {path}", total=3) as bar:
