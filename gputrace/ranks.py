@@ -348,7 +348,8 @@ class RankClock:
                         f"ranks:{peer}",
                         f"rank {peer} did not answer the clock exchange through {self.t.engine} "
                         f"({'timeout' if isinstance(exc, _Timeout) else exc}); "
-                        "its offset is not measured from here on.",
+                        "its offset is not measured from here on (when only some ranks trace, "
+                        "pass group=False to gputrace.session).",
                     )
             for s in sends:
                 self._wait(s, deadline)
