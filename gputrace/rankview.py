@@ -5,8 +5,9 @@ Rules (stated in the summary too):
 - A scope belongs to the rank whose process recorded it (``header["processes"]`` of a merged trace).
 - **GPU busy** of a rank: the union of its GPU intervals (scopes' GPU spans and per-operation spans).
 - **Collectives**: GPU intervals (CPU windows of scopes without GPU time) named like a collective:
-  ``nccl*`` (NCCL kernels as CUPTI names them) or containing all_reduce/allreduce, all_gather/allgather, reduce_scatter, all_to_all/alltoall,
-  broadcast (a user's scope around the call, timed by events). Waiting for a slower rank inside a
+  ``nccl*`` (NCCL kernels as CUPTI names them) or containing all_reduce/allreduce,
+  all_gather/allgather, reduce_scatter, all_to_all/alltoall, broadcast (a user's scope around the
+  call, timed by events). Waiting for a slower rank inside a
   collective counts as collective time.
 - **Steps**: ``ProfilerStep#N`` scopes where the trace has them (matched across ranks by N); else the
   top-level scope name that every rank repeats most often (matched by its k-th occurrence).
