@@ -348,7 +348,8 @@ class RankClock:
                         f"ranks:{peer}",
                         f"rank {peer} did not answer the clock exchange through {self.t.engine} "
                         f"({'timeout' if isinstance(exc, _Timeout) else exc}); "
-                        "its offset is not measured from here on.",
+                        "its offset is not measured from here on (when only some ranks trace, "
+                        "pass group=False to gputrace.session).",
                     )
             for s in sends:
                 self._wait(s, deadline)
@@ -409,11 +410,20 @@ def fit_offsets(samples: Sequence[CalibrationSample]) -> dict[str, Any]:
 
     The fit maps rank 0's clock onto this rank's (``local = cpu_ref + slope·(T − gpu_ref)``, the
     resolver's convention); ``offset_ns`` is ``T − local`` at the first sample.
+
+    Only samples with round trips up to ``3 × (the lowest tenth) + 2 µs`` enter the fit: on a busy
+    machine a whole exchange can be slow (every round ms long), and such loose windows would keep
+    the fit from resolving the drift. Every kept sample stays in the header; ``fit_samples`` says
+    how many were used.
     """
     from gputrace.resolver import RawRecording, _fits
 
-    fit, _band = _fits(RawRecording(header={}, threads=[], samples=list(samples)))[0]
+    rtt = np.array([smp.cpu_after_ns - smp.cpu_before_ns for smp in samples], np.float64)
+    limit = 3.0 * float(np.quantile(rtt, 0.1)) + 2_000.0
+    used = [smp for smp, r in zip(samples, rtt, strict=True) if r <= limit]
+    fit, _band = _fits(RawRecording(header={}, threads=[], samples=used))[0]
     d = fit.to_dict()
+    d["fit_samples"], d["rtt_limit_ns"] = len(used), round(limit)
     d["offset_ns"] = int(to_reference(d, np.array([fit.first_cpu_ns], np.int64))[0]) - fit.first_cpu_ns
     d["direction"] = "local = cpu_ref_ns + slope * (reference - gpu_ref_ns)"
     return d

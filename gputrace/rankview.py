@@ -4,9 +4,10 @@ Rules (stated in the summary too):
 
 - A scope belongs to the rank whose process recorded it (``header["processes"]`` of a merged trace).
 - **GPU busy** of a rank: the union of its GPU intervals (scopes' GPU spans and per-operation spans).
-- **Collectives**: GPU intervals named like a collective: ``nccl*`` (NCCL kernels as CUPTI names
-  them) or containing all_reduce/allreduce, all_gather/allgather, reduce_scatter, all_to_all/alltoall,
-  broadcast (a user's scope around the call, timed by events). Waiting for a slower rank inside a
+- **Collectives**: GPU intervals (CPU windows of scopes without GPU time) named like a collective:
+  ``nccl*`` (NCCL kernels as CUPTI names them) or containing all_reduce/allreduce,
+  all_gather/allgather, reduce_scatter, all_to_all/alltoall, broadcast (a user's scope around the
+  call, timed by events). Waiting for a slower rank inside a
   collective counts as collective time.
 - **Steps**: ``ProfilerStep#N`` scopes where the trace has them (matched across ranks by N); else the
   top-level scope name that every rank repeats most often (matched by its k-th occurrence).
@@ -61,13 +62,17 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
     thread_proc = np.array([tid_proc.get(th.tid, -1) for th in trace.threads] or [-1], np.int64)
     s, sp = trace.scopes, trace.spans
     scope_proc = thread_proc[s.thread] if len(s) else np.zeros(0, np.int64)
-    # every GPU interval: (owning scope row, start, end, name)
-    g_scope = np.flatnonzero(s.gpu_start_ns != NO_TIME)
-    rows = np.concatenate([g_scope, sp.scope]).astype(np.int64)
-    g0 = np.concatenate([s.gpu_start_ns[g_scope], sp.gpu_start_ns]).astype(np.int64)
-    g1 = np.concatenate([s.gpu_end_ns[g_scope], sp.gpu_end_ns]).astype(np.int64)
-    names = [trace.names[int(i)] for i in s.name[g_scope]] + [trace.names[int(i)] for i in sp.label]
-    coll = np.array([bool(COLLECTIVE.search(n)) for n in names], bool)
+    # every GPU interval: (owning scope row, start, end, name); a collective scope without GPU
+    # time (a CPU-only trace, a blocking CPU collective) counts by its CPU window, as collective only
+    is_coll = np.array([bool(COLLECTIVE.search(n)) for n in trace.names] or [False], bool)
+    has_gpu = s.gpu_start_ns != NO_TIME
+    g_scope = np.flatnonzero(has_gpu)
+    c_scope = np.flatnonzero(~has_gpu & is_coll[s.name]) if len(s) else np.zeros(0, np.int64)
+    rows = np.concatenate([g_scope, sp.scope, c_scope]).astype(np.int64)
+    g0 = np.concatenate([s.gpu_start_ns[g_scope], sp.gpu_start_ns, s.cpu_start_ns[c_scope]]).astype(np.int64)
+    g1 = np.concatenate([s.gpu_end_ns[g_scope], sp.gpu_end_ns, s.cpu_end_ns[c_scope]]).astype(np.int64)
+    coll = np.concatenate([is_coll[s.name[g_scope]], is_coll[sp.label], np.ones(len(c_scope), bool)])
+    on_gpu = np.concatenate([np.ones(len(g_scope) + len(sp), bool), np.zeros(len(c_scope), bool)])
     g_proc = scope_proc[rows] if len(rows) else np.zeros(0, np.int64)
     merged = trace.header.get("merged") or []
     out_ranks = []
@@ -77,7 +82,7 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
         out_ranks.append({
             "rank": p.get("rank"), "label": p.get("label"),
             "scopes": int(np.count_nonzero(scope_proc == k)),
-            "gpu_busy_ns": _union_ns(g0[mine], g1[mine]),
+            "gpu_busy_ns": _union_ns(g0[mine & on_gpu], g1[mine & on_gpu]),
             "collective_ns": _union_ns(g0[mine & coll], g1[mine & coll]),
             "placed_by": (off or {}).get("method"), "uncertainty_ns": (off or {}).get("uncertainty_ns"),
         })  # fmt: skip
