@@ -196,7 +196,9 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
                 try:  # bounded like every read of a trace; served as stored (gzip stays gzip)
                     data = read_trace_bytes(server.trace_path, decompress=False)
                 except GputraceError:
-                    self._send(HTTPStatus.NOT_FOUND, b"trace file is gone\n", "text/plain", body)
+                    self._send(
+                        HTTPStatus.NOT_FOUND, b"trace file is gone or unreadable\n", "text/plain", body
+                    )
                     return
             self._send(HTTPStatus.OK, data, ctype, body)
 
