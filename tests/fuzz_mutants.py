@@ -13,6 +13,7 @@ memory.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import random
@@ -45,6 +46,10 @@ HEADER_KEYS = ["format_version", "base_ns", "start_ns", "end_ns", "pid", "rank",
 DEEP = "__DEEP__"
 
 
+def _weird(rng: random.Random) -> Any:
+    return copy.deepcopy(rng.choice(WEIRD))  # never one object in two places
+
+
 def _pick_path(rng: random.Random, doc: Any) -> tuple[Any, Any] | None:
     """A random (container, key) inside ``doc``, preferring events and the header."""
     node = doc
@@ -70,27 +75,27 @@ def _structural(rng: random.Random, doc: Any) -> None:
                        "header_list"])  # fmt: skip
     ev = rng.choice(events) if isinstance(events, list) and events else None
     if kind == "event_field" and isinstance(ev, dict):
-        ev[rng.choice(KEYS)] = rng.choice(WEIRD)
+        ev[rng.choice(KEYS)] = _weird(rng)
     elif kind == "arg_field" and isinstance(ev, dict):
         args = ev.setdefault("args", {})
         if isinstance(args, dict):
-            args[rng.choice(ARG_KEYS)] = rng.choice(WEIRD)
+            args[rng.choice(ARG_KEYS)] = _weird(rng)
     elif kind == "header_field" and isinstance(header, dict):
-        header[rng.choice(HEADER_KEYS)] = rng.choice(WEIRD)
+        header[rng.choice(HEADER_KEYS)] = _weird(rng)
     elif kind == "delete":
         where = _pick_path(rng, doc)
         if where is not None:
             del where[0][where[1]]
     elif kind == "repeat" and isinstance(events, list) and events:
-        events.insert(rng.randrange(len(events) + 1), rng.choice(events))
+        events.insert(rng.randrange(len(events) + 1), copy.deepcopy(rng.choice(events)))
     elif kind == "repeat_all" and isinstance(events, list):
-        events.extend(list(events))
+        events.extend(copy.deepcopy(events))
     elif kind == "not_object" and isinstance(events, list) and events:
-        events[rng.randrange(len(events))] = rng.choice(WEIRD)
+        events[rng.randrange(len(events))] = _weird(rng)
     elif kind == "anywhere":
         where = _pick_path(rng, doc)
         if where is not None:
-            where[0][where[1]] = rng.choice(WEIRD)
+            where[0][where[1]] = _weird(rng)
     elif kind == "deep" and isinstance(ev, dict):
         ev.setdefault("args", {})
         if isinstance(ev["args"], dict):
@@ -107,7 +112,7 @@ def _structural(rng: random.Random, doc: Any) -> None:
         if isinstance(lst, list) and lst:
             item = rng.choice(lst)
             if isinstance(item, dict) and item:
-                item[rng.choice(sorted(item))] = rng.choice(WEIRD)
+                item[rng.choice(sorted(item))] = _weird(rng)
 
 
 def _dumps(rng: random.Random, doc: Any) -> bytes:
