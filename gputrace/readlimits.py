@@ -9,7 +9,7 @@ at most the limit, and one that does not start like JSON stops after its first b
 
 The limit is 2 GiB of (decompressed) JSON, well above real traces (a million scopes take about
 1 GB); ``GPUTRACE_MAX_TRACE_BYTES`` changes it (bytes, or with a K, M, G or T suffix). A gzip
-file may also expand at most 256-fold past 256 MiB (traces compress 5–20-fold), so a small bomb
+file may also expand at most 64-fold past 256 MiB (traces compress 5–25-fold), so a small bomb
 stops early; setting the variable lifts that check.
 
 >>> parse_size("512M"), parse_size("2G"), parse_size("1000")
@@ -32,9 +32,9 @@ from gputrace.errors import GputraceError
 ENV_VAR = "GPUTRACE_MAX_TRACE_BYTES"
 DEFAULT_MAX_BYTES = 2 << 30
 _CHUNK = 1 << 20
-# Traces compress 5–20-fold; a gzip file that expands more than this is a bomb, not a trace.
+# Traces compress 5–25-fold; a gzip file that expands more than this is a bomb, not a trace.
 # (Past the floor only, and only while GPUTRACE_MAX_TRACE_BYTES is not set.)
-MAX_GZIP_RATIO = 256
+MAX_GZIP_RATIO = 64
 GZIP_RATIO_FLOOR = 256 << 20
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -167,9 +167,9 @@ def _gunzip(raw: bytes, cap: int, p: Path) -> bytes:
                 out += block
                 if len(out) > cap:
                     raise TraceReadError(_too_large_gzip(p, len(raw), cap))
-                if not checked and out.strip():
+                if not checked and block.strip():  # the first bytes that are not whitespace
                     checked = True
-                    _check_json_start(out, p)
+                    _check_json_start(block, p)
                 if d.eof or (not pending and not block):
                     break
         except zlib.error:
@@ -188,13 +188,13 @@ def _too_large_gzip(p: Path, compressed: int, cap: int) -> str:
     if cap < max_trace_bytes() and not _limit_is_set():
         return (
             f"{p}: too large: its {human_bytes(compressed)} of gzip data expand past "
-            f"{human_bytes(cap)} ({MAX_GZIP_RATIO}-fold, which no trace does; set {ENV_VAR} "
+            f"{human_bytes(cap)}, more than {MAX_GZIP_RATIO}-fold, which no trace does (set {ENV_VAR} "
             "to read it anyway)."
         )
     return f"{p}: too large: it decompresses to {_limit_note(cap)}."
 
 
-def _check_json_start(head: bytearray, p: Path) -> None:
+def _check_json_start(head: bytes, p: Path) -> None:
     """A trace is JSON: no need to inflate the rest of a bomb to know that it is not."""
     if bytes(head.lstrip()[:1]) not in (b"{", b"["):
         raise TraceReadError(f"{p}: not valid JSON (the gzip data does not hold a JSON document).")

@@ -70,11 +70,6 @@ def viewer_dir() -> Path:
     )
 
 
-def _is_gzip(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(2) == b"\x1f\x8b"
-
-
 class ViewerServer:
     """One trace and the viewer on ``127.0.0.1:port`` (``port=0``: a free port chosen by the OS).
 
@@ -86,10 +81,8 @@ class ViewerServer:
     ) -> None:
         self.trace_path = Path(trace_path)
         self.idle_timeout_s = idle_timeout_s
-        try:
-            gz = _is_gzip(self.trace_path)
-        except OSError as exc:
-            raise GputraceError(f"{self.trace_path}: cannot be read ({exc.strerror or exc}).") from None
+        # bounded and regular files only (a FIFO would block here); the sentence names the problem
+        gz = read_trace_bytes(self.trace_path, decompress=False)[:2] == b"\x1f\x8b"
         self.trace_route = "/trace.json.gz" if gz else "/trace.json"
         self.routes: dict[str, tuple[bytes | None, str]] = {}
         vdir = viewer_dir()
@@ -196,7 +189,9 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
                 try:  # bounded like every read of a trace; served as stored (gzip stays gzip)
                     data = read_trace_bytes(server.trace_path, decompress=False)
                 except GputraceError:
-                    self._send(HTTPStatus.NOT_FOUND, b"trace file is gone\n", "text/plain", body)
+                    self._send(
+                        HTTPStatus.NOT_FOUND, b"trace file is gone or unreadable\n", "text/plain", body
+                    )
                     return
             self._send(HTTPStatus.OK, data, ctype, body)
 

@@ -225,3 +225,14 @@ def test_tiny_tmpfs_full_disk(tmp_path: Path) -> None:
         assert list(mnt.iterdir()) == []
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_session_writing_onto_a_directory_leaves_no_partial(tmp_path: Path) -> None:
+    target = tmp_path / "t.json"
+    target.mkdir()
+    with pytest.warns(gputrace.GputraceWarning, match="could not write the trace"):
+        with gputrace.session(target, backend="fake", quiet=True):
+            for _ in range(1000):
+                with gputrace.trace("s"):
+                    pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]

@@ -14,7 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import pytest
 
+from gputrace.errors import GputraceError
 from gputrace.viewer_server import LISTEN_BACKLOG, ViewerServer
 
 DATA = Path(__file__).parent / "data"
@@ -90,3 +92,10 @@ def test_client_disconnects_print_nothing(tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=20)
     assert err == "", err
     assert out.strip().endswith("gputrace: stopped.")
+
+
+def test_server_refuses_a_fifo_instead_of_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe_bad.json"
+    os.mkfifo(fifo)
+    with pytest.raises(GputraceError, match=r"is a FIFO \(named pipe\), not a trace file"):
+        ViewerServer(fifo)

@@ -64,3 +64,5 @@ def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace
         fail(str(exc))
     except MemoryError:
         fail(f"{path}: too large to load into memory.")
+    except RecursionError:
+        fail(f"{path}: the trace is nested too deeply to read.")
