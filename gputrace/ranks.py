@@ -457,8 +457,8 @@ def rank_path(path: str | os.PathLike[str], rank: int) -> str:
 
 
 def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None = None) -> RankClock | None:
-    """A ``RankClock`` for ``group`` (see ``transport_for``), or ``None`` without a group of 2+
-    ranks. A group that cannot be used is reported once and ignored."""
+    """A ``RankClock`` for ``group`` (see ``transport_for``), or ``None`` without a group of two or
+    more ranks. A group that cannot be used is reported once and ignored."""
     try:
         t = transport_for(group)
     except GputraceError:
@@ -468,8 +468,8 @@ def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None 
             "ranks", f"the process group cannot be used for clock offsets ({type(exc).__name__}: {exc})."
         )
         return None
-    if t is None:
-        return None
+    if t is None or int(t.size) < 2:
+        return None  # a group of one rank has nobody to exchange with: nothing changes
     return RankClock(t, clock, **(options or {}))
 
 

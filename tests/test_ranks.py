@@ -190,6 +190,14 @@ def test_without_a_group_nothing_changes_and_nothing_is_sent(
     assert list(tmp_path.iterdir()) == [out]
 
 
+def test_a_group_of_one_rank_changes_nothing(tmp_path: Path) -> None:
+    (alone,) = loopback(1)
+    out = tmp_path / "run.trace.json"
+    with gputrace.session(out, backend="fake", quiet=True, group=alone) as s:
+        gputrace.sync()
+    assert s.written == out and "ranks" not in s.trace.header and alone.sent == 0
+
+
 def test_group_false_never_looks(monkeypatch: pytest.MonkeyPatch) -> None:
     dist = types.ModuleType("torch.distributed")
     dist.is_initialized = lambda: pytest.fail("looked for a group")  # type: ignore[attr-defined]
