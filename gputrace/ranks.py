@@ -47,6 +47,7 @@ REFRESH_S = 5.0  # sync() exchanges at most this often (rank 0 schedules them)
 TIMEOUT_S = 5.0  # an exchange waits at most this long for the other side (plus PEER_BUDGET_S per peer)
 PEER_BUDGET_S = 0.25
 NCCL_PEER_BUDGET_S = 1.0  # NCCL sets up a communicator for each new pair on the first message
+AGREED_TIMEOUT_S = 60.0  # messages of an exchange both sides agreed to (torch.distributed)
 
 
 class Pending(Protocol):
@@ -165,6 +166,49 @@ class TorchTransport:
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.nccl else torch.device("cpu")
         # NCCL's is_completed() polls the GPU; gloo's send/recv complete only through wait()
         self.blocking_wait = not self.nccl
+        # A gloo wait that times out closes the connection, and an NCCL message nobody receives
+        # stalls the communicator: both would break the program's own next collective. So the two
+        # sides first agree through the group's key-value store (non-blocking reads) that both are
+        # there; only then is a message posted, and it will be answered.
+        try:
+            self.store = dist.distributed_c10d._get_default_store()
+        except Exception:
+            self.store = None
+        self.prefix = f"gputrace/ranks/g{self._peer(0)}"
+
+    def meet(self, rank: int, e: int, peer: int, deadline: float) -> bool:
+        """Both sides of one exchange agree to go (True), or the non-0 side is marked gone."""
+        store = self.store
+        if store is None:
+            return True
+        key = f"{self.prefix}/{e}/{peer if rank == 0 else rank}"
+        go = key + "/go"
+
+        def cas(old: str, new: str) -> str:
+            v = store.compare_set(key, old, new)
+            return v.decode() if isinstance(v, bytes) else str(v)
+
+        if rank != 0:
+            if cas("", "here") == "gone":
+                return False  # rank 0 gave up on this rank for this exchange already
+            while time.monotonic() < deadline:
+                if store.check([go]):
+                    return True
+                time.sleep(0.0005)
+            if cas("here", "gone") == "gone":
+                return False  # withdrawn: rank 0 will skip this rank
+            # rank 0 committed just now: its go follows at once
+            while not store.check([go]):
+                time.sleep(0.0005)
+            return True
+        while time.monotonic() < deadline and not store.check([key]):
+            time.sleep(0.0005)
+        if cas("here", "served") != "served" and (
+            cas("", "gone") != "here" or cas("here", "served") != "served"
+        ):
+            return False  # never came: marked gone, so it will not post a message later
+        store.set(go, "1")
+        return True
 
     def _peer(self, r: int) -> int:
         return r if self.group is None else int(self.dist.get_global_rank(self.group, r))
@@ -335,13 +379,17 @@ class RankClock:
                 if peer in self.dead:
                     continue
                 try:
+                    until = self._meet(e, peer, deadline)
                     for k in range(self.rounds):
                         r = self.t.irecv(peer)
-                        self._wait(r, deadline)
+                        self._wait(r, until)
                         pe, pk, _, _ = r.values()
                         if (pe, pk) != (e, k):
                             raise _Mismatch(f"rank {peer} sent round {pe}/{pk}, expected {e}/{k}")
                         sends.append(self.t.isend(peer, (e, int(self.clock()), nxt, self.reference_id)))
+                    for snd in sends:
+                        self._wait(snd, until)
+                    sends = []
                 except (_Timeout, _Mismatch) as exc:
                     self.dead.add(peer)
                     report_internal(
@@ -351,16 +399,26 @@ class RankClock:
                         "its offset is not measured from here on (when only some ranks trace, "
                         "pass group=False to gputrace.session).",
                     )
-            for s in sends:
-                self._wait(s, deadline)
         finally:
             self.exchanges.append(Exchange(reason, int(self.clock()), self.rounds, 0, 0,
                                            int((time.monotonic() - start) * 1e9)))  # fmt: skip
+
+    def _meet(self, e: int, peer: int, deadline: float) -> float:
+        """Where the engine needs it, agree with ``peer`` that both take part in exchange ``e``
+        before any message is posted; returns the deadline for the messages themselves (longer
+        once both sides agreed: a timed-out wait could then only do harm)."""
+        meet = getattr(self.t, "meet", None)
+        if meet is None:
+            return deadline
+        if not meet(self.rank, e, peer, deadline):
+            raise _Timeout()
+        return max(deadline, time.monotonic() + AGREED_TIMEOUT_S)
 
     def _ping(self, e: int, reason: str, deadline: float) -> None:
         got: list[tuple[int, CalibrationSample]] = []
         start = time.monotonic()
         nxt = self.next_sync
+        deadline = self._meet(e, 0, deadline)
         for k in range(self.rounds):
             r = self.t.irecv(0)
             before = int(self.clock())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import queue
 import shutil
@@ -285,6 +286,31 @@ def rank_files(
     return out, t0, request.param
 
 
+def test_gloo_a_late_rank_and_a_rank_that_never_traces_do_not_break_the_program() -> None:
+    """gloo closes a connection whose wait timed out; the exchange must never get there."""
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed (tests/setup.sh installs the CPU wheel where it is offered)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = ROOT / "tests" / "scripts" / "ranks_late.py"
+    procs = []
+    for r in range(3):
+        env = dict(_env(), RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env))  # fmt: skip
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(e[-1500:] for _, e in outs)
+    got = {d["rank"]: d for d in (json.loads(o.strip().splitlines()[-1]) for o, _ in outs)}
+    assert got[0]["status"] == "reference" and got[1]["status"] == "not measured" and got[2]["status"] is None
+    # rank 0 waited once for rank 1 (1 s + 0.25 s per peer), rank 1 found itself given up at once
+    assert got[0]["s"] < 10 and got[1]["s"] < 10
+    assert "did not answer" in outs[0][1] and "no answer" in outs[1][1]
+
+
 def _truth_on_rank0(local: np.ndarray, rank: int, t0: int) -> np.ndarray:
     sys.path.insert(0, str(SCRIPT.parent))
     try:
@@ -324,14 +350,16 @@ def test_four_ranks_merge_recovers_injected_offsets(rank_files: tuple[Path, int,
         err = placed - _truth_on_rank0(local, r, t0)
         assert len(mine) == 40 and np.all(np.abs(err) <= unc + 1), (r, np.abs(err).max(), unc)
         if r:
-            fit = h["fit"]
-            assert fit["method"] == "offset+slope"
             start, end = own.header["start_ns"], own.header["end_ns"]
             truth = _truth_on_rank0(np.array([start, end]), r, t0) - np.array([start, end])
             assert abs(info["offset"]["offset_ns"] - truth[0]) <= unc + 1
-            # the drift is fitted: within what the bound allows over the session
-            drift_truth = (truth[1] - truth[0]) / (end - start) * 1e6
-            assert abs(info["offset"]["drift_ppm"] - drift_truth) <= 2 * unc / (end - start) * 1e6 + 0.5
+            # MPI's round trips pin the drift down over a 2 s run; gloo's (≈100 µs) may not, and
+            # then the fit keeps the offset alone and its stated bound covers the drift instead
+            if engine == "mpi":
+                assert h["fit"]["method"] == "offset+slope"
+            if h["fit"]["method"] == "offset+slope":  # within what the bound allows over the session
+                drift_truth = (truth[1] - truth[0]) / (end - start) * 1e6
+                assert abs(info["offset"]["drift_ppm"] - drift_truth) <= 2 * unc / (end - start) * 1e6 + 0.5
 
 
 def test_without_the_measurement_merge_says_clock_pair(rank_files: tuple[Path, int, str]) -> None:
