@@ -227,7 +227,8 @@ def test_import_gputrace_imports_no_engine() -> None:
 
 
 def _mpiexec() -> list[str] | None:
-    exe = shutil.which("mpiexec")
+    # Open MPI's by name: mpi4py's wheel loads its libmpi.so.40 (Debian's MPICH is named otherwise)
+    exe = shutil.which("mpiexec.openmpi") or shutil.which("mpiexec")
     if exe is None:
         return None
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
@@ -251,8 +252,11 @@ def _run_mpi(out: Path, t0: int) -> None:
         import mpi4py  # noqa: F401
     except ImportError:
         pytest.skip("mpi4py is not installed (pip install -e '.[test]')")
+    env = _env()
+    if launcher[0].endswith("mpiexec.openmpi"):
+        env.setdefault("MPI4PY_LIBMPI", "libmpi.so.40")  # the wheel picks Open MPI even beside MPICH
     run = subprocess.run([*launcher, "-n", "4", sys.executable, str(SCRIPT), str(out), str(t0), "40", "mpi"],
-                         capture_output=True, text=True, env=_env(), timeout=240)  # fmt: skip
+                         capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
 
