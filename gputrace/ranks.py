@@ -176,6 +176,13 @@ class TorchTransport:
             self.store = None
         self.prefix = f"gputrace/ranks/g{self._peer(0)}"
 
+    def alive(self) -> bool:
+        """False once the program destroyed its process group (before the session stopped)."""
+        try:
+            return bool(self.dist.is_initialized())
+        except Exception:
+            return False
+
     def meet(self, rank: int, e: int, peer: int, deadline: float) -> bool:
         """Both sides of one exchange agree to go (True), or the non-0 side is marked gone."""
         store = self.store
@@ -301,6 +308,7 @@ class RankClock:
         self.samples: list[CalibrationSample] = []
         self.exchanges: list[Exchange] = []
         self.failed: str | None = None
+        self.skipped: list[str] = []  # exchanges not tried, and why (not failures)
         self.dead: set[int] = set()  # peers rank 0 gave up on
         self.reference_id = 0  # rank 0's id for this job (its clock at its first exchange)
         self.n_exchanges = 0
@@ -328,6 +336,10 @@ class RankClock:
     def exchange(self, reason: str) -> None:
         """One exchange with every peer (rank 0) or with rank 0 (other ranks). Never raises."""
         if self.size < 2 or self.failed is not None:
+            return
+        alive = getattr(self.t, "alive", None)
+        if alive is not None and not alive():
+            self.skipped.append(f"{reason}: the process group was already destroyed")
             return
         e = self.n_exchanges
         self.n_exchanges += 1
@@ -462,6 +474,8 @@ class RankClock:
             out["status"] = "not measured"
         if self.failed is not None:
             out["failed"] = self.failed
+        if self.skipped:
+            out["skipped"] = self.skipped
         return out
 
 

@@ -315,6 +315,37 @@ def test_gloo_a_late_rank_and_a_rank_that_never_traces_do_not_break_the_program(
     assert "did not answer" in outs[0][1] and "no answer" in outs[1][1]
 
 
+def test_gloo_gputrace_run_on_each_rank_attaches_late_and_writes_rank_files(tmp_path: Path) -> None:
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed (tests/setup.sh installs the CPU wheel where it is offered)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = ROOT / "tests" / "scripts" / "ranks_run_target.py"
+    out = str(tmp_path / "run.trace.json")
+    cmd = [sys.executable, "-m", "gputrace", "run", "-q", "--backend", "cpu", "-o", out, str(script)]
+    procs = []
+    for r in range(2):
+        env = dict(_env(), RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        )
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(e[-1500:] for _, e in outs)
+    assert all("Warning" not in e for _, e in outs), outs
+    files = [tmp_path / f"run.rank{r}.trace.json" for r in range(2)]
+    merged = merge_files(tmp_path / "all.json", [str(f) for f in files])
+    h1 = load(str(files[1])).header["ranks"]
+    assert h1["exchanges"][0]["reason"] == "sync"  # attached at the first sync()
+    assert h1["skipped"] == ["stop: the process group was already destroyed"]
+    how = merged.header["merged"][1]["offset"]
+    # one host, no injected offset: the truth is 0
+    assert how["method"] == "measured" and abs(how["offset_ns"]) <= how["uncertainty_ns"] + 1
+
+
 def _truth_on_rank0(local: np.ndarray, rank: int, t0: int) -> np.ndarray:
     sys.path.insert(0, str(SCRIPT.parent))
     try:
