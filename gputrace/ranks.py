@@ -47,6 +47,7 @@ REFRESH_S = 5.0  # sync() exchanges at most this often (rank 0 schedules them)
 TIMEOUT_S = 5.0  # an exchange waits at most this long for the other side (plus PEER_BUDGET_S per peer)
 PEER_BUDGET_S = 0.25
 NCCL_PEER_BUDGET_S = 1.0  # NCCL sets up a communicator for each new pair on the first message
+AGREED_TIMEOUT_S = 60.0  # messages of an exchange both sides agreed to (torch.distributed)
 
 
 class Pending(Protocol):
@@ -165,6 +166,58 @@ class TorchTransport:
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.nccl else torch.device("cpu")
         # NCCL's is_completed() polls the GPU; gloo's send/recv complete only through wait()
         self.blocking_wait = not self.nccl
+        # A gloo wait that times out closes the connection, and an NCCL message nobody receives
+        # stalls the communicator: both would break the program's own next collective. So the two
+        # sides first agree through the group's key-value store (non-blocking reads) that both are
+        # there; only then is a message posted, and it will be answered.
+        try:
+            self.store = dist.distributed_c10d._get_default_store()
+        except Exception:
+            self.store = None
+        self.prefix = f"gputrace/ranks/g{self._peer(0)}"
+
+    def alive(self) -> bool:
+        """False once the program destroyed its process group (before the session stopped)."""
+        try:
+            return bool(self.dist.is_initialized())
+        except Exception:
+            return False
+
+    def meet(self, rank: int, e: int, peer: int, deadline: float) -> bool:
+        """Both sides of one exchange agree to go (True), or the non-0 side is marked gone."""
+        store = self.store
+        if store is None:
+            return True
+        key = f"{self.prefix}/{e}/{peer if rank == 0 else rank}"
+        go = key + "/go"
+
+        def cas(old: str, new: str) -> str:
+            v = store.compare_set(key, old, new)
+            return v.decode() if isinstance(v, bytes) else str(v)
+
+        if rank != 0:
+            if cas("", "here") == "gone":
+                return False  # rank 0 gave up on this rank for this exchange already
+            pause = 0.0005
+            while time.monotonic() < deadline:
+                if store.check([go]):
+                    return True
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.02)  # ranks wait their turn one by one: spare the store
+            if cas("here", "gone") == "gone":
+                return False  # withdrawn: rank 0 will skip this rank
+            # rank 0 committed just now: its go follows at once
+            while not store.check([go]):
+                time.sleep(0.0005)
+            return True
+        while time.monotonic() < deadline and not store.check([key]):
+            time.sleep(0.0005)
+        if cas("here", "served") != "served" and (
+            cas("", "gone") != "here" or cas("here", "served") != "served"
+        ):
+            return False  # never came: marked gone, so it will not post a message later
+        store.set(go, "1")
+        return True
 
     def _peer(self, r: int) -> int:
         return r if self.group is None else int(self.dist.get_global_rank(self.group, r))
@@ -255,6 +308,7 @@ class RankClock:
         self.samples: list[CalibrationSample] = []
         self.exchanges: list[Exchange] = []
         self.failed: str | None = None
+        self.skipped: list[str] = []  # exchanges not tried, and why (not failures)
         self.dead: set[int] = set()  # peers rank 0 gave up on
         self.reference_id = 0  # rank 0's id for this job (its clock at its first exchange)
         self.n_exchanges = 0
@@ -282,6 +336,10 @@ class RankClock:
     def exchange(self, reason: str) -> None:
         """One exchange with every peer (rank 0) or with rank 0 (other ranks). Never raises."""
         if self.size < 2 or self.failed is not None:
+            return
+        alive = getattr(self.t, "alive", None)
+        if alive is not None and not alive():
+            self.skipped.append(f"{reason}: the process group was already destroyed")
             return
         e = self.n_exchanges
         self.n_exchanges += 1
@@ -335,13 +393,17 @@ class RankClock:
                 if peer in self.dead:
                     continue
                 try:
+                    until = self._meet(e, peer, deadline)
                     for k in range(self.rounds):
                         r = self.t.irecv(peer)
-                        self._wait(r, deadline)
+                        self._wait(r, until)
                         pe, pk, _, _ = r.values()
                         if (pe, pk) != (e, k):
                             raise _Mismatch(f"rank {peer} sent round {pe}/{pk}, expected {e}/{k}")
                         sends.append(self.t.isend(peer, (e, int(self.clock()), nxt, self.reference_id)))
+                    for snd in sends:
+                        self._wait(snd, until)
+                    sends = []
                 except (_Timeout, _Mismatch) as exc:
                     self.dead.add(peer)
                     report_internal(
@@ -351,16 +413,26 @@ class RankClock:
                         "its offset is not measured from here on (when only some ranks trace, "
                         "pass group=False to gputrace.session).",
                     )
-            for s in sends:
-                self._wait(s, deadline)
         finally:
             self.exchanges.append(Exchange(reason, int(self.clock()), self.rounds, 0, 0,
                                            int((time.monotonic() - start) * 1e9)))  # fmt: skip
+
+    def _meet(self, e: int, peer: int, deadline: float) -> float:
+        """Where the engine needs it, agree with ``peer`` that both take part in exchange ``e``
+        before any message is posted; returns the deadline for the messages themselves (longer
+        once both sides agreed: a timed-out wait could then only do harm)."""
+        meet = getattr(self.t, "meet", None)
+        if meet is None:
+            return deadline
+        if not meet(self.rank, e, peer, deadline):
+            raise _Timeout()
+        return max(deadline, time.monotonic() + AGREED_TIMEOUT_S)
 
     def _ping(self, e: int, reason: str, deadline: float) -> None:
         got: list[tuple[int, CalibrationSample]] = []
         start = time.monotonic()
         nxt = self.next_sync
+        deadline = self._meet(e, 0, deadline)
         for k in range(self.rounds):
             r = self.t.irecv(0)
             before = int(self.clock())
@@ -402,6 +474,8 @@ class RankClock:
             out["status"] = "not measured"
         if self.failed is not None:
             out["failed"] = self.failed
+        if self.skipped:
+            out["skipped"] = self.skipped
         return out
 
 
@@ -457,8 +531,8 @@ def rank_path(path: str | os.PathLike[str], rank: int) -> str:
 
 
 def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None = None) -> RankClock | None:
-    """A ``RankClock`` for ``group`` (see ``transport_for``), or ``None`` without a group of 2+
-    ranks. A group that cannot be used is reported once and ignored."""
+    """A ``RankClock`` for ``group`` (see ``transport_for``), or ``None`` without a group of two or
+    more ranks. A group that cannot be used is reported once and ignored."""
     try:
         t = transport_for(group)
     except GputraceError:
@@ -468,8 +542,8 @@ def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None 
             "ranks", f"the process group cannot be used for clock offsets ({type(exc).__name__}: {exc})."
         )
         return None
-    if t is None:
-        return None
+    if t is None or int(t.size) < 2:
+        return None  # a group of one rank has nobody to exchange with: nothing changes
     return RankClock(t, clock, **(options or {}))
 
 

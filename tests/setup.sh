@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 need=()
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
-command -v mpiexec >/dev/null 2>&1 || need+=(openmpi-bin)
+command -v mpiexec.openmpi >/dev/null 2>&1 || need+=(openmpi-bin)
 apt_install() {
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo=sudo

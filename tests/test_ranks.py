@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import queue
 import shutil
@@ -191,6 +192,14 @@ def test_without_a_group_nothing_changes_and_nothing_is_sent(
     assert list(tmp_path.iterdir()) == [out]
 
 
+def test_a_group_of_one_rank_changes_nothing(tmp_path: Path) -> None:
+    (alone,) = loopback(1)
+    out = tmp_path / "run.trace.json"
+    with gputrace.session(out, backend="fake", quiet=True, group=alone) as s:
+        gputrace.sync()
+    assert s.written == out and "ranks" not in s.trace.header and alone.sent == 0
+
+
 def test_group_false_never_looks(monkeypatch: pytest.MonkeyPatch) -> None:
     dist = types.ModuleType("torch.distributed")
     dist.is_initialized = lambda: pytest.fail("looked for a group")  # type: ignore[attr-defined]
@@ -219,7 +228,8 @@ def test_import_gputrace_imports_no_engine() -> None:
 
 
 def _mpiexec() -> list[str] | None:
-    exe = shutil.which("mpiexec")
+    # Open MPI's by name: mpi4py's wheel loads its libmpi.so.40 (Debian's MPICH is named otherwise)
+    exe = shutil.which("mpiexec.openmpi") or shutil.which("mpiexec")
     if exe is None:
         return None
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
@@ -243,8 +253,11 @@ def _run_mpi(out: Path, t0: int) -> None:
         import mpi4py  # noqa: F401
     except ImportError:
         pytest.skip("mpi4py is not installed (pip install -e '.[test]')")
+    env = _env()
+    if launcher[0].endswith("mpiexec.openmpi"):
+        env.setdefault("MPI4PY_LIBMPI", "libmpi.so.40")  # the wheel picks Open MPI even beside MPICH
     run = subprocess.run([*launcher, "-n", "4", sys.executable, str(SCRIPT), str(out), str(t0), "40", "mpi"],
-                         capture_output=True, text=True, env=_env(), timeout=240)  # fmt: skip
+                         capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
 
@@ -276,6 +289,62 @@ def rank_files(
     t0 = time.perf_counter_ns()
     (_run_mpi if request.param == "mpi" else _run_gloo)(out, t0)
     return out, t0, request.param
+
+
+def test_gloo_a_late_rank_and_a_rank_that_never_traces_do_not_break_the_program() -> None:
+    """gloo closes a connection whose wait timed out; the exchange must never get there."""
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed (tests/setup.sh installs the CPU wheel where it is offered)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = ROOT / "tests" / "scripts" / "ranks_late.py"
+    procs = []
+    for r in range(3):
+        env = dict(_env(), RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env))  # fmt: skip
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(e[-1500:] for _, e in outs)
+    got = {d["rank"]: d for d in (json.loads(o.strip().splitlines()[-1]) for o, _ in outs)}
+    assert got[0]["status"] == "reference" and got[1]["status"] == "not measured" and got[2]["status"] is None
+    # rank 0 waited once for rank 1 (1 s + 0.25 s per peer), rank 1 found itself given up at once
+    assert got[0]["s"] < 10 and got[1]["s"] < 10
+    assert "did not answer" in outs[0][1] and "no answer" in outs[1][1]
+
+
+def test_gloo_gputrace_run_on_each_rank_attaches_late_and_writes_rank_files(tmp_path: Path) -> None:
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed (tests/setup.sh installs the CPU wheel where it is offered)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = ROOT / "tests" / "scripts" / "ranks_run_target.py"
+    out = str(tmp_path / "run.trace.json")
+    cmd = [sys.executable, "-m", "gputrace", "run", "-q", "--backend", "cpu", "-o", out, str(script)]
+    procs = []
+    for r in range(2):
+        env = dict(_env(), RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        )
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(e[-1500:] for _, e in outs)
+    assert all("Warning" not in e for _, e in outs), outs
+    files = [tmp_path / f"run.rank{r}.trace.json" for r in range(2)]
+    merged = merge_files(tmp_path / "all.json", [str(f) for f in files])
+    h1 = load(str(files[1])).header["ranks"]
+    assert h1["exchanges"][0]["reason"] == "sync"  # attached at the first sync()
+    assert h1["skipped"] == ["stop: the process group was already destroyed"]
+    how = merged.header["merged"][1]["offset"]
+    # one host, no injected offset: the truth is 0
+    assert how["method"] == "measured" and abs(how["offset_ns"]) <= how["uncertainty_ns"] + 1
 
 
 def _truth_on_rank0(local: np.ndarray, rank: int, t0: int) -> np.ndarray:
@@ -317,14 +386,16 @@ def test_four_ranks_merge_recovers_injected_offsets(rank_files: tuple[Path, int,
         err = placed - _truth_on_rank0(local, r, t0)
         assert len(mine) == 40 and np.all(np.abs(err) <= unc + 1), (r, np.abs(err).max(), unc)
         if r:
-            fit = h["fit"]
-            assert fit["method"] == "offset+slope"
             start, end = own.header["start_ns"], own.header["end_ns"]
             truth = _truth_on_rank0(np.array([start, end]), r, t0) - np.array([start, end])
             assert abs(info["offset"]["offset_ns"] - truth[0]) <= unc + 1
-            # the drift is fitted: within what the bound allows over the session
-            drift_truth = (truth[1] - truth[0]) / (end - start) * 1e6
-            assert abs(info["offset"]["drift_ppm"] - drift_truth) <= 2 * unc / (end - start) * 1e6 + 0.5
+            # MPI's round trips pin the drift down over a 2 s run; gloo's (≈100 µs) may not, and
+            # then the fit keeps the offset alone and its stated bound covers the drift instead
+            if engine == "mpi":
+                assert h["fit"]["method"] == "offset+slope"
+            if h["fit"]["method"] == "offset+slope":  # within what the bound allows over the session
+                drift_truth = (truth[1] - truth[0]) / (end - start) * 1e6
+                assert abs(info["offset"]["drift_ppm"] - drift_truth) <= 2 * unc / (end - start) * 1e6 + 0.5
 
 
 def test_without_the_measurement_merge_says_clock_pair(rank_files: tuple[Path, int, str]) -> None:
