@@ -28,6 +28,7 @@ with one notice; the program goes on and the trace says so.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import time
@@ -67,6 +68,9 @@ class Transport(Protocol):
 
     def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending: ...
     def irecv(self, src: int) -> Pending: ...
+
+
+_SESSIONS = itertools.count()
 
 
 class _Timeout(Exception):
@@ -182,6 +186,15 @@ class TorchTransport:
             return bool(self.dist.is_initialized())
         except Exception:
             return False
+
+    def finish(self, rank: int, e: int) -> None:
+        """After a successful exchange: drop its keys, so a long run does not fill the store."""
+        if self.store is None:
+            return
+        key = f"{self.prefix}/{e}/{rank}"
+        with contextlib.suppress(Exception):  # not every store can delete
+            self.store.delete_key(key + "/go")
+            self.store.delete_key(key)
 
     def meet(self, rank: int, e: int, peer: int, deadline: float) -> bool:
         """Both sides of one exchange agree to go (True), or the non-0 side is marked gone."""
@@ -315,6 +328,9 @@ class RankClock:
         self.n_syncs = 0
         self.next_sync = 1  # the sync() call that exchanges next; rank 0 decides and tells the others
         self.started_wall = time.monotonic()
+        # sessions of one process are numbered, so that the store keys of a later session never
+        # meet an earlier one's (every rank starts the same sessions in the same order)
+        self.serial = next(_SESSIONS)
 
     # scheduling ----------------------------------------------------------------------------------
     def on_sync(self) -> None:
@@ -424,7 +440,7 @@ class RankClock:
         meet = getattr(self.t, "meet", None)
         if meet is None:
             return deadline
-        if not meet(self.rank, e, peer, deadline):
+        if not meet(self.rank, self.serial * 10_000_000 + e, peer, deadline):
             raise _Timeout()
         return max(deadline, time.monotonic() + AGREED_TIMEOUT_S)
 
@@ -445,6 +461,9 @@ class RankClock:
             self._wait(s, deadline)
             got.append((after - before, CalibrationSample(before, ref_ns, after, 0)))
             self.reference_id = ref_id
+        finish = getattr(self.t, "finish", None)
+        if finish is not None:
+            finish(self.rank, self.serial * 10_000_000 + e)
         got.sort(key=lambda x: x[0])
         kept = [smp for _, smp in got[: self.keep]]
         self.samples.extend(kept)
