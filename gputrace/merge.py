@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
+from gputrace import exporters
 from gputrace.errors import GputraceError
-from gputrace.exporters.chrome import GPU_PID_BASE, to_events, write_bytes
 from gputrace.loader import load
 from gputrace.model import (
     NO_TIME,
@@ -105,7 +104,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
             used_tids.add(tid)
             tids.append(tid)
             threads.append(ThreadInfo(tid, th.name))
-        pid = int(t.header.get("pid") or 1)
+        pid = real_pid = int(t.header.get("pid") or 1)
         if pid in used_pids or not 0 < pid < MAX_PID:
             pid = MAX_PID
             while pid in used_pids:
@@ -113,14 +112,18 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         used_pids.add(pid)
         rank = _rank(t)
         label = f"rank {rank}" if rank is not None else f"pid {pid}"
-        processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids})
+        host = t.header.get("host")
+        host_name = host.get("name") if isinstance(host, dict) else None
+        processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids, "host": host_name,
+                          "pid_is_real": pid == real_pid, "devices": []})  # fmt: skip
         dev_map: dict[int, int] = {}
         for dev in [q.device for q in t.queues] + sorted(t.clock_fits):
             if dev not in dev_map:
                 dev_map[dev] = n_devices
+                processes[-1]["devices"].append(n_devices)
                 n_devices += 1
         for q in t.queues:
-            queues.append(QueueInfo(dev_map[q.device], f"{q.device_name} · {label}", q.backend, q.label))
+            queues.append(QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label))
         for dev, fit in t.clock_fits.items():
             nd = dev_map[dev]
             fits[nd] = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + shift,
@@ -207,36 +210,9 @@ def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[Scope
     return scopes, spans
 
 
-def dumps(trace: Trace) -> bytes:
-    """Chrome JSON of a merged trace: each process's threads under its own pid."""
-    events, header = to_events(trace)
-    procs = header.get("processes") or []
-    pid_of_tid = {tid % (1 << 24): p["pid"] for p in procs for tid in p["tids"]}
-    ref = int(header.get("pid") or 1)
-    out: list[dict[str, Any]] = []
-    for e in events:
-        if e.get("pid") == ref:
-            if e.get("ph") == "M" and e.get("name") in ("process_name", "process_sort_index"):
-                continue
-            tid = e.get("tid")
-            if isinstance(tid, int):
-                e["pid"] = pid_of_tid.get(tid % (1 << 24), ref)
-        out.append(e)
-    for k, p in enumerate(procs):
-        out.append({"ph": "M", "name": "process_name", "pid": p["pid"], "tid": 0,
-                    "args": {"name": f"python {p['pid']} ({p['label']})"}})  # fmt: skip
-        out.append({"ph": "M", "name": "process_sort_index", "pid": p["pid"], "tid": 0,
-                    "args": {"sort_index": k}})  # fmt: skip
-    for e in out:  # GPUs sort after every process
-        if e.get("name") == "process_sort_index" and e["pid"] >= GPU_PID_BASE:
-            e["args"] = {"sort_index": len(procs) + e["pid"] - GPU_PID_BASE}
-    return orjson.dumps({"traceEvents": out, "displayTimeUnit": "ms", "gputrace": header},
-                        option=orjson.OPT_SERIALIZE_NUMPY)  # fmt: skip
-
-
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write a merged trace: each process keeps its own pid (see ``dumps``)."""
-    return write_bytes(dumps(trace), path)
+    """Write a merged trace through the output layer (each process keeps its own pid)."""
+    return exporters.write(trace, path)
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:

@@ -41,7 +41,7 @@ _ERROR = int(Flag.ERROR)
 class ThreadBuffer:
     """Everything one thread recorded. Only its own thread appends to it."""
 
-    __slots__ = ("args", "ident", "log", "marks", "name", "rich", "stack", "tid")
+    __slots__ = ("ident", "log", "marks", "name", "rich", "stack", "tid")
 
     def __init__(self) -> None:
         t = threading.current_thread()
@@ -52,9 +52,10 @@ class ThreadBuffer:
         # Plain scopes, flat: name, cpu_start_ns, cpu_end_ns, ... Extending a list with three
         # references is the cheapest store Python has (an array('q') converts each int: +190 ns).
         self.log: list[Any] = []
-        # Scopes with a GPU token, flags or args, flat: name, cpu_start_ns, cpu_end_ns, token, flags.
+        # Scopes with a GPU token, flags or args, flat: name, cpu_start_ns, cpu_end_ns, token, flags,
+        # args (or None). One ``extend`` per scope, so another thread can take a prefix of the list
+        # at any time (streaming) and never see half a scope.
         self.rich: list[Any] = []
-        self.args: dict[int, dict[str, Any]] = {}  # index of a scope in ``rich`` -> its args
         self.marks: list[tuple[str, int, str, dict[str, Any]]] = []
 
 
@@ -200,14 +201,13 @@ class trace:
             flags = _DEGRADED
             token = 0
         cpu_end = _clock()
-        rich = buf.rich
+        args = None
         if exc_type is not None or self.args:
             args = dict(self.args)
             if exc_type is not None:
                 flags |= _ERROR
                 args["exception"] = exc_type.__name__
-            buf.args[len(rich) // 5] = args
-        rich.extend((self.name, cpu_start, cpu_end, token, flags))
+        buf.rich.extend((self.name, cpu_start, cpu_end, token, flags, args))
 
     def __call__(self, fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
@@ -270,19 +270,27 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
     out = []
     for buf in buffers:
         log, rich = list(buf.log), list(buf.rich)
-        args = dict(buf.args)
         for obj, cpu_start, token in list(buf.stack):
             a = dict(getattr(obj, "args", {}) or {})
             a["unclosed"] = True
-            args[len(rich) // 5] = a
-            rich.extend((getattr(obj, "name", "?"), cpu_start, stop_ns, max(token, 0), _DEGRADED))
-        n_plain = len(log) // 3
-        times = np.zeros((n_plain + len(rich) // 5, 4), np.int64)
-        times[:n_plain, 0] = log[1::3]
-        times[:n_plain, 1] = log[2::3]
-        for col in range(4):
-            times[n_plain:, col] = rich[1 + col :: 5]
-        names = log[0::3] + rich[0::5]
-        args = {n_plain + k: v for k, v in args.items()}
-        out.append(RawThread(buf.tid, buf.name, names, times, args, list(buf.marks)))
+            rich.extend((getattr(obj, "name", "?"), cpu_start, stop_ns, max(token, 0), _DEGRADED, a))
+        out.append(raw_thread(buf, log, rich, list(buf.marks)))
     return out
+
+
+RICH = 6  # items per scope in ``ThreadBuffer.rich``
+
+
+def raw_thread(
+    buf: ThreadBuffer, log: list[Any], rich: list[Any], marks: list[tuple[str, int, str, dict[str, Any]]]
+) -> RawThread:
+    """A ``RawThread`` from flat ``log`` (3 per scope) and ``rich`` (``RICH`` per scope) items."""
+    n_plain = len(log) // 3
+    times = np.zeros((n_plain + len(rich) // RICH, 4), np.int64)
+    times[:n_plain, 0] = log[1::3]
+    times[:n_plain, 1] = log[2::3]
+    for col in range(4):
+        times[n_plain:, col] = rich[1 + col :: RICH]
+    names = log[0::3] + rich[0::RICH]
+    args = {n_plain + k: a for k, a in enumerate(rich[5::RICH]) if a is not None}
+    return RawThread(buf.tid, buf.name, names, times, args, marks)

@@ -178,7 +178,7 @@ class session:
         return self.trace
 
     def _write(self, trace: Trace, path: Path) -> None:
-        from gputrace.exporters.chrome import write
+        from gputrace.exporters import write
 
         try:
             write(trace, path)

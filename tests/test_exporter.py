@@ -78,12 +78,15 @@ def test_layout(tmp_path: Path) -> None:
         if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GPU_PID_BASE
     }
     assert sorted(gpu_threads.values()) == ["stream 0", "stream a", "stream b"]
-    # one flow per GPU scope, v1, same ids on both ends
-    s_ids = sorted(e["id"] for e in ev if e["ph"] == "s")
-    f_ids = sorted(e["id"] for e in ev if e["ph"] == "f")
-    assert s_ids == f_ids == sorted(e["args"]["scope"] for e in gpu)
-    # queued waits are async slices named per stream, one b/e pair per scope with a non-negative gap
+    # one flow per GPU scope, v2, bound to the scope's CPU slice and to its GPU slice
+    assert not [e for e in ev if e["ph"] in ("s", "t", "f")]
+    out_ids = sorted(e["bind_id"] for e in cpu if e.get("flow_out"))
+    in_ids = sorted(e["bind_id"] for e in gpu if e.get("flow_in"))
+    assert out_ids == in_ids == sorted(e["args"]["scope"] for e in gpu) == list(range(16))
+    # queued waits are async slices inside the GPU process (id2.local), one b/e pair per scope
     b = [e for e in ev if e["ph"] == "b"]
+    assert {e["pid"] for e in b} == {GPU_PID_BASE} and all("id" not in e for e in b)
+    assert sorted(e["id2"]["local"] for e in b) == list(range(16))
     assert len(b) == 16 and {e["name"] for e in b} == {
         "queued · stream a",
         "queued · stream b",
@@ -92,16 +95,15 @@ def test_layout(tmp_path: Path) -> None:
     # args carry the numbers, exactly
     sc = trace.find("matmul")[2]
     g = next(e for e in gpu if e["args"]["scope"] == sc.index)
-    assert g["args"]["gpu_us"] == sc.gpu_ns / 1000  # type: ignore[operator]
-    assert g["args"]["submit_to_start_us"] == sc.queue_gap_ns / 1000  # type: ignore[operator]
-    assert g["args"]["cpu_enqueue_us"] == sc.cpu_ns / 1000
-    # counters per stream, syncs and marks as instants, header facts
-    counters = {e["name"] for e in ev if e["ph"] == "C"}
-    assert counters == {
-        "queue depth · stream a",
-        "queue depth · stream b",
-        "queue depth · stream 0",
-    }
+    assert g["dur"] == sc.gpu_ns / 1000  # type: ignore[operator]
+    assert round((g["ts"] - g["args"]["submit_ts"]) * 1000) == sc.queue_gap_ns
+    assert "gpu_us" not in g["args"] and "cpu_enqueue_us" not in g["args"]  # derivable: not written
+    # counters per stream, named so that Perfetto's "<name> <key>" reads once: "stream a queue depth"
+    counters = {(e["name"], *e["args"]) for e in ev if e["ph"] == "C"}
+    assert counters == {("stream a", "queue depth"), ("stream b", "queue depth"), ("stream 0", "queue depth")}
+    # processes: Python first, then the GPU
+    sort = {e["pid"]: e["args"]["sort_index"] for e in ev if e["ph"] == "M" and e["name"] == "process_sort_index"}
+    assert sort[pid] < sort[GPU_PID_BASE]
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mark"] == ["tick"] * 5
     assert len([e for e in ev if e["ph"] == "i" and e["cat"] == "sync"]) == 2
     anomalies = [e for e in ev if e["ph"] == "i" and e["cat"] == "anomaly"]
@@ -207,5 +209,5 @@ def test_json_is_plain_and_complete(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     record_story(path)
     doc = orjson.loads(path.read_bytes())
-    assert set(doc) == {"traceEvents", "displayTimeUnit", "gputrace"}
+    assert set(doc) == {"traceEvents", "displayTimeUnit", "gputrace", "gputrace_stream"}
     assert b"NaN" not in path.read_bytes() and b"Infinity" not in path.read_bytes()
