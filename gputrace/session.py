@@ -28,6 +28,9 @@ from gputrace.model import FORMAT_VERSION, Trace
 from gputrace.recorder import Recorder, active_recorder, drain
 from gputrace.resolver import RawRecording, resolve
 
+# A streamed file's time axis starts this long before the session: GPU times aligned a little
+# before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
+STREAM_BASE_MARGIN_NS = 100_000_000
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
 
 
@@ -47,11 +50,16 @@ def _rank() -> int | None:
 
 
 class session:
-    """Record a session; on exit sync the GPU, resolve, and write ``path`` (gzip if it ends ``.gz``).
+    """Record a session and write ``path`` (its format by extension: ``.json``, ``.json.gz`` …).
 
+    With a path the trace is written as the program runs (``stream=True``, the default): at each
+    ``sync()`` and at least every ``flush_s`` seconds what is resolved is appended, so memory stays
+    flat and a killed program leaves a file that loads (see ``gputrace.streaming``); with
+    ``stream=False`` everything is resolved and written at stop.
     ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
     ``backend_options`` go to the backend. ``clock`` replaces the session clock (tests).
-    The resolved ``Trace`` stays available as ``session.trace`` even without a file.
+    The resolved ``Trace`` stays available as ``session.trace`` (read back from the file when
+    streamed, on first use).
     """
 
     def __init__(
@@ -63,6 +71,8 @@ class session:
         backend_options: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
         quiet: bool = False,
+        stream: bool = True,
+        flush_s: float = 1.0,
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.backend_spec = backend
@@ -70,8 +80,13 @@ class session:
         self.backend_options = backend_options or {}
         self.metadata = metadata or {}
         self.quiet = quiet
-        self.trace: Trace | None = None
+        self._trace: Trace | None = None
         self.written: Path | None = None
+        self.stream = stream and self.path is not None
+        self.flush_s = flush_s
+        self._streamer: Any = None
+        self._finished = False
+        self._load_at_stop = True  # ``with session(...)`` leaves a streamed trace on disk until used
         self._recorder: Recorder | None = None
         self._raw = RawRecording(header={}, threads=[])
         self._lock = threading.Lock()
@@ -124,7 +139,73 @@ class session:
             outer.deactivate()
             self._outer = outer
         self._recorder.activate()
+        if self.stream:
+            self._start_stream()
         return self
+
+    @property
+    def trace(self) -> Trace | None:
+        """The resolved trace once stopped (a streamed one is read back from its file)."""
+        if self._trace is None and self._streamer is not None and self.written is not None:
+            from gputrace.exporters import read
+
+            self._trace = read(self.written)
+        return self._trace
+
+    @trace.setter
+    def trace(self, value: Trace | None) -> None:
+        self._trace = value
+
+    def _result(self) -> Trace:
+        trace = self.trace
+        if trace is None:  # a streamed file that could not be finished (reported once)
+            self._trace = trace = resolve(RawRecording(header=self._raw.header, threads=[]))
+        return trace
+
+    # streaming (gputrace.streaming) ---------------------------------------------------------
+    def _start_stream(self) -> None:
+        from gputrace.streaming import Streamer
+
+        assert self._recorder is not None and self.path is not None
+        header = dict(self._raw.header)
+        header["base_ns"] = header["start_ns"] - STREAM_BASE_MARGIN_NS
+        self._raw.header = header
+        try:
+            self._streamer = Streamer(self.path, header, self._recorder, self._raw)
+        except OSError:
+            self.stream = False  # fall back to writing at stop, where the error is reported once
+            return
+        self._streamer.start_timer(self.flush_s)
+
+    def _stop_stream(self, stop_ns: int) -> None:
+        from gputrace.streaming import final_clock, unclosed
+
+        st = self._streamer
+        rec = self._recorder
+        assert rec is not None
+        st.stop_timer()
+        try:
+            st.write(st.take(), complete=True, queues=self._raw.queues)
+            st.write(unclosed(rec, stop_ns), complete=True, queues=self._raw.queues)
+            header = dict(self._raw.header)
+            header["clock"] = final_clock(self._raw.samples)
+            header["spans_cover_children"] = self._raw.spans_cover_children
+            st.close(header)
+            self.written = self.path
+        except OSError as exc:
+            report_internal(
+                "write",
+                f"could not finish writing the trace to {self.path} ({exc.strerror or exc}); "
+                "what was written so far loads as a trace that ends early.",
+            )
+
+    def _stream_sync(self, taken: Any) -> None:
+        rec = self._recorder
+        assert rec is not None
+        try:
+            self._streamer.write(taken, complete=True, queues=_safe(rec.backend.queues) or [])
+        except Exception as exc:
+            report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
 
     def sync(self) -> None:
         """Wait for the GPU, take a calibration sample, and collect finished GPU spans."""
@@ -132,6 +213,7 @@ class session:
         if rec is None:
             return
         with self._lock:
+            taken = self._streamer.take() if self._streamer is not None else None
             try:
                 rec.backend.sync()
             except GputraceError:
@@ -140,6 +222,8 @@ class session:
                 report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
             self._calibrate()
             self._collect()
+            if taken is not None:
+                self._stream_sync(taken)
         rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
 
     def stop(self) -> Trace:
@@ -147,8 +231,9 @@ class session:
         rec = self._recorder
         if rec is None:
             raise GputraceError("this session was never started.")
-        if self.trace is not None:
-            return self.trace
+        if self._trace is not None or self._finished:
+            return self._result()
+        self._finished = True
         rec.deactivate()
         outer, self._outer = self._outer, None
         if outer is not None and active_recorder() is None:
@@ -162,16 +247,21 @@ class session:
             self._collect()
         stop_ns = self.clock()
         raw = self._raw
-        raw.threads = drain(rec, stop_ns)
         raw.header["end_ns"] = stop_ns
         raw.header["host"]["loadavg_end"] = _loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
         raw.queues = _safe(rec.backend.queues) or []
+        if self._streamer is not None:
+            self._stop_stream(stop_ns)
+        else:
+            raw.threads = drain(rec, stop_ns)
         try:
             rec.backend.close()
         except Exception as exc:
             report_internal("close", f"closing the backend failed ({type(exc).__name__}: {exc}).")
+        if self._streamer is not None:
+            return self._result() if self._load_at_stop else self._trace  # type: ignore[return-value]
         self.trace = resolve(raw)
         if self.path is not None:
             self._write(self.trace, self.path)
@@ -224,6 +314,7 @@ class session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._load_at_stop = False
         self.stop()
 
 

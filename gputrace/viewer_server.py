@@ -16,7 +16,7 @@ DNS rebinding).
 >>> server = ViewerServer(path)
 >>> server.start_background()
 >>> urllib.request.urlopen(server.trace_url).read()[:15]
-b'{"traceEvents":'
+b'{"displayTimeUn'
 >>> server.close()
 """
 
@@ -166,7 +166,9 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
             data, ctype = entry
             if data is None:  # the trace: read now, so a reload shows a re-written file
                 try:
-                    data = server.trace_path.read_bytes()
+                    from gputrace.exporters.json import servable
+
+                    data = servable(server.trace_path)  # a file cut short comes closed
                 except OSError:
                     self._send(HTTPStatus.NOT_FOUND, b"trace file is gone\n", "text/plain", body)
                     return

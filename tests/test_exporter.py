@@ -102,7 +102,9 @@ def test_layout(tmp_path: Path) -> None:
     counters = {(e["name"], *e["args"]) for e in ev if e["ph"] == "C"}
     assert counters == {("stream a", "queue depth"), ("stream b", "queue depth"), ("stream 0", "queue depth")}
     # processes: Python first, then the GPU
-    sort = {e["pid"]: e["args"]["sort_index"] for e in ev if e["ph"] == "M" and e["name"] == "process_sort_index"}
+    sort = {
+        e["pid"]: e["args"]["sort_index"] for e in ev if e["ph"] == "M" and e["name"] == "process_sort_index"
+    }
     assert sort[pid] < sort[GPU_PID_BASE]
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mark"] == ["tick"] * 5
     assert len([e for e in ev if e["ph"] == "i" and e["cat"] == "sync"]) == 2

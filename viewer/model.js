@@ -100,6 +100,10 @@ var GT = window.GT || (window.GT = {});
         if (dur === null || dur < 0) { unknown++; continue; }
         var cat = e.cat;
         var args = e.args || null;
+        if (typeof e.bind_id === 'number' && (e.flow_out || e.flow_in)) {
+          // flow v2: bound to this slice at both ends; for gputrace traces the id is the scope
+          (e.flow_out ? flowSrc : flowDst).set('bind|' + e.bind_id, { ts: e.flow_out ? ts + dur : ts, pid: pid, tid: tid, id: e.bind_id });
+        }
         var flags = args ? flagBits(args.flags) : 0;
         if (cat === 'cpu') {
           var scope = header ? cpuScope++ : -1;
@@ -107,6 +111,10 @@ var GT = window.GT || (window.GT = {});
           if (scope >= 0) cpuOfScope.push(id);
         } else if (cat === 'gpu' || cat === 'gpu.pass') {
           var sc = args && typeof args.scope === 'number' ? args.scope : -1;
+          if (cat === 'gpu' && args && typeof args.submit_ts === 'number' && typeof args.submit_to_start_us !== 'number') {
+            // the file leaves out what it can derive: the wait is GPU start − submission
+            args.submit_to_start_us = Math.round((ts - args.submit_ts) * 1000) / 1000;
+          }
           var kind = cat === 'gpu' ? KIND.gpu : KIND.pass;
           var gid = addSlice(lane('gpu', pid, tid), ts, dur, e.name, kind, sc, i, flags);
           if (kind === KIND.gpu && sc >= 0) gpuOfScope.set(sc, gid);
@@ -114,7 +122,8 @@ var GT = window.GT || (window.GT = {});
           addSlice(lane(pid >= GPU_PID_BASE ? 'gpu' : 'cpu', pid, tid), ts, dur, e.name, KIND.other, -1, i, flags);
         }
       } else if (ph === 'b' || ph === 'e') {
-        var akey = pid + '|' + e.cat + '|' + e.id + '|' + e.name;
+        var aid = e.id2 && typeof e.id2 === 'object' && e.id2.local !== undefined ? e.id2.local : e.id;
+        var akey = pid + '|' + e.cat + '|' + aid + '|' + e.name;
         if (ph === 'b') asyncOpen.set(akey, i);
         else {
           var bi = asyncOpen.get(akey);
@@ -122,8 +131,10 @@ var GT = window.GT || (window.GT = {});
           asyncOpen.delete(akey);
           var b = events[bi];
           var bargs = b.args || {};
-          var qsc = typeof bargs.scope === 'number' ? bargs.scope : -1;
-          var label = typeof bargs.name === 'string' ? bargs.name : String(b.name);
+          var bid = b.id2 && typeof b.id2 === 'object' ? b.id2.local : undefined;
+          var qsc = typeof bargs.scope === 'number' ? bargs.scope : header && typeof bid === 'number' ? bid : -1;
+          var label = typeof bargs.name === 'string' ? bargs.name
+            : qsc >= 0 && qsc < cpuOfScope.length ? names[sName[cpuOfScope[qsc]]] : String(b.name);
           var ql = lane('queued', pid, Number(b.tid) || 0);
           if (!ql.title) ql.title = String(b.name);
           var qid = addSlice(ql, b.ts, Math.max(0, ts - b.ts), label, KIND.queued, qsc, bi, 0);

@@ -143,7 +143,9 @@ class Encoder:
             label = self._proc_label(pid)
             sort = next((k for k, p in enumerate(self.processes) if int(p["pid"]) == pid), 0)
         ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
-        ev.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}})
+        ev.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}}
+        )
 
     def _name_thread(self, pid: int, tid: int, name: str, ev: list[dict[str, Any]], **extra: Any) -> None:
         if (pid, tid) in self.named:
@@ -179,11 +181,17 @@ class Encoder:
         tids = [t.tid for t in trace.threads]
         cpu_tid = [tids[i] for i in s.thread.tolist()] if n else []
         # CPU tracks nest by construction; interleaved coroutines may partially overlap
-        bad = (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)]) if n else np.zeros(0, bool)
+        bad = (
+            (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)])
+            if n
+            else np.zeros(0, bool)
+        )
         if bad.any():
             for th in np.unique(s.thread[bad]).tolist():
                 rows = np.flatnonzero(s.thread == th)
-                lanes = _lanes(s.cpu_start_ns[rows].tolist(), s.cpu_end_ns[rows].tolist(), list(range(len(rows))))
+                lanes = _lanes(
+                    s.cpu_start_ns[rows].tolist(), s.cpu_end_ns[rows].tolist(), list(range(len(rows)))
+                )
                 for r, ln in zip(rows.tolist(), lanes, strict=True):
                     if ln:
                         cpu_tid[r] = tids[th] + ln * OVERLAP_TID_STEP
@@ -193,10 +201,7 @@ class Encoder:
         ts = ((s.cpu_start_ns - base) / 1000.0).tolist()
         dur = ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()
         name_str = [trace.names[i] for i in s.name.tolist()]
-        if self.pid_of_tid:
-            cpu_pid = [self._cpu_pid(t) for t in cpu_tid]
-        else:
-            cpu_pid = [self.pid] * n
+        cpu_pid = [self._cpu_pid(t) for t in cpu_tid] if self.pid_of_tid else [self.pid] * n
         first = len(ev)
         ev.extend(
             [
@@ -250,7 +255,9 @@ class Encoder:
                 gtid[r] = qi + 1 + ln * OVERLAP_TID_STEP
             for ln in range(1, max(lanes) + 1):
                 label = queues[qi].label if 0 <= qi < len(queues) else "queue"
-                self._name_thread(GPU_PID_BASE + dev, qi + 1 + ln * OVERLAP_TID_STEP, f"{label} (overlap {ln})", ev)
+                self._name_thread(
+                    GPU_PID_BASE + dev, qi + 1 + ln * OVERLAP_TID_STEP, f"{label} (overlap {ln})", ev
+                )
         sp = trace.spans
         passes: dict[int, list[int]] = {}
         if len(sp):
@@ -271,15 +278,17 @@ class Encoder:
                 a["gpu_us"] = gpu_ns / 1000.0
             if flags[r]:
                 a["flags"] = flag_names(flags[r])
+            dur_us = max(gpu_ns, 0) / 1000.0
             ev.append({"ph": "X", "cat": "gpu", "name": name_str[r], "pid": gpid, "tid": gtid[r], "ts": t0,
-                       "dur": max(gpu_ns, 0) / 1000.0, "bind_id": r0 + r, "flow_in": True, "args": a})  # fmt: skip
+                       "dur": dur_us, "bind_id": r0 + r, "flow_in": True, "args": a})  # fmt: skip
             for k in passes.get(r, []):
                 pa: dict[str, Any] = {"scope": r0 + r}
                 if int(sp.submit_ns[k]) != NO_TIME:
                     pa["submit_ts"] = (int(sp.submit_ns[k]) - base) / 1000.0
+                p0, p1 = int(sp.gpu_start_ns[k]), int(sp.gpu_end_ns[k])
                 ev.append({"ph": "X", "cat": "gpu.pass", "name": trace.names[int(sp.label[k])], "pid": gpid,
-                           "tid": gtid[r], "ts": (int(sp.gpu_start_ns[k]) - base) / 1000.0,
-                           "dur": max(int(sp.gpu_end_ns[k] - sp.gpu_start_ns[k]), 0) / 1000.0, "args": pa})  # fmt: skip
+                           "tid": gtid[r], "ts": (p0 - base) / 1000.0, "dur": max(p1 - p0, 0) / 1000.0,
+                           "args": pa})  # fmt: skip
             if sub[r] != NO_TIME and st[r] >= sub[r]:
                 qname = f"queued · {queues[qi].label}" if 0 <= qi < len(queues) else "queued"
                 loc = {"local": r0 + r}

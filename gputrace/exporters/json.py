@@ -59,14 +59,18 @@ class StreamWriter:
     returns the chunk survives the process being killed.
     """
 
-    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any], *, gzip: bool | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], header: dict[str, Any], *, gzip: bool | None = None
+    ) -> None:
         self.path = Path(path)
         self._gz = self.path.name.endswith(".gz") if gzip is None else gzip
         self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31) if self._gz else None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._enc = Encoder(header)
         self.closed = False
-        self._write(PREFIX + orjson.dumps(lean_header(header), option=orjson.OPT_SERIALIZE_NUMPY) + EVENTS_OPEN)
+        self._write(
+            PREFIX + orjson.dumps(lean_header(header), option=orjson.OPT_SERIALIZE_NUMPY) + EVENTS_OPEN
+        )
 
     @property
     def rows(self) -> int:
@@ -96,7 +100,9 @@ class StreamWriter:
         header.setdefault("queues", [_queue(q) for q in enc.queues])
         header["base_ns"] = enc.base
         last = {"ph": "M", "name": "process_sort_index", "pid": enc.pid, "tid": 0, "args": {"sort_index": 0}}
-        tail = orjson.dumps(last) + b'\n],"gputrace":' + orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
+        tail = (
+            orjson.dumps(last) + b'\n],"gputrace":' + orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
+        )
         try:
             self._write(tail + b"}\n", final=True)
         finally:
@@ -159,6 +165,32 @@ def repair(raw: bytes) -> bytes | None:
     if end < body_start:
         return raw[:body_start] + b"]}"
     return raw[:end] + b"]}"
+
+
+def servable(path: str | os.PathLike[str]) -> bytes:
+    """The file's bytes as a viewer should get them: as they are, or, for a streamed file cut
+    short (a killed program, or one still running), closed after its last complete chunk."""
+    data = Path(path).read_bytes()
+    gz = data[:2] == b"\x1f\x8b"
+    if gz:
+        d = zlib.decompressobj(31)
+        try:
+            raw = d.decompress(data)
+        except zlib.error:
+            return data
+        if d.eof:
+            return data
+    else:
+        raw = data
+    if not raw.startswith(PREFIX) or raw.rstrip().endswith(b"}}"):
+        return data
+    fixed = repair(raw)
+    if fixed is None:
+        return data
+    if gz:
+        z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+        return z.compress(fixed) + z.flush()
+    return fixed
 
 
 def read_raw(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
@@ -240,7 +272,9 @@ def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) 
     except _Malformed as exc:
         raise TraceFileError(f"{where}: the trace is malformed: {exc}.") from None
     except KeyError as exc:
-        raise TraceFileError(f"{where}: the trace is malformed: the field {exc.args[0]!r} is missing.") from None
+        raise TraceFileError(
+            f"{where}: the trace is malformed: the field {exc.args[0]!r} is missing."
+        ) from None
     except AttributeError:
         raise TraceFileError(
             f"{where}: the trace is malformed: an event, its args or a header entry is not an object."
@@ -318,7 +352,9 @@ def _names_from_metadata(events: list[Any], pid: int) -> tuple[list[ThreadInfo],
         if p >= GPU_PID_BASE:
             q = a.get("queue")
             if isinstance(q, dict) and tid < OVERLAP_TID_STEP:
-                queues[tid - 1] = QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
+                queues[tid - 1] = QueueInfo(
+                    int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"])
+                )
         elif tid < OVERLAP_TID_STEP:
             threads.setdefault(tid, ThreadInfo(tid, str(a.get("name", ""))))
     qlist = [queues.get(i, QueueInfo(0, "GPU", "", f"queue {i}")) for i in range(max(queues, default=-1) + 1)]
@@ -480,7 +516,9 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     return trace
 
 
-def _reorder(s: ScopeTable, order: npt.NDArray[np.int64], span_rows: npt.NDArray[np.int64]) -> tuple[ScopeTable, Any]:
+def _reorder(
+    s: ScopeTable, order: npt.NDArray[np.int64], span_rows: npt.NDArray[np.int64]
+) -> tuple[ScopeTable, Any]:
     new_row = np.empty(len(order), np.int64)
     new_row[order] = np.arange(len(order))
     cols = {c: getattr(s, c)[order] for c in ScopeTable.COLUMNS}

@@ -1,0 +1,233 @@
+"""Streaming: a session with a path writes its trace as it runs, in chunks, with bounded memory.
+
+At each ``sync()`` the session takes every scope recorded so far (``take``, before the GPU sync, so
+their GPU work is complete once the sync returns), resolves them and appends them to the file
+(``write``); a background timer does the same at least every ``interval_s`` for scopes that have
+no GPU work pending. A scope with GPU work waits for the next sync (or the end) so its GPU times
+are in. After a chunk is appended it is in the OS's hands: a process killed later leaves a file
+that loads up to there, saying it ended early.
+
+Resolution is per chunk, so it is piecewise by nature: a chunk's GPU times use the clock fit known
+when it was written (from the latest calibration samples); the final header holds the fit over
+every sample. "cold" is the first call of a name in the whole session; "outlier" is judged among
+the calls of a name within a chunk. A scope's GPU span only hulls its children's (wgpu) when they
+end in the same chunk.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gputrace import exporters
+from gputrace.backends.base import CalibrationSample, RawSpan
+from gputrace.errors import report_internal
+from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
+from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, raw_thread
+from gputrace.resolver import RawRecording, anomaly_report, resolve
+
+CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
+MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
+EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
+_COLD = int(Flag.COLD)
+_DEGRADED = int(Flag.DEGRADED)
+
+
+@dataclass
+class Taken:
+    """Records taken out of the recorder's buffers: per thread, flat plain and rich scopes."""
+
+    threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] = field(default_factory=list)
+
+
+class Streamer:
+    """Owns a session's ``StreamWriter`` and what is pending between chunks."""
+
+    def __init__(self, path: Any, header: dict[str, Any], recorder: Recorder, raw: RawRecording) -> None:
+        self.header = header
+        self.recorder = recorder
+        self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
+        self.writer = exporters.stream_writer(path, header)
+        self.lock = threading.Lock()  # one chunk at a time
+        self.seen_names: set[str] = set()
+        self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
+        self.counts: Counter[str] = Counter()
+        self.examples: list[dict[str, Any]] = []
+        self.anomalous = 0
+        self.chunks = 0
+        self.queues: list[QueueInfo] = []
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+
+    # -- the timer -----------------------------------------------------------------------------
+    def start_timer(self, interval_s: float) -> None:
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                try:
+                    self.flush(complete=False)
+                except Exception as exc:  # never let the timer die silently, never break the program
+                    report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
+
+        self._timer = threading.Thread(target=loop, name="gputrace-stream", daemon=True)
+        self._timer.start()
+
+    def stop_timer(self) -> None:
+        self._stop.set()
+        t = self._timer
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+    # -- chunks --------------------------------------------------------------------------------
+    def take(self) -> Taken:
+        """Take every scope and mark recorded so far out of the recorder's buffers.
+
+        Each buffer's owner only appends (one ``extend`` per scope), so a prefix can be cut
+        while it keeps recording: what it appends meanwhile stays for the next chunk.
+        """
+        rec = self.recorder
+        with rec._buffers_lock:
+            buffers = list(rec.buffers)
+        out = Taken()
+        for buf in buffers:
+            log, rich, marks = buf.log, buf.rich, buf.marks
+            k = len(log)
+            plain = log[:k]
+            del log[:k]
+            k = len(rich)
+            k -= k % RICH
+            rich_items = rich[:k]
+            del rich[:k]
+            k = len(marks)
+            mk = marks[:k]
+            del marks[:k]
+            if plain or rich_items or mk:
+                out.threads.append((buf, plain, rich_items, mk))
+        return out
+
+    def flush(self, complete: bool) -> None:
+        """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
+        with self.lock:
+            self._write(self.take(), complete, None)
+
+    def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
+        with self.lock:
+            self._write(taken, complete, queues)
+
+    def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
+        if self.writer.closed:
+            return
+        if queues is not None and len(queues) >= len(self.queues):
+            self.queues = list(queues)
+        threads: list[RawThread] = []
+        for buf, plain, rich, marks in taken.threads:
+            key = id(buf)
+            held = self.pending.pop(key, (buf, []))[1]
+            if complete:
+                ready = held + rich
+            else:  # scopes whose GPU work may still be running wait for a sync
+                ready, wait = [], list(held)
+                for i in range(0, len(rich), RICH):
+                    item = rich[i : i + RICH]
+                    (wait if item[3] > 0 else ready).extend(item)
+                if wait:
+                    self.pending[key] = (buf, wait)
+            threads.append(raw_thread(buf, plain, ready, marks))
+        if complete:  # pending scopes of threads that recorded nothing new since
+            for buf, held in self.pending.values():
+                threads.append(raw_thread(buf, [], held, []))
+            self.pending.clear()
+        if not any(len(t.names) or t.marks for t in threads):
+            return
+        raw = self.raw
+        spans, raw.spans = raw.spans, []
+        untimed, raw.untimed = raw.untimed, set()
+        degraded, raw.degraded = raw.degraded, {}
+        chunk_raw = RawRecording(
+            header=self.header,
+            threads=threads,
+            queues=self.queues,
+            spans=spans,
+            samples=raw.samples[-CHUNK_FIT_SAMPLES:],
+            untimed=untimed,
+            degraded=degraded,
+            spans_cover_children=raw.spans_cover_children,
+            empty_span_ns=raw.empty_span_ns,
+        )
+        chunk = resolve(chunk_raw)
+        self._session_flags(chunk)
+        # spans whose scope has not ended yet wait for it (and their tokens' facts with them)
+        tokens = {int(t) for th in threads for t in th.times[:, 2].tolist() if t > 0}
+        left = [sp for sp in spans if sp.token not in tokens]
+        if len(left) > MAX_CARRIED_SPANS:
+            report_internal(
+                "stream-spans",
+                f"{len(left) - MAX_CARRIED_SPANS} GPU spans whose scope never ended were dropped.",
+            )
+            left = left[-MAX_CARRIED_SPANS:]
+        raw.spans = left + raw.spans
+        raw.untimed |= {t for t in untimed if t not in tokens}
+        raw.degraded.update({t: v for t, v in degraded.items() if t not in tokens})
+        self.writer.append(chunk)
+        self.chunks += 1
+
+    def _session_flags(self, chunk: Trace) -> None:
+        """ "cold" means first in the session, not first in the chunk; count anomalies."""
+        s = chunk.scopes
+        if len(s):
+            names = chunk.names
+            seen = np.array([names[i] in self.seen_names for i in range(len(names))], bool)
+            again = seen[s.name] & ((s.flags & _COLD) != 0)
+            if again.any():
+                s.flags = np.where(again, s.flags & ~np.uint32(_COLD), s.flags).astype(np.uint32)
+            self.seen_names.update(names[i] for i in np.unique(s.name).tolist())
+            for bit in Flag:
+                c = int(np.count_nonzero(s.flags & int(bit)))
+                if c:
+                    self.counts[flag_names(int(bit))[0]] += c
+            self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
+        if len(self.examples) < EXAMPLES:
+            rows0 = self.writer.rows
+            for item in anomaly_report(chunk)["items"][: EXAMPLES - len(self.examples)]:
+                self.examples.append(dict(item, scope=rows0 + int(item["scope"])))
+
+    def close(self, final_header: dict[str, Any]) -> None:
+        header = dict(final_header)
+        header["anomalies"] = {
+            "counts": dict(self.counts),
+            "items": self.examples,
+            "truncated": max(0, self.anomalous - len(self.examples)),
+        }
+        header["streamed"] = {"chunks": self.chunks}
+        with self.lock:
+            self.writer.close(header)
+
+
+def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
+    """Scopes still open at stop: kept, ending at ``stop_ns``, degraded, ``args["unclosed"]``."""
+    out = Taken()
+    with recorder._buffers_lock:
+        buffers = list(recorder.buffers)
+    for buf in buffers:
+        rich: list[Any] = []
+        for obj, cpu_start, token in list(buf.stack):
+            a = dict(getattr(obj, "args", {}) or {})
+            a["unclosed"] = True
+            rich.extend((getattr(obj, "name", "?"), cpu_start, stop_ns, max(token, 0), _DEGRADED, a))
+        if rich:
+            out.threads.append((buf, [], rich, []))
+    return out
+
+
+def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
+    """The clock fit over every sample of the session, per device (the final header's)."""
+    from gputrace.resolver import _fits
+
+    fits = _fits(RawRecording(header={}, threads=[], samples=samples))
+    return [dict(device=d, **fits[d][0].to_dict()) for d in sorted(fits)]
+
+
+__all__ = ["RawSpan", "Streamer", "Taken", "final_clock", "unclosed"]
