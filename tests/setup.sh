@@ -3,6 +3,9 @@
 #   - Mesa's lavapipe (mesa-vulkan-drivers): the wgpu tests run on it for real;
 #   - Debian's chromium: the viewer tests drive it through Playwright (no browser download);
 #   - gputrace itself, editable, with its test extras.
+# The test extras include the perfetto package: its .proto definitions check the .pftrace files.
+# Its trace_processor binary is on no package registry, so Perfetto's importer runs only where
+# GPUTRACE_TRACE_PROCESSOR names one (tests/perfetto_tp.py); those tests skip elsewhere, saying so.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
