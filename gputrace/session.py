@@ -168,7 +168,7 @@ class session:
 
         assert self._recorder is not None and self.path is not None
         header = dict(self._raw.header)
-        header["base_ns"] = header["start_ns"] - STREAM_BASE_MARGIN_NS
+        header["base_ns"] = max(0, header["start_ns"] - STREAM_BASE_MARGIN_NS)
         self._raw.header = header
         try:
             self._streamer = Streamer(self.path, header, self._recorder, self._raw)

@@ -315,7 +315,7 @@ def test_perfetto_protos_read_what_we_mean(tmp_path: Path) -> None:
     # the same picture as the JSON: slices, flows, async waits, counter samples, instants
     events, _ = chrome.to_events(trace)
     assert thread_slices + gpu_slices == sum(1 for e in events if e["ph"] == "X")
-    assert len(flows_out) == sum(1 for e in events if e["ph"] == "s")
+    assert len(flows_out) == sum(1 for e in events if e.get("flow_out"))
     assert waits == sum(1 for e in events if e["ph"] == "b")
     assert counters == sum(1 for e in events if e["ph"] == "C")
     assert instants == sum(1 for e in events if e["ph"] == "i")

@@ -35,13 +35,16 @@ def run_killed(path: Path, how: str, seconds: float = 2.0) -> int:
     return int(out.stdout.split()[-1])
 
 
-@pytest.mark.parametrize(("how", "name"), [("kill", "t.json"), ("exit", "t.json"), ("kill", "t.json.gz")])
+@pytest.mark.parametrize(
+    ("how", "name"), [("kill", "t.json"), ("exit", "t.json"), ("kill", "t.json.gz"), ("exit", "t.pftrace")]
+)
 def test_a_killed_program_leaves_a_file_that_loads(tmp_path: Path, how: str, name: str) -> None:
     path = tmp_path / name
     synced = run_killed(path, how)
     assert synced >= 1000
-    with pytest.raises(orjson.JSONDecodeError):  # really cut: not a complete JSON document
-        orjson.loads(json_format.read_raw(path)[0])
+    if "json" in name:
+        with pytest.raises(orjson.JSONDecodeError):  # really cut: not a complete JSON document
+            orjson.loads(json_format.read_raw(path)[0])
     trace = gputrace.load(path)
     assert trace.header["truncated"] is True
     # every scope recorded before the last sync is there, in order, with its args
@@ -56,9 +59,9 @@ def test_a_killed_program_leaves_a_file_that_loads(tmp_path: Path, how: str, nam
     assert res.exit_code == 0, res.output
     assert f"{len(trace)} scopes" in res.output
     assert "ends early" in res.output
-    # what gputrace view serves (to the viewer and to Perfetto) is a complete document
-    doc = orjson.loads(json_format.repair(json_format.read_raw(path)[0]) or b"")
-    assert perfetto_rules.check({**doc, "gputrace": doc["gputrace_stream"]}) == []
+    if "json" in name:  # what gputrace view serves (to the viewer and to Perfetto) is complete
+        doc = orjson.loads(json_format.repair(json_format.read_raw(path)[0]) or b"")
+        assert perfetto_rules.check({**doc, "gputrace": doc["gputrace_stream"]}) == []
 
 
 def test_chunks_reach_the_file_while_the_program_runs(tmp_path: Path) -> None:
@@ -174,3 +177,17 @@ def test_scopes_recorded_by_other_threads_while_flushing(tmp_path: Path) -> None
         assert len(rows) == counts[k]
         args = [trace.scopes.args[r]["n"] for r in rows.tolist() if r in trace.scopes.args]
         assert args == list(range(0, counts[k], 3))  # every arg stayed with its own scope
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz", "t.pftrace"])
+def test_every_format_streams_and_reads_back_through_the_registry(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    reference = _gpu_story(tmp_path / "whole.json", stream=False)
+    streamed = _gpu_story(path, stream=True)
+    assert streamed.header["streamed"]["chunks"] == 4 and "truncated" not in streamed.header
+    assert len(streamed) == len(reference)
+    for col in ("cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "submit_ns"):
+        assert np.array_equal(getattr(reference.scopes, col), getattr(streamed.scopes, col)), col
+    assert gputrace.exporters.format_for(path).__name__.split(".")[-1] == (
+        "pftrace" if "pf" in name else "json"
+    )

@@ -37,15 +37,19 @@ from gputrace.loader import read_document
     help="Hand the trace to the Perfetto UI (ui.perfetto.dev) instead of the bundled viewer.",
 )
 def view(trace: Path, no_browser: bool, port: int, perfetto: bool) -> None:
-    """Show TRACE (.json or .json.gz) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
+    """Show TRACE (.json, .json.gz or .pftrace) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
     from gputrace.viewer_server import ViewerServer
 
+    served = trace
     try:
-        doc = read_document(trace)  # a bad file gets one sentence here, not a blank page
-        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-            raise GputraceError(f"{trace}: not a Chrome trace (no traceEvents list).")
-        del doc
-        server = ViewerServer(trace, port=port)
+        if _is_json(trace):
+            doc = read_document(trace)  # a bad file gets one sentence here, not a blank page
+            if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+                raise GputraceError(f"{trace}: not a Chrome trace (no traceEvents list).")
+            del doc
+        else:  # another format of the output layer (.pftrace): the viewer reads JSON
+            served = _as_json(trace)
+        server = ViewerServer(served, port=port)
     except GputraceError as exc:
         fail(str(exc))
     url = server.perfetto_url if perfetto else server.url
@@ -62,3 +66,29 @@ def view(trace: Path, no_browser: bool, port: int, perfetto: bool) -> None:
     finally:
         server.close()
     click.echo("gputrace: stopped.")
+
+
+def _is_json(path: Path) -> bool:
+    from gputrace import exporters
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return True  # read_document says what is wrong with it
+    return head[:1] in (b"{", b"[", b"\x1f") or exporters.format_for(path).__name__.endswith(".json")
+
+
+def _as_json(path: Path) -> Path:
+    """``path`` (any format gputrace reads) written as .json.gz in a temporary folder."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from gputrace import exporters
+    from gputrace.loader import load
+
+    trace = load(path)
+    folder = tempfile.mkdtemp(prefix="gputrace-view-")
+    atexit.register(shutil.rmtree, folder, True)
+    return exporters.write(trace, Path(folder) / (path.name + ".json.gz"))
