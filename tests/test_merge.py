@@ -52,7 +52,7 @@ def test_merged_file_keeps_processes_apart(tmp_path: Path) -> None:
     assert names[gpu_pids[1]] == "rank 1 · golden · GPU 1 · Fake GPU · fake"
     sort = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
     assert sorted(sort, key=sort.__getitem__) == cpu_pids + gpu_pids  # Python processes first
-    slices = [e for e in ev if e.get("cat") == "cpu"]
+    slices = [e for e in ev if e.get("ph") == "X" and e["pid"] < GPU_PID_BASE]
     assert sorted(e["pid"] for e in slices) == cpu_pids and len({e["tid"] for e in slices}) == 2
     flows = [e["bind_id"] for e in ev if e.get("flow_out")]
     assert sorted(flows) == [0, 1]
@@ -61,11 +61,11 @@ def test_merged_file_keeps_processes_apart(tmp_path: Path) -> None:
     gputrace.exporters.write(gputrace.load(out), again)
     doc2 = orjson.loads(again.read_bytes())
     assert perfetto_rules.check(doc2) == []
-    slices2 = [e for e in doc2["traceEvents"] if e.get("cat") == "cpu"]
+    slices2 = [e for e in doc2["traceEvents"] if e.get("ph") == "X" and e["pid"] < GPU_PID_BASE]
     assert sorted(e["pid"] for e in slices2) == cpu_pids
     names2 = {e["pid"]: e["args"]["name"] for e in doc2["traceEvents"] if e.get("name") == "process_name"}
     assert names2 == names
-    gpu = [e for e in ev if e.get("cat") == "gpu"]
+    gpu = [e for e in ev if e.get("ph") == "X" and e["pid"] >= GPU_PID_BASE]
     assert sorted(e["pid"] for e in gpu) == gpu_pids and len({(e["pid"], e["tid"]) for e in gpu}) == 2
 
 

@@ -30,6 +30,7 @@ import pytest
 import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
+from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP
 from gputrace.viewer_server import ViewerServer, viewer_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,7 +120,14 @@ def fmt_dur(us: float) -> str:
 
 
 def events(doc: dict[str, Any], ph: str, cat: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in doc["traceEvents"] if e["ph"] == ph and (cat is None or e.get("cat") == cat)]
+    return [e for e in doc["traceEvents"] if e["ph"] == ph and (cat is None or cat_of(e) == cat)]
+
+
+def cat_of(e: dict[str, Any]) -> str | None:
+    """A scope's slices carry no cat in the file: CPU in a Python process, GPU in a GPU process."""
+    if e.get("cat") is None and e["ph"] == "X":
+        return "gpu" if e["pid"] >= GPU_PID_BASE else "cpu"
+    return e.get("cat")
 
 
 # -- server --------------------------------------------------------------------------------------
@@ -401,8 +409,9 @@ def lanes_in_file(doc: dict[str, Any]) -> Counter[tuple[str, int, int]]:
         c["cpu", e["pid"], e["tid"]] += 1
     for e in events(doc, "X", "gpu"):
         c["gpu", e["pid"], e["tid"]] += 1
-    for e in events(doc, "b", "queued"):
-        c["queued", e["pid"], e["tid"]] += 1
+    stream_of = {e["bind_id"]: e["tid"] % OVERLAP_TID_STEP for e in events(doc, "X", "gpu")}
+    for e in events(doc, "b", "queued"):  # a wait is drawn on its scope's stream
+        c["queued", e["pid"], stream_of[e["id2"]["local"]]] += 1
     return c
 
 
@@ -439,7 +448,8 @@ def test_page_loads_the_golden_trace_and_draws_what_it_holds(
 def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: dict[str, Any]) -> None:
     page.open(server.url)
     for scope in (1, 4):  # a warm matmul on stream 0, the copy on stream s1
-        g = next(e for e in events(doc, "X", "gpu") if e["args"]["scope"] == scope)
+        g = next(e for e in events(doc, "X", "gpu") if e["bind_id"] == scope)
+        wait = next(e for e in events(doc, "b", "queued") if e["id2"]["local"] == scope)
         cpu = events(doc, "X", "cpu")[scope]
         sid = page.js("s => gputraceViewer.sliceOf('gpu', s)", scope)
         page.js("id => gputraceViewer.zoomToSlice(id)", sid)
@@ -453,9 +463,9 @@ def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: d
         assert text.splitlines()[0] == g["name"]
         for expected in (
             f"GPU\t{fmt_dur(g['dur'])}\tt = {fmt_dur(g['ts'])}",
-            f"queued (submit → start)\t{fmt_dur(round(g['ts'] - a['submit_ts'], 3))}",
+            f"queued (submit → start)\t{fmt_dur(round(g['ts'] - wait['ts'], 3))}",
             f"CPU enqueue\t{fmt_dur(cpu['dur'])}\tt = {fmt_dur(cpu['ts'])}",
-            f"submitted\tt = {fmt_dur(a['submit_ts'])}",
+            f"submitted\tt = {fmt_dur(wait['ts'])}",
             f"alignment uncertainty\t± {fmt_dur(a['uncertainty_us'])}",
         ):
             assert expected in text, (expected, text)

@@ -105,16 +105,14 @@ var GT = window.GT || (window.GT = {});
           (e.flow_out ? flowSrc : flowDst).set('bind|' + e.bind_id, { ts: e.flow_out ? ts + dur : ts, pid: pid, tid: tid, id: e.bind_id });
         }
         var flags = args ? flagBits(args.flags) : 0;
+        if (cat === undefined && header) cat = pid >= GPU_PID_BASE ? 'gpu' : 'cpu';  // a scope's slices
         if (cat === 'cpu') {
           var scope = header ? cpuScope++ : -1;
           var id = addSlice(lane('cpu', pid, tid), ts, dur, e.name, KIND.cpu, scope, i, flags);
           if (scope >= 0) cpuOfScope.push(id);
         } else if (cat === 'gpu' || cat === 'gpu.pass') {
-          var sc = args && typeof args.scope === 'number' ? args.scope : -1;
-          if (cat === 'gpu' && args && typeof args.submit_ts === 'number' && typeof args.submit_to_start_us !== 'number') {
-            // the file leaves out what it can derive: the wait is GPU start − submission
-            args.submit_to_start_us = Math.round((ts - args.submit_ts) * 1000) / 1000;
-          }
+          var sc = args && typeof args.scope === 'number' ? args.scope
+            : cat === 'gpu' && typeof e.bind_id === 'number' ? e.bind_id : -1;
           var kind = cat === 'gpu' ? KIND.gpu : KIND.pass;
           var gid = addSlice(lane('gpu', pid, tid), ts, dur, e.name, kind, sc, i, flags);
           if (kind === KIND.gpu && sc >= 0) gpuOfScope.set(sc, gid);
@@ -135,7 +133,15 @@ var GT = window.GT || (window.GT = {});
           var qsc = typeof bargs.scope === 'number' ? bargs.scope : header && typeof bid === 'number' ? bid : -1;
           var label = typeof bargs.name === 'string' ? bargs.name
             : qsc >= 0 && qsc < cpuOfScope.length ? names[sName[cpuOfScope[qsc]]] : String(b.name);
-          var ql = lane('queued', pid, Number(b.tid) || 0);
+          var gq = qsc >= 0 ? gpuOfScope.get(qsc) : undefined;
+          if (gq !== undefined) {
+            // the file leaves out what it can derive: the GPU slice's submission and wait
+            var ga = events[sEv[gq]].args || (events[sEv[gq]].args = {});
+            if (typeof ga.submit_ts !== 'number') ga.submit_ts = b.ts;
+            if (typeof ga.submit_to_start_us !== 'number') ga.submit_to_start_us = Math.round((sStart[gq] - b.ts) * 1000) / 1000;
+          }
+          var qtid = b.tid !== undefined ? Number(b.tid) || 0 : gq !== undefined ? sLane[gq].tid % 16777216 : 0;
+          var ql = lane('queued', pid, qtid);
           if (!ql.title) ql.title = String(b.name);
           var qid = addSlice(ql, b.ts, Math.max(0, ts - b.ts), label, KIND.queued, qsc, bi, 0);
           if (qsc >= 0) queuedOfScope.set(qsc, qid);
@@ -164,6 +170,28 @@ var GT = window.GT || (window.GT = {});
       } else {
         unknown++;
       }
+    }
+
+    // queue depth per stream (work submitted, not yet finished), from the waits and GPU slices,
+    // where the file has no counters of its own
+    if (header && !counterLanes.length) {
+      var steps = new Map();
+      gpuOfScope.forEach(function (g) {
+        var ga = events[sEv[g]].args || {};
+        if (typeof ga.submit_ts !== 'number') return;
+        var gl = sLane[g], key = gl.pid + '|' + (gl.tid % 16777216);
+        var st = steps.get(key);
+        if (!st) { st = { pid: gl.pid, tid: gl.tid % 16777216, ev: [] }; steps.set(key, st); }
+        st.ev.push([ga.submit_ts, 1], [Math.max(sStart[g] + sDur[g], ga.submit_ts), -1]);
+      });
+      steps.forEach(function (st, key) {
+        st.ev.sort(function (p, q) { return p[0] - q[0] || p[1] - q[1]; });
+        var cl = lane('counter', st.pid, 0, 'depth|' + key), d = 0;
+        cl.points = [];
+        cl.title = 'queue depth · ' + (threadName.get(st.pid + '|' + st.tid) || 'stream ' + st.tid);
+        st.ev.forEach(function (x) { d += x[1]; cl.points.push(x[0], d); });
+        counterLanes.push(cl);
+      });
     }
 
     var n = sStart.length;

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
 
@@ -127,7 +128,7 @@ class Encoder:
                 return _process_label(p.get("rank"), p.get("host"), pid, bool(p.get("pid_is_real", True)))
         return _process_label(self.rank, self.host, pid, True)
 
-    def _name_process(self, pid: int, ev: list[dict[str, Any]]) -> None:
+    def _name_process(self, pid: int, ev: list[str]) -> None:
         if (pid, 0) in self.named:
             return
         self.named.add((pid, 0))
@@ -142,24 +143,33 @@ class Encoder:
         else:
             label = self._proc_label(pid)
             sort = next((k for k, p in enumerate(self.processes) if int(p["pid"]) == pid), 0)
-        ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
+        ev.append(_j({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}}))
         ev.append(
-            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}}
+            _j({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}})
         )
 
-    def _name_thread(self, pid: int, tid: int, name: str, ev: list[dict[str, Any]], **extra: Any) -> None:
+    def _name_thread(self, pid: int, tid: int, name: str, ev: list[str], **extra: Any) -> None:
         if (pid, tid) in self.named:
             return
         self.named.add((pid, tid))
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name, **extra}})
+        ev.append(
+            _j({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name, **extra}})
+        )
 
     def _cpu_pid(self, tid: int) -> int:
         return self.pid_of_tid.get(tid % OVERLAP_TID_STEP, self.pid)
 
     # -- events --------------------------------------------------------------------------------
     def events(self, trace: Trace) -> list[dict[str, Any]]:
-        """The events of ``trace`` (one chunk); its rows are numbered after the previous chunks'."""
-        ev: list[dict[str, Any]] = []
+        """The events of ``trace`` (one chunk) as dicts (``encode`` is what files get)."""
+        data = self.encode(trace)
+        return list(orjson.loads(b"[" + data + b"]")) if data else []
+
+    def encode(self, trace: Trace) -> bytes:
+        """The events of ``trace`` (one chunk), comma-separated JSON; rows are numbered after the
+        previous chunks'. Each event is formatted straight into text: the common ones (a scope's
+        slices, its wait) from templates, since building a dict per event costs more than the rest."""
+        ev: list[str] = []
         s = trace.scopes
         r0 = self.rows
         base = self.base
@@ -200,27 +210,37 @@ class Encoder:
                     self._name_thread(self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", ev)
         ts = ((s.cpu_start_ns - base) / 1000.0).tolist()
         dur = ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()
-        name_str = [trace.names[i] for i in s.name.tolist()]
+        jnames = [_j(nm) for nm in trace.names]  # JSON-quoted once per name
+        name_j = [jnames[i] for i in s.name.tolist()]
         cpu_pid = [self._cpu_pid(t) for t in cpu_tid] if self.pid_of_tid else [self.pid] * n
-        first = len(ev)
-        ev.extend(
-            [
-                {"ph": "X", "cat": "cpu", "name": nm, "pid": p, "tid": tid, "ts": t0, "dur": d}
-                for nm, p, tid, t0, d in zip(name_str, cpu_pid, cpu_tid, ts, dur, strict=True)
-            ]
-        )
+        has_gpu = s.gpu_start_ns != NO_TIME
+        # the rare parts of a CPU slice: args, flags, the flow to its GPU slice
+        tail = dict.fromkeys(np.flatnonzero(has_gpu).tolist(), "")
+        for r in tail:
+            tail[r] = f',"bind_id":{r0 + r},"flow_out":true'
         for i in sorted(set(s.args) | set(np.flatnonzero(s.flags).tolist())):
             a = dict(s.args.get(i) or {})
             if s.flags[i]:
                 a["flags"] = flag_names(int(s.flags[i]))
             if a:
-                ev[first + i]["args"] = a
-        has_gpu = s.gpu_start_ns != NO_TIME
-        for r in np.flatnonzero(has_gpu).tolist():
-            e = ev[first + r]
-            e["bind_id"] = r0 + r
-            e["flow_out"] = True
-        self._gpu_events(trace, r0, name_str, has_gpu, ev)
+                tail[i] = tail.get(i, "") + ',"args":' + _j(a)
+        if tail:
+            ev.extend(
+                [
+                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0!r},"dur":{d!r}{tail.get(r, "")}}}'
+                    for r, (nm, p, tid, t0, d) in enumerate(
+                        zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
+                    )
+                ]
+            )
+        else:
+            ev.extend(
+                [
+                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0!r},"dur":{d!r}}}'
+                    for nm, p, tid, t0, d in zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
+                ]
+            )
+        self._gpu_events(trace, r0, name_j, has_gpu, ev)
         tid_pid = {t.tid: self._cpu_pid(t.tid) for t in trace.threads}
         for m in trace.marks:
             tid = tids[m.thread]
@@ -228,12 +248,12 @@ class Encoder:
                  "ts": (m.ts_ns - base) / 1000.0}  # fmt: skip
             if m.args:
                 e["args"] = dict(m.args)
-            ev.append(e)
+            ev.append(_j(e))
         self.rows += n
-        return ev
+        return ",".join(ev).encode()
 
     def _gpu_events(
-        self, trace: Trace, r0: int, name_str: list[str], has_gpu: np.ndarray, ev: list[dict[str, Any]]
+        self, trace: Trace, r0: int, name_j: list[str], has_gpu: np.ndarray, ev: list[str]
     ) -> None:
         s = trace.scopes
         rows = np.flatnonzero(has_gpu)
@@ -247,11 +267,17 @@ class Encoder:
         # lanes per queue: a GPU slice that would partially overlap goes to an overflow track
         gtid: dict[int, int] = {}
         for qi in np.unique(s.queue[rows]).tolist():
-            qrows = rows[s.queue[rows] == qi].tolist()
-            order = sorted(range(len(qrows)), key=lambda k: (st[qrows[k]], -en[qrows[k]]))
-            lanes = _lanes([st[r] for r in qrows], [en[r] for r in qrows], order)
+            qrows = rows[s.queue[rows] == qi]
+            # in-order queues (the usual case) need no lane search
+            q0, q1 = s.gpu_start_ns[qrows], s.gpu_end_ns[qrows]
+            if len(qrows) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all()):
+                gtid.update(dict.fromkeys(qrows.tolist(), qi + 1))
+                continue
+            ql = qrows.tolist()
+            order = sorted(range(len(ql)), key=lambda k: (st[ql[k]], -en[ql[k]]))
+            lanes = _lanes([st[r] for r in ql], [en[r] for r in ql], order)
             dev = queues[qi].device if 0 <= qi < len(queues) else 0
-            for r, ln in zip(qrows, lanes, strict=True):
+            for r, ln in zip(ql, lanes, strict=True):
                 gtid[r] = qi + 1 + ln * OVERLAP_TID_STEP
             for ln in range(1, max(lanes) + 1):
                 label = queues[qi].label if 0 <= qi < len(queues) else "queue"
@@ -264,59 +290,53 @@ class Encoder:
             unlabelled = trace.names.index("") if "" in trace.names else -1
             for k in np.flatnonzero(sp.label != unlabelled).tolist():
                 passes.setdefault(int(sp.scope[k]), []).append(k)
-        depth_events: list[tuple[int, int, int, int]] = []  # (ts, +1/-1, queue, row)
+        qdev = [q.device for q in queues]
+        qname = [_j(f"queued · {q.label}") for q in queues]
+        anomalous = int(ANOMALY_FLAGS)
         for r in rows.tolist():
             qi = qcol[r]
-            dev = queues[qi].device if 0 <= qi < len(queues) else 0
-            gpid = GPU_PID_BASE + dev
+            gpid = GPU_PID_BASE + (qdev[qi] if 0 <= qi < len(queues) else 0)
             t0 = (st[r] - base) / 1000.0
             gpu_ns = en[r] - st[r]
-            a: dict[str, Any] = {"scope": r0 + r, "uncertainty_us": unc[r] / 1000.0}
-            if sub[r] != NO_TIME:
-                a["submit_ts"] = (sub[r] - base) / 1000.0
+            b = r0 + r
+            extra = ""
+            waited = sub[r] != NO_TIME and st[r] >= sub[r]
+            if sub[r] != NO_TIME and not waited:  # a start before submission: no wait slice to carry it
+                extra += f',"submit_ts":{(sub[r] - base) / 1000.0!r}'
             if gpu_ns < 0:  # kept as measured (and flagged); the slice itself cannot be negative
-                a["gpu_us"] = gpu_ns / 1000.0
+                extra += f',"gpu_us":{gpu_ns / 1000.0!r}'
             if flags[r]:
-                a["flags"] = flag_names(flags[r])
-            dur_us = max(gpu_ns, 0) / 1000.0
-            ev.append({"ph": "X", "cat": "gpu", "name": name_str[r], "pid": gpid, "tid": gtid[r], "ts": t0,
-                       "dur": dur_us, "bind_id": r0 + r, "flow_in": True, "args": a})  # fmt: skip
+                extra += ',"flags":' + _j(flag_names(flags[r]))
+            ev.append(
+                f'{{"ph":"X","name":{name_j[r]},"pid":{gpid},"tid":{gtid[r]},"ts":{t0!r},'
+                f'"dur":{max(gpu_ns, 0) / 1000.0!r},"bind_id":{b},"flow_in":true,'
+                f'"args":{{"uncertainty_us":{unc[r] / 1000.0!r}{extra}}}}}'
+            )
             for k in passes.get(r, []):
-                pa: dict[str, Any] = {"scope": r0 + r}
+                pa: dict[str, Any] = {"scope": b}
                 if int(sp.submit_ns[k]) != NO_TIME:
                     pa["submit_ts"] = (int(sp.submit_ns[k]) - base) / 1000.0
                 p0, p1 = int(sp.gpu_start_ns[k]), int(sp.gpu_end_ns[k])
-                ev.append({"ph": "X", "cat": "gpu.pass", "name": trace.names[int(sp.label[k])], "pid": gpid,
-                           "tid": gtid[r], "ts": (p0 - base) / 1000.0, "dur": max(p1 - p0, 0) / 1000.0,
-                           "args": pa})  # fmt: skip
-            if sub[r] != NO_TIME and st[r] >= sub[r]:
-                qname = f"queued · {queues[qi].label}" if 0 <= qi < len(queues) else "queued"
-                loc = {"local": r0 + r}
-                ev.append({"ph": "b", "cat": "queued", "name": qname, "id2": loc, "pid": gpid, "tid": qi + 1,
-                           "ts": a["submit_ts"]})  # fmt: skip
-                ev.append({"ph": "e", "cat": "queued", "name": qname, "id2": loc, "pid": gpid, "tid": qi + 1,
-                           "ts": t0})  # fmt: skip
-            if sub[r] != NO_TIME:
-                depth_events.append((sub[r], 1, qi, r))
-                depth_events.append((max(en[r], sub[r]), -1, qi, r))
-            if flags[r] & int(ANOMALY_FLAGS):
-                what = ", ".join(flag_names(flags[r] & int(ANOMALY_FLAGS)))
-                ev.append({"ph": "i", "s": "t", "cat": "anomaly", "name": "anomaly: " + what, "pid": gpid,
-                           "tid": gtid[r], "ts": t0})  # fmt: skip
-        # queue depth: work submitted but not finished, per stream (a nested scope's work is
-        # already counted by its parent). Perfetto names the track "<name> <arg key>".
-        depth_events.sort(key=lambda x: (x[0], x[1]))
-        depth: dict[int, int] = {}
-        parent = s.parent.tolist()
-        for t, delta, qi, r in depth_events:
-            p = parent[r]
-            if p >= 0 and has_gpu[p] and qcol[p] == qi:
-                continue
-            depth[qi] = depth.get(qi, 0) + delta
-            dev = queues[qi].device if 0 <= qi < len(queues) else 0
-            label = queues[qi].label if 0 <= qi < len(queues) else "queue"
-            ev.append({"ph": "C", "name": label, "pid": GPU_PID_BASE + dev, "ts": (t - base) / 1000.0,
-                       "args": {"queue depth": depth[qi]}})  # fmt: skip
+                label = trace.names[int(sp.label[k])]
+                ev.append(_j({"ph": "X", "cat": "gpu.pass", "name": label, "pid": gpid, "tid": gtid[r],
+                              "ts": (p0 - base) / 1000.0, "dur": max(p1 - p0, 0) / 1000.0, "args": pa}))  # fmt: skip
+            if waited:  # the wait, as an async slice inside the GPU process; it carries the submit time
+                qn = qname[qi] if 0 <= qi < len(queues) else '"queued"'
+                ev.append(
+                    f'{{"ph":"b","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},'
+                    f'"ts":{(sub[r] - base) / 1000.0!r}}}'
+                )
+                ev.append(
+                    f'{{"ph":"e","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{t0!r}}}'
+                )
+            if flags[r] & anomalous:
+                what = ", ".join(flag_names(flags[r] & anomalous))
+                ev.append(_j({"ph": "i", "s": "t", "cat": "anomaly", "name": "anomaly: " + what, "pid": gpid,
+                              "tid": gtid[r], "ts": t0}))  # fmt: skip
+
+
+def _j(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
 def _process_label(rank: Any, host: Any, pid: int, pid_is_real: bool) -> str:

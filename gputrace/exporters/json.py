@@ -86,9 +86,9 @@ class StreamWriter:
             view = view[n:]
 
     def append(self, chunk: Trace) -> None:
-        events = self._enc.events(chunk)
-        if events:
-            self._write(orjson.dumps(events, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1] + b",\n")
+        data = self._enc.encode(chunk)
+        if data:
+            self._write(data + b",\n")
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -380,11 +380,14 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     gpu: list[dict[str, Any]] = []
     passes: list[dict[str, Any]] = []
     instants: list[dict[str, Any]] = []
+    waits: list[dict[str, Any]] = []
     for e in events:
         ph = e.get("ph")
         if ph == "X":
             cat = e.get("cat")
-            if cat == "cpu":
+            if cat is None:  # a scope's slice: CPU in a Python process, GPU in a GPU process
+                (gpu if e["pid"] >= GPU_PID_BASE else cpu).append(e)
+            elif cat == "cpu":
                 cpu.append(e)
             elif cat == "gpu":
                 gpu.append(e)
@@ -392,6 +395,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
                 passes.append(e)
         elif ph == "i":
             instants.append(e)
+        elif ph == "b" and e.get("cat") == "queued" and isinstance(e.get("id2"), dict):
+            waits.append(e)
     n = len(cpu)
     raw_names = list(map(itemgetter("name"), cpu))
     name_ids: dict[Any, int] = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
@@ -426,8 +431,11 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     s.flags = flags
 
     if gpu:
-        ga = list(map(itemgetter("args"), gpu))
-        rows = _ints(list(map(itemgetter("scope"), ga)), "a gpu slice's scope")
+        ga = [e.get("args") or {} for e in gpu]
+        # the scope is the flow's bind_id (older files: args.scope)
+        rows = _ints(
+            [e["bind_id"] if "bind_id" in e else e["args"]["scope"] for e in gpu], "a gpu slice's scope"
+        )
         if rows.min() < 0 or rows.max() >= n:
             bad = int(rows.min() if rows.min() < 0 else rows.max())
             raise _Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
@@ -442,6 +450,11 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         if with_sub:
             sub_us = _floats([ga[i]["submit_ts"] for i in with_sub], "submit_ts")
             s.submit_ns[rows[with_sub]] = base + _to_ns(sub_us)
+        if waits:  # a wait slice starts at the submission (id2.local names the scope)
+            w_rows = _ints([e["id2"]["local"] for e in waits], "a wait's id")
+            if len(w_rows) and (w_rows.min() < 0 or w_rows.max() >= n):
+                raise _Malformed("a queued wait names a scope that the trace does not have")
+            s.submit_ns[w_rows] = base + _to_ns(_floats([e["ts"] for e in waits], "a wait's ts"))
         unc = _floats([a.get("uncertainty_us", 0.0) for a in ga], "uncertainty_us")
         s.uncertainty_ns[rows] = _to_ns(unc)
         gtid = _ints(list(map(itemgetter("tid"), gpu)), "a gpu slice's tid")
