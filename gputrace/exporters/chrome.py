@@ -318,8 +318,9 @@ class Encoder:
                     pa["submit_ts"] = (int(sp.submit_ns[k]) - base) / 1000.0
                 p0, p1 = int(sp.gpu_start_ns[k]), int(sp.gpu_end_ns[k])
                 label = trace.names[int(sp.label[k])]
+                p_ts, p_dur = (p0 - base) / 1000.0, max(p1 - p0, 0) / 1000.0
                 ev.append(_j({"ph": "X", "cat": "gpu.pass", "name": label, "pid": gpid, "tid": gtid[r],
-                              "ts": (p0 - base) / 1000.0, "dur": max(p1 - p0, 0) / 1000.0, "args": pa}))  # fmt: skip
+                              "ts": p_ts, "dur": p_dur, "args": pa}))  # fmt: skip
             if waited:  # the wait, as an async slice inside the GPU process; it carries the submit time
                 qn = qname[qi] if 0 <= qi < len(queues) else '"queued"'
                 ev.append(
