@@ -80,6 +80,7 @@ var GT = window.GT || (window.GT = {});
     var counterLanes = [];
     var instants = [];
     var cpuScope = 0;
+    var lastUnc = null;
     var unknown = 0;
 
     for (var i = 0; i < events.length; i++) {
@@ -113,6 +114,12 @@ var GT = window.GT || (window.GT = {});
         } else if (cat === 'gpu' || cat === 'gpu.pass') {
           var sc = args && typeof args.scope === 'number' ? args.scope
             : cat === 'gpu' && typeof e.bind_id === 'number' ? e.bind_id : -1;
+          if (cat === 'gpu' && header) {
+            // the uncertainty is written where it changes: carry it forward in file order
+            if (!args) { args = e.args = {}; }
+            if (typeof args.uncertainty_us === 'number') lastUnc = args.uncertainty_us;
+            else if (lastUnc !== null) args.uncertainty_us = lastUnc;
+          }
           var kind = cat === 'gpu' ? KIND.gpu : KIND.pass;
           var gid = addSlice(lane('gpu', pid, tid), ts, dur, e.name, kind, sc, i, flags);
           if (kind === KIND.gpu && sc >= 0) gpuOfScope.set(sc, gid);

@@ -7,6 +7,9 @@ Layout (see DESIGN.md "The trace file"):
   ``cat: "gpu"`` X slice per scope (and, for wgpu, one child slice per pass);
 - the submission → GPU start wait as process-scoped async ``b``/``e`` events (``id2.local``)
   named "queued · <stream>", so they sit inside their GPU process and overlapping waits stack;
+- a scope's GPU slice carries its alignment uncertainty (``args.uncertainty_us``) where it differs
+  from the previous GPU slice's in the file (readers carry it forward), and its submission time as
+  the start of its wait (below);
 - a flow from each scope's CPU slice to its GPU slice, flow v2 (``bind_id`` with ``flow_out`` on
   the CPU slice and ``flow_in`` on the GPU slice), which Perfetto binds to exactly those slices;
 - a queue-depth counter per stream; instants for syncs, marks and anomalies.
@@ -293,6 +296,7 @@ class Encoder:
         qdev = [q.device for q in queues]
         qname = [_j(f"queued · {q.label}") for q in queues]
         anomalous = int(ANOMALY_FLAGS)
+        last_unc = -1  # every chunk states it on its first GPU slice
         for r in rows.tolist():
             qi = qcol[r]
             gpid = GPU_PID_BASE + (qdev[qi] if 0 <= qi < len(queues) else 0)
@@ -307,10 +311,13 @@ class Encoder:
                 extra += f',"gpu_us":{gpu_ns / 1000.0!r}'
             if flags[r]:
                 extra += ',"flags":' + _j(flag_names(flags[r]))
+            if unc[r] != last_unc:  # written where it changes; a reader carries it forward
+                last_unc = unc[r]
+                extra = f',"uncertainty_us":{unc[r] / 1000.0!r}' + extra
+            args = f',"args":{{{extra[1:]}}}' if extra else ""
             ev.append(
                 f'{{"ph":"X","name":{name_j[r]},"pid":{gpid},"tid":{gtid[r]},"ts":{t0!r},'
-                f'"dur":{max(gpu_ns, 0) / 1000.0!r},"bind_id":{b},"flow_in":true,'
-                f'"args":{{"uncertainty_us":{unc[r] / 1000.0!r}{extra}}}}}'
+                f'"dur":{max(gpu_ns, 0) / 1000.0!r},"bind_id":{b},"flow_in":true{args}}}'
             )
             for k in passes.get(r, []):
                 pa: dict[str, Any] = {"scope": b}

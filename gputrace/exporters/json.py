@@ -455,7 +455,15 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             if len(w_rows) and (w_rows.min() < 0 or w_rows.max() >= n):
                 raise _Malformed("a queued wait names a scope that the trace does not have")
             s.submit_ns[w_rows] = base + _to_ns(_floats([e["ts"] for e in waits], "a wait's ts"))
-        unc = _floats([a.get("uncertainty_us", 0.0) for a in ga], "uncertainty_us")
+        # written where it changes: carried forward over the GPU slices in file order
+        with_unc = [i for i, a in enumerate(ga) if "uncertainty_us" in a]
+        unc = np.zeros(len(ga), np.float64)
+        if with_unc:
+            unc[with_unc] = _floats([ga[i]["uncertainty_us"] for i in with_unc], "uncertainty_us")
+            known = np.zeros(len(ga), np.int64)
+            known[with_unc] = with_unc
+            unc = unc[np.maximum.accumulate(known)]
+            unc[: with_unc[0]] = 0.0
         s.uncertainty_ns[rows] = _to_ns(unc)
         gtid = _ints(list(map(itemgetter("tid"), gpu)), "a gpu slice's tid")
         s.queue[rows] = ((gtid % OVERLAP_TID_STEP) - 1).astype(np.int32)
