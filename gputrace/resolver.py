@@ -129,8 +129,10 @@ def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
     return unc
 
 
-def resolve(raw: RawRecording) -> Trace:
-    """Turn raw records into a ``Trace`` (pure: same input, in any order, same output)."""
+def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
+    """Turn raw records into a ``Trace`` (pure: same input, in any order, same output).
+
+    ``report=False`` leaves the header's anomaly list out (a streamed chunk: the session counts)."""
     names: list[str] = []
     name_ids: dict[str, int] = {}
 
@@ -192,7 +194,8 @@ def resolve(raw: RawRecording) -> Trace:
     header["clock"] = [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
     header["spans_cover_children"] = raw.spans_cover_children
     trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits)
-    header["anomalies"] = anomaly_report(trace)
+    if report:
+        header["anomalies"] = anomaly_report(trace)
     return trace
 
 

@@ -73,6 +73,8 @@ class session:
         quiet: bool = False,
         stream: bool = True,
         flush_s: float = 1.0,
+        ring_s: float | None = None,
+        steps: str | tuple[int, int] | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.backend_spec = backend
@@ -82,8 +84,20 @@ class session:
         self.quiet = quiet
         self._trace: Trace | None = None
         self.written: Path | None = None
-        self.stream = stream and self.path is not None
+        self.ring_s = ring_s
+        if ring_s is not None and (self.path is None or not ring_s > 0):
+            raise GputraceError(
+                "the flight recorder (ring_s) needs a path to write to and a positive ring_s."
+            )
+        self.stream = (stream or ring_s is not None) and self.path is not None
         self.flush_s = flush_s
+        self._steps: tuple[int, int] | None = None
+        if steps is not None:
+            from gputrace.flight import parse_steps
+
+            self._steps = parse_steps(steps)
+        self._stepper: Any = None
+        self._usr1: Any = None
         self._streamer: Any = None
         self._finished = False
         self._load_at_stop = True  # ``with session(...)`` leaves a streamed trace on disk until used
@@ -138,9 +152,12 @@ class session:
         if outer is not None:
             outer.deactivate()
             self._outer = outer
-        self._recorder.activate()
+        if self._steps is None:
+            self._recorder.activate()
         if self.stream:
             self._start_stream()
+        if self._steps is not None:
+            self._start_steps()
         return self
 
     @property
@@ -171,11 +188,82 @@ class session:
         header["base_ns"] = max(0, header["start_ns"] - STREAM_BASE_MARGIN_NS)
         self._raw.header = header
         try:
-            self._streamer = Streamer(self.path, header, self._recorder, self._raw)
+            writer = None
+            if self.ring_s is not None:
+                from gputrace.flight import RingWriter
+
+                writer = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock)
+            self._streamer = Streamer(self.path, header, self._recorder, self._raw, writer)
         except OSError:
             self.stream = False  # fall back to writing at stop, where the error is reported once
             return
         self._streamer.start_timer(self.flush_s)
+        if self.ring_s is not None:
+            self._install_ring_triggers()
+
+    # flight recorder and step windows (gputrace.flight) ---------------------------------------
+    def _install_ring_triggers(self) -> None:
+        import atexit
+        import signal
+
+        atexit.register(self._ring_at_exit)
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
+
+            def on_usr1(signum: int, frame: Any) -> None:  # write from a thread: never block here
+                threading.Thread(target=self.dump_ring, name="gputrace-ring", daemon=True).start()
+
+            self._usr1 = signal.signal(signal.SIGUSR1, on_usr1)
+
+    def _remove_ring_triggers(self) -> None:
+        import atexit
+        import signal
+
+        atexit.unregister(self._ring_at_exit)
+        if self._usr1 is not None:
+            signal.signal(signal.SIGUSR1, self._usr1)
+            self._usr1 = None
+
+    def _ring_at_exit(self) -> None:
+        if not self._finished:
+            self.stop()
+
+    def dump_ring(self) -> Path | None:
+        """Write the flight recorder's last ``ring_s`` seconds to ``path`` now (SIGUSR1 does this);
+        the session keeps recording. Returns the path, or None when not a flight recorder."""
+        from gputrace.streaming import final_clock
+
+        st = self._streamer
+        if st is None or self.ring_s is None or st.writer.closed:
+            return None
+        try:
+            st.flush(complete=False)
+            header = dict(self._raw.header)
+            header["end_ns"] = self.clock()
+            header["clock"] = final_clock(self._raw.samples)
+            header["spans_cover_children"] = self._raw.spans_cover_children
+            path: Path = st.writer.dump(header)
+            self.written = path
+            return path
+        except Exception as exc:
+            report_internal("ring", f"writing the flight recorder failed ({type(exc).__name__}: {exc}).")
+            return None
+
+    def _start_steps(self) -> None:
+        from gputrace.flight import Stepper, set_stepper
+
+        rec = self._recorder
+        assert rec is not None and self._steps is not None
+
+        def activate() -> None:
+            if active_recorder() is None:
+                rec.activate()
+
+        def mark(n: int) -> None:
+            rec.buffer().marks.append((f"step {n}", self.clock(), "mark", {"step": n}))
+
+        self._stepper = Stepper(self._steps, activate, rec.deactivate, mark)
+        set_stepper(self._stepper)
+        self._stepper.begin()
 
     def _stop_stream(self, stop_ns: int) -> None:
         from gputrace.streaming import final_clock, unclosed
@@ -235,6 +323,12 @@ class session:
             return self._result()
         self._finished = True
         rec.deactivate()
+        if self._stepper is not None:
+            from gputrace.flight import set_stepper
+
+            set_stepper(None)
+        if self.ring_s is not None:
+            self._remove_ring_triggers()
         outer, self._outer = self._outer, None
         if outer is not None and active_recorder() is None:
             outer.activate()

@@ -47,11 +47,14 @@ class Taken:
 class Streamer:
     """Owns a session's ``StreamWriter`` and what is pending between chunks."""
 
-    def __init__(self, path: Any, header: dict[str, Any], recorder: Recorder, raw: RawRecording) -> None:
+    def __init__(
+        self, path: Any, header: dict[str, Any], recorder: Recorder, raw: RawRecording, writer: Any = None
+    ) -> None:
         self.header = header
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
-        self.writer = exporters.stream_writer(path, header)
+        # a format's StreamWriter, or anything with its methods (the flight recorder's ring)
+        self.writer = writer if writer is not None else exporters.stream_writer(path, header)
         self.lock = threading.Lock()  # one chunk at a time
         self.seen_names: set[str] = set()
         self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
@@ -157,7 +160,7 @@ class Streamer:
             spans_cover_children=raw.spans_cover_children,
             empty_span_ns=raw.empty_span_ns,
         )
-        chunk = resolve(chunk_raw)
+        chunk = resolve(chunk_raw, report=False)
         self._session_flags(chunk)
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them)
         tokens = {int(t) for th in threads for t in th.times[:, 2].tolist() if t > 0}

@@ -4,6 +4,8 @@
     gputrace run -o t.json --backend cuda train.py
     gputrace run --trace-module mymodel train.py     # every top-level function of mymodel
     gputrace run --trace-function __main__:step train.py
+    gputrace run --ring 30 -o last.json.gz train.py  # flight recorder: kill -USR1 <pid> writes it
+    gputrace run --steps 100:110 train.py            # only steps 100..109 (gputrace.step())
     python -m gputrace run train.py
 
 Options go before the script; everything after it belongs to the program. The program's exit
@@ -50,6 +52,17 @@ from gputrace.errors import GputraceError
     metavar="MODULE:FUNC",
     help="Trace one function (or Class.method) of a module. Repeatable.",
 )
+@click.option(
+    "--ring",
+    "ring_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Flight recorder: keep only the last SECONDS; written at exit and on SIGUSR1.",
+)
+@click.option(
+    "--steps", default=None, metavar="START:STOP", help="Record only steps START..STOP-1 (gputrace.step())."
+)
 @click.option("-q", "--quiet", is_flag=True, help="No notices from gputrace on stderr.")
 @click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -58,6 +71,8 @@ def run(
     backend: str,
     trace_modules: tuple[str, ...],
     trace_functions: tuple[str, ...],
+    ring_s: float | None,
+    steps: str | None,
     quiet: bool,
     script: Path,
     args: tuple[str, ...],
@@ -69,7 +84,9 @@ def run(
         output = Path(f"{script.stem}.run.trace.json")
     try:
         result = run_script(
-            RunOptions(script, list(args), output, backend, trace_modules, trace_functions, quiet)
+            RunOptions(
+                script, list(args), output, backend, trace_modules, trace_functions, quiet, ring_s, steps
+            )
         )
     except GputraceError as exc:
         click.echo(f"gputrace: {exc}", err=True)
