@@ -17,6 +17,7 @@ end in the same chunk.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,7 @@ class Streamer:
         self.examples: list[dict[str, Any]] = []
         self.anomalous = 0
         self.chunks = 0
+        self.last_write = 0.0
         self.queues: list[QueueInfo] = []
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
@@ -70,6 +72,8 @@ class Streamer:
     def start_timer(self, interval_s: float) -> None:
         def loop() -> None:
             while not self._stop.wait(interval_s):
+                if time.monotonic() - self.last_write < interval_s:
+                    continue  # a sync wrote a chunk meanwhile: no need to compete for the GIL
                 try:
                     self.flush(complete=False)
                 except Exception as exc:  # never let the timer die silently, never break the program
@@ -176,6 +180,7 @@ class Streamer:
         raw.degraded.update({t: v for t, v in degraded.items() if t not in tokens})
         self.writer.append(chunk)
         self.chunks += 1
+        self.last_write = time.monotonic()
 
     def _session_flags(self, chunk: Trace) -> None:
         """ "cold" means first in the session, not first in the chunk; count anomalies."""
