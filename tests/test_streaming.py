@@ -191,3 +191,33 @@ def test_every_format_streams_and_reads_back_through_the_registry(tmp_path: Path
     assert gputrace.exporters.format_for(path).__name__.split(".")[-1] == (
         "pftrace" if "pf" in name else "json"
     )
+
+
+def test_view_serves_a_cut_file_closed(tmp_path: Path) -> None:
+    import urllib.request
+
+    from gputrace.viewer_server import ViewerServer
+
+    path = tmp_path / "t.json"
+    with gputrace.session(path, backend="cpu", quiet=True, flush_s=3600):
+        for _ in range(3):
+            with gputrace.trace("s"):
+                pass
+            gputrace.sync()
+        cut = path.read_bytes()  # as a killed program would leave it
+    path.write_bytes(cut[:-7])  # and cut inside a line, too
+    with ViewerServer(path) as server:
+        server.start_background()
+        doc = orjson.loads(urllib.request.urlopen(server.trace_url).read())
+    assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == 2  # the third chunk was cut
+    assert doc["gputrace_stream"]["format_version"] == 1
+
+
+def test_merge_writes_any_format(tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parent / "data"
+    for name in ("all.pftrace", "all.json.gz"):
+        out = tmp_path / name
+        res = CliRunner().invoke(cli, ["merge", str(out), str(data / "rank0.json"), str(data / "rank1.json")])
+        assert res.exit_code == 0, res.output
+        back = gputrace.load(out)
+        assert len(back) == 2 and [p["label"] for p in back.header["processes"]] == ["rank 0", "rank 1"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,9 @@ from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace,
 
 GPU_PID_BASE = 1 << 30  # GPU "processes"; real pids stay below 2**22 on Linux
 OVERLAP_TID_STEP = 1 << 24  # overflow lane n of a track: tid + n·step (Linux tids stay below 2**22)
+# More events per chunk: functions (trace, first_row, base_ns) -> Chrome events (dicts) with times
+# in µs relative to base_ns and scopes numbered from first_row (a streamed file's chunks).
+EXTRA_EVENTS: list[Callable[[Trace, int, int], list[dict[str, Any]]]] = []
 EXAMPLES_IN_HEADER = 20  # anomaly examples kept in the file's header (counts stay exact)
 
 
@@ -244,6 +248,8 @@ class Encoder:
                 ]
             )
         self._gpu_events(trace, r0, name_j, has_gpu, ev)
+        for extra in EXTRA_EVENTS:  # e.g. per-operation records (kernels, copies) under the scopes
+            ev.extend(_j(e) for e in extra(trace, r0, base))
         tid_pid = {t.tid: self._cpu_pid(t.tid) for t in trace.threads}
         for m in trace.marks:
             tid = tids[m.thread]
