@@ -25,8 +25,8 @@ sync): it numbers scopes across chunks and emits each process/thread/queue name 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
