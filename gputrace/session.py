@@ -225,6 +225,7 @@ class session:
 
     def _ring_at_exit(self) -> None:
         if not self._finished:
+            self._load_at_stop = False  # the interpreter is ending: write, do not read back
             self.stop()
 
     def dump_ring(self) -> Path | None:

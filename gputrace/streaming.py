@@ -33,6 +33,7 @@ from gputrace.resolver import RawRecording, anomaly_report, resolve
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
 MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
+PIECE = 50_000  # scopes resolved and written at a time
 EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 _COLD = int(Flag.COLD)
 _DEGRADED = int(Flag.DEGRADED)
@@ -117,12 +118,13 @@ class Streamer:
 
     def flush(self, complete: bool) -> None:
         """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
-        with self.lock:
-            self._write(self.take(), complete, None)
+        self.write(self.take(), complete, None)
 
     def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
+        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""
         with self.lock:
-            self._write(taken, complete, queues)
+            for piece in _pieces(taken):
+                self._write(piece, complete, queues)
 
     def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
         if self.writer.closed:
@@ -212,6 +214,21 @@ class Streamer:
         header["streamed"] = {"chunks": self.chunks}
         with self.lock:
             self.writer.close(header)
+
+
+def _pieces(taken: Taken) -> list[Taken]:
+    """``taken`` cut into pieces of at most ``PIECE`` scopes of one thread each (one if small)."""
+    if sum(len(p) // 3 + len(r) // RICH for _, p, r, _ in taken.threads) <= PIECE:
+        return [taken]
+    out = []
+    for buf, plain, rich, marks in taken.threads:
+        first = True
+        for i in range(0, max(len(plain), 1), 3 * PIECE):
+            out.append(Taken([(buf, plain[i : i + 3 * PIECE], [], marks if first else [])]))
+            first = False
+        for i in range(0, len(rich), RICH * PIECE):
+            out.append(Taken([(buf, [], rich[i : i + RICH * PIECE], [])]))
+    return out
 
 
 def unclosed(recorder: Recorder, stop_ns: int) -> Taken:

@@ -221,3 +221,23 @@ def test_merge_writes_any_format(tmp_path: Path) -> None:
         assert res.exit_code == 0, res.output
         back = gputrace.load(out)
         assert len(back) == 2 and [p["label"] for p in back.header["processes"]] == ["rank 0", "rank 1"]
+
+
+def test_a_large_chunk_is_written_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gputrace import streaming
+
+    monkeypatch.setattr(streaming, "PIECE", 100)
+    path = tmp_path / "t.json"
+    with gputrace.session(path, backend="cpu", quiet=True, flush_s=3600):
+        with gputrace.trace("outer"):
+            for i in range(450):
+                with gputrace.trace("inner", i=i) if i % 2 else gputrace.trace("inner"):
+                    pass
+            gputrace.mark("m")
+        gputrace.sync()
+    t = gputrace.load(path)
+    assert t.header["streamed"]["chunks"] >= 5  # 225 plain + 225 with args, in pieces of 100
+    assert [sc.name for sc in t][:2] == ["outer", "inner"] and len(t) == 451
+    assert [sc.depth for sc in t][1:] == [1] * 450  # nesting rebuilt across pieces
+    assert [t.scopes.args[r]["i"] for r in sorted(t.scopes.args)] == list(range(1, 450, 2))
+    assert [m.name for m in t.marks] == ["m", "sync"]
