@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 U32 = 2**32 - 1
+PERFETTO_KEYS = ("displayTimeUnit", "metadata", "otherData", "systemTraceEvents")
 
 
 def read(path: Path) -> Any:
@@ -25,6 +26,11 @@ def check(doc: Any) -> list[str]:
     bad: list[str] = []
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         return ["not the object form with a traceEvents list"]
+    # Perfetto's JSON tokenizer stops reading at the first top-level key it does not know
+    keys = list(doc)
+    unknown = [k for k in keys[: keys.index("traceEvents")] if k not in PERFETTO_KEYS]
+    if unknown:
+        bad.append(f"top-level keys {unknown} before traceEvents: Perfetto ignores everything after them")
     if doc.get("displayTimeUnit") not in ("ms", "ns"):
         bad.append("displayTimeUnit missing")
     if not isinstance(doc.get("gputrace"), dict):

@@ -2,7 +2,7 @@
 
 The file is written so that any prefix of it that ends at a chunk boundary can be read back::
 
-    {"displayTimeUnit":"ms","gputrace_stream":{...header at start...},"traceEvents":[
+    {"displayTimeUnit":"ms","metadata":{"gputrace_stream":{...header at start...}},"traceEvents":[
     {event},{event},...,{event},            <- one line per chunk (one sync), flushed to the OS
     {event},...,{event},
     {closing event}
@@ -12,6 +12,11 @@ Serialised JSON holds no raw newline, so a line is a chunk. A file cut anywhere 
 ``os._exit``, a full disk) is read up to its last complete line, with ``"truncated": true`` in the
 header; a ``.json.gz`` is flushed (``Z_SYNC_FLUSH``) after each chunk, so the same holds for it.
 ``gputrace view`` serves a cut file repaired, so Perfetto and the viewer open it too.
+
+The keys before ``traceEvents`` are ones Perfetto's JSON tokenizer knows (``displayTimeUnit``,
+``metadata``): it stops reading at the first top-level key it does not know, so the gputrace
+header sits inside ``metadata`` at the start and under its own key only after the events. The
+tokenizer also imports the complete events of a ``traceEvents`` array that ends early.
 """
 
 from __future__ import annotations
@@ -47,8 +52,8 @@ from gputrace.model import (
 EXTENSIONS = (".json", ".json.gz")
 Progress = Callable[[str], None]
 
-PREFIX = b'{"displayTimeUnit":"ms","gputrace_stream":'
-EVENTS_OPEN = b',"traceEvents":[\n'
+PREFIX = b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'
+EVENTS_OPEN = b'},"traceEvents":[\n'
 GZIP_LEVEL = 1  # speed first: level 1 already gives most of the ratio on trace events
 
 
@@ -154,17 +159,24 @@ def decode(raw: bytes, where: str) -> tuple[Any, bool]:
 
 
 def repair(raw: bytes) -> bytes | None:
-    """A streamed file cut short, closed after its last complete chunk; None if not one."""
+    """A streamed file cut short, closed after its last complete chunk, with its start header
+    (marked ``"truncated": true``) as the final one; None if it is not such a file."""
     if not raw.startswith(PREFIX):
         return None
     start = raw.find(EVENTS_OPEN)
     if start < 0:
         return None
+    try:
+        header = orjson.loads(raw[len(PREFIX) : start])
+    except orjson.JSONDecodeError:
+        return None
+    header["truncated"] = True
+    tail = b'\n],"gputrace":' + orjson.dumps(header) + b"}\n"
     body_start = start + len(EVENTS_OPEN)
     end = raw.rfind(b",\n", body_start - 1)
     if end < body_start:
-        return raw[:body_start] + b"]}"
-    return raw[:end] + b"]}"
+        return raw[:body_start] + tail
+    return raw[:end] + tail
 
 
 def servable(path: str | os.PathLike[str]) -> bytes:
@@ -233,7 +245,7 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
         if cut:
             raise TraceFileError(f"{path}: the gzip data is truncated or corrupt.") from None
         raise
-    if cut and not (isinstance(doc, dict) and "gputrace_stream" in doc):
+    if cut and not (isinstance(doc, dict) and "gputrace_stream" in (doc.get("metadata") or {})):
         # only a streamed gputrace file is meant to be readable when cut short
         raise TraceFileError(f"{path}: the gzip data is truncated or corrupt.")
     if progress is not None:
@@ -253,8 +265,11 @@ def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) 
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise NotAGputraceTrace(f"{where}: not a Chrome trace (no traceEvents list).", doc)
     header = doc.get("gputrace")
+    if isinstance(header, dict) and header.get("truncated"):
+        truncated = True  # repaired: the start header stands in for the final one
     if not isinstance(header, dict):
-        header = doc.get("gputrace_stream")
+        meta = doc.get("metadata")
+        header = meta.get("gputrace_stream") if isinstance(meta, dict) else None
         if isinstance(header, dict):
             truncated = True  # the final header is missing: the writer never closed the file
     if not isinstance(header, dict) or "format_version" not in header:
