@@ -215,8 +215,8 @@ class Encoder:
                 for ln in range(1, max(lanes) + 1):
                     tid = tids[th] + ln * OVERLAP_TID_STEP
                     self._name_thread(self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", ev)
-        ts = ((s.cpu_start_ns - base) / 1000.0).tolist()
-        dur = ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()
+        ts = list(map(repr, ((s.cpu_start_ns - base) / 1000.0).tolist()))  # text, formatted in a C loop
+        dur = list(map(repr, ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()))
         jnames = [_j(nm) for nm in trace.names]  # JSON-quoted once per name
         name_j = [jnames[i] for i in s.name.tolist()]
         cpu_pid = [self._cpu_pid(t) for t in cpu_tid] if self.pid_of_tid else [self.pid] * n
@@ -234,7 +234,7 @@ class Encoder:
         if tail:
             ev.extend(
                 [
-                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0!r},"dur":{d!r}{tail.get(r, "")}}}'
+                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0},"dur":{d}{tail.get(r, "")}}}'
                     for r, (nm, p, tid, t0, d) in enumerate(
                         zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
                     )
@@ -243,7 +243,7 @@ class Encoder:
         else:
             ev.extend(
                 [
-                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0!r},"dur":{d!r}}}'
+                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0},"dur":{d}}}'
                     for nm, p, tid, t0, d in zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
                 ]
             )
@@ -271,8 +271,7 @@ class Encoder:
         base = self.base
         queues = trace.queues
         st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
-        sub = s.submit_ns.tolist()
-        qcol, flags, unc = s.queue.tolist(), s.flags.tolist(), s.uncertainty_ns.tolist()
+        flags = s.flags.tolist()
         # lanes per queue: a GPU slice that would partially overlap goes to an overflow track
         gtid: dict[int, int] = {}
         for qi in np.unique(s.queue[rows]).tolist():
@@ -299,54 +298,67 @@ class Encoder:
             unlabelled = trace.names.index("") if "" in trace.names else -1
             for k in np.flatnonzero(sp.label != unlabelled).tolist():
                 passes.setdefault(int(sp.scope[k]), []).append(k)
-        qdev = [q.device for q in queues]
-        qname = [_j(f"queued · {q.label}") for q in queues]
+        qname = [_j(f"queued · {q.label}") for q in queues] + ['"queued"']
         anomalous = int(ANOMALY_FLAGS)
-        last_unc = -1  # every chunk states it on its first GPU slice
-        for r in rows.tolist():
-            qi = qcol[r]
-            gpid = GPU_PID_BASE + (qdev[qi] if 0 <= qi < len(queues) else 0)
-            t0 = (st[r] - base) / 1000.0
-            gpu_ns = en[r] - st[r]
+        # per-row columns as text, formatted in C loops (``map(repr, …)``) rather than one by one
+        qa = s.queue[rows].astype(np.int64)
+        dev = np.array([q.device for q in queues] + [0], np.int64)[
+            np.where((qa >= 0) & (qa < len(queues)), qa, -1)
+        ]
+        gpids = (GPU_PID_BASE + dev).tolist()
+        qn_idx = np.where((qa >= 0) & (qa < len(queues)), qa, len(queues)).tolist()
+        g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
+        ts_s = list(map(repr, ((g0 - base) / 1000.0).tolist()))
+        dur_s = list(map(repr, (np.maximum(g1 - g0, 0) / 1000.0).tolist()))
+        sub_s = list(map(repr, ((sb - base) / 1000.0).tolist()))
+        waited_l = ((sb != NO_TIME) & (g0 >= sb)).tolist()
+        early_l = ((sb != NO_TIME) & (g0 < sb)).tolist()  # a start before submission: no wait slice
+        neg_l = (g1 < g0).tolist()
+        uc = s.uncertainty_ns[rows]
+        changed = np.ones(len(rows), bool)  # written where it changes; a reader carries it forward
+        changed[1:] = uc[1:] != uc[:-1]
+        unc_s = [
+            f',"uncertainty_us":{u / 1000.0!r}' if c else ""
+            for u, c in zip(uc.tolist(), changed.tolist(), strict=True)
+        ]
+        for k, r in enumerate(rows.tolist()):
+            gpid = gpids[k]
+            t0 = ts_s[k]
             b = r0 + r
-            extra = ""
-            waited = sub[r] != NO_TIME and st[r] >= sub[r]
-            if sub[r] != NO_TIME and not waited:  # a start before submission: no wait slice to carry it
-                extra += f',"submit_ts":{(sub[r] - base) / 1000.0!r}'
-            if gpu_ns < 0:  # kept as measured (and flagged); the slice itself cannot be negative
-                extra += f',"gpu_us":{gpu_ns / 1000.0!r}'
+            extra = unc_s[k]
+            if early_l[k]:
+                extra += f',"submit_ts":{sub_s[k]}'
+            if neg_l[k]:  # kept as measured (and flagged); the slice itself cannot be negative
+                extra += f',"gpu_us":{(en[r] - st[r]) / 1000.0!r}'
             if flags[r]:
                 extra += ',"flags":' + _j(flag_names(flags[r]))
-            if unc[r] != last_unc:  # written where it changes; a reader carries it forward
-                last_unc = unc[r]
-                extra = f',"uncertainty_us":{unc[r] / 1000.0!r}' + extra
-            args = f',"args":{{{extra[1:]}}}' if extra else ""
+            args = ',"args":{' + extra[1:] + "}" if extra else ""
             ev.append(
-                f'{{"ph":"X","name":{name_j[r]},"pid":{gpid},"tid":{gtid[r]},"ts":{t0!r},'
-                f'"dur":{max(gpu_ns, 0) / 1000.0!r},"bind_id":{b},"flow_in":true{args}}}'
+                f'{{"ph":"X","name":{name_j[r]},"pid":{gpid},"tid":{gtid[r]},"ts":{t0},'
+                f'"dur":{dur_s[k]},"bind_id":{b},"flow_in":true{args}}}'
             )
-            for k in passes.get(r, []):
-                pa: dict[str, Any] = {"scope": b}
-                if int(sp.submit_ns[k]) != NO_TIME:
-                    pa["submit_ts"] = (int(sp.submit_ns[k]) - base) / 1000.0
-                p0, p1 = int(sp.gpu_start_ns[k]), int(sp.gpu_end_ns[k])
-                label = trace.names[int(sp.label[k])]
-                p_ts, p_dur = (p0 - base) / 1000.0, max(p1 - p0, 0) / 1000.0
-                ev.append(_j({"ph": "X", "cat": "gpu.pass", "name": label, "pid": gpid, "tid": gtid[r],
-                              "ts": p_ts, "dur": p_dur, "args": pa}))  # fmt: skip
-            if waited:  # the wait, as an async slice inside the GPU process; it carries the submit time
-                qn = qname[qi] if 0 <= qi < len(queues) else '"queued"'
+            if r in passes:
+                for p in passes[r]:
+                    pa: dict[str, Any] = {"scope": b}
+                    if int(sp.submit_ns[p]) != NO_TIME:
+                        pa["submit_ts"] = (int(sp.submit_ns[p]) - base) / 1000.0
+                    p0, p1 = int(sp.gpu_start_ns[p]), int(sp.gpu_end_ns[p])
+                    label = trace.names[int(sp.label[p])]
+                    p_ts, p_dur = (p0 - base) / 1000.0, max(p1 - p0, 0) / 1000.0
+                    ev.append(_j({"ph": "X", "cat": "gpu.pass", "name": label, "pid": gpid, "tid": gtid[r],
+                                  "ts": p_ts, "dur": p_dur, "args": pa}))  # fmt: skip
+            if waited_l[k]:  # the wait, as an async slice inside the GPU process; it carries the submit time
+                qn = qname[qn_idx[k]]
                 ev.append(
-                    f'{{"ph":"b","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},'
-                    f'"ts":{(sub[r] - base) / 1000.0!r}}}'
+                    f'{{"ph":"b","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{sub_s[k]}}}'
                 )
                 ev.append(
-                    f'{{"ph":"e","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{t0!r}}}'
+                    f'{{"ph":"e","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{t0}}}'
                 )
             if flags[r] & anomalous:
                 what = ", ".join(flag_names(flags[r] & anomalous))
                 ev.append(_j({"ph": "i", "s": "t", "cat": "anomaly", "name": "anomaly: " + what, "pid": gpid,
-                              "tid": gtid[r], "ts": t0}))  # fmt: skip
+                              "tid": gtid[r], "ts": float(t0)}))  # fmt: skip
 
 
 def _j(value: Any) -> str:
