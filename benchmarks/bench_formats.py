@@ -112,7 +112,8 @@ t0 = time.perf_counter()
 if mode == "bare":
     worst = loop()
 else:
-    with gputrace.session(path, backend="cpu", quiet=True, stream=mode != "at-stop"):
+    backend = "fake" if mode == "fake-gpu" else "cpu"
+    with gputrace.session(path, backend=backend, quiet=True, stream=mode != "at-stop"):
         worst = loop()
 dt = time.perf_counter() - t0
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
@@ -125,7 +126,7 @@ def memory_table(n: int, folder: Path) -> None:
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     rows = {}
-    modes = ("bare", "stream", "no-sync") + (("at-stop",) if n <= 2_000_000 else ())
+    modes = ("bare", "stream", "fake-gpu", "no-sync") + (("at-stop",) if n <= 2_000_000 else ())
     for mode in modes:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, mode, str(n), str(folder / "mem.json")],
@@ -135,11 +136,13 @@ def memory_table(n: int, folder: Path) -> None:
         rows[mode] = (int(kb) / 1024, int(worst) / 1e3, float(dt))
     size = (folder / "mem.json").stat().st_size
     print(f"\n{n:,} CPU scopes, a sync every 10k (whole program, session included)")
-    print("(streaming, no syncs: the same without any sync; the timer writes a chunk every second)")
+    print("(GPU scopes: the same with the scripted fake GPU, every scope timed; streaming, no syncs:")
+    print(" the CPU program without any sync, the timer writes a chunk every second)")
     print(f"{'':<22} {'peak RSS MB':>12} {'longest gap µs':>15} {'wall s':>8}")
     labels = {
         "bare": "without gputrace",
         "stream": "streaming to .json",
+        "fake-gpu": "GPU scopes (fake GPU)",
         "no-sync": "streaming, no syncs",
         "at-stop": "written at stop",
     }
@@ -148,6 +151,7 @@ def memory_table(n: int, folder: Path) -> None:
         mb, worst, dt = rows[mode]
         print(f"{label:<22} {mb:>12.1f} {worst:>15.0f} {dt:>8.2f}")
     print(f"{'streaming − without':<22} {rows['stream'][0] - rows['bare'][0]:>12.1f}")
+    print(f"{'GPU scopes − without':<22} {rows['fake-gpu'][0] - rows['bare'][0]:>12.1f}")
     print(f"file: {size / 1e6:.0f} MB, {size / n:.1f} B/scope; loadavg {os.getloadavg()[0]:.1f}")
 
 

@@ -32,7 +32,14 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP, Encoder, file_header, lean_header
+from gputrace.exporters.chrome import (
+    GPU_PID_BASE,
+    OVERLAP_TID_STEP,
+    Encoder,
+    file_header,
+    lean_header,
+    queue_dict,
+)
 from gputrace.loader import NotAGputraceTrace, TraceFileError, read_bytes
 from gputrace.model import (
     FORMAT_VERSION,
@@ -102,7 +109,7 @@ class StreamWriter:
         enc = self._enc
         header = lean_header(header)
         header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in enc.threads.values()])
-        header.setdefault("queues", [_queue(q) for q in enc.queues])
+        header.setdefault("queues", [queue_dict(q) for q in enc.queues])
         header["base_ns"] = enc.base
         last = {"ph": "M", "name": "process_sort_index", "pid": enc.pid, "tid": 0, "args": {"sort_index": 0}}
         tail = (
@@ -118,10 +125,6 @@ class StreamWriter:
         if not self.closed:
             self.closed = True
             os.close(self._fd)
-
-
-def _queue(q: QueueInfo) -> dict[str, Any]:
-    return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -388,7 +391,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     else:
         threads, queues = _names_from_metadata(events, pid)
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
-        header["queues"] = [_queue(q) for q in queues]
+        header["queues"] = [queue_dict(q) for q in queues]
     thread_idx = {t.tid: i for i, t in enumerate(threads)}
     # One pass sorts the events by kind; everything after it is per-column and vectorised.
     cpu: list[dict[str, Any]] = []
