@@ -57,7 +57,7 @@ class Streamer:
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
         # a format's StreamWriter, or anything with its methods (the flight recorder's ring)
         self.writer = writer if writer is not None else exporters.stream_writer(path, header)
-        self.lock = threading.Lock()  # one chunk at a time
+        self.lock = threading.RLock()  # one take or chunk at a time
         self.seen_names: set[str] = set()
         self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
         self.counts: Counter[str] = Counter()
@@ -96,6 +96,10 @@ class Streamer:
         Each buffer's owner only appends (one ``extend`` per scope), so a prefix can be cut
         while it keeps recording: what it appends meanwhile stays for the next chunk.
         """
+        with self.lock:  # two takers at once would both copy a prefix, then both delete one
+            return self._take()
+
+    def _take(self) -> Taken:
         rec = self.recorder
         with rec._buffers_lock:
             buffers = list(rec.buffers)
@@ -118,7 +122,8 @@ class Streamer:
 
     def flush(self, complete: bool) -> None:
         """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
-        self.write(self.take(), complete, None)
+        with self.lock:
+            self.write(self.take(), complete, None)
 
     def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
         """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""

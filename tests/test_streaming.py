@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -242,3 +243,41 @@ def test_a_large_chunk_is_written_in_pieces(tmp_path: Path, monkeypatch: pytest.
     assert [sc.depth for sc in t][1:] == [1] * 450  # nesting rebuilt across pieces
     assert [t.scopes.args[r]["i"] for r in sorted(t.scopes.args)] == list(range(1, 450, 2))
     assert [m.name for m in t.marks] == ["m", "sync"]
+
+
+def test_syncs_from_another_thread_while_the_timer_flushes(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "t.json"
+    stop = threading.Event()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch all the time: a race between takers shows
+    try:
+        n = _record_while_syncing(path, stop)
+    finally:
+        sys.setswitchinterval(switch)
+    t = gputrace.load(path)
+    got = sorted(t.scopes.args[r]["n"] for r in np.flatnonzero(t.scopes.name == t.names.index("x")).tolist())
+    assert got == list(range(n))  # none lost, none twice
+
+
+def _record_while_syncing(path: Path, stop: Any) -> int:
+    import threading
+
+    with gputrace.session(path, backend="cpu", quiet=True, flush_s=0.001):
+
+        def syncer() -> None:
+            while not stop.is_set():
+                gputrace.sync()
+
+        th = threading.Thread(target=syncer)
+        th.start()
+        n = 0
+        t_end = time.monotonic() + 0.5
+        while time.monotonic() < t_end:
+            with gputrace.trace("x", n=n):
+                pass
+            n += 1
+        stop.set()
+        th.join()
+    return n
