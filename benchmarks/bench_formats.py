@@ -92,6 +92,7 @@ import sys, time
 import gputrace
 mode, n, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 every = 0 if mode == "no-sync" else 10_000
+fake = None
 tr = gputrace.trace("step")
 pc = time.perf_counter_ns
 def loop():
@@ -105,6 +106,8 @@ def loop():
             worst = now - last
         if every and i % every == every - 1:
             gputrace.sync()
+            if fake is not None:
+                fake.truth.clear()  # the fake GPU's test oracle (true times per scope), not gputrace's
             now = pc()
         last = now
     return worst
@@ -112,8 +115,11 @@ t0 = time.perf_counter()
 if mode == "bare":
     worst = loop()
 else:
-    backend = "fake" if mode == "fake-gpu" else "cpu"
-    with gputrace.session(path, backend=backend, quiet=True, stream=mode != "at-stop"):
+    if mode == "fake-gpu":
+        from gputrace.backends.fake import FakeBackend
+        from gputrace.clock import session_clock
+        fake = FakeBackend(session_clock)
+    with gputrace.session(path, backend=fake or "cpu", quiet=True, stream=mode != "at-stop"):
         worst = loop()
 dt = time.perf_counter() - t0
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))

@@ -281,3 +281,15 @@ def _record_while_syncing(path: Path, stop: Any) -> int:
         stop.set()
         th.join()
     return n
+
+
+def test_view_reads_a_pftrace_as_json(tmp_path: Path) -> None:
+    from gputrace.commands.view import _as_json, _is_json
+
+    path = tmp_path / "t.pftrace"
+    _gpu_story(path, stream=True)
+    assert not _is_json(path)
+    served = _as_json(path)
+    assert served.name.endswith(".json.gz") and _is_json(served)
+    assert perfetto_rules.check(perfetto_rules.read(served)) == []
+    assert len(gputrace.load(served)) == len(gputrace.load(path)) == 18
