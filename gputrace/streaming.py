@@ -16,8 +16,10 @@ end in the same chunk.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,31 @@ class Taken:
     threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] = field(default_factory=list)
 
 
+class _Detached:
+    """What a forked child's streamer writes to: nothing (the file is its parent's)."""
+
+    closed = True
+    rows = 0
+
+    def append(self, chunk: Trace) -> None:
+        pass
+
+    def close(self, header: dict[str, Any]) -> None:
+        pass
+
+
+_live: weakref.WeakSet[Streamer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for st in list(_live):
+        st.detach()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Streamer:
     """Owns a session's ``StreamWriter`` and what is pending between chunks."""
 
@@ -68,6 +95,19 @@ class Streamer:
         self.queues: list[QueueInfo] = []
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        _live.add(self)
+
+    def detach(self) -> None:
+        """In a forked child: never write to the parent's file (the child has no timer either)."""
+        fd = getattr(self.writer, "_fd", None)
+        if isinstance(fd, int):
+            try:
+                os.close(fd)  # the child's copy of the descriptor; the parent's stays open
+            except OSError:
+                pass
+        self.writer = _Detached()
+        self.lock = threading.RLock()
+        self._timer = None
 
     # -- the timer -----------------------------------------------------------------------------
     def start_timer(self, interval_s: float) -> None:

@@ -293,3 +293,25 @@ def test_view_reads_a_pftrace_as_json(tmp_path: Path) -> None:
     assert served.name.endswith(".json.gz") and _is_json(served)
     assert perfetto_rules.check(perfetto_rules.read(served)) == []
     assert len(gputrace.load(served)) == len(gputrace.load(path)) == 18
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_never_writes_to_its_parents_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    with gputrace.session(path, backend="cpu", quiet=True, flush_s=3600):
+        with gputrace.trace("parent"):
+            pass
+        gputrace.sync()
+        before = path.read_bytes()
+        pid = os.fork()
+        if pid == 0:  # the child records and syncs, then exits without cleanup
+            try:
+                with gputrace.trace("child"):
+                    pass
+                gputrace.sync()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        assert path.read_bytes() == before
+    assert [sc.name for sc in gputrace.load(path)] == ["parent"]
