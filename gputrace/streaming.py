@@ -16,6 +16,7 @@ end in the same chunk.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -101,10 +102,8 @@ class Streamer:
         """In a forked child: never write to the parent's file (the child has no timer either)."""
         fd = getattr(self.writer, "_fd", None)
         if isinstance(fd, int):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
-            except OSError:
-                pass
         self.writer = _Detached()
         self.lock = threading.RLock()
         self._timer = None
