@@ -7,7 +7,9 @@ memory and stalls, measured in one run on this machine.
 
 Traces: "cpu" is N plain CPU scopes; "gpu" is 20k tiny GPU scopes from the scripted fake backend
 shaped like the CUDA 20k tiny-kernel program (6 µs enqueue, ~0.9 µs kernels, a few µs queued),
-with odd nanosecond times as a real clock gives. Bytes per scope count the whole file. Speeds are
+with odd nanosecond times as a real clock gives; "wgpu" is the trace of
+examples/wgpu_tiny_vs_large.py (100 scopes, each one timed compute pass), where wgpu runs.
+Bytes per scope count the whole file. Speeds are
 the median of REPS runs of ``exporters.write``/``exporters.read`` (session not included), in
 this process's CPU time (the machines are shared; waiting for a core is not the format's cost).
 
@@ -62,6 +64,22 @@ def gpu_trace(n: int = 20_000) -> gputrace.Trace:
                 gputrace.sync()
     assert s.trace is not None
     return s.trace
+
+
+def wgpu_trace(folder: Path) -> gputrace.Trace | None:
+    """The wgpu example's trace (100 scopes, one timed pass each), or None without wgpu."""
+    try:
+        import wgpu  # noqa: F401
+    except ImportError:
+        return None
+    root = Path(__file__).resolve().parent.parent
+    out = folder / "wgpu_example.json"
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "wgpu_tiny_vs_large.py"), "--out", str(out)],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    return gputrace.load(out) if done.returncode == 0 else None
 
 
 def formats_table(traces: dict[str, gputrace.Trace], folder: Path) -> None:
@@ -172,7 +190,11 @@ def main() -> None:
         folder = Path(d)
         print(f"loadavg {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         if not args.only_memory:
-            formats_table({"cpu": cpu_trace(args.cpu_scopes), "gpu": gpu_trace()}, folder)
+            traces = {"cpu": cpu_trace(args.cpu_scopes), "gpu": gpu_trace()}
+            wg = wgpu_trace(folder)
+            if wg is not None:
+                traces["wgpu"] = wg
+            formats_table(traces, folder)
         if not args.skip_memory:
             memory_table(args.mem_scopes, folder)
 
