@@ -206,11 +206,15 @@ def test_view_serves_a_cut_file_closed(tmp_path: Path) -> None:
                 pass
             gputrace.sync()
         cut = path.read_bytes()  # as a killed program would leave it
-    path.write_bytes(cut[:-7])  # and cut inside a line, too
-    with ViewerServer(path) as server:
-        server.start_background()
-        doc = orjson.loads(urllib.request.urlopen(server.trace_url).read())
-    assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == 2  # the third chunk was cut
+    assert cut.count(b'"ph":"X"') == 3
+    for end in (len(cut) - 7, cut.rindex(b"}}") + 2):  # cut inside a line, even right after "}}"
+        path.write_bytes(cut[:end])
+        with ViewerServer(path) as server:
+            server.start_background()
+            doc = orjson.loads(urllib.request.urlopen(server.trace_url).read())
+        whole_lines = cut[: max(cut.rfind(b",\n", 0, end), 0)]  # what the complete chunks hold
+        assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == whole_lines.count(b'"ph":"X"')
+        assert doc["gputrace"]["truncated"] is True
     assert doc["gputrace"]["format_version"] == 1 and doc["gputrace"]["truncated"] is True
     assert "gputrace_stream" in doc["metadata"]
 

@@ -61,6 +61,7 @@ Progress = Callable[[str], None]
 
 PREFIX = b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'
 EVENTS_OPEN = b'},"traceEvents":[\n'
+CLOSE = b'\n],"gputrace":'
 GZIP_LEVEL = 1  # speed first: level 1 already gives most of the ratio on trace events
 
 
@@ -112,9 +113,7 @@ class StreamWriter:
         header.setdefault("queues", [queue_dict(q) for q in enc.queues])
         header["base_ns"] = enc.base
         last = {"ph": "M", "name": "process_sort_index", "pid": enc.pid, "tid": 0, "args": {"sort_index": 0}}
-        tail = (
-            orjson.dumps(last) + b'\n],"gputrace":' + orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
-        )
+        tail = orjson.dumps(last) + CLOSE + orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
         try:
             self._write(tail + b"}\n", final=True)
         finally:
@@ -174,7 +173,7 @@ def repair(raw: bytes) -> bytes | None:
     except orjson.JSONDecodeError:
         return None
     header["truncated"] = True
-    tail = b'\n],"gputrace":' + orjson.dumps(header) + b"}\n"
+    tail = CLOSE + orjson.dumps(header) + b"}\n"
     body_start = start + len(EVENTS_OPEN)
     end = raw.rfind(b",\n", body_start - 1)
     if end < body_start:
@@ -197,8 +196,8 @@ def servable(path: str | os.PathLike[str]) -> bytes:
             return data
     else:
         raw = data
-    if not raw.startswith(PREFIX) or raw.rstrip().endswith(b"}}"):
-        return data
+    if not raw.startswith(PREFIX) or raw.rfind(CLOSE, max(0, len(raw) - (1 << 20))) >= 0:
+        return data  # not streamed by gputrace, or closed: the final header follows the events
     fixed = repair(raw)
     if fixed is None:
         return data
