@@ -19,6 +19,9 @@ import math
 import os
 from typing import Any
 
+import numpy as np
+import orjson
+
 MAX_DEPTH = 32
 MAX_ITEMS = 1000  # per list or dict; the rest is summarised as one string item
 MAX_STR = 4096  # characters of a string kept
@@ -180,4 +183,39 @@ def _convert(value: Any, depth: int, seen: set[int]) -> Any:
             return short_repr(value)
     if isinstance(value, type):
         return clean_str(value.__qualname__, MAX_REPR)
+    return short_repr(value)
+
+
+MAX_WRITE_DEPTH = 200  # orjson writes at most 255 levels; deeper values are replaced by a note
+
+
+def dumps(value: Any) -> bytes:
+    """JSON bytes of ``value``; what orjson refuses (integers beyond 64 bits, nesting deeper than
+    it writes, text that is not UTF-8, other objects) is made writable instead of failing:
+    integers as floats (as a reader took them), deep nesting by a note, objects by a short repr."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+    except (orjson.JSONEncodeError, TypeError):
+        return orjson.dumps(_writable(value), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _writable(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, (bool, float)) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if -(1 << 63) <= value < 1 << 64 else float(value)
+    if isinstance(value, str):
+        try:
+            value.encode()
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode()
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= MAX_WRITE_DEPTH:
+            return f"(nested deeper than {MAX_WRITE_DEPTH} levels, not kept)"
+        if isinstance(value, dict):
+            return {_writable(str(k)): _writable(v, depth + 1) for k, v in value.items()}
+        return [_writable(v, depth + 1) for v in value]
+    if isinstance(value, (np.generic, np.ndarray)):
+        return _writable(value.tolist(), depth)
     return short_repr(value)

@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
+from gputrace import exporters
 from gputrace.errors import GputraceError
-from gputrace.exporters.chrome import GPU_PID_BASE, to_events, write_bytes
 from gputrace.loader import load
 from gputrace.model import (
     NO_TIME,
@@ -52,7 +51,6 @@ from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
 MAX_PID = 1 << 22
-MAX_ARGS_DEPTH = 200  # orjson writes at most 255 levels; deeper values are replaced by a note
 
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
@@ -141,7 +139,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
             used_tids.add(tid)
             tids.append(tid)
             threads.append(ThreadInfo(tid, th.name))
-        pid = int(t.header.get("pid") or 1)
+        pid = real_pid = int(t.header.get("pid") or 1)
         if pid in used_pids or not 0 < pid < MAX_PID:
             pid = MAX_PID
             while pid in used_pids:
@@ -149,14 +147,18 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         used_pids.add(pid)
         rank = _rank(t)
         label = f"rank {rank}" if rank is not None else f"pid {pid}"
-        processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids})
+        host = t.header.get("host")
+        host_name = host.get("name") if isinstance(host, dict) else None
+        processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids, "host": host_name,
+                          "pid_is_real": pid == real_pid, "devices": []})  # fmt: skip
         dev_map: dict[int, int] = {}
         for dev in [q.device for q in t.queues] + sorted(t.clock_fits):
             if dev not in dev_map:
                 dev_map[dev] = n_devices
+                processes[-1]["devices"].append(n_devices)
                 n_devices += 1
         for q in t.queues:
-            queues.append(QueueInfo(dev_map[q.device], f"{q.device_name} · {label}", q.backend, q.label))
+            queues.append(QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label))
         for dev, fit in t.clock_fits.items():
             nd = dev_map[dev]
             fits[nd] = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + shift,
@@ -245,64 +247,9 @@ def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[Scope
     return scopes, spans
 
 
-def dumps(trace: Trace) -> bytes:
-    """Chrome JSON of a merged trace: each process's threads under its own pid."""
-    events, header = to_events(trace)
-    procs = header.get("processes") or []
-    pid_of_tid = {tid % (1 << 24): p["pid"] for p in procs for tid in p["tids"]}
-    ref = int(header.get("pid") or 1)
-    out: list[dict[str, Any]] = []
-    for e in events:
-        if e.get("pid") == ref:
-            if e.get("ph") == "M" and e.get("name") in ("process_name", "process_sort_index"):
-                continue
-            tid = e.get("tid")
-            if isinstance(tid, int):
-                e["pid"] = pid_of_tid.get(tid % (1 << 24), ref)
-        out.append(e)
-    for k, p in enumerate(procs):
-        out.append({"ph": "M", "name": "process_name", "pid": p["pid"], "tid": 0,
-                    "args": {"name": f"python {p['pid']} ({p['label']})"}})  # fmt: skip
-        out.append({"ph": "M", "name": "process_sort_index", "pid": p["pid"], "tid": 0,
-                    "args": {"sort_index": k}})  # fmt: skip
-    for e in out:  # GPUs sort after every process
-        if e.get("name") == "process_sort_index" and e["pid"] >= GPU_PID_BASE:
-            e["args"] = {"sort_index": len(procs) + e["pid"] - GPU_PID_BASE}
-    doc = {"traceEvents": out, "displayTimeUnit": "ms", "gputrace": header}
-    try:
-        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-    except orjson.JSONEncodeError:  # values a loaded file can hold but orjson cannot write
-        return orjson.dumps(_json_safe(doc), option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def _json_safe(value: Any, depth: int = 0) -> Any:
-    """``value`` with what orjson refuses made writable: integers beyond 64 bits as floats (as
-    they were read), nesting deeper than ``MAX_ARGS_DEPTH`` replaced by a note, non-UTF-8 text
-    escaped, other objects by a short ``repr``."""
-    if isinstance(value, (bool, float)) or value is None:
-        return value
-    if isinstance(value, int):
-        return value if -(1 << 63) <= value < 1 << 64 else float(value)
-    if isinstance(value, str):
-        try:
-            value.encode()
-            return value
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode()
-    if isinstance(value, (dict, list, tuple)):
-        if depth >= MAX_ARGS_DEPTH:
-            return f"(nested deeper than {MAX_ARGS_DEPTH} levels, not kept)"
-        if isinstance(value, dict):
-            return {_json_safe(str(k)): _json_safe(v, depth + 1) for k, v in value.items()}
-        return [_json_safe(v, depth + 1) for v in value]
-    if isinstance(value, (np.generic, np.ndarray)):
-        return _json_safe(value.tolist(), depth)
-    return repr(value)[:200]
-
-
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write a merged trace: each process keeps its own pid (see ``dumps``)."""
-    return write_bytes(dumps(trace), path)
+    """Write a merged trace through the output layer (each process keeps its own pid)."""
+    return exporters.write(trace, path)
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:

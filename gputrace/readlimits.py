@@ -152,8 +152,25 @@ def _read_all(f: BinaryIO, size: int, cap: int, p: Path) -> bytes:
     raise TraceReadError(f"{p}: too large: {_limit_note(cap)}.")
 
 
-def _gunzip(raw: bytes, cap: int, p: Path) -> bytes:
-    """Decompress every gzip member of ``raw``, stopping as soon as the output passes ``cap``."""
+def gzip_cap(compressed: int) -> int:
+    """The most a gzip file of ``compressed`` bytes may expand to (see ``read_trace_bytes``)."""
+    cap = max_trace_bytes()
+    if not _limit_is_set():
+        return min(cap, max(GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * compressed))
+    return cap
+
+
+def gunzip_trace(raw: bytes, path: str | os.PathLike[str]) -> tuple[bytes, bool]:
+    """Decompress a gzip trace under the same caps as ``read_trace_bytes``; a stream that ends
+    early (a streamed file cut by a killed program) is kept up to where it ends: returns the
+    bytes and whether it was cut."""
+    cut: list[bool] = []
+    return _gunzip(raw, gzip_cap(len(raw)), Path(path), cut), bool(cut)
+
+
+def _gunzip(raw: bytes, cap: int, p: Path, cut: list[bool] | None = None) -> bytes:
+    """Decompress every gzip member of ``raw``, stopping as soon as the output passes ``cap``.
+    With ``cut`` given, a stream that ends early is returned up to its end (``cut`` gets True)."""
     out = bytearray()
     data = memoryview(raw)
     checked = False
@@ -173,8 +190,14 @@ def _gunzip(raw: bytes, cap: int, p: Path) -> bytes:
                 if d.eof or (not pending and not block):
                     break
         except zlib.error:
+            if cut is not None and out:
+                cut.append(True)
+                return bytes(out)
             raise TraceReadError(f"{p}: the gzip data is truncated or corrupt.") from None
         if not d.eof:
+            if cut is not None:
+                cut.append(True)
+                return bytes(out)
             raise TraceReadError(f"{p}: the gzip data is truncated or corrupt.")
         data = memoryview(d.unused_data)
         if bytes(data[:2]) != b"\x1f\x8b":

@@ -67,7 +67,7 @@ class ThreadBuffer:
     suspended with a scope open. Only the thread that owns it appends to it."""
 
     __slots__ = (
-        "args", "ident", "log", "marks", "name", "rec", "rich", "sides", "stack", "task_id", "tid",
+        "ident", "log", "marks", "name", "rec", "rich", "sides", "stack", "task_id", "tid",
     )  # fmt: skip
 
     def __init__(self, rec: Recorder | None = None, name: str | None = None, tid: int | None = None) -> None:
@@ -82,9 +82,10 @@ class ThreadBuffer:
         # Plain scopes, flat: name, cpu_start_ns, cpu_end_ns, ... Extending a list with three
         # references is the cheapest store Python has (an array('q') converts each int: +190 ns).
         self.log: list[Any] = []
-        # Scopes with a GPU token, flags or args, flat: name, cpu_start_ns, cpu_end_ns, token, flags.
+        # Scopes with a GPU token, flags or args, flat: name, cpu_start_ns, cpu_end_ns, token, flags,
+        # args (or None). One ``extend`` per scope, so another thread can take a prefix of the list
+        # at any time (streaming) and never see half a scope.
         self.rich: list[Any] = []
-        self.args: dict[int, dict[str, Any]] = {}  # index of a scope in ``rich`` -> its args
         self.marks: list[tuple[str, int, str, dict[str, Any]]] = []
         self.sides: dict[Any, ThreadBuffer] | None = None  # suspended generators' tracks, by frame
 
@@ -400,7 +401,7 @@ class trace:
             flags, lost = _DEGRADED, "starting its GPU span failed"
             token = 0
         cpu_end = _clock()
-        rich = buf.rich
+        args = None
         if exc_type is not None or self.args or lost:
             # kept as given: converted to JSON-safe values when the session stops, off the hot path
             args = dict(self.args)
@@ -409,8 +410,7 @@ class trace:
                 args["exception"] = getattr(exc_type, "__name__", "exception")
             if lost:
                 args["degraded"] = lost
-            buf.args[len(rich) // 5] = args
-        rich.extend((self.name, cpu_start, cpu_end, token, flags))
+        buf.rich.extend((self.name, cpu_start, cpu_end, token, flags, args))
 
     def __call__(self, fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
@@ -505,34 +505,43 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
     for buf in buffers:
         stack = list(buf.stack)
         log, rich = list(buf.log), list(buf.rich)
-        n_rich = len(rich) // 5
-        del rich[n_rich * 5 :]
-        args = {k: v for k, v in list(buf.args.items()) if k < n_rich}
+        del rich[len(rich) // RICH * RICH :]
         for entry in stack:
             obj = entry[0]
             a = dict(getattr(obj, "args", None) or {})
             a["unclosed"] = True
-            args[len(rich) // 5] = a
             rich.extend(
-                (getattr(obj, "name", "?"), entry[1], max(stop_ns, entry[1]), max(entry[2], 0), _DEGRADED)
+                (getattr(obj, "name", "?"), entry[1], max(stop_ns, entry[1]), max(entry[2], 0), _DEGRADED, a)
             )
-        n_plain = len(log) // 3
-        del log[n_plain * 3 :]
-        times = np.zeros((n_plain + len(rich) // 5, 4), np.int64)
-        times[:n_plain, 0] = log[1::3]
-        times[:n_plain, 1] = log[2::3]
-        for col in range(4):
-            times[n_plain:, col] = rich[1 + col :: 5]
-        names = _clean_names(log[0::3] + rich[0::5])
-        safe_args = {}
-        for k, v in args.items():
-            got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
-            safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
-        marks = [
-            (_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in list(buf.marks)
-        ]
-        out.append(RawThread(buf.tid, clean_str(str(buf.name), 200), names, times, safe_args, marks))
+        out.append(raw_thread(buf, log, rich, list(buf.marks)))
     return out
+
+
+RICH = 6  # items per scope in ``ThreadBuffer.rich``
+
+
+def raw_thread(
+    buf: ThreadBuffer, log: list[Any], rich: list[Any], marks: list[tuple[str, int, str, dict[str, Any]]]
+) -> RawThread:
+    """A ``RawThread`` from flat ``log`` (3 per scope) and ``rich`` (``RICH`` per scope) items;
+    names, args and marks made JSON-safe."""
+    n_plain = len(log) // 3
+    del log[n_plain * 3 :]
+    del rich[len(rich) // RICH * RICH :]
+    times = np.zeros((n_plain + len(rich) // RICH, 4), np.int64)
+    times[:n_plain, 0] = log[1::3]
+    times[:n_plain, 1] = log[2::3]
+    for col in range(4):
+        times[n_plain:, col] = rich[1 + col :: RICH]
+    names = _clean_names(log[0::3] + rich[0::RICH])
+    safe_args = {}
+    for k, v in enumerate(rich[5::RICH]):
+        if v is None:
+            continue
+        got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
+        safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
+    safe_marks = [(_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in marks]
+    return RawThread(buf.tid, clean_str(str(buf.name), 200), names, times, safe_args, safe_marks)
 
 
 def _safe_dict(d: Any) -> dict[str, Any]:

@@ -137,8 +137,10 @@ def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
     return unc
 
 
-def resolve(raw: RawRecording) -> Trace:
-    """Turn raw records into a ``Trace`` (pure: same input, in any order, same output)."""
+def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
+    """Turn raw records into a ``Trace`` (pure: same input, in any order, same output).
+
+    ``report=False`` leaves the header's anomaly list out (a streamed chunk: the session counts)."""
     names: list[str] = []
     name_ids: dict[str, int] = {}
 
@@ -208,7 +210,8 @@ def resolve(raw: RawRecording) -> Trace:
     if raw.ops_timing:
         header["ops"] = {"count": len(ops), "unattributed": int(np.count_nonzero(ops.scope < 0))}
     trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits, ops)
-    header["anomalies"] = anomaly_report(trace)
+    if report:
+        header["anomalies"] = anomaly_report(trace)
     return trace
 
 

@@ -59,6 +59,8 @@ class RunOptions:
     trace_functions: Sequence[str] = ()  # "module:func" or "module:Class.method"
     quiet: bool = False
     nvtx: bool = False  # every scope also an NVTX range (gputrace.nvtx)
+    ring_s: float | None = None  # flight recorder: keep the last N seconds (session(ring_s=))
+    steps: str | None = None  # record only these steps, "a:b" (session(steps=))
 
 
 @dataclass
@@ -136,6 +138,8 @@ def run_script(opts: RunOptions) -> RunResult:
         quiet=opts.quiet,
         nvtx=opts.nvtx,
         metadata={"command": "gputrace run", "script": str(script), "args": list(opts.args)},
+        ring_s=opts.ring_s,
+        steps=opts.steps,
     )
     s.yields_to_inner = True  # a session the program starts itself records its own scopes
     try:

@@ -45,6 +45,9 @@ from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import RawThread, Recorder, active_recorder, drain
 from gputrace.resolver import RawRecording, resolve
 
+# A streamed file's time axis starts this long before the session: GPU times aligned a little
+# before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
+STREAM_BASE_MARGIN_NS = 100_000_000
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
 
 
@@ -70,8 +73,12 @@ def _rank() -> int | None:
 
 
 class session:
-    """Record a session; on exit sync the GPU, resolve, and write ``path`` (gzip if it ends ``.gz``).
+    """Record a session and write ``path`` (its format by extension: ``.json``, ``.json.gz`` …).
 
+    With a path the trace is written as the program runs (``stream=True``, the default): at each
+    ``sync()`` and at least every ``flush_s`` seconds what is resolved is appended, so memory stays
+    flat and a killed program leaves a file that loads (see ``gputrace.streaming``); with
+    ``stream=False`` everything is resolved and written at stop.
     ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
     ``backend_options`` go to the backend. ``clock`` replaces the session clock (tests).
     ``nvtx=True`` makes every scope also an NVTX range (``gputrace.nvtx``), for Nsight Systems.
@@ -79,7 +86,8 @@ class session:
     ``None`` finds an initialised torch.distributed, ``False`` never uses one): with one, the
     ranks' clock offsets are measured through it and the file name gets the rank
     (``run.rank3.trace.json``); ``group_options`` tune that (see ``gputrace.ranks``).
-    The resolved ``Trace`` stays available as ``session.trace`` even without a file.
+    The resolved ``Trace`` stays available as ``session.trace`` (read back from the file when
+    streamed, on first use).
     """
 
     def __init__(
@@ -94,6 +102,10 @@ class session:
         nvtx: bool = False,
         group: Any = None,
         group_options: dict[str, Any] | None = None,
+        stream: bool = True,
+        flush_s: float = 1.0,
+        ring_s: float | None = None,
+        steps: str | tuple[int, int] | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.nvtx = nvtx
@@ -102,8 +114,26 @@ class session:
         self.backend_options = backend_options or {}
         self.metadata = metadata or {}
         self.quiet = quiet
-        self.trace: Trace | None = None
+        self._trace: Trace | None = None
         self.written: Path | None = None
+        self.ring_s = ring_s
+        if ring_s is not None and (self.path is None or not ring_s > 0):
+            raise GputraceError(
+                "the flight recorder (ring_s) needs a path to write to and a positive ring_s."
+            )
+        self.stream = (stream or ring_s is not None) and self.path is not None
+        self.flush_s = flush_s
+        self._steps: tuple[int, int] | None = None
+        if steps is not None:
+            from gputrace.flight import parse_steps
+
+            self._steps = parse_steps(steps)
+        self._stepper: Any = None
+        self._usr1: Any = None
+        self._streamer: Any = None
+        self._stream_path: Path | None = None  # where the streamed file was opened
+        self._finished = False
+        self._load_at_stop = True  # ``with session(...)`` leaves a streamed trace on disk until used
         self._recorder: Recorder | None = None
         self._raw = RawRecording(header={}, threads=[])
         self._lock = threading.Lock()
@@ -174,9 +204,176 @@ class session:
         if outer is not None:
             outer.deactivate()
             self._outer = outer
-        self._recorder.activate()
         self._attach_ranks("start")
+        if self._ranks is not None and self.path is not None:  # each rank writes its own file
+            self.path = Path(rank_path(self.path, self._ranks.rank))
+        if self._steps is None:
+            self._recorder.activate()
+        if self.stream:
+            self._start_stream()
+        if self._steps is not None:
+            self._start_steps()
         return self
+
+    @property
+    def trace(self) -> Trace | None:
+        """The resolved trace once stopped (a streamed one is read back from its file)."""
+        if self._trace is None and self._streamer is not None and self.written is not None:
+            from gputrace.exporters import read
+
+            self._trace = read(self.written)
+        return self._trace
+
+    @trace.setter
+    def trace(self, value: Trace | None) -> None:
+        self._trace = value
+
+    def _result(self) -> Trace:
+        trace = self.trace
+        if trace is None:  # a streamed file that could not be finished (reported once)
+            self._trace = trace = resolve(RawRecording(header=self._raw.header, threads=[]))
+        return trace
+
+    # streaming (gputrace.streaming) ---------------------------------------------------------
+    def _start_stream(self) -> None:
+        from gputrace.streaming import Streamer
+
+        assert self._recorder is not None and self.path is not None
+        header = dict(self._raw.header)
+        header["base_ns"] = max(0, header["start_ns"] - STREAM_BASE_MARGIN_NS)
+        self._raw.header = header
+        try:
+            writer = None
+            if self.ring_s is not None:
+                from gputrace.flight import RingWriter
+
+                writer = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock)
+            self._streamer = Streamer(self.path, header, self._recorder, self._raw, writer)
+            self._stream_path = Path(self.path)
+        except OSError:
+            self.stream = False  # fall back to writing at stop, where the error is reported once
+            return
+        except Exception as exc:
+            report_internal(
+                "stream", f"opening the streamed trace failed ({type(exc).__name__}: {exc}); written at stop."
+            )
+            self.stream = False
+            return
+        self._streamer.start_timer(self.flush_s)
+        if self.ring_s is not None:
+            self._install_ring_triggers()
+
+    # flight recorder and step windows (gputrace.flight) ---------------------------------------
+    def _install_ring_triggers(self) -> None:
+        import atexit
+        import signal
+
+        atexit.register(self._ring_at_exit)
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
+
+            def on_usr1(signum: int, frame: Any) -> None:  # write from a thread: never block here
+                threading.Thread(target=self.dump_ring, name="gputrace-ring", daemon=True).start()
+
+            self._usr1 = signal.signal(signal.SIGUSR1, on_usr1)
+
+    def _remove_ring_triggers(self) -> None:
+        import atexit
+        import signal
+
+        atexit.unregister(self._ring_at_exit)
+        if self._usr1 is not None:
+            signal.signal(signal.SIGUSR1, self._usr1)
+            self._usr1 = None
+
+    def _ring_at_exit(self) -> None:
+        if not self._finished:
+            self._load_at_stop = False  # the interpreter is ending: write, do not read back
+            self.stop()
+
+    def dump_ring(self) -> Path | None:
+        """Write the flight recorder's last ``ring_s`` seconds to ``path`` now (SIGUSR1 does this);
+        the session keeps recording. Returns the path, or None when not a flight recorder."""
+        from gputrace.streaming import final_clock
+
+        st = self._streamer
+        if st is None or self.ring_s is None or st.writer.closed:
+            return None
+        try:
+            st.flush(complete=False)
+            header = dict(self._raw.header)
+            header["end_ns"] = self.clock()
+            header["clock"] = final_clock(self._raw.samples)
+            header["spans_cover_children"] = self._raw.spans_cover_children
+            path: Path = st.writer.dump(header)
+            self.written = path
+            return path
+        except Exception as exc:
+            report_internal("ring", f"writing the flight recorder failed ({type(exc).__name__}: {exc}).")
+            return None
+
+    def _start_steps(self) -> None:
+        from gputrace.flight import Stepper, set_stepper
+
+        rec = self._recorder
+        assert rec is not None and self._steps is not None
+
+        def activate() -> None:
+            if active_recorder() is None:
+                rec.activate()
+
+        def mark(n: int) -> None:
+            rec.buffer().marks.append((f"step {n}", self.clock(), "mark", {"step": n}))
+
+        self._stepper = Stepper(self._steps, activate, rec.deactivate, mark)
+        set_stepper(self._stepper)
+        self._stepper.begin()
+
+    def _stop_stream(self, stop_ns: int) -> None:
+        from gputrace.streaming import final_clock, unclosed
+
+        st = self._streamer
+        rec = self._recorder
+        assert rec is not None
+        st.stop_timer()
+        streamed = self._stream_path
+        try:
+            st.write(st.take(), complete=True, queues=self._raw.queues)
+            st.final = True
+            st.write(unclosed(rec, stop_ns), complete=True, queues=self._raw.queues)
+            lost = getattr(rec.backend, "problem", "")
+            if not self._raw.problem and isinstance(lost, str) and lost:
+                self._raw.problem = lost
+            header = dict(self._raw.header)
+            header["clock"] = final_clock(self._raw.samples)
+            header["spans_cover_children"] = self._raw.spans_cover_children or self._raw.ops_timing
+            problems = reported()
+            if problems:
+                header["problems"] = problems
+            st.close(jsonsafe(header))
+            if self.path is not None and streamed is not None and Path(self.path) != streamed:
+                os.replace(streamed, self.path)  # the rank became known after the file was opened
+            self.written = self.path
+        except OSError as exc:
+            report_internal(
+                "write",
+                f"could not finish writing the trace to {streamed} ({exc.strerror or exc}); "
+                "what was written so far loads as a trace that ends early.",
+            )
+        except Exception as exc:
+            report_internal(
+                "write",
+                f"finishing the streamed trace {streamed} failed ({type(exc).__name__}: {exc}); "
+                "what was written so far loads as a trace that ends early.",
+            )
+            self.written = streamed
+
+    def _stream_sync(self, taken: Any) -> None:
+        rec = self._recorder
+        assert rec is not None
+        try:
+            self._streamer.write(taken, complete=True, queues=_safe(rec.backend.queues) or [])
+        except Exception as exc:
+            report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
 
     def sync(self) -> None:
         """Wait for the GPU, take a calibration sample, and collect finished GPU spans."""
@@ -184,14 +381,19 @@ class session:
         if rec is None:
             return
         with self._lock:
+            taken = self._streamer.take() if self._streamer is not None else None
             try:
                 rec.backend.sync()
             except GputraceError:
+                if taken is not None:  # the GPU wait timed out: what was taken still goes to the file
+                    self._stream_sync(taken)
                 raise
             except Exception as exc:
                 report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
             self._calibrate()
             self._collect()
+            if taken is not None:
+                self._stream_sync(taken)
         rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
         if self._ranks is not None:
             self._ranks.on_sync()
@@ -207,9 +409,16 @@ class session:
         rec = self._recorder
         if rec is None:
             raise GputraceError("this session was never started.")
-        if self.trace is not None:
-            return self.trace
+        if self._trace is not None or self._finished:
+            return self._result()
+        self._finished = True
         rec.deactivate()
+        if self._stepper is not None:
+            from gputrace.flight import set_stepper
+
+            set_stepper(None)
+        if self.ring_s is not None:
+            self._remove_ring_triggers()
         outer, self._outer = self._outer, None
         if os.getpid() != self._pid:
             # a forked child: the parent owns the backend and the file; touch neither
@@ -234,14 +443,6 @@ class session:
                 self.path = Path(rank_path(self.path, self._ranks.rank))
         stop_ns = self.clock()
         raw = self._raw
-        try:
-            raw.threads = drain(rec, stop_ns)
-        except Exception as exc:
-            report_internal(
-                "drain",
-                f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
-            )
-            raw.threads = []
         raw.header["end_ns"] = stop_ns
         raw.header["host"]["loadavg_end"] = _loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
@@ -251,6 +452,19 @@ class session:
             rec.backend.close()
         except Exception as exc:
             report_internal("close", f"closing the backend failed ({type(exc).__name__}: {exc}).")
+        if self._streamer is not None:
+            self._stop_stream(stop_ns)
+        else:
+            try:
+                raw.threads = drain(rec, stop_ns)
+            except Exception as exc:
+                report_internal(
+                    "drain",
+                    f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
+                )
+                raw.threads = []
+        if self._streamer is not None:
+            return self._result() if self._load_at_stop else self._trace  # type: ignore[return-value]
         lost = getattr(rec.backend, "problem", "")
         if not raw.problem and isinstance(lost, str) and lost:
             raw.problem = lost
@@ -264,10 +478,10 @@ class session:
         return self.trace
 
     def _write(self, trace: Trace, path: Path) -> None:
-        from gputrace.exporters import chrome
+        from gputrace import exporters
 
         try:
-            chrome.write(trace, path)
+            exporters.write(trace, path)
             self.written = path
             return
         except OSError as exc:
@@ -283,7 +497,7 @@ class session:
             report_internal("export", f"{reason}; its GPU part is left out of {path}.")
         trace.header["problems"] = jsonsafe(reported())
         try:  # again without the GPU part (where exporter faults are most likely)
-            chrome.write(_cpu_only(trace, reason), path)
+            exporters.write(_cpu_only(trace, reason), path)
             self.written = path
             return
         except Exception:
@@ -346,6 +560,7 @@ class session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._load_at_stop = False
         self.stop()
 
 

@@ -20,7 +20,7 @@ goes away mid-answer (a closed tab, a cancelled fetch) is not an error: nothing 
 >>> server = ViewerServer(path)
 >>> server.start_background()
 >>> urllib.request.urlopen(server.trace_url).read()[:15]
-b'{"traceEvents":'
+b'{"displayTimeUn'
 >>> server.close()
 """
 
@@ -186,9 +186,11 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
                 return
             data, ctype = entry
             if data is None:  # the trace: read now, so a reload shows a re-written file
-                try:  # bounded like every read of a trace; served as stored (gzip stays gzip)
-                    data = read_trace_bytes(server.trace_path, decompress=False)
-                except GputraceError:
+                try:  # bounded like every read; a streamed file cut short comes closed
+                    from gputrace.exporters.json import servable
+
+                    data = servable(server.trace_path)
+                except (GputraceError, OSError):
                     self._send(
                         HTTPStatus.NOT_FOUND, b"trace file is gone or unreadable\n", "text/plain", body
                     )

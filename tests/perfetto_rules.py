@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 U32 = 2**32 - 1
+PERFETTO_KEYS = ("displayTimeUnit", "metadata", "otherData", "systemTraceEvents")
 
 
 def read(path: Path) -> Any:
@@ -25,13 +26,19 @@ def check(doc: Any) -> list[str]:
     bad: list[str] = []
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         return ["not the object form with a traceEvents list"]
+    # Perfetto's JSON tokenizer stops reading at the first top-level key it does not know
+    keys = list(doc)
+    unknown = [k for k in keys[: keys.index("traceEvents")] if k not in PERFETTO_KEYS]
+    if unknown:
+        bad.append(f"top-level keys {unknown} before traceEvents: Perfetto ignores everything after them")
     if doc.get("displayTimeUnit") not in ("ms", "ns"):
         bad.append("displayTimeUnit missing")
     if not isinstance(doc.get("gputrace"), dict):
         bad.append("gputrace header missing")
     slices: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     flows: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
-    asyncs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    asyncs: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    bound: dict[int, list[str]] = defaultdict(list)
     named_threads = set()
     used_threads = set()
     for e in doc["traceEvents"]:
@@ -50,7 +57,12 @@ def check(doc: Any) -> list[str]:
             if k in e and not (isinstance(e[k], int) and 0 <= e[k] <= U32):
                 bad.append(f"{k} outside 0..2^32-1 in {e}")
         if any(k in e for k in ("bind_id", "flow_in", "flow_out")):
-            bad.append(f"v2 flow fields in {e}")
+            if ph != "X":
+                bad.append(f"v2 flow fields outside an X slice: {e}")
+            elif not isinstance(e.get("bind_id"), int) or ("flow_in" in e) == ("flow_out" in e):
+                bad.append(f"v2 flow needs an integer bind_id and one of flow_in/flow_out: {e}")
+            else:
+                bound[e["bind_id"]].append("in" if e.get("flow_in") else "out")
         if ph == "M" and e.get("name") == "thread_name":
             named_threads.add((e["pid"], e["tid"]))
         if ph == "X":
@@ -67,7 +79,11 @@ def check(doc: Any) -> list[str]:
                 bad.append(f"flow end without bp=e: {e}")
             flows[(e.get("cat"), e.get("name"), e.get("id"))].append(e)
         elif ph in ("b", "e"):
-            asyncs[(e.get("cat"), e.get("name"), e.get("id"))].append(e)
+            # a plain id puts the slice on a global track, outside its process: id2.local only
+            loc = e.get("id2", {}).get("local") if isinstance(e.get("id2"), dict) else None
+            if loc is None:
+                bad.append(f"async event without id2.local: {e}")
+            asyncs[(e.get("pid"), e.get("cat"), e.get("name"), loc)].append(e)
         elif ph == "C":
             args = e.get("args", {})
             if not args or not all(
@@ -96,6 +112,11 @@ def check(doc: Any) -> list[str]:
             t = round(e["ts"] * 1000)
             if not any(st <= t <= en for st, en in slices.get((e["pid"], e["tid"]), [])):
                 bad.append(f"flow {e['ph']} of {key} is not inside a slice on its track")
+    if flows and bound:
+        bad.append("v1 and v2 flows mixed in one file")
+    for fid, ends in bound.items():
+        if sorted(ends) != ["in", "out"]:
+            bad.append(f"v2 flow {fid} is not bound at both ends: {ends}")
     for key, evs in asyncs.items():
         b = [e for e in evs if e["ph"] == "b"]
         en = [e for e in evs if e["ph"] == "e"]

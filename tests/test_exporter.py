@@ -66,8 +66,10 @@ def test_layout(tmp_path: Path) -> None:
     assert perfetto_rules.check(doc) == []
     ev = doc["traceEvents"]
     pid = doc["gputrace"]["pid"]
-    cpu = [e for e in ev if e["ph"] == "X" and e["cat"] == "cpu"]
-    gpu = [e for e in ev if e["ph"] == "X" and e["cat"] == "gpu"]
+    # a scope's slices carry no cat (the process says which side they are on)
+    assert not [e for e in ev if e["ph"] == "X" and "cat" in e and e["cat"] != "gpu.pass"]
+    cpu = [e for e in ev if e["ph"] == "X" and e["pid"] < GPU_PID_BASE]
+    gpu = [e for e in ev if e["ph"] == "X" and e["pid"] >= GPU_PID_BASE]
     assert len(cpu) == len(trace) == 16 and {e["pid"] for e in cpu} == {pid}
     assert len(gpu) == 16 and {e["pid"] for e in gpu} == {GPU_PID_BASE}
     procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
@@ -78,12 +80,15 @@ def test_layout(tmp_path: Path) -> None:
         if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GPU_PID_BASE
     }
     assert sorted(gpu_threads.values()) == ["stream 0", "stream a", "stream b"]
-    # one flow per GPU scope, v1, same ids on both ends
-    s_ids = sorted(e["id"] for e in ev if e["ph"] == "s")
-    f_ids = sorted(e["id"] for e in ev if e["ph"] == "f")
-    assert s_ids == f_ids == sorted(e["args"]["scope"] for e in gpu)
-    # queued waits are async slices named per stream, one b/e pair per scope with a non-negative gap
+    # one flow per GPU scope, v2, bound to the scope's CPU slice and to its GPU slice
+    assert not [e for e in ev if e["ph"] in ("s", "t", "f")]
+    out_ids = sorted(e["bind_id"] for e in cpu if e.get("flow_out"))
+    in_ids = sorted(e["bind_id"] for e in gpu if e.get("flow_in"))
+    assert out_ids == in_ids == list(range(16))
+    # queued waits are async slices inside the GPU process (id2.local), one b/e pair per scope
     b = [e for e in ev if e["ph"] == "b"]
+    assert {e["pid"] for e in b} == {GPU_PID_BASE} and all("id" not in e for e in b)
+    assert sorted(e["id2"]["local"] for e in b) == list(range(16))
     assert len(b) == 16 and {e["name"] for e in b} == {
         "queued · stream a",
         "queued · stream b",
@@ -91,17 +96,20 @@ def test_layout(tmp_path: Path) -> None:
     }
     # args carry the numbers, exactly
     sc = trace.find("matmul")[2]
-    g = next(e for e in gpu if e["args"]["scope"] == sc.index)
-    assert g["args"]["gpu_us"] == sc.gpu_ns / 1000  # type: ignore[operator]
-    assert g["args"]["submit_to_start_us"] == sc.queue_gap_ns / 1000  # type: ignore[operator]
-    assert g["args"]["cpu_enqueue_us"] == sc.cpu_ns / 1000
-    # counters per stream, syncs and marks as instants, header facts
-    counters = {e["name"] for e in ev if e["ph"] == "C"}
-    assert counters == {
-        "queue depth · stream a",
-        "queue depth · stream b",
-        "queue depth · stream 0",
+    g = next(e for e in gpu if e["bind_id"] == sc.index)
+    wait = next(e for e in b if e["id2"]["local"] == sc.index)  # the wait carries the submission
+    assert g["dur"] == sc.gpu_ns / 1000  # type: ignore[operator]
+    assert round((g["ts"] - wait["ts"]) * 1000) == sc.queue_gap_ns
+    assert set(g.get("args", {})) <= {"uncertainty_us"}  # the rest is derivable or carried forward
+    assert "gpu_us" not in g["args"] and "cpu_enqueue_us" not in g["args"]  # derivable: not written
+    # counters per stream, named so that Perfetto's "<name> <key>" reads once: "stream a queue depth"
+    # no per-scope queue-depth counters: the stacked waits on the "queued" tracks show the depth
+    assert not [e for e in ev if e["ph"] == "C"]
+    # processes: Python first, then the GPU
+    sort = {
+        e["pid"]: e["args"]["sort_index"] for e in ev if e["ph"] == "M" and e["name"] == "process_sort_index"
     }
+    assert sort[pid] < sort[GPU_PID_BASE]
     assert [e["name"] for e in ev if e["ph"] == "i" and e["cat"] == "mark"] == ["tick"] * 5
     assert len([e for e in ev if e["ph"] == "i" and e["cat"] == "sync"]) == 2
     anomalies = [e for e in ev if e["ph"] == "i" and e["cat"] == "anomaly"]
@@ -116,7 +124,7 @@ def test_times_are_relative_exact_microseconds(tmp_path: Path) -> None:
     trace = record_story(path)
     doc = perfetto_rules.read(path)
     base = doc["gputrace"]["base_ns"]
-    first = next(e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "cpu")
+    first = next(e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] < GPU_PID_BASE)
     assert round(first["ts"] * 1000) + base == trace.scope(0).cpu_start_ns
     assert first["ts"] < 1_000_000  # relative, so Perfetto keeps sub-µs precision
 
@@ -135,7 +143,7 @@ def test_partial_overlaps_move_to_another_track(tmp_path: Path) -> None:
             pass
     doc = perfetto_rules.read(path)
     assert perfetto_rules.check(doc) == []
-    gpu = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "gpu"}
+    gpu = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] >= GPU_PID_BASE}
     assert gpu["first"]["tid"] != gpu["second"]["tid"]
     assert {gpu["first"]["tid"] % OVERLAP_TID_STEP, gpu["second"]["tid"] % OVERLAP_TID_STEP} == {1}
     # started 50 µs before its submission and ran 100 µs: impossible three ways, all flagged
@@ -207,5 +215,8 @@ def test_json_is_plain_and_complete(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     record_story(path)
     doc = orjson.loads(path.read_bytes())
-    assert set(doc) == {"traceEvents", "displayTimeUnit", "gputrace"}
+    # Perfetto's tokenizer stops at the first top-level key it does not know: only known keys
+    # come before the events (the start header inside "metadata"), gputrace's own after them
+    assert list(doc) == ["displayTimeUnit", "metadata", "traceEvents", "gputrace"]
+    assert set(doc["metadata"]) == {"gputrace_stream"}
     assert b"NaN" not in path.read_bytes() and b"Infinity" not in path.read_bytes()

@@ -24,7 +24,9 @@ import gputrace
 from gputrace.backends.base import Backend
 from gputrace.backends.cpu import CpuBackend
 from gputrace.backends.fake import FakeBackend
+from gputrace import streaming
 from gputrace.exporters import chrome
+from gputrace.exporters import json as json_format
 from gputrace.model import Flag
 from tests.faults import Fault, inject
 
@@ -33,13 +35,21 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 6
 MODES = ("first", "nth", "every")
 BACKEND_METHODS = ("begin", "end", "sync", "calibrate", "collect", "queues", "devices", "info", "close")
-# Stages after recording: (module, function). ``to_events`` is the exporter proper; ``write_bytes``
-# the file write (a non-OSError there is a bug, not a full disk).
+# Stages after recording: (module, function). ``Encoder.encode`` is the exporter proper;
+# ``StreamWriter._write`` the file write (a non-OSError there is a bug, not a full disk). A session
+# with a path streams (chunks at each sync and at stop: ``streaming``'s drain and resolve); with
+# ``stream=False`` it drains, resolves and writes at stop (``session``'s).
 STAGES: dict[str, tuple[Any, str]] = {
     "drain": (session_mod, "drain"),
     "resolve": (session_mod, "resolve"),
-    "export": (chrome, "to_events"),
-    "write": (chrome, "write_bytes"),
+    "export": (chrome.Encoder, "encode"),
+    "write": (json_format.StreamWriter, "_write"),
+}
+STREAM_STAGES: dict[str, tuple[Any, str]] = {
+    "drain": (streaming, "raw_thread"),
+    "resolve": (streaming, "resolve"),
+    "export": (chrome.Encoder, "encode"),
+    "write": (json_format.StreamWriter, "_write"),
 }
 # Points whose failure costs some step its GPU times: such steps must say so (flag and reason).
 LOSES_GPU_TIMES = {
@@ -62,6 +72,11 @@ def _cases(points: list[str]) -> list[tuple[str, str]]:
 
 def _target(point: str, backend_cls: type) -> tuple[Any, str]:
     return STAGES.get(point, (backend_cls, point))
+
+
+def _stage_options(point: str) -> dict[str, Any]:
+    """The write-at-stop path for its own stages; streaming (the default) elsewhere."""
+    return {"stream": False} if point in STAGES else {}
 
 
 def _run(
@@ -122,6 +137,7 @@ def test_fake_backend(point: str, mode: str, tmp_path: Path) -> None:
         _target(point, FakeBackend),
         mode,
         tmp_path / "t.json",
+        **_stage_options(point),
     )
     assert result == sum(range(STEPS))
     _check(point, mode, fault, msgs, t, gpu=True)
@@ -133,10 +149,30 @@ CPU_METHODS = ["sync", "calibrate", "collect", "queues", "devices", "info", "clo
 @pytest.mark.parametrize(("point", "mode"), _cases([*CPU_METHODS, *STAGES]))
 def test_cpu_backend(point: str, mode: str, tmp_path: Path) -> None:
     result, fault, msgs, t = _run(
-        lambda: "cpu", _cpu_program, _target(point, CpuBackend), mode, tmp_path / "t.json"
-    )
+        lambda: "cpu", _cpu_program, _target(point, CpuBackend), mode, tmp_path / "t.json",
+        **_stage_options(point),
+    )  # fmt: skip
     assert result == sum(range(STEPS))
     _check(point, mode, fault, msgs, t, gpu=False)
+
+
+@pytest.mark.parametrize(("point", "mode"), _cases([*STREAM_STAGES]))
+def test_streamed_session_stages(point: str, mode: str, tmp_path: Path) -> None:
+    """A fault while a chunk is resolved, encoded or written: the program goes on, one warning,
+    the file loads, and a lost chunk is said so (the header's problems, or an early end)."""
+    result, fault, msgs, t = _run(
+        lambda: FakeBackend(gputrace.clock.session_clock), _cpu_program, STREAM_STAGES[point], mode,
+        tmp_path / "t.json",
+    )  # fmt: skip
+    assert result == sum(range(STEPS))
+    assert fault.calls > 0, f"{fault.where} was never called: the suite tests nothing there"
+    assert len(msgs) == (1 if fault.fired else 0), msgs
+    steps = t.find("step")
+    assert len(steps) <= STEPS
+    if fault.fired:
+        assert t.header.get("problems") or t.header.get("truncated"), "the file does not say what went wrong"
+    else:
+        assert len(steps) == STEPS
 
 
 def test_a_backend_that_fails_to_start_falls_back_to_cpu(tmp_path: Path) -> None:
@@ -168,12 +204,13 @@ import sys
 sys.path.insert(0, {root!r})
 import importlib
 import gputrace
+from gputrace import streaming
 from gputrace.exporters import chrome
+from gputrace.exporters import json as json_format
 from gputrace.backends.cpu import CpuBackend
 from tests.faults import inject
-session_mod = importlib.import_module("gputrace.session")
-target = {{"drain": (session_mod, "drain"), "resolve": (session_mod, "resolve"),
-          "export": (chrome, "to_events"), "write": (chrome, "write_bytes"),
+target = {{"drain": (streaming, "raw_thread"), "resolve": (streaming, "resolve"),
+          "export": (chrome.Encoder, "encode"), "write": (json_format.StreamWriter, "_write"),
           "sync": (CpuBackend, "sync"), "info": (CpuBackend, "info")}}[sys.argv[1]]
 held = inject(*target, "every")  # kept: a dropped context manager would undo it
 held.__enter__()
@@ -203,7 +240,11 @@ def test_gputrace_run_keeps_the_exit_status_and_writes_a_trace(point: str, tmp_p
     assert "Traceback" not in done.stderr
     assert done.stderr.count("GputraceWarning") == 1, done.stderr
     t = gputrace.load(out)
-    assert len(t.find("step")) == (0 if point == "drain" else 6)
+    steps = len(t.find("step"))
+    if point in ("sync", "info"):
+        assert steps == 6
+    else:  # a stage of the streamed file failing every time: its chunks are lost, and said so
+        assert steps <= 6 and (steps == 6 or t.header.get("problems") or t.header.get("truncated"))
 
 
 # wgpu on a real adapter ------------------------------------------------------------------------------
@@ -308,6 +349,7 @@ def test_wgpu_backend(point: str, mode: str, wgpu_device: Any, tmp_path: Path) -
             mode,
             tmp_path / "t.json",
             backend_options={"device": wgpu_device, "page_queries": 4, "calibration_samples": 1},
+            **_stage_options(point),
         )
     finally:
         uninstrument(wgpu_device)

@@ -47,13 +47,25 @@ def test_merged_file_keeps_processes_apart(tmp_path: Path) -> None:
     cpu_pids = sorted(p for p in names if p < GPU_PID_BASE)
     gpu_pids = sorted(p for p in names if p >= GPU_PID_BASE)
     assert len(cpu_pids) == 2 and len(gpu_pids) == 2  # both inputs had pid 1000 and GPU 0
-    assert [names[p] for p in cpu_pids] == ["python 1000 (rank 0)", f"python {cpu_pids[1]} (rank 1)"]
-    assert "rank 1" in names[gpu_pids[1]]
-    slices = [e for e in ev if e.get("cat") == "cpu"]
+    # named by rank and host; the renumbered pid of rank 1 is not shown as if it were real
+    assert [names[p] for p in cpu_pids] == ["rank 0 · golden (pid 1000)", "rank 1 · golden"]
+    assert names[gpu_pids[1]] == "rank 1 · golden · GPU 1 · Fake GPU · fake"
+    sort = {e["pid"]: e["args"]["sort_index"] for e in ev if e.get("name") == "process_sort_index"}
+    assert sorted(sort, key=sort.__getitem__) == cpu_pids + gpu_pids  # Python processes first
+    slices = [e for e in ev if e.get("ph") == "X" and e["pid"] < GPU_PID_BASE]
     assert sorted(e["pid"] for e in slices) == cpu_pids and len({e["tid"] for e in slices}) == 2
-    flows = [e["id"] for e in ev if e.get("ph") == "s"]
+    flows = [e["bind_id"] for e in ev if e.get("flow_out")]
     assert sorted(flows) == [0, 1]
-    gpu = [e for e in ev if e.get("cat") == "gpu"]
+    # written again after loading, each process keeps its pid (it used to collapse into one)
+    again = tmp_path / "again.json"
+    gputrace.exporters.write(gputrace.load(out), again)
+    doc2 = orjson.loads(again.read_bytes())
+    assert perfetto_rules.check(doc2) == []
+    slices2 = [e for e in doc2["traceEvents"] if e.get("ph") == "X" and e["pid"] < GPU_PID_BASE]
+    assert sorted(e["pid"] for e in slices2) == cpu_pids
+    names2 = {e["pid"]: e["args"]["name"] for e in doc2["traceEvents"] if e.get("name") == "process_name"}
+    assert names2 == names
+    gpu = [e for e in ev if e.get("ph") == "X" and e["pid"] >= GPU_PID_BASE]
     assert sorted(e["pid"] for e in gpu) == gpu_pids and len({(e["pid"], e["tid"]) for e in gpu}) == 2
 
 

@@ -31,6 +31,7 @@ import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
 from gputrace.durations import fmt_ns
+from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP
 from gputrace.viewer_server import ViewerServer, viewer_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,14 @@ def fmt_ts(us: float) -> str:
 
 
 def events(doc: dict[str, Any], ph: str, cat: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in doc["traceEvents"] if e["ph"] == ph and (cat is None or e.get("cat") == cat)]
+    return [e for e in doc["traceEvents"] if e["ph"] == ph and (cat is None or cat_of(e) == cat)]
+
+
+def cat_of(e: dict[str, Any]) -> str | None:
+    """A scope's slices carry no cat in the file: CPU in a Python process, GPU in a GPU process."""
+    if e.get("cat") is None and e["ph"] == "X":
+        return "gpu" if e["pid"] >= GPU_PID_BASE else "cpu"
+    return e.get("cat")
 
 
 # -- server --------------------------------------------------------------------------------------
@@ -407,8 +415,9 @@ def lanes_in_file(doc: dict[str, Any]) -> Counter[tuple[str, int, int]]:
         c["cpu", e["pid"], e["tid"]] += 1
     for e in events(doc, "X", "gpu"):
         c["gpu", e["pid"], e["tid"]] += 1
-    for e in events(doc, "b", "queued"):
-        c["queued", e["pid"], e["tid"]] += 1
+    stream_of = {e["bind_id"]: e["tid"] % OVERLAP_TID_STEP for e in events(doc, "X", "gpu")}
+    for e in events(doc, "b", "queued"):  # a wait is drawn on its scope's stream
+        c["queued", e["pid"], stream_of[e["id2"]["local"]]] += 1
     return c
 
 
@@ -425,7 +434,7 @@ def test_page_loads_the_golden_trace_and_draws_what_it_holds(
     assert (len(cpu), len(gpu), len(queued)) == (9, 8, 8)
     assert st["scopes"] == len(cpu)
     assert st["slices"] == {"cpu": len(cpu), "gpu": len(gpu), "pass": 0, "queued": len(queued), "other": 0}
-    assert st["flows"] == len(events(doc, "s")) == len(gpu)
+    assert st["flows"] == len([e for e in cpu if e.get("flow_out")]) == len(gpu)
     assert st["instants"] == len(events(doc, "i"))
     drawn = Counter({(ln["kind"], ln["pid"], ln["tid"]): ln["slices"] for ln in st["lanes"] if ln["slices"]})
     assert drawn == lanes_in_file(doc)
@@ -445,7 +454,8 @@ def test_page_loads_the_golden_trace_and_draws_what_it_holds(
 def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: dict[str, Any]) -> None:
     page.open(server.url)
     for scope in (1, 4):  # a warm matmul on stream 0, the copy on stream s1
-        g = next(e for e in events(doc, "X", "gpu") if e["args"]["scope"] == scope)
+        g = next(e for e in events(doc, "X", "gpu") if e["bind_id"] == scope)
+        wait = next(e for e in events(doc, "b", "queued") if e["id2"]["local"] == scope)
         cpu = events(doc, "X", "cpu")[scope]
         sid = page.js("s => gputraceViewer.sliceOf('gpu', s)", scope)
         page.js("id => gputraceViewer.zoomToSlice(id)", sid)
@@ -458,10 +468,10 @@ def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: d
         a = g["args"]
         assert text.splitlines()[0] == g["name"]
         for expected in (
-            f"GPU\t{fmt_dur(a['gpu_us'])}\tt = {fmt_ts(g['ts'])}",
-            f"queued (submit → start)\t{fmt_dur(a['submit_to_start_us'])}",
+            f"GPU\t{fmt_dur(g['dur'])}\tt = {fmt_ts(g['ts'])}",
+            f"queued (submit → start)\t{fmt_dur(round(g['ts'] - wait['ts'], 3))}",
             f"CPU enqueue\t{fmt_dur(cpu['dur'])}\tt = {fmt_ts(cpu['ts'])}",
-            f"submitted\tt = {fmt_ts(a['submit_ts'])}",
+            f"submitted\tt = {fmt_ts(wait['ts'])}",
             f"alignment uncertainty\t± {fmt_dur(a['uncertainty_us'])}",
         ):
             assert expected in text, (expected, text)
@@ -558,12 +568,12 @@ def test_summary_table_matches_the_trace_sorts_and_highlights(
     assert set(rows) == {e["name"] for e in cpu}
     for name, r in rows.items():
         calls = [e for e in cpu if e["name"] == name]
-        timed = [e["args"]["gpu_us"] for e in gpu if e["name"] == name]
+        timed = [e["dur"] for e in gpu if e["name"] == name]
         assert r["calls"] == len(calls)
         assert r["cold"] == sum("cold" in e.get("args", {}).get("flags", []) for e in calls)
         assert r["gpuTotal"] == (pytest.approx(sum(timed)) if timed else None)
     # matmul: 1 cold + 2 warm calls; the median is over the warm ones
-    warm = [e["args"]["gpu_us"] for e in gpu if e["name"] == "matmul" and "flags" not in e["args"]]
+    warm = [e["dur"] for e in gpu if e["name"] == "matmul" and "flags" not in e["args"]]
     assert rows["matmul"]["gpuMedian"] == pytest.approx(sorted(warm)[len(warm) // 2])
     assert rows["empty"]["anomalies"] == 1
     # default order: GPU total, largest first; a click on "Calls" sorts by calls

@@ -80,6 +80,7 @@ var GT = window.GT || (window.GT = {});
     var counterLanes = [];
     var instants = [];
     var cpuScope = 0;
+    var lastUnc = null;
     var unknown = 0;
 
     for (var i = 0; i < events.length; i++) {
@@ -100,13 +101,25 @@ var GT = window.GT || (window.GT = {});
         if (dur === null || dur < 0) { unknown++; continue; }
         var cat = e.cat;
         var args = e.args || null;
+        if (typeof e.bind_id === 'number' && (e.flow_out || e.flow_in)) {
+          // flow v2: bound to this slice at both ends; for gputrace traces the id is the scope
+          (e.flow_out ? flowSrc : flowDst).set('bind|' + e.bind_id, { ts: e.flow_out ? ts + dur : ts, pid: pid, tid: tid, id: e.bind_id });
+        }
         var flags = args ? flagBits(args.flags) : 0;
+        if (cat === undefined && header) cat = pid >= GPU_PID_BASE ? 'gpu' : 'cpu';  // a scope's slices
         if (cat === 'cpu') {
           var scope = header ? cpuScope++ : -1;
           var id = addSlice(lane('cpu', pid, tid), ts, dur, e.name, KIND.cpu, scope, i, flags);
           if (scope >= 0) cpuOfScope.push(id);
         } else if (cat === 'gpu' || cat === 'gpu.pass') {
-          var sc = args && typeof args.scope === 'number' ? args.scope : -1;
+          var sc = args && typeof args.scope === 'number' ? args.scope
+            : cat === 'gpu' && typeof e.bind_id === 'number' ? e.bind_id : -1;
+          if (cat === 'gpu' && header) {
+            // the uncertainty is written where it changes: carry it forward in file order
+            if (!args) { args = e.args = {}; }
+            if (typeof args.uncertainty_us === 'number') lastUnc = args.uncertainty_us;
+            else if (lastUnc !== null) args.uncertainty_us = lastUnc;
+          }
           var kind = cat === 'gpu' ? KIND.gpu : KIND.pass;
           var gid = addSlice(lane('gpu', pid, tid), ts, dur, e.name, kind, sc, i, flags);
           if (kind === KIND.gpu && sc >= 0) gpuOfScope.set(sc, gid);
@@ -114,7 +127,8 @@ var GT = window.GT || (window.GT = {});
           addSlice(lane(pid >= GPU_PID_BASE ? 'gpu' : 'cpu', pid, tid), ts, dur, e.name, KIND.other, -1, i, flags);
         }
       } else if (ph === 'b' || ph === 'e') {
-        var akey = pid + '|' + e.cat + '|' + e.id + '|' + e.name;
+        var aid = e.id2 && typeof e.id2 === 'object' && e.id2.local !== undefined ? e.id2.local : e.id;
+        var akey = pid + '|' + e.cat + '|' + aid + '|' + e.name;
         if (ph === 'b') asyncOpen.set(akey, i);
         else {
           var bi = asyncOpen.get(akey);
@@ -122,9 +136,19 @@ var GT = window.GT || (window.GT = {});
           asyncOpen.delete(akey);
           var b = events[bi];
           var bargs = b.args || {};
-          var qsc = typeof bargs.scope === 'number' ? bargs.scope : -1;
-          var label = typeof bargs.name === 'string' ? bargs.name : String(b.name);
-          var ql = lane('queued', pid, Number(b.tid) || 0);
+          var bid = b.id2 && typeof b.id2 === 'object' ? b.id2.local : undefined;
+          var qsc = typeof bargs.scope === 'number' ? bargs.scope : header && typeof bid === 'number' ? bid : -1;
+          var label = typeof bargs.name === 'string' ? bargs.name
+            : qsc >= 0 && qsc < cpuOfScope.length ? names[sName[cpuOfScope[qsc]]] : String(b.name);
+          var gq = qsc >= 0 ? gpuOfScope.get(qsc) : undefined;
+          if (gq !== undefined) {
+            // the file leaves out what it can derive: the GPU slice's submission and wait
+            var ga = events[sEv[gq]].args || (events[sEv[gq]].args = {});
+            if (typeof ga.submit_ts !== 'number') ga.submit_ts = b.ts;
+            if (typeof ga.submit_to_start_us !== 'number') ga.submit_to_start_us = Math.round((sStart[gq] - b.ts) * 1000) / 1000;
+          }
+          var qtid = b.tid !== undefined ? Number(b.tid) || 0 : gq !== undefined ? sLane[gq].tid % 16777216 : 0;
+          var ql = lane('queued', pid, qtid);
           if (!ql.title) ql.title = String(b.name);
           var qid = addSlice(ql, b.ts, Math.max(0, ts - b.ts), label, KIND.queued, qsc, bi, 0);
           if (qsc >= 0) queuedOfScope.set(qsc, qid);
@@ -153,6 +177,28 @@ var GT = window.GT || (window.GT = {});
       } else {
         unknown++;
       }
+    }
+
+    // queue depth per stream (work submitted, not yet finished), from the waits and GPU slices,
+    // where the file has no counters of its own
+    if (header && !counterLanes.length) {
+      var steps = new Map();
+      gpuOfScope.forEach(function (g) {
+        var ga = events[sEv[g]].args || {};
+        if (typeof ga.submit_ts !== 'number') return;
+        var gl = sLane[g], key = gl.pid + '|' + (gl.tid % 16777216);
+        var st = steps.get(key);
+        if (!st) { st = { pid: gl.pid, tid: gl.tid % 16777216, ev: [] }; steps.set(key, st); }
+        st.ev.push([ga.submit_ts, 1], [Math.max(sStart[g] + sDur[g], ga.submit_ts), -1]);
+      });
+      steps.forEach(function (st, key) {
+        st.ev.sort(function (p, q) { return p[0] - q[0] || p[1] - q[1]; });
+        var cl = lane('counter', st.pid, 0, 'depth|' + key), d = 0;
+        cl.points = [];
+        cl.title = 'queue depth · ' + (threadName.get(st.pid + '|' + st.tid) || 'stream ' + st.tid);
+        st.ev.forEach(function (x) { d += x[1]; cl.points.push(x[0], d); });
+        counterLanes.push(cl);
+      });
     }
 
     var n = sStart.length;

@@ -28,6 +28,9 @@ class Backend:
     # A scope's GPU span covers its children's spans too (wgpu passes belong to the innermost
     # scope); False where each scope has its own event pair (cuda).
     spans_cover_children = False
+    # True where a timing source sees every operation by itself (CUPTI): scopes need no token, and
+    # their GPU work arrives at a sync (the streamed file writes them then, not on its timer).
+    ops_timing = False
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock

@@ -147,6 +147,7 @@ class CuptiBackend(Backend):
 
     name = "cuda"
     timed = False  # scopes need no token: operations are attributed by thread and CPU window
+    ops_timing = True
     spans_cover_children = True  # a scope's GPU span hulls the operations of its subtree
     empty_span_ns = 0
 

@@ -4,6 +4,8 @@
     gputrace run -o t.json --backend cuda train.py
     gputrace run --trace-module mymodel train.py     # every top-level function of mymodel
     gputrace run --trace-function __main__:step train.py
+    gputrace run --ring 30 -o last.json.gz train.py  # flight recorder: kill -USR1 <pid> writes it
+    gputrace run --steps 100:110 train.py            # only steps 100..109 (gputrace.step())
     python -m gputrace run train.py
 
 Options go before the script; everything after it belongs to the program. The program's exit
@@ -53,6 +55,17 @@ from gputrace.errors import GputraceError
 @click.option(
     "--nvtx", is_flag=True, help="Also make every scope an NVTX range (Nsight Systems); needs nvtx or CuPy."
 )
+@click.option(
+    "--ring",
+    "ring_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Flight recorder: keep only the last SECONDS; written at exit and on SIGUSR1.",
+)
+@click.option(
+    "--steps", default=None, metavar="START:STOP", help="Record only steps START..STOP-1 (gputrace.step())."
+)
 @click.option("-q", "--quiet", is_flag=True, help="No notices from gputrace on stderr.")
 @click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -62,6 +75,8 @@ def run(
     trace_modules: tuple[str, ...],
     trace_functions: tuple[str, ...],
     nvtx: bool,
+    ring_s: float | None,
+    steps: str | None,
     quiet: bool,
     script: Path,
     args: tuple[str, ...],
@@ -73,7 +88,18 @@ def run(
         output = Path(f"{script.stem}.run.trace.json")
     try:
         result = run_script(
-            RunOptions(script, list(args), output, backend, trace_modules, trace_functions, quiet, nvtx)
+            RunOptions(
+                script,
+                list(args),
+                output,
+                backend,
+                trace_modules,
+                trace_functions,
+                quiet,
+                nvtx=nvtx,
+                ring_s=ring_s,
+                steps=steps,
+            )
         )
     except GputraceError as exc:
         click.echo(f"gputrace: {exc}", err=True)

@@ -61,3 +61,9 @@ def summarize(
     except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
         fail(f"{trace}: cannot be summarized, the trace looks malformed ({type(exc).__name__}: {exc}).")
     click.echo(text, nl=False)
+    if t.header.get("truncated"):
+        click.echo(
+            f"gputrace: note: {trace} ends early (its program was killed or is still running); "
+            "it holds what was written up to its last flush.",
+            err=True,
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import webbrowser
+from pathlib import Path
 
 import click
 
@@ -21,17 +22,21 @@ from gputrace.loader import read_document
 from gputrace.safetext import path_text
 
 
-def check_viewable(trace: str) -> None:
+def check_viewable(trace: str) -> str:
     """Read ``trace`` as the viewer will; a bad file ends the command with the one sentence that
-    ``summarize`` gives for it (exit code 2), not a blank page."""
+    ``summarize`` gives for it (exit code 2), not a blank page. Returns the JSON file to serve: the
+    trace itself, or for another format of the output layer (.pftrace) a JSON copy of it."""
     try:
+        if not _is_json(Path(trace)):
+            return str(_as_json(Path(trace)))
         doc = read_document(trace)  # bounded: regular files only, size and gzip capped
     except GputraceError as exc:
         fail(str(exc))
     except MemoryError:
-        fail(f"{trace}: too large to load into memory.")
+        fail(f"{path_text(trace)}: too large to load into memory.")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        fail(f"{trace}: not a Chrome trace (no traceEvents list).")
+        fail(f"{path_text(trace)}: not a Chrome trace (no traceEvents list).")
+    return trace
 
 
 @click.command()
@@ -51,15 +56,15 @@ def check_viewable(trace: str) -> None:
 )
 @click.option("--check", is_flag=True, help="Only check that TRACE can be shown, then exit.")
 def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -> None:
-    """Show TRACE (.json or .json.gz) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
+    """Show TRACE (.json, .json.gz or .pftrace) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
     from gputrace.viewer_server import ViewerServer
 
-    check_viewable(trace)
+    served = check_viewable(trace)
     if check:
         click.echo(f"gputrace: {path_text(trace)} can be viewed.")
         return
     try:
-        server = ViewerServer(trace, port=port)
+        server = ViewerServer(served, port=port)
     except GputraceError as exc:
         fail(str(exc))
     url = server.perfetto_url if perfetto else server.url
@@ -76,3 +81,29 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     finally:
         server.close()
     click.echo("gputrace: stopped.")
+
+
+def _is_json(path: Path) -> bool:
+    from gputrace import exporters
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return True  # read_document says what is wrong with it
+    return head[:1] in (b"{", b"[", b"\x1f") or exporters.format_for(path).__name__.endswith(".json")
+
+
+def _as_json(path: Path) -> Path:
+    """``path`` (any format gputrace reads) written as .json.gz in a temporary folder."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from gputrace import exporters
+    from gputrace.loader import load
+
+    trace = load(path)
+    folder = tempfile.mkdtemp(prefix="gputrace-view-")
+    atexit.register(shutil.rmtree, folder, True)
+    return exporters.write(trace, Path(folder) / (path.name + ".json.gz"))

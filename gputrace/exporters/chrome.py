@@ -1,35 +1,46 @@
-"""Chrome/Perfetto JSON exporter.
+"""Chrome/Perfetto trace events for a ``Trace``: the layout every JSON file of gputrace uses.
 
 Layout (see docs/trace-format.md):
-- the traced process (pid = its OS pid): one thread track per Python thread, a ``cat: "cpu"`` X
+- each traced process (pid = its OS pid): one thread track per Python thread, a ``cat: "cpu"`` X
   slice per scope spanning its CPU enqueue window;
 - one process per GPU (pid = ``GPU_PID_BASE + device``), a thread track per stream/queue with a
   ``cat: "gpu"`` X slice per scope (and, for wgpu, one child slice per pass);
-- the submission → GPU start wait as async ``b``/``e`` events named "queued · <stream>", so
-  overlapping waits on one stream stack instead of being dropped;
-- a v1 flow (``s`` inside the CPU slice, ``f`` with ``"bp": "e"`` inside the GPU slice, id = scope
-  index) from each scope to its GPU slice;
+- the submission → GPU start wait as process-scoped async ``b``/``e`` events (``id2.local``)
+  named "queued · <stream>", so they sit inside their GPU process and overlapping waits stack;
+- a scope's GPU slice carries its alignment uncertainty (``args.uncertainty_us``) where it differs
+  from the previous GPU slice's in the file (readers carry it forward), and its submission time as
+  the start of its wait (below);
+- a flow from each scope's CPU slice to its GPU slice, flow v2 (``bind_id`` with ``flow_out`` on
+  the CPU slice and ``flow_in`` on the GPU slice), which Perfetto binds to exactly those slices;
 - a queue-depth counter per stream; instants for syncs, marks and anomalies.
 
-Times are µs relative to ``header["base_ns"]`` (exact ns as ≤ 3 decimals). Slices that would
-partially overlap on one track move to an extra track named "(overlap n)".
+Processes are ordered Python first, then GPUs; in a merged trace each process is named by its rank
+and host. Times are µs relative to the file's ``base_ns`` (exact ns as ≤ 3 decimals). Slices that
+would partially overlap on one track move to an extra track named "(overlap n)".
+
+``Encoder`` turns a trace into events chunk by chunk (a streaming session appends one chunk per
+sync): it numbers scopes across chunks and emits each process/thread/queue name once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
-from gputrace.model import ANOMALY_FLAGS, NO_TIME, Trace, flag_names
+from gputrace.jsonsafe import dumps
+from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
 
 GPU_PID_BASE = 1 << 30  # GPU "processes"; real pids stay below 2**22 on Linux
 OVERLAP_TID_STEP = 1 << 24  # overflow lane n of a track: tid + n·step (Linux tids stay below 2**22)
+# More events per chunk: functions (trace, first_row, base_ns) -> Chrome events (dicts) with times
+# in µs relative to base_ns and scopes numbered from first_row (a streamed file's chunks).
+EXTRA_EVENTS: list[Callable[[Trace, int, int], list[dict[str, Any]]]] = []  # see op_events below
+EXAMPLES_IN_HEADER = 20  # anomaly examples kept in the file's header (counts stay exact)
 
 
 def export_base_ns(trace: Trace) -> int:
@@ -45,14 +56,7 @@ def export_base_ns(trace: Trace) -> int:
         cands.append(int(trace.spans.gpu_start_ns.min()))
         cands.append(int(trace.spans.gpu_end_ns.min()))
     cands.extend(m.ts_ns for m in trace.marks[:1])
-    if len(trace.ops):
-        seen = trace.ops.call_start_ns[trace.ops.call_start_ns != NO_TIME]
-        cands.extend(int(c.min()) for c in (trace.ops.gpu_start_ns, seen) if len(c))
     return min(cands)
-
-
-def _us(ns: np.ndarray, base: int) -> list[float]:
-    return ((ns - base) / 1000.0).tolist()  # type: ignore[no-any-return]
 
 
 def _lanes(starts: list[int], ends: list[int], order: list[int]) -> list[int]:
@@ -74,343 +78,324 @@ def _lanes(starts: list[int], ends: list[int], order: list[int]) -> list[int]:
     return lanes
 
 
-def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The trace as Chrome trace events plus the header to write beside them."""
-    s = trace.scopes
+def queue_dict(q: QueueInfo) -> dict[str, Any]:
+    return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
+
+
+def lean_header(header: dict[str, Any]) -> dict[str, Any]:
+    """The header as written: anomaly counts stay exact, examples are capped (the per-scope flags
+    in the events carry every anomaly; the reader rebuilds the full list from them)."""
+    out = dict(header)
+    an = out.get("anomalies")
+    if isinstance(an, dict) and isinstance(an.get("items"), list) and len(an["items"]) > EXAMPLES_IN_HEADER:
+        items = an["items"]
+        out["anomalies"] = dict(
+            an,
+            items=items[:EXAMPLES_IN_HEADER],
+            truncated=int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER,
+        )
+    return out
+
+
+def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
+    """The header written beside ``trace``'s events: its own, with the threads and queues listed."""
     header = dict(trace.header)
-    base = export_base_ns(trace)
-    header["base_ns"] = base
+    header["base_ns"] = export_base_ns(trace) if base_ns is None else base_ns
     header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
-    header["queues"] = [
-        {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
-        for q in trace.queues
-    ]
-    pid = int(header.get("pid") or 1)
-    names = trace.names
-    ev: list[dict[str, Any]] = []
-    # -- metadata
-    label = f"python {pid}" if header.get("rank") is None else f"python {pid} (rank {header['rank']})"
-    ev.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
-    ev.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": 0}})
-    for t in trace.threads:
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t.tid, "args": {"name": t.name}})
+    header["queues"] = [queue_dict(q) for q in trace.queues]
+    return lean_header(header)
 
-    n = len(s)
-    tids = [trace.threads[i].tid for i in range(len(trace.threads))]
-    cpu_tid = [tids[i] for i in s.thread.tolist()] if n else []
-    # CPU tracks: properly nested by construction; interleaved coroutines may partially overlap
-    bad = (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)]) if n else np.zeros(0, bool)
-    if bad.any():
-        for th in np.unique(s.thread[bad]).tolist():
-            rows = np.flatnonzero(s.thread == th)
-            lanes = _lanes(s.cpu_start_ns[rows].tolist(), s.cpu_end_ns[rows].tolist(), list(range(len(rows))))
-            for r, ln in zip(rows.tolist(), lanes, strict=True):
-                if ln:
-                    cpu_tid[r] = tids[th] + ln * OVERLAP_TID_STEP
-            for ln in range(1, max(lanes) + 1):
-                ev.append(
-                    {
-                        "ph": "M",
-                        "name": "thread_name",
-                        "pid": pid,
-                        "tid": tids[th] + ln * OVERLAP_TID_STEP,
-                        "args": {"name": f"{trace.threads[th].name} (overlap {ln})"},
-                    }
+
+class Encoder:
+    """Events of one file, appended chunk by chunk; ``header`` is the file's (``base_ns``, pid,
+    rank, host, and for a merged trace ``processes``)."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.base = int(header["base_ns"])
+        self.pid = int(header.get("pid") or 1)
+        self.rank = header.get("rank")
+        host = header.get("host")
+        self.host = str(host.get("name")) if isinstance(host, dict) and host.get("name") else None
+        procs = header.get("processes")
+        self.processes: list[dict[str, Any]] = procs if isinstance(procs, list) else []
+        self.pid_of_tid: dict[int, int] = {
+            int(t) % OVERLAP_TID_STEP: int(p["pid"]) for p in self.processes for t in p.get("tids", [])
+        }
+        self.proc_of_device: dict[int, dict[str, Any]] = {
+            int(d): p for p in self.processes for d in p.get("devices", [])
+        }
+        self.rows = 0  # scopes written so far: the file-order row of the next scope
+        self.has_ops = False  # per-operation events written (the file then names its rank for HTA)
+        self.named: set[tuple[int, int]] = set()  # (pid, tid) with a name event; tid 0: process
+        self.threads: dict[int, ThreadInfo] = {}
+        self.queues: list[QueueInfo] = []
+
+    # -- names ---------------------------------------------------------------------------------
+    def _proc_label(self, pid: int) -> str:
+        for p in self.processes:
+            if int(p["pid"]) == pid:
+                return _process_label(p.get("rank"), p.get("host"), pid, bool(p.get("pid_is_real", True)))
+        return _process_label(self.rank, self.host, pid, True)
+
+    def _name_process(self, pid: int, ev: list[str]) -> None:
+        if (pid, 0) in self.named:
+            return
+        self.named.add((pid, 0))
+        if pid >= GPU_PID_BASE:
+            d = pid - GPU_PID_BASE
+            q = next((q for q in self.queues if q.device == d), None)
+            label = f"GPU {d} · {q.device_name} · {q.backend}" if q else f"GPU {d}"
+            owner = self.proc_of_device.get(d)
+            if owner is not None:
+                label = f"{_process_label(owner.get('rank'), owner.get('host'), 0, False)} · {label}"
+            sort = 1 << 16 | d  # GPUs after every Python process
+        else:
+            label = self._proc_label(pid)
+            sort = next((k for k, p in enumerate(self.processes) if int(p["pid"]) == pid), 0)
+        ev.append(_j({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}}))
+        ev.append(
+            _j({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}})
+        )
+
+    def _name_thread(self, pid: int, tid: int, name: str, ev: list[str], **extra: Any) -> None:
+        if (pid, tid) in self.named:
+            return
+        self.named.add((pid, tid))
+        ev.append(
+            _j({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name, **extra}})
+        )
+
+    def _cpu_pid(self, tid: int) -> int:
+        return self.pid_of_tid.get(tid % OVERLAP_TID_STEP, self.pid)
+
+    # -- events --------------------------------------------------------------------------------
+    def events(self, trace: Trace) -> list[dict[str, Any]]:
+        """The events of ``trace`` (one chunk) as dicts (``encode`` is what files get)."""
+        data = self.encode(trace)
+        return list(orjson.loads(b"[" + data + b"]")) if data else []
+
+    def encode(self, trace: Trace) -> bytes:
+        """The events of ``trace`` (one chunk), comma-separated JSON; rows are numbered after the
+        previous chunks'. Each event is formatted straight into text: the common ones (a scope's
+        slices, its wait) from templates, since building a dict per event costs more than the rest."""
+        ev: list[str] = []
+        s = trace.scopes
+        r0 = self.rows
+        base = self.base
+        for t in trace.threads:
+            self.threads.setdefault(t.tid, t)
+        # queues: a chunk lists the session's queues so far; keep the longest list seen
+        if len(trace.queues) > len(self.queues):
+            self.queues = list(trace.queues)
+        for t in trace.threads:
+            pid = self._cpu_pid(t.tid)
+            self._name_process(pid, ev)
+            self._name_thread(pid, t.tid, t.name, ev)
+        for qi, q in enumerate(trace.queues):
+            gpid = GPU_PID_BASE + q.device
+            self._name_process(gpid, ev)
+            self._name_thread(gpid, qi + 1, q.label, ev, queue=queue_dict(q))
+
+        n = len(s)
+        tids = [t.tid for t in trace.threads]
+        cpu_tid = [tids[i] for i in s.thread.tolist()] if n else []
+        # CPU tracks nest by construction; interleaved coroutines may partially overlap
+        bad = (
+            (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)])
+            if n
+            else np.zeros(0, bool)
+        )
+        if bad.any():
+            for th in np.unique(s.thread[bad]).tolist():
+                rows = np.flatnonzero(s.thread == th)
+                lanes = _lanes(
+                    s.cpu_start_ns[rows].tolist(), s.cpu_end_ns[rows].tolist(), list(range(len(rows)))
                 )
-    ts = _us(s.cpu_start_ns, base)
-    dur = ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()
-    name_str = [names[i] for i in s.name.tolist()]
-    first = len(ev)
-    ev.extend(
-        [
-            {"ph": "X", "cat": "cpu", "name": nm, "pid": pid, "tid": tid, "ts": t0, "dur": d}
-            for nm, tid, t0, d in zip(name_str, cpu_tid, ts, dur, strict=True)
+                for r, ln in zip(rows.tolist(), lanes, strict=True):
+                    if ln:
+                        cpu_tid[r] = tids[th] + ln * OVERLAP_TID_STEP
+                for ln in range(1, max(lanes) + 1):
+                    tid = tids[th] + ln * OVERLAP_TID_STEP
+                    self._name_thread(self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", ev)
+        ts = list(map(repr, ((s.cpu_start_ns - base) / 1000.0).tolist()))  # text, formatted in a C loop
+        dur = list(map(repr, ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()))
+        jnames = [_j(nm) for nm in trace.names]  # JSON-quoted once per name
+        name_j = [jnames[i] for i in s.name.tolist()]
+        cpu_pid = [self._cpu_pid(t) for t in cpu_tid] if self.pid_of_tid else [self.pid] * n
+        has_gpu = s.gpu_start_ns != NO_TIME
+        # the rare parts of a CPU slice: args, flags, the flow to its GPU slice
+        tail = dict.fromkeys(np.flatnonzero(has_gpu).tolist(), "")
+        for r in tail:
+            tail[r] = f',"bind_id":{r0 + r},"flow_out":true'
+        for i in sorted(set(s.args) | set(np.flatnonzero(s.flags).tolist())):
+            a = dict(s.args.get(i) or {})
+            if s.flags[i]:
+                a["flags"] = flag_names(int(s.flags[i]))
+            if a:
+                tail[i] = tail.get(i, "") + ',"args":' + _j(a)
+        if tail:
+            ev.extend(
+                [
+                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0},"dur":{d}{tail.get(r, "")}}}'
+                    for r, (nm, p, tid, t0, d) in enumerate(
+                        zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
+                    )
+                ]
+            )
+        else:
+            ev.extend(
+                [
+                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0},"dur":{d}}}'
+                    for nm, p, tid, t0, d in zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
+                ]
+            )
+        self._gpu_events(trace, r0, name_j, has_gpu, ev)
+        self.has_ops |= len(trace.ops) > 0
+        for extra in EXTRA_EVENTS:  # e.g. per-operation records (kernels, copies) under the scopes
+            ev.extend(_j(e) for e in extra(trace, r0, base))
+        tid_pid = {t.tid: self._cpu_pid(t.tid) for t in trace.threads}
+        for m in trace.marks:
+            tid = tids[m.thread]
+            e = {"ph": "i", "s": "t", "cat": m.kind, "name": m.name, "pid": tid_pid[tid], "tid": tid,
+                 "ts": (m.ts_ns - base) / 1000.0}  # fmt: skip
+            if m.args:
+                e["args"] = dict(m.args)
+            ev.append(_j(e))
+        self.rows += n
+        return ",".join(ev).encode()
+
+    def _gpu_events(
+        self, trace: Trace, r0: int, name_j: list[str], has_gpu: np.ndarray, ev: list[str]
+    ) -> None:
+        s = trace.scopes
+        rows = np.flatnonzero(has_gpu)
+        if not len(rows):
+            return
+        base = self.base
+        queues = trace.queues
+        st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
+        flags = s.flags.tolist()
+        # lanes per queue: a GPU slice that would partially overlap goes to an overflow track
+        gtid: dict[int, int] = {}
+        for qi in np.unique(s.queue[rows]).tolist():
+            qrows = rows[s.queue[rows] == qi]
+            # in-order queues (the usual case) need no lane search
+            q0, q1 = s.gpu_start_ns[qrows], s.gpu_end_ns[qrows]
+            if len(qrows) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all()):
+                gtid.update(dict.fromkeys(qrows.tolist(), qi + 1))
+                continue
+            ql = qrows.tolist()
+            order = sorted(range(len(ql)), key=lambda k: (st[ql[k]], -en[ql[k]]))
+            lanes = _lanes([st[r] for r in ql], [en[r] for r in ql], order)
+            dev = queues[qi].device if 0 <= qi < len(queues) else 0
+            for r, ln in zip(ql, lanes, strict=True):
+                gtid[r] = qi + 1 + ln * OVERLAP_TID_STEP
+            for ln in range(1, max(lanes) + 1):
+                label = queues[qi].label if 0 <= qi < len(queues) else "queue"
+                self._name_thread(
+                    GPU_PID_BASE + dev, qi + 1 + ln * OVERLAP_TID_STEP, f"{label} (overlap {ln})", ev
+                )
+        sp = trace.spans
+        passes: dict[int, list[int]] = {}
+        if len(sp):
+            unlabelled = trace.names.index("") if "" in trace.names else -1
+            for k in np.flatnonzero(sp.label != unlabelled).tolist():
+                passes.setdefault(int(sp.scope[k]), []).append(k)
+        qname = [_j(f"queued · {q.label}") for q in queues] + ['"queued"']
+        anomalous = int(ANOMALY_FLAGS)
+        # per-row columns as text, formatted in C loops (``map(repr, …)``) rather than one by one
+        qa = s.queue[rows].astype(np.int64)
+        dev = np.array([q.device for q in queues] + [0], np.int64)[
+            np.where((qa >= 0) & (qa < len(queues)), qa, -1)
         ]
-    )
-    for i in sorted(set(s.args) | set(np.flatnonzero(s.flags).tolist())):
-        ev[first + i]["args"] = _cpu_args(s.args.get(i), int(s.flags[i]))
-    has_gpu = s.gpu_start_ns != NO_TIME
-
-    _gpu_events(trace, base, pid, cpu_tid, name_str, has_gpu, ev)
-    if len(trace.ops):
-        _op_events(trace, base, pid, cpu_tid, ev)
-
-    # -- instants: marks and syncs on their thread
-    for m in trace.marks:
-        e = {
-            "ph": "i",
-            "s": "t",
-            "cat": m.kind,
-            "name": m.name,
-            "pid": pid,
-            "tid": tids[m.thread],
-            "ts": (m.ts_ns - base) / 1000.0,
-        }
-        if m.args:
-            e["args"] = dict(m.args)
-        ev.append(e)
-    return ev, header
-
-
-def _cpu_args(a: dict[str, Any] | None, flags: int) -> dict[str, Any]:
-    out = dict(a) if a else {}
-    if flags:
-        out["flags"] = flag_names(flags)
-    return out
-
-
-def _gpu_events(
-    trace: Trace,
-    base: int,
-    pid: int,
-    cpu_tid: list[int],
-    name_str: list[str],
-    has_gpu: np.ndarray,
-    ev: list[dict[str, Any]],
-) -> None:
-    s = trace.scopes
-    rows = np.flatnonzero(has_gpu)
-    if not len(rows) and not trace.queues:
-        return
-    queues = trace.queues
-    devices = sorted({q.device for q in queues})
-    for d in devices:
-        dname = next((q.device_name for q in queues if q.device == d), "GPU")
-        backend = next((q.backend for q in queues if q.device == d), "")
-        gpid = GPU_PID_BASE + d
-        ev.append(
-            {
-                "ph": "M",
-                "name": "process_name",
-                "pid": gpid,
-                "tid": 0,
-                "args": {"name": f"GPU {d} · {dname} · {backend}"},
-            }
-        )
-        ev.append(
-            {
-                "ph": "M",
-                "name": "process_sort_index",
-                "pid": gpid,
-                "tid": 0,
-                "args": {"sort_index": 1 + d},
-            }
-        )
-    for qi, q in enumerate(queues):
-        ev.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": GPU_PID_BASE + q.device,
-                "tid": qi + 1,
-                "args": {"name": q.label},
-            }
-        )
-    if not len(rows):
-        return
-    st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
-    sub = s.submit_ns.tolist()
-    c0, c1 = s.cpu_start_ns.tolist(), s.cpu_end_ns.tolist()
-    qcol, flags, unc = s.queue.tolist(), s.flags.tolist(), s.uncertainty_ns.tolist()
-    # lanes per queue: a GPU slice that would partially overlap goes to an overflow track
-    gtid: dict[int, int] = {}
-    for qi in np.unique(s.queue[rows]).tolist():
-        qrows = rows[s.queue[rows] == qi].tolist()
-        order = sorted(range(len(qrows)), key=lambda k: (st[qrows[k]], -en[qrows[k]]))
-        lanes = _lanes([st[r] for r in qrows], [en[r] for r in qrows], order)
-        dev = queues[qi].device if qi >= 0 else 0
-        for r, ln in zip(qrows, lanes, strict=True):
-            gtid[r] = qi + 1 + ln * OVERLAP_TID_STEP
-        for ln in range(1, max(lanes) + 1):
+        gpids = (GPU_PID_BASE + dev).tolist()
+        qn_idx = np.where((qa >= 0) & (qa < len(queues)), qa, len(queues)).tolist()
+        g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
+        ts_s = list(map(repr, ((g0 - base) / 1000.0).tolist()))
+        dur_s = list(map(repr, (np.maximum(g1 - g0, 0) / 1000.0).tolist()))
+        sub_s = list(map(repr, ((sb - base) / 1000.0).tolist()))
+        waited_l = ((sb != NO_TIME) & (g0 >= sb)).tolist()
+        early_l = ((sb != NO_TIME) & (g0 < sb)).tolist()  # a start before submission: no wait slice
+        neg_l = (g1 < g0).tolist()
+        uc = s.uncertainty_ns[rows]
+        changed = np.ones(len(rows), bool)  # written where it changes; a reader carries it forward
+        changed[1:] = uc[1:] != uc[:-1]
+        unc_s = [
+            f',"uncertainty_us":{u / 1000.0!r}' if c else ""
+            for u, c in zip(uc.tolist(), changed.tolist(), strict=True)
+        ]
+        timing = (trace.header.get("backend_info") or {}).get("timing")  # which source timed the GPU
+        timing_s = f',"timing":{_j(timing)}' if isinstance(timing, str) else ""
+        busy = trace.busy_ns().tolist() if len(trace.ops) else None  # summed operation time per scope
+        for k, r in enumerate(rows.tolist()):
+            gpid = gpids[k]
+            t0 = ts_s[k]
+            b = r0 + r
+            extra = unc_s[k] + timing_s
+            if busy is not None:
+                extra += f',"gpu_busy_us":{busy[r] / 1000.0!r}'
+            if early_l[k]:
+                extra += f',"submit_ts":{sub_s[k]}'
+            if neg_l[k]:  # kept as measured (and flagged); the slice itself cannot be negative
+                extra += f',"gpu_us":{(en[r] - st[r]) / 1000.0!r}'
+            if flags[r]:
+                extra += ',"flags":' + _j(flag_names(flags[r]))
+            args = ',"args":{' + extra[1:] + "}" if extra else ""
             ev.append(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": GPU_PID_BASE + dev,
-                    "tid": qi + 1 + ln * OVERLAP_TID_STEP,
-                    "args": {"name": f"{queues[qi].label} (overlap {ln})"},
-                }
+                f'{{"ph":"X","name":{name_j[r]},"pid":{gpid},"tid":{gtid[r]},"ts":{t0},'
+                f'"dur":{dur_s[k]},"bind_id":{b},"flow_in":true{args}}}'
             )
-    # passes (labelled spans) as children of their scope's GPU slice
-    sp = trace.spans
-    passes: dict[int, list[int]] = {}
-    if len(sp):
-        unlabelled = trace.names.index("") if "" in trace.names else -1
-        for k in np.flatnonzero(sp.label != unlabelled).tolist():
-            passes.setdefault(int(sp.scope[k]), []).append(k)
-    depth_events: list[tuple[int, int, int, int]] = []  # (ts, +1/-1, queue, order)
-    timing = (trace.header.get("backend_info") or {}).get("timing")  # which source timed the GPU
-    busy = trace.busy_ns().tolist() if len(trace.ops) else None  # summed operation time per scope
-    for r in rows.tolist():
-        qi = qcol[r]
-        dev = queues[qi].device if 0 <= qi < len(queues) else 0
-        gpid = GPU_PID_BASE + dev
-        t0 = (st[r] - base) / 1000.0
-        gpu_ns = en[r] - st[r]
-        gap = st[r] - sub[r] if sub[r] != NO_TIME else None
-        a: dict[str, Any] = {
-            "scope": r,
-            "gpu_us": gpu_ns / 1000.0,
-            "cpu_enqueue_us": (c1[r] - c0[r]) / 1000.0,
-            "uncertainty_us": unc[r] / 1000.0,
-        }
-        if gap is not None:
-            a["submit_to_start_us"] = gap / 1000.0
-            a["submit_ts"] = (sub[r] - base) / 1000.0
-        if flags[r]:
-            a["flags"] = flag_names(flags[r])
-        if timing:
-            a["timing"] = timing
-        if busy is not None:
-            a["gpu_busy_us"] = busy[r] / 1000.0
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "gpu",
-                "name": name_str[r],
-                "pid": gpid,
-                "tid": gtid[r],
-                "ts": t0,
-                "dur": max(gpu_ns, 0) / 1000.0,
-                "args": a,
-            }
-        )
-        for k in passes.get(r, []):
-            ev.append(
-                {
-                    "ph": "X",
-                    "cat": "gpu.pass",
-                    "name": trace.names[int(sp.label[k])],
-                    "pid": gpid,
-                    "tid": gtid[r],
-                    "ts": (int(sp.gpu_start_ns[k]) - base) / 1000.0,
-                    "dur": max(int(sp.gpu_end_ns[k] - sp.gpu_start_ns[k]), 0) / 1000.0,
-                    "args": {"scope": r, "submit_ts": (int(sp.submit_ns[k]) - base) / 1000.0}
-                    if int(sp.submit_ns[k]) != NO_TIME
-                    else {"scope": r},
-                }
-            )
-        # flow CPU scope -> GPU slice (source inside the CPU slice, target inside the GPU slice)
-        src = sub[r] if sub[r] != NO_TIME and c0[r] <= sub[r] <= c1[r] else c0[r]
-        ev.append(
-            {
-                "ph": "s",
-                "cat": "launch",
-                "name": "launch",
-                "id": r,
-                "pid": pid,
-                "tid": cpu_tid[r],
-                "ts": (src - base) / 1000.0,
-            }
-        )
-        ev.append(
-            {
-                "ph": "f",
-                "bp": "e",
-                "cat": "launch",
-                "name": "launch",
-                "id": r,
-                "pid": gpid,
-                "tid": gtid[r],
-                "ts": t0,
-            }
-        )
-        if gap is not None and gap >= 0:
-            qname = f"queued · {queues[qi].label}" if 0 <= qi < len(queues) else "queued"
-            qargs = {"scope": r, "name": name_str[r], "submit_to_start_us": gap / 1000.0}
-            ev.append(
-                {
-                    "ph": "b",
-                    "cat": "queued",
-                    "name": qname,
-                    "id": r,
-                    "pid": gpid,
-                    "tid": qi + 1,
-                    "ts": (sub[r] - base) / 1000.0,
-                    "args": qargs,
-                }
-            )
-            ev.append(
-                {
-                    "ph": "e",
-                    "cat": "queued",
-                    "name": qname,
-                    "id": r,
-                    "pid": gpid,
-                    "tid": qi + 1,
-                    "ts": t0,
-                }
-            )
-        if gap is not None:
-            depth_events.append((sub[r], 1, qi, r))
-            depth_events.append((max(en[r], sub[r]), -1, qi, r))
-        if flags[r] & int(ANOMALY_FLAGS):
-            ev.append(
-                {
-                    "ph": "i",
-                    "s": "t",
-                    "cat": "anomaly",
-                    "name": "anomaly: " + ", ".join(k for k in flag_names(flags[r] & int(ANOMALY_FLAGS))),
-                    "pid": gpid,
-                    "tid": gtid[r],
-                    "ts": t0,
-                    "args": {"scope": r},
-                }
-            )
-    # queue depth: work submitted but not finished, per stream (top-level scopes only count once)
-    depth_events.sort(key=lambda x: (x[0], x[1]))
-    depth: dict[int, int] = {}
-    parent = s.parent.tolist()
-    for t, delta, qi, r in depth_events:
-        p = parent[r]
-        if p >= 0 and has_gpu[p] and qcol[p] == qi:
-            continue  # a nested scope's work is already counted by its parent
-        depth[qi] = depth.get(qi, 0) + delta
-        dev = queues[qi].device if 0 <= qi < len(queues) else 0
-        label = queues[qi].label if 0 <= qi < len(queues) else "queue"
-        ev.append(
-            {
-                "ph": "C",
-                "name": f"queue depth · {label}",
-                "pid": GPU_PID_BASE + dev,
-                "ts": (t - base) / 1000.0,
-                "args": {"depth": depth[qi]},
-            }
-        )
+            if r in passes:
+                for p in passes[r]:
+                    pa: dict[str, Any] = {"scope": b}
+                    if int(sp.submit_ns[p]) != NO_TIME:
+                        pa["submit_ts"] = (int(sp.submit_ns[p]) - base) / 1000.0
+                    p0, p1 = int(sp.gpu_start_ns[p]), int(sp.gpu_end_ns[p])
+                    label = trace.names[int(sp.label[p])]
+                    p_ts, p_dur = (p0 - base) / 1000.0, max(p1 - p0, 0) / 1000.0
+                    ev.append(_j({"ph": "X", "cat": "gpu.pass", "name": label, "pid": gpid, "tid": gtid[r],
+                                  "ts": p_ts, "dur": p_dur, "args": pa}))  # fmt: skip
+            if waited_l[k]:  # the wait, as an async slice inside the GPU process; it carries the submit time
+                qn = qname[qn_idx[k]]
+                ev.append(
+                    f'{{"ph":"b","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{sub_s[k]}}}'
+                )
+                ev.append(
+                    f'{{"ph":"e","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{t0}}}'
+                )
+            if flags[r] & anomalous:
+                what = ", ".join(flag_names(flags[r] & anomalous))
+                ev.append(_j({"ph": "i", "s": "t", "cat": "anomaly", "name": "anomaly: " + what, "pid": gpid,
+                              "tid": gtid[r], "ts": float(t0)}))  # fmt: skip
 
 
-def dumps(trace: Trace) -> bytes:
-    events, header = to_events(trace)
-    doc: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ms", "gputrace": header}
-    out = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-    if len(trace.ops):
-        # Holistic Trace Analysis finds the rank with the regex '"rank":\s+(\d+)' (PyTorch writes
-        # indented JSON), so this one key keeps its space.
-        out = out[:-1] + b',"distributedInfo": {"rank": %d}}' % int(header.get("rank") or 0)
-    return out
+def _j(value: Any) -> str:
+    return dumps(value).decode()
+
+
+def _process_label(rank: Any, host: Any, pid: int, pid_is_real: bool) -> str:
+    parts = []
+    if rank is not None:
+        parts.append(f"rank {rank}")
+    if host:
+        parts.append(str(host))
+    if not parts:
+        return f"python {pid}"
+    label = " · ".join(parts)
+    return f"{label} (pid {pid})" if pid_is_real and pid else label
+
+
+def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The whole trace as Chrome trace events plus the header written beside them."""
+    header = file_header(trace)
+    return Encoder(header).events(trace), header
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as Chrome/Perfetto JSON (gzip when the name ends in ``.gz``)."""
-    return write_bytes(dumps(trace), path)
+    from gputrace.exporters import json as json_format
 
-
-def write_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
-    """Write a serialised trace to ``path``, gzipped when the name ends in ``.gz``."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".partial")
-    try:
-        if p.name.endswith(".gz"):
-            with gzip.open(tmp, "wb", compresslevel=5) as f:
-                f.write(data)
-        else:
-            tmp.write_bytes(data)
-        tmp.replace(p)  # a crash mid-write never leaves a truncated trace under the real name
-    except BaseException:  # a full disk, a directory in the way: no half-written file is left
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    return p
+    return json_format.write(trace, path)
 
 
 # Per-operation events (CUPTI timing) -------------------------------------------------------------
@@ -425,12 +410,17 @@ def stream_number(label: str, queue: int) -> int:
     return int(num) if head == "stream" and num.isdigit() else queue
 
 
-def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[dict[str, Any]]) -> None:
+def op_events(trace: Trace, r0: int, base: int) -> list[dict[str, Any]]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
-    slice inside its scope (once per call: a graph launch runs many operations), and a flow from
-    call to operation; with the fields HTA reads."""
+    slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
+    ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
+    numbered from ``r0`` (a streamed file's chunks)."""
     ops, names, queues = trace.ops, trace.names, trace.queues
     n = len(ops)
+    ev: list[dict[str, Any]] = []
+    if not n:
+        return ev
+    pid = int(trace.header.get("pid") or 1)
     st, en = ops.gpu_start_ns.tolist(), ops.gpu_end_ns.tolist()
     c0, c1 = ops.call_start_ns.tolist(), ops.call_end_ns.tolist()
     scope, qcol, thr = ops.scope.tolist(), ops.queue.tolist(), ops.thread.tolist()
@@ -441,6 +431,7 @@ def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[d
     gids, nids = ops.graph_id.tolist(), ops.graph_node_id.tolist()
     sc0, sc1 = trace.scopes.cpu_start_ns.tolist(), trace.scopes.cpu_end_ns.tolist()
     tids = [t.tid for t in trace.threads]
+    cpu_tid = [tids[i] for i in trace.scopes.thread.tolist()]
     dev_of = [q.device for q in queues]
     stream_of = [stream_number(q.label, qi) for qi, q in enumerate(queues)]
     op_tid = [0] * n
@@ -455,25 +446,20 @@ def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[d
         for k, ln in zip(rows, lanes, strict=True):
             op_tid[k] = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
         for ln in range(max(lanes) + 1):
-            ev.append(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": GPU_PID_BASE + dev,
-                    "tid": OP_TID_BASE + qi + ln * OVERLAP_TID_STEP,
-                    "args": {"name": f"{label} · operations" + (f" (overlap {ln})" if ln else "")},
-                }
-            )
+            track = f"{label} · operations" + (f" (overlap {ln})" if ln else "")
+            ev.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + dev,
+                       "tid": OP_TID_BASE + qi + ln * OVERLAP_TID_STEP, "args": {"name": track}})  # fmt: skip
     rank = int(trace.header.get("rank") or 0)
-    calls_done: set[int] = set()
+    call_of: dict[int, dict[str, Any]] = {}
     touch_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for k in range(n):
         qi, kind, corr, r = qcol[k], kinds[k], corrs[k], scope[k]
         known_q = 0 <= qi < len(queues)
         dev = dev_of[qi] if known_q else 0
         stream = stream_of[qi] if known_q else qi
-        a: dict[str, Any] = {"op": k, "scope": r, "queue": qi, "device": dev, "stream": stream,
-                             "correlation": corr, "External id": r, "rank": rank,
+        row = r0 + r if r >= 0 else -1
+        a: dict[str, Any] = {"op": k, "scope": row, "queue": qi, "device": dev, "stream": stream,
+                             "correlation": corr, "External id": row, "rank": rank,
                              "timing": "cupti"}  # fmt: skip
         if kind == 0 or any(grids[k]):
             a["grid"], a["block"] = grids[k], blocks[k]
@@ -489,32 +475,31 @@ def _op_events(trace: Trace, base: int, pid: int, cpu_tid: list[int], ev: list[d
             a["launch_to_start_us"] = (st[k] - c0[k]) / 1000.0
         if thr[k] >= 0:
             a["tid"] = tids[thr[k]]
-        t0 = (st[k] - base) / 1000.0
-        gpid, gtid = GPU_PID_BASE + dev, op_tid[k]
-        ev.append({"ph": "X", "cat": OP_CATS[kind] if 0 <= kind < 3 else "kernel", "name": op_names[k],
-                   "pid": gpid, "tid": gtid, "ts": t0, "dur": max(en[k] - st[k], 0) / 1000.0,
-                   "args": a})  # fmt: skip
+        e: dict[str, Any] = {"ph": "X", "cat": OP_CATS[kind] if 0 <= kind < 3 else "kernel",
+                             "name": op_names[k], "pid": GPU_PID_BASE + dev, "tid": op_tid[k],
+                             "ts": (st[k] - base) / 1000.0, "dur": max(en[k] - st[k], 0) / 1000.0,
+                             "args": a}  # fmt: skip
+        ev.append(e)
         if not seen or thr[k] < 0:
             continue
-        # the launch call, inside its scope's CPU slice (only where it nests: never a partial overlap);
-        # no "stream" in its args: HTA tells CPU events from GPU ones by a missing stream
+        # the launch call, inside its scope's CPU slice (only where it nests: never a partial
+        # overlap); no "stream" in its args: HTA tells CPU events from GPU ones by a missing stream
         if r >= 0 and not (sc0[r] <= c0[k] and c1[k] <= sc1[r]):
             continue
         if r < 0 and _touches_a_scope(trace, thr[k], c0[k], c1[k], touch_cache):
             continue
-        ctid = cpu_tid[r] if r >= 0 else tids[thr[k]]
-        cts = (c0[k] - base) / 1000.0
-        if corr not in calls_done:
-            calls_done.add(corr)
-            call = call_names[k]
-            ev.append({"ph": "X", "cat": "cuda_runtime" if call.startswith("cuda") else "cuda_driver",
-                       "name": call, "pid": pid, "tid": ctid, "ts": cts,
-                       "dur": max(c1[k] - c0[k], 0) / 1000.0,
-                       "args": {"correlation": corr, "External id": r}})  # fmt: skip
-        ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k, "pid": pid,
-                   "tid": ctid, "ts": cts})  # fmt: skip
-        ev.append({"ph": "f", "bp": "e", "cat": "ac2g", "name": "ac2g", "id": OP_FLOW_BASE + k,
-                   "pid": gpid, "tid": gtid, "ts": t0})  # fmt: skip
+        if corr in call_of:
+            continue  # one flow per call: to its first operation
+        call = call_names[k]
+        flow = OP_FLOW_BASE + ((r0 + k) & ((1 << 40) - 1))
+        call_of[corr] = {"ph": "X", "cat": "cuda_runtime" if call.startswith("cuda") else "cuda_driver",
+                         "name": call, "pid": pid, "tid": cpu_tid[r] if r >= 0 else tids[thr[k]],
+                         "ts": (c0[k] - base) / 1000.0, "dur": max(c1[k] - c0[k], 0) / 1000.0,
+                         "bind_id": flow, "flow_out": True,
+                         "args": {"correlation": corr, "External id": row}}  # fmt: skip
+        e["bind_id"], e["flow_in"] = flow, True
+        ev.append(call_of[corr])
+    return ev
 
 
 def _touches_a_scope(
@@ -530,3 +515,6 @@ def _touches_a_scope(
     starts, max_end = got
     i = int(np.searchsorted(starts, c1, side="right"))
     return i > 0 and int(max_end[i - 1]) >= c0
+
+
+EXTRA_EVENTS.append(op_events)

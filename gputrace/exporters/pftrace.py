@@ -1,0 +1,1333 @@
+"""Perfetto protobuf output (``.pftrace``): TrackEvent packets, written and read back by gputrace.
+
+Layout (the same picture as the JSON, in Perfetto's native format):
+
+- one process track for the traced Python process, a thread track per Python thread; one process
+  per GPU (pid ``GPU_PID_BASE + device``, after the Python process) with a thread track per
+  stream/queue. Each scope is a slice on its thread (its CPU enqueue window) and, with GPU work, a
+  slice on its queue; wgpu passes are child slices of it;
+- a flow from each scope's CPU slice to its GPU slice (``flow_ids``/``terminating_flow_ids``, id =
+  scope row + 1), bound to both slices exactly;
+- the submission → GPU start wait as a slice on a "queued · <queue>" track of the GPU process
+  (extra tracks of that name when waits overlap);
+- a "queue depth · <queue>" counter track per queue; instants for marks, syncs and anomalies;
+- names, categories and argument names are interned once per file.
+
+Times: one ``ClockSnapshot`` ties a sequence-scoped incremental clock (each packet stores the ns
+since the previous one) to CLOCK_MONOTONIC, the session clock, which is the trace's clock; GPU
+times were aligned onto it by the resolver, and each GPU clock fit is stated as a pair of clock
+snapshots (first and last calibration instant) for the GPU's own domain.
+
+The gputrace header travels as an interned string that no event refers to (Perfetto keeps it and
+shows nothing): at the start of the file and again, complete, at ``close``; the reader uses the
+last. Each appended chunk starts with an interned index string (its byte length, the tracks and
+threads it adds), so reading is one numpy pass over each chunk's varints. A file cut short loads
+every whole chunk before the cut, with ``header["truncated"] = True``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from gputrace.exporters import _protowire as pw
+from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP, _lanes, export_base_ns
+from gputrace.jsonsafe import dumps as json_bytes
+from gputrace.model import (
+    ANOMALY_FLAGS,
+    FORMAT_VERSION,
+    NO_TIME,
+    ClockFit,
+    Mark,
+    QueueInfo,
+    ScopeTable,
+    SpanTable,
+    ThreadInfo,
+    Trace,
+    canonical_names,
+    flag_names,
+    flags_from_names,
+    nest,
+)
+
+EXTENSIONS = (".pftrace",)
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+
+SEQ = 1  # the one packet sequence gputrace writes
+CLK = 64  # sequence-scoped incremental clock: ns since the previous packet, on CLOCK_MONOTONIC
+MONO = 3  # BUILTIN_CLOCK_MONOTONIC: the session clock (time.perf_counter_ns on Linux)
+GPU_CLOCK = 65  # + device: sequence-scoped clocks naming each GPU's own time domain
+
+# TracePacket
+P_CLOCK, P_TS, P_SEQ, P_TE, P_INTERNED, P_FLAGS, P_DEFAULTS, P_TRACK = 6, 8, 10, 11, 12, 13, 59, 60
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+# TrackEvent
+TE_CAT, TE_ANN, TE_TYPE, TE_NAME, TE_TRACK, TE_COUNTER, TE_FLOW, TE_TFLOW = 3, 4, 9, 10, 11, 30, 36, 42
+# (flow_ids_old / terminating_flow_ids_old: varints, read by Perfetto like flow_ids)
+SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
+# DebugAnnotation
+DA_NAME, DA_BOOL, DA_INT, DA_DOUBLE, DA_STR, DA_JSON, DA_STR_IID = 1, 2, 4, 5, 6, 9, 17
+# InternedData
+ID_CATS, ID_NAMES, ID_ANN_NAMES, ID_ANN_STRS = 1, 2, 3, 29
+
+HEADER_TAG = b"gputrace:header:"  # as the file starts
+FINAL_TAG = b"gputrace:final:"  # restated, complete, at close
+CHUNK_TAG = b"gputrace:chunk:"
+META_IID = 1 << 40  # interned strings no event refers to: the header and the chunk indexes
+
+# track kinds in the chunk index
+K_THREAD, K_QUEUE, K_QUEUED, K_DEPTH, K_PROC = 0, 1, 2, 3, 4
+
+# tags as they appear in the flat varint stream
+T_PACKET = (1 << 3) | 2
+T_TS, T_SEQ, T_TE = P_TS << 3, P_SEQ << 3, (P_TE << 3) | 2
+T_TYPE, T_TRACK, T_NAME, T_CAT = TE_TYPE << 3, TE_TRACK << 3, TE_NAME << 3, TE_CAT << 3
+T_FLOW, T_TFLOW, T_COUNTER, T_ANN = TE_FLOW << 3, TE_TFLOW << 3, TE_COUNTER << 3, (TE_ANN << 3) | 2
+T_DA_NAME, T_DA_INT, T_DA_STR_IID = DA_NAME << 3, DA_INT << 3, DA_STR_IID << 3
+
+Progress = Callable[[str], None]
+
+
+class PftraceError(ValueError):
+    """A ``.pftrace`` file that gputrace cannot read back; the message says why."""
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+def _packet(body: bytes) -> bytes:
+    return pw.fb(1, body)
+
+
+def _seq(body: bytes) -> bytes:
+    return _packet(body + pw.fv(P_SEQ, SEQ))
+
+
+class _Events:
+    """Packets of one shape: every field a varint; some fields per row (arrays), some constant."""
+
+    def __init__(self, ts: I64, cls: int, sub1: I64 | int = 0, sub2: I64 | int = 0) -> None:
+        self.n = len(ts)
+        self.ts = ts
+        self.cls = cls
+        self.sub1 = sub1
+        self.sub2 = sub2
+        self.te: list[int | U64] = []  # TrackEvent content, flat varints (tags and values)
+
+    def field(self, tag: int, value: int | npt.NDArray[Any]) -> _Events:
+        self.te.append(tag)
+        self.te.append(value if isinstance(value, int) else np.asarray(value).astype(np.uint64))
+        return self
+
+    def ann(self, name_iid: int, tag: int, value: int | npt.NDArray[Any]) -> _Events:
+        """A debug annotation: int (``T_DA_INT``) or interned string (``T_DA_STR_IID``)."""
+        v = value if isinstance(value, int) else np.asarray(value).astype(np.int64).astype(np.uint64)
+        vlen = pw.varint_len(np.asarray([v], np.uint64))[0] if isinstance(v, int) else pw.varint_len(v)
+        inner = 1 + pw.varint_len(np.asarray([name_iid], np.uint64))[0] + len(pw.pv(tag)) + vlen
+        self.te += [T_ANN, inner if isinstance(inner, np.ndarray) else int(inner)]
+        self.te += [T_DA_NAME, name_iid, tag, v]
+        return self
+
+    def build(self, delta: U64) -> tuple[U64, I64]:
+        """Varint values (n, K) and their byte lengths, for these packets with ``delta`` ts."""
+        n = self.n
+        cols: list[int | U64] = [T_PACKET, 0, T_TS, delta, T_SEQ, SEQ, T_TE, 0, *self.te]
+        k = len(cols)
+        v = np.empty((n, k), np.uint64)
+        ln = np.empty((n, k), np.int64)
+        for j, c in enumerate(cols):
+            if isinstance(c, (int, np.integer)):
+                v[:, j] = int(c)
+                ln[:, j] = len(pw.pv(int(c)))
+            else:
+                c = np.asarray(c).astype(np.uint64, copy=False)
+                v[:, j] = c
+                ln[:, j] = pw.varint_len(c)
+        te_len = ln[:, 8:].sum(axis=1)
+        v[:, 7] = te_len.astype(np.uint64)
+        ln[:, 7] = pw.varint_len(v[:, 7])
+        body = ln[:, 2:].sum(axis=1)
+        v[:, 1] = body.astype(np.uint64)
+        ln[:, 1] = pw.varint_len(v[:, 1])
+        return v, ln
+
+
+class _Rich:
+    """Packets with strings or doubles (user args): few, encoded one by one."""
+
+    def __init__(self) -> None:
+        self.ts: list[int] = []
+        self.cls: list[int] = []
+        self.sub1: list[int] = []
+        self.sub2: list[int] = []
+        self.te: list[bytes] = []
+
+    def add(self, ts: int, cls: int, sub1: int, sub2: int, te: bytes) -> None:
+        self.ts.append(ts)
+        self.cls.append(cls)
+        self.sub1.append(sub1)
+        self.sub2.append(sub2)
+        self.te.append(te)
+
+
+class _Encoder:
+    """Interning, tracks and clock state shared by the chunks of one file."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.header = header
+        self.pid = int(header.get("pid") or 1)
+        self.names: dict[str, int] = {}
+        self.cats: dict[str, int] = {}
+        self.ann_names: dict[str, int] = {}
+        self.ann_strs: dict[str, int] = {}
+        self.new_interned: list[bytes] = []
+        self.tracks: dict[tuple[int, int, int], int] = {}
+        self.new_tracks: list[list[int]] = []
+        self.descriptors: list[bytes] = []
+        self.threads: dict[ThreadInfo, int] = {}
+        self.queues: dict[QueueInfo, int] = {}
+        self.new_threads: list[ThreadInfo] = []
+        self.new_queues: list[QueueInfo] = []
+        self.procs: dict[int, int] = {}
+        self.rows = 0
+        self.chunks = 0
+        self.depth: dict[int, int] = {}
+        self.last_ts = int(header.get("base_ns", header.get("start_ns", 0)) or 0)
+        self.t0 = self.last_ts
+        procs = header.get("processes")
+        self.tid_pid: dict[int, int] = {}
+        self.proc_label: dict[int, str] = {}
+        if isinstance(procs, list):
+            for p in procs:
+                for tid in p.get("tids") or []:
+                    self.tid_pid[int(tid)] = int(p["pid"])
+                self.proc_label[int(p["pid"])] = str(p.get("label") or f"python {p['pid']}")
+
+    # interning
+    def _intern(self, table: dict[str, int], field: int, s: str) -> int:
+        iid = table.get(s)
+        if iid is None:
+            iid = table[s] = len(table) + 1
+            self.new_interned.append(pw.fb(field, pw.fv(1, iid) + pw.fs(2, s)))
+        return iid
+
+    def name(self, s: str) -> int:
+        return self._intern(self.names, ID_NAMES, s)
+
+    def cat(self, s: str) -> int:
+        return self._intern(self.cats, ID_CATS, s)
+
+    def ann_name(self, s: str) -> int:
+        return self._intern(self.ann_names, ID_ANN_NAMES, s)
+
+    def ann_str(self, s: str) -> int:
+        return self._intern(self.ann_strs, ID_ANN_STRS, s)
+
+    # tracks
+    def _track(self, key: tuple[int, int, int], desc: Callable[[int], bytes]) -> int:
+        uuid = self.tracks.get(key)
+        if uuid is None:
+            uuid = self.tracks[key] = len(self.tracks) + 1
+            self.new_tracks.append([uuid, *key])
+            self.descriptors.append(_seq(pw.fb(P_TRACK, pw.fv(1, uuid) + desc(uuid))))
+        return uuid
+
+    def proc(self, pid: int, label: str) -> int:
+        return self._track((K_PROC, pid, 0), lambda _u: pw.fb(3, pw.fv(1, pid) + pw.fs(6, label)))
+
+    def python_proc(self, pid: int) -> int:
+        label = self.proc_label.get(pid)
+        if label is None:
+            rank = self.header.get("rank")
+            label = f"python {pid}" if rank is None else f"python {pid} (rank {rank})"
+        return self.proc(pid, label)
+
+    def thread_track(self, th: int, lane: int) -> int:
+        info = self.new_or_known_thread(th)
+        pid = self.tid_pid.get(info.tid, self.pid)
+        parent = self.python_proc(pid)
+        tid = info.tid + lane * OVERLAP_TID_STEP
+        label = info.name if not lane else f"{info.name} (overlap {lane})"
+        return self._track(
+            (K_THREAD, th, lane),
+            lambda _u: pw.fv(5, parent) + pw.fb(4, pw.fv(1, pid) + pw.fv(2, tid) + pw.fs(5, label)),
+        )
+
+    def new_or_known_thread(self, th: int) -> ThreadInfo:
+        return self.thread_list[th]
+
+    @property
+    def thread_list(self) -> list[ThreadInfo]:
+        return list(self.threads)
+
+    def gpu_proc(self, dev: int) -> int:
+        qs = [q for q in self.queues if q.device == dev]
+        dname = qs[0].device_name if qs else "GPU"
+        backend = qs[0].backend if qs else ""
+        self.python_proc(self.pid)  # the Python process first
+        return self.proc(GPU_PID_BASE + dev, f"GPU {dev} · {dname} · {backend}")
+
+    def queue_info(self, qi: int) -> tuple[int, str]:
+        if qi < 0:
+            return 0, "queue"
+        q = list(self.queues)[qi]
+        return q.device, q.label
+
+    def queue_track(self, qi: int, lane: int) -> int:
+        dev, label = self.queue_info(qi)
+        parent = self.gpu_proc(dev)
+        tid = qi + 1 + lane * OVERLAP_TID_STEP
+        label = label if not lane else f"{label} (overlap {lane})"
+        return self._track(
+            (K_QUEUE, qi, lane),
+            lambda _u: (
+                pw.fv(5, parent) + pw.fb(4, pw.fv(1, GPU_PID_BASE + dev) + pw.fv(2, tid) + pw.fs(5, label))
+            ),
+        )
+
+    def queued_track(self, qi: int, lane: int) -> int:
+        dev, label = self.queue_info(qi)
+        parent = self.gpu_proc(dev)
+        return self._track((K_QUEUED, qi, lane), lambda _u: pw.fv(5, parent) + pw.fs(2, f"queued · {label}"))
+
+    def depth_track(self, qi: int) -> int:
+        dev, label = self.queue_info(qi)
+        parent = self.gpu_proc(dev)
+        return self._track(
+            (K_DEPTH, qi, 0), lambda _u: pw.fv(5, parent) + pw.fs(2, f"queue depth · {label}") + pw.fb(8, b"")
+        )
+
+    # the preamble and the end
+    def preamble(self) -> bytes:
+        head = HEADER_TAG + json_bytes(self.header)
+        interned = pw.fb(ID_ANN_STRS, pw.fv(1, META_IID) + pw.fb(2, head))
+        first = _seq(
+            pw.fv(P_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED)
+            + pw.fb(P_DEFAULTS, pw.fv(58, CLK))
+            + pw.fb(P_INTERNED, interned)
+        )
+        clocks = pw.fb(1, pw.fv(1, MONO) + pw.fv(2, self.t0)) + pw.fb(
+            1, pw.fv(1, CLK) + pw.fv(2, self.t0) + pw.fv(3, 1)
+        )
+        snapshot = _seq(pw.fb(P_CLOCK, clocks + pw.fv(2, MONO)))
+        self.python_proc(self.pid)
+        out = first + snapshot + b"".join(self.descriptors)
+        self.descriptors.clear()
+        self.new_tracks.clear()
+        return out
+
+    def ending(self, header: dict[str, Any]) -> bytes:
+        header = dict(header)
+        header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in self.threads])
+        header.setdefault("queues", [_queue_dict(q) for q in self.queues])
+        head = FINAL_TAG + json_bytes(header)
+        iid = META_IID + 1 + self.chunks
+        out = _seq(pw.fb(P_INTERNED, pw.fb(ID_ANN_STRS, pw.fv(1, iid) + pw.fb(2, head))))
+        # each GPU clock fit as two snapshots of (session clock, GPU clock)
+        for c in header.get("clock") or []:
+            try:
+                fit = ClockFit.from_dict(c)
+                dev = int(c["device"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not 0 <= dev < CLK - 1 or not fit.slope > 0:
+                continue
+            for cpu in sorted({fit.first_cpu_ns, fit.last_cpu_ns}):
+                gpu = fit.gpu_ref_ns + round((cpu - fit.cpu_ref_ns) / fit.slope)
+                if cpu < 0 or gpu < 0:
+                    continue
+                clocks = pw.fb(1, pw.fv(1, MONO) + pw.fv(2, cpu)) + pw.fb(
+                    1, pw.fv(1, GPU_CLOCK + dev) + pw.fv(2, gpu)
+                )
+                out += _seq(pw.fb(P_CLOCK, clocks))
+        return out
+
+    # one chunk
+    def chunk(self, t: Trace) -> bytes:
+        s = t.scopes
+        n = len(s)
+        r0 = self.rows
+        # threads, queues: by value, in the order the chunk lists them
+        th_map = np.zeros(max(len(t.threads), 1), np.int64)
+        for i, info in enumerate(t.threads):
+            g = self.threads.get(info)
+            if g is None:
+                g = self.threads[info] = len(self.threads)
+                self.new_threads.append(info)
+            th_map[i] = g
+        q_map = np.zeros(max(len(t.queues), 1) + 1, np.int64)  # index qi + 1 (qi = -1 → -1)
+        q_map[0] = -1
+        for i, q in enumerate(t.queues):
+            g = self.queues.get(q)
+            if g is None:
+                g = self.queues[q] = len(self.queues)
+                self.new_queues.append(q)
+            q_map[i + 1] = g
+        kinds: list[_Events] = []
+        rich = _Rich()
+        name_iid = np.array([self.name(x) for x in t.names], np.int64) if t.names else np.zeros(1, np.int64)
+        thread = th_map[s.thread] if n else np.zeros(0, np.int64)
+        queue = q_map[s.queue + 1] if n else np.zeros(0, np.int64)
+        has_gpu = s.gpu_start_ns != NO_TIME
+        rows = np.arange(n, dtype=np.int64)
+        gids = r0 + rows + 1  # flow ids
+        self._cpu(t, thread, name_iid, has_gpu, gids, kinds, rich)
+        self._gpu(t, queue, name_iid, has_gpu, gids, kinds)
+        self._marks(t, th_map, kinds, rich)
+        data = self._assemble(kinds, rich)
+        region, rich_at = data
+        self.rows += n
+        self.chunks += 1
+        index = {
+            "chunk": self.chunks,
+            "rows": r0,
+            "n": n,
+            "bytes": len(region),
+            "rich": rich_at,
+            "threads": [[th.tid, th.name] for th in self.new_threads],
+            "queues": [_queue_dict(q) for q in self.new_queues],
+            "tracks": self.new_tracks,
+        }
+        self.new_threads, self.new_queues, self.new_tracks = [], [], []
+        idx = CHUNK_TAG + orjson.dumps(index)
+        self.new_interned.append(pw.fb(ID_ANN_STRS, pw.fv(1, META_IID + 1 + self.chunks) + pw.fb(2, idx)))
+        head = b"".join(self.descriptors) + _seq(pw.fb(P_INTERNED, b"".join(self.new_interned)))
+        self.descriptors.clear()
+        self.new_interned.clear()
+        return head + region
+
+    def _cpu(
+        self,
+        t: Trace,
+        thread: I64,
+        name_iid: I64,
+        has_gpu: npt.NDArray[np.bool_],
+        gids: I64,
+        kinds: list[_Events],
+        rich: _Rich,
+    ) -> None:
+        s = t.scopes
+        n = len(s)
+        if not n:
+            return
+        lane = np.zeros(n, np.int64)
+        par = np.maximum(s.parent, 0)
+        bad = (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[par])
+        if bad.any():  # interleaved coroutines: partial overlaps go to extra tracks
+            for th in np.unique(s.thread[bad]).tolist():
+                rr = np.flatnonzero(s.thread == th)
+                lanes = _lanes(s.cpu_start_ns[rr].tolist(), s.cpu_end_ns[rr].tolist(), list(range(len(rr))))
+                lane[rr] = lanes
+        keys = np.unique(np.stack([thread, lane], axis=1), axis=0)
+        uuid_of = {(int(a), int(b)): self.thread_track(int(a), int(b)) for a, b in keys.tolist()}
+        if len(uuid_of) == 1:
+            track = np.full(n, next(iter(uuid_of.values())), np.int64)
+        else:
+            lut = np.array([uuid_of[(int(a), int(b))] for a, b in keys.tolist()], np.int64)
+            track = lut[np.searchsorted(keys[:, 0] * (1 << 32) + keys[:, 1], thread * (1 << 32) + lane)]
+        start, end = s.cpu_start_ns, s.cpu_end_ns
+        rows = np.arange(n, dtype=np.int64)
+        flags_iid = np.zeros(n, np.int64)
+        flagged = np.flatnonzero(s.flags)
+        fl_name = self.ann_name("flags")
+        for r in flagged.tolist():
+            flags_iid[r] = self.ann_str(", ".join(flag_names(int(s.flags[r]))))
+        with_args = np.zeros(n, bool)
+        if s.args:
+            with_args[np.fromiter(s.args.keys(), np.int64, len(s.args))] = True
+        # begins: row order is (start, thread, -end), what nesting needs at equal times
+        for g in (False, True):
+            for f in (False, True):
+                m = (has_gpu == g) & ((flags_iid > 0) == f) & ~with_args
+                if not m.any():
+                    continue
+                ev = _Events(start[m], 1, -end[m], rows[m])
+                ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[m]).field(T_NAME, name_iid[s.name[m]])
+                if g:
+                    ev.field(T_FLOW, gids[m])
+                if f:
+                    ev.ann(fl_name, T_DA_STR_IID, flags_iid[m])
+                kinds.append(ev)
+        for r in np.flatnonzero(with_args).tolist():
+            te = (
+                pw.fv(TE_TYPE, SLICE_BEGIN)
+                + pw.fv(TE_TRACK, int(track[r]))
+                + pw.fv(TE_NAME, int(name_iid[s.name[r]]))
+            )
+            if has_gpu[r]:
+                te += pw.fv(TE_FLOW, int(gids[r]))
+            if flags_iid[r]:
+                te += pw.fb(TE_ANN, pw.fv(DA_NAME, fl_name) + pw.fv(DA_STR_IID, int(flags_iid[r])))
+            te += self._args(s.args[r])
+            rich.add(int(start[r]), 1, -int(end[r]), r, te)
+        # ends: inner first at equal times (later start, then later row); zero-length after begins
+        zero = end == start
+        for z in (False, True):
+            m = zero == z
+            if m.any():
+                ev = _Events(end[m], 2 if z else 0, -start[m], -rows[m])
+                kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+
+    def _args(self, args: dict[str, Any]) -> bytes:
+        out = b""
+        for k, v in args.items():
+            da = pw.fv(DA_NAME, self.ann_name(str(k)))
+            if isinstance(v, bool):
+                da += pw.fv(DA_BOOL, int(v))
+            elif isinstance(v, int) and -(1 << 63) <= v < (1 << 63):
+                da += pw.fv(DA_INT, v)
+            elif isinstance(v, float):
+                da += pw.fd(DA_DOUBLE, v)
+            elif isinstance(v, str):
+                da += pw.fs(DA_STR, v)
+            else:
+                da += pw.fb(DA_JSON, json_bytes(v))
+            out += pw.fb(TE_ANN, da)
+        return out
+
+    def _gpu(
+        self,
+        t: Trace,
+        queue: I64,
+        name_iid: I64,
+        has_gpu: npt.NDArray[np.bool_],
+        gids: I64,
+        kinds: list[_Events],
+    ) -> None:
+        s = t.scopes
+        rows = np.flatnonzero(has_gpu)
+        if not len(rows):
+            for qi in range(len(self.queues)):
+                self.queue_track(qi, 0)
+            return
+        st, en = s.gpu_start_ns[rows], s.gpu_end_ns[rows]
+        q = queue[rows]
+        lane = np.zeros(len(rows), np.int64)
+        for qi in np.unique(q).tolist():
+            k = np.flatnonzero(q == qi)
+            lane[k] = _slice_lanes(st[k], en[k])
+        track = self._tracks_for(q, lane, self.queue_track)
+        for qi in range(len(self.queues)):
+            self.queue_track(qi, 0)
+        sub = s.submit_ns[rows]
+        unc = s.uncertainty_ns[rows]
+        flags = s.flags[rows]
+        n_unc, n_sub, n_fl, n_gpu = (
+            self.ann_name(x) for x in ("uncertainty_ns", "submit_to_start_ns", "flags", "gpu_ns")
+        )
+        fl_iid = np.zeros(len(rows), np.int64)
+        for k in np.flatnonzero(flags).tolist():
+            fl_iid[k] = self.ann_str(", ".join(flag_names(int(flags[k]))))
+        neg = en < st
+        has_sub = sub != NO_TIME
+        for a in (False, True):
+            for b in (False, True):
+                for c in (False, True):
+                    m = (has_sub == a) & ((fl_iid > 0) == b) & (neg == c)
+                    if not m.any():
+                        continue
+                    ev = _Events(st[m], 1, -np.maximum(en[m], st[m]), rows[m])
+                    ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[m]).field(
+                        T_NAME, name_iid[s.name[rows[m]]]
+                    )
+                    ev.field(T_TFLOW, gids[rows[m]])
+                    ev.ann(n_unc, T_DA_INT, unc[m])
+                    if a:
+                        ev.ann(n_sub, T_DA_INT, st[m] - sub[m])
+                    if b:
+                        ev.ann(n_fl, T_DA_STR_IID, fl_iid[m])
+                    if c:
+                        ev.ann(n_gpu, T_DA_INT, en[m] - st[m])
+                    kinds.append(ev)
+        ge = np.maximum(en, st)
+        zero = ge == st
+        for z in (False, True):
+            m = zero == z
+            if m.any():
+                ev = _Events(ge[m], 2 if z else 0, -st[m], -rows[m])
+                kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+        self._passes(t, rows, track, kinds)
+        # anomalies on the GPU slice
+        an = np.flatnonzero(flags & np.uint32(int(ANOMALY_FLAGS)))
+        if len(an):
+            cat = self.cat("anomaly")
+            n_scope = self.ann_name("scope")
+            iid = np.array(
+                [
+                    self.name("anomaly: " + ", ".join(flag_names(int(flags[k]) & int(ANOMALY_FLAGS))))
+                    for k in an.tolist()
+                ],
+                np.int64,
+            )
+            ev = _Events(st[an], 3, 0, rows[an])
+            ev.field(T_TYPE, INSTANT).field(T_TRACK, track[an]).field(T_NAME, iid).field(T_CAT, cat)
+            kinds.append(ev.ann(n_scope, T_DA_INT, self.rows + rows[an]))
+        # queued: submission -> GPU start, on lanes of "queued · <queue>" tracks
+        gap_ok = has_sub & (st >= sub)
+        w = np.flatnonzero(gap_ok)
+        if len(w):
+            qlane = np.zeros(len(w), np.int64)
+            for qi in np.unique(q[w]).tolist():
+                k = np.flatnonzero(q[w] == qi)
+                qlane[k] = _disjoint_lanes(sub[w][k], st[w][k])
+            qtrack = self._tracks_for(q[w], qlane, self.queued_track)
+            qname = np.array(
+                [self.name(f"queued · {self.queue_info(int(x))[1]}") for x in q[w].tolist()], np.int64
+            )
+            qb = _Events(sub[w], 1, -st[w], rows[w])
+            kinds.append(qb.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, qtrack).field(T_NAME, qname))
+            zq = st[w] == sub[w]
+            for z in (False, True):
+                m = zq == z
+                if m.any():
+                    e = _Events(st[w][m], 2 if z else 0, -sub[w][m], -rows[w][m])
+                    kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, qtrack[m]))
+        # queue depth: submitted, not finished (a nested scope's work is counted by its parent)
+        cnt = np.flatnonzero(has_sub & (q >= 0))
+        if len(cnt):
+            par = s.parent[rows[cnt]]
+            nested = (
+                (par >= 0) & has_gpu[np.maximum(par, 0)] & (s.queue[np.maximum(par, 0)] == s.queue[rows[cnt]])
+            )
+            cnt = cnt[~nested]
+        if len(cnt):
+            tq = np.concatenate([sub[cnt], np.maximum(en[cnt], sub[cnt])])
+            dq = np.concatenate([np.ones(len(cnt), np.int64), -np.ones(len(cnt), np.int64)])
+            qq = np.concatenate([q[cnt], q[cnt]])
+            order = np.lexsort((dq, tq, qq))
+            tq, dq, qq = tq[order], dq[order], qq[order]
+            val = np.empty(len(tq), np.int64)
+            for qi in np.unique(qq).tolist():
+                k = np.flatnonzero(qq == qi)
+                val[k] = self.depth.get(qi, 0) + np.cumsum(dq[k])
+                self.depth[qi] = int(val[k[-1]])
+            ctrack = np.array([self.depth_track(int(x)) for x in np.unique(qq).tolist()], np.int64)
+            ctr = ctrack[np.searchsorted(np.unique(qq), qq)]
+            ev = _Events(tq, 4, 0, np.arange(len(tq), dtype=np.int64))
+            kinds.append(ev.field(T_TYPE, COUNTER).field(T_TRACK, ctr).field(T_COUNTER, val))
+
+    def _tracks_for(self, q: I64, lane: I64, make: Callable[[int, int], int]) -> I64:
+        keys = np.unique(np.stack([q, lane], axis=1), axis=0)
+        lut = np.array([make(int(a), int(b)) for a, b in keys.tolist()], np.int64)
+        code = (keys[:, 0] + 1) * (1 << 32) + keys[:, 1]
+        return lut[np.searchsorted(code, (q + 1) * (1 << 32) + lane)]
+
+    def _passes(self, t: Trace, rows: I64, track: I64, kinds: list[_Events]) -> None:
+        sp = t.spans
+        if not len(sp):
+            return
+        unl = t.names.index("") if "" in t.names else -1
+        k = np.flatnonzero(sp.label != unl)
+        if not len(k):
+            return
+        pos = np.searchsorted(rows, sp.scope[k])
+        ok = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == sp.scope[k])
+        k, pos = k[ok], pos[ok]
+        if not len(k):
+            return
+        st, en, sub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]
+        label = np.array([self.name(t.names[int(x)]) for x in sp.label[k].tolist()], np.int64)
+        n_scope, n_sub, n_gpu = (self.ann_name(x) for x in ("scope", "submit_to_start_ns", "gpu_ns"))
+        sc = self.rows + sp.scope[k]
+        has_sub = sub != NO_TIME
+        neg = en < st
+        ge = np.maximum(en, st)
+        order_key = np.arange(len(k), dtype=np.int64) + (1 << 40)  # after their scope's begin
+        for a in (False, True):
+            for c in (False, True):
+                m = (has_sub == a) & (neg == c)
+                if not m.any():
+                    continue
+                ev = _Events(st[m], 1, -ge[m], order_key[m])
+                ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[pos[m]]).field(T_NAME, label[m])
+                ev.ann(n_scope, T_DA_INT, sc[m])
+                if a:
+                    ev.ann(n_sub, T_DA_INT, st[m] - sub[m])
+                if c:
+                    ev.ann(n_gpu, T_DA_INT, en[m] - st[m])
+                kinds.append(ev)
+        zero = ge == st
+        for z in (False, True):
+            m = zero == z
+            if m.any():
+                ev = _Events(ge[m], 2 if z else 0, -st[m], -order_key[m])
+                kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[pos[m]]))
+
+    def _marks(self, t: Trace, th_map: I64, kinds: list[_Events], rich: _Rich) -> None:
+        plain: list[int] = []
+        for i, m in enumerate(t.marks):
+            if m.args:
+                te = pw.fv(TE_TYPE, INSTANT) + pw.fv(TE_TRACK, self.thread_track(int(th_map[m.thread]), 0))
+                te += (
+                    pw.fv(TE_NAME, self.name(m.name))
+                    + pw.fv(TE_CAT, self.cat(m.kind))
+                    + self._args(dict(m.args))
+                )
+                rich.add(m.ts_ns, 3, 0, i, te)
+            else:
+                plain.append(i)
+        if plain:
+            ms = [t.marks[i] for i in plain]
+            ev = _Events(np.array([m.ts_ns for m in ms], np.int64), 3, 0, np.array(plain, np.int64))
+            ev.field(T_TYPE, INSTANT)
+            ev.field(T_TRACK, np.array([self.thread_track(int(th_map[m.thread]), 0) for m in ms], np.int64))
+            ev.field(T_NAME, np.array([self.name(m.name) for m in ms], np.int64))
+            ev.field(T_CAT, np.array([self.cat(m.kind) for m in ms], np.int64))
+            kinds.append(ev)
+
+    def _assemble(self, kinds: list[_Events], rich: _Rich) -> tuple[bytes, list[list[int]]]:
+        """All packets of the chunk in time order (ties: what nesting needs), as one byte string."""
+        nk = [k.n for k in kinds]
+        total = sum(nk) + len(rich.ts)
+        if not total:
+            return b"", []
+
+        def col(get: Callable[[_Events], Any], rich_vals: list[int]) -> I64:
+            parts = [np.broadcast_to(np.asarray(get(k), np.int64), (k.n,)) for k in kinds]
+            parts.append(np.asarray(rich_vals, np.int64))
+            return np.concatenate(parts)
+
+        ts = col(lambda k: k.ts, rich.ts)
+        cls = col(lambda k: k.cls, rich.cls)
+        sub1 = col(lambda k: k.sub1, rich.sub1)
+        sub2 = col(lambda k: k.sub2, rich.sub2)
+        order = np.lexsort((sub2, sub1, cls, ts))
+        pos = np.empty(total, np.int64)
+        pos[order] = np.arange(total, dtype=np.int64)
+        ts_sorted = ts[order]
+        delta_sorted = np.empty(total, np.uint64)
+        delta_sorted[0] = np.int64(int(ts_sorted[0]) - self.last_ts).astype(np.uint64)
+        delta_sorted[1:] = np.diff(ts_sorted).astype(np.uint64)
+        self.last_ts = int(ts_sorted[-1])
+        sizes = np.zeros(total, np.int64)
+        built: list[tuple[U64, I64, I64]] = []
+        at = 0
+        for k in kinds:
+            p = pos[at : at + k.n]
+            v, ln = k.build(delta_sorted[p])
+            sizes[p] = ln.sum(axis=1)
+            built.append((v, ln, p))
+            at += k.n
+        rich_bytes: list[bytes] = []
+        for j, te in enumerate(rich.te):
+            at_j = int(pos[at + j])
+            body = pw.fv(P_TS, int(delta_sorted[at_j])) + pw.fv(P_SEQ, SEQ) + pw.fb(P_TE, te)
+            packet = _packet(body)
+            rich_bytes.append(packet)
+            sizes[at_j] = len(packet)
+        offs = np.zeros(total + 1, np.int64)
+        np.cumsum(sizes, out=offs[1:])
+        out = np.empty(int(offs[-1]), np.uint8)
+        for v, ln, p in built:
+            o = (offs[p][:, None] + np.cumsum(ln, axis=1) - ln).ravel()
+            pw.put_varints(out, o, v.ravel(), ln.ravel())
+        rich_at: list[list[int]] = []
+        for j, packet in enumerate(rich_bytes):
+            o1 = int(offs[pos[at + j]])
+            out[o1 : o1 + len(packet)] = np.frombuffer(packet, np.uint8)
+            rich_at.append([o1, len(packet)])
+        rich_at.sort()
+        return out.tobytes(), rich_at
+
+
+def _slice_lanes(st: I64, en: I64) -> I64:
+    """Lane per GPU slice so no track holds a partial overlap (nested or disjoint only)."""
+    order = np.lexsort((-en, st))
+    ss, ee = st[order], np.maximum(en[order], st[order])
+    if len(ss) < 2 or (ss[1:] >= np.maximum.accumulate(ee)[:-1]).all():
+        return np.zeros(len(st), np.int64)
+    lanes = _lanes(st.tolist(), np.maximum(en, st).tolist(), order.tolist())
+    return np.asarray(lanes, np.int64)
+
+
+def _disjoint_lanes(st: I64, en: I64) -> I64:
+    """Lane per interval so each lane holds disjoint intervals (queued waits)."""
+    n = len(st)
+    order = np.lexsort((en, st))
+    ss, ee = st[order], en[order]
+    if n < 2 or (ss[1:] >= np.maximum.accumulate(ee)[:-1]).all():
+        return np.zeros(n, np.int64)
+    out = np.zeros(n, np.int64)
+    if (np.diff(ee) >= 0).all():  # first in, first out (an in-order queue): lanes round-robin
+        open_at = np.arange(n) + 1 - np.searchsorted(ee, ss, side="right")
+        width = int(open_at.max())
+        out[order] = np.arange(n) % width
+        return out
+    free: list[int] = []  # end time per lane
+    for i in order.tolist():
+        s0 = int(st[i])
+        for ln, e in enumerate(free):
+            if e <= s0:
+                free[ln] = int(en[i])
+                out[i] = ln
+                break
+        else:
+            free.append(int(en[i]))
+            out[i] = len(free) - 1
+    return out
+
+
+def _queue_dict(q: QueueInfo) -> dict[str, Any]:
+    return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
+
+
+class StreamWriter:
+    """Append chunks to a ``.pftrace`` as a session runs; ``close`` writes the final header.
+
+    Each ``append`` is one ``write`` to the OS, so after it returns the chunk survives the process
+    being killed; a file cut inside a chunk loads every chunk before it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self._enc = _Encoder(dict(header))
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.closed = False
+        self._write(self._enc.preamble())
+
+    @property
+    def rows(self) -> int:
+        """Scopes written so far."""
+        return self._enc.rows
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    def append(self, chunk: Trace) -> None:
+        self._write(self._enc.chunk(chunk))
+
+    def close(self, header: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._write(self._enc.ending(header))
+        finally:
+            os.close(self._fd)
+
+    def abandon(self) -> None:
+        """Close the file as it stands (what a crash would leave: it reads as truncated)."""
+        if not self.closed:
+            self.closed = True
+            os.close(self._fd)
+
+
+def _file_header(trace: Trace) -> dict[str, Any]:
+    header = dict(trace.header)
+    header["base_ns"] = export_base_ns(trace)
+    header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
+    header["queues"] = [_queue_dict(q) for q in trace.queues]
+    return header
+
+
+def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
+    """Write ``trace`` as a Perfetto protobuf trace (atomically: a temporary file, then rename)."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".partial")
+    header = _file_header(trace)
+    w = StreamWriter(tmp, header)
+    try:
+        w.append(trace)
+        w.close(header)
+    except BaseException:
+        w.abandon()
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(p)
+    return p
+
+
+def dumps(trace: Trace) -> bytes:
+    """The ``.pftrace`` bytes of ``trace``."""
+    header = _file_header(trace)
+    enc = _Encoder(header)
+    return enc.preamble() + enc.chunk(trace) + enc.ending(header)
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+class _Packets:
+    """The TrackEvent packets of a file, as columns (one row per packet, file order)."""
+
+    def __init__(self) -> None:
+        self.ts: list[I64] = []
+        self.type: list[I64] = []
+        self.track: list[I64] = []
+        self.name: list[I64] = []
+        self.cat: list[I64] = []
+        self.flow: list[I64] = []
+        self.tflow: list[I64] = []
+        self.ann: list[tuple[I64, I64, I64, I64]] = []  # packet, name iid, value tag, value
+        self.args: dict[int, dict[str, Any]] = {}
+        self.count = 0
+
+
+def _decode_region(
+    region: memoryview,
+    rich_at: list[list[int]],
+    last_ts: int,
+    pk: _Packets,
+    ann_names: dict[int, str],
+    strs: dict[int, str],
+) -> int:
+    """Decode one chunk's event packets into ``pk``; returns the clock after its last packet."""
+    buf = np.frombuffer(region, np.uint8)
+    keep = np.ones(len(buf), bool)
+    for o, ln in rich_at:
+        keep[o : o + ln] = False
+    kept = np.flatnonzero(keep) if rich_at else None
+    flat = buf[keep] if rich_at else buf
+    vals, starts = pw.read_varints(flat)
+    if len(vals) % 2 or (len(flat) and flat[-1] >= 0x80):
+        raise PftraceError("an event region is not a run of whole packets")
+    tags, vv = vals[0::2].astype(np.int64), vals[1::2]
+    ps = np.flatnonzero(tags == T_PACKET)
+    npk = len(ps)
+    if npk and (
+        ps[0] != 0
+        or not (
+            (tags[ps + 1] == T_TS).all()
+            and (tags[ps + 2] == T_SEQ).all()
+            and (tags[ps + 3] == T_TE).all()
+            and (tags[ps + 4] == T_TYPE).all()
+            and (tags[ps + 5] == T_TRACK).all()
+        )
+    ):
+        raise PftraceError("an event packet is not laid out as gputrace writes it")
+    # packet order: varint packets and rich packets by their offset in the region
+    vstart = starts[2 * ps]
+    if kept is not None:
+        vstart = kept[vstart]
+    roff = np.array([o for o, _ in rich_at], np.int64)
+    allpos = np.concatenate([vstart, roff])
+    order = np.argsort(allpos, kind="stable")
+    rank = np.empty(len(allpos), np.int64)
+    rank[order] = np.arange(len(allpos))
+    vr, rr = rank[:npk], rank[npk:]
+    total = len(allpos)
+    delta = np.zeros(total, np.uint64)
+    typ = np.zeros(total, np.int64)
+    track = np.zeros(total, np.int64)
+    name = np.zeros(total, np.int64)
+    cat = np.zeros(total, np.int64)
+    flow = np.zeros(total, np.int64)
+    tflow = np.zeros(total, np.int64)
+    delta[vr] = vv[ps + 1]
+    typ[vr] = vv[ps + 4].astype(np.int64)
+    track[vr] = vv[ps + 5].astype(np.int64)
+    if npk:
+        pkt = np.cumsum(tags == T_PACKET) - 1
+        late = np.arange(len(tags)) - ps[pkt] > 5
+        for tag, dest in ((T_NAME, name), (T_CAT, cat), (T_FLOW, flow), (T_TFLOW, tflow)):
+            m = np.flatnonzero(late & (tags == tag))
+            dest[vr[pkt[m]]] = vv[m].astype(np.int64)
+        a = np.flatnonzero(tags == T_DA_NAME)
+        if len(a):
+            pk.ann.append(
+                (pk.count + vr[pkt[a]], vv[a].astype(np.int64), tags[a + 1], vv[a + 1].astype(np.int64))
+            )
+    for j, (o, ln) in enumerate(rich_at):
+        p = int(rr[j])
+        d, t_, tr, nm, ct, fl, args = _decode_rich(region[o : o + ln], ann_names, strs)
+        delta[p], typ[p], track[p], name[p], cat[p], flow[p] = d, t_, tr, nm, ct, fl
+        if args:
+            pk.args[pk.count + p] = args
+    ts = last_ts + np.cumsum(delta.astype(np.int64))
+    pk.ts.append(ts)
+    pk.type.append(typ)
+    pk.track.append(track)
+    pk.name.append(name)
+    pk.cat.append(cat)
+    pk.flow.append(flow)
+    pk.tflow.append(tflow)
+    pk.count += total
+    return int(ts[-1]) if total else last_ts
+
+
+def _decode_rich(
+    data: memoryview, ann_names: dict[int, str], strs: dict[int, str]
+) -> tuple[int, int, int, int, int, int, dict[str, Any]]:
+    (f, _wt, body), *_ = list(pw.fields(data))
+    d = t_ = tr = nm = ct = fl = 0
+    args: dict[str, Any] = {}
+    assert isinstance(body, bytes)
+    for f, _wt, v in pw.fields(body):
+        if f == P_TS:
+            d = int(v)  # type: ignore[arg-type]
+        elif f == P_TE:
+            assert isinstance(v, bytes)
+            for g, _w, x in pw.fields(v):
+                if g == TE_TYPE:
+                    t_ = int(x)  # type: ignore[arg-type]
+                elif g == TE_TRACK:
+                    tr = int(x)  # type: ignore[arg-type]
+                elif g == TE_NAME:
+                    nm = int(x)  # type: ignore[arg-type]
+                elif g == TE_CAT:
+                    ct = int(x)  # type: ignore[arg-type]
+                elif g == TE_FLOW:
+                    fl = int(x)  # type: ignore[arg-type]
+                elif g == TE_ANN:
+                    assert isinstance(x, bytes)
+                    key, val, interned = _decode_ann(x, ann_names, strs)
+                    args["\0flags" if interned else key] = val
+    return d, t_, tr, nm, ct, fl, args
+
+
+def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) -> tuple[str, Any, bool]:
+    """Name and value of one debug annotation; True for an interned string (gputrace's flags)."""
+    key = ""
+    val: Any = None
+    interned = False
+    for f, _wt, v in pw.fields(data):
+        if f == DA_NAME:
+            key = ann_names[int(v)]  # type: ignore[arg-type]
+        elif f == DA_BOOL:
+            val = bool(v)
+        elif f == DA_INT:
+            val = pw.as_int64(int(v))  # type: ignore[arg-type]
+        elif f == DA_DOUBLE:
+            val = pw.as_double(int(v))  # type: ignore[arg-type]
+        elif f == DA_STR:
+            assert isinstance(v, bytes)
+            val = v.decode("utf-8", "surrogatepass")
+        elif f == DA_JSON:
+            assert isinstance(v, bytes)
+            val = orjson.loads(v)
+        elif f == DA_STR_IID:
+            val = strs[int(v)]  # type: ignore[arg-type]
+            interned = True
+    return key, val, interned
+
+
+def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
+    """Read a ``.pftrace`` that gputrace wrote back into the ``Trace`` it was written from."""
+    from gputrace.loader import TraceFileError
+
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise TraceFileError(f"{p}: no such file.") from None
+    except IsADirectoryError:
+        raise TraceFileError(f"{p}: is a directory, not a trace file.") from None
+    except OSError as exc:
+        raise TraceFileError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    if not raw:
+        raise TraceFileError(f"{p}: the file is empty.")
+    if progress is not None:
+        progress("read")
+    try:
+        trace = _read(memoryview(raw), progress)
+    except PftraceError as exc:
+        raise TraceFileError(f"{p}: {exc}.") from None
+    except (pw.Truncated, ValueError, KeyError, IndexError, TypeError, orjson.JSONDecodeError) as exc:
+        raise TraceFileError(
+            f"{p}: not a Perfetto trace written by gputrace ({type(exc).__name__}: {exc})."
+        ) from None
+    if progress is not None:
+        progress("built")
+    return trace
+
+
+def _read(data: memoryview, progress: Progress | None) -> Trace:
+    names: dict[int, str] = {}
+    cats: dict[int, str] = {}
+    ann_names: dict[int, str] = {}
+    strs: dict[int, str] = {}
+    header: dict[str, Any] | None = None
+    tracks: dict[int, tuple[int, int, int]] = {}
+    threads: list[ThreadInfo] = []
+    queues: list[QueueInfo] = []
+    pk = _Packets()
+    truncated = False
+    final = False
+    last_ts = 0
+    pos, end = 0, len(data)
+    while pos < end:
+        try:
+            key, p2 = pw.read_pv(data, pos)
+            if key != T_PACKET:
+                raise PftraceError(f"not a Perfetto trace: unexpected bytes at offset {pos}")
+            n, p3 = pw.read_pv(data, p2)
+        except pw.Truncated:
+            truncated = True
+            break
+        if p3 + n > end:
+            truncated = True
+            break
+        packet = data[p3 : p3 + n]
+        pos = p3 + n
+        chunk: dict[str, Any] | None = None
+        for f, _wt, v in pw.fields(packet):
+            if f == P_INTERNED:
+                assert isinstance(v, bytes)
+                for g, _w, entry in pw.fields(v):
+                    assert isinstance(entry, bytes)
+                    iid, text = 0, b""
+                    for h, _x, e in pw.fields(entry):
+                        if h == 1:
+                            iid = int(e)  # type: ignore[arg-type]
+                        elif h == 2:
+                            text = e  # type: ignore[assignment]
+                    if g == ID_NAMES:
+                        names[iid] = text.decode("utf-8", "surrogatepass")
+                    elif g == ID_CATS:
+                        cats[iid] = text.decode("utf-8", "surrogatepass")
+                    elif g == ID_ANN_NAMES:
+                        ann_names[iid] = text.decode("utf-8", "surrogatepass")
+                    elif g == ID_ANN_STRS:
+                        if text.startswith(HEADER_TAG):
+                            header = orjson.loads(text[len(HEADER_TAG) :])
+                        elif text.startswith(FINAL_TAG):
+                            header = orjson.loads(text[len(FINAL_TAG) :])
+                            final = True
+                        elif text.startswith(CHUNK_TAG):
+                            chunk = orjson.loads(text[len(CHUNK_TAG) :])
+                        else:
+                            strs[iid] = text.decode("utf-8", "surrogatepass")
+            elif f == P_CLOCK and header is not None and last_ts == 0:
+                assert isinstance(v, bytes)
+                for _g, _w, c in pw.fields(v):
+                    if isinstance(c, bytes):
+                        cf = {h: e for h, _x, e in pw.fields(c)}
+                        if cf.get(1) == CLK:
+                            last_ts = int(cf.get(2, 0))  # type: ignore[arg-type]
+        if chunk is None:
+            continue
+        size = int(chunk["bytes"])
+        if pos + size > end:
+            truncated = True
+            break
+        for t in chunk["threads"]:
+            threads.append(ThreadInfo(int(t[0]), str(t[1])))
+        for q in chunk["queues"]:
+            queues.append(
+                QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
+            )
+        for uuid, kind, idx, lane in chunk["tracks"]:
+            tracks[int(uuid)] = (int(kind), int(idx), int(lane))
+        last_ts = _decode_region(data[pos : pos + size], chunk["rich"], last_ts, pk, ann_names, strs)
+        pos += size
+    if header is None:
+        raise PftraceError("no gputrace header (not a trace written by gputrace)")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise PftraceError(
+            f"trace format version {header.get('format_version')!r} is not supported "
+            f"(this gputrace reads version {FORMAT_VERSION})"
+        )
+    if progress is not None:
+        progress("parsed")
+    header = dict(header)
+    if truncated or not final:
+        header["truncated"] = True
+    return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues)
+
+
+def _col(parts: list[I64]) -> I64:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _pair(track: I64, typ: I64, idx: I64) -> tuple[I64, I64]:
+    """Begin and end packets of each slice, matched as Perfetto matches them (a stack per track)."""
+    m = idx[(typ[idx] == SLICE_BEGIN) | (typ[idx] == SLICE_END)]
+    if not len(m):
+        return m, m
+    o = np.lexsort((m, track[m]))
+    m = m[o]
+    tr = track[m]
+    step = np.where(typ[m] == SLICE_BEGIN, 1, -1)
+    depth = np.cumsum(step)
+    first = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]])
+    base = np.repeat(depth[first] - step[first], np.diff(np.r_[first, len(m)]))
+    depth = depth - base
+    level = np.where(step > 0, depth, depth + 1)
+    o = np.lexsort((m, level, tr))
+    m, stp = m[o], step[o]
+    if len(m) % 2 or (stp[0::2] != 1).any() or (stp[1::2] != -1).any():
+        raise PftraceError("slice begins and ends do not match")
+    lv, tr2 = level[o], tr[o]
+    if (lv[0::2] != lv[1::2]).any() or (tr2[0::2] != tr2[1::2]).any():
+        raise PftraceError("slice begins and ends do not match")
+    return m[0::2], m[1::2]
+
+
+def _build(
+    header: dict[str, Any],
+    pk: _Packets,
+    names: dict[int, str],
+    cats: dict[int, str],
+    ann_names: dict[int, str],
+    strs: dict[int, str],
+    tracks: dict[int, tuple[int, int, int]],
+    threads: list[ThreadInfo],
+    queues: list[QueueInfo],
+) -> Trace:
+    ts, typ, track = _col(pk.ts), _col(pk.type), _col(pk.track)
+    name, cat, flow, tflow = _col(pk.name), _col(pk.cat), _col(pk.flow), _col(pk.tflow)
+    total = len(ts)
+    # what each track is
+    nt = max(tracks) + 1 if tracks else 1
+    tkind = np.full(nt, -1, np.int64)
+    tidx = np.zeros(nt, np.int64)
+    for u, (k, i, _ln) in tracks.items():
+        tkind[u], tidx[u] = k, i
+    if total and (track.max() >= nt or (tkind[track] < 0).any()):
+        raise PftraceError("an event is on a track that the file does not describe")
+    kind = tkind[track] if total else np.zeros(0, np.int64)
+    # annotations: one column per name (int values; interned strings stay iids)
+    ann_cols: dict[str, tuple[I64, I64]] = {}
+    if pk.ann:
+        a_pk = np.concatenate([a[0] for a in pk.ann])
+        a_nm = np.concatenate([a[1] for a in pk.ann])
+        a_val = np.concatenate([a[3] for a in pk.ann])
+        for iid in np.unique(a_nm).tolist():
+            sel = np.flatnonzero(a_nm == iid)
+            ann_cols[ann_names[int(iid)]] = (a_pk[sel], a_val[sel])
+
+    def ann(key: str, rows: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
+        """The int annotation ``key`` of each packet in ``rows`` (0 where it has none), and where."""
+        out = np.zeros(len(rows), np.int64)
+        got = np.zeros(len(rows), bool)
+        if key in ann_cols and len(rows):
+            apk, av = ann_cols[key]
+            o = np.argsort(rows, kind="stable")
+            srt = rows[o]
+            pos = np.minimum(np.searchsorted(srt, apk), len(rows) - 1)
+            ok = srt[pos] == apk
+            out[o[pos[ok]]] = av[ok]
+            got[o[pos[ok]]] = True
+        return out, got
+
+    # CPU slices
+    cpu_b, cpu_e = _pair(track, typ, np.flatnonzero(kind == K_THREAD))
+    order = np.lexsort((cpu_b, -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b]))
+    cpu_b, cpu_e = cpu_b[order], cpu_e[order]
+    n = len(cpu_b)
+    s = ScopeTable.empty(n)
+    raw_names = [names[i] for i in name[cpu_b].tolist()]
+    name_ids = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
+    name_list = list(name_ids)
+    s.name = np.fromiter(map(name_ids.__getitem__, raw_names), np.int32, n)
+    s.thread = tidx[track[cpu_b]].astype(np.int32)
+    s.cpu_start_ns = ts[cpu_b].copy()
+    s.cpu_end_ns = ts[cpu_e].copy()
+    fl_iid, fl_got = ann("flags", cpu_b)
+    for i in np.flatnonzero(fl_got).tolist():
+        s.flags[i] = flags_from_names(strs[int(fl_iid[i])].split(", "))
+    if pk.args:
+        where = {int(p): i for i, p in enumerate(cpu_b.tolist()) if int(p) in pk.args}
+        for p, i in where.items():
+            a = dict(pk.args[p])
+            fl = a.pop("\0flags", None)
+            if fl:
+                s.flags[i] = flags_from_names(fl.split(", "))
+            if a:
+                s.args[i] = a
+    row_of_flow = np.full(1, -1, np.int64)
+    fl_rows = np.flatnonzero(flow[cpu_b] > 0)
+    if len(fl_rows):
+        row_of_flow = np.full(int(flow[cpu_b].max()) + 1, -1, np.int64)
+        row_of_flow[flow[cpu_b][fl_rows]] = fl_rows
+    if not _no_nesting(s):
+        nest(s)
+    # GPU slices (with a terminating flow) and passes (with a scope annotation) on queue tracks
+    q_b, q_e = _pair(track, typ, np.flatnonzero(kind == K_QUEUE))
+    is_gpu = tflow[q_b] > 0
+    g_b, g_e = q_b[is_gpu], q_e[is_gpu]
+    if len(g_b):
+        f = tflow[g_b]
+        if f.max() >= len(row_of_flow) or (row_of_flow[f] < 0).any():
+            raise PftraceError("a GPU slice's flow names no CPU slice")
+        rows = row_of_flow[f]
+        st = ts[g_b]
+        gpu_ns, has_neg = ann("gpu_ns", g_b)
+        en = np.where(has_neg, st + gpu_ns, ts[g_e])
+        s.gpu_start_ns[rows] = st
+        s.gpu_end_ns[rows] = en
+        unc, _ = ann("uncertainty_ns", g_b)
+        s.uncertainty_ns[rows] = unc
+        gap, has_sub = ann("submit_to_start_ns", g_b)
+        s.submit_ns[rows[has_sub]] = st[has_sub] - gap[has_sub]
+        s.queue[rows] = tidx[track[g_b]].astype(np.int32)
+    p_b, p_e = q_b[~is_gpu], q_e[~is_gpu]
+    labels: dict[str, int] = {}
+
+    def intern_label(label: str) -> int:
+        i = labels.get(label)
+        if i is None:
+            i = labels[label] = len(name_list)
+            name_list.append(label)
+        return i
+
+    has_gpu = s.gpu_start_ns != NO_TIME
+    p_rows = np.zeros(0, np.int64)
+    p_label = np.zeros(0, np.int32)
+    p_sub = p_g0 = p_g1 = np.zeros(0, np.int64)
+    if len(p_b):
+        sc, _ = ann("scope", p_b)
+        rows0 = 0
+        p_rows = sc - rows0
+        if (p_rows < 0).any() or (p_rows >= n).any():
+            raise PftraceError("a GPU pass names a scope that the trace does not have")
+        order = np.argsort(p_b, kind="stable")
+        p_b, p_e, p_rows = p_b[order], p_e[order], p_rows[order]
+        p_label = np.fromiter((intern_label(names[int(i)]) for i in name[p_b].tolist()), np.int32, len(p_b))
+        p_g0 = ts[p_b]
+        pg, pneg = ann("gpu_ns", p_b)
+        p_g1 = np.where(pneg, p_g0 + pg, ts[p_e])
+        gap, has_sub = ann("submit_to_start_ns", p_b)
+        p_sub = np.where(has_sub, p_g0 - gap, NO_TIME)
+    with_pass = np.zeros(n, bool)
+    with_pass[p_rows] = True
+    unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
+    unl_label = intern_label("") if len(unl) else 0
+    scc = np.concatenate([p_rows, unl]).astype(np.int64)
+    g0 = np.concatenate([p_g0, s.gpu_start_ns[unl]])
+    g1 = np.concatenate([p_g1, s.gpu_end_ns[unl]])
+    order = np.lexsort((g1, g0, scc))
+    spans = SpanTable(
+        scope=scc[order],
+        label=np.concatenate([p_label, np.full(len(unl), unl_label, np.int32)])[order].astype(np.int32),
+        queue=s.queue[scc][order].astype(np.int32),
+        submit_ns=np.concatenate([p_sub, s.submit_ns[unl]])[order].astype(np.int64),
+        gpu_start_ns=g0[order].astype(np.int64),
+        gpu_end_ns=g1[order].astype(np.int64),
+    )
+    # marks and syncs: instants on thread tracks
+    marks: list[Mark] = []
+    inst = np.flatnonzero((typ == INSTANT) & (kind == K_THREAD))
+    for p in inst.tolist():
+        kd = cats.get(int(cat[p]), "")
+        if kd in ("mark", "sync"):
+            marks.append(
+                Mark(names[int(name[p])], int(ts[p]), int(tidx[track[p]]), kd, dict(pk.args.get(p, {})))
+            )
+    final_names = canonical_names(name_list, s, spans)
+    if "threads" not in header:
+        header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
+    if "queues" not in header:
+        header["queues"] = [_queue_dict(q) for q in queues]
+    fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
+    return Trace(header, final_names, threads, queues, s, spans, marks, fits)
+
+
+def _no_nesting(s: ScopeTable) -> bool:
+    for th in np.unique(s.thread).tolist():
+        rows = np.flatnonzero(s.thread == th)
+        ends = np.maximum.accumulate(s.cpu_end_ns[rows])
+        if (s.cpu_start_ns[rows][1:] < ends[:-1]).any():
+            return False
+    return True

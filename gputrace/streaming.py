@@ -1,0 +1,333 @@
+"""Streaming: a session with a path writes its trace as it runs, in chunks, with bounded memory.
+
+At each ``sync()`` the session takes every scope recorded so far (``take``, before the GPU sync, so
+their GPU work is complete once the sync returns), resolves them and appends them to the file
+(``write``); a background timer does the same at least every ``interval_s`` for scopes that have
+no GPU work pending. A scope with GPU work waits for the next sync (or the end) so its GPU times
+are in. After a chunk is appended it is in the OS's hands: a process killed later leaves a file
+that loads up to there, saying it ended early.
+
+Resolution is per chunk, so it is piecewise by nature: a chunk's GPU times use the clock fit known
+when it was written (from the latest calibration samples); the final header holds the fit over
+every sample. "cold" is the first call of a name in the whole session; "outlier" is judged among
+the calls of a name within a chunk. A scope's GPU span only hulls its children's (wgpu) when they
+end in the same chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gputrace import exporters
+from gputrace.backends.base import CalibrationSample, RawSpan
+from gputrace.errors import report_internal
+from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
+from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, raw_thread
+from gputrace.resolver import RawRecording, anomaly_report, resolve
+
+CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
+MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
+PIECE = 50_000  # scopes resolved and written at a time
+EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
+_COLD = int(Flag.COLD)
+_DEGRADED = int(Flag.DEGRADED)
+
+
+@dataclass
+class Taken:
+    """Records taken out of the recorder's buffers: per thread, flat plain and rich scopes."""
+
+    threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] = field(default_factory=list)
+
+
+class _Detached:
+    """What a forked child's streamer writes to: nothing (the file is its parent's)."""
+
+    closed = True
+    rows = 0
+
+    def append(self, chunk: Trace) -> None:
+        pass
+
+    def close(self, header: dict[str, Any]) -> None:
+        pass
+
+
+_live: weakref.WeakSet[Streamer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for st in list(_live):
+        st.detach()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Streamer:
+    """Owns a session's ``StreamWriter`` and what is pending between chunks."""
+
+    def __init__(
+        self, path: Any, header: dict[str, Any], recorder: Recorder, raw: RawRecording, writer: Any = None
+    ) -> None:
+        self.header = header
+        self.recorder = recorder
+        self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
+        # a format's StreamWriter, or anything with its methods (the flight recorder's ring)
+        self.writer = writer if writer is not None else exporters.stream_writer(path, header)
+        self.lock = threading.RLock()  # one take or chunk at a time
+        self.seen_names: set[str] = set()
+        self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
+        self.counts: Counter[str] = Counter()
+        self.examples: list[dict[str, Any]] = []
+        self.anomalous = 0
+        self.chunks = 0
+        self.last_write = 0.0
+        self.queues: list[QueueInfo] = []
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        self.final = False  # the last chunk (stop): nothing is carried past it
+        _live.add(self)
+
+    def detach(self) -> None:
+        """In a forked child: never write to the parent's file (the child has no timer either)."""
+        fd = getattr(self.writer, "_fd", None)
+        if isinstance(fd, int):
+            with contextlib.suppress(OSError):
+                os.close(fd)  # the child's copy of the descriptor; the parent's stays open
+        self.writer = _Detached()
+        self.lock = threading.RLock()
+        self._timer = None
+
+    # -- the timer -----------------------------------------------------------------------------
+    def start_timer(self, interval_s: float) -> None:
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                if time.monotonic() - self.last_write < interval_s:
+                    continue  # a sync wrote a chunk meanwhile: no need to compete for the GIL
+                if getattr(self.recorder.backend, "ops_timing", False):
+                    continue  # CUPTI: a scope's kernels arrive at a sync; written then, not before
+                try:
+                    self.flush(complete=False)
+                except Exception as exc:  # never let the timer die silently, never break the program
+                    report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
+
+        self._timer = threading.Thread(target=loop, name="gputrace-stream", daemon=True)
+        self._timer.start()
+
+    def stop_timer(self) -> None:
+        self._stop.set()
+        t = self._timer
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+    # -- chunks --------------------------------------------------------------------------------
+    def take(self) -> Taken:
+        """Take every scope and mark recorded so far out of the recorder's buffers.
+
+        Each buffer's owner only appends (one ``extend`` per scope), so a prefix can be cut
+        while it keeps recording: what it appends meanwhile stays for the next chunk.
+        """
+        with self.lock:  # two takers at once would both copy a prefix, then both delete one
+            return self._take()
+
+    def _take(self) -> Taken:
+        rec = self.recorder
+        with rec._buffers_lock:
+            buffers = list(rec.buffers)
+        out = Taken()
+        for buf in buffers:
+            log, rich, marks = buf.log, buf.rich, buf.marks
+            k = len(log)
+            plain = log[:k]
+            del log[:k]
+            k = len(rich)
+            k -= k % RICH
+            rich_items = rich[:k]
+            del rich[:k]
+            k = len(marks)
+            mk = marks[:k]
+            del marks[:k]
+            if plain or rich_items or mk:
+                out.threads.append((buf, plain, rich_items, mk))
+        return out
+
+    def flush(self, complete: bool) -> None:
+        """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
+        with self.lock:
+            self.write(self.take(), complete, None)
+
+    def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
+        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""
+        with self.lock:
+            for piece in _pieces(taken):
+                self._write(piece, complete, queues)
+
+    def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
+        if self.writer.closed:
+            return
+        if queues is not None and len(queues) >= len(self.queues):
+            self.queues = list(queues)
+        threads: list[RawThread] = []
+        for buf, plain, rich, marks in taken.threads:
+            key = id(buf)
+            held = self.pending.pop(key, (buf, []))[1]
+            if complete:
+                ready = held + rich
+            else:  # scopes whose GPU work may still be running wait for a sync
+                ready, wait = [], list(held)
+                for i in range(0, len(rich), RICH):
+                    item = rich[i : i + RICH]
+                    (wait if item[3] > 0 else ready).extend(item)
+                if wait:
+                    self.pending[key] = (buf, wait)
+            threads.append(raw_thread(buf, plain, ready, marks))
+        if complete:  # pending scopes of threads that recorded nothing new since
+            for buf, held in self.pending.values():
+                threads.append(raw_thread(buf, [], held, []))
+            self.pending.clear()
+        if not any(len(t.names) or t.marks for t in threads):
+            return
+        raw = self.raw
+        spans, raw.spans = raw.spans, []
+        ops, raw.ops = raw.ops, []
+        blind, raw.blind = raw.blind, []
+        untimed, raw.untimed = raw.untimed, set()
+        degraded, raw.degraded = raw.degraded, {}
+        chunk_raw = RawRecording(
+            header=self.header,
+            threads=threads,
+            queues=self.queues,
+            spans=spans,
+            samples=raw.samples[-CHUNK_FIT_SAMPLES:],
+            untimed=untimed,
+            degraded=degraded,
+            spans_cover_children=raw.spans_cover_children,
+            empty_span_ns=raw.empty_span_ns,
+            ops=ops,
+            blind=blind,
+            ops_timing=raw.ops_timing,
+            problem=raw.problem,
+        )
+        chunk = resolve(chunk_raw, report=False)
+        if ops and not self.final:
+            chunk = self._carry_ops(chunk, ops)
+        self._session_flags(chunk)
+        # spans whose scope has not ended yet wait for it (and their tokens' facts with them)
+        tokens = {int(t) for th in threads for t in th.times[:, 2].tolist() if t > 0}
+        left = [sp for sp in spans if sp.token not in tokens]
+        if len(left) > MAX_CARRIED_SPANS:
+            report_internal(
+                "stream-spans",
+                f"{len(left) - MAX_CARRIED_SPANS} GPU spans whose scope never ended were dropped.",
+            )
+            left = left[-MAX_CARRIED_SPANS:]
+        raw.spans = left + raw.spans
+        raw.untimed |= {t for t in untimed if t not in tokens}
+        raw.degraded.update({t: v for t, v in degraded.items() if t not in tokens})
+        self.writer.append(chunk)
+        self.chunks += 1
+        self.last_write = time.monotonic()
+
+    def _carry_ops(self, chunk: Trace, ops: list[Any]) -> Trace:
+        """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
+        them) wait for it in the session's pending operations; the chunk goes out without them."""
+        o = chunk.ops
+        loose = o.scope < 0
+        if not loose.any():
+            return chunk
+        with self.recorder._buffers_lock:
+            buffers = list(self.recorder.buffers)
+        open_tids = {b.tid for b in buffers if b.stack}
+        corr = set(o.correlation[loose].tolist())
+        carried = [op for op in ops if op.correlation in corr and op.call_tid in open_tids]
+        if not carried:
+            return chunk
+        keep = ~(loose & np.isin(o.correlation, [op.correlation for op in carried]))
+        self.raw.ops = carried[-MAX_CARRIED_SPANS:] + self.raw.ops
+        chunk.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
+        return chunk
+
+    def _session_flags(self, chunk: Trace) -> None:
+        """ "cold" means first in the session, not first in the chunk; count anomalies."""
+        s = chunk.scopes
+        if len(s):
+            names = chunk.names
+            seen = np.array([names[i] in self.seen_names for i in range(len(names))], bool)
+            again = seen[s.name] & ((s.flags & _COLD) != 0)
+            if again.any():
+                s.flags = np.where(again, s.flags & ~np.uint32(_COLD), s.flags).astype(np.uint32)
+            self.seen_names.update(names[i] for i in np.unique(s.name).tolist())
+            for bit in Flag:
+                c = int(np.count_nonzero(s.flags & int(bit)))
+                if c:
+                    self.counts[flag_names(int(bit))[0]] += c
+            self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
+        if len(self.examples) < EXAMPLES:
+            rows0 = self.writer.rows
+            for item in anomaly_report(chunk)["items"][: EXAMPLES - len(self.examples)]:
+                self.examples.append(dict(item, scope=rows0 + int(item["scope"])))
+
+    def close(self, final_header: dict[str, Any]) -> None:
+        header = dict(final_header)
+        header["anomalies"] = {
+            "counts": dict(self.counts),
+            "items": self.examples,
+            "truncated": max(0, self.anomalous - len(self.examples)),
+        }
+        header["streamed"] = {"chunks": self.chunks}
+        with self.lock:
+            self.writer.close(header)
+
+
+def _pieces(taken: Taken) -> list[Taken]:
+    """``taken`` cut into pieces of at most ``PIECE`` scopes of one thread each (one if small)."""
+    if sum(len(p) // 3 + len(r) // RICH for _, p, r, _ in taken.threads) <= PIECE:
+        return [taken]
+    out = []
+    for buf, plain, rich, marks in taken.threads:
+        first = True
+        for i in range(0, max(len(plain), 1), 3 * PIECE):
+            out.append(Taken([(buf, plain[i : i + 3 * PIECE], [], marks if first else [])]))
+            first = False
+        for i in range(0, len(rich), RICH * PIECE):
+            out.append(Taken([(buf, [], rich[i : i + RICH * PIECE], [])]))
+    return out
+
+
+def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
+    """Scopes still open at stop: kept, ending at ``stop_ns``, degraded, ``args["unclosed"]``."""
+    out = Taken()
+    with recorder._buffers_lock:
+        buffers = list(recorder.buffers)
+    for buf in buffers:
+        rich: list[Any] = []
+        for entry in list(buf.stack):
+            obj, cpu_start, token = entry[0], entry[1], entry[2]
+            a = dict(getattr(obj, "args", {}) or {})
+            a["unclosed"] = True
+            rich.extend((getattr(obj, "name", "?"), cpu_start, stop_ns, max(token, 0), _DEGRADED, a))
+        if rich:
+            out.threads.append((buf, [], rich, []))
+    return out
+
+
+def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
+    """The clock fit over every sample of the session, per device (the final header's)."""
+    from gputrace.resolver import _fits
+
+    fits = _fits(RawRecording(header={}, threads=[], samples=samples))
+    return [dict(device=d, **fits[d][0].to_dict()) for d in sorted(fits)]
+
+
+__all__ = ["RawSpan", "Streamer", "Taken", "final_clock", "unclosed"]

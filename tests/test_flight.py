@@ -1,0 +1,132 @@
+"""The flight recorder (ring_s, SIGUSR1) and step windows (gputrace.step, steps=)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import gputrace
+from gputrace.cli import cli
+from gputrace.clock import FakeClock
+
+ROOT = Path(__file__).resolve().parent.parent
+S = 1_000_000_000
+
+
+def _second(clock: FakeClock, k: int) -> None:
+    """One second of the program: a scope named after it, then a sync (one chunk per second)."""
+    with gputrace.trace(f"second {k}", k=k):
+        clock.advance(S // 2)
+    clock.advance(S // 2)
+    gputrace.sync()
+
+
+def test_ring_keeps_the_last_seconds_and_writes_them_on_sigusr1(tmp_path: Path) -> None:
+    path = tmp_path / "ring.json"
+    clock = FakeClock(10 * S, 0)
+    with gputrace.session(path, backend="cpu", clock=clock, quiet=True, ring_s=3, flush_s=3600) as s:
+        for k in range(10):
+            _second(clock, k)
+        assert not path.exists()  # nothing is written until asked
+        os.kill(os.getpid(), signal.SIGUSR1)  # the program goes on; a thread writes the ring
+        deadline = time.monotonic() + 20
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        t = gputrace.load(path)
+        assert [sc.args["k"] for sc in t] == [7, 8, 9]  # the last 3 s only
+        assert t.header["ring"]["dump"] == 1 and "truncated" not in t.header
+        for k in range(10, 15):  # still recording after the signal
+            _second(clock, k)
+    final = gputrace.load(path)  # replaced at stop with the window then
+    assert [sc.args["k"] for sc in final] == [12, 13, 14]
+    assert s.written == path and final.header["ring"]["dump"] == 2
+
+
+def test_ring_is_written_when_the_program_raises(tmp_path: Path) -> None:
+    path = tmp_path / "ring.json.gz"
+    clock = FakeClock(10 * S, 0)
+    with pytest.raises(ZeroDivisionError):
+        with gputrace.session(path, backend="cpu", clock=clock, quiet=True, ring_s=2, flush_s=3600):
+            for k in range(5):
+                _second(clock, k)
+            with gputrace.trace("failing"):
+                _ = 1 / 0
+    t = gputrace.load(path)
+    assert [sc.name for sc in t] == ["second 3", "second 4", "failing"]
+    assert t.find("failing")[0].args == {"exception": "ZeroDivisionError"}
+
+
+def test_ring_is_written_when_the_interpreter_exits_without_stopping_it(tmp_path: Path) -> None:
+    path = tmp_path / "ring.json"
+    code = (
+        "import gputrace\n"
+        f"s = gputrace.session({str(path)!r}, backend='cpu', quiet=True, ring_s=60).start()\n"
+        "with gputrace.trace('kept'):\n    pass\n"
+        "raise SystemExit(4)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 4, out.stderr
+    assert [sc.name for sc in gputrace.load(path)] == ["kept"]
+
+
+def test_a_ring_needs_a_path() -> None:
+    with pytest.raises(gputrace.GputraceError, match="needs a path"):
+        gputrace.session(backend="cpu", ring_s=5)
+
+
+def test_steps_record_only_their_window(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    with gputrace.session(path, backend="cpu", quiet=True, steps="3:5") as s:
+        for i in range(8):
+            with gputrace.trace("iteration", i=i):
+                with gputrace.trace("inner"):
+                    pass
+            gputrace.step()
+    t = gputrace.load(path)
+    assert [(sc.name, sc.args.get("i")) for sc in t] == [
+        ("iteration", 3), ("inner", None), ("iteration", 4), ("inner", None)
+    ]  # fmt: skip
+    assert [m.name for m in t.marks] == ["step 3", "step 4"]
+    assert s.trace is not None and len(s.trace) == 4
+    gputrace.step()  # no session: nothing happens
+
+
+def test_steps_from_zero_and_bad_windows() -> None:
+    with gputrace.session(backend="cpu", steps=(0, 1)) as s:
+        for _ in range(3):
+            with gputrace.trace("it"):
+                pass
+            gputrace.step()
+    assert s.trace is not None and len(s.trace) == 1
+    for bad in ("5", "a:b", "4:2", "-1:3"):
+        with pytest.raises(gputrace.GputraceError, match="steps"):
+            gputrace.session(backend="cpu", steps=bad)
+
+
+def test_run_with_steps_and_ring(tmp_path: Path) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import gputrace\n"
+        "for i in range(6):\n"
+        "    with gputrace.trace('it', i=i):\n        pass\n"
+        "    gputrace.step()\n"
+    )
+    out = tmp_path / "t.json"
+    res = CliRunner().invoke(cli, ["run", "-q", "-o", str(out), "--steps", "2:4", str(script)])
+    assert res.exit_code == 0, res.output
+    assert [sc.args["i"] for sc in gputrace.load(out)] == [2, 3]
+    ring = tmp_path / "ring.json"
+    res = CliRunner().invoke(cli, ["run", "-q", "-o", str(ring), "--ring", "60", str(script)])
+    assert res.exit_code == 0, res.output
+    t = gputrace.load(ring)
+    assert [sc.args["i"] for sc in t] == list(range(6)) and t.header["ring"]["seconds"] == 60
+    res = CliRunner().invoke(cli, ["run", "-o", str(ring), "--steps", "9", str(script)])
+    assert res.exit_code == 2 and "steps must look like" in res.output

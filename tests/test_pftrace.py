@@ -1,0 +1,360 @@
+"""The Perfetto protobuf format (.pftrace): exact round trip, truncation, streaming, Perfetto's view."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gputrace
+from gputrace.exporters import chrome, pftrace
+from gputrace.loader import TraceFileError
+from gputrace.model import (
+    NO_TIME,
+    Flag,
+    Mark,
+    QueueInfo,
+    ScopeTable,
+    SpanTable,
+    ThreadInfo,
+    Trace,
+    canonical_names,
+    nest,
+)
+from tests import perfetto_tp
+from tests.test_exporter import assert_same, record_story
+
+DATA = Path(__file__).parent / "data"
+GOLDEN = sorted(p for p in DATA.glob("*.json") if p.name != "pytorch.json")
+
+
+def synthetic(n_top: int, seed: int) -> Trace:
+    """A trace with everything the format carries, on a coarse clock so times often tie:
+    two threads (one with partially overlapping coroutine scopes), nesting, two streams (with
+    overlapping GPU work and waits), passes, negative gaps, flags, args of every JSON type, marks."""
+    rng = random.Random(seed)
+    threads = [ThreadInfo(100, "MainThread"), ThreadInfo(101, "worker")]
+    queues = [QueueInfo(0, "Fake GPU", "fake", "stream 0"), QueueInfo(0, "Fake GPU", "fake", "stream 1")]
+    names = ["step", "matmul", "copy", "idle", "pass a", "pass b"]
+    rows: list[dict[str, Any]] = []
+    passes: list[tuple[int, int, int, int, int]] = []  # row, label, submit, start, end
+    marks: list[Mark] = []
+    for th in range(2):
+        t = 0
+        for i in range(n_top):
+            t += rng.choice([0, 1000, 2000])
+            top_end = t + rng.choice([0, 2000, 5000, 9000])
+            rows.append({"name": 0, "thread": th, "s": t, "e": top_end})
+            c = t
+            for _k in range(rng.choice([0, 1, 2])):
+                if c >= top_end:
+                    break
+                ce = min(top_end, c + rng.choice([0, 1000, 2000]))
+                rows.append({"name": rng.choice([1, 2, 3]), "thread": th, "s": c, "e": ce})
+                c = ce
+            if th == 1 and i % 7 == 3:  # a coroutine scope that partially overlaps the next
+                rows.append(
+                    {
+                        "name": 3,
+                        "thread": th,
+                        "s": top_end - 1000 if top_end >= 1000 else 0,
+                        "e": top_end + 3000,
+                    }
+                )
+            if rng.random() < 0.2:
+                args = {"i": i} if rng.random() < 0.5 else {}
+                marks.append(Mark("tick", t, th, rng.choice(["mark", "sync"]), args))
+            t = top_end
+    rows.sort(key=lambda r: (r["s"], r["thread"], -r["e"]))
+    n = len(rows)
+    s = ScopeTable.empty(n)
+    s.name = np.array([r["name"] for r in rows], np.int32)
+    s.thread = np.array([r["thread"] for r in rows], np.int32)
+    s.cpu_start_ns = np.array([r["s"] for r in rows], np.int64) + 10**9
+    s.cpu_end_ns = np.array([r["e"] for r in rows], np.int64) + 10**9
+    for i in range(n):
+        if s.name[i] in (1, 2) or rng.random() < 0.1:
+            q = rng.choice([0, 1])
+            sub = int(s.cpu_start_ns[i]) + rng.choice([0, 1000])
+            if sub > s.cpu_end_ns[i]:
+                sub = int(s.cpu_end_ns[i])
+            g0 = sub + rng.choice([-1000, 0, 1000, 3000, 6000])
+            g1 = g0 + rng.choice([0, 1000, 4000, -1000 if rng.random() < 0.05 else 2000])
+            s.queue[i] = q
+            s.submit_ns[i] = sub if rng.random() < 0.9 else NO_TIME
+            s.gpu_start_ns[i], s.gpu_end_ns[i] = g0, g1
+            s.uncertainty_ns[i] = rng.choice([0, 32, 4600])
+        if rng.random() < 0.15:
+            s.flags[i] = rng.choice([Flag.COLD, Flag.OUTLIER, Flag.COLD | Flag.OVERLAP, Flag.ERROR])
+        if rng.random() < 0.2:
+            s.args[i] = rng.choice(
+                [
+                    {"i": i},
+                    {"x": 0.1 * i, "s": 'é"x'},
+                    {"l": [1, "a", None], "d": {"k": 1}, "b": True, "z": None},
+                ]
+            )
+    nest(s)
+    for i in np.flatnonzero(s.gpu_start_ns != NO_TIME).tolist():  # passes where no other GPU work overlaps
+        g0, g1, q = int(s.gpu_start_ns[i]), int(s.gpu_end_ns[i]), s.queue[i]
+        others = (s.queue == q) & (s.gpu_start_ns < g1) & (s.gpu_end_ns > g0) & (s.gpu_start_ns != NO_TIME)
+        if g1 > g0 and others.sum() == 1 and rng.random() < 0.5:
+            a = rng.randrange(g0, g1)
+            passes.append((i, 4, int(s.submit_ns[i]), g0, a))
+            passes.append((i, 5, NO_TIME, a, g1))
+    sp = SpanTable.empty(len(passes))
+    if passes:
+        sp.scope = np.array([p[0] for p in passes], np.int64)
+        sp.label = np.array([p[1] for p in passes], np.int32)
+        sp.queue = s.queue[sp.scope].astype(np.int32)
+        sp.submit_ns = np.array([p[2] for p in passes], np.int64)
+        sp.gpu_start_ns = np.array([p[3] for p in passes], np.int64)
+        sp.gpu_end_ns = np.array([p[4] for p in passes], np.int64)
+    names = canonical_names(names, s, sp)
+    for m in range(len(marks)):
+        marks[m] = Mark(marks[m].name, marks[m].ts_ns + 10**9, marks[m].thread, marks[m].kind, marks[m].args)
+    marks.sort(key=lambda m: m.ts_ns)
+    header = gputrace.load(DATA / "story.json").header
+    header = {**header, "base_ns": 10**9, "start_ns": 10**9, "pid": 4242}
+    return Trace(header, names, threads, queues, s, sp, marks, {})
+
+
+def through_json(trace: Trace, tmp_path: Path) -> Trace:
+    """The trace as the JSON path gives it back (its canonical form)."""
+    path = tmp_path / "canon.json"
+    chrome.write(trace, path)
+    return gputrace.load(path)
+
+
+@pytest.mark.parametrize("golden", GOLDEN, ids=lambda p: p.name)
+def test_golden_traces_round_trip_exactly(tmp_path: Path, golden: Path) -> None:
+    trace = gputrace.load(golden)
+    path = pftrace.write(trace, tmp_path / "t.pftrace")
+    back = pftrace.read(path)
+    assert_same(trace, back)
+    assert back.header == {k: v for k, v in pftrace._file_header(trace).items()}
+    assert "truncated" not in back.header
+
+
+def test_session_trace_round_trips(tmp_path: Path) -> None:
+    trace = record_story(tmp_path / "t.json")
+    assert_same(trace, pftrace.read(pftrace.write(trace, tmp_path / "t.pftrace")))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_everything_round_trips_with_ties_overlaps_and_passes(tmp_path: Path, seed: int) -> None:
+    trace = through_json(synthetic(40, seed), tmp_path)
+    assert len(trace.spans) and trace.scopes.args and trace.marks
+    back = pftrace.read(pftrace.write(trace, tmp_path / "t.pftrace"))
+    assert_same(trace, back)
+
+
+def test_empty_trace(tmp_path: Path) -> None:
+    trace = through_json(synthetic(0, 0), tmp_path)
+    assert len(trace) == 0
+    assert_same(trace, pftrace.read(pftrace.write(trace, tmp_path / "t.pftrace")))
+
+
+def _slice(t: Trace, a: int, b: int, t0: int, t1: int) -> Trace:
+    """Rows a..b-1 of ``t`` (and marks in [t0, t1)) as a chunk, the way a session appends them."""
+    s = t.scopes
+    c = ScopeTable.empty(b - a)
+    for col in s.COLUMNS:
+        setattr(c, col, getattr(s, col)[a:b].copy())
+    c.parent = np.where(c.parent >= a, c.parent - a, -1)
+    c.args = {i - a: v for i, v in s.args.items() if a <= i < b}
+    k = np.flatnonzero((t.spans.scope >= a) & (t.spans.scope < b))
+    sp = SpanTable(
+        t.spans.scope[k] - a, t.spans.label[k], t.spans.queue[k], t.spans.submit_ns[k],
+        t.spans.gpu_start_ns[k], t.spans.gpu_end_ns[k],
+    )  # fmt: skip
+    marks = [m for m in t.marks if t0 <= m.ts_ns < t1]
+    return Trace(t.header, t.names, t.threads, t.queues, c, sp, marks, t.clock_fits)
+
+
+def _stream(trace: Trace, path: Path, cuts: list[int]) -> pftrace.StreamWriter:
+    header = pftrace._file_header(trace)
+    w = pftrace.StreamWriter(path, {k: v for k, v in header.items() if k not in ("threads", "queues")})
+    bounds = [0, *cuts, len(trace)]
+    starts = trace.scopes.cpu_start_ns
+    for a, b in itertools.pairwise(bounds):
+        t0 = int(starts[a]) if a else -(2**62)
+        t1 = int(starts[b]) if b < len(trace) else 2**62
+        w.append(_slice(trace, a, b, t0, t1))
+        assert w.rows == b
+    return w
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_streaming_appends_equal_the_whole_write(tmp_path: Path, seed: int) -> None:
+    trace = through_json(synthetic(60, seed), tmp_path)
+    n = len(trace)
+    w = _stream(trace, tmp_path / "s.pftrace", [n // 5, n // 5, n // 2, n - 3])
+    w.close(pftrace._file_header(trace))
+    streamed = pftrace.read(tmp_path / "s.pftrace")
+    whole = pftrace.read(pftrace.write(trace, tmp_path / "w.pftrace"))
+    assert_same(whole, streamed)
+    assert_same(trace, streamed)
+    assert streamed.header["threads"] == whole.header["threads"]
+
+
+def test_a_cut_file_loads_every_whole_chunk_and_says_it_ends_early(tmp_path: Path) -> None:
+    trace = through_json(synthetic(60, 1), tmp_path)
+    n = len(trace)
+    cuts = [n // 4, n // 2, 3 * n // 4]
+    path = tmp_path / "s.pftrace"
+    sizes = []
+    w = pftrace.StreamWriter(path, pftrace._file_header(trace))
+    bounds = [0, *cuts, n]
+    for a, b in itertools.pairwise(bounds):
+        w.append(_slice(trace, a, b, -(2**62) if a == 0 else 2**62, 2**62))  # marks only in chunk 1
+        sizes.append(path.stat().st_size)
+    w.abandon()  # killed: no final header
+    raw = path.read_bytes()
+    back = pftrace.read(path)
+    assert back.header["truncated"] is True and len(back) == n
+    for k, size in enumerate(sizes):
+        for cut in (size, size + 1, size + 7, (size + sizes[k + 1]) // 2 if k + 1 < len(sizes) else size):
+            (tmp_path / "cut.pftrace").write_bytes(raw[:cut])
+            got = pftrace.read(tmp_path / "cut.pftrace")
+            assert got.header["truncated"] is True
+            assert len(got) == bounds[k + 1], (k, cut)
+            want = _slice(trace, 0, bounds[k + 1], -(2**62), 2**62)
+            want_t = through_json(want, tmp_path)
+            assert_same(want_t, got)
+    (tmp_path / "cut.pftrace").write_bytes(raw[: sizes[0] - 3])  # inside the first chunk
+    got = pftrace.read(tmp_path / "cut.pftrace")
+    assert got.header["truncated"] is True and len(got) == 0
+
+
+def test_a_closed_stream_is_not_truncated_and_keeps_the_final_header(tmp_path: Path) -> None:
+    trace = through_json(synthetic(10, 2), tmp_path)
+    w = _stream(trace, tmp_path / "s.pftrace", [])
+    w.close({**pftrace._file_header(trace), "end_ns": 123})
+    back = pftrace.read(tmp_path / "s.pftrace")
+    assert back.header["end_ns"] == 123 and "truncated" not in back.header
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(None, "no such file"), (b"", "empty"), (b"{not a pftrace", "not a Perfetto trace"),
+     (b"\x0a\x02\x08\x01", "no gputrace header"), (b"\x0a\x03\x08\x01\x10", "not a Perfetto trace")],
+)  # fmt: skip
+def test_bad_input_is_one_sentence(tmp_path: Path, content: bytes | None, expected: str) -> None:
+    path = tmp_path / "bad.pftrace"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(TraceFileError, match=expected):
+        pftrace.read(path)
+
+
+# -- Perfetto's own definitions of the format -------------------------------------------------------
+
+
+def _perfetto_protos() -> Any:
+    return pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+
+
+def test_perfetto_protos_read_what_we_mean(tmp_path: Path) -> None:
+    """Parsed with Perfetto's own .proto definitions: fields land where intended, and the packets
+    describe the same slices, flows, waits and counters as the JSON."""
+    pb = _perfetto_protos()
+    trace = through_json(synthetic(30, 3), tmp_path)
+    msg = pb.Trace()
+    msg.ParseFromString(pftrace.dumps(trace))
+    names: dict[int, str] = {}
+    tracks: dict[int, Any] = {}
+    begins: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    flows_out, flows_in, counters, instants = [], [], 0, 0
+    te_type = pb.TrackEvent
+    for p in msg.packet:
+        assert p.trusted_packet_sequence_id == 1
+        for e in p.interned_data.event_names:
+            names[e.iid] = e.name
+        if p.HasField("track_descriptor"):
+            tracks[p.track_descriptor.uuid] = p.track_descriptor
+        if p.HasField("track_event"):
+            e = p.track_event
+            assert e.track_uuid in tracks
+            if e.type == te_type.TYPE_SLICE_BEGIN:
+                assert e.name_iid in names
+                begins[e.track_uuid] = begins.get(e.track_uuid, 0) + 1
+            elif e.type == te_type.TYPE_SLICE_END:
+                ends[e.track_uuid] = ends.get(e.track_uuid, 0) + 1
+            elif e.type == te_type.TYPE_COUNTER:
+                counters += 1
+                assert tracks[e.track_uuid].HasField("counter")
+            elif e.type == te_type.TYPE_INSTANT:
+                instants += 1
+            flows_out += list(e.flow_ids_old)
+            flows_in += list(e.terminating_flow_ids_old)
+    assert begins == ends
+    s = trace.scopes
+    has_gpu = s.has_gpu()
+    thread_slices = sum(
+        n for u, n in begins.items() if tracks[u].HasField("thread") and tracks[u].thread.pid == 4242
+    )
+    assert thread_slices == len(s)
+    gpu_pid = chrome.GPU_PID_BASE
+    labelled = (
+        int((trace.spans.label != trace.names.index("")).sum()) if "" in trace.names else len(trace.spans)
+    )
+    gpu_slices = sum(
+        n for u, n in begins.items() if tracks[u].HasField("thread") and tracks[u].thread.pid == gpu_pid
+    )
+    assert gpu_slices == int(has_gpu.sum()) + labelled
+    assert sorted(flows_out) == sorted(flows_in) == sorted((np.flatnonzero(has_gpu) + 1).tolist())
+    waits = sum(n for u, n in begins.items() if tracks[u].name.startswith("queued · "))
+    gap_ok = has_gpu & (s.submit_ns != NO_TIME) & (s.gpu_start_ns >= s.submit_ns)
+    assert waits == int(gap_ok.sum())
+    # the same picture as the JSON: slices, flows, async waits, counter samples, instants
+    events, _ = chrome.to_events(trace)
+    assert thread_slices + gpu_slices == sum(1 for e in events if e["ph"] == "X")
+    assert len(flows_out) == sum(1 for e in events if e.get("flow_out"))
+    assert waits == sum(1 for e in events if e["ph"] == "b")
+    # queue depth: up at submission, down at the end (a nested scope's work counts once, its parent's)
+    par = s.parent
+    nested = (par >= 0) & has_gpu[np.maximum(par, 0)] & (s.queue[np.maximum(par, 0)] == s.queue)
+    assert counters == 2 * int((has_gpu & (s.submit_ns != NO_TIME) & ~nested).sum())
+    assert instants == sum(1 for e in events if e["ph"] == "i")
+    for d in tracks.values():
+        if d.HasField("process") and d.process.pid >= gpu_pid:
+            assert d.process.process_name.startswith("GPU 0")
+
+
+def test_clock_snapshots_tie_the_clocks_to_monotonic(tmp_path: Path) -> None:
+    pb = _perfetto_protos()
+    trace = gputrace.load(DATA / "story.json")
+    msg = pb.Trace()
+    msg.ParseFromString(pftrace.dumps(trace))
+    snaps = [p.clock_snapshot for p in msg.packet if p.HasField("clock_snapshot")]
+    first = snaps[0]
+    assert first.primary_trace_clock == 3  # CLOCK_MONOTONIC, the session clock
+    assert {c.clock_id: c.is_incremental for c in first.clocks} == {3: False, pftrace.CLK: True}
+    fit = trace.clock_fits[0]
+    gpu = [s for s in snaps[1:] if any(c.clock_id == pftrace.GPU_CLOCK for c in s.clocks)]
+    assert len(gpu) == 2
+    for snap in gpu:
+        cpu = next(c.timestamp for c in snap.clocks if c.clock_id == 3)
+        g = next(c.timestamp for c in snap.clocks if c.clock_id == pftrace.GPU_CLOCK)
+        assert int(fit.to_cpu(np.array([g], np.int64))[0]) == pytest.approx(cpu, abs=1)
+
+
+# -- Perfetto's importer (where a trace_processor binary is installed) -----------------------------
+
+
+def test_perfetto_imports_it_like_the_json(tmp_path: Path) -> None:
+    reason = perfetto_tp.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    trace = through_json(synthetic(30, 4), tmp_path)
+    pf = perfetto_tp.import_report(pftrace.write(trace, tmp_path / "t.pftrace"))
+    js = perfetto_tp.import_report(tmp_path / "canon.json")
+    assert pf["errors"] == [] and js["errors"] == []
+    for key in ("slices", "flows", "async_total", "slices_per_process"):
+        assert pf[key] == js[key], key
