@@ -64,6 +64,14 @@ def _nvtx_ranges() -> Any:
     return load()
 
 
+def _world_size() -> int:
+    for var in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+        v = os.environ.get(var)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    return 1
+
+
 def _rank() -> int | None:
     for var in RANK_VARS:
         v = os.environ.get(var)
@@ -207,6 +215,12 @@ class session:
         self._attach_ranks("start")
         if self._ranks is not None and self.path is not None:  # each rank writes its own file
             self.path = Path(rank_path(self.path, self._ranks.rank))
+        elif self.path is not None and self.group is not False:
+            # a rank of a launched job (torchrun, mpirun) whose group comes later: its own file
+            # from the start, so ranks never stream into one file
+            env_rank = _rank()
+            if env_rank is not None and _world_size() > 1:
+                self.path = Path(rank_path(self.path, env_rank))
         if self._steps is None:
             self._recorder.activate()
         if self.stream:

@@ -102,7 +102,9 @@ class Streamer:
     def detach(self) -> None:
         """In a forked child: never write to the parent's file (the child has no timer either)."""
         fd = getattr(self.writer, "_fd", None)
-        if isinstance(fd, int):
+        # only a file still open: a closed writer's descriptor number may belong to something
+        # else by now (a subprocess's pipes, in the child between fork and exec)
+        if isinstance(fd, int) and not getattr(self.writer, "closed", True):
             with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
         self.writer = _Detached()
@@ -287,7 +289,10 @@ class Streamer:
         }
         header["streamed"] = {"chunks": self.chunks}
         with self.lock:
-            self.writer.close(header)
+            try:
+                self.writer.close(header)
+            finally:
+                _live.discard(self)
 
 
 def _pieces(taken: Taken) -> list[Taken]:

@@ -38,5 +38,5 @@ if ! python3 -c 'import torch' >/dev/null 2>&1; then
 fi
 # Holistic Trace Analysis (~30 s, no torch): tests/test_hta.py runs its analyses on a gputrace trace.
 # Kept out of the test extra (it brings jupyterlab); if it cannot be installed, that test is skipped.
-python3 -m pip install -q --disable-pip-version-check 'holistictraceanalysis==0.5.0' ||
+python3 -m pip install -q --disable-pip-version-check 'holistictraceanalysis==0.5.0' psutil ||
   echo "tests/setup.sh: WARNING: could not install holistictraceanalysis; tests/test_hta.py will be skipped." >&2

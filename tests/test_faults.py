@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 import gputrace
+from gputrace import streaming
 from gputrace.backends.base import Backend
 from gputrace.backends.cpu import CpuBackend
 from gputrace.backends.fake import FakeBackend
-from gputrace import streaming
 from gputrace.exporters import chrome
 from gputrace.exporters import json as json_format
 from gputrace.model import Flag

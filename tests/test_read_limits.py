@@ -93,7 +93,9 @@ def test_sparse_file_is_refused_by_its_size_before_reading(tmp_path: Path) -> No
 
 def test_the_limit_is_configurable(tmp_path: Path) -> None:
     path = tmp_path / "big_bad.json"
-    path.write_bytes((DATA / "story.json").read_bytes())  # 18.5 KiB
+    path.write_bytes(
+        (DATA / "story.json").read_bytes() + b" " * (18_925 - (DATA / "story.json").stat().st_size)
+    )
     env = {"GPUTRACE_MAX_TRACE_BYTES": "16K"}
     r = cli("summarize", str(path), env=env)
     assert r.returncode == 2

@@ -10,6 +10,8 @@ The viewer and the trace are served on 127.0.0.1 only; nothing leaves the machin
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import webbrowser
 from pathlib import Path
@@ -87,6 +89,8 @@ def _is_json(path: Path) -> bool:
     from gputrace import exporters
 
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return True  # a FIFO or device: never opened here; read_document refuses it
         with open(path, "rb") as f:
             head = f.read(2)
     except OSError:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import stat
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -63,12 +64,14 @@ def format_for(path: str | os.PathLike[str]) -> ModuleType:
 
 def _format_of_file(path: str | os.PathLike[str]) -> ModuleType:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return format_for(path)  # a FIFO or device: never opened here; the reader refuses it
         with open(path, "rb") as f:
             head = f.read(16)
     except OSError:
         return format_for(path)  # the reader says what is wrong with the file
     for magic, module in MAGIC:
-        if head.lstrip().startswith(magic):
+        if head.startswith(magic) or head.lstrip().startswith(magic):
             return importlib.import_module(module)
     return importlib.import_module(_module_name(path))
 

@@ -87,9 +87,12 @@ class StreamWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._enc = Encoder(header)
         self.closed = False
-        self._write(
-            PREFIX + dumps(lean_header(header)) + EVENTS_OPEN
-        )
+        try:
+            self._write(PREFIX + dumps(lean_header(header)) + EVENTS_OPEN)
+        except BaseException:
+            self.closed = True
+            os.close(self._fd)
+            raise
 
     @property
     def rows(self) -> int:
@@ -141,15 +144,19 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     header = file_header(trace)
     tmp = p.with_name(p.name + ".partial")
-    w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"))
+    try:
+        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:
         w.append(trace)
         w.close(header)
+        tmp.replace(p)  # a crash mid-write never leaves a truncated trace under the real name
     except BaseException:
         w.abandon()
         tmp.unlink(missing_ok=True)
         raise
-    tmp.replace(p)  # a crash mid-write never leaves a truncated trace under the real name
     return p
 
 

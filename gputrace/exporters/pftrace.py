@@ -1014,17 +1014,10 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
 
 def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
     """Read a ``.pftrace`` that gputrace wrote back into the ``Trace`` it was written from."""
-    from gputrace.loader import TraceFileError
+    from gputrace.loader import TraceFileError, read_bytes
 
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: no such file.") from None
-    except IsADirectoryError:
-        raise TraceFileError(f"{p}: is a directory, not a trace file.") from None
-    except OSError as exc:
-        raise TraceFileError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    raw = read_bytes(p)  # bounded: regular files only, at most GPUTRACE_MAX_TRACE_BYTES
     if not raw:
         raise TraceFileError(f"{p}: the file is empty.")
     if progress is not None:
