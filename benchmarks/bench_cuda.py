@@ -699,10 +699,10 @@ elif variant.startswith("gputrace_"):
     tb = time.perf_counter_ns()
     if os.environ.get("BENCH_PROFILE_STOP"):
         import cProfile, pstats
-        pr = cProfile.Profile(); pr.enable(); s.stop(); pr.disable()
+        pr = cProfile.Profile(); pr.enable(); s.__exit__(None, None, None); pr.disable()
         pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
     else:
-        s.stop()
+        s.__exit__(None, None, None)  # as ``with session(...)`` ends: the file is written, not read back
     tc = time.perf_counter_ns()
     info = s.trace.header["backend_info"]
     extra = {"start_ms": round((ta - t0) / 1e6, 1), "loop_ms": round((tb - ta) / 1e6, 1),

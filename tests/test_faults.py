@@ -10,6 +10,7 @@ checked too.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -359,15 +360,24 @@ def test_wgpu_backend(point: str, mode: str, wgpu_device: Any, tmp_path: Path) -
 
 # cuda (CuPy) on a GPU machine ---------------------------------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.parametrize("timing", ["events", "cupti"])
 @pytest.mark.parametrize(("point", "mode"), _cases([*BACKEND_METHODS, *STAGES]))
-def test_cuda_backend(point: str, mode: str, tmp_path: Path) -> None:
+def test_cuda_backend(point: str, mode: str, timing: str, tmp_path: Path) -> None:
     cupy = pytest.importorskip("cupy", reason="the cuda backend needs CuPy")
     from gputrace.backends import probe
 
     why = probe("cuda")
     if why is not None:
         pytest.skip(f"cuda backend unavailable: {why}")
-    from gputrace.backends.cuda import CudaBackend
+    cls: type
+    if timing == "cupti":
+        if importlib.util.find_spec("cupti") is None:
+            pytest.skip("CUPTI timing needs cupti-python")
+        if point in ("begin", "end"):
+            pytest.skip("CUPTI timing asks for no token per scope: begin/end are never called")
+        from gputrace.backends.cupti import CuptiBackend as cls
+    else:
+        from gputrace.backends.cuda_events import CudaEventsBackend as cls
 
     x = cupy.zeros(256, cupy.float32)
 
@@ -379,7 +389,9 @@ def test_cuda_backend(point: str, mode: str, tmp_path: Path) -> None:
                 gputrace.sync()
         return float(x.sum())
 
-    target = _target(point, CudaBackend)
-    result, fault, msgs, t = _run(lambda: "cuda", program, target, mode, tmp_path / "t.json")
+    result, fault, msgs, t = _run(
+        lambda: "cuda", program, _target(point, cls), mode, tmp_path / "t.json",
+        backend_options={"timing": timing}, **_stage_options(point),
+    )  # fmt: skip
     assert result == 256.0 * STEPS
     _check(point, mode, fault, msgs, t, gpu=True)
