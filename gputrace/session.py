@@ -385,7 +385,10 @@ class session:
         rec = self._recorder
         assert rec is not None
         try:
-            self._streamer.write(taken, complete=True, queues=_safe(rec.backend.queues) or [])
+            queues = _complete_queues(
+                _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops
+            )
+            self._streamer.write(taken, complete=True, queues=queues)
         except Exception as exc:
             report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
 
@@ -461,7 +464,7 @@ class session:
         raw.header["host"]["loadavg_end"] = _loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = _complete_queues(_safe(rec.backend.queues), raw.spans, rec.backend.name)
+        raw.queues = _complete_queues(_safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops)
         try:
             rec.backend.close()
         except Exception as exc:
@@ -578,11 +581,13 @@ class session:
         self.stop()
 
 
-def _complete_queues(queues: Any, spans: list[Any], backend: str) -> list[QueueInfo]:
-    """The backend's queues, with a stand-in for every queue a span names that it did not list
-    (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
+def _complete_queues(
+    queues: Any, spans: list[Any], backend: str, ops: list[Any] | None = None
+) -> list[QueueInfo]:
+    """The backend's queues, with a stand-in for every queue a span or operation names that it
+    did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
     out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
-    need = max((sp.queue for sp in spans), default=-1) + 1
+    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []], default=-1) + 1
     for i in range(len(out), need):
         out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
     return out

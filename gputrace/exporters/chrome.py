@@ -25,7 +25,6 @@ sync): it numbers scopes across chunks and emits each process/thread/queue name 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,6 @@ from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace,
 
 GPU_PID_BASE = 1 << 30  # GPU "processes"; real pids stay below 2**22 on Linux
 OVERLAP_TID_STEP = 1 << 24  # overflow lane n of a track: tid + n·step (Linux tids stay below 2**22)
-# More events per chunk: functions (trace, first_row, base_ns) -> Chrome events (dicts) with times
-# in µs relative to base_ns and scopes numbered from first_row (a streamed file's chunks).
-EXTRA_EVENTS: list[Callable[[Trace, int, int], list[dict[str, Any]]]] = []  # see op_events below
 EXAMPLES_IN_HEADER = 20  # anomaly examples kept in the file's header (counts stay exact)
 
 
@@ -126,6 +122,8 @@ class Encoder:
         }
         self.rows = 0  # scopes written so far: the file-order row of the next scope
         self.has_ops = False  # per-operation events written (the file then names its rank for HTA)
+        self.op_rows = 0  # operations written so far (numbers them, and their flows, across chunks)
+        self.ops_not_drawn = 0  # operations off the file's time line (before it, or never aligned)
         self.named: set[tuple[int, int]] = set()  # (pid, tid) with a name event; tid 0: process
         self.threads: dict[int, ThreadInfo] = {}
         self.queues: list[QueueInfo] = []
@@ -250,9 +248,12 @@ class Encoder:
                 ]
             )
         self._gpu_events(trace, r0, name_j, has_gpu, ev)
-        self.has_ops |= len(trace.ops) > 0
-        for extra in EXTRA_EVENTS:  # e.g. per-operation records (kernels, copies) under the scopes
-            ev.extend(_j(e) for e in extra(trace, r0, base))
+        if len(trace.ops):
+            self.has_ops = True
+            got, skipped = op_events(trace, r0, base, self.op_rows)
+            ev.extend(_j(e) for e in got)
+            self.op_rows += len(trace.ops)
+            self.ops_not_drawn += skipped
         tid_pid = {t.tid: self._cpu_pid(t.tid) for t in trace.threads}
         for m in trace.marks:
             tid = tids[m.thread]
@@ -410,16 +411,27 @@ def stream_number(label: str, queue: int) -> int:
     return int(num) if head == "stream" and num.isdigit() else queue
 
 
-def op_events(trace: Trace, r0: int, base: int) -> list[dict[str, Any]]:
+# an operation more than this far from the file's zero is not on its time line (never aligned)
+MAX_OP_US = 1e12
+
+
+def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[dict[str, Any]], int]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
     slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
     ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
-    numbered from ``r0`` (a streamed file's chunks)."""
+    numbered from ``r0`` and operations from ``op0`` (a streamed file's chunks).
+
+    Returns the events and how many operations were left out: those before the file's zero
+    (launched before the session) or on a clock that was never aligned (no calibration), which
+    no viewer could place."""
     ops, names, queues = trace.ops, trace.names, trace.queues
     n = len(ops)
     ev: list[dict[str, Any]] = []
     if not n:
-        return ev
+        return ev, 0
+    rel = (ops.gpu_start_ns - base) / 1000.0
+    crel = np.where(ops.call_start_ns == NO_TIME, 0.0, (ops.call_start_ns - base) / 1000.0)
+    placed = ((rel >= 0) & (rel < MAX_OP_US) & (crel >= 0) & (crel < MAX_OP_US)).tolist()
     pid = int(trace.header.get("pid") or 1)
     st, en = ops.gpu_start_ns.tolist(), ops.gpu_end_ns.tolist()
     c0, c1 = ops.call_start_ns.tolist(), ops.call_end_ns.tolist()
@@ -453,12 +465,14 @@ def op_events(trace: Trace, r0: int, base: int) -> list[dict[str, Any]]:
     call_of: dict[int, dict[str, Any]] = {}
     touch_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for k in range(n):
+        if not placed[k]:
+            continue
         qi, kind, corr, r = qcol[k], kinds[k], corrs[k], scope[k]
         known_q = 0 <= qi < len(queues)
         dev = dev_of[qi] if known_q else 0
         stream = stream_of[qi] if known_q else qi
         row = r0 + r if r >= 0 else -1
-        a: dict[str, Any] = {"op": k, "scope": row, "queue": qi, "device": dev, "stream": stream,
+        a: dict[str, Any] = {"op": op0 + k, "scope": row, "queue": qi, "device": dev, "stream": stream,
                              "correlation": corr, "External id": row, "rank": rank,
                              "timing": "cupti"}  # fmt: skip
         if kind == 0 or any(grids[k]):
@@ -491,7 +505,7 @@ def op_events(trace: Trace, r0: int, base: int) -> list[dict[str, Any]]:
         if corr in call_of:
             continue  # one flow per call: to its first operation
         call = call_names[k]
-        flow = OP_FLOW_BASE + ((r0 + k) & ((1 << 40) - 1))
+        flow = OP_FLOW_BASE + op0 + k
         call_of[corr] = {"ph": "X", "cat": "cuda_runtime" if call.startswith("cuda") else "cuda_driver",
                          "name": call, "pid": pid, "tid": cpu_tid[r] if r >= 0 else tids[thr[k]],
                          "ts": (c0[k] - base) / 1000.0, "dur": max(c1[k] - c0[k], 0) / 1000.0,
@@ -499,7 +513,7 @@ def op_events(trace: Trace, r0: int, base: int) -> list[dict[str, Any]]:
                          "args": {"correlation": corr, "External id": row}}  # fmt: skip
         e["bind_id"], e["flow_in"] = flow, True
         ev.append(call_of[corr])
-    return ev
+    return ev, n - sum(placed)
 
 
 def _touches_a_scope(
@@ -515,6 +529,3 @@ def _touches_a_scope(
     starts, max_end = got
     i = int(np.searchsorted(starts, c1, side="right"))
     return i > 0 and int(max_end[i - 1]) >= c0
-
-
-EXTRA_EVENTS.append(op_events)

@@ -121,6 +121,8 @@ class StreamWriter:
         header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in enc.threads.values()])
         header.setdefault("queues", [queue_dict(q) for q in enc.queues])
         header["base_ns"] = enc.base
+        if enc.ops_not_drawn:
+            header["ops_not_drawn"] = enc.ops_not_drawn
         last = {"ph": "M", "name": "process_sort_index", "pid": enc.pid, "tid": 0, "args": {"sort_index": 0}}
         tail = dumps(last) + CLOSE + dumps(header)
         if enc.has_ops:
