@@ -423,6 +423,10 @@ def _ops_of(t: gputrace.Trace, name: str) -> list[int]:
     return np.flatnonzero(t.ops.name == idx).tolist()
 
 
+# CUPTI's GPU timestamps are normalised to its CPU clock by the driver, with µs-level error
+CUPTI_NORMALISATION_NS = 5_000
+
+
 @pytest.mark.gpu
 @cupti_gpu
 def test_cupti_every_kernel_under_its_scope(spin) -> None:  # type: ignore[no-untyped-def]
@@ -449,9 +453,13 @@ def test_cupti_every_kernel_under_its_scope(spin) -> None:  # type: ignore[no-un
         assert sc.gpu_start_ns == min(int(t.ops.gpu_start_ns[r]) for r in mine)
         assert sc.gpu_end_ns == max(int(t.ops.gpu_end_ns[r]) for r in mine)
         assert 0 < busy[sc.index] <= (sc.gpu_ns or 0)
-        for r in mine:  # launch call inside the scope; GPU start after the call started
+        for r in mine:  # launch call inside the scope; GPU start after the call started, up to
+            # CUPTI's own GPU-to-CPU timestamp normalisation (a kernel was seen 2.2 µs "early" on
+            # the H200), which the session-clock uncertainty does not cover (docs/cupti.md)
             assert sc.cpu_start_ns <= t.ops.call_start_ns[r] <= t.ops.call_end_ns[r] <= sc.cpu_end_ns
-            assert t.ops.gpu_start_ns[r] >= t.ops.call_start_ns[r] - sc.uncertainty_ns
+            assert (
+                t.ops.gpu_start_ns[r] >= t.ops.call_start_ns[r] - sc.uncertainty_ns - CUPTI_NORMALISATION_NS
+            )
     (outer,) = t.find("outer")
     assert busy[outer.index] == sum(busy[i] for i in inner)
     (nothing,) = t.find("nothing")
