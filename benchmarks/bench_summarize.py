@@ -1,6 +1,6 @@
 """Summarize a large trace file, side by side with ``orjson.loads`` of the same file.
 
-The goal (issue 5): ``gputrace summarize`` of a 1M-scope trace in under 3x the time
+The goal: ``gputrace summarize`` of a 1M-scope trace in under 3x the time
 ``orjson.loads`` takes to parse that file. The trace is synthetic (numpy columns written by the
 real Chrome exporter): every scope has a CPU enqueue window and a GPU span on one of two streams.
 
