@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gputrace.durations import fmt_ns
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, Trace, flag_names
 from gputrace.rankview import rank_view
 
@@ -517,7 +518,7 @@ def clock_section(trace: Trace) -> dict[str, Any]:
     elif not fits:
         note = "GPU times carry no clock fit in this trace: treat their placement as unknown."
     else:
-        note = f"GPU times are placed on the CPU clock within ±{max_unc} ns."
+        note = f"GPU times are placed on the CPU clock within ±{fmt_ns(max_unc)}."
     return {"devices": fits, "max_uncertainty_ns": max_unc, "note": note}
 
 
