@@ -66,10 +66,19 @@ class RunOptions:
 @dataclass
 class RunResult:
     exit_code: int
-    trace: Trace | None  # None when the program never ran (a syntax error)
+    session: Any  # the gputrace session that recorded the program; None if it never ran
     written: Path | None
     signal: int | None = None  # the program was stopped by this signal: re-raise it to exit
     notes: list[str] = field(default_factory=list)
+    scopes: int = 0  # scopes in the trace
+    backend: str = ""
+
+    @property
+    def trace(self) -> Trace | None:
+        """The recorded trace; None when the program never ran (a syntax error). A streamed
+        trace is read back from its file on first use, never at exit (a long run's file can
+        be far larger than what the session held in memory)."""
+        return self.session.trace if self.session is not None else None
 
 
 class _Stopped(BaseException):
@@ -183,7 +192,8 @@ def run_script(opts: RunOptions) -> RunResult:
         _restore_signals(previous)
         deferred = _defer_signals()  # a second Ctrl-C or SIGTERM must not cut the write short
         try:
-            result_trace = s.stop()
+            s._load_at_stop = False  # the file holds it: no read-back at exit
+            s.stop()
         finally:
             arrived = deferred.restore()
             if arrived and stopped_by is None:
@@ -197,7 +207,7 @@ def run_script(opts: RunOptions) -> RunResult:
         return RunResult(exit_code, None, None, stopped_by, [])
     for mod in hook.never_imported():
         notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
-    return RunResult(exit_code, result_trace, s.written, stopped_by, notes)
+    return RunResult(exit_code, s, s.written, stopped_by, notes, s.scopes_recorded(), s.backend_name)
 
 
 def _compile(source: str, script: Path, chosen: set[str], *, whole: bool) -> tuple[types.CodeType, set[str]]:

@@ -229,6 +229,17 @@ class session:
             self._start_steps()
         return self
 
+    def scopes_recorded(self) -> int:
+        """Scopes in the trace once stopped (counted as written when streamed: no read-back)."""
+        if self._trace is not None:
+            return len(self._trace)
+        st = self._streamer
+        return int(getattr(st.writer, "rows", 0)) if st is not None else 0
+
+    @property
+    def backend_name(self) -> str:
+        return str(self._raw.header.get("backend", ""))
+
     @property
     def trace(self) -> Trace | None:
         """The resolved trace once stopped (a streamed one is read back from its file)."""

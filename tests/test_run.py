@@ -222,3 +222,20 @@ def test_a_program_with_its_own_session_keeps_it(tmp_path: Path) -> None:
     assert result.exit_code == 0 and result.trace is not None
     assert [sc.name for sc in result.trace] == ["outside", "after"]
     assert [sc.name for sc in gputrace.load(own)] == ["inside"]
+
+
+def test_a_streamed_run_is_not_read_back_at_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file holds a long run's trace: counting it needs no read-back (which would hold the
+    whole trace in memory at exit); ``result.trace`` reads it on first use."""
+    from gputrace import exporters
+
+    reads: list[object] = []
+    real = exporters.read
+    monkeypatch.setattr(exporters, "read", lambda *a, **k: reads.append(a) or real(*a, **k))
+    script = tmp_path / "many.py"
+    script.write_text("import gputrace\nfor i in range(300):\n    with gputrace.trace('s'):\n        pass\n")
+    out = tmp_path / "many.json"
+    result = run_script(RunOptions(script, [], output=out, backend="cpu", quiet=True))
+    assert (result.exit_code, result.scopes, result.backend, result.written) == (0, 300, "cpu", out)
+    assert reads == []
+    assert result.trace is not None and len(result.trace) == 300 and len(reads) == 1

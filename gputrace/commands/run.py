@@ -104,11 +104,11 @@ def run(
     except GputraceError as exc:
         click.echo(f"gputrace: {exc}", err=True)
         sys.exit(2)
-    if result.trace is not None:
+    if result.session is not None:
         if result.written is not None:
             click.echo(
-                f"gputrace: trace written to {result.written} ({len(result.trace)} scopes, "
-                f"backend {result.trace.header.get('backend')})",
+                f"gputrace: trace written to {result.written} ({result.scopes} scopes, "
+                f"backend {result.backend})",
                 err=True,
             )
         else:
