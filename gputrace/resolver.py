@@ -21,6 +21,7 @@ of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertai
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -222,25 +223,35 @@ def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
         by_device[smp.device].append(smp)
     out = {}
     for d, samples in by_device.items():
-        fit = fit_clock(samples)
-        if fit is None:
-            continue
-        band = FeasibleBand.build(samples, fit)
-        if band is None:
-            fit = replace(fit, bound="residual+window (no linear clock fits every window)")
-        else:
-            # Centre the line in the band (same slope): the least-squares line can sit off-centre
-            # when the windows are lopsided (a GPU that runs late after every submit).
-            moved = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + round(band.centre_offset()))
-            moved = _with_residual_bound(samples, moved)
-            band.fit = moved
-            tighter = band.span_bound()
-            if tighter < moved.uncertainty_ns:
-                fit = replace(moved, uncertainty_ns=tighter, bound="feasible set")
-            else:
-                band.fit = fit
-        out[d] = (fit, band)
+        got = _fit_device(tuple(samples))
+        if got is not None:
+            out[d] = got
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _fit_device(samples: tuple[CalibrationSample, ...]) -> tuple[ClockFit, FeasibleBand | None] | None:
+    """One device's fit and band. Cached: a streamed session fits the same samples for its last
+    chunk and for the final header (the band's searches are the costly part of a short session's
+    stop)."""
+    fit = fit_clock(samples)
+    if fit is None:
+        return None
+    band = FeasibleBand.build(samples, fit)
+    if band is None:
+        fit = replace(fit, bound="residual+window (no linear clock fits every window)")
+    else:
+        # Centre the line in the band (same slope): the least-squares line can sit off-centre
+        # when the windows are lopsided (a GPU that runs late after every submit).
+        moved = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + round(band.centre_offset()))
+        moved = _with_residual_bound(samples, moved)
+        band.fit = moved
+        tighter = band.span_bound()
+        if tighter < moved.uncertainty_ns:
+            fit = replace(moved, uncertainty_ns=tighter, bound="feasible set")
+        else:
+            band.fit = fit
+    return fit, band
 
 
 def _with_residual_bound(samples: Sequence[CalibrationSample], fit: ClockFit) -> ClockFit:
