@@ -159,21 +159,7 @@ def test_empty_trace(tmp_path: Path) -> None:
     assert_same(trace, pftrace.read(pftrace.write(trace, tmp_path / "t.pftrace")))
 
 
-def _slice(t: Trace, a: int, b: int, t0: int, t1: int) -> Trace:
-    """Rows a..b-1 of ``t`` (and marks in [t0, t1)) as a chunk, the way a session appends them."""
-    s = t.scopes
-    c = ScopeTable.empty(b - a)
-    for col in s.COLUMNS:
-        setattr(c, col, getattr(s, col)[a:b].copy())
-    c.parent = np.where(c.parent >= a, c.parent - a, -1)
-    c.args = {i - a: v for i, v in s.args.items() if a <= i < b}
-    k = np.flatnonzero((t.spans.scope >= a) & (t.spans.scope < b))
-    sp = SpanTable(
-        t.spans.scope[k] - a, t.spans.label[k], t.spans.queue[k], t.spans.submit_ns[k],
-        t.spans.gpu_start_ns[k], t.spans.gpu_end_ns[k],
-    )  # fmt: skip
-    marks = [m for m in t.marks if t0 <= m.ts_ns < t1]
-    return Trace(t.header, t.names, t.threads, t.queues, c, sp, marks, t.clock_fits)
+_slice = pftrace.slice_rows
 
 
 def _stream(trace: Trace, path: Path, cuts: list[int]) -> pftrace.StreamWriter:

@@ -135,28 +135,77 @@ class _Events:
         self.te += [T_DA_NAME, name_iid, tag, v]
         return self
 
-    def build(self, delta: U64) -> tuple[U64, I64]:
-        """Varint values (n, K) and their byte lengths, for these packets with ``delta`` ts."""
+    def sort(self) -> None:
+        """Put the rows in (ts, sub1, sub2) order (a no-op when they already are)."""
+        ts = self.ts
+        if self.n < 2:
+            return
+        d = np.diff(ts)
+        if (d > 0).all():
+            return
+        s1 = np.broadcast_to(np.asarray(self.sub1, np.int64), (self.n,))
+        s2 = np.broadcast_to(np.asarray(self.sub2, np.int64), (self.n,))
+        o = np.lexsort((s2, s1, ts))
+        if (o == np.arange(self.n)).all():
+            return
+        self.ts = ts[o]
+        self.sub1 = s1[o]
+        self.sub2 = s2[o]
+        self.te = [c if isinstance(c, (int, np.integer)) else c[o] for c in self.te]
+
+    def build(self, delta: U64) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
+        """The packets' bytes, one row each, with ``delta`` ts, and the mask of bytes in use.
+
+        Each field gets a column of bytes as wide as its longest varint in an (n, width) matrix;
+        the mask keeps the bytes each row really uses, so packing is one boolean index.
+        """
         n = self.n
-        cols: list[int | U64] = [T_PACKET, 0, T_TS, delta, T_SEQ, SEQ, T_TE, 0, *self.te]
-        k = len(cols)
-        v = np.empty((n, k), np.uint64)
-        ln = np.empty((n, k), np.int64)
-        for j, c in enumerate(cols):
-            if isinstance(c, (int, np.integer)):
-                v[:, j] = int(c)
-                ln[:, j] = len(pw.pv(int(c)))
+        cols: list[int | U64 | None] = [T_PACKET, None, T_TS, delta, T_SEQ, SEQ, T_TE, None]
+        for c in self.te:
+            cols.append(
+                int(c) if isinstance(c, (int, np.integer)) else np.asarray(c).astype(np.uint64, copy=False)
+            )
+        lens: list[int | I64] = []
+        for item in cols:
+            if item is None:
+                lens.append(0)
+            elif isinstance(item, (int, np.integer)):
+                lens.append(len(pw.pv(int(item))))
             else:
-                c = np.asarray(c).astype(np.uint64, copy=False)
-                v[:, j] = c
-                ln[:, j] = pw.varint_len(c)
-        te_len = ln[:, 8:].sum(axis=1)
-        v[:, 7] = te_len.astype(np.uint64)
-        ln[:, 7] = pw.varint_len(v[:, 7])
-        body = ln[:, 2:].sum(axis=1)
-        v[:, 1] = body.astype(np.uint64)
-        ln[:, 1] = pw.varint_len(v[:, 1])
-        return v, ln
+                lens.append(pw.varint_len(item))
+        te_len = np.zeros(n, np.int64)
+        for ln in lens[8:]:
+            te_len += ln
+        te_col = te_len.astype(np.uint64)
+        cols[7] = te_col
+        lens[7] = pw.varint_len(te_col)
+        body = np.zeros(n, np.int64)
+        for ln in lens[2:]:
+            body += ln
+        body_col = body.astype(np.uint64)
+        cols[1] = body_col
+        lens[1] = pw.varint_len(body_col)
+        widths = [ln if isinstance(ln, int) else int(ln.max()) if n else 1 for ln in lens]
+        width = sum(widths)
+        m = np.empty((n, width), np.uint8)
+        keep = np.ones((n, width), bool)
+        o = 0
+        for col, ln, w in zip(cols, lens, widths, strict=True):
+            if isinstance(col, (int, np.integer)):
+                m[:, o : o + w] = np.frombuffer(pw.pv(int(col)), np.uint8)
+            else:
+                assert col is not None and not isinstance(ln, int)
+                v = col
+                for b in range(w):
+                    byte = (v & np.uint64(0x7F)).astype(np.uint8)
+                    if b + 1 < w:
+                        byte |= (ln > b + 1).astype(np.uint8) << np.uint8(7)
+                        v = v >> np.uint64(7)
+                    m[:, o + b] = byte
+                    if b:
+                        keep[:, o + b] = ln > b
+            o += w
+        return m, keep
 
 
 class _Rich:
@@ -425,20 +474,11 @@ class _Encoder:
                 rr = np.flatnonzero(s.thread == th)
                 lanes = _lanes(s.cpu_start_ns[rr].tolist(), s.cpu_end_ns[rr].tolist(), list(range(len(rr))))
                 lane[rr] = lanes
-        keys = np.unique(np.stack([thread, lane], axis=1), axis=0)
-        uuid_of = {(int(a), int(b)): self.thread_track(int(a), int(b)) for a, b in keys.tolist()}
-        if len(uuid_of) == 1:
-            track = np.full(n, next(iter(uuid_of.values())), np.int64)
-        else:
-            lut = np.array([uuid_of[(int(a), int(b))] for a, b in keys.tolist()], np.int64)
-            track = lut[np.searchsorted(keys[:, 0] * (1 << 32) + keys[:, 1], thread * (1 << 32) + lane)]
+        track = self._tracks_for(thread, lane, self.thread_track)
         start, end = s.cpu_start_ns, s.cpu_end_ns
         rows = np.arange(n, dtype=np.int64)
-        flags_iid = np.zeros(n, np.int64)
-        flagged = np.flatnonzero(s.flags)
         fl_name = self.ann_name("flags")
-        for r in flagged.tolist():
-            flags_iid[r] = self.ann_str(", ".join(flag_names(int(s.flags[r]))))
+        flags_iid = self._per_value(s.flags, lambda f: self.ann_str(", ".join(flag_names(f))) if f else 0)
         with_args = np.zeros(n, bool)
         if s.args:
             with_args[np.fromiter(s.args.keys(), np.int64, len(s.args))] = True
@@ -522,9 +562,7 @@ class _Encoder:
         n_unc, n_sub, n_fl, n_gpu = (
             self.ann_name(x) for x in ("uncertainty_ns", "submit_to_start_ns", "flags", "gpu_ns")
         )
-        fl_iid = np.zeros(len(rows), np.int64)
-        for k in np.flatnonzero(flags).tolist():
-            fl_iid[k] = self.ann_str(", ".join(flag_names(int(flags[k]))))
+        fl_iid = self._per_value(flags, lambda f: self.ann_str(", ".join(flag_names(f))) if f else 0)
         neg = en < st
         has_sub = sub != NO_TIME
         for a in (False, True):
@@ -559,12 +597,9 @@ class _Encoder:
         if len(an):
             cat = self.cat("anomaly")
             n_scope = self.ann_name("scope")
-            iid = np.array(
-                [
-                    self.name("anomaly: " + ", ".join(flag_names(int(flags[k]) & int(ANOMALY_FLAGS))))
-                    for k in an.tolist()
-                ],
-                np.int64,
+            iid = self._per_value(
+                flags[an] & np.uint32(int(ANOMALY_FLAGS)),
+                lambda f: self.name("anomaly: " + ", ".join(flag_names(f))),
             )
             ev = _Events(st[an], 3, 0, rows[an])
             ev.field(T_TYPE, INSTANT).field(T_TRACK, track[an]).field(T_NAME, iid).field(T_CAT, cat)
@@ -578,9 +613,7 @@ class _Encoder:
                 k = np.flatnonzero(q[w] == qi)
                 qlane[k] = _disjoint_lanes(sub[w][k], st[w][k])
             qtrack = self._tracks_for(q[w], qlane, self.queued_track)
-            qname = np.array(
-                [self.name(f"queued · {self.queue_info(int(x))[1]}") for x in q[w].tolist()], np.int64
-            )
+            qname = self._per_value(q[w], lambda x: self.name(f"queued · {self.queue_info(x)[1]}"))
             qb = _Events(sub[w], 1, -st[w], rows[w])
             kinds.append(qb.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, qtrack).field(T_NAME, qname))
             zq = st[w] == sub[w]
@@ -613,11 +646,23 @@ class _Encoder:
             ev = _Events(tq, 4, 0, np.arange(len(tq), dtype=np.int64))
             kinds.append(ev.field(T_TYPE, COUNTER).field(T_TRACK, ctr).field(T_COUNTER, val))
 
+    @staticmethod
+    def _per_value(col: npt.NDArray[Any], fn: Callable[[int], int]) -> I64:
+        """``fn`` of each value of ``col``, called once per distinct value."""
+        if not len(col):
+            return np.zeros(0, np.int64)
+        keys, inv = np.unique(col, return_inverse=True)
+        return np.array([fn(int(x)) for x in keys.tolist()], np.int64)[inv.reshape(-1)]
+
     def _tracks_for(self, q: I64, lane: I64, make: Callable[[int, int], int]) -> I64:
-        keys = np.unique(np.stack([q, lane], axis=1), axis=0)
-        lut = np.array([make(int(a), int(b)) for a, b in keys.tolist()], np.int64)
-        code = (keys[:, 0] + 1) * (1 << 32) + keys[:, 1]
-        return lut[np.searchsorted(code, (q + 1) * (1 << 32) + lane)]
+        """Track uuid per row for (thread or queue, lane) pairs, made on first use."""
+        code = (q + 1) * (1 << 32) + lane
+        if len(code) and (code == code[0]).all():
+            return np.full(len(code), make(int(q[0]), int(lane[0])), np.int64)
+        keys, inv = np.unique(code, return_inverse=True)
+        lut = np.array([make(int(c >> 32) - 1, int(c & 0xFFFFFFFF)) for c in keys.tolist()], np.int64)
+        out: I64 = lut[inv.reshape(-1)]
+        return out
 
     def _passes(self, t: Trace, rows: I64, track: I64, kinds: list[_Events]) -> None:
         sp = t.spans
@@ -684,8 +729,9 @@ class _Encoder:
 
     def _assemble(self, kinds: list[_Events], rich: _Rich) -> tuple[bytes, list[list[int]]]:
         """All packets of the chunk in time order (ties: what nesting needs), as one byte string."""
-        nk = [k.n for k in kinds]
-        total = sum(nk) + len(rich.ts)
+        for k in kinds:
+            k.sort()
+        total = sum(k.n for k in kinds) + len(rich.ts)
         if not total:
             return b"", []
 
@@ -696,9 +742,16 @@ class _Encoder:
 
         ts = col(lambda k: k.ts, rich.ts)
         cls = col(lambda k: k.cls, rich.cls)
-        sub1 = col(lambda k: k.sub1, rich.sub1)
-        sub2 = col(lambda k: k.sub2, rich.sub2)
-        order = np.lexsort((sub2, sub1, cls, ts))
+        key = (ts - ts.min()) * 8 + cls
+        order = np.argsort(key, kind="stable")  # merges the kinds' sorted runs
+        ks = key[order]
+        tie = np.flatnonzero(ks[1:] == ks[:-1])
+        if len(tie):  # equal time and class: order by the tie-breaks, whatever kind they come from
+            at = np.unique(np.concatenate([tie, tie + 1]))
+            idx = order[at]
+            sub1 = col(lambda k: k.sub1, rich.sub1)
+            sub2 = col(lambda k: k.sub2, rich.sub2)
+            order[at] = idx[np.lexsort((sub2[idx], sub1[idx], key[idx]))]
         pos = np.empty(total, np.int64)
         pos[order] = np.arange(total, dtype=np.int64)
         ts_sorted = ts[order]
@@ -706,35 +759,47 @@ class _Encoder:
         delta_sorted[0] = np.int64(int(ts_sorted[0]) - self.last_ts).astype(np.uint64)
         delta_sorted[1:] = np.diff(ts_sorted).astype(np.uint64)
         self.last_ts = int(ts_sorted[-1])
-        sizes = np.zeros(total, np.int64)
-        built: list[tuple[U64, I64, I64]] = []
-        at = 0
+        nr = len(rich.ts)
+        nv = total - nr
+        is_rich = np.zeros(total, bool)
+        is_rich[pos[nv:]] = True
+        vrow = np.cumsum(~is_rich) - 1  # row of each (time-ordered) packet among the varint ones
+        built = []
+        start = 0
         for k in kinds:
-            p = pos[at : at + k.n]
-            v, ln = k.build(delta_sorted[p])
-            sizes[p] = ln.sum(axis=1)
-            built.append((v, ln, p))
-            at += k.n
-        rich_bytes: list[bytes] = []
-        for j, te in enumerate(rich.te):
-            at_j = int(pos[at + j])
-            body = pw.fv(P_TS, int(delta_sorted[at_j])) + pw.fv(P_SEQ, SEQ) + pw.fb(P_TE, te)
-            packet = _packet(body)
-            rich_bytes.append(packet)
-            sizes[at_j] = len(packet)
-        offs = np.zeros(total + 1, np.int64)
-        np.cumsum(sizes, out=offs[1:])
-        out = np.empty(int(offs[-1]), np.uint8)
-        for v, ln, p in built:
-            o = (offs[p][:, None] + np.cumsum(ln, axis=1) - ln).ravel()
-            pw.put_varints(out, o, v.ravel(), ln.ravel())
+            p = pos[start : start + k.n]
+            built.append((vrow[p], *k.build(delta_sorted[p])))
+            start += k.n
+        width = max((m.shape[1] for _r, m, _k in built), default=1)
+        big = np.zeros((nv, width), np.uint8)
+        used = np.zeros((nv, width), bool)
+        for rows, m, keep in built:
+            big[rows, : m.shape[1]] = m
+            used[rows, : m.shape[1]] = keep
+        out = big[used]
+        if not nr:
+            return out.tobytes(), []
+        # rich packets go between the others, at their place in time
+        vsize = used.sum(axis=1)
+        before = np.zeros(nv + 1, np.int64)
+        np.cumsum(vsize, out=before[1:])
+        segments: list[bytes] = []
         rich_at: list[list[int]] = []
-        for j, packet in enumerate(rich_bytes):
-            o1 = int(offs[pos[at + j]])
-            out[o1 : o1 + len(packet)] = np.frombuffer(packet, np.uint8)
-            rich_at.append([o1, len(packet)])
-        rich_at.sort()
-        return out.tobytes(), rich_at
+        cut = 0
+        length = 0
+        for j in np.argsort(pos[nv:], kind="stable").tolist():
+            at_j = int(pos[nv + j])
+            body = pw.fv(P_TS, int(delta_sorted[at_j])) + pw.fv(P_SEQ, SEQ) + pw.fb(P_TE, rich.te[j])
+            packet = _packet(body)
+            here = int(before[vrow[at_j] + 1])  # after the varint packets that come before it
+            segments.append(out[cut:here].tobytes())
+            length += here - cut
+            rich_at.append([length, len(packet)])
+            segments.append(packet)
+            length += len(packet)
+            cut = here
+        segments.append(out[cut:].tobytes())
+        return b"".join(segments), rich_at
 
 
 def _slice_lanes(st: I64, en: I64) -> I64:
@@ -830,6 +895,40 @@ def _file_header(trace: Trace) -> dict[str, Any]:
     return header
 
 
+CHUNK_ROWS = 32_768  # a whole-trace write goes out in chunks of this many scopes (bounded memory)
+
+
+def slice_rows(trace: Trace, a: int, b: int, t0: int, t1: int) -> Trace:
+    """Scopes ``a``..``b-1`` of ``trace`` (their spans, and the marks in [t0, t1)) as a chunk."""
+    s = trace.scopes
+    c = ScopeTable.empty(b - a)
+    for col in s.COLUMNS:
+        setattr(c, col, getattr(s, col)[a:b])
+    c.parent = np.where(c.parent >= a, c.parent - a, -1)
+    c.args = {i - a: v for i, v in s.args.items() if a <= i < b}
+    sp = trace.spans
+    k = np.flatnonzero((sp.scope >= a) & (sp.scope < b))
+    spans = SpanTable(
+        sp.scope[k] - a, sp.label[k], sp.queue[k], sp.submit_ns[k], sp.gpu_start_ns[k], sp.gpu_end_ns[k]
+    )
+    marks = [m for m in trace.marks if t0 <= m.ts_ns < t1]
+    return Trace(trace.header, trace.names, trace.threads, trace.queues, c, spans, marks, trace.clock_fits)
+
+
+def _chunks(trace: Trace, rows: int = CHUNK_ROWS) -> list[Trace]:
+    n = len(trace)
+    if n <= rows:
+        return [trace]
+    starts = trace.scopes.cpu_start_ns
+    out = []
+    for a in range(0, n, rows):
+        b = min(n, a + rows)
+        t0 = int(starts[a]) if a else -(1 << 62)
+        t1 = int(starts[b]) if b < n else 1 << 62
+        out.append(slice_rows(trace, a, b, t0, t1))
+    return out
+
+
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as a Perfetto protobuf trace (atomically: a temporary file, then rename)."""
     p = Path(path)
@@ -837,7 +936,8 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     header = _file_header(trace)
     w = StreamWriter(tmp, header)
     try:
-        w.append(trace)
+        for chunk in _chunks(trace):
+            w.append(chunk)
         w.close(header)
     except BaseException:
         w.abandon()
@@ -851,7 +951,7 @@ def dumps(trace: Trace) -> bytes:
     """The ``.pftrace`` bytes of ``trace``."""
     header = _file_header(trace)
     enc = _Encoder(header)
-    return enc.preamble() + enc.chunk(trace) + enc.ending(header)
+    return enc.preamble() + b"".join(enc.chunk(c) for c in _chunks(trace)) + enc.ending(header)
 
 
 # -- reading --------------------------------------------------------------------------------------
