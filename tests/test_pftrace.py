@@ -277,6 +277,8 @@ def test_perfetto_protos_read_what_we_mean(tmp_path: Path) -> None:
                 assert tracks[e.track_uuid].HasField("counter")
             elif e.type == te_type.TYPE_INSTANT:
                 instants += 1
+            counters += len(e.extra_counter_values)
+            assert all(tracks[u].HasField("counter") for u in e.extra_counter_track_uuids)
             flows_out += list(e.flow_ids_old)
             flows_in += list(e.terminating_flow_ids_old)
     assert begins == ends

@@ -90,6 +90,7 @@ T_PACKET = (1 << 3) | 2
 T_TS, T_SEQ, T_TE = P_TS << 3, P_SEQ << 3, (P_TE << 3) | 2
 T_TYPE, T_TRACK, T_NAME, T_CAT = TE_TYPE << 3, TE_TRACK << 3, TE_NAME << 3, TE_CAT << 3
 T_FLOW, T_TFLOW, T_COUNTER, T_ANN = TE_FLOW << 3, TE_TFLOW << 3, TE_COUNTER << 3, (TE_ANN << 3) | 2
+T_EXTRA_TRACK, T_EXTRA_VALUE = 31 << 3, 12 << 3  # extra_counter_track_uuids, extra_counter_values
 T_DA_NAME, T_DA_INT, T_DA_STR_IID = DA_NAME << 3, DA_INT << 3, DA_STR_IID << 3
 
 Progress = Callable[[str], None]
@@ -584,13 +585,6 @@ class _Encoder:
                     if c:
                         ev.ann(n_gpu, T_DA_INT, en[m] - st[m])
                     kinds.append(ev)
-        ge = np.maximum(en, st)
-        zero = ge == st
-        for z in (False, True):
-            m = zero == z
-            if m.any():
-                ev = _Events(ge[m], 2 if z else 0, -st[m], -rows[m])
-                kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
         self._passes(t, rows, track, kinds)
         # anomalies on the GPU slice
         an = np.flatnonzero(flags & np.uint32(int(ANOMALY_FLAGS)))
@@ -604,8 +598,52 @@ class _Encoder:
             ev = _Events(st[an], 3, 0, rows[an])
             ev.field(T_TYPE, INSTANT).field(T_TRACK, track[an]).field(T_NAME, iid).field(T_CAT, cat)
             kinds.append(ev.ann(n_scope, T_DA_INT, self.rows + rows[an]))
-        # queued: submission -> GPU start, on lanes of "queued · <queue>" tracks
+        # queue depth: submitted, not finished (a nested scope's work is counted by its parent). Each
+        # sample rides on the event at its time where there is one (the wait's begin, the GPU end)
+        g = len(rows)
+        plus = np.zeros(g, np.int64)  # depth after this scope's submission
+        minus = np.zeros(g, np.int64)  # depth after its GPU work ended
+        counted = np.zeros(g, bool)
+        dtrack = np.zeros(g, np.int64)
+        cnt = np.flatnonzero(has_sub & (q >= 0))
+        if len(cnt):
+            par = s.parent[rows[cnt]]
+            pp = np.maximum(par, 0)
+            nested = (par >= 0) & has_gpu[pp] & (s.queue[pp] == s.queue[rows[cnt]])
+            cnt = cnt[~nested]
+        if len(cnt):
+            tq = np.concatenate([sub[cnt], np.maximum(en[cnt], sub[cnt])])
+            dq = np.concatenate([np.ones(len(cnt), np.int64), -np.ones(len(cnt), np.int64)])
+            qq = np.concatenate([q[cnt], q[cnt]])
+            who = np.concatenate([cnt, cnt])
+            order = np.lexsort((dq, tq, qq))
+            tq, dq, qq, who = tq[order], dq[order], qq[order], who[order]
+            val = np.empty(len(tq), np.int64)
+            for qi in np.unique(qq).tolist():
+                k = np.flatnonzero(qq == qi)
+                val[k] = self.depth.get(qi, 0) + np.cumsum(dq[k])
+                self.depth[qi] = int(val[k[-1]])
+            up = dq > 0
+            plus[who[up]] = val[up]
+            minus[who[~up]] = val[~up]
+            counted[cnt] = True
+            dtrack[cnt] = self._per_value(q[cnt], self.depth_track)
         gap_ok = has_sub & (st >= sub)
+        on_wait = counted & gap_ok
+        on_end = counted & (en >= st) & (en >= sub)
+        # GPU ends
+        ge = np.maximum(en, st)
+        zero = ge == st
+        for z in (False, True):
+            for c in (False, True):
+                m = (zero == z) & (on_end == c)
+                if m.any():
+                    ev = _Events(ge[m], 2 if z else 0, -st[m], -rows[m])
+                    ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m])
+                    if c:
+                        ev.field(T_EXTRA_TRACK, dtrack[m]).field(T_EXTRA_VALUE, minus[m])
+                    kinds.append(ev)
+        # queued: submission -> GPU start, on lanes of "queued · <queue>" tracks
         w = np.flatnonzero(gap_ok)
         if len(w):
             qlane = np.zeros(len(w), np.int64)
@@ -614,37 +652,30 @@ class _Encoder:
                 qlane[k] = _disjoint_lanes(sub[w][k], st[w][k])
             qtrack = self._tracks_for(q[w], qlane, self.queued_track)
             qname = self._per_value(q[w], lambda x: self.name(f"queued · {self.queue_info(x)[1]}"))
-            qb = _Events(sub[w], 1, -st[w], rows[w])
-            kinds.append(qb.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, qtrack).field(T_NAME, qname))
+            for c in (False, True):
+                m = on_wait[w] == c
+                if m.any():
+                    wm = w[m]
+                    qb = _Events(sub[wm], 1, -st[wm], rows[wm])
+                    qb.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, qtrack[m]).field(T_NAME, qname[m])
+                    if c:
+                        qb.field(T_EXTRA_TRACK, dtrack[wm]).field(T_EXTRA_VALUE, plus[wm])
+                    kinds.append(qb)
             zq = st[w] == sub[w]
             for z in (False, True):
                 m = zq == z
                 if m.any():
                     e = _Events(st[w][m], 2 if z else 0, -sub[w][m], -rows[w][m])
                     kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, qtrack[m]))
-        # queue depth: submitted, not finished (a nested scope's work is counted by its parent)
-        cnt = np.flatnonzero(has_sub & (q >= 0))
-        if len(cnt):
-            par = s.parent[rows[cnt]]
-            nested = (
-                (par >= 0) & has_gpu[np.maximum(par, 0)] & (s.queue[np.maximum(par, 0)] == s.queue[rows[cnt]])
-            )
-            cnt = cnt[~nested]
-        if len(cnt):
-            tq = np.concatenate([sub[cnt], np.maximum(en[cnt], sub[cnt])])
-            dq = np.concatenate([np.ones(len(cnt), np.int64), -np.ones(len(cnt), np.int64)])
-            qq = np.concatenate([q[cnt], q[cnt]])
-            order = np.lexsort((dq, tq, qq))
-            tq, dq, qq = tq[order], dq[order], qq[order]
-            val = np.empty(len(tq), np.int64)
-            for qi in np.unique(qq).tolist():
-                k = np.flatnonzero(qq == qi)
-                val[k] = self.depth.get(qi, 0) + np.cumsum(dq[k])
-                self.depth[qi] = int(val[k[-1]])
-            ctrack = np.array([self.depth_track(int(x)) for x in np.unique(qq).tolist()], np.int64)
-            ctr = ctrack[np.searchsorted(np.unique(qq), qq)]
-            ev = _Events(tq, 4, 0, np.arange(len(tq), dtype=np.int64))
-            kinds.append(ev.field(T_TYPE, COUNTER).field(T_TRACK, ctr).field(T_COUNTER, val))
+        # samples with no event of their own time
+        alone_p = np.flatnonzero(counted & ~on_wait)
+        alone_m = np.flatnonzero(counted & ~on_end)
+        if len(alone_p) or len(alone_m):
+            k = np.concatenate([alone_p, alone_m])
+            tc = np.concatenate([sub[alone_p], np.maximum(en[alone_m], sub[alone_m])])
+            vc = np.concatenate([plus[alone_p], minus[alone_m]])
+            ev = _Events(tc, 4, 0, np.arange(len(k), dtype=np.int64))
+            kinds.append(ev.field(T_TYPE, COUNTER).field(T_TRACK, dtrack[k]).field(T_COUNTER, vc))
 
     @staticmethod
     def _per_value(col: npt.NDArray[Any], fn: Callable[[int], int]) -> I64:
@@ -973,6 +1004,11 @@ class _Packets:
         self.count = 0
 
 
+_TAG_CODE = np.zeros(512, np.uint8)
+for _code, _tag in enumerate((T_NAME, T_CAT, T_FLOW, T_TFLOW, T_DA_NAME), start=1):
+    _TAG_CODE[_tag] = _code
+
+
 def _decode_region(
     region: memoryview,
     rich_at: list[list[int]],
@@ -991,7 +1027,7 @@ def _decode_region(
     vals, starts = pw.read_varints(flat)
     if len(vals) % 2 or (len(flat) and flat[-1] >= 0x80):
         raise PftraceError("an event region is not a run of whole packets")
-    tags, vv = vals[0::2].astype(np.int64), vals[1::2]
+    tags, vv = vals[0::2], vals[1::2]
     ps = np.flatnonzero(tags == T_PACKET)
     npk = len(ps)
     if npk and (
@@ -1006,16 +1042,19 @@ def _decode_region(
     ):
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     # packet order: varint packets and rich packets by their offset in the region
-    vstart = starts[2 * ps]
-    if kept is not None:
+    vstart = starts[2 * ps].astype(np.int64)
+    total = npk + len(rich_at)
+    if rich_at:
+        assert kept is not None
         vstart = kept[vstart]
-    roff = np.array([o for o, _ in rich_at], np.int64)
-    allpos = np.concatenate([vstart, roff])
-    order = np.argsort(allpos, kind="stable")
-    rank = np.empty(len(allpos), np.int64)
-    rank[order] = np.arange(len(allpos))
-    vr, rr = rank[:npk], rank[npk:]
-    total = len(allpos)
+        roff = np.array([o for o, _ in rich_at], np.int64)
+        allpos = np.concatenate([vstart, roff])
+        order = np.argsort(allpos, kind="stable")
+        rank = np.empty(total, np.int64)
+        rank[order] = np.arange(total)
+        vr, rr = rank[:npk], rank[npk:]
+    else:
+        vr, rr = np.arange(npk), np.zeros(0, np.int64)
     delta = np.zeros(total, np.uint64)
     typ = np.zeros(total, np.int64)
     track = np.zeros(total, np.int64)
@@ -1024,18 +1063,27 @@ def _decode_region(
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
     delta[vr] = vv[ps + 1]
-    typ[vr] = vv[ps + 4].astype(np.int64)
-    track[vr] = vv[ps + 5].astype(np.int64)
+    typ[vr] = vv[ps + 4]
+    track[vr] = vv[ps + 5]
     if npk:
-        pkt = np.cumsum(tags == T_PACKET) - 1
-        late = np.arange(len(tags)) - ps[pkt] > 5
-        for tag, dest in ((T_NAME, name), (T_CAT, cat), (T_FLOW, flow), (T_TFLOW, tflow)):
-            m = np.flatnonzero(late & (tags == tag))
-            dest[vr[pkt[m]]] = vv[m].astype(np.int64)
-        a = np.flatnonzero(tags == T_DA_NAME)
+        # one table look-up finds the few fields read beyond the fixed head of each packet
+        code = _TAG_CODE[np.minimum(tags, len(_TAG_CODE) - 1)]
+        code[ps + 2] = 0  # the sequence id shares its tag with name_iid
+        hits = np.flatnonzero(code)
+        hit_code = code[hits]
+        hit_pkt = vr[np.searchsorted(ps, hits, side="right") - 1]
+        for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
+            m = hit_code == c
+            dest[hit_pkt[m]] = vv[hits[m]]
+        a = hits[hit_code == 5]
         if len(a):
             pk.ann.append(
-                (pk.count + vr[pkt[a]], vv[a].astype(np.int64), tags[a + 1], vv[a + 1].astype(np.int64))
+                (
+                    pk.count + hit_pkt[hit_code == 5],
+                    vv[a].astype(np.int64),
+                    tags[a + 1].astype(np.int64),
+                    vv[a + 1].astype(np.int64),
+                )
             )
     for j, (o, ln) in enumerate(rich_at):
         p = int(rr[j])
