@@ -188,6 +188,50 @@ def test_streaming_appends_equal_the_whole_write(tmp_path: Path, seed: int) -> N
     assert streamed.header["threads"] == whole.header["threads"]
 
 
+def test_nesting_read_back_is_the_models_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deeply nested scopes with distinct times, parents resolved in a later chunk than their
+    children: parent and depth read back are what ``model.nest`` gives."""
+    rng = random.Random(7)
+    rows: list[tuple[int, int, int]] = []
+
+    def tree(start: int, end: int, depth: int) -> None:
+        rows.append((start, end, depth))
+        t = start + 1 + rng.randrange(3)
+        for _ in range(rng.randrange(1, 4)):
+            if depth >= 6 or t + 10 >= end:
+                break
+            e = t + rng.randrange(4, max(5, (end - t) // 2))
+            tree(t, e, depth + 1)
+            t = e + 1 + rng.randrange(3)
+
+    tree(10**9, 10**9 + 100_000, 0)
+    rows.sort(key=lambda r: (r[0], -r[1]))
+    n = len(rows)
+    s = ScopeTable.empty(n)
+    s.cpu_start_ns = np.array([r[0] for r in rows], np.int64)
+    s.cpu_end_ns = np.array([r[1] for r in rows], np.int64)
+    nest(s)
+    assert s.depth.max() >= 4
+    header = {**gputrace.load(DATA / "story.json").header, "base_ns": 10**9, "start_ns": 10**9, "clock": []}
+    trace = Trace(header, ["x"], [ThreadInfo(1, "main")], [], s, SpanTable.empty(), [], {})
+    # the chunks in reverse: every parent arrives after its children
+    path = tmp_path / "r.pftrace"
+    w = pftrace.StreamWriter(path, pftrace._file_header(trace))
+    cuts = [0, n // 3, 2 * n // 3, n]
+    for a, b in reversed(list(itertools.pairwise(cuts))):
+        w.append(_slice(trace, a, b, 0, 0))
+    w.close(pftrace._file_header(trace))
+
+    def no_slow_path(_s: ScopeTable) -> None:
+        raise AssertionError("model.nest called: the depths Perfetto gives were not used")
+
+    monkeypatch.setattr(pftrace, "nest", no_slow_path)
+    back = pftrace.read(path)
+    assert_same(trace, back)
+
+
 def test_a_cut_file_loads_every_whole_chunk_and_says_it_ends_early(tmp_path: Path) -> None:
     trace = through_json(synthetic(60, 1), tmp_path)
     n = len(trace)

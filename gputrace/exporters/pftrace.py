@@ -249,6 +249,7 @@ class _Encoder:
         self.rows = 0
         self.chunks = 0
         self.depth: dict[int, int] = {}
+        self.lane_end: dict[tuple[int, int], list[int]] = {}
         self.last_ts = int(header.get("base_ns", header.get("start_ns", 0)) or 0)
         self.t0 = self.last_ts
         procs = header.get("processes")
@@ -553,7 +554,7 @@ class _Encoder:
         lane = np.zeros(len(rows), np.int64)
         for qi in np.unique(q).tolist():
             k = np.flatnonzero(q == qi)
-            lane[k] = _slice_lanes(st[k], en[k])
+            lane[k] = self._carry((K_QUEUE, qi), _slice_lanes(st[k], en[k]), st[k], np.maximum(en[k], st[k]))
         track = self._tracks_for(q, lane, self.queue_track)
         for qi in range(len(self.queues)):
             self.queue_track(qi, 0)
@@ -649,7 +650,9 @@ class _Encoder:
             qlane = np.zeros(len(w), np.int64)
             for qi in np.unique(q[w]).tolist():
                 k = np.flatnonzero(q[w] == qi)
-                qlane[k] = _disjoint_lanes(sub[w][k], st[w][k])
+                qlane[k] = self._carry(
+                    (K_QUEUED, qi), _disjoint_lanes(sub[w][k], st[w][k]), sub[w][k], st[w][k]
+                )
             qtrack = self._tracks_for(q[w], qlane, self.queued_track)
             qname = self._per_value(q[w], lambda x: self.name(f"queued · {self.queue_info(x)[1]}"))
             for c in (False, True):
@@ -676,6 +679,24 @@ class _Encoder:
             vc = np.concatenate([plus[alone_p], minus[alone_m]])
             ev = _Events(tc, 4, 0, np.arange(len(k), dtype=np.int64))
             kinds.append(ev.field(T_TYPE, COUNTER).field(T_TRACK, dtrack[k]).field(T_COUNTER, vc))
+
+    def _carry(self, key: tuple[int, int], lanes: I64, st: I64, en: I64) -> I64:
+        """Lanes of this chunk's slices on one queue, renumbered so that no slice shares a track
+        with a slice of an earlier chunk that it overlaps (each earlier lane: its last end)."""
+        ends = self.lane_end.setdefault(key, [])
+        out = np.empty(len(lanes), np.int64)
+        taken: set[int] = set()
+        for j in np.unique(lanes).tolist():
+            m = lanes == j
+            lo, hi = int(st[m].min()), int(en[m].max())
+            g = next((g for g, e in enumerate(ends) if e <= lo and g not in taken), len(ends))
+            if g == len(ends):
+                ends.append(hi)
+            else:
+                ends[g] = max(ends[g], hi)
+            taken.add(g)
+            out[m] = g
+        return out
 
     @staticmethod
     def _per_value(col: npt.NDArray[Any], fn: Callable[[int], int]) -> I64:
@@ -999,6 +1020,7 @@ class _Packets:
         self.cat: list[I64] = []
         self.flow: list[I64] = []
         self.tflow: list[I64] = []
+        self.chunk: list[I64] = []
         self.ann: list[tuple[I64, I64, I64, I64]] = []  # packet, name iid, value tag, value
         self.args: dict[int, dict[str, Any]] = {}
         self.count = 0
@@ -1099,6 +1121,7 @@ def _decode_region(
     pk.cat.append(cat)
     pk.flow.append(flow)
     pk.tflow.append(tflow)
+    pk.chunk.append(np.full(total, len(pk.chunk), np.int64))
     pk.count += total
     return int(ts[-1]) if total else last_ts
 
@@ -1287,28 +1310,55 @@ def _col(parts: list[I64]) -> I64:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def _pair(track: I64, typ: I64, idx: I64) -> tuple[I64, I64]:
-    """Begin and end packets of each slice, matched as Perfetto matches them (a stack per track)."""
+def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64) -> tuple[I64, I64, I64]:
+    """Begin and end packets of each slice, matched as Perfetto matches them (events of a track
+    in time order, ties in file order, a stack per track), within each chunk (a chunk holds both
+    ends of its slices); ``chunk`` all zero gives Perfetto's view of the whole file. Also each
+    slice's depth on its track."""
     m = idx[(typ[idx] == SLICE_BEGIN) | (typ[idx] == SLICE_END)]
     if not len(m):
-        return m, m
-    o = np.lexsort((m, track[m]))
+        return m, m, m
+    o = np.lexsort((m, ts[m], track[m], chunk[m]))
     m = m[o]
-    tr = track[m]
+    tr = track[m] + chunk[m] * (1 << 32)
     step = np.where(typ[m] == SLICE_BEGIN, 1, -1)
     depth = np.cumsum(step)
     first = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]])
     base = np.repeat(depth[first] - step[first], np.diff(np.r_[first, len(m)]))
     depth = depth - base
     level = np.where(step > 0, depth, depth + 1)
-    o = np.lexsort((m, level, tr))
+    o = np.lexsort((np.arange(len(m)), level, tr))
     m, stp = m[o], step[o]
     if len(m) % 2 or (stp[0::2] != 1).any() or (stp[1::2] != -1).any():
         raise PftraceError("slice begins and ends do not match")
     lv, tr2 = level[o], tr[o]
     if (lv[0::2] != lv[1::2]).any() or (tr2[0::2] != tr2[1::2]).any():
         raise PftraceError("slice begins and ends do not match")
-    return m[0::2], m[1::2]
+    return m[0::2], m[1::2], lv[0::2] - 1
+
+
+def _nest_fast(s: ScopeTable, depth: I64) -> bool:
+    """Parent and depth from the slices' depths on their tracks (one track per thread, no
+    zero-length scope: then they are what ``model.nest`` finds). False where that does not hold."""
+    n = len(s)
+    if not n or (s.cpu_end_ns == s.cpu_start_ns).any():
+        return False
+    order = np.lexsort((np.arange(n), s.cpu_start_ns, s.thread))
+    lv = depth[order]
+    parent_sorted = np.full(n, -1, np.int64)
+    pos = np.arange(n, dtype=np.int64)
+    for level in range(1, int(lv.max()) + 1 if n else 0):
+        last = np.maximum.accumulate(np.where(lv == level - 1, pos, -1))
+        at = lv == level
+        parent_sorted[at] = last[at]
+    parent = np.full(n, -1, np.int64)
+    has = parent_sorted >= 0
+    parent[order[has]] = order[parent_sorted[has]]
+    if (s.thread[np.maximum(parent, 0)][has[np.argsort(order)]] != s.thread[has[np.argsort(order)]]).any():
+        return False
+    s.parent = parent
+    s.depth = depth.astype(np.int32)
+    return True
 
 
 def _build(
@@ -1322,7 +1372,7 @@ def _build(
     threads: list[ThreadInfo],
     queues: list[QueueInfo],
 ) -> Trace:
-    ts, typ, track = _col(pk.ts), _col(pk.type), _col(pk.track)
+    ts, typ, track, chunk = _col(pk.ts), _col(pk.type), _col(pk.track), _col(pk.chunk)
     name, cat, flow, tflow = _col(pk.name), _col(pk.cat), _col(pk.flow), _col(pk.tflow)
     total = len(ts)
     # what each track is
@@ -1359,9 +1409,27 @@ def _build(
         return out, got
 
     # CPU slices
-    cpu_b, cpu_e = _pair(track, typ, np.flatnonzero(kind == K_THREAD))
+    on_threads = np.flatnonzero(kind == K_THREAD)
+    cpu_b, cpu_e, _ = _pair(chunk, ts, track, typ, on_threads)
+    # the depth Perfetto gives each slice (its events in time order across chunks); where that
+    # pairs begins and ends the same way, it is the nesting (see _nest_fast)
+    cpu_depth: I64 | None = None
+    if len(cpu_b):
+        wb, we, wd = (
+            _pair(np.zeros_like(chunk), ts, track, typ, on_threads)
+            if len(pk.chunk) > 1
+            else (cpu_b, cpu_e, _)
+        )
+        end_of = np.full(total, -1, np.int64)
+        depth_of = np.zeros(total, np.int64)
+        end_of[wb] = we
+        depth_of[wb] = wd
+        if np.array_equal(end_of[cpu_b], cpu_e):
+            cpu_depth = depth_of[cpu_b]
     order = np.lexsort((cpu_b, -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b]))
     cpu_b, cpu_e = cpu_b[order], cpu_e[order]
+    if cpu_depth is not None:
+        cpu_depth = cpu_depth[order]
     n = len(cpu_b)
     s = ScopeTable.empty(n)
     raw_names = [names[i] for i in name[cpu_b].tolist()]
@@ -1388,10 +1456,11 @@ def _build(
     if len(fl_rows):
         row_of_flow = np.full(int(flow[cpu_b].max()) + 1, -1, np.int64)
         row_of_flow[flow[cpu_b][fl_rows]] = fl_rows
-    if not _no_nesting(s):
+    one_lane = not any(k == K_THREAD and lane for k, _i, lane in tracks.values())
+    if not _no_nesting(s) and not (one_lane and cpu_depth is not None and _nest_fast(s, cpu_depth)):
         nest(s)
     # GPU slices (with a terminating flow) and passes (with a scope annotation) on queue tracks
-    q_b, q_e = _pair(track, typ, np.flatnonzero(kind == K_QUEUE))
+    q_b, q_e, _ = _pair(chunk, ts, track, typ, np.flatnonzero(kind == K_QUEUE))
     is_gpu = tflow[q_b] > 0
     g_b, g_e = q_b[is_gpu], q_e[is_gpu]
     if len(g_b):
