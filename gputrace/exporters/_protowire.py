@@ -71,6 +71,41 @@ def read_varints(buf: U8) -> tuple[U64, npt.NDArray[np.int32]]:
     return vals, starts
 
 
+def varint_bounds(buf: U8) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Start and last byte of every varint of ``buf`` (whole varints only, < 2 GiB)."""
+    ends = np.flatnonzero(buf < 0x80).astype(np.int32)
+    starts = np.empty(len(ends), np.int32)
+    if len(ends):
+        starts[0] = 0
+        np.add(ends[:-1], 1, out=starts[1:])
+    return starts, ends
+
+
+def read_at(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> U64:
+    """The varints that start at ``starts`` and end at ``ends`` (a subset of a buffer's)."""
+    vals = buf[starts].astype(np.uint64)
+    multi = np.flatnonzero(ends != starts)
+    if len(multi):
+        vals[multi] &= np.uint64(0x7F)
+    j = 1
+    while len(multi):
+        at = starts[multi] + j
+        vals[multi] |= (buf[at] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+        multi = multi[ends[multi] > at]
+        j += 1
+    return vals
+
+
+def read_tags(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """Field keys (tags) of one or two bytes; -1 for a longer one (not a key gputrace writes)."""
+    tags = buf[starts].astype(np.int32)
+    two = np.flatnonzero(ends != starts)
+    if len(two):
+        tags[two] = (tags[two] & 0x7F) | (buf[starts[two] + 1].astype(np.int32) << 7)
+        tags[two[ends[two] - starts[two] > 1]] = -1
+    return tags
+
+
 # -- scalar helpers (strings, doubles, the few descriptor packets) --------------------------------
 
 

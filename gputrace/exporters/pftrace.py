@@ -1046,10 +1046,16 @@ def _decode_region(
         keep[o : o + ln] = False
     kept = np.flatnonzero(keep) if rich_at else None
     flat = buf[keep] if rich_at else buf
-    vals, starts = pw.read_varints(flat)
-    if len(vals) % 2 or (len(flat) and flat[-1] >= 0x80):
+    starts, ends = pw.varint_bounds(flat)
+    if len(starts) % 2 or (len(flat) and flat[-1] >= 0x80):
         raise PftraceError("an event region is not a run of whole packets")
-    tags, vv = vals[0::2], vals[1::2]
+    # tags of every field; values only of the fields read
+    tags = pw.read_tags(flat, starts[0::2], ends[0::2])
+    vs, ve = starts[1::2], ends[1::2]
+
+    def values(at: npt.NDArray[np.intp]) -> U64:
+        return pw.read_at(flat, vs[at], ve[at])
+
     ps = np.flatnonzero(tags == T_PACKET)
     npk = len(ps)
     if npk and (
@@ -1084,27 +1090,30 @@ def _decode_region(
     cat = np.zeros(total, np.int64)
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
-    delta[vr] = vv[ps + 1]
-    typ[vr] = vv[ps + 4]
-    track[vr] = vv[ps + 5]
+    delta[vr] = values(ps + 1)
+    typ[vr] = values(ps + 4)
+    track[vr] = values(ps + 5)
     if npk:
         # one table look-up finds the few fields read beyond the fixed head of each packet
-        code = _TAG_CODE[np.minimum(tags, len(_TAG_CODE) - 1)]
+        code = _TAG_CODE[tags & 511]
+        code[tags >= 512] = 0
         code[ps + 2] = 0  # the sequence id shares its tag with name_iid
         hits = np.flatnonzero(code)
         hit_code = code[hits]
+        hit_val = values(hits)
         hit_pkt = vr[np.searchsorted(ps, hits, side="right") - 1]
         for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
             m = hit_code == c
-            dest[hit_pkt[m]] = vv[hits[m]]
-        a = hits[hit_code == 5]
-        if len(a):
+            dest[hit_pkt[m]] = hit_val[m]
+        m = hit_code == 5
+        if m.any():
+            a = hits[m]
             pk.ann.append(
                 (
-                    pk.count + hit_pkt[hit_code == 5],
-                    vv[a].astype(np.int64),
+                    pk.count + hit_pkt[m],
+                    hit_val[m].astype(np.int64),
                     tags[a + 1].astype(np.int64),
-                    vv[a + 1].astype(np.int64),
+                    values(a + 1).astype(np.int64),
                 )
             )
     for j, (o, ln) in enumerate(rich_at):
