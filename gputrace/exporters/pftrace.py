@@ -55,7 +55,7 @@ from gputrace.model import (
     nest,
 )
 
-EXTENSIONS = (".pftrace",)
+EXTENSIONS = (".pftrace", ".perfetto-trace")
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
