@@ -282,6 +282,90 @@ def test_bad_input_is_one_sentence(tmp_path: Path, content: bytes | None, expect
         pftrace.read(path)
 
 
+def ops_trace(tmp_path: Path) -> Trace:
+    """The session story with per-operation records (where the model has them): kernels and a
+    copy per GPU scope, launch calls seen or not, a graph launch running two kernels, a call
+    outside every scope, another thread's launch."""
+    from gputrace import model
+
+    table = getattr(model, "OpTable", None)
+    if table is None:
+        pytest.skip("this gputrace has no per-operation records (model.OpTable)")
+    base = record_story(tmp_path / "story.json")
+    s = base.scopes
+    rows = np.flatnonzero(s.has_gpu())
+    names = [*list(base.names), "k_add", "k_mul", "cudaLaunchKernel", "cuGraphLaunch", "memcpy"]
+    idx = {n: i for i, n in enumerate(names)}
+    if "" not in idx:
+        names.append("")
+        idx[""] = len(names) - 1
+    recs = []
+    for j, r in enumerate(rows.tolist()):
+        g0, g1 = int(s.gpu_start_ns[r]), int(s.gpu_end_ns[r])
+        c0 = int(s.cpu_start_ns[r]) + 100
+        kind = 1 if j % 4 == 3 else 0
+        seen = j % 5 != 4
+        recs.append((r, kind, idx["memcpy" if kind else "k_add"], int(s.queue[r]), int(s.thread[r]), 1000 + j,
+                     c0 if seen else NO_TIME, c0 + 50 if seen else NO_TIME, g0, g1 if j % 7 else g0,
+                     4096 * kind, (0, 0, 0) if kind else (256, 1, 1), (0, 0, 0) if kind else (128, 1, 1),
+                     0, 0,
+                     idx["cudaLaunchKernel"] if seen else idx[""]))  # fmt: skip
+        if j == 2:  # a graph launch: two kernels from one call
+            for node in (1, 2):
+                recs.append((r, 0, idx["k_mul"], int(s.queue[r]), int(s.thread[r]), 5000, c0, c0 + 80,
+                             g1 + 10 * node, g1 + 10 * node + 5, 0, (8, 2, 1), (32, 1, 1), 7, node,
+                             idx["cuGraphLaunch"]))  # fmt: skip
+    r0 = int(rows[0])
+    recs.append((-1, 0, idx["k_add"], int(s.queue[r0]), 0, 9000, 10, 20, 30, 40, 0, (1, 1, 1), (1, 1, 1),
+                 0, 0, idx["cudaLaunchKernel"]))  # fmt: skip
+    recs.sort(key=lambda x: x[8])
+    n = len(recs)
+    ops = table.empty(n)
+    for col, k in (("scope", 0), ("kind", 1), ("name", 2), ("queue", 3), ("thread", 4), ("correlation", 5),
+                   ("call_start_ns", 6), ("call_end_ns", 7), ("gpu_start_ns", 8), ("gpu_end_ns", 9),
+                   ("bytes", 10), ("graph_id", 13), ("graph_node_id", 14), ("call_name", 15)):  # fmt: skip
+        setattr(ops, col, np.array([x[k] for x in recs], getattr(ops, col).dtype))
+    ops.grid = np.array([x[11] for x in recs], np.int64)
+    ops.block = np.array([x[12] for x in recs], np.int64)
+    spans = base.spans
+    names = canonical_names(names, s, spans, ops)  # type: ignore[call-arg]
+    return Trace(base.header, names, base.threads, base.queues, s, spans, base.marks, base.clock_fits, ops)  # type: ignore[call-arg]
+
+
+def test_per_operation_records_round_trip(tmp_path: Path) -> None:
+    trace = ops_trace(tmp_path)
+    back = pftrace.read(pftrace.write(trace, tmp_path / "ops.pftrace"))
+    assert_same(trace, back)
+    a, b = trace.ops, back.ops  # type: ignore[attr-defined]
+    for col in a.COLUMNS:
+        assert np.array_equal(getattr(a, col), getattr(b, col)), col
+
+
+def test_per_operation_records_in_perfettos_terms(tmp_path: Path) -> None:
+    """Each operation a slice on its stream's operations track, each seen launch call inside its
+    scope once (a graph launch runs two kernels), a flow from call to operation."""
+    pb = _perfetto_protos()
+    trace = ops_trace(tmp_path)
+    ops = trace.ops  # type: ignore[attr-defined]
+    msg = pb.Trace()
+    msg.ParseFromString(pftrace.dumps(trace))
+    tracks = {
+        p.track_descriptor.uuid: p.track_descriptor for p in msg.packet if p.HasField("track_descriptor")
+    }
+    op_tracks = {u for u, d in tracks.items() if d.HasField("thread") and d.thread.tid >= pftrace.OP_TID_BASE}
+    used = {trace.queues[q].label + " · operations" for q in set(ops.queue.tolist())}
+    assert {tracks[u].thread.thread_name.split(" (overlap")[0] for u in op_tracks} == used
+    begins = [p.track_event for p in msg.packet if p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+    on_ops = [e for e in begins if e.track_uuid in op_tracks]
+    assert len(on_ops) == len(ops)
+    calls = [e for e in begins if e.flow_ids_old and e.flow_ids_old[0] >= pftrace.OP_FLOW_BASE]
+    drawn = ops.call_start_ns != NO_TIME
+    drawn &= ops.scope >= 0
+    assert len(calls) == len(set(ops.correlation[drawn].tolist()))
+    ends = sorted(f for e in on_ops for f in e.terminating_flow_ids_old)
+    assert sorted(f for e in calls for f in e.flow_ids_old) == ends
+
+
 # -- Perfetto's own definitions of the format -------------------------------------------------------
 
 

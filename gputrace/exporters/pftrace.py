@@ -83,7 +83,12 @@ CHUNK_TAG = b"gputrace:chunk:"
 META_IID = 1 << 40  # interned strings no event refers to: the header and the chunk indexes
 
 # track kinds in the chunk index
-K_THREAD, K_QUEUE, K_QUEUED, K_DEPTH, K_PROC = 0, 1, 2, 3, 4
+K_THREAD, K_QUEUE, K_QUEUED, K_DEPTH, K_PROC, K_OPS = 0, 1, 2, 3, 4, 5
+# per-operation records (CUPTI): categories as PyTorch names them, and the launch call's
+OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+CALL_CATS = ("cuda_runtime", "cuda_driver")
+OP_FLOW_BASE = 1 << 40  # flow ids launch call -> operation, apart from the scope flows
+OP_TID_BASE = 1 << 20  # a stream's operations track: tid OP_TID_BASE + queue (+ overflow lanes)
 
 # tags as they appear in the flat varint stream
 T_PACKET = (1 << 3) | 2
@@ -249,6 +254,8 @@ class _Encoder:
         self.rows = 0
         self.chunks = 0
         self.depth: dict[int, int] = {}
+        self.ops = 0  # operations written so far
+        self.row_track = np.zeros(0, np.int64)  # the chunk's CPU track per scope
         self.lane_end: dict[tuple[int, int], list[int]] = {}
         self.last_ts = int(header.get("base_ns", header.get("start_ns", 0)) or 0)
         self.t0 = self.last_ts
@@ -348,6 +355,18 @@ class _Encoder:
         parent = self.gpu_proc(dev)
         return self._track((K_QUEUED, qi, lane), lambda _u: pw.fv(5, parent) + pw.fs(2, f"queued · {label}"))
 
+    def ops_track(self, qi: int, lane: int) -> int:
+        dev, label = self.queue_info(qi)
+        parent = self.gpu_proc(dev)
+        tid = OP_TID_BASE + qi + lane * OVERLAP_TID_STEP
+        label = f"{label} · operations" + (f" (overlap {lane})" if lane else "")
+        return self._track(
+            (K_OPS, qi, lane),
+            lambda _u: (
+                pw.fv(5, parent) + pw.fb(4, pw.fv(1, GPU_PID_BASE + dev) + pw.fv(2, tid) + pw.fs(5, label))
+            ),
+        )
+
     def depth_track(self, qi: int) -> int:
         dev, label = self.queue_info(qi)
         parent = self.gpu_proc(dev)
@@ -432,6 +451,7 @@ class _Encoder:
         self._cpu(t, thread, name_iid, has_gpu, gids, kinds, rich)
         self._gpu(t, queue, name_iid, has_gpu, gids, kinds)
         self._marks(t, th_map, kinds, rich)
+        self._ops(t, th_map, q_map, kinds)
         data = self._assemble(kinds, rich)
         region, rich_at = data
         self.rows += n
@@ -466,6 +486,7 @@ class _Encoder:
     ) -> None:
         s = t.scopes
         n = len(s)
+        self.row_track = np.zeros(0, np.int64)
         if not n:
             return
         lane = np.zeros(n, np.int64)
@@ -477,6 +498,7 @@ class _Encoder:
                 lanes = _lanes(s.cpu_start_ns[rr].tolist(), s.cpu_end_ns[rr].tolist(), list(range(len(rr))))
                 lane[rr] = lanes
         track = self._tracks_for(thread, lane, self.thread_track)
+        self.row_track = track
         start, end = s.cpu_start_ns, s.cpu_end_ns
         rows = np.arange(n, dtype=np.int64)
         fl_name = self.ann_name("flags")
@@ -757,6 +779,123 @@ class _Encoder:
                 ev = _Events(ge[m], 2 if z else 0, -st[m], -order_key[m])
                 kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[pos[m]]))
 
+    def _emit(
+        self, ev: _Events, anns: list[tuple[str, int, I64, npt.NDArray[np.bool_]]], kinds: list[_Events]
+    ) -> None:
+        """``ev`` (fixed fields set) once per pattern of which optional annotations its rows have."""
+        n = ev.n
+        code = np.zeros(n, np.int64)
+        for bit, (_name, _tag, _v, has) in enumerate(anns):
+            code |= has.astype(np.int64) << bit
+        for c in np.unique(code).tolist():
+            m = code == c
+            sub = _Events(ev.ts[m], ev.cls, _take(ev.sub1, m), _take(ev.sub2, m))
+            sub.te = [x if isinstance(x, (int, np.integer)) else x[m] for x in ev.te]
+            for bit, (name, tag, v, _has) in enumerate(anns):
+                if c >> bit & 1:
+                    sub.ann(self.ann_name(name), tag, v[m])
+            kinds.append(sub)
+
+    def _ops(self, t: Trace, th_map: I64, q_map: I64, kinds: list[_Events]) -> None:
+        """Per-operation records: each operation a slice on its stream's operations track, its
+        launch call a slice inside its scope on the CPU (once per call), a flow between them."""
+        ops = getattr(t, "ops", None)
+        if ops is None or not len(ops):
+            return
+        n = len(ops)
+        k = np.arange(n, dtype=np.int64)
+        s = t.scopes
+        queue = q_map[ops.queue + 1]
+        st, en = ops.gpu_start_ns, ops.gpu_end_ns
+        ge = np.maximum(en, st)
+        lane = np.zeros(n, np.int64)
+        for qi in np.unique(queue).tolist():
+            m = np.flatnonzero(queue == qi)
+            lane[m] = self._carry((K_OPS, qi), _disjoint_lanes(st[m], ge[m]), st[m], ge[m])
+        track = self._tracks_for(queue, lane, self.ops_track)
+        name_iid = self._per_value(ops.name, lambda i: self.name(t.names[i]))
+        cat = self._per_value(ops.kind, lambda x: self.cat(OP_CATS[x] if 0 <= x < len(OP_CATS) else "kernel"))
+        gop = self.ops + k
+        scope = ops.scope.astype(np.int64)
+        has_scope = scope >= 0
+        glob_scope = np.where(has_scope, self.rows + scope, -1)
+        thread = np.where(ops.thread >= 0, th_map[np.maximum(ops.thread, 0)], -1)
+        default_thread = np.where(has_scope, th_map[s.thread[np.maximum(scope, 0)]] if len(s) else -1, -1)
+        seen = ops.call_start_ns != NO_TIME
+        shape = np.concatenate([ops.grid, ops.block], axis=1)
+        has_shape = np.asarray(shape.any(axis=1), bool)
+        shape_iid = np.zeros(n, np.int64)
+        if has_shape.any():
+            key = [",".join(map(str, row)) for row in shape[has_shape].tolist()]
+            shape_iid[has_shape] = [self.ann_str(x) for x in key]
+        call_iid = self._per_value(ops.call_name, lambda i: self.ann_str(t.names[i]))
+        drawn = np.zeros(n, bool)  # the launch call is drawn (and the flow with it)
+        cand = np.flatnonzero(seen & has_scope & (ops.thread >= 0))
+        if len(cand) and len(s):
+            r = scope[cand]
+            inside = (s.cpu_start_ns[r] <= ops.call_start_ns[cand]) & (
+                ops.call_end_ns[cand] <= s.cpu_end_ns[r]
+            )
+            inside &= th_map[s.thread[r]] == thread[cand]
+            cand = cand[inside]
+            _, first = np.unique(ops.correlation[cand], return_index=True)
+            drawn[cand[first]] = True
+        ev = _Events(st, 1, 2 * gop, gop)
+        ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid).field(T_CAT, cat)
+        anns: list[tuple[str, int, I64, npt.NDArray[np.bool_]]] = [
+            ("scope", T_DA_INT, glob_scope, np.ones(n, bool)),
+            ("correlation", T_DA_INT, ops.correlation.astype(np.int64), np.ones(n, bool)),
+            ("thread", T_DA_INT, thread, np.asarray(thread != default_thread, bool)),
+            ("grid,block", T_DA_STR_IID, shape_iid, has_shape),
+            ("bytes", T_DA_INT, ops.bytes.astype(np.int64), ops.bytes != 0),
+            ("graph id", T_DA_INT, ops.graph_id.astype(np.int64), ops.graph_id != 0),
+            ("graph node id", T_DA_INT, ops.graph_node_id.astype(np.int64), ops.graph_node_id != 0),
+            (
+                "call",
+                T_DA_STR_IID,
+                call_iid,
+                ops.call_name != t.names.index("") if "" in t.names else np.ones(n, bool),
+            ),
+            ("launch_to_start_ns", T_DA_INT, np.where(seen, st - ops.call_start_ns, 0), seen),
+            ("call_ns", T_DA_INT, np.where(seen, ops.call_end_ns - ops.call_start_ns, 0), seen),
+            ("gpu_ns", T_DA_INT, en - st, en < st),
+        ]
+        for with_flow in (False, True):
+            m = drawn == with_flow
+            if not m.any():
+                continue
+            sub = _Events(st[m], 1, 2 * gop[m], gop[m])
+            sub.te = [x if isinstance(x, (int, np.integer)) else x[m] for x in ev.te]
+            if with_flow:
+                sub.field(T_TFLOW, OP_FLOW_BASE + gop[m])
+            self._emit(sub, [(a, b, c[m], d[m]) for a, b, c, d in anns], kinds)
+        zero = ge == st
+        for z in (False, True):
+            m = zero == z
+            if m.any():
+                e = _Events(ge[m], 1 if z else 0, 2 * gop[m] + 1 if z else -st[m], gop[m] if z else -gop[m])
+                kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+        d = np.flatnonzero(drawn)
+        if len(d):
+            c0, c1 = ops.call_start_ns[d], ops.call_end_ns[d]
+            ctrack = self.row_track[scope[d]]
+            cname = self._per_value(ops.call_name[d], lambda i: self.name(t.names[i]))
+            ccat = self._per_value(
+                ops.call_name[d],
+                lambda i: self.cat(CALL_CATS[0] if t.names[i].startswith("cuda") else CALL_CATS[1]),
+            )
+            big = (1 << 50) + gop[d]  # after the scopes at equal times: the call is inside its scope
+            b = _Events(c0, 1, -c1, big)
+            b.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, ctrack).field(T_NAME, cname).field(T_CAT, ccat)
+            kinds.append(b.field(T_FLOW, OP_FLOW_BASE + gop[d]))
+            cz = c1 == c0
+            for z in (False, True):
+                m = cz == z
+                if m.any():
+                    e = _Events(c1[m], 2 if z else 0, -c0[m], -big[m])
+                    kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, ctrack[m]))
+        self.ops += n
+
     def _marks(self, t: Trace, th_map: I64, kinds: list[_Events], rich: _Rich) -> None:
         plain: list[int] = []
         for i, m in enumerate(t.marks):
@@ -852,6 +991,10 @@ class _Encoder:
             cut = here
         segments.append(out[cut:].tobytes())
         return b"".join(segments), rich_at
+
+
+def _take(v: I64 | int, m: npt.NDArray[np.bool_]) -> I64 | int:
+    return v if isinstance(v, (int, np.integer)) else v[m]
 
 
 def _slice_lanes(st: I64, en: I64) -> I64:
@@ -969,7 +1112,7 @@ def slice_rows(trace: Trace, a: int, b: int, t0: int, t1: int) -> Trace:
 
 def _chunks(trace: Trace, rows: int = CHUNK_ROWS) -> list[Trace]:
     n = len(trace)
-    if n <= rows:
+    if n <= rows or len(getattr(trace, "ops", ())):  # per-operation records: one chunk
         return [trace]
     starts = trace.scopes.cpu_start_ns
     out = []
@@ -1435,6 +1578,13 @@ def _build(
         depth_of[wb] = wd
         if np.array_equal(end_of[cpu_b], cpu_e):
             cpu_depth = depth_of[cpu_b]
+    # launch calls (per-operation records) share the threads' tracks; they are not scopes
+    call_cats = [i for i, c in cats.items() if c in CALL_CATS]
+    if call_cats and len(cpu_b):
+        scope_rows = ~np.isin(cat[cpu_b], call_cats)
+        cpu_b, cpu_e = cpu_b[scope_rows], cpu_e[scope_rows]
+        if cpu_depth is not None:
+            cpu_depth = cpu_depth[scope_rows]
     order = np.lexsort((cpu_b, -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b]))
     cpu_b, cpu_e = cpu_b[order], cpu_e[order]
     if cpu_depth is not None:
@@ -1488,7 +1638,7 @@ def _build(
         s.submit_ns[rows[has_sub]] = st[has_sub] - gap[has_sub]
         s.queue[rows] = tidx[track[g_b]].astype(np.int32)
     p_b, p_e = q_b[~is_gpu], q_e[~is_gpu]
-    labels: dict[str, int] = {}
+    labels: dict[str, int] = dict(name_ids)
 
     def intern_label(label: str) -> int:
         i = labels.get(label)
@@ -1540,13 +1690,79 @@ def _build(
             marks.append(
                 Mark(names[int(name[p])], int(ts[p]), int(tidx[track[p]]), kd, dict(pk.args.get(p, {})))
             )
-    final_names = canonical_names(name_list, s, spans)
+    ops = _read_ops(ts, typ, track, name, cat, chunk, kind, tidx, names, cats, strs, s, ann, intern_label)
+    final_names = (
+        canonical_names(name_list, s, spans, ops)  # type: ignore[call-arg]
+        if ops is not None
+        else canonical_names(name_list, s, spans)
+    )
     if "threads" not in header:
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
     if "queues" not in header:
         header["queues"] = [_queue_dict(q) for q in queues]
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
+    if ops is not None:
+        return Trace(header, final_names, threads, queues, s, spans, marks, fits, ops)  # type: ignore[call-arg]
     return Trace(header, final_names, threads, queues, s, spans, marks, fits)
+
+
+def _read_ops(
+    ts: I64,
+    typ: I64,
+    track: I64,
+    name: I64,
+    cat: I64,
+    chunk: I64,
+    kind: I64,
+    tidx: I64,
+    names: dict[int, str],
+    cats: dict[int, str],
+    strs: dict[int, str],
+    s: ScopeTable,
+    ann: Callable[[str, I64], tuple[I64, npt.NDArray[np.bool_]]],
+    intern: Callable[[str], int],
+) -> Any:
+    """The per-operation records (an ``OpTable``), where the model has them and the file holds any."""
+    from gputrace import model
+
+    table = getattr(model, "OpTable", None)
+    on_ops = np.flatnonzero(kind == K_OPS)
+    if table is None or not len(on_ops):
+        return None if table is None else table.empty()
+    b, e, _ = _pair(chunk, ts, track, typ, on_ops)
+    b, e = b[np.lexsort((b, ts[b]))], e[np.lexsort((b, ts[b]))]
+    n = len(b)
+    ops = table.empty(n)
+    ops.scope, _ = ann("scope", b)
+    kinds = {i: OP_CATS.index(c) for i, c in cats.items() if c in OP_CATS}
+    ops.kind = np.array([kinds.get(int(c), 0) for c in cat[b].tolist()], np.int32)
+    ops.name = np.fromiter((intern(names[int(i)]) for i in name[b].tolist()), np.int32, n)
+    ops.queue = tidx[track[b]].astype(np.int32)
+    th, has_th = ann("thread", b)
+    default = np.where(ops.scope >= 0, s.thread[np.maximum(ops.scope, 0)] if len(s) else -1, -1)
+    ops.thread = np.where(has_th, th, default).astype(np.int32)
+    ops.correlation, _ = ann("correlation", b)
+    ops.gpu_start_ns = ts[b].copy()
+    g, neg = ann("gpu_ns", b)
+    ops.gpu_end_ns = np.where(neg, ts[b] + g, ts[e])
+    lts, seen = ann("launch_to_start_ns", b)
+    dur, _ = ann("call_ns", b)
+    ops.call_start_ns = np.where(seen, ts[b] - lts, NO_TIME)
+    ops.call_end_ns = np.where(seen, ts[b] - lts + dur, NO_TIME)
+    call, has_call = ann("call", b)
+    ops.call_name = np.array(
+        [intern(strs[int(c)] if h else "") for c, h in zip(call.tolist(), has_call.tolist(), strict=True)],
+        np.int32,
+    )
+    ops.bytes, _ = ann("bytes", b)
+    shape, has_shape = ann("grid,block", b)
+    grid = np.zeros((n, 6), np.int64)
+    for i in np.flatnonzero(has_shape).tolist():
+        grid[i] = [int(x) for x in strs[int(shape[i])].split(",")]
+    ops.grid, ops.block = grid[:, :3].copy(), grid[:, 3:].copy()
+    ops.graph_id, _ = ann("graph id", b)
+    ops.graph_node_id, _ = ann("graph node id", b)
+    return ops
 
 
 def _no_nesting(s: ScopeTable) -> bool:
