@@ -1462,16 +1462,19 @@ def _col(parts: list[I64]) -> I64:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64) -> tuple[I64, I64, I64]:
+def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64, chunks: bool = True) -> tuple[I64, I64, I64]:
     """Begin and end packets of each slice, matched as Perfetto matches them (events of a track
     in time order, ties in file order, a stack per track), within each chunk (a chunk holds both
-    ends of its slices); ``chunk`` all zero gives Perfetto's view of the whole file. Also each
-    slice's depth on its track."""
+    ends of its slices); ``chunks=False`` with ``chunk`` all zero gives Perfetto's view of the
+    whole file. Also each slice's depth on its track."""
     m = idx[(typ[idx] == SLICE_BEGIN) | (typ[idx] == SLICE_END)]
     if not len(m):
         return m, m, m
-    o = np.lexsort((m, ts[m], track[m], chunk[m]))
-    m = m[o]
+    # ``idx`` is in file order, and within a chunk file order is time order
+    if chunks or (np.diff(ts[m]) >= 0).all():
+        m = m[np.argsort(track[m] + chunk[m] * (1 << 32), kind="stable")]
+    else:
+        m = m[np.lexsort((m, ts[m], track[m]))]
     tr = track[m] + chunk[m] * (1 << 32)
     step = np.where(typ[m] == SLICE_BEGIN, 1, -1)
     depth = np.cumsum(step)
@@ -1568,7 +1571,7 @@ def _build(
     cpu_depth: I64 | None = None
     if len(cpu_b):
         wb, we, wd = (
-            _pair(np.zeros_like(chunk), ts, track, typ, on_threads)
+            _pair(np.zeros_like(chunk), ts, track, typ, on_threads, chunks=False)
             if len(pk.chunk) > 1
             else (cpu_b, cpu_e, _)
         )
