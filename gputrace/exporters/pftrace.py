@@ -1156,14 +1156,14 @@ class _Packets:
     """The TrackEvent packets of a file, as columns (one row per packet, file order)."""
 
     def __init__(self) -> None:
-        self.ts: list[I64] = []
-        self.type: list[I64] = []
-        self.track: list[I64] = []
-        self.name: list[I64] = []
-        self.cat: list[I64] = []
-        self.flow: list[I64] = []
-        self.tflow: list[I64] = []
-        self.chunk: list[I64] = []
+        self.ts: list[npt.NDArray[Any]] = []
+        self.type: list[npt.NDArray[Any]] = []
+        self.track: list[npt.NDArray[Any]] = []
+        self.name: list[npt.NDArray[Any]] = []
+        self.cat: list[npt.NDArray[Any]] = []
+        self.flow: list[npt.NDArray[Any]] = []
+        self.tflow: list[npt.NDArray[Any]] = []
+        self.chunk: list[npt.NDArray[Any]] = []
         self.ann: list[tuple[I64, I64, I64, I64]] = []  # packet, name iid, value tag, value
         self.args: dict[int, dict[str, Any]] = {}
         self.count = 0
@@ -1227,10 +1227,10 @@ def _decode_region(
     else:
         vr, rr = np.arange(npk), np.zeros(0, np.int64)
     delta = np.zeros(total, np.uint64)
-    typ = np.zeros(total, np.int64)
-    track = np.zeros(total, np.int64)
-    name = np.zeros(total, np.int64)
-    cat = np.zeros(total, np.int64)
+    typ = np.zeros(total, np.int8)
+    track = np.zeros(total, np.int32)
+    name = np.zeros(total, np.int32)
+    cat = np.zeros(total, np.int32)
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
     delta[vr] = values(ps + 1)
@@ -1458,7 +1458,7 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
     return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues)
 
 
-def _col(parts: list[I64]) -> I64:
+def _col(parts: list[Any]) -> Any:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
@@ -1549,18 +1549,23 @@ def _build(
             sel = np.flatnonzero(a_nm == iid)
             ann_cols[ann_names[int(iid)]] = (a_pk[sel], a_val[sel])
 
+    where_cache: dict[int, tuple[I64, I64]] = {}
+
     def ann(key: str, rows: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
         """The int annotation ``key`` of each packet in ``rows`` (0 where it has none), and where."""
         out = np.zeros(len(rows), np.int64)
         got = np.zeros(len(rows), bool)
         if key in ann_cols and len(rows):
             apk, av = ann_cols[key]
-            o = np.argsort(rows, kind="stable")
-            srt = rows[o]
-            pos = np.minimum(np.searchsorted(srt, apk), len(rows) - 1)
-            ok = srt[pos] == apk
-            out[o[pos[ok]]] = av[ok]
-            got[o[pos[ok]]] = True
+            hit = where_cache.get(id(rows))
+            if hit is None or hit[0] is not rows:
+                where = np.full(total, -1, np.int64)
+                where[rows] = np.arange(len(rows))
+                hit = where_cache[id(rows)] = (rows, where)
+            pos = hit[1][apk]
+            ok = pos >= 0
+            out[pos[ok]] = av[ok]
+            got[pos[ok]] = True
         return out, got
 
     # CPU slices
