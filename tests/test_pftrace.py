@@ -232,6 +232,30 @@ def test_nesting_read_back_is_the_models_across_chunks(
     assert_same(trace, back)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_chunks_out_of_time_order_read_back_in_the_models_order(tmp_path: Path, seed: int) -> None:
+    """A session may append a scope after scopes that started later (an outer scope ends last):
+    rows come back in start order, and what the file refers to by row (a GPU slice's scope, a
+    pass's scope, the uncertainty carried forward) follows them."""
+    trace = through_json(synthetic(50, seed), tmp_path)
+    n = len(trace)
+    path = tmp_path / "r.pftrace"
+    w = pftrace.StreamWriter(path, pftrace._file_header(trace))
+    starts = trace.scopes.cpu_start_ns
+    # (cut where the start time changes: scopes tied in every key keep their order only inside a chunk)
+    cuts = [
+        0,
+        *(int(np.searchsorted(starts, starts[k], side="right")) for k in (n // 4, n // 2, 3 * n // 4)),
+        n,
+    ]
+    for a, b in reversed(list(itertools.pairwise(cuts))):
+        t0 = int(starts[a]) if a else -(2**62)
+        t1 = int(starts[b]) if b < n else 2**62
+        w.append(_slice(trace, a, b, t0, t1))
+    w.close(pftrace._file_header(trace))
+    assert_same(trace, pftrace.read(path))
+
+
 def test_a_cut_file_loads_every_whole_chunk_and_says_it_ends_early(tmp_path: Path) -> None:
     trace = through_json(synthetic(60, 1), tmp_path)
     n = len(trace)

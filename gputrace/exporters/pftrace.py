@@ -255,6 +255,7 @@ class _Encoder:
         self.chunks = 0
         self.depth: dict[int, int] = {}
         self.ops = 0  # operations written so far
+        self.last_unc = 0  # the last GPU scope's alignment uncertainty (written where it changes)
         self.row_track = np.zeros(0, np.int64)  # the chunk's CPU track per scope
         self.lane_end: dict[tuple[int, int], list[int]] = {}
         self.last_ts = int(header.get("base_ns", header.get("start_ns", 0)) or 0)
@@ -583,31 +584,27 @@ class _Encoder:
         sub = s.submit_ns[rows]
         unc = s.uncertainty_ns[rows]
         flags = s.flags[rows]
-        n_unc, n_sub, n_fl, n_gpu = (
-            self.ann_name(x) for x in ("uncertainty_ns", "submit_to_start_ns", "flags", "gpu_ns")
-        )
         fl_iid = self._per_value(flags, lambda f: self.ann_str(", ".join(flag_names(f))) if f else 0)
         neg = en < st
         has_sub = sub != NO_TIME
-        for a in (False, True):
-            for b in (False, True):
-                for c in (False, True):
-                    m = (has_sub == a) & ((fl_iid > 0) == b) & (neg == c)
-                    if not m.any():
-                        continue
-                    ev = _Events(st[m], 1, -np.maximum(en[m], st[m]), rows[m])
-                    ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[m]).field(
-                        T_NAME, name_iid[s.name[rows[m]]]
-                    )
-                    ev.field(T_TFLOW, gids[rows[m]])
-                    ev.ann(n_unc, T_DA_INT, unc[m])
-                    if a:
-                        ev.ann(n_sub, T_DA_INT, st[m] - sub[m])
-                    if b:
-                        ev.ann(n_fl, T_DA_STR_IID, fl_iid[m])
-                    if c:
-                        ev.ann(n_gpu, T_DA_INT, en[m] - st[m])
-                    kinds.append(ev)
+        # the uncertainty is written where it changes (row order), and carried forward by the reader
+        prev = np.empty(len(unc), np.int64)
+        prev[0] = self.last_unc
+        prev[1:] = unc[:-1]
+        self.last_unc = int(unc[-1])
+        ev = _Events(st, 1, -np.maximum(en, st), rows)
+        ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid[s.name[rows]])
+        ev.field(T_TFLOW, gids[rows])
+        self._emit(
+            ev,
+            [
+                ("uncertainty_ns", T_DA_INT, unc, unc != prev),
+                ("submit_to_start_ns", T_DA_INT, st - sub, has_sub),
+                ("flags", T_DA_STR_IID, fl_iid, fl_iid > 0),
+                ("gpu_ns", T_DA_INT, en - st, neg),
+            ],
+            kinds,
+        )
         self._passes(t, rows, track, kinds)
         # anomalies on the GPU slice
         an = np.flatnonzero(flags & np.uint32(int(ANOMALY_FLAGS)))
@@ -1593,11 +1590,18 @@ def _build(
         cpu_b, cpu_e = cpu_b[scope_rows], cpu_e[scope_rows]
         if cpu_depth is not None:
             cpu_depth = cpu_depth[scope_rows]
-    order = np.lexsort((cpu_b, -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b]))
+    # rows as written (chunk after chunk, each in (start, thread, -end) order: what the scope
+    # numbers in the file refer to), then rows as the model orders them (by start overall)
+    written = np.lexsort((cpu_b, -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b], chunk[cpu_b]))
+    cpu_b, cpu_e = cpu_b[written], cpu_e[written]
+    n = len(cpu_b)
+    order = np.lexsort((np.arange(n), -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b]))
+    w2r = np.empty(n + 1, np.int64)  # written row -> row (and -1 -> -1)
+    w2r[order] = np.arange(n)
+    w2r[n] = -1
     cpu_b, cpu_e = cpu_b[order], cpu_e[order]
     if cpu_depth is not None:
-        cpu_depth = cpu_depth[order]
-    n = len(cpu_b)
+        cpu_depth = cpu_depth[written][order]
     s = ScopeTable.empty(n)
     raw_names = [names[i] for i in name[cpu_b].tolist()]
     name_ids = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
@@ -1640,8 +1644,10 @@ def _build(
         en = np.where(has_neg, st + gpu_ns, ts[g_e])
         s.gpu_start_ns[rows] = st
         s.gpu_end_ns[rows] = en
-        unc, _ = ann("uncertainty_ns", g_b)
-        s.uncertainty_ns[rows] = unc
+        unc, has_unc = ann("uncertainty_ns", g_b)
+        o = np.argsort(f)  # written where it changes, in written order: carry it forward
+        last = np.maximum.accumulate(np.where(has_unc[o], np.arange(len(o)), -1))
+        s.uncertainty_ns[rows[o]] = np.where(last >= 0, unc[o][np.maximum(last, 0)], 0)
         gap, has_sub = ann("submit_to_start_ns", g_b)
         s.submit_ns[rows[has_sub]] = st[has_sub] - gap[has_sub]
         s.queue[rows] = tidx[track[g_b]].astype(np.int32)
@@ -1661,10 +1667,9 @@ def _build(
     p_sub = p_g0 = p_g1 = np.zeros(0, np.int64)
     if len(p_b):
         sc, _ = ann("scope", p_b)
-        rows0 = 0
-        p_rows = sc - rows0
-        if (p_rows < 0).any() or (p_rows >= n).any():
+        if (sc < 0).any() or (sc >= n).any():
             raise PftraceError("a GPU pass names a scope that the trace does not have")
+        p_rows = w2r[sc]
         order = np.argsort(p_b, kind="stable")
         p_b, p_e, p_rows = p_b[order], p_e[order], p_rows[order]
         p_label = np.fromiter((intern_label(names[int(i)]) for i in name[p_b].tolist()), np.int32, len(p_b))
@@ -1692,13 +1697,16 @@ def _build(
     # marks and syncs: instants on thread tracks
     marks: list[Mark] = []
     inst = np.flatnonzero((typ == INSTANT) & (kind == K_THREAD))
+    inst = inst[np.argsort(ts[inst], kind="stable")]
     for p in inst.tolist():
         kd = cats.get(int(cat[p]), "")
         if kd in ("mark", "sync"):
             marks.append(
                 Mark(names[int(name[p])], int(ts[p]), int(tidx[track[p]]), kd, dict(pk.args.get(p, {})))
             )
-    ops = _read_ops(ts, typ, track, name, cat, chunk, kind, tidx, names, cats, strs, s, ann, intern_label)
+    ops = _read_ops(
+        ts, typ, track, name, cat, chunk, kind, tidx, names, cats, strs, s, ann, intern_label, w2r
+    )
     final_names = (
         canonical_names(name_list, s, spans, ops)  # type: ignore[call-arg]
         if ops is not None
@@ -1729,6 +1737,7 @@ def _read_ops(
     s: ScopeTable,
     ann: Callable[[str, I64], tuple[I64, npt.NDArray[np.bool_]]],
     intern: Callable[[str], int],
+    w2r: I64,
 ) -> Any:
     """The per-operation records (an ``OpTable``), where the model has them and the file holds any."""
     from gputrace import model
@@ -1741,7 +1750,10 @@ def _read_ops(
     b, e = b[np.lexsort((b, ts[b]))], e[np.lexsort((b, ts[b]))]
     n = len(b)
     ops = table.empty(n)
-    ops.scope, _ = ann("scope", b)
+    sc, _ = ann("scope", b)
+    if (sc < -1).any() or (sc >= len(s)).any():
+        raise PftraceError("an operation names a scope that the trace does not have")
+    ops.scope = w2r[sc]
     kinds = {i: OP_CATS.index(c) for i, c in cats.items() if c in OP_CATS}
     ops.kind = np.array([kinds.get(int(c), 0) for c in cat[b].tolist()], np.int32)
     ops.name = np.fromiter((intern(names[int(i)]) for i in name[b].tolist()), np.int32, n)
