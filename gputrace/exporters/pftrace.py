@@ -749,26 +749,24 @@ class _Encoder:
         if not len(k):
             return
         st, en, sub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]
-        label = np.array([self.name(t.names[int(x)]) for x in sp.label[k].tolist()], np.int64)
-        n_scope, n_sub, n_gpu = (self.ann_name(x) for x in ("scope", "submit_to_start_ns", "gpu_ns"))
-        sc = self.rows + sp.scope[k]
-        has_sub = sub != NO_TIME
+        label = self._per_value(sp.label[k], lambda i: self.name(t.names[i]))
+        scope_sub = t.scopes.submit_ns[sp.scope[k]]
         neg = en < st
         ge = np.maximum(en, st)
         order_key = np.arange(len(k), dtype=np.int64) + (1 << 40)  # after their scope's begin
-        for a in (False, True):
-            for c in (False, True):
-                m = (has_sub == a) & (neg == c)
-                if not m.any():
-                    continue
-                ev = _Events(st[m], 1, -ge[m], order_key[m])
-                ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[pos[m]]).field(T_NAME, label[m])
-                ev.ann(n_scope, T_DA_INT, sc[m])
-                if a:
-                    ev.ann(n_sub, T_DA_INT, st[m] - sub[m])
-                if c:
-                    ev.ann(n_gpu, T_DA_INT, en[m] - st[m])
-                kinds.append(ev)
+        ev = _Events(st, 1, -ge, order_key)
+        ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[pos]).field(T_NAME, label)
+        # a pass submitted with its scope (the usual case) says nothing of its submission
+        self._emit(
+            ev,
+            [
+                ("scope", T_DA_INT, self.rows + sp.scope[k], np.ones(len(k), bool)),
+                ("submit_to_start_ns", T_DA_INT, st - sub, (sub != NO_TIME) & (sub != scope_sub)),
+                ("no_submit", T_DA_INT, np.ones(len(k), np.int64), (sub == NO_TIME) & (scope_sub != NO_TIME)),
+                ("gpu_ns", T_DA_INT, en - st, neg),
+            ],
+            kinds,
+        )
         zero = ge == st
         for z in (False, True):
             m = zero == z
@@ -1121,12 +1119,18 @@ def _chunks(trace: Trace, rows: int = CHUNK_ROWS) -> list[Trace]:
     return out
 
 
+def _stub(header: dict[str, Any]) -> dict[str, Any]:
+    """What the file's first header needs when the whole header follows at the end."""
+    keep = ("format_version", "version", "start_ns", "base_ns", "pid", "rank", "processes")
+    return {k: header[k] for k in keep if k in header}
+
+
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as a Perfetto protobuf trace (atomically: a temporary file, then rename)."""
     p = Path(path)
     tmp = p.with_name(p.name + ".partial")
     header = _file_header(trace)
-    w = StreamWriter(tmp, header)
+    w = StreamWriter(tmp, _stub(header))  # the whole header comes at the end
     try:
         for chunk in _chunks(trace):
             w.append(chunk)
@@ -1142,7 +1146,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 def dumps(trace: Trace) -> bytes:
     """The ``.pftrace`` bytes of ``trace``."""
     header = _file_header(trace)
-    enc = _Encoder(header)
+    enc = _Encoder(_stub(header))
     return enc.preamble() + b"".join(enc.chunk(c) for c in _chunks(trace)) + enc.ending(header)
 
 
@@ -1677,7 +1681,8 @@ def _build(
         pg, pneg = ann("gpu_ns", p_b)
         p_g1 = np.where(pneg, p_g0 + pg, ts[p_e])
         gap, has_sub = ann("submit_to_start_ns", p_b)
-        p_sub = np.where(has_sub, p_g0 - gap, NO_TIME)
+        _, no_sub = ann("no_submit", p_b)
+        p_sub = np.where(has_sub, p_g0 - gap, np.where(no_sub, NO_TIME, s.submit_ns[p_rows]))
     with_pass = np.zeros(n, bool)
     with_pass[p_rows] = True
     unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
