@@ -390,6 +390,22 @@ def test_per_operation_records_in_perfettos_terms(tmp_path: Path) -> None:
     assert sorted(f for e in calls for f in e.flow_ids_old) == ends
 
 
+def test_damaged_files_load_or_say_why(tmp_path: Path) -> None:
+    """Bytes changed or cut anywhere: the file loads, or one TraceFileError says why."""
+    raw = pftrace.dumps(through_json(synthetic(15, 1), tmp_path))
+    rng = random.Random(5)
+    path = tmp_path / "bad.pftrace"
+    for _ in range(300):
+        b = bytearray(raw)
+        for _k in range(rng.choice([1, 3])):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        path.write_bytes(bytes(b[: rng.randrange(len(b))] if rng.random() < 0.3 else b))
+        try:
+            pftrace.read(path)
+        except TraceFileError as exc:
+            assert str(exc).startswith(str(path))
+
+
 # -- Perfetto's own definitions of the format -------------------------------------------------------
 
 

@@ -1285,12 +1285,12 @@ def _decode_rich(
     (f, _wt, body), *_ = list(pw.fields(data))
     d = t_ = tr = nm = ct = fl = 0
     args: dict[str, Any] = {}
-    assert isinstance(body, bytes)
+    body = _bytes(body)
     for f, _wt, v in pw.fields(body):
         if f == P_TS:
             d = int(v)  # type: ignore[arg-type]
         elif f == P_TE:
-            assert isinstance(v, bytes)
+            v = _bytes(v)
             for g, _w, x in pw.fields(v):
                 if g == TE_TYPE:
                     t_ = int(x)  # type: ignore[arg-type]
@@ -1303,10 +1303,17 @@ def _decode_rich(
                 elif g == TE_FLOW:
                     fl = int(x)  # type: ignore[arg-type]
                 elif g == TE_ANN:
-                    assert isinstance(x, bytes)
+                    x = _bytes(x)
                     key, val, interned = _decode_ann(x, ann_names, strs)
                     args["\0flags" if interned else key] = val
     return d, t_, tr, nm, ct, fl, args
+
+
+def _bytes(v: int | bytes) -> bytes:
+    """A length-delimited field's bytes; a number where a message belongs is a malformed file."""
+    if not isinstance(v, bytes):
+        raise PftraceError("a field that holds a message holds a number")
+    return v
 
 
 def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) -> tuple[str, Any, bool]:
@@ -1324,10 +1331,10 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
         elif f == DA_DOUBLE:
             val = pw.as_double(int(v))  # type: ignore[arg-type]
         elif f == DA_STR:
-            assert isinstance(v, bytes)
+            v = _bytes(v)
             val = v.decode("utf-8", "surrogatepass")
         elif f == DA_JSON:
-            assert isinstance(v, bytes)
+            v = _bytes(v)
             val = orjson.loads(v)
         elif f == DA_STR_IID:
             val = strs[int(v)]  # type: ignore[arg-type]
@@ -1396,9 +1403,9 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
         chunk: dict[str, Any] | None = None
         for f, _wt, v in pw.fields(packet):
             if f == P_INTERNED:
-                assert isinstance(v, bytes)
+                v = _bytes(v)
                 for g, _w, entry in pw.fields(v):
-                    assert isinstance(entry, bytes)
+                    entry = _bytes(entry)
                     iid, text = 0, b""
                     for h, _x, e in pw.fields(entry):
                         if h == 1:
@@ -1422,7 +1429,7 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
                         else:
                             strs[iid] = text.decode("utf-8", "surrogatepass")
             elif f == P_CLOCK and header is not None and last_ts == 0:
-                assert isinstance(v, bytes)
+                v = _bytes(v)
                 for _g, _w, c in pw.fields(v):
                     if isinstance(c, bytes):
                         cf = {h: e for h, _x, e in pw.fields(c)}
