@@ -1540,6 +1540,8 @@ def _build(
     total = len(ts)
     # what each track is
     nt = max(tracks) + 1 if tracks else 1
+    if nt > 2 * len(tracks) + 64:
+        raise PftraceError("the track numbers are not the ones gputrace writes")
     tkind = np.full(nt, -1, np.int64)
     tidx = np.zeros(nt, np.int64)
     for u, (k, i, _ln) in tracks.items():
@@ -1633,11 +1635,10 @@ def _build(
                 s.flags[i] = flags_from_names(fl.split(", "))
             if a:
                 s.args[i] = a
-    row_of_flow = np.full(1, -1, np.int64)
-    fl_rows = np.flatnonzero(flow[cpu_b] > 0)
-    if len(fl_rows):
-        row_of_flow = np.full(int(flow[cpu_b].max()) + 1, -1, np.int64)
-        row_of_flow[flow[cpu_b][fl_rows]] = fl_rows
+    fl_rows = np.flatnonzero(flow[cpu_b] > 0)  # the scope flows' ids, sorted, and their rows
+    fl_ids = flow[cpu_b][fl_rows]
+    o = np.argsort(fl_ids, kind="stable")
+    fl_ids, fl_rows = fl_ids[o], fl_rows[o]
     one_lane = not any(k == K_THREAD and lane for k, _i, lane in tracks.values())
     if not _no_nesting(s) and not (one_lane and cpu_depth is not None and _nest_fast(s, cpu_depth)):
         nest(s)
@@ -1647,9 +1648,10 @@ def _build(
     g_b, g_e = q_b[is_gpu], q_e[is_gpu]
     if len(g_b):
         f = tflow[g_b]
-        if f.max() >= len(row_of_flow) or (row_of_flow[f] < 0).any():
+        at = np.minimum(np.searchsorted(fl_ids, f), max(len(fl_ids) - 1, 0))
+        if not len(fl_ids) or (fl_ids[at] != f).any():
             raise PftraceError("a GPU slice's flow names no CPU slice")
-        rows = row_of_flow[f]
+        rows = fl_rows[at]
         st = ts[g_b]
         gpu_ns, has_neg = ann("gpu_ns", g_b)
         en = np.where(has_neg, st + gpu_ns, ts[g_e])
