@@ -3,15 +3,22 @@
 Layout (the same picture as the JSON, in Perfetto's native format):
 
 - one process track for the traced Python process, a thread track per Python thread; one process
-  per GPU (pid ``GPU_PID_BASE + device``, after the Python process) with a thread track per
-  stream/queue. Each scope is a slice on its thread (its CPU enqueue window) and, with GPU work, a
-  slice on its queue; wgpu passes are child slices of it;
-- a flow from each scope's CPU slice to its GPU slice (``flow_ids``/``terminating_flow_ids``, id =
-  scope row + 1), bound to both slices exactly;
+  per GPU (pid ``GPU_PID_BASE + device``) with a thread track per stream/queue. Each scope is a
+  slice on its thread (its CPU enqueue window) and, with GPU work, a slice on its queue; wgpu
+  passes are child slices of it. Slices that would partially overlap on one track go to extra
+  tracks named "(overlap n)", as in the JSON;
+- a flow from each scope's CPU slice to its GPU slice (``flow_ids``/``terminating_flow_ids``, as
+  varints; id = scope row + 1), bound to both slices exactly;
 - the submission → GPU start wait as a slice on a "queued · <queue>" track of the GPU process
   (extra tracks of that name when waits overlap);
-- a "queue depth · <queue>" counter track per queue; instants for marks, syncs and anomalies;
-- names, categories and argument names are interned once per file.
+- a "queue depth · <queue>" counter track per queue (its samples ride on the wait's begin and the
+  GPU slice's end); instants for marks, syncs and anomalies;
+- per-operation records (CUPTI), where the trace has them: each operation a slice on its stream's
+  "· operations" track, its launch call a slice inside its scope, a flow from call to operation;
+- names, categories, argument names and repeated argument strings are interned once per file.
+  Arguments: the scope's user arguments and flags on its CPU slice; on the GPU slice the
+  submission (``submit_to_start_ns``) and the alignment uncertainty (``uncertainty_ns``, written
+  where it changes from the previous GPU scope, carried forward by the reader).
 
 Times: one ``ClockSnapshot`` ties a sequence-scoped incremental clock (each packet stores the ns
 since the previous one) to CLOCK_MONOTONIC, the session clock, which is the trace's clock; GPU
@@ -21,8 +28,13 @@ snapshots (first and last calibration instant) for the GPU's own domain.
 The gputrace header travels as an interned string that no event refers to (Perfetto keeps it and
 shows nothing): at the start of the file and again, complete, at ``close``; the reader uses the
 last. Each appended chunk starts with an interned index string (its byte length, the tracks and
-threads it adds), so reading is one numpy pass over each chunk's varints. A file cut short loads
-every whole chunk before the cut, with ``header["truncated"] = True``.
+threads it adds), then its packets in time order, every field a varint except in the few packets
+that carry user arguments (whose places the index lists), so writing and reading are numpy passes
+over columns. A file cut short (a killed program) loads every whole chunk before the cut, with
+``header["truncated"] = True``; a chunk cut in the middle is left out whole (a session writes each
+chunk with one ``write``). Begins and ends pair within their chunk; a CPU scope appended in a
+later chunk that partially overlaps one written earlier on the same thread (interleaved
+coroutines across a flush) reads back exactly, but Perfetto may nest the two wrongly.
 """
 
 from __future__ import annotations
