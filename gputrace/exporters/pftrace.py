@@ -40,6 +40,7 @@ coroutines across a flush) reads back exactly, but Perfetto may nest the two wro
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ DA_NAME, DA_BOOL, DA_INT, DA_DOUBLE, DA_STR, DA_JSON, DA_STR_IID = 1, 2, 4, 5, 6
 ID_CATS, ID_NAMES, ID_ANN_NAMES, ID_ANN_STRS = 1, 2, 3, 29
 
 HEADER_TAG = b"gputrace:header:"  # as the file starts
-FINAL_TAG = b"gputrace:final:"  # restated, complete, at close
+FINAL_TAG = b"gputrace:final:z:"  # restated, complete, at close (zlib-compressed JSON)
 CHUNK_TAG = b"gputrace:chunk:"
 META_IID = 1 << 40  # interned strings no event refers to: the header and the chunk indexes
 
@@ -410,7 +411,7 @@ class _Encoder:
         header = dict(header)
         header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in self.threads])
         header.setdefault("queues", [_queue_dict(q) for q in self.queues])
-        head = FINAL_TAG + orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
+        head = FINAL_TAG + zlib.compress(orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY), 6)
         iid = META_IID + 1 + self.chunks
         out = _seq(pw.fb(P_INTERNED, pw.fb(ID_ANN_STRS, pw.fv(1, iid) + pw.fb(2, head))))
         # each GPU clock fit as two snapshots of (session clock, GPU clock)
@@ -1375,7 +1376,15 @@ def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trac
         trace = _read(memoryview(raw), progress)
     except PftraceError as exc:
         raise TraceFileError(f"{p}: {exc}.") from None
-    except (pw.Truncated, ValueError, KeyError, IndexError, TypeError, orjson.JSONDecodeError) as exc:
+    except (
+        pw.Truncated,
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        orjson.JSONDecodeError,
+        zlib.error,
+    ) as exc:
         raise TraceFileError(
             f"{p}: not a Perfetto trace written by gputrace ({type(exc).__name__}: {exc})."
         ) from None
@@ -1423,7 +1432,7 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
                         if h == 1:
                             iid = int(e)  # type: ignore[arg-type]
                         elif h == 2:
-                            text = e  # type: ignore[assignment]
+                            text = _bytes(e)
                     if g == ID_NAMES:
                         names[iid] = text.decode("utf-8", "surrogatepass")
                     elif g == ID_CATS:
@@ -1434,7 +1443,7 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
                         if text.startswith(HEADER_TAG):
                             header = orjson.loads(text[len(HEADER_TAG) :])
                         elif text.startswith(FINAL_TAG):
-                            header = orjson.loads(text[len(FINAL_TAG) :])
+                            header = orjson.loads(zlib.decompress(text[len(FINAL_TAG) :]))
                             final = True
                         elif text.startswith(CHUNK_TAG):
                             chunk = orjson.loads(text[len(CHUNK_TAG) :])
