@@ -165,21 +165,7 @@ def test_empty_trace(tmp_path: Path) -> None:
     assert_same(trace, pftrace.read(pftrace.write(trace, tmp_path / "t.pftrace")))
 
 
-def _slice(t: Trace, a: int, b: int, t0: int, t1: int) -> Trace:
-    """Rows a..b-1 of ``t`` (and marks in [t0, t1)) as a chunk, the way a session appends them."""
-    s = t.scopes
-    c = ScopeTable.empty(b - a)
-    for col in s.COLUMNS:
-        setattr(c, col, getattr(s, col)[a:b].copy())
-    c.parent = np.where(c.parent >= a, c.parent - a, -1)
-    c.args = {i - a: v for i, v in s.args.items() if a <= i < b}
-    k = np.flatnonzero((t.spans.scope >= a) & (t.spans.scope < b))
-    sp = SpanTable(
-        t.spans.scope[k] - a, t.spans.label[k], t.spans.queue[k], t.spans.submit_ns[k],
-        t.spans.gpu_start_ns[k], t.spans.gpu_end_ns[k],
-    )  # fmt: skip
-    marks = [m for m in t.marks if t0 <= m.ts_ns < t1]
-    return Trace(t.header, t.names, t.threads, t.queues, c, sp, marks, t.clock_fits)
+_slice = pftrace.slice_rows
 
 
 def _stream(trace: Trace, path: Path, cuts: list[int]) -> pftrace.StreamWriter:
@@ -206,6 +192,74 @@ def test_streaming_appends_equal_the_whole_write(tmp_path: Path, seed: int) -> N
     assert_same(whole, streamed)
     assert_same(trace, streamed)
     assert streamed.header["threads"] == whole.header["threads"]
+
+
+def test_nesting_read_back_is_the_models_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deeply nested scopes with distinct times, parents resolved in a later chunk than their
+    children: parent and depth read back are what ``model.nest`` gives."""
+    rng = random.Random(7)
+    rows: list[tuple[int, int, int]] = []
+
+    def tree(start: int, end: int, depth: int) -> None:
+        rows.append((start, end, depth))
+        t = start + 1 + rng.randrange(3)
+        for _ in range(rng.randrange(1, 4)):
+            if depth >= 6 or t + 10 >= end:
+                break
+            e = t + rng.randrange(4, max(5, (end - t) // 2))
+            tree(t, e, depth + 1)
+            t = e + 1 + rng.randrange(3)
+
+    tree(10**9, 10**9 + 100_000, 0)
+    rows.sort(key=lambda r: (r[0], -r[1]))
+    n = len(rows)
+    s = ScopeTable.empty(n)
+    s.cpu_start_ns = np.array([r[0] for r in rows], np.int64)
+    s.cpu_end_ns = np.array([r[1] for r in rows], np.int64)
+    nest(s)
+    assert s.depth.max() >= 4
+    header = {**gputrace.load(DATA / "story.json").header, "base_ns": 10**9, "start_ns": 10**9, "clock": []}
+    trace = Trace(header, ["x"], [ThreadInfo(1, "main")], [], s, SpanTable.empty(), [], {})
+    # the chunks in reverse: every parent arrives after its children
+    path = tmp_path / "r.pftrace"
+    w = pftrace.StreamWriter(path, pftrace._file_header(trace))
+    cuts = [0, n // 3, 2 * n // 3, n]
+    for a, b in reversed(list(itertools.pairwise(cuts))):
+        w.append(_slice(trace, a, b, 0, 0))
+    w.close(pftrace._file_header(trace))
+
+    def no_slow_path(_s: ScopeTable) -> None:
+        raise AssertionError("model.nest called: the depths Perfetto gives were not used")
+
+    monkeypatch.setattr(pftrace, "nest", no_slow_path)
+    back = pftrace.read(path)
+    assert_same(trace, back)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chunks_out_of_time_order_read_back_in_the_models_order(tmp_path: Path, seed: int) -> None:
+    """A session may append a scope after scopes that started later (an outer scope ends last):
+    rows come back in start order, and what the file refers to by row (a GPU slice's scope, a
+    pass's scope, the uncertainty carried forward) follows them."""
+    trace = through_json(synthetic(50, seed), tmp_path)
+    n = len(trace)
+    path = tmp_path / "r.pftrace"
+    w = pftrace.StreamWriter(path, pftrace._file_header(trace))
+    starts = trace.scopes.cpu_start_ns
+    # (cut where the start time changes: scopes tied in every key keep their order only inside a chunk)
+    cuts = [
+        0,
+        *(int(np.searchsorted(starts, starts[k], side="right")) for k in (n // 4, n // 2, 3 * n // 4)),
+        n,
+    ]
+    for a, b in reversed(list(itertools.pairwise(cuts))):
+        t0 = int(starts[a]) if a else -(2**62)
+        t1 = int(starts[b]) if b < n else 2**62
+        w.append(_slice(trace, a, b, t0, t1))
+    w.close(pftrace._file_header(trace))
+    assert_same(trace, pftrace.read(path))
 
 
 def test_a_cut_file_loads_every_whole_chunk_and_says_it_ends_early(tmp_path: Path) -> None:
@@ -258,6 +312,106 @@ def test_bad_input_is_one_sentence(tmp_path: Path, content: bytes | None, expect
         pftrace.read(path)
 
 
+def ops_trace(tmp_path: Path) -> Trace:
+    """The session story with per-operation records (where the model has them): kernels and a
+    copy per GPU scope, launch calls seen or not, a graph launch running two kernels, a call
+    outside every scope, another thread's launch."""
+    from gputrace import model
+
+    table = getattr(model, "OpTable", None)
+    if table is None:
+        pytest.skip("this gputrace has no per-operation records (model.OpTable)")
+    base = record_story(tmp_path / "story.json")
+    s = base.scopes
+    rows = np.flatnonzero(s.has_gpu())
+    names = [*list(base.names), "k_add", "k_mul", "cudaLaunchKernel", "cuGraphLaunch", "memcpy"]
+    idx = {n: i for i, n in enumerate(names)}
+    if "" not in idx:
+        names.append("")
+        idx[""] = len(names) - 1
+    recs = []
+    for j, r in enumerate(rows.tolist()):
+        g0, g1 = int(s.gpu_start_ns[r]), int(s.gpu_end_ns[r])
+        c0 = int(s.cpu_start_ns[r]) + 100
+        kind = 1 if j % 4 == 3 else 0
+        seen = j % 5 != 4
+        recs.append((r, kind, idx["memcpy" if kind else "k_add"], int(s.queue[r]), int(s.thread[r]), 1000 + j,
+                     c0 if seen else NO_TIME, c0 + 50 if seen else NO_TIME, g0, g1 if j % 7 else g0,
+                     4096 * kind, (0, 0, 0) if kind else (256, 1, 1), (0, 0, 0) if kind else (128, 1, 1),
+                     0, 0,
+                     idx["cudaLaunchKernel"] if seen else idx[""]))  # fmt: skip
+        if j == 2:  # a graph launch: two kernels from one call
+            for node in (1, 2):
+                recs.append((r, 0, idx["k_mul"], int(s.queue[r]), int(s.thread[r]), 5000, c0, c0 + 80,
+                             g1 + 10 * node, g1 + 10 * node + 5, 0, (8, 2, 1), (32, 1, 1), 7, node,
+                             idx["cuGraphLaunch"]))  # fmt: skip
+    r0 = int(rows[0])
+    recs.append((-1, 0, idx["k_add"], int(s.queue[r0]), 0, 9000, 10, 20, 30, 40, 0, (1, 1, 1), (1, 1, 1),
+                 0, 0, idx["cudaLaunchKernel"]))  # fmt: skip
+    recs.sort(key=lambda x: x[8])
+    n = len(recs)
+    ops = table.empty(n)
+    for col, k in (("scope", 0), ("kind", 1), ("name", 2), ("queue", 3), ("thread", 4), ("correlation", 5),
+                   ("call_start_ns", 6), ("call_end_ns", 7), ("gpu_start_ns", 8), ("gpu_end_ns", 9),
+                   ("bytes", 10), ("graph_id", 13), ("graph_node_id", 14), ("call_name", 15)):  # fmt: skip
+        setattr(ops, col, np.array([x[k] for x in recs], getattr(ops, col).dtype))
+    ops.grid = np.array([x[11] for x in recs], np.int64)
+    ops.block = np.array([x[12] for x in recs], np.int64)
+    spans = base.spans
+    names = canonical_names(names, s, spans, ops)  # type: ignore[call-arg]
+    return Trace(base.header, names, base.threads, base.queues, s, spans, base.marks, base.clock_fits, ops)  # type: ignore[call-arg]
+
+
+def test_per_operation_records_round_trip(tmp_path: Path) -> None:
+    trace = ops_trace(tmp_path)
+    back = pftrace.read(pftrace.write(trace, tmp_path / "ops.pftrace"))
+    assert_same(trace, back)
+    a, b = trace.ops, back.ops  # type: ignore[attr-defined]
+    for col in a.COLUMNS:
+        assert np.array_equal(getattr(a, col), getattr(b, col)), col
+
+
+def test_per_operation_records_in_perfettos_terms(tmp_path: Path) -> None:
+    """Each operation a slice on its stream's operations track, each seen launch call inside its
+    scope once (a graph launch runs two kernels), a flow from call to operation."""
+    pb = _perfetto_protos()
+    trace = ops_trace(tmp_path)
+    ops = trace.ops  # type: ignore[attr-defined]
+    msg = pb.Trace()
+    msg.ParseFromString(pftrace.dumps(trace))
+    tracks = {
+        p.track_descriptor.uuid: p.track_descriptor for p in msg.packet if p.HasField("track_descriptor")
+    }
+    op_tracks = {u for u, d in tracks.items() if d.HasField("thread") and d.thread.tid >= pftrace.OP_TID_BASE}
+    used = {trace.queues[q].label + " · operations" for q in set(ops.queue.tolist())}
+    assert {tracks[u].thread.thread_name.split(" (overlap")[0] for u in op_tracks} == used
+    begins = [p.track_event for p in msg.packet if p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN]
+    on_ops = [e for e in begins if e.track_uuid in op_tracks]
+    assert len(on_ops) == len(ops)
+    calls = [e for e in begins if e.flow_ids_old and e.flow_ids_old[0] >= pftrace.OP_FLOW_BASE]
+    drawn = ops.call_start_ns != NO_TIME
+    drawn &= ops.scope >= 0
+    assert len(calls) == len(set(ops.correlation[drawn].tolist()))
+    ends = sorted(f for e in on_ops for f in e.terminating_flow_ids_old)
+    assert sorted(f for e in calls for f in e.flow_ids_old) == ends
+
+
+def test_damaged_files_load_or_say_why(tmp_path: Path) -> None:
+    """Bytes changed or cut anywhere: the file loads, or one TraceFileError says why."""
+    raw = pftrace.dumps(through_json(synthetic(15, 1), tmp_path))
+    rng = random.Random(5)
+    path = tmp_path / "bad.pftrace"
+    for _ in range(300):
+        b = bytearray(raw)
+        for _k in range(rng.choice([1, 3])):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        path.write_bytes(bytes(b[: rng.randrange(len(b))] if rng.random() < 0.3 else b))
+        try:
+            pftrace.read(path)
+        except TraceFileError as exc:
+            assert str(exc).startswith(str(path))
+
+
 # -- Perfetto's own definitions of the format -------------------------------------------------------
 
 
@@ -297,6 +451,8 @@ def test_perfetto_protos_read_what_we_mean(tmp_path: Path) -> None:
                 assert tracks[e.track_uuid].HasField("counter")
             elif e.type == te_type.TYPE_INSTANT:
                 instants += 1
+            counters += len(e.extra_counter_values)
+            assert all(tracks[u].HasField("counter") for u in e.extra_counter_track_uuids)
             flows_out += list(e.flow_ids_old)
             flows_in += list(e.terminating_flow_ids_old)
     assert begins == ends
@@ -321,12 +477,16 @@ def test_perfetto_protos_read_what_we_mean(tmp_path: Path) -> None:
     # the same picture as the JSON: slices, flows, async waits, counter samples, instants
     events, _ = chrome.to_events(trace)
     assert thread_slices + gpu_slices == sum(1 for e in events if e["ph"] == "X")
-    assert len(flows_out) == sum(1 for e in events if e.get("flow_out"))
+    # (flows in the JSON: v1 "s" events, or v2 "flow_out" on the CPU slice)
+    assert len(flows_out) == sum(1 for e in events if e["ph"] == "s" or e.get("flow_out"))
     assert waits == sum(1 for e in events if e["ph"] == "b")
-    # queue depth: up at submission, down at the end (a nested scope's work counts once, its parent's)
-    par = s.parent
-    nested = (par >= 0) & has_gpu[np.maximum(par, 0)] & (s.queue[np.maximum(par, 0)] == s.queue)
-    assert counters == 2 * int((has_gpu & (s.submit_ns != NO_TIME) & ~nested).sum())
+    # queue depth: two samples per scope with a submission (a nested scope's work counts in its parent's)
+    par = np.maximum(s.parent, 0)
+    nested = (s.parent >= 0) & has_gpu[par] & (s.queue[par] == s.queue)
+    counted = has_gpu & (s.submit_ns != NO_TIME) & (s.queue >= 0) & ~nested
+    assert counters == 2 * int(counted.sum())
+    json_counters = sum(1 for e in events if e["ph"] == "C")
+    assert json_counters in (0, counters)  # (a lean JSON leaves them to the viewer)
     assert instants == sum(1 for e in events if e["ph"] == "i")
     for d in tracks.values():
         if d.HasField("process") and d.process.pid >= gpu_pid:

@@ -50,23 +50,60 @@ def put_varints(out: U8, off: I64, v: U64, length: I64) -> None:
         off, v, length = off[more] + 1, v[more] >> seven, length[more] - 1
 
 
-def read_varints(buf: U8) -> tuple[U64, I64]:
-    """Every varint of ``buf`` (which must hold only whole varints): values and start offsets."""
-    ends = np.flatnonzero(buf < 0x80)
+def read_varints(buf: U8) -> tuple[U64, npt.NDArray[np.int32]]:
+    """Every varint of ``buf`` (which must hold only whole varints, < 2 GiB): values and start offsets."""
+    ends = np.flatnonzero(buf < 0x80).astype(np.int32)
     if not len(ends):
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    starts = np.empty(len(ends), np.int64)
+        return np.zeros(0, np.uint64), np.zeros(0, np.int32)
+    starts = np.empty(len(ends), np.int32)
     starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    vals = (buf[starts] & 0x7F).astype(np.uint64)
-    length = ends - starts + 1
-    multi = np.flatnonzero(length > 1)
+    np.add(ends[:-1], 1, out=starts[1:])
+    vals = buf[starts].astype(np.uint64)
+    multi = np.flatnonzero(ends != starts)
+    if len(multi):
+        vals[multi] &= np.uint64(0x7F)
     j = 1
     while len(multi):
-        vals[multi] |= (buf[starts[multi] + j] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
-        multi = multi[length[multi] > j + 1]
+        at = starts[multi] + j
+        vals[multi] |= (buf[at] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+        multi = multi[ends[multi] > at]
         j += 1
     return vals, starts
+
+
+def varint_bounds(buf: U8) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Start and last byte of every varint of ``buf`` (whole varints only, < 2 GiB)."""
+    ends = np.flatnonzero(buf < 0x80).astype(np.int32)
+    starts = np.empty(len(ends), np.int32)
+    if len(ends):
+        starts[0] = 0
+        np.add(ends[:-1], 1, out=starts[1:])
+    return starts, ends
+
+
+def read_at(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> U64:
+    """The varints that start at ``starts`` and end at ``ends`` (a subset of a buffer's)."""
+    vals = buf[starts].astype(np.uint64)
+    multi = np.flatnonzero(ends != starts)
+    if len(multi):
+        vals[multi] &= np.uint64(0x7F)
+    j = 1
+    while len(multi):
+        at = starts[multi] + j
+        vals[multi] |= (buf[at] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+        multi = multi[ends[multi] > at]
+        j += 1
+    return vals
+
+
+def read_tags(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """Field keys (tags) of one or two bytes; -1 for a longer one (not a key gputrace writes)."""
+    tags = buf[starts].astype(np.int32)
+    two = np.flatnonzero(ends != starts)
+    if len(two):
+        tags[two] = (tags[two] & 0x7F) | (buf[starts[two] + 1].astype(np.int32) << 7)
+        tags[two[ends[two] - starts[two] > 1]] = -1
+    return tags
 
 
 # -- scalar helpers (strings, doubles, the few descriptor packets) --------------------------------

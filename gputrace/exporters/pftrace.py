@@ -3,15 +3,22 @@
 Layout (the same picture as the JSON, in Perfetto's native format):
 
 - one process track for the traced Python process, a thread track per Python thread; one process
-  per GPU (pid ``GPU_PID_BASE + device``, after the Python process) with a thread track per
-  stream/queue. Each scope is a slice on its thread (its CPU enqueue window) and, with GPU work, a
-  slice on its queue; wgpu passes are child slices of it;
-- a flow from each scope's CPU slice to its GPU slice (``flow_ids``/``terminating_flow_ids``, id =
-  scope row + 1), bound to both slices exactly;
+  per GPU (pid ``GPU_PID_BASE + device``) with a thread track per stream/queue. Each scope is a
+  slice on its thread (its CPU enqueue window) and, with GPU work, a slice on its queue; wgpu
+  passes are child slices of it. Slices that would partially overlap on one track go to extra
+  tracks named "(overlap n)", as in the JSON;
+- a flow from each scope's CPU slice to its GPU slice (``flow_ids``/``terminating_flow_ids``, as
+  varints; id = scope row + 1), bound to both slices exactly;
 - the submission → GPU start wait as a slice on a "queued · <queue>" track of the GPU process
   (extra tracks of that name when waits overlap);
-- a "queue depth · <queue>" counter track per queue; instants for marks, syncs and anomalies;
-- names, categories and argument names are interned once per file.
+- a "queue depth · <queue>" counter track per queue (its samples ride on the wait's begin and the
+  GPU slice's end); instants for marks, syncs and anomalies;
+- per-operation records (CUPTI), where the trace has them: each operation a slice on its stream's
+  "· operations" track, its launch call a slice inside its scope, a flow from call to operation;
+- names, categories, argument names and repeated argument strings are interned once per file.
+  Arguments: the scope's user arguments and flags on its CPU slice; on the GPU slice the
+  submission (``submit_to_start_ns``) and the alignment uncertainty (``uncertainty_ns``, written
+  where it changes from the previous GPU scope, carried forward by the reader).
 
 Times: one ``ClockSnapshot`` ties a sequence-scoped incremental clock (each packet stores the ns
 since the previous one) to CLOCK_MONOTONIC, the session clock, which is the trace's clock; GPU
@@ -21,13 +28,19 @@ snapshots (first and last calibration instant) for the GPU's own domain.
 The gputrace header travels as an interned string that no event refers to (Perfetto keeps it and
 shows nothing): at the start of the file and again, complete, at ``close``; the reader uses the
 last. Each appended chunk starts with an interned index string (its byte length, the tracks and
-threads it adds), so reading is one numpy pass over each chunk's varints. A file cut short loads
-every whole chunk before the cut, with ``header["truncated"] = True``.
+threads it adds), then its packets in time order, every field a varint except in the few packets
+that carry user arguments (whose places the index lists), so writing and reading are numpy passes
+over columns. A file cut short (a killed program) loads every whole chunk before the cut, with
+``header["truncated"] = True``; a chunk cut in the middle is left out whole (a session writes each
+chunk with one ``write``). Begins and ends pair within their chunk; a CPU scope appended in a
+later chunk that partially overlaps one written earlier on the same thread (interleaved
+coroutines across a flush) reads back exactly, but Perfetto may nest the two wrongly.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,7 +69,7 @@ from gputrace.model import (
     nest,
 )
 
-EXTENSIONS = (".pftrace",)
+EXTENSIONS = (".pftrace", ".perfetto-trace")
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -79,18 +92,24 @@ DA_NAME, DA_BOOL, DA_INT, DA_DOUBLE, DA_STR, DA_JSON, DA_STR_IID = 1, 2, 4, 5, 6
 ID_CATS, ID_NAMES, ID_ANN_NAMES, ID_ANN_STRS = 1, 2, 3, 29
 
 HEADER_TAG = b"gputrace:header:"  # as the file starts
-FINAL_TAG = b"gputrace:final:"  # restated, complete, at close
+FINAL_TAG = b"gputrace:final:z:"  # restated, complete, at close (zlib-compressed JSON)
 CHUNK_TAG = b"gputrace:chunk:"
 META_IID = 1 << 40  # interned strings no event refers to: the header and the chunk indexes
 
 # track kinds in the chunk index
-K_THREAD, K_QUEUE, K_QUEUED, K_DEPTH, K_PROC = 0, 1, 2, 3, 4
+K_THREAD, K_QUEUE, K_QUEUED, K_DEPTH, K_PROC, K_OPS = 0, 1, 2, 3, 4, 5
+# per-operation records (CUPTI): categories as PyTorch names them, and the launch call's
+OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+CALL_CATS = ("cuda_runtime", "cuda_driver")
+OP_FLOW_BASE = 1 << 40  # flow ids launch call -> operation, apart from the scope flows
+OP_TID_BASE = 1 << 20  # a stream's operations track: tid OP_TID_BASE + queue (+ overflow lanes)
 
 # tags as they appear in the flat varint stream
 T_PACKET = (1 << 3) | 2
 T_TS, T_SEQ, T_TE = P_TS << 3, P_SEQ << 3, (P_TE << 3) | 2
 T_TYPE, T_TRACK, T_NAME, T_CAT = TE_TYPE << 3, TE_TRACK << 3, TE_NAME << 3, TE_CAT << 3
 T_FLOW, T_TFLOW, T_COUNTER, T_ANN = TE_FLOW << 3, TE_TFLOW << 3, TE_COUNTER << 3, (TE_ANN << 3) | 2
+T_EXTRA_TRACK, T_EXTRA_VALUE = 31 << 3, 12 << 3  # extra_counter_track_uuids, extra_counter_values
 T_DA_NAME, T_DA_INT, T_DA_STR_IID = DA_NAME << 3, DA_INT << 3, DA_STR_IID << 3
 
 Progress = Callable[[str], None]
@@ -136,28 +155,77 @@ class _Events:
         self.te += [T_DA_NAME, name_iid, tag, v]
         return self
 
-    def build(self, delta: U64) -> tuple[U64, I64]:
-        """Varint values (n, K) and their byte lengths, for these packets with ``delta`` ts."""
+    def sort(self) -> None:
+        """Put the rows in (ts, sub1, sub2) order (a no-op when they already are)."""
+        ts = self.ts
+        if self.n < 2:
+            return
+        d = np.diff(ts)
+        if (d > 0).all():
+            return
+        s1 = np.broadcast_to(np.asarray(self.sub1, np.int64), (self.n,))
+        s2 = np.broadcast_to(np.asarray(self.sub2, np.int64), (self.n,))
+        o = np.lexsort((s2, s1, ts))
+        if (o == np.arange(self.n)).all():
+            return
+        self.ts = ts[o]
+        self.sub1 = s1[o]
+        self.sub2 = s2[o]
+        self.te = [c if isinstance(c, (int, np.integer)) else c[o] for c in self.te]
+
+    def build(self, delta: U64) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
+        """The packets' bytes, one row each, with ``delta`` ts, and the mask of bytes in use.
+
+        Each field gets a column of bytes as wide as its longest varint in an (n, width) matrix;
+        the mask keeps the bytes each row really uses, so packing is one boolean index.
+        """
         n = self.n
-        cols: list[int | U64] = [T_PACKET, 0, T_TS, delta, T_SEQ, SEQ, T_TE, 0, *self.te]
-        k = len(cols)
-        v = np.empty((n, k), np.uint64)
-        ln = np.empty((n, k), np.int64)
-        for j, c in enumerate(cols):
-            if isinstance(c, (int, np.integer)):
-                v[:, j] = int(c)
-                ln[:, j] = len(pw.pv(int(c)))
+        cols: list[int | U64 | None] = [T_PACKET, None, T_TS, delta, T_SEQ, SEQ, T_TE, None]
+        for c in self.te:
+            cols.append(
+                int(c) if isinstance(c, (int, np.integer)) else np.asarray(c).astype(np.uint64, copy=False)
+            )
+        lens: list[int | I64] = []
+        for item in cols:
+            if item is None:
+                lens.append(0)
+            elif isinstance(item, (int, np.integer)):
+                lens.append(len(pw.pv(int(item))))
             else:
-                c = np.asarray(c).astype(np.uint64, copy=False)
-                v[:, j] = c
-                ln[:, j] = pw.varint_len(c)
-        te_len = ln[:, 8:].sum(axis=1)
-        v[:, 7] = te_len.astype(np.uint64)
-        ln[:, 7] = pw.varint_len(v[:, 7])
-        body = ln[:, 2:].sum(axis=1)
-        v[:, 1] = body.astype(np.uint64)
-        ln[:, 1] = pw.varint_len(v[:, 1])
-        return v, ln
+                lens.append(pw.varint_len(item))
+        te_len = np.zeros(n, np.int64)
+        for ln in lens[8:]:
+            te_len += ln
+        te_col = te_len.astype(np.uint64)
+        cols[7] = te_col
+        lens[7] = pw.varint_len(te_col)
+        body = np.zeros(n, np.int64)
+        for ln in lens[2:]:
+            body += ln
+        body_col = body.astype(np.uint64)
+        cols[1] = body_col
+        lens[1] = pw.varint_len(body_col)
+        widths = [ln if isinstance(ln, int) else int(ln.max()) if n else 1 for ln in lens]
+        width = sum(widths)
+        m = np.empty((n, width), np.uint8)
+        keep = np.ones((n, width), bool)
+        o = 0
+        for col, ln, w in zip(cols, lens, widths, strict=True):
+            if isinstance(col, (int, np.integer)):
+                m[:, o : o + w] = np.frombuffer(pw.pv(int(col)), np.uint8)
+            else:
+                assert col is not None and not isinstance(ln, int)
+                v = col
+                for b in range(w):
+                    byte = (v & np.uint64(0x7F)).astype(np.uint8)
+                    if b + 1 < w:
+                        byte |= (ln > b + 1).astype(np.uint8) << np.uint8(7)
+                        v = v >> np.uint64(7)
+                    m[:, o + b] = byte
+                    if b:
+                        keep[:, o + b] = ln > b
+            o += w
+        return m, keep
 
 
 class _Rich:
@@ -200,6 +268,10 @@ class _Encoder:
         self.rows = 0
         self.chunks = 0
         self.depth: dict[int, int] = {}
+        self.ops = 0  # operations written so far
+        self.last_unc = 0  # the last GPU scope's alignment uncertainty (written where it changes)
+        self.row_track = np.zeros(0, np.int64)  # the chunk's CPU track per scope
+        self.lane_end: dict[tuple[int, int], list[int]] = {}
         self.last_ts = int(header.get("base_ns", header.get("start_ns", 0)) or 0)
         self.t0 = self.last_ts
         procs = header.get("processes")
@@ -298,6 +370,18 @@ class _Encoder:
         parent = self.gpu_proc(dev)
         return self._track((K_QUEUED, qi, lane), lambda _u: pw.fv(5, parent) + pw.fs(2, f"queued · {label}"))
 
+    def ops_track(self, qi: int, lane: int) -> int:
+        dev, label = self.queue_info(qi)
+        parent = self.gpu_proc(dev)
+        tid = OP_TID_BASE + qi + lane * OVERLAP_TID_STEP
+        label = f"{label} · operations" + (f" (overlap {lane})" if lane else "")
+        return self._track(
+            (K_OPS, qi, lane),
+            lambda _u: (
+                pw.fv(5, parent) + pw.fb(4, pw.fv(1, GPU_PID_BASE + dev) + pw.fv(2, tid) + pw.fs(5, label))
+            ),
+        )
+
     def depth_track(self, qi: int) -> int:
         dev, label = self.queue_info(qi)
         parent = self.gpu_proc(dev)
@@ -328,7 +412,7 @@ class _Encoder:
         header = dict(header)
         header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in self.threads])
         header.setdefault("queues", [_queue_dict(q) for q in self.queues])
-        head = FINAL_TAG + json_bytes(header)
+        head = FINAL_TAG + zlib.compress(json_bytes(header), 6)
         iid = META_IID + 1 + self.chunks
         out = _seq(pw.fb(P_INTERNED, pw.fb(ID_ANN_STRS, pw.fv(1, iid) + pw.fb(2, head))))
         # each GPU clock fit as two snapshots of (session clock, GPU clock)
@@ -382,6 +466,7 @@ class _Encoder:
         self._cpu(t, thread, name_iid, has_gpu, gids, kinds, rich)
         self._gpu(t, queue, name_iid, has_gpu, gids, kinds)
         self._marks(t, th_map, kinds, rich)
+        self._ops(t, th_map, q_map, kinds)
         data = self._assemble(kinds, rich)
         region, rich_at = data
         self.rows += n
@@ -416,6 +501,7 @@ class _Encoder:
     ) -> None:
         s = t.scopes
         n = len(s)
+        self.row_track = np.zeros(0, np.int64)
         if not n:
             return
         lane = np.zeros(n, np.int64)
@@ -426,20 +512,12 @@ class _Encoder:
                 rr = np.flatnonzero(s.thread == th)
                 lanes = _lanes(s.cpu_start_ns[rr].tolist(), s.cpu_end_ns[rr].tolist(), list(range(len(rr))))
                 lane[rr] = lanes
-        keys = np.unique(np.stack([thread, lane], axis=1), axis=0)
-        uuid_of = {(int(a), int(b)): self.thread_track(int(a), int(b)) for a, b in keys.tolist()}
-        if len(uuid_of) == 1:
-            track = np.full(n, next(iter(uuid_of.values())), np.int64)
-        else:
-            lut = np.array([uuid_of[(int(a), int(b))] for a, b in keys.tolist()], np.int64)
-            track = lut[np.searchsorted(keys[:, 0] * (1 << 32) + keys[:, 1], thread * (1 << 32) + lane)]
+        track = self._tracks_for(thread, lane, self.thread_track)
+        self.row_track = track
         start, end = s.cpu_start_ns, s.cpu_end_ns
         rows = np.arange(n, dtype=np.int64)
-        flags_iid = np.zeros(n, np.int64)
-        flagged = np.flatnonzero(s.flags)
         fl_name = self.ann_name("flags")
-        for r in flagged.tolist():
-            flags_iid[r] = self.ann_str(", ".join(flag_names(int(s.flags[r]))))
+        flags_iid = self._per_value(s.flags, lambda f: self.ann_str(", ".join(flag_names(f))) if f else 0)
         with_args = np.zeros(n, bool)
         if s.args:
             with_args[np.fromiter(s.args.keys(), np.int64, len(s.args))] = True
@@ -513,112 +591,163 @@ class _Encoder:
         lane = np.zeros(len(rows), np.int64)
         for qi in np.unique(q).tolist():
             k = np.flatnonzero(q == qi)
-            lane[k] = _slice_lanes(st[k], en[k])
+            lane[k] = self._carry((K_QUEUE, qi), _slice_lanes(st[k], en[k]), st[k], np.maximum(en[k], st[k]))
         track = self._tracks_for(q, lane, self.queue_track)
         for qi in range(len(self.queues)):
             self.queue_track(qi, 0)
         sub = s.submit_ns[rows]
         unc = s.uncertainty_ns[rows]
         flags = s.flags[rows]
-        n_unc, n_sub, n_fl, n_gpu = (
-            self.ann_name(x) for x in ("uncertainty_ns", "submit_to_start_ns", "flags", "gpu_ns")
-        )
-        fl_iid = np.zeros(len(rows), np.int64)
-        for k in np.flatnonzero(flags).tolist():
-            fl_iid[k] = self.ann_str(", ".join(flag_names(int(flags[k]))))
+        fl_iid = self._per_value(flags, lambda f: self.ann_str(", ".join(flag_names(f))) if f else 0)
         neg = en < st
         has_sub = sub != NO_TIME
-        for a in (False, True):
-            for b in (False, True):
-                for c in (False, True):
-                    m = (has_sub == a) & ((fl_iid > 0) == b) & (neg == c)
-                    if not m.any():
-                        continue
-                    ev = _Events(st[m], 1, -np.maximum(en[m], st[m]), rows[m])
-                    ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[m]).field(
-                        T_NAME, name_iid[s.name[rows[m]]]
-                    )
-                    ev.field(T_TFLOW, gids[rows[m]])
-                    ev.ann(n_unc, T_DA_INT, unc[m])
-                    if a:
-                        ev.ann(n_sub, T_DA_INT, st[m] - sub[m])
-                    if b:
-                        ev.ann(n_fl, T_DA_STR_IID, fl_iid[m])
-                    if c:
-                        ev.ann(n_gpu, T_DA_INT, en[m] - st[m])
-                    kinds.append(ev)
-        ge = np.maximum(en, st)
-        zero = ge == st
-        for z in (False, True):
-            m = zero == z
-            if m.any():
-                ev = _Events(ge[m], 2 if z else 0, -st[m], -rows[m])
-                kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+        # the uncertainty is written where it changes (row order), and carried forward by the reader
+        prev = np.empty(len(unc), np.int64)
+        prev[0] = self.last_unc
+        prev[1:] = unc[:-1]
+        self.last_unc = int(unc[-1])
+        ev = _Events(st, 1, -np.maximum(en, st), rows)
+        ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid[s.name[rows]])
+        ev.field(T_TFLOW, gids[rows])
+        self._emit(
+            ev,
+            [
+                ("uncertainty_ns", T_DA_INT, unc, unc != prev),
+                ("submit_to_start_ns", T_DA_INT, st - sub, has_sub),
+                ("flags", T_DA_STR_IID, fl_iid, fl_iid > 0),
+                ("gpu_ns", T_DA_INT, en - st, neg),
+            ],
+            kinds,
+        )
         self._passes(t, rows, track, kinds)
         # anomalies on the GPU slice
         an = np.flatnonzero(flags & np.uint32(int(ANOMALY_FLAGS)))
         if len(an):
             cat = self.cat("anomaly")
             n_scope = self.ann_name("scope")
-            iid = np.array(
-                [
-                    self.name("anomaly: " + ", ".join(flag_names(int(flags[k]) & int(ANOMALY_FLAGS))))
-                    for k in an.tolist()
-                ],
-                np.int64,
+            iid = self._per_value(
+                flags[an] & np.uint32(int(ANOMALY_FLAGS)),
+                lambda f: self.name("anomaly: " + ", ".join(flag_names(f))),
             )
             ev = _Events(st[an], 3, 0, rows[an])
             ev.field(T_TYPE, INSTANT).field(T_TRACK, track[an]).field(T_NAME, iid).field(T_CAT, cat)
             kinds.append(ev.ann(n_scope, T_DA_INT, self.rows + rows[an]))
-        # queued: submission -> GPU start, on lanes of "queued · <queue>" tracks
+        # queue depth: submitted, not finished (a nested scope's work is counted by its parent). Each
+        # sample rides on the event at its time where there is one (the wait's begin, the GPU end)
+        g = len(rows)
+        plus = np.zeros(g, np.int64)  # depth after this scope's submission
+        minus = np.zeros(g, np.int64)  # depth after its GPU work ended
+        counted = np.zeros(g, bool)
+        dtrack = np.zeros(g, np.int64)
+        cnt = np.flatnonzero(has_sub & (q >= 0))
+        if len(cnt):
+            par = s.parent[rows[cnt]]
+            pp = np.maximum(par, 0)
+            nested = (par >= 0) & has_gpu[pp] & (s.queue[pp] == s.queue[rows[cnt]])
+            cnt = cnt[~nested]
+        if len(cnt):
+            tq = np.concatenate([sub[cnt], np.maximum(en[cnt], sub[cnt])])
+            dq = np.concatenate([np.ones(len(cnt), np.int64), -np.ones(len(cnt), np.int64)])
+            qq = np.concatenate([q[cnt], q[cnt]])
+            who = np.concatenate([cnt, cnt])
+            order = np.lexsort((dq, tq, qq))
+            tq, dq, qq, who = tq[order], dq[order], qq[order], who[order]
+            val = np.empty(len(tq), np.int64)
+            for qi in np.unique(qq).tolist():
+                k = np.flatnonzero(qq == qi)
+                val[k] = self.depth.get(qi, 0) + np.cumsum(dq[k])
+                self.depth[qi] = int(val[k[-1]])
+            up = dq > 0
+            plus[who[up]] = val[up]
+            minus[who[~up]] = val[~up]
+            counted[cnt] = True
+            dtrack[cnt] = self._per_value(q[cnt], self.depth_track)
         gap_ok = has_sub & (st >= sub)
+        on_wait = counted & gap_ok
+        on_end = counted & (en >= st) & (en >= sub)
+        # GPU ends
+        ge = np.maximum(en, st)
+        zero = ge == st
+        for z in (False, True):
+            for c in (False, True):
+                m = (zero == z) & (on_end == c)
+                if m.any():
+                    ev = _Events(ge[m], 2 if z else 0, -st[m], -rows[m])
+                    ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m])
+                    if c:
+                        ev.field(T_EXTRA_TRACK, dtrack[m]).field(T_EXTRA_VALUE, minus[m])
+                    kinds.append(ev)
+        # queued: submission -> GPU start, on lanes of "queued · <queue>" tracks
         w = np.flatnonzero(gap_ok)
         if len(w):
             qlane = np.zeros(len(w), np.int64)
             for qi in np.unique(q[w]).tolist():
                 k = np.flatnonzero(q[w] == qi)
-                qlane[k] = _disjoint_lanes(sub[w][k], st[w][k])
+                qlane[k] = self._carry(
+                    (K_QUEUED, qi), _disjoint_lanes(sub[w][k], st[w][k]), sub[w][k], st[w][k]
+                )
             qtrack = self._tracks_for(q[w], qlane, self.queued_track)
-            qname = np.array(
-                [self.name(f"queued · {self.queue_info(int(x))[1]}") for x in q[w].tolist()], np.int64
-            )
-            qb = _Events(sub[w], 1, -st[w], rows[w])
-            kinds.append(qb.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, qtrack).field(T_NAME, qname))
+            qname = self._per_value(q[w], lambda x: self.name(f"queued · {self.queue_info(x)[1]}"))
+            for c in (False, True):
+                m = on_wait[w] == c
+                if m.any():
+                    wm = w[m]
+                    qb = _Events(sub[wm], 1, -st[wm], rows[wm])
+                    qb.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, qtrack[m]).field(T_NAME, qname[m])
+                    if c:
+                        qb.field(T_EXTRA_TRACK, dtrack[wm]).field(T_EXTRA_VALUE, plus[wm])
+                    kinds.append(qb)
             zq = st[w] == sub[w]
             for z in (False, True):
                 m = zq == z
                 if m.any():
                     e = _Events(st[w][m], 2 if z else 0, -sub[w][m], -rows[w][m])
                     kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, qtrack[m]))
-        # queue depth: submitted, not finished (a nested scope's work is counted by its parent)
-        cnt = np.flatnonzero(has_sub & (q >= 0))
-        if len(cnt):
-            par = s.parent[rows[cnt]]
-            nested = (
-                (par >= 0) & has_gpu[np.maximum(par, 0)] & (s.queue[np.maximum(par, 0)] == s.queue[rows[cnt]])
-            )
-            cnt = cnt[~nested]
-        if len(cnt):
-            tq = np.concatenate([sub[cnt], np.maximum(en[cnt], sub[cnt])])
-            dq = np.concatenate([np.ones(len(cnt), np.int64), -np.ones(len(cnt), np.int64)])
-            qq = np.concatenate([q[cnt], q[cnt]])
-            order = np.lexsort((dq, tq, qq))
-            tq, dq, qq = tq[order], dq[order], qq[order]
-            val = np.empty(len(tq), np.int64)
-            for qi in np.unique(qq).tolist():
-                k = np.flatnonzero(qq == qi)
-                val[k] = self.depth.get(qi, 0) + np.cumsum(dq[k])
-                self.depth[qi] = int(val[k[-1]])
-            ctrack = np.array([self.depth_track(int(x)) for x in np.unique(qq).tolist()], np.int64)
-            ctr = ctrack[np.searchsorted(np.unique(qq), qq)]
-            ev = _Events(tq, 4, 0, np.arange(len(tq), dtype=np.int64))
-            kinds.append(ev.field(T_TYPE, COUNTER).field(T_TRACK, ctr).field(T_COUNTER, val))
+        # samples with no event of their own time
+        alone_p = np.flatnonzero(counted & ~on_wait)
+        alone_m = np.flatnonzero(counted & ~on_end)
+        if len(alone_p) or len(alone_m):
+            k = np.concatenate([alone_p, alone_m])
+            tc = np.concatenate([sub[alone_p], np.maximum(en[alone_m], sub[alone_m])])
+            vc = np.concatenate([plus[alone_p], minus[alone_m]])
+            ev = _Events(tc, 4, 0, np.arange(len(k), dtype=np.int64))
+            kinds.append(ev.field(T_TYPE, COUNTER).field(T_TRACK, dtrack[k]).field(T_COUNTER, vc))
+
+    def _carry(self, key: tuple[int, int], lanes: I64, st: I64, en: I64) -> I64:
+        """Lanes of this chunk's slices on one queue, renumbered so that no slice shares a track
+        with a slice of an earlier chunk that it overlaps (each earlier lane: its last end)."""
+        ends = self.lane_end.setdefault(key, [])
+        out = np.empty(len(lanes), np.int64)
+        taken: set[int] = set()
+        for j in np.unique(lanes).tolist():
+            m = lanes == j
+            lo, hi = int(st[m].min()), int(en[m].max())
+            g = next((g for g, e in enumerate(ends) if e <= lo and g not in taken), len(ends))
+            if g == len(ends):
+                ends.append(hi)
+            else:
+                ends[g] = max(ends[g], hi)
+            taken.add(g)
+            out[m] = g
+        return out
+
+    @staticmethod
+    def _per_value(col: npt.NDArray[Any], fn: Callable[[int], int]) -> I64:
+        """``fn`` of each value of ``col``, called once per distinct value."""
+        if not len(col):
+            return np.zeros(0, np.int64)
+        keys, inv = np.unique(col, return_inverse=True)
+        return np.array([fn(int(x)) for x in keys.tolist()], np.int64)[inv.reshape(-1)]
 
     def _tracks_for(self, q: I64, lane: I64, make: Callable[[int, int], int]) -> I64:
-        keys = np.unique(np.stack([q, lane], axis=1), axis=0)
-        lut = np.array([make(int(a), int(b)) for a, b in keys.tolist()], np.int64)
-        code = (keys[:, 0] + 1) * (1 << 32) + keys[:, 1]
-        return lut[np.searchsorted(code, (q + 1) * (1 << 32) + lane)]
+        """Track uuid per row for (thread or queue, lane) pairs, made on first use."""
+        code = (q + 1) * (1 << 32) + lane
+        if len(code) and (code == code[0]).all():
+            return np.full(len(code), make(int(q[0]), int(lane[0])), np.int64)
+        keys, inv = np.unique(code, return_inverse=True)
+        lut = np.array([make(int(c >> 32) - 1, int(c & 0xFFFFFFFF)) for c in keys.tolist()], np.int64)
+        out: I64 = lut[inv.reshape(-1)]
+        return out
 
     def _passes(self, t: Trace, rows: I64, track: I64, kinds: list[_Events]) -> None:
         sp = t.spans
@@ -634,32 +763,147 @@ class _Encoder:
         if not len(k):
             return
         st, en, sub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]
-        label = np.array([self.name(t.names[int(x)]) for x in sp.label[k].tolist()], np.int64)
-        n_scope, n_sub, n_gpu = (self.ann_name(x) for x in ("scope", "submit_to_start_ns", "gpu_ns"))
-        sc = self.rows + sp.scope[k]
-        has_sub = sub != NO_TIME
+        label = self._per_value(sp.label[k], lambda i: self.name(t.names[i]))
+        scope_sub = t.scopes.submit_ns[sp.scope[k]]
         neg = en < st
         ge = np.maximum(en, st)
         order_key = np.arange(len(k), dtype=np.int64) + (1 << 40)  # after their scope's begin
-        for a in (False, True):
-            for c in (False, True):
-                m = (has_sub == a) & (neg == c)
-                if not m.any():
-                    continue
-                ev = _Events(st[m], 1, -ge[m], order_key[m])
-                ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[pos[m]]).field(T_NAME, label[m])
-                ev.ann(n_scope, T_DA_INT, sc[m])
-                if a:
-                    ev.ann(n_sub, T_DA_INT, st[m] - sub[m])
-                if c:
-                    ev.ann(n_gpu, T_DA_INT, en[m] - st[m])
-                kinds.append(ev)
+        ev = _Events(st, 1, -ge, order_key)
+        ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[pos]).field(T_NAME, label)
+        # a pass submitted with its scope (the usual case) says nothing of its submission
+        self._emit(
+            ev,
+            [
+                ("scope", T_DA_INT, self.rows + sp.scope[k], np.ones(len(k), bool)),
+                ("submit_to_start_ns", T_DA_INT, st - sub, (sub != NO_TIME) & (sub != scope_sub)),
+                ("no_submit", T_DA_INT, np.ones(len(k), np.int64), (sub == NO_TIME) & (scope_sub != NO_TIME)),
+                ("gpu_ns", T_DA_INT, en - st, neg),
+            ],
+            kinds,
+        )
         zero = ge == st
         for z in (False, True):
             m = zero == z
             if m.any():
                 ev = _Events(ge[m], 2 if z else 0, -st[m], -order_key[m])
                 kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[pos[m]]))
+
+    def _emit(
+        self, ev: _Events, anns: list[tuple[str, int, I64, npt.NDArray[np.bool_]]], kinds: list[_Events]
+    ) -> None:
+        """``ev`` (fixed fields set) once per pattern of which optional annotations its rows have."""
+        n = ev.n
+        code = np.zeros(n, np.int64)
+        for bit, (_name, _tag, _v, has) in enumerate(anns):
+            code |= has.astype(np.int64) << bit
+        for c in np.unique(code).tolist():
+            m = code == c
+            sub = _Events(ev.ts[m], ev.cls, _take(ev.sub1, m), _take(ev.sub2, m))
+            sub.te = [x if isinstance(x, (int, np.integer)) else x[m] for x in ev.te]
+            for bit, (name, tag, v, _has) in enumerate(anns):
+                if c >> bit & 1:
+                    sub.ann(self.ann_name(name), tag, v[m])
+            kinds.append(sub)
+
+    def _ops(self, t: Trace, th_map: I64, q_map: I64, kinds: list[_Events]) -> None:
+        """Per-operation records: each operation a slice on its stream's operations track, its
+        launch call a slice inside its scope on the CPU (once per call), a flow between them."""
+        ops = getattr(t, "ops", None)
+        if ops is None or not len(ops):
+            return
+        n = len(ops)
+        k = np.arange(n, dtype=np.int64)
+        s = t.scopes
+        queue = q_map[ops.queue + 1]
+        st, en = ops.gpu_start_ns, ops.gpu_end_ns
+        ge = np.maximum(en, st)
+        lane = np.zeros(n, np.int64)
+        for qi in np.unique(queue).tolist():
+            m = np.flatnonzero(queue == qi)
+            lane[m] = self._carry((K_OPS, qi), _disjoint_lanes(st[m], ge[m]), st[m], ge[m])
+        track = self._tracks_for(queue, lane, self.ops_track)
+        name_iid = self._per_value(ops.name, lambda i: self.name(t.names[i]))
+        cat = self._per_value(ops.kind, lambda x: self.cat(OP_CATS[x] if 0 <= x < len(OP_CATS) else "kernel"))
+        gop = self.ops + k
+        scope = ops.scope.astype(np.int64)
+        has_scope = scope >= 0
+        glob_scope = np.where(has_scope, self.rows + scope, -1)
+        thread = np.where(ops.thread >= 0, th_map[np.maximum(ops.thread, 0)], -1)
+        default_thread = np.where(has_scope, th_map[s.thread[np.maximum(scope, 0)]] if len(s) else -1, -1)
+        seen = ops.call_start_ns != NO_TIME
+        shape = np.concatenate([ops.grid, ops.block], axis=1)
+        has_shape = np.asarray(shape.any(axis=1), bool)
+        shape_iid = np.zeros(n, np.int64)
+        if has_shape.any():
+            key = [",".join(map(str, row)) for row in shape[has_shape].tolist()]
+            shape_iid[has_shape] = [self.ann_str(x) for x in key]
+        call_iid = self._per_value(ops.call_name, lambda i: self.ann_str(t.names[i]))
+        drawn = np.zeros(n, bool)  # the launch call is drawn (and the flow with it)
+        cand = np.flatnonzero(seen & has_scope & (ops.thread >= 0))
+        if len(cand) and len(s):
+            r = scope[cand]
+            inside = (s.cpu_start_ns[r] <= ops.call_start_ns[cand]) & (
+                ops.call_end_ns[cand] <= s.cpu_end_ns[r]
+            )
+            inside &= th_map[s.thread[r]] == thread[cand]
+            cand = cand[inside]
+            _, first = np.unique(ops.correlation[cand], return_index=True)
+            drawn[cand[first]] = True
+        ev = _Events(st, 1, 2 * gop, gop)
+        ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid).field(T_CAT, cat)
+        anns: list[tuple[str, int, I64, npt.NDArray[np.bool_]]] = [
+            ("scope", T_DA_INT, glob_scope, np.ones(n, bool)),
+            ("correlation", T_DA_INT, ops.correlation.astype(np.int64), np.ones(n, bool)),
+            ("thread", T_DA_INT, thread, np.asarray(thread != default_thread, bool)),
+            ("grid,block", T_DA_STR_IID, shape_iid, has_shape),
+            ("bytes", T_DA_INT, ops.bytes.astype(np.int64), ops.bytes != 0),
+            ("graph id", T_DA_INT, ops.graph_id.astype(np.int64), ops.graph_id != 0),
+            ("graph node id", T_DA_INT, ops.graph_node_id.astype(np.int64), ops.graph_node_id != 0),
+            (
+                "call",
+                T_DA_STR_IID,
+                call_iid,
+                ops.call_name != t.names.index("") if "" in t.names else np.ones(n, bool),
+            ),
+            ("launch_to_start_ns", T_DA_INT, np.where(seen, st - ops.call_start_ns, 0), seen),
+            ("call_ns", T_DA_INT, np.where(seen, ops.call_end_ns - ops.call_start_ns, 0), seen),
+            ("gpu_ns", T_DA_INT, en - st, en < st),
+        ]
+        for with_flow in (False, True):
+            m = drawn == with_flow
+            if not m.any():
+                continue
+            sub = _Events(st[m], 1, 2 * gop[m], gop[m])
+            sub.te = [x if isinstance(x, (int, np.integer)) else x[m] for x in ev.te]
+            if with_flow:
+                sub.field(T_TFLOW, OP_FLOW_BASE + gop[m])
+            self._emit(sub, [(a, b, c[m], d[m]) for a, b, c, d in anns], kinds)
+        zero = ge == st
+        for z in (False, True):
+            m = zero == z
+            if m.any():
+                e = _Events(ge[m], 1 if z else 0, 2 * gop[m] + 1 if z else -st[m], gop[m] if z else -gop[m])
+                kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+        d = np.flatnonzero(drawn)
+        if len(d):
+            c0, c1 = ops.call_start_ns[d], ops.call_end_ns[d]
+            ctrack = self.row_track[scope[d]]
+            cname = self._per_value(ops.call_name[d], lambda i: self.name(t.names[i]))
+            ccat = self._per_value(
+                ops.call_name[d],
+                lambda i: self.cat(CALL_CATS[0] if t.names[i].startswith("cuda") else CALL_CATS[1]),
+            )
+            big = (1 << 50) + gop[d]  # after the scopes at equal times: the call is inside its scope
+            b = _Events(c0, 1, -c1, big)
+            b.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, ctrack).field(T_NAME, cname).field(T_CAT, ccat)
+            kinds.append(b.field(T_FLOW, OP_FLOW_BASE + gop[d]))
+            cz = c1 == c0
+            for z in (False, True):
+                m = cz == z
+                if m.any():
+                    e = _Events(c1[m], 2 if z else 0, -c0[m], -big[m])
+                    kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, ctrack[m]))
+        self.ops += n
 
     def _marks(self, t: Trace, th_map: I64, kinds: list[_Events], rich: _Rich) -> None:
         plain: list[int] = []
@@ -685,8 +929,9 @@ class _Encoder:
 
     def _assemble(self, kinds: list[_Events], rich: _Rich) -> tuple[bytes, list[list[int]]]:
         """All packets of the chunk in time order (ties: what nesting needs), as one byte string."""
-        nk = [k.n for k in kinds]
-        total = sum(nk) + len(rich.ts)
+        for k in kinds:
+            k.sort()
+        total = sum(k.n for k in kinds) + len(rich.ts)
         if not total:
             return b"", []
 
@@ -697,9 +942,16 @@ class _Encoder:
 
         ts = col(lambda k: k.ts, rich.ts)
         cls = col(lambda k: k.cls, rich.cls)
-        sub1 = col(lambda k: k.sub1, rich.sub1)
-        sub2 = col(lambda k: k.sub2, rich.sub2)
-        order = np.lexsort((sub2, sub1, cls, ts))
+        key = (ts - ts.min()) * 8 + cls
+        order = np.argsort(key, kind="stable")  # merges the kinds' sorted runs
+        ks = key[order]
+        tie = np.flatnonzero(ks[1:] == ks[:-1])
+        if len(tie):  # equal time and class: order by the tie-breaks, whatever kind they come from
+            at = np.unique(np.concatenate([tie, tie + 1]))
+            idx = order[at]
+            sub1 = col(lambda k: k.sub1, rich.sub1)
+            sub2 = col(lambda k: k.sub2, rich.sub2)
+            order[at] = idx[np.lexsort((sub2[idx], sub1[idx], key[idx]))]
         pos = np.empty(total, np.int64)
         pos[order] = np.arange(total, dtype=np.int64)
         ts_sorted = ts[order]
@@ -707,35 +959,51 @@ class _Encoder:
         delta_sorted[0] = np.int64(int(ts_sorted[0]) - self.last_ts).astype(np.uint64)
         delta_sorted[1:] = np.diff(ts_sorted).astype(np.uint64)
         self.last_ts = int(ts_sorted[-1])
-        sizes = np.zeros(total, np.int64)
-        built: list[tuple[U64, I64, I64]] = []
-        at = 0
+        nr = len(rich.ts)
+        nv = total - nr
+        is_rich = np.zeros(total, bool)
+        is_rich[pos[nv:]] = True
+        vrow = np.cumsum(~is_rich) - 1  # row of each (time-ordered) packet among the varint ones
+        built = []
+        start = 0
         for k in kinds:
-            p = pos[at : at + k.n]
-            v, ln = k.build(delta_sorted[p])
-            sizes[p] = ln.sum(axis=1)
-            built.append((v, ln, p))
-            at += k.n
-        rich_bytes: list[bytes] = []
-        for j, te in enumerate(rich.te):
-            at_j = int(pos[at + j])
-            body = pw.fv(P_TS, int(delta_sorted[at_j])) + pw.fv(P_SEQ, SEQ) + pw.fb(P_TE, te)
-            packet = _packet(body)
-            rich_bytes.append(packet)
-            sizes[at_j] = len(packet)
-        offs = np.zeros(total + 1, np.int64)
-        np.cumsum(sizes, out=offs[1:])
-        out = np.empty(int(offs[-1]), np.uint8)
-        for v, ln, p in built:
-            o = (offs[p][:, None] + np.cumsum(ln, axis=1) - ln).ravel()
-            pw.put_varints(out, o, v.ravel(), ln.ravel())
+            p = pos[start : start + k.n]
+            built.append((vrow[p], *k.build(delta_sorted[p])))
+            start += k.n
+        width = max((m.shape[1] for _r, m, _k in built), default=1)
+        big = np.zeros((nv, width), np.uint8)
+        used = np.zeros((nv, width), bool)
+        for rows, m, keep in built:
+            big[rows, : m.shape[1]] = m
+            used[rows, : m.shape[1]] = keep
+        out = big[used]
+        if not nr:
+            return out.tobytes(), []
+        # rich packets go between the others, at their place in time
+        vsize = used.sum(axis=1)
+        before = np.zeros(nv + 1, np.int64)
+        np.cumsum(vsize, out=before[1:])
+        segments: list[bytes] = []
         rich_at: list[list[int]] = []
-        for j, packet in enumerate(rich_bytes):
-            o1 = int(offs[pos[at + j]])
-            out[o1 : o1 + len(packet)] = np.frombuffer(packet, np.uint8)
-            rich_at.append([o1, len(packet)])
-        rich_at.sort()
-        return out.tobytes(), rich_at
+        cut = 0
+        length = 0
+        for j in np.argsort(pos[nv:], kind="stable").tolist():
+            at_j = int(pos[nv + j])
+            body = pw.fv(P_TS, int(delta_sorted[at_j])) + pw.fv(P_SEQ, SEQ) + pw.fb(P_TE, rich.te[j])
+            packet = _packet(body)
+            here = int(before[vrow[at_j] + 1])  # after the varint packets that come before it
+            segments.append(out[cut:here].tobytes())
+            length += here - cut
+            rich_at.append([length, len(packet)])
+            segments.append(packet)
+            length += len(packet)
+            cut = here
+        segments.append(out[cut:].tobytes())
+        return b"".join(segments), rich_at
+
+
+def _take(v: I64 | int, m: npt.NDArray[np.bool_]) -> I64 | int:
+    return v if isinstance(v, (int, np.integer)) else v[m]
 
 
 def _slice_lanes(st: I64, en: I64) -> I64:
@@ -831,14 +1099,55 @@ def _file_header(trace: Trace) -> dict[str, Any]:
     return header
 
 
+CHUNK_ROWS = 32_768  # a whole-trace write goes out in chunks of this many scopes (bounded memory)
+
+
+def slice_rows(trace: Trace, a: int, b: int, t0: int, t1: int) -> Trace:
+    """Scopes ``a``..``b-1`` of ``trace`` (their spans, and the marks in [t0, t1)) as a chunk."""
+    s = trace.scopes
+    c = ScopeTable.empty(b - a)
+    for col in s.COLUMNS:
+        setattr(c, col, getattr(s, col)[a:b])
+    c.parent = np.where(c.parent >= a, c.parent - a, -1)
+    c.args = {i - a: v for i, v in s.args.items() if a <= i < b}
+    sp = trace.spans
+    k = np.flatnonzero((sp.scope >= a) & (sp.scope < b))
+    spans = SpanTable(
+        sp.scope[k] - a, sp.label[k], sp.queue[k], sp.submit_ns[k], sp.gpu_start_ns[k], sp.gpu_end_ns[k]
+    )
+    marks = [m for m in trace.marks if t0 <= m.ts_ns < t1]
+    return Trace(trace.header, trace.names, trace.threads, trace.queues, c, spans, marks, trace.clock_fits)
+
+
+def _chunks(trace: Trace, rows: int = CHUNK_ROWS) -> list[Trace]:
+    n = len(trace)
+    if n <= rows or len(getattr(trace, "ops", ())):  # per-operation records: one chunk
+        return [trace]
+    starts = trace.scopes.cpu_start_ns
+    out = []
+    for a in range(0, n, rows):
+        b = min(n, a + rows)
+        t0 = int(starts[a]) if a else -(1 << 62)
+        t1 = int(starts[b]) if b < n else 1 << 62
+        out.append(slice_rows(trace, a, b, t0, t1))
+    return out
+
+
+def _stub(header: dict[str, Any]) -> dict[str, Any]:
+    """What the file's first header needs when the whole header follows at the end."""
+    keep = ("format_version", "version", "start_ns", "base_ns", "pid", "rank", "processes")
+    return {k: header[k] for k in keep if k in header}
+
+
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as a Perfetto protobuf trace (atomically: a temporary file, then rename)."""
     p = Path(path)
     tmp = p.with_name(p.name + ".partial")
     header = _file_header(trace)
-    w = StreamWriter(tmp, header)
+    w = StreamWriter(tmp, _stub(header))  # the whole header comes at the end
     try:
-        w.append(trace)
+        for chunk in _chunks(trace):
+            w.append(chunk)
         w.close(header)
     except BaseException:
         w.abandon()
@@ -851,8 +1160,8 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 def dumps(trace: Trace) -> bytes:
     """The ``.pftrace`` bytes of ``trace``."""
     header = _file_header(trace)
-    enc = _Encoder(header)
-    return enc.preamble() + enc.chunk(trace) + enc.ending(header)
+    enc = _Encoder(_stub(header))
+    return enc.preamble() + b"".join(enc.chunk(c) for c in _chunks(trace)) + enc.ending(header)
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -862,16 +1171,22 @@ class _Packets:
     """The TrackEvent packets of a file, as columns (one row per packet, file order)."""
 
     def __init__(self) -> None:
-        self.ts: list[I64] = []
-        self.type: list[I64] = []
-        self.track: list[I64] = []
-        self.name: list[I64] = []
-        self.cat: list[I64] = []
-        self.flow: list[I64] = []
-        self.tflow: list[I64] = []
+        self.ts: list[npt.NDArray[Any]] = []
+        self.type: list[npt.NDArray[Any]] = []
+        self.track: list[npt.NDArray[Any]] = []
+        self.name: list[npt.NDArray[Any]] = []
+        self.cat: list[npt.NDArray[Any]] = []
+        self.flow: list[npt.NDArray[Any]] = []
+        self.tflow: list[npt.NDArray[Any]] = []
+        self.chunk: list[npt.NDArray[Any]] = []
         self.ann: list[tuple[I64, I64, I64, I64]] = []  # packet, name iid, value tag, value
         self.args: dict[int, dict[str, Any]] = {}
         self.count = 0
+
+
+_TAG_CODE = np.zeros(512, np.uint8)
+for _code, _tag in enumerate((T_NAME, T_CAT, T_FLOW, T_TFLOW, T_DA_NAME), start=1):
+    _TAG_CODE[_tag] = _code
 
 
 def _decode_region(
@@ -889,10 +1204,16 @@ def _decode_region(
         keep[o : o + ln] = False
     kept = np.flatnonzero(keep) if rich_at else None
     flat = buf[keep] if rich_at else buf
-    vals, starts = pw.read_varints(flat)
-    if len(vals) % 2 or (len(flat) and flat[-1] >= 0x80):
+    starts, ends = pw.varint_bounds(flat)
+    if len(starts) % 2 or (len(flat) and flat[-1] >= 0x80):
         raise PftraceError("an event region is not a run of whole packets")
-    tags, vv = vals[0::2].astype(np.int64), vals[1::2]
+    # tags of every field; values only of the fields read
+    tags = pw.read_tags(flat, starts[0::2], ends[0::2])
+    vs, ve = starts[1::2], ends[1::2]
+
+    def values(at: npt.NDArray[np.intp]) -> U64:
+        return pw.read_at(flat, vs[at], ve[at])
+
     ps = np.flatnonzero(tags == T_PACKET)
     npk = len(ps)
     if npk and (
@@ -907,36 +1228,51 @@ def _decode_region(
     ):
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     # packet order: varint packets and rich packets by their offset in the region
-    vstart = starts[2 * ps]
-    if kept is not None:
+    vstart = starts[2 * ps].astype(np.int64)
+    total = npk + len(rich_at)
+    if rich_at:
+        assert kept is not None
         vstart = kept[vstart]
-    roff = np.array([o for o, _ in rich_at], np.int64)
-    allpos = np.concatenate([vstart, roff])
-    order = np.argsort(allpos, kind="stable")
-    rank = np.empty(len(allpos), np.int64)
-    rank[order] = np.arange(len(allpos))
-    vr, rr = rank[:npk], rank[npk:]
-    total = len(allpos)
+        roff = np.array([o for o, _ in rich_at], np.int64)
+        allpos = np.concatenate([vstart, roff])
+        order = np.argsort(allpos, kind="stable")
+        rank = np.empty(total, np.int64)
+        rank[order] = np.arange(total)
+        vr, rr = rank[:npk], rank[npk:]
+    else:
+        vr, rr = np.arange(npk), np.zeros(0, np.int64)
     delta = np.zeros(total, np.uint64)
-    typ = np.zeros(total, np.int64)
-    track = np.zeros(total, np.int64)
-    name = np.zeros(total, np.int64)
-    cat = np.zeros(total, np.int64)
+    typ = np.zeros(total, np.int8)
+    track = np.zeros(total, np.int32)
+    name = np.zeros(total, np.int32)
+    cat = np.zeros(total, np.int32)
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
-    delta[vr] = vv[ps + 1]
-    typ[vr] = vv[ps + 4].astype(np.int64)
-    track[vr] = vv[ps + 5].astype(np.int64)
+    delta[vr] = values(ps + 1)
+    typ[vr] = values(ps + 4)
+    track[vr] = values(ps + 5)
     if npk:
-        pkt = np.cumsum(tags == T_PACKET) - 1
-        late = np.arange(len(tags)) - ps[pkt] > 5
-        for tag, dest in ((T_NAME, name), (T_CAT, cat), (T_FLOW, flow), (T_TFLOW, tflow)):
-            m = np.flatnonzero(late & (tags == tag))
-            dest[vr[pkt[m]]] = vv[m].astype(np.int64)
-        a = np.flatnonzero(tags == T_DA_NAME)
-        if len(a):
+        # one table look-up finds the few fields read beyond the fixed head of each packet
+        code = _TAG_CODE[tags & 511]
+        code[tags >= 512] = 0
+        code[ps + 2] = 0  # the sequence id shares its tag with name_iid
+        hits = np.flatnonzero(code)
+        hit_code = code[hits]
+        hit_val = values(hits)
+        hit_pkt = vr[np.searchsorted(ps, hits, side="right") - 1]
+        for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
+            m = hit_code == c
+            dest[hit_pkt[m]] = hit_val[m]
+        m = hit_code == 5
+        if m.any():
+            a = hits[m]
             pk.ann.append(
-                (pk.count + vr[pkt[a]], vv[a].astype(np.int64), tags[a + 1], vv[a + 1].astype(np.int64))
+                (
+                    pk.count + hit_pkt[m],
+                    hit_val[m].astype(np.int64),
+                    tags[a + 1].astype(np.int64),
+                    values(a + 1).astype(np.int64),
+                )
             )
     for j, (o, ln) in enumerate(rich_at):
         p = int(rr[j])
@@ -952,6 +1288,7 @@ def _decode_region(
     pk.cat.append(cat)
     pk.flow.append(flow)
     pk.tflow.append(tflow)
+    pk.chunk.append(np.full(total, len(pk.chunk), np.int64))
     pk.count += total
     return int(ts[-1]) if total else last_ts
 
@@ -962,12 +1299,12 @@ def _decode_rich(
     (f, _wt, body), *_ = list(pw.fields(data))
     d = t_ = tr = nm = ct = fl = 0
     args: dict[str, Any] = {}
-    assert isinstance(body, bytes)
+    body = _bytes(body)
     for f, _wt, v in pw.fields(body):
         if f == P_TS:
             d = int(v)  # type: ignore[arg-type]
         elif f == P_TE:
-            assert isinstance(v, bytes)
+            v = _bytes(v)
             for g, _w, x in pw.fields(v):
                 if g == TE_TYPE:
                     t_ = int(x)  # type: ignore[arg-type]
@@ -980,10 +1317,17 @@ def _decode_rich(
                 elif g == TE_FLOW:
                     fl = int(x)  # type: ignore[arg-type]
                 elif g == TE_ANN:
-                    assert isinstance(x, bytes)
+                    x = _bytes(x)
                     key, val, interned = _decode_ann(x, ann_names, strs)
                     args["\0flags" if interned else key] = val
     return d, t_, tr, nm, ct, fl, args
+
+
+def _bytes(v: int | bytes) -> bytes:
+    """A length-delimited field's bytes; a number where a message belongs is a malformed file."""
+    if not isinstance(v, bytes):
+        raise PftraceError("a field that holds a message holds a number")
+    return v
 
 
 def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) -> tuple[str, Any, bool]:
@@ -1001,10 +1345,10 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
         elif f == DA_DOUBLE:
             val = pw.as_double(int(v))  # type: ignore[arg-type]
         elif f == DA_STR:
-            assert isinstance(v, bytes)
+            v = _bytes(v)
             val = v.decode("utf-8", "surrogatepass")
         elif f == DA_JSON:
-            assert isinstance(v, bytes)
+            v = _bytes(v)
             val = orjson.loads(v)
         elif f == DA_STR_IID:
             val = strs[int(v)]  # type: ignore[arg-type]
@@ -1026,7 +1370,15 @@ def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trac
         trace = _read(memoryview(raw), progress)
     except PftraceError as exc:
         raise TraceFileError(f"{p}: {exc}.") from None
-    except (pw.Truncated, ValueError, KeyError, IndexError, TypeError, orjson.JSONDecodeError) as exc:
+    except (
+        pw.Truncated,
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        orjson.JSONDecodeError,
+        zlib.error,
+    ) as exc:
         raise TraceFileError(
             f"{p}: not a Perfetto trace written by gputrace ({type(exc).__name__}: {exc})."
         ) from None
@@ -1066,15 +1418,15 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
         chunk: dict[str, Any] | None = None
         for f, _wt, v in pw.fields(packet):
             if f == P_INTERNED:
-                assert isinstance(v, bytes)
+                v = _bytes(v)
                 for g, _w, entry in pw.fields(v):
-                    assert isinstance(entry, bytes)
+                    entry = _bytes(entry)
                     iid, text = 0, b""
                     for h, _x, e in pw.fields(entry):
                         if h == 1:
                             iid = int(e)  # type: ignore[arg-type]
                         elif h == 2:
-                            text = e  # type: ignore[assignment]
+                            text = _bytes(e)
                     if g == ID_NAMES:
                         names[iid] = text.decode("utf-8", "surrogatepass")
                     elif g == ID_CATS:
@@ -1085,14 +1437,14 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
                         if text.startswith(HEADER_TAG):
                             header = orjson.loads(text[len(HEADER_TAG) :])
                         elif text.startswith(FINAL_TAG):
-                            header = orjson.loads(text[len(FINAL_TAG) :])
+                            header = orjson.loads(zlib.decompress(text[len(FINAL_TAG) :]))
                             final = True
                         elif text.startswith(CHUNK_TAG):
                             chunk = orjson.loads(text[len(CHUNK_TAG) :])
                         else:
                             strs[iid] = text.decode("utf-8", "surrogatepass")
             elif f == P_CLOCK and header is not None and last_ts == 0:
-                assert isinstance(v, bytes)
+                v = _bytes(v)
                 for _g, _w, c in pw.fields(v):
                     if isinstance(c, bytes):
                         cf = {h: e for h, _x, e in pw.fields(c)}
@@ -1129,32 +1481,62 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
     return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues)
 
 
-def _col(parts: list[I64]) -> I64:
+def _col(parts: list[Any]) -> Any:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def _pair(track: I64, typ: I64, idx: I64) -> tuple[I64, I64]:
-    """Begin and end packets of each slice, matched as Perfetto matches them (a stack per track)."""
+def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64, chunks: bool = True) -> tuple[I64, I64, I64]:
+    """Begin and end packets of each slice, matched as Perfetto matches them (events of a track
+    in time order, ties in file order, a stack per track), within each chunk (a chunk holds both
+    ends of its slices); ``chunks=False`` with ``chunk`` all zero gives Perfetto's view of the
+    whole file. Also each slice's depth on its track."""
     m = idx[(typ[idx] == SLICE_BEGIN) | (typ[idx] == SLICE_END)]
     if not len(m):
-        return m, m
-    o = np.lexsort((m, track[m]))
-    m = m[o]
-    tr = track[m]
+        return m, m, m
+    # ``idx`` is in file order, and within a chunk file order is time order
+    if chunks or (np.diff(ts[m]) >= 0).all():
+        m = m[np.argsort(track[m] + chunk[m] * (1 << 32), kind="stable")]
+    else:
+        m = m[np.lexsort((m, ts[m], track[m]))]
+    tr = track[m] + chunk[m] * (1 << 32)
     step = np.where(typ[m] == SLICE_BEGIN, 1, -1)
     depth = np.cumsum(step)
     first = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]])
     base = np.repeat(depth[first] - step[first], np.diff(np.r_[first, len(m)]))
     depth = depth - base
     level = np.where(step > 0, depth, depth + 1)
-    o = np.lexsort((m, level, tr))
+    o = np.lexsort((np.arange(len(m)), level, tr))
     m, stp = m[o], step[o]
     if len(m) % 2 or (stp[0::2] != 1).any() or (stp[1::2] != -1).any():
         raise PftraceError("slice begins and ends do not match")
     lv, tr2 = level[o], tr[o]
     if (lv[0::2] != lv[1::2]).any() or (tr2[0::2] != tr2[1::2]).any():
         raise PftraceError("slice begins and ends do not match")
-    return m[0::2], m[1::2]
+    return m[0::2], m[1::2], lv[0::2] - 1
+
+
+def _nest_fast(s: ScopeTable, depth: I64) -> bool:
+    """Parent and depth from the slices' depths on their tracks (one track per thread, no
+    zero-length scope: then they are what ``model.nest`` finds). False where that does not hold."""
+    n = len(s)
+    if not n or (s.cpu_end_ns == s.cpu_start_ns).any():
+        return False
+    order = np.lexsort((np.arange(n), s.cpu_start_ns, s.thread))
+    lv = depth[order]
+    parent_sorted = np.full(n, -1, np.int64)
+    pos = np.arange(n, dtype=np.int64)
+    for level in range(1, int(lv.max()) + 1 if n else 0):
+        last = np.maximum.accumulate(np.where(lv == level - 1, pos, -1))
+        at = lv == level
+        parent_sorted[at] = last[at]
+    parent = np.full(n, -1, np.int64)
+    has = parent_sorted >= 0
+    parent[order[has]] = order[parent_sorted[has]]
+    if (s.thread[np.maximum(parent, 0)][has[np.argsort(order)]] != s.thread[has[np.argsort(order)]]).any():
+        return False
+    s.parent = parent
+    s.depth = depth.astype(np.int32)
+    return True
 
 
 def _build(
@@ -1168,11 +1550,13 @@ def _build(
     threads: list[ThreadInfo],
     queues: list[QueueInfo],
 ) -> Trace:
-    ts, typ, track = _col(pk.ts), _col(pk.type), _col(pk.track)
+    ts, typ, track, chunk = _col(pk.ts), _col(pk.type), _col(pk.track), _col(pk.chunk)
     name, cat, flow, tflow = _col(pk.name), _col(pk.cat), _col(pk.flow), _col(pk.tflow)
     total = len(ts)
     # what each track is
     nt = max(tracks) + 1 if tracks else 1
+    if nt > 2 * len(tracks) + 64:
+        raise PftraceError("the track numbers are not the ones gputrace writes")
     tkind = np.full(nt, -1, np.int64)
     tidx = np.zeros(nt, np.int64)
     for u, (k, i, _ln) in tracks.items():
@@ -1190,25 +1574,62 @@ def _build(
             sel = np.flatnonzero(a_nm == iid)
             ann_cols[ann_names[int(iid)]] = (a_pk[sel], a_val[sel])
 
+    where_cache: dict[int, tuple[I64, I64]] = {}
+
     def ann(key: str, rows: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
         """The int annotation ``key`` of each packet in ``rows`` (0 where it has none), and where."""
         out = np.zeros(len(rows), np.int64)
         got = np.zeros(len(rows), bool)
         if key in ann_cols and len(rows):
             apk, av = ann_cols[key]
-            o = np.argsort(rows, kind="stable")
-            srt = rows[o]
-            pos = np.minimum(np.searchsorted(srt, apk), len(rows) - 1)
-            ok = srt[pos] == apk
-            out[o[pos[ok]]] = av[ok]
-            got[o[pos[ok]]] = True
+            hit = where_cache.get(id(rows))
+            if hit is None or hit[0] is not rows:
+                where = np.full(total, -1, np.int64)
+                where[rows] = np.arange(len(rows))
+                hit = where_cache[id(rows)] = (rows, where)
+            pos = hit[1][apk]
+            ok = pos >= 0
+            out[pos[ok]] = av[ok]
+            got[pos[ok]] = True
         return out, got
 
     # CPU slices
-    cpu_b, cpu_e = _pair(track, typ, np.flatnonzero(kind == K_THREAD))
-    order = np.lexsort((cpu_b, -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b]))
-    cpu_b, cpu_e = cpu_b[order], cpu_e[order]
+    on_threads = np.flatnonzero(kind == K_THREAD)
+    cpu_b, cpu_e, _ = _pair(chunk, ts, track, typ, on_threads)
+    # the depth Perfetto gives each slice (its events in time order across chunks); where that
+    # pairs begins and ends the same way, it is the nesting (see _nest_fast)
+    cpu_depth: I64 | None = None
+    if len(cpu_b):
+        wb, we, wd = (
+            _pair(np.zeros_like(chunk), ts, track, typ, on_threads, chunks=False)
+            if len(pk.chunk) > 1
+            else (cpu_b, cpu_e, _)
+        )
+        end_of = np.full(total, -1, np.int64)
+        depth_of = np.zeros(total, np.int64)
+        end_of[wb] = we
+        depth_of[wb] = wd
+        if np.array_equal(end_of[cpu_b], cpu_e):
+            cpu_depth = depth_of[cpu_b]
+    # launch calls (per-operation records) share the threads' tracks; they are not scopes
+    call_cats = [i for i, c in cats.items() if c in CALL_CATS]
+    if call_cats and len(cpu_b):
+        scope_rows = ~np.isin(cat[cpu_b], call_cats)
+        cpu_b, cpu_e = cpu_b[scope_rows], cpu_e[scope_rows]
+        if cpu_depth is not None:
+            cpu_depth = cpu_depth[scope_rows]
+    # rows as written (chunk after chunk, each in (start, thread, -end) order: what the scope
+    # numbers in the file refer to), then rows as the model orders them (by start overall)
+    written = np.lexsort((cpu_b, -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b], chunk[cpu_b]))
+    cpu_b, cpu_e = cpu_b[written], cpu_e[written]
     n = len(cpu_b)
+    order = np.lexsort((np.arange(n), -ts[cpu_e], tidx[track[cpu_b]], ts[cpu_b]))
+    w2r = np.empty(n + 1, np.int64)  # written row -> row (and -1 -> -1)
+    w2r[order] = np.arange(n)
+    w2r[n] = -1
+    cpu_b, cpu_e = cpu_b[order], cpu_e[order]
+    if cpu_depth is not None:
+        cpu_depth = cpu_depth[written][order]
     s = ScopeTable.empty(n)
     raw_names = [names[i] for i in name[cpu_b].tolist()]
     name_ids = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
@@ -1229,34 +1650,37 @@ def _build(
                 s.flags[i] = flags_from_names(fl.split(", "))
             if a:
                 s.args[i] = a
-    row_of_flow = np.full(1, -1, np.int64)
-    fl_rows = np.flatnonzero(flow[cpu_b] > 0)
-    if len(fl_rows):
-        row_of_flow = np.full(int(flow[cpu_b].max()) + 1, -1, np.int64)
-        row_of_flow[flow[cpu_b][fl_rows]] = fl_rows
-    if not _no_nesting(s):
+    fl_rows = np.flatnonzero(flow[cpu_b] > 0)  # the scope flows' ids, sorted, and their rows
+    fl_ids = flow[cpu_b][fl_rows]
+    o = np.argsort(fl_ids, kind="stable")
+    fl_ids, fl_rows = fl_ids[o], fl_rows[o]
+    one_lane = not any(k == K_THREAD and lane for k, _i, lane in tracks.values())
+    if not _no_nesting(s) and not (one_lane and cpu_depth is not None and _nest_fast(s, cpu_depth)):
         nest(s)
     # GPU slices (with a terminating flow) and passes (with a scope annotation) on queue tracks
-    q_b, q_e = _pair(track, typ, np.flatnonzero(kind == K_QUEUE))
+    q_b, q_e, _ = _pair(chunk, ts, track, typ, np.flatnonzero(kind == K_QUEUE))
     is_gpu = tflow[q_b] > 0
     g_b, g_e = q_b[is_gpu], q_e[is_gpu]
     if len(g_b):
         f = tflow[g_b]
-        if f.max() >= len(row_of_flow) or (row_of_flow[f] < 0).any():
+        at = np.minimum(np.searchsorted(fl_ids, f), max(len(fl_ids) - 1, 0))
+        if not len(fl_ids) or (fl_ids[at] != f).any():
             raise PftraceError("a GPU slice's flow names no CPU slice")
-        rows = row_of_flow[f]
+        rows = fl_rows[at]
         st = ts[g_b]
         gpu_ns, has_neg = ann("gpu_ns", g_b)
         en = np.where(has_neg, st + gpu_ns, ts[g_e])
         s.gpu_start_ns[rows] = st
         s.gpu_end_ns[rows] = en
-        unc, _ = ann("uncertainty_ns", g_b)
-        s.uncertainty_ns[rows] = unc
+        unc, has_unc = ann("uncertainty_ns", g_b)
+        o = np.argsort(f)  # written where it changes, in written order: carry it forward
+        last = np.maximum.accumulate(np.where(has_unc[o], np.arange(len(o)), -1))
+        s.uncertainty_ns[rows[o]] = np.where(last >= 0, unc[o][np.maximum(last, 0)], 0)
         gap, has_sub = ann("submit_to_start_ns", g_b)
         s.submit_ns[rows[has_sub]] = st[has_sub] - gap[has_sub]
         s.queue[rows] = tidx[track[g_b]].astype(np.int32)
     p_b, p_e = q_b[~is_gpu], q_e[~is_gpu]
-    labels: dict[str, int] = {}
+    labels: dict[str, int] = dict(name_ids)
 
     def intern_label(label: str) -> int:
         i = labels.get(label)
@@ -1271,10 +1695,9 @@ def _build(
     p_sub = p_g0 = p_g1 = np.zeros(0, np.int64)
     if len(p_b):
         sc, _ = ann("scope", p_b)
-        rows0 = 0
-        p_rows = sc - rows0
-        if (p_rows < 0).any() or (p_rows >= n).any():
+        if (sc < 0).any() or (sc >= n).any():
             raise PftraceError("a GPU pass names a scope that the trace does not have")
+        p_rows = w2r[sc]
         order = np.argsort(p_b, kind="stable")
         p_b, p_e, p_rows = p_b[order], p_e[order], p_rows[order]
         p_label = np.fromiter((intern_label(names[int(i)]) for i in name[p_b].tolist()), np.int32, len(p_b))
@@ -1282,7 +1705,8 @@ def _build(
         pg, pneg = ann("gpu_ns", p_b)
         p_g1 = np.where(pneg, p_g0 + pg, ts[p_e])
         gap, has_sub = ann("submit_to_start_ns", p_b)
-        p_sub = np.where(has_sub, p_g0 - gap, NO_TIME)
+        _, no_sub = ann("no_submit", p_b)
+        p_sub = np.where(has_sub, p_g0 - gap, np.where(no_sub, NO_TIME, s.submit_ns[p_rows]))
     with_pass = np.zeros(n, bool)
     with_pass[p_rows] = True
     unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
@@ -1302,19 +1726,92 @@ def _build(
     # marks and syncs: instants on thread tracks
     marks: list[Mark] = []
     inst = np.flatnonzero((typ == INSTANT) & (kind == K_THREAD))
+    inst = inst[np.argsort(ts[inst], kind="stable")]
     for p in inst.tolist():
         kd = cats.get(int(cat[p]), "")
         if kd in ("mark", "sync"):
             marks.append(
                 Mark(names[int(name[p])], int(ts[p]), int(tidx[track[p]]), kd, dict(pk.args.get(p, {})))
             )
-    final_names = canonical_names(name_list, s, spans)
+    ops = _read_ops(
+        ts, typ, track, name, cat, chunk, kind, tidx, names, cats, strs, s, ann, intern_label, w2r
+    )
+    final_names = (
+        canonical_names(name_list, s, spans, ops)  # type: ignore[call-arg]
+        if ops is not None
+        else canonical_names(name_list, s, spans)
+    )
     if "threads" not in header:
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
     if "queues" not in header:
         header["queues"] = [_queue_dict(q) for q in queues]
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
+    if ops is not None:
+        return Trace(header, final_names, threads, queues, s, spans, marks, fits, ops)  # type: ignore[call-arg]
     return Trace(header, final_names, threads, queues, s, spans, marks, fits)
+
+
+def _read_ops(
+    ts: I64,
+    typ: I64,
+    track: I64,
+    name: I64,
+    cat: I64,
+    chunk: I64,
+    kind: I64,
+    tidx: I64,
+    names: dict[int, str],
+    cats: dict[int, str],
+    strs: dict[int, str],
+    s: ScopeTable,
+    ann: Callable[[str, I64], tuple[I64, npt.NDArray[np.bool_]]],
+    intern: Callable[[str], int],
+    w2r: I64,
+) -> Any:
+    """The per-operation records (an ``OpTable``), where the model has them and the file holds any."""
+    from gputrace import model
+
+    table = getattr(model, "OpTable", None)
+    on_ops = np.flatnonzero(kind == K_OPS)
+    if table is None or not len(on_ops):
+        return None if table is None else table.empty()
+    b, e, _ = _pair(chunk, ts, track, typ, on_ops)
+    b, e = b[np.lexsort((b, ts[b]))], e[np.lexsort((b, ts[b]))]
+    n = len(b)
+    ops = table.empty(n)
+    sc, _ = ann("scope", b)
+    if (sc < -1).any() or (sc >= len(s)).any():
+        raise PftraceError("an operation names a scope that the trace does not have")
+    ops.scope = w2r[sc]
+    kinds = {i: OP_CATS.index(c) for i, c in cats.items() if c in OP_CATS}
+    ops.kind = np.array([kinds.get(int(c), 0) for c in cat[b].tolist()], np.int32)
+    ops.name = np.fromiter((intern(names[int(i)]) for i in name[b].tolist()), np.int32, n)
+    ops.queue = tidx[track[b]].astype(np.int32)
+    th, has_th = ann("thread", b)
+    default = np.where(ops.scope >= 0, s.thread[np.maximum(ops.scope, 0)] if len(s) else -1, -1)
+    ops.thread = np.where(has_th, th, default).astype(np.int32)
+    ops.correlation, _ = ann("correlation", b)
+    ops.gpu_start_ns = ts[b].copy()
+    g, neg = ann("gpu_ns", b)
+    ops.gpu_end_ns = np.where(neg, ts[b] + g, ts[e])
+    lts, seen = ann("launch_to_start_ns", b)
+    dur, _ = ann("call_ns", b)
+    ops.call_start_ns = np.where(seen, ts[b] - lts, NO_TIME)
+    ops.call_end_ns = np.where(seen, ts[b] - lts + dur, NO_TIME)
+    call, has_call = ann("call", b)
+    ops.call_name = np.array(
+        [intern(strs[int(c)] if h else "") for c, h in zip(call.tolist(), has_call.tolist(), strict=True)],
+        np.int32,
+    )
+    ops.bytes, _ = ann("bytes", b)
+    shape, has_shape = ann("grid,block", b)
+    grid = np.zeros((n, 6), np.int64)
+    for i in np.flatnonzero(has_shape).tolist():
+        grid[i] = [int(x) for x in strs[int(shape[i])].split(",")]
+    ops.grid, ops.block = grid[:, :3].copy(), grid[:, 3:].copy()
+    ops.graph_id, _ = ann("graph id", b)
+    ops.graph_node_id, _ = ann("graph node id", b)
+    return ops
 
 
 def _no_nesting(s: ScopeTable) -> bool:
