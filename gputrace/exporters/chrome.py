@@ -251,7 +251,7 @@ class Encoder:
         if len(trace.ops):
             self.has_ops = True
             got, skipped = op_events(trace, r0, base, self.op_rows)
-            ev.extend(_j(e) for e in got)
+            ev.extend(got)
             self.op_rows += len(trace.ops)
             self.ops_not_drawn += skipped
         tid_pid = {t.tid: self._cpu_pid(t.tid) for t in trace.threads}
@@ -415,32 +415,42 @@ def stream_number(label: str, queue: int) -> int:
 MAX_OP_US = 1e12
 
 
-def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[dict[str, Any]], int]:
+def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[str], int]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
     slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
     ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
-    numbered from ``r0`` and operations from ``op0`` (a streamed file's chunks).
+    numbered from ``r0`` and operations from ``op0`` (a streamed file's chunks). Events come as
+    JSON text, formatted from templates (tens of thousands of kernels per sync are common).
 
     Returns the events and how many operations were left out: those before the file's zero
     (launched before the session) or on a clock that was never aligned (no calibration), which
     no viewer could place."""
     ops, names, queues = trace.ops, trace.names, trace.queues
     n = len(ops)
-    ev: list[dict[str, Any]] = []
+    ev: list[str] = []
     if not n:
         return ev, 0
     rel = (ops.gpu_start_ns - base) / 1000.0
-    crel = np.where(ops.call_start_ns == NO_TIME, 0.0, (ops.call_start_ns - base) / 1000.0)
+    seen_a = ops.call_start_ns != NO_TIME
+    crel = np.where(seen_a, (ops.call_start_ns - base) / 1000.0, 0.0)
     placed = ((rel >= 0) & (rel < MAX_OP_US) & (crel >= 0) & (crel < MAX_OP_US)).tolist()
     pid = int(trace.header.get("pid") or 1)
     st, en = ops.gpu_start_ns.tolist(), ops.gpu_end_ns.tolist()
     c0, c1 = ops.call_start_ns.tolist(), ops.call_end_ns.tolist()
     scope, qcol, thr = ops.scope.tolist(), ops.queue.tolist(), ops.thread.tolist()
     kinds, corrs = ops.kind.tolist(), ops.correlation.tolist()
-    op_names = [names[i] for i in ops.name.tolist()]
+    jnames = [_j(nm) for nm in names]  # JSON-quoted once per name
+    op_name_j = [jnames[i] for i in ops.name.tolist()]
     call_names = [names[i] for i in ops.call_name.tolist()]
+    call_name_j = [jnames[i] for i in ops.call_name.tolist()]
     grids, blocks, nbytes = ops.grid.tolist(), ops.block.tolist(), ops.bytes.tolist()
     gids, nids = ops.graph_id.tolist(), ops.graph_node_id.tolist()
+    # times as text, formatted in C loops
+    ts_s = list(map(repr, rel.tolist()))
+    dur_s = list(map(repr, (np.maximum(ops.gpu_end_ns - ops.gpu_start_ns, 0) / 1000.0).tolist()))
+    cts_s = list(map(repr, crel.tolist()))
+    cdur_s = list(map(repr, (np.where(seen_a, ops.call_end_ns - ops.call_start_ns, 0) / 1000.0).tolist()))
+    l2s_s = list(map(repr, (np.where(seen_a, ops.gpu_start_ns - ops.call_start_ns, 0) / 1000.0).tolist()))
     sc0, sc1 = trace.scopes.cpu_start_ns.tolist(), trace.scopes.cpu_end_ns.tolist()
     tids = [t.tid for t in trace.threads]
     cpu_tid = [tids[i] for i in trace.scopes.thread.tolist()]
@@ -459,10 +469,12 @@ def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[dict
             op_tid[k] = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
         for ln in range(max(lanes) + 1):
             track = f"{label} · operations" + (f" (overlap {ln})" if ln else "")
-            ev.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + dev,
-                       "tid": OP_TID_BASE + qi + ln * OVERLAP_TID_STEP, "args": {"name": track}})  # fmt: skip
+            tid = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
+            ev.append(_j({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + dev, "tid": tid,
+                          "args": {"name": track}}))  # fmt: skip
     rank = int(trace.header.get("rank") or 0)
-    call_of: dict[int, dict[str, Any]] = {}
+    cats = [f'"{c}"' for c in OP_CATS]
+    calls_done: set[int] = set()
     touch_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for k in range(n):
         if not placed[k]:
@@ -472,47 +484,56 @@ def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[dict
         dev = dev_of[qi] if known_q else 0
         stream = stream_of[qi] if known_q else qi
         row = r0 + r if r >= 0 else -1
-        a: dict[str, Any] = {"op": op0 + k, "scope": row, "queue": qi, "device": dev, "stream": stream,
-                             "correlation": corr, "External id": row, "rank": rank,
-                             "timing": "cupti"}  # fmt: skip
+        a = (
+            f'"op":{op0 + k},"scope":{row},"queue":{qi},"device":{dev},"stream":{stream},'
+            f'"correlation":{corr},"External id":{row},"rank":{rank},"timing":"cupti"'
+        )
         if kind == 0 or any(grids[k]):
-            a["grid"], a["block"] = grids[k], blocks[k]
+            g, b = grids[k], blocks[k]
+            a += f',"grid":[{g[0]},{g[1]},{g[2]}],"block":[{b[0]},{b[1]},{b[2]}]'
         if kind != 0 or nbytes[k]:
-            a["bytes"] = nbytes[k]
+            a += f',"bytes":{nbytes[k]}'
         if gids[k]:
-            a["graph id"], a["graph node id"] = gids[k], nids[k]
+            a += f',"graph id":{gids[k]},"graph node id":{nids[k]}'
         seen = c0[k] != NO_TIME
         if seen:
-            a["call"] = call_names[k]
-            a["call_ts"] = (c0[k] - base) / 1000.0
-            a["call_dur_us"] = (c1[k] - c0[k]) / 1000.0
-            a["launch_to_start_us"] = (st[k] - c0[k]) / 1000.0
+            a += (
+                f',"call":{call_name_j[k]},"call_ts":{cts_s[k]},"call_dur_us":{cdur_s[k]},'
+                f'"launch_to_start_us":{l2s_s[k]}'
+            )
         if thr[k] >= 0:
-            a["tid"] = tids[thr[k]]
-        e: dict[str, Any] = {"ph": "X", "cat": OP_CATS[kind] if 0 <= kind < 3 else "kernel",
-                             "name": op_names[k], "pid": GPU_PID_BASE + dev, "tid": op_tid[k],
-                             "ts": (st[k] - base) / 1000.0, "dur": max(en[k] - st[k], 0) / 1000.0,
-                             "args": a}  # fmt: skip
-        ev.append(e)
-        if not seen or thr[k] < 0:
-            continue
+            a += f',"tid":{tids[thr[k]]}'
+        head = (
+            f'{{"ph":"X","cat":{cats[kind] if 0 <= kind < 3 else cats[0]},"name":{op_name_j[k]},'
+            f'"pid":{GPU_PID_BASE + dev},"tid":{op_tid[k]},"ts":{ts_s[k]},"dur":{dur_s[k]}'
+        )
+        call = ""
         # the launch call, inside its scope's CPU slice (only where it nests: never a partial
         # overlap); no "stream" in its args: HTA tells CPU events from GPU ones by a missing stream
-        if r >= 0 and not (sc0[r] <= c0[k] and c1[k] <= sc1[r]):
-            continue
-        if r < 0 and _touches_a_scope(trace, thr[k], c0[k], c1[k], touch_cache):
-            continue
-        if corr in call_of:
-            continue  # one flow per call: to its first operation
-        call = call_names[k]
-        flow = OP_FLOW_BASE + op0 + k
-        call_of[corr] = {"ph": "X", "cat": "cuda_runtime" if call.startswith("cuda") else "cuda_driver",
-                         "name": call, "pid": pid, "tid": cpu_tid[r] if r >= 0 else tids[thr[k]],
-                         "ts": (c0[k] - base) / 1000.0, "dur": max(c1[k] - c0[k], 0) / 1000.0,
-                         "bind_id": flow, "flow_out": True,
-                         "args": {"correlation": corr, "External id": row}}  # fmt: skip
-        e["bind_id"], e["flow_in"] = flow, True
-        ev.append(call_of[corr])
+        if (
+            seen
+            and thr[k] >= 0
+            and corr not in calls_done  # one flow per call: to its first operation
+            and (
+                sc0[r] <= c0[k] and c1[k] <= sc1[r]
+                if r >= 0
+                else not _touches_a_scope(trace, thr[k], c0[k], c1[k], touch_cache)
+            )
+        ):
+            calls_done.add(corr)
+            flow = OP_FLOW_BASE + op0 + k
+            name = call_names[k]
+            ccat = "cuda_runtime" if name.startswith("cuda") else "cuda_driver"
+            ctid = cpu_tid[r] if r >= 0 else tids[thr[k]]
+            head += f',"bind_id":{flow},"flow_in":true'
+            call = (
+                f'{{"ph":"X","cat":"{ccat}","name":{call_name_j[k]},"pid":{pid},"tid":{ctid},'
+                f'"ts":{cts_s[k]},"dur":{cdur_s[k]},"bind_id":{flow},"flow_out":true,'
+                f'"args":{{"correlation":{corr},"External id":{row}}}}}'
+            )
+        ev.append(head + ',"args":{' + a + "}}")
+        if call:
+            ev.append(call)
     return ev, n - sum(placed)
 
 
