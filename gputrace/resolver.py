@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -333,27 +333,46 @@ def _place_spans(
             owners.append(cur)
     own = np.concatenate(owners)
     sel = np.concatenate(idx)
+    sub = np.full(len(s), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(sub, own, table.submit_ns[sel])
+    s_done = _hull(
+        s, own, table.gpu_start_ns[sel], table.gpu_end_ns[sel], table.queue[sel], done_by[sel],
+        lambda q: fitted.get(raw.queues[q].device) if q < len(raw.queues) else None,
+    )  # fmt: skip
+    s.submit_ns = np.where(s.gpu_end_ns != NO_TIME, sub, NO_TIME)
+    return table, s_done
+
+
+def _hull(
+    s: ScopeTable,
+    own: np.ndarray,
+    g0: np.ndarray,
+    g1: np.ndarray,
+    queue: np.ndarray,
+    done: np.ndarray,
+    fit_of: Callable[[int], tuple[ClockFit, FeasibleBand | None] | None],
+) -> np.ndarray:
+    """Each scope's GPU span as the hull of the intervals it owns (``own[i]`` owns ``g0[i]``…
+    ``g1[i]`` on ``queue[i]``, known complete by ``done[i]``); its queue is that of its earliest
+    interval, its uncertainty that of its queue's clock fit at its start and end. Sets those
+    columns of ``s``; returns per scope the time by which its work was known complete."""
     gs = np.full(len(s), np.iinfo(np.int64).max, np.int64)
     ge = np.full(len(s), NO_TIME, np.int64)
-    sub = np.full(len(s), np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(gs, own, table.gpu_start_ns[sel])
-    np.maximum.at(ge, own, table.gpu_end_ns[sel])
-    np.minimum.at(sub, own, table.submit_ns[sel])
+    np.minimum.at(gs, own, g0)
+    np.maximum.at(ge, own, g1)
     has = ge != NO_TIME
     s.gpu_start_ns = np.where(has, gs, NO_TIME)
     s.gpu_end_ns = np.where(has, ge, NO_TIME)
-    s.submit_ns = np.where(has, sub, NO_TIME)
     first_q = np.full(len(s), -1, np.int32)
-    # queue of a scope: that of its earliest span (reverse assignment keeps the earliest)
-    order = np.argsort(table.gpu_start_ns[sel], kind="stable")[::-1]
-    first_q[own[order]] = table.queue[sel][order]
+    # queue of a scope: that of its earliest interval (reverse assignment keeps the earliest)
+    order = np.argsort(g0, kind="stable")[::-1]
+    first_q[own[order]] = queue[order]
     s.queue = first_q
     s_done = np.full(len(s), NO_TIME, np.int64)
-    np.maximum.at(s_done, own, done_by[sel])
-    # uncertainty per scope from its device's fit
+    np.maximum.at(s_done, own, done)
     unc = np.zeros(len(s), np.int64)
     for q in np.unique(first_q[first_q >= 0]).tolist():
-        got = fitted.get(raw.queues[q].device) if q < len(raw.queues) else None
+        got = fit_of(q)
         if got is None:
             continue
         fit, band = got
@@ -364,7 +383,7 @@ def _place_spans(
                 u = np.minimum(u, band.bound(col).astype(np.int64))
             unc[m] = np.maximum(unc[m], u)
     s.uncertainty_ns = unc
-    return table, s_done
+    return s_done
 
 
 def _fit_for(fitted: dict[int, tuple[ClockFit, FeasibleBand | None]], device: int) -> ClockFit | None:
@@ -461,34 +480,13 @@ def _place_ops(
     if not owners:
         return ops, None, blind
     own, sel = np.concatenate(owners), np.concatenate(idx)
-    gs = np.full(len(s), np.iinfo(np.int64).max, np.int64)
-    ge = np.full(len(s), NO_TIME, np.int64)
-    np.minimum.at(gs, own, ops.gpu_start_ns[sel])
-    np.maximum.at(ge, own, ops.gpu_end_ns[sel])
-    has = ge != NO_TIME
-    s.gpu_start_ns = np.where(has, gs, NO_TIME)
-    s.gpu_end_ns = np.where(has, ge, NO_TIME)
-    s.submit_ns = np.where(has, s.cpu_start_ns, NO_TIME)
-    first_q = np.full(len(s), -1, np.int32)
-    order = np.argsort(ops.gpu_start_ns[sel], kind="stable")[::-1]
-    first_q[own[order]] = ops.queue[sel][order]
-    s.queue = first_q
-    s_done = np.full(len(s), NO_TIME, np.int64)
-    np.maximum.at(s_done, own, done[sel])
-    unc = np.zeros(len(s), np.int64)
-    for q in np.unique(first_q[first_q >= 0]).tolist():
+
+    def fit_of(q: int) -> tuple[ClockFit, FeasibleBand | None] | None:
         d = raw.queues[q].device if q < len(raw.queues) else 0
-        fit_band = fitted.get(d) or (fitted[min(fitted)] if fitted else None)
-        if fit_band is None:
-            continue
-        fit, band = fit_band
-        m = first_q == q
-        for col in (s.gpu_start_ns[m], s.gpu_end_ns[m]):
-            u = uncertainty_at(fit, col)
-            if band is not None:
-                u = np.minimum(u, band.bound(col).astype(np.int64))
-            unc[m] = np.maximum(unc[m], u)
-    s.uncertainty_ns = unc
+        return fitted.get(d) or (fitted[min(fitted)] if fitted else None)  # CUPTI: one host clock
+
+    s_done = _hull(s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel], fit_of)
+    s.submit_ns = np.where(s.gpu_end_ns != NO_TIME, s.cpu_start_ns, NO_TIME)
     return ops, s_done, blind
 
 
