@@ -419,27 +419,40 @@ def _place_ops(
             blind |= (s.cpu_start_ns <= b1) & (s.cpu_end_ns >= b0)
     if not n_ops:
         return OpTable.empty(0), None, blind
-    raw_ops = sorted(
-        raw.ops, key=lambda o: (o.gpu_start_ns, o.gpu_end_ns, o.device, o.queue, o.correlation, o.name)
-    )
+    # columns in one C-level transpose; sorted by GPU start (ties: end, device, queue,
+    # correlation, name), whatever order the records came in
+    col = list(zip(*raw.ops, strict=True))
+    names_in = col[1]
+    name_rank = {n: i for i, n in enumerate(sorted(set(names_in)))}
+    dev_in = np.array(col[2], np.int64)
+    g0_in, g1_in = np.array(col[5], np.int64), np.array(col[6], np.int64)
+    queue_in, corr_in = np.array(col[3], np.int64), np.array(col[4], np.int64)
+    rank_in = np.fromiter((name_rank[n] for n in names_in), np.int64, n_ops)
+    order = np.lexsort((rank_in, corr_in, queue_in, dev_in, g1_in, g0_in))
+    order_l = order.tolist()
+
+    def pick(i: int, dtype: Any) -> np.ndarray:
+        return np.array(col[i], dtype)[order]
+
     ops = OpTable.empty(n_ops)
-    ops.kind = np.array([o.kind for o in raw_ops], np.int32)
-    ops.name = np.array([intern(o.name) for o in raw_ops], np.int32)
-    ops.call_name = np.array([intern(o.call_name) for o in raw_ops], np.int32)
-    ops.queue = np.array([o.queue for o in raw_ops], np.int32)
-    ops.correlation = np.array([o.correlation for o in raw_ops], np.int64)
-    ops.bytes = np.array([o.bytes for o in raw_ops], np.int64)
-    ops.grid = np.array([o.grid for o in raw_ops], np.int64).reshape(n_ops, 3)
-    ops.block = np.array([o.block for o in raw_ops], np.int64).reshape(n_ops, 3)
-    ops.graph_id = np.array([o.graph_id for o in raw_ops], np.int64)
-    ops.graph_node_id = np.array([o.graph_node_id for o in raw_ops], np.int64)
-    dev = np.array([o.device for o in raw_ops], np.int64)
-    g0 = np.array([o.gpu_start_ns for o in raw_ops], np.int64)
-    g1 = np.array([o.gpu_end_ns for o in raw_ops], np.int64)
-    c0 = np.array([o.call_start_ns for o in raw_ops], np.int64)
-    c1 = np.array([o.call_end_ns for o in raw_ops], np.int64)
-    tid = np.array([o.call_tid for o in raw_ops], np.int64)
-    done = np.array([o.done_by_ns for o in raw_ops], np.int64)
+    ops.kind = pick(0, np.int32)
+    ops.name = _intern_column(rank_in[order], sorted(name_rank), intern)
+    call_names = col[10]
+    call_rank = {n: i for i, n in enumerate(sorted(set(call_names)))}
+    call_in = np.fromiter((call_rank[n] for n in call_names), np.int64, n_ops)
+    ops.call_name = _intern_column(call_in[order], sorted(call_rank), intern)
+    ops.queue = queue_in[order].astype(np.int32)
+    ops.correlation = corr_in[order]
+    ops.bytes = pick(11, np.int64)
+    ops.grid = pick(12, np.int64).reshape(n_ops, 3)
+    ops.block = pick(13, np.int64).reshape(n_ops, 3)
+    ops.graph_id = pick(14, np.int64)
+    ops.graph_node_id = pick(15, np.int64)
+    dev = dev_in[order]
+    g0, g1 = g0_in[order], g1_in[order]
+    c0, c1 = pick(8, np.int64), pick(9, np.int64)
+    tid = pick(7, np.int64)
+    done = pick(16, np.int64)
     seen = tid >= 0
     for d in np.unique(dev).tolist():
         fit = _fit_for(fitted, d)
@@ -453,11 +466,12 @@ def _place_ops(
         ops.call_start_ns[ms], ops.call_end_ns[ms] = fit.to_cpu(c0[ms]), fit.to_cpu(c1[ms])
     # launching thread -> row of raw.threads
     by_tid = {t.tid: i for i, t in enumerate(raw.threads)}
-    ops.thread = np.array([by_tid.get(t, -1) for t in tid.tolist()], np.int32)
+    uniq_tid, tid_inv = np.unique(tid, return_inverse=True)
+    ops.thread = np.array([by_tid.get(t, -1) for t in uniq_tid.tolist()], np.int32)[tid_inv.reshape(-1)]
     ops.scope = _attribute(s, ops.thread, ops.call_start_ns)
     # a reused pthread id: try the other threads that had it
     for k in np.flatnonzero(ops.scope < 0).tolist():
-        for alt in raw_ops[k].call_tid_alt:
+        for alt in raw.ops[order_l[k]].call_tid_alt:
             th = by_tid.get(alt, -1)
             if th < 0:
                 continue
@@ -488,6 +502,16 @@ def _place_ops(
     s_done = _hull(s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel], fit_of)
     s.submit_ns = np.where(s.gpu_end_ns != NO_TIME, s.cpu_start_ns, NO_TIME)
     return ops, s_done, blind
+
+
+def _intern_column(codes: np.ndarray, values: list[str], intern: Any) -> np.ndarray:
+    """Names given as codes into ``values``, interned in order of first appearance."""
+    uniq, first = np.unique(codes, return_index=True)
+    lut = np.zeros(len(values), np.int32)
+    for i in np.argsort(first, kind="stable").tolist():
+        lut[int(uniq[i])] = intern(values[int(uniq[i])])
+    out: np.ndarray = lut[codes]
+    return out
 
 
 def _attribute(s: ScopeTable, thread: np.ndarray, call_ns: np.ndarray) -> np.ndarray:

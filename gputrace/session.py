@@ -27,6 +27,7 @@ from gputrace.backends import create
 from gputrace.backends.base import Backend, Clock
 from gputrace.clock import clock_pair, session_clock
 from gputrace.errors import GputraceError, report_internal, reported, reset_reports
+from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import jsonsafe
 from gputrace.model import (
     FORMAT_VERSION,
@@ -434,6 +435,10 @@ class session:
         Never fails over a problem inside gputrace: each stage (sync, drain, resolve, export)
         that raises is reported once, and what it lost is flagged ``degraded`` in the trace.
         """
+        with gc_paused():
+            return self._stop()
+
+    def _stop(self) -> Trace:
         rec = self._recorder
         if rec is None:
             raise GputraceError("this session was never started.")

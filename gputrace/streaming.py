@@ -30,6 +30,7 @@ import numpy as np
 from gputrace import exporters
 from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.errors import report_internal
+from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, raw_thread
 from gputrace.resolver import RawRecording, anomaly_report, resolve
@@ -171,7 +172,7 @@ class Streamer:
 
     def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
         """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""
-        with self.lock:
+        with self.lock, gc_paused():
             for piece in _pieces(taken):
                 self._write(piece, complete, queues)
 

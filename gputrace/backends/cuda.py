@@ -26,8 +26,9 @@ from typing import Any
 from gputrace.backends.base import Backend, Clock
 from gputrace.backends.cuda_events import (
     EMPTY_SPAN_NS,
+    HARVEST_BATCH,
     HARVEST_EVERY,
-    HARVEST_PER_EXIT,
+    HARVEST_EXITS,
     CudaEventsBackend,
     ms_to_ns,
     nearest,
@@ -37,8 +38,9 @@ from gputrace.errors import GputraceError, notice
 
 __all__ = [
     "EMPTY_SPAN_NS",
+    "HARVEST_BATCH",
     "HARVEST_EVERY",
-    "HARVEST_PER_EXIT",
+    "HARVEST_EXITS",
     "TIMINGS",
     "CudaBackend",
     "CudaEventsBackend",

@@ -70,11 +70,13 @@ SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 DEFAULT_SYNC_TIMEOUT_S = 120.0
 # Without syncs the pool would grow by two events per scope: once this many ended scopes wait,
-# every scope exit reads the oldest few finished ones and returns their events to the pool
-# (HARVEST_PER_EXIT of them, a few µs, without waiting). Reading them all at once every 1,024
-# scopes stalled the program ~5 ms each time (once 153 ms) on the H200.
+# every HARVEST_EXITS-th scope exit reads the oldest HARVEST_BATCH finished ones and returns their
+# events to the pool (four per exit on average, as fast as scopes end; a few tens of µs at a time,
+# without waiting). Reading them all at once every 1,024 scopes stalled the program ~5 ms each time
+# (once 153 ms) on the H200; reading four at every exit paid a harvest's fixed cost at every exit.
 HARVEST_EVERY = 512
-HARVEST_PER_EXIT = 4
+HARVEST_EXITS = 8
+HARVEST_BATCH = 4 * HARVEST_EXITS
 RETIRE_EVERY = 256  # harvests between two anchor retirements (it walks every live scope)
 _MS = 1e6
 
@@ -191,6 +193,7 @@ class CudaEventsBackend(Backend):
         self._harvested = Collected()
         self._harvest_at = HARVEST_EVERY
         self._harvests = 0
+        self._exits = 0
         self._harvest_lock = threading.Lock()
         self._synced_ns = 0
         self._one_device = cupy.cuda.runtime.getDeviceCount() == 1
@@ -238,7 +241,9 @@ class CudaEventsBackend(Backend):
         qs.last_end = ev1
         self._ended.append((token, qs, ev0, ev1, cpu_ns))
         if len(self._ended) >= self._harvest_at:
-            self._harvest()
+            self._exits += 1
+            if self._exits % HARVEST_EXITS == 0:
+                self._harvest()
 
     def _harvest(self) -> None:
         """Read the scopes whose events are done, without waiting; keep them for ``collect``."""
@@ -247,7 +252,7 @@ class CudaEventsBackend(Backend):
         try:
             self._harvests += 1
             retire = self._harvests % RETIRE_EVERY == 0
-            got = self._take_finished(None, limit=HARVEST_PER_EXIT, retire=retire)
+            got = self._take_finished(None, limit=HARVEST_BATCH, retire=retire)
             self._harvested.spans.extend(got.spans)
             self._harvested.degraded.update(got.degraded)
         finally:

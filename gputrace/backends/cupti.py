@@ -237,38 +237,53 @@ class CuptiBackend(Backend):
             now[call[0]] = call
         self._check_canary(calls, got)
         prev = self._calls_prev
+        if ops:
+            got.ops = self._join(ops, now, prev, done_by)
+        # a call's operations arrive by the collect after it at the latest
+        self._calls_prev, self._calls_now = now, {}
+        self._ops_total += len(got.ops)
+        return got
+
+    def _join(
+        self, ops: list[OpTuple], now: dict[int, CallTuple], prev: dict[int, CallTuple], done_by: int
+    ) -> list[RawOp]:
+        """Operations joined to their launch calls by correlation id."""
+        out: list[RawOp] = []
+        append = out.append
+        queues = self._queues
+        get_now, get_prev = now.get, prev.get
         name_of = self.source.call_name
         names: dict[tuple[int, int], str] = {}
-        out = got.ops
+        tid_cache: dict[int, tuple[int, tuple[int, ...]]] = {}
         for o in ops:
             kind, name, dev, sid, corr, g0, g1, nbytes, gx, gy, gz, bx, by, bz, gid, nid = o
-            q = self._queues.get((dev, sid))
+            q = queues.get((dev, sid))
             if q is None:
                 q = self._new_queue(dev, sid)
-            c: CallTuple | None = now.get(corr) or prev.get(corr)
+            c = get_now(corr) or get_prev(corr)
             if c is None:
-                out.append(RawOp(kind, name, dev, q, corr, g0, g1, -1, 0, 0, "", nbytes,
-                                 (gx, gy, gz), (bx, by, bz), gid, nid, done_by))  # fmt: skip
+                append(RawOp(kind, name, dev, q, corr, g0, g1, -1, 0, 0, "", nbytes,
+                             (gx, gy, gz), (bx, by, bz), gid, nid, done_by))  # fmt: skip
                 continue
             key = (c[4], c[5])
             cname = names.get(key)
             if cname is None:
                 cname = names[key] = name_of(c[4], c[5])
-            tids = self._os_tids(c[1])
-            out.append(RawOp(kind, name, dev, q, corr, g0, g1, tids[-1] if tids else -1, c[2], c[3], cname,
-                             nbytes, (gx, gy, gz), (bx, by, bz), gid, nid, done_by,
-                             tuple(tids[:-1])))  # fmt: skip
-        # a call's operations arrive by the collect after it at the latest
-        self._calls_prev, self._calls_now = now, {}
-        self._ops_total += len(out)
-        return got
+            t = tid_cache.get(c[1])
+            if t is None:
+                tids = self._os_tids(c[1])
+                t = tid_cache[c[1]] = (tids[-1] if tids else -1, tuple(tids[:-1]))
+            append(RawOp(kind, name, dev, q, corr, g0, g1, t[0], c[2], c[3], cname, nbytes,
+                         (gx, gy, gz), (bx, by, bz), gid, nid, done_by, t[1]))  # fmt: skip
+        return out
 
     def _check_canary(self, calls: Sequence[CallTuple], got: Collected) -> None:
         canary, self._canary = self._canary, None
         if canary is None:
             return
         tid, t0, t1 = canary
-        if any(t0 <= c[2] <= t1 and tid in self._os_tids(c[1]) for c in calls):
+        # the canary is among the last calls delivered: look from the end
+        if any(t0 <= c[2] <= t1 and tid in self._os_tids(c[1]) for c in reversed(calls)):
             self._good_until = t1
             return
         since = self._good_until if self._good_until is not None else t0
@@ -344,7 +359,7 @@ class CuptiSource:
         *,
         buffer_bytes: int = BUFFER_BYTES,
         flush_period_ms: int = FLUSH_PERIOD_MS,
-        api_filter: bool = False,
+        api_filter: bool = True,
     ) -> None:
         import cupy
         from cupti import cupti

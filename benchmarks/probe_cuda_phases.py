@@ -1,0 +1,147 @@
+"""Where a CUDA session's time goes, phase by phase, on a real GPU (cProfile of start and stop).
+
+    python3 benchmarks/probe_cuda_phases.py [cupti|events] [n]
+
+Runs the 20k tiny-kernel loop of ``bench_cuda.py --only programs`` once under a gputrace session,
+prints start / loop / stop in ms, then the cProfile of session start (cumulative) and of stop
+(internal time). Also times raw CUPTI with each activity-kind set, to show what CUPTI itself costs.
+"""
+
+from __future__ import annotations
+
+import compileall
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r"""
+import cProfile, pstats, sys, time, os, tempfile, json
+import cupy as cp
+mode, n, prof = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+x = cp.zeros(256, dtype=cp.float32)
+x += 1; cp.cuda.Device().synchronize()
+if mode.startswith("raw"):
+    from cupti import cupti
+    K = cupti.ActivityKind
+    kinds = {"raw_k": [K.CONCURRENT_KERNEL], "raw_kd": [K.CONCURRENT_KERNEL, K.DRIVER],
+             "raw_kdr": [K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME],
+             "raw_kdr_py": [K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME],
+             "raw_kd_filt": [K.CONCURRENT_KERNEL, K.DRIVER],
+             "raw_kdr_filt": [K.CONCURRENT_KERNEL, K.DRIVER, K.RUNTIME]}[mode]
+    recs = [0, 0]
+    def req(): return 1 << 20, 0
+    if mode == "raw_kdr_py":
+        def done(acts):
+            for a in acts:
+                recs[1] += a.start & 1
+            recs[0] += len(acts)
+    else:
+        def done(acts): recs[0] += len(acts)
+    t0 = time.perf_counter_ns()
+    cupti.activity_register_callbacks(req, done)
+    for k in kinds: cupti.activity_enable(k)
+    if mode.endswith("_filt"):
+        import re
+        keep = re.compile(r"Launch|Memcpy|Memset|Synchronize")
+        for enum_, enable in ((cupti.DriverApiTraceCbid, cupti.activity_enable_driver_api),
+                              (cupti.RuntimeApiTraceCbid, cupti.activity_enable_runtime_api)):
+            for m in enum_:
+                if m.name in ("INVALID", "SIZE", "FORCE_INT"):
+                    continue
+                try:
+                    enable(int(m), 1 if keep.search(m.name) else 0)
+                except Exception:
+                    pass
+    ta = time.perf_counter_ns()
+    for _ in range(n): x += 1
+    cp.cuda.Device().synchronize()
+    tb = time.perf_counter_ns()
+    cupti.activity_flush_all(1)
+    for k in kinds: cupti.activity_disable(k)
+    tc = time.perf_counter_ns()
+    print(json.dumps({"mode": mode, "start": (ta-t0)/1e6, "loop": (tb-ta)/1e6, "stop": (tc-tb)/1e6,
+                      "records": recs[0]}))
+    sys.exit(0)
+if mode == "bare":
+    t0 = time.perf_counter_ns()
+    for _ in range(n): x += 1
+    cp.cuda.Device().synchronize()
+    t1 = time.perf_counter_ns()
+    print(json.dumps({"mode": mode, "start": 0, "loop": (t1-t0)/1e6, "stop": 0}))
+    sys.exit(0)
+import gputrace
+out = os.path.join(tempfile.mkdtemp(), "t.json")
+t0 = time.perf_counter_ns()
+opts = {"timing": mode.split("_")[0]}
+if mode == "cupti_nofilter":
+    opts["api_filter"] = False
+s = gputrace.session(out, backend="cuda", quiet=True, backend_options=opts)
+if prof:
+    p1 = cProfile.Profile(); p1.enable(); s.start(); p1.disable()
+else:
+    s.start()
+ta = time.perf_counter_ns()
+tr = gputrace.trace("tiny")
+for _ in range(n):
+    with tr:
+        x += 1
+tb = time.perf_counter_ns()
+if prof:
+    p2 = cProfile.Profile(); p2.enable(); s.__exit__(None, None, None); p2.disable()
+else:
+    s.__exit__(None, None, None)
+tc = time.perf_counter_ns()
+if prof:
+    print("== start, cumulative", file=sys.stderr)
+    pstats.Stats(p1, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    print("== stop, tottime", file=sys.stderr)
+    pstats.Stats(p2, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+info = s.trace.header["backend_info"]
+print(json.dumps({"mode": mode, "start": (ta-t0)/1e6, "loop": (tb-ta)/1e6, "stop": (tc-tb)/1e6,
+                  "bytes": os.path.getsize(out), "cupti_start_ms": info.get("cupti_start_ms"),
+                  "api_records": info.get("cupti_api_records"), "timing": info.get("timing")}))
+"""
+
+
+def main() -> int:
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
+    default = ["bare", "raw_k", "raw_kd", "raw_kdr", "raw_kdr_filt", "cupti", "cupti_nofilter", "events"]
+    modes = sys.argv[1].split(",") if len(sys.argv) > 1 else default
+    # byte-compiled once, as an installed package is (a checkout copied to a machine is not)
+    for pkg in ("cupti", "elftools"):
+        spec = importlib.util.find_spec(pkg)
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            compileall.compile_dir(loc, quiet=1)
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "gputrace"), quiet=1)
+    rounds = int(os.environ.get("PROBE_ROUNDS", "2"))
+    for rnd in range(rounds):
+        for m in modes:
+            prof = (
+                rnd == rounds - 1 and m in ("cupti", "events") and os.environ.get("PROBE_PROFILE", "1") == "1"
+            )
+            r = subprocess.run(
+                [sys.executable, "-c", CHILD, m, str(n), "1" if prof else "0"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            if r.returncode != 0:
+                print(m, "failed:", r.stderr[-2000:])
+                continue
+            if prof:
+                print(f"---- {m} profile ----")
+                print(r.stderr[-9000:])
+            else:
+                rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    print(f"{'mode':12} {'start':>8} {'loop':>8} {'stop':>8}  extra")
+    for r in rows:
+        m = r.pop("mode")
+        print(f"{m:12} {r.pop('start'):8.1f} {r.pop('loop'):8.1f} {r.pop('stop'):8.1f}  {json.dumps(r)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
