@@ -116,12 +116,11 @@ def main() -> int:
         for loc in (spec.submodule_search_locations or []) if spec else []:
             compileall.compile_dir(loc, quiet=1)
     compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "gputrace"), quiet=1)
+    rows: list[dict[str, object]] = []
     rounds = int(os.environ.get("PROBE_ROUNDS", "2"))
     for rnd in range(rounds):
         for m in modes:
-            prof = (
-                rnd == rounds - 1 and m in ("cupti", "events") and os.environ.get("PROBE_PROFILE", "1") == "1"
-            )
+            prof = rnd == rounds - 1 and m in ("cupti", "events") and os.environ.get("PROBE_PROFILE") == "1"
             r = subprocess.run(
                 [sys.executable, "-c", CHILD, m, str(n), "1" if prof else "0"],
                 capture_output=True,
@@ -136,10 +135,10 @@ def main() -> int:
                 print(r.stderr[-9000:])
             else:
                 rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    print(f"{'mode':12} {'start':>8} {'loop':>8} {'stop':>8}  extra")
+    print(f"{'mode':14} {'start':>8} {'loop':>8} {'stop':>8}  extra")
     for r in rows:
-        m = r.pop("mode")
-        print(f"{m:12} {r.pop('start'):8.1f} {r.pop('loop'):8.1f} {r.pop('stop'):8.1f}  {json.dumps(r)}")
+        m, t0, t1, t2 = r.pop("mode"), r.pop("start"), r.pop("loop"), r.pop("stop")
+        print(f"{m:14} {t0:8.1f} {t1:8.1f} {t2:8.1f}  {json.dumps(r)}")
     return 0
 
 
