@@ -54,7 +54,7 @@ from gputrace.model import (
     nest,
 )
 from gputrace.recorder import RawThread
-from gputrace.records import CalibrationSample, RawRecording, RawSpan
+from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan
 
 __all__ = [
     "DEFAULT_DRIFT_PPM",
@@ -410,13 +410,7 @@ def _place_ops(
     n_ops = len(raw.ops)
     blind = None
     if raw.blind and len(s):
-        blind = np.zeros(len(s), bool)
-        for b in raw.blind:
-            fit = _fit_for(fitted, 0)
-            if fit is None:
-                continue
-            b0, b1 = fit.to_cpu(np.array([b.start_ns, b.end_ns], np.int64)).tolist()
-            blind |= (s.cpu_start_ns <= b1) & (s.cpu_end_ns >= b0)
+        blind = _blind_scopes(s, raw.blind, _fit_for(fitted, 0))
     if not n_ops:
         return OpTable.empty(0), None, blind
     # columns in one C-level transpose; sorted by GPU start (ties: end, device, queue,
@@ -502,6 +496,20 @@ def _place_ops(
     s_done = _hull(s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel], fit_of)
     s.submit_ns = np.where(s.gpu_end_ns != NO_TIME, s.cpu_start_ns, NO_TIME)
     return ops, s_done, blind
+
+
+def _blind_scopes(s: ScopeTable, stretches: list[Blind], fit: ClockFit | None) -> np.ndarray:
+    """Per scope, whether its CPU window overlaps a stretch the timing source was blind in."""
+    out = np.zeros(len(s), bool)
+    if fit is None:
+        return out
+    b0 = fit.to_cpu(np.array([b.start_ns for b in stretches], np.int64))
+    b1 = fit.to_cpu(np.array([b.end_ns for b in stretches], np.int64))
+    order = np.argsort(b0, kind="stable")
+    b0, b1 = b0[order], np.maximum.accumulate(b1[order])  # union of the stretches, sorted
+    last = np.searchsorted(b0, s.cpu_end_ns, side="right") - 1  # last stretch starting in time
+    out[:] = (last >= 0) & (b1[np.maximum(last, 0)] >= s.cpu_start_ns)
+    return out
 
 
 def _intern_column(codes: np.ndarray, values: list[str], intern: Any) -> np.ndarray:

@@ -465,6 +465,7 @@ def test_cupti_every_kernel_under_its_scope(spin) -> None:  # type: ignore[no-un
     (nothing,) = t.find("nothing")
     assert nothing.flags & Flag.EMPTY and nothing.gpu_start_ns is None
     assert not any(sc.flags & Flag.EMPTY for sc in t.find("inner"))
+    assert t.header["backend_info"]["launch_calls_without_operations"] == 0
     _gpu_scopes_ok(t)
 
 
@@ -534,6 +535,7 @@ def test_cupti_graph_replays_are_attributed(spin) -> None:  # type: ignore[no-un
         assert len(mine) == 2, t.ops
         assert all(int(t.ops.graph_id[r]) != 0 for r in mine)
         assert sc.gpu_start_ns is not None
+    assert t.header["backend_info"]["launch_calls_without_operations"] == 0
 
 
 def _torch_cuda() -> str | None:
@@ -626,3 +628,36 @@ def test_cupti_session_inside_torch_profiler_falls_back_to_events(
     assert t.header["backend_info"]["timing"] == "events"
     assert all(sc.gpu_start_ns is not None for sc in t.find("k"))
     assert capsys.readouterr().err.count("holds CUPTI") == 1
+
+
+@pytest.mark.gpu
+@cupti_gpu
+@pytest.mark.skipif(_torch_cuda() is not None, reason=f"{_torch_cuda()}")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch.profiler's own warnings
+def test_forced_cupti_after_torch_profiler_ran_never_reads_empty(
+    spin, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """torch.profiler ran (and tore CUPTI down) before a forced CUPTI session: every scope that
+    launched work is timed, or flagged untimed with one notice; never silently empty."""
+    import torch
+
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts):
+        spin(10_000)
+        torch.cuda.synchronize()
+    with gputrace.session(backend="cuda", quiet=True, backend_options=CUPTI) as s:
+        for _ in range(20):
+            with gputrace.trace("work"):
+                spin(10_000)
+        gputrace.sync()
+        with gputrace.trace("nothing"):
+            pass
+    t = s.trace
+    assert t is not None
+    err = capsys.readouterr().err
+    timed = [sc for sc in t.find("work") if sc.gpu_start_ns is not None]
+    for sc in t.find("work"):
+        assert sc.gpu_start_ns is not None or (sc.flags & Flag.UNTIMED and not sc.flags & Flag.EMPTY)
+    if len(timed) < 20:
+        assert t.header["backend_info"]["launch_calls_without_operations"] == 20 - len(timed)
+        assert err.count("not the GPU operations they launched") == 1

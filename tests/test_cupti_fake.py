@@ -188,6 +188,51 @@ def test_another_client_taking_cupti_flags_untimed_and_is_taken_back(
     assert len(err) == 1 and "CUPTI records stopped arriving" in err[0] and "took CUPTI back" in err[0]
 
 
+def test_launch_calls_whose_operations_never_arrive_make_their_scopes_untimed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    s, src, _ = _session()
+    with s:
+        with gputrace.trace("seen"):
+            src.launch("k")
+        gputrace.sync()
+        src.lose_ops = True  # the calls arrive, their kernels never do
+        for _ in range(3):
+            with gputrace.trace("lost"):
+                src.launch("k")
+        gputrace.sync()
+        src.lose_ops = False
+        with gputrace.trace("idle"):
+            pass
+        gputrace.sync()
+        with gputrace.trace("after"):
+            src.launch("k")
+    t = s.trace
+    assert t is not None
+    assert t.find("seen")[0].gpu_start_ns is not None and t.find("after")[0].gpu_start_ns is not None
+    for sc in t.find("lost"):
+        assert sc.flags & Flag.UNTIMED and not sc.flags & Flag.EMPTY and sc.gpu_start_ns is None
+    (idle,) = t.find("idle")  # launched nothing, outside the lost stretch: empty by fact
+    assert idle.flags & Flag.EMPTY and not idle.flags & Flag.UNTIMED
+    info = t.header["backend_info"]
+    assert info["launch_calls_without_operations"] == 3 and len(info["blind"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not the GPU operations they launched" in err[0]
+
+
+def test_operations_of_the_last_collect_before_a_sync_are_not_taken_for_lost() -> None:
+    s, src, _ = _session()
+    with s:
+        for _ in range(3):
+            with gputrace.trace("k"):
+                src.launch("k")
+            gputrace.sync()
+    t = s.trace
+    assert t is not None
+    assert t.header["backend_info"]["launch_calls_without_operations"] == 0
+    assert all(sc.gpu_start_ns is not None for sc in t.find("k"))
+
+
 def test_a_client_still_active_is_left_alone_and_noticed_once(capsys: pytest.CaptureFixture[str]) -> None:
     s, src, _ = _session()
     with s:

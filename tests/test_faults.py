@@ -378,7 +378,7 @@ def test_cuda_backend(point: str, mode: str, timing: str, tmp_path: Path) -> Non
         if "torch" in sys.modules:  # e.g. after tests/test_cuda.py's torch.profiler tests
             pytest.skip(
                 "torch is loaded: a CUPTI session forced after torch.profiler ran loses its kernels "
-                "(a known defect, docs/cupti.md); timing='auto' uses events there"
+                "(its scopes read untimed, docs/cupti.md); timing='auto' uses events there"
             )
         from gputrace.backends.cupti import CuptiBackend as cls
     else:

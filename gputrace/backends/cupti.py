@@ -43,6 +43,8 @@ SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 BUFFER_BYTES = 1 << 20  # one CUPTI activity buffer: about 4,000 kernel records
 FLUSH_PERIOD_MS = 200  # CUPTI flushes its buffers in the background at least this often
+LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
+MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
 
 # An operation record: (kind, name, device, stream_id, correlation, gpu_start, gpu_end, bytes,
 #   grid_x, grid_y, grid_z, block_x, block_y, block_z, graph_id, graph_node_id)
@@ -165,6 +167,10 @@ class CuptiBackend(Backend):
         self._good_until: int | None = None  # source clock: last time records were known to arrive
         self._blind_noticed = False
         self._blind: list[Blind] = []
+        self._matched: set[int] = set()  # correlation ids of calls whose operations arrived
+        self._launch_kind: dict[tuple[int, int], bool] = {}
+        self._orphans = 0
+        self._orphans_noticed = False
         self._bg_samples: list[CalibrationSample] = []
         self._lock = threading.Lock()
         self._ops_total = 0
@@ -235,14 +241,61 @@ class CuptiBackend(Backend):
         now = self._calls_now
         for call in calls:
             now[call[0]] = call
+        synced = self._canary  # a sync just waited for all GPU work and flushed CUPTI
         self._check_canary(calls, got)
         prev = self._calls_prev
         if ops:
             got.ops = self._join(ops, now, prev, done_by)
-        # a call's operations arrive by the collect after it at the latest
+        # A call's operations arrive by the collect after it at the latest, and by this one when
+        # a sync came after the call: a launch call whose operations did not arrive by then lost
+        # them (another CUPTI client tore activity tracing down, or buffers overflowed).
+        due = list(prev.values())
+        if synced is not None:
+            due += [c for c in now.values() if c[3] <= synced[1]]
+        self._lost_operations(due, got)
+        matched = self._matched
+        self._matched = {c for c in matched if c in now}
         self._calls_prev, self._calls_now = now, {}
         self._ops_total += len(got.ops)
         return got
+
+    def _is_launch(self, call: CallTuple) -> bool:
+        key = (call[4], call[5])
+        got = self._launch_kind.get(key)
+        if got is None:
+            name = self.source.call_name(call[4], call[5])
+            got = any(k in name for k in ("Launch", "Memcpy", "Memset")) and "HostFunc" not in name
+            self._launch_kind[key] = got
+        return got
+
+    def _lost_operations(self, due: list[CallTuple], got: Collected) -> None:
+        """Launch calls whose operations never arrived: their stretches of time are blind (scopes
+        there with no GPU work are flagged untimed, not empty), counted, and noticed once."""
+        matched, is_launch = self._matched, self._is_launch
+        lost = sorted((c for c in due if c[0] not in matched and is_launch(c)), key=lambda c: c[2])
+        if not lost:
+            return
+        self._orphans += len(lost)
+        matched.update(c[0] for c in lost)  # counted once
+        why = (
+            "CUPTI recorded launch calls but not the GPU operations they launched (another CUPTI "
+            "client, such as torch.profiler, tore activity tracing down, or buffers overflowed)"
+        )
+        # one stretch per run of lost calls less than LOST_GAP_NS apart
+        stretches = []
+        start, end = lost[0][2], lost[0][3]
+        for c in lost[1:]:
+            if c[2] - end > LOST_GAP_NS:
+                stretches.append(Blind(start, end, why))
+                start = c[2]
+            end = max(end, c[3])
+        stretches.append(Blind(start, end, why))
+        got.blind.extend(stretches)
+        self._blind.extend(stretches[-MAX_BLIND_LISTED:])
+        del self._blind[:-MAX_BLIND_LISTED]
+        if not self._orphans_noticed:
+            self._orphans_noticed = True
+            notice(f"{why}; scopes around those calls with no other GPU work are flagged untimed.")
 
     def _join(
         self, ops: list[OpTuple], now: dict[int, CallTuple], prev: dict[int, CallTuple], done_by: int
@@ -255,6 +308,7 @@ class CuptiBackend(Backend):
         name_of = self.source.call_name
         names: dict[tuple[int, int], str] = {}
         tid_cache: dict[int, tuple[int, tuple[int, ...]]] = {}
+        matched_add = self._matched.add
         for o in ops:
             kind, name, dev, sid, corr, g0, g1, nbytes, gx, gy, gz, bx, by, bz, gid, nid = o
             q = queues.get((dev, sid))
@@ -269,6 +323,7 @@ class CuptiBackend(Backend):
             cname = names.get(key)
             if cname is None:
                 cname = names[key] = name_of(c[4], c[5])
+            matched_add(corr)
             t = tid_cache.get(c[1])
             if t is None:
                 tids = self._os_tids(c[1])
@@ -339,6 +394,7 @@ class CuptiBackend(Backend):
             "cupti_dropped_records": self.source.dropped(),
             "ops_recorded": self._ops_total,
             "blind": [{"start_ns": b.start_ns, "end_ns": b.end_ns, "why": b.why} for b in self._blind],
+            "launch_calls_without_operations": self._orphans,
             "graph_launches": "kernels replayed from CUDA graphs are recorded with graph and node ids",
         }
         facts.update(self.source.info())

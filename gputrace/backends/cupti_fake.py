@@ -4,7 +4,9 @@ Code under test calls ``launch`` (or ``launch_graph``) where it would launch GPU
 records the launch call on the calling thread at the current time and schedules the operation on
 its stream (after the stream's previous work and ``latency_ns``). Records are delivered at the
 next ``drain``, as CUPTI delivers them at a flush. ``take_over()`` plays another CUPTI client
-(torch.profiler) taking the callbacks: records are lost until ``release()``.
+(torch.profiler) taking the callbacks: records are lost until ``release()``. ``lose_ops`` plays
+the other way records go missing: API calls keep arriving, their GPU operations do not (Kineto
+tearing activity tracing down under a session, full buffers).
 
 >>> import gputrace
 >>> from gputrace.clock import FakeClock
@@ -63,6 +65,7 @@ class FakeActivitySource:
         self._stream_free: dict[tuple[int, int], int] = {}
         self._corr = 0
         self.taken = False
+        self.lose_ops = False  # calls still arrive, their operations do not
         self.other: str | None = None  # what other_client_active() answers
         self.started = 0
         self.lost = 0
@@ -84,6 +87,9 @@ class FakeActivitySource:
             if self.taken:
                 self.lost += len(ops) + 1
                 return
+            if self.lose_ops:
+                self.lost += len(ops)
+                ops = []
             self._ops.extend(ops)
             self._calls.append(call)
 
