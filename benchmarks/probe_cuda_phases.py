@@ -21,6 +21,10 @@ CHILD = r"""
 import cProfile, pstats, sys, time, os, tempfile, json
 import cupy as cp
 mode, n, prof = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+def stalls(gaps):
+    g = sorted(gaps)
+    return {"iter_p50_us": g[len(g) // 2] / 1e3, "iter_p999_us": g[int(len(g) * 0.999)] / 1e3,
+            "iter_max_us": g[-1] / 1e3}
 x = cp.zeros(256, dtype=cp.float32)
 x += 1; cp.cuda.Device().synchronize()
 if mode.startswith("raw"):
@@ -67,10 +71,15 @@ if mode.startswith("raw"):
     sys.exit(0)
 if mode == "bare":
     t0 = time.perf_counter_ns()
-    for _ in range(n): x += 1
+    gaps = [0] * n
+    clk = time.perf_counter_ns
+    prev = clk()
+    for i in range(n):
+        x += 1
+        now = clk(); gaps[i] = now - prev; prev = now
     cp.cuda.Device().synchronize()
     t1 = time.perf_counter_ns()
-    print(json.dumps({"mode": mode, "start": 0, "loop": (t1-t0)/1e6, "stop": 0}))
+    print(json.dumps({"mode": mode, "start": 0, "loop": (t1-t0)/1e6, "stop": 0, **stalls(gaps)}))
     sys.exit(0)
 import gputrace
 out = os.path.join(tempfile.mkdtemp(), "t.json")
@@ -85,9 +94,13 @@ else:
     s.start()
 ta = time.perf_counter_ns()
 tr = gputrace.trace("tiny")
-for _ in range(n):
+gaps = [0] * n
+clk = time.perf_counter_ns
+prev = clk()
+for i in range(n):
     with tr:
         x += 1
+    now = clk(); gaps[i] = now - prev; prev = now
 tb = time.perf_counter_ns()
 if prof:
     p2 = cProfile.Profile(); p2.enable(); s.__exit__(None, None, None); p2.disable()
@@ -101,7 +114,7 @@ if prof:
     pstats.Stats(p2, stream=sys.stderr).sort_stats("tottime").print_stats(30)
 info = s.trace.header["backend_info"]
 print(json.dumps({"mode": mode, "start": (ta-t0)/1e6, "loop": (tb-ta)/1e6, "stop": (tc-tb)/1e6,
-                  "bytes": os.path.getsize(out), "cupti_start_ms": info.get("cupti_start_ms"),
+                  **stalls(gaps), "bytes": os.path.getsize(out), "cupti_start_ms": info.get("cupti_start_ms"),
                   "api_records": info.get("cupti_api_records"), "timing": info.get("timing")}))
 """
 
