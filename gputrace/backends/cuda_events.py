@@ -436,11 +436,17 @@ class CudaEventsBackend(Backend):
         keep = []
         released: set[int] = set()
         placed: list[tuple[int, int, int, int, int]] = []
+        # events of one stream complete in order: when the newest end event of a queue in this
+        # batch is done, so are the older ones (one query per queue instead of one per scope)
+        newest: dict[int, int] = {}
+        for rec in reversed(ended):
+            newest.setdefault(rec[1].q, rec[3])
+        queue_done = {q: query(ev) == 0 for q, ev in newest.items()}
         for rec in ended:
             token, qs, ev0, ev1, cpu_ns = rec
             d = qs.dev
             cpus, ready = cpu_index[d.index]
-            if query(ev1) != 0 or (not ready and done_by is None):
+            if (not queue_done[qs.q] and query(ev1) != 0) or (not ready and done_by is None):
                 keep.append(rec)  # not finished yet (or a sync timed out): a later collect takes it
                 continue
             if not ready:
