@@ -220,6 +220,29 @@ def test_launch_calls_whose_operations_never_arrive_make_their_scopes_untimed(
     assert len(err) == 1 and "not the GPU operations they launched" in err[0]
 
 
+@pytest.mark.parametrize("rate", [1.0, 2.1, 0.5])
+def test_a_source_clock_not_in_ns_is_converted(rate: float, capsys: pytest.CaptureFixture[str]) -> None:
+    """After torch.profiler ran, CUPTI counts Kineto's TSC ticks (2.1 per ns on the H200)."""
+    clock = FakeClock(0, 1_000)
+    src = FakeActivitySource(clock, ticks_per_ns=rate)
+    with gputrace.session(backend=CuptiBackend(clock, source=src), clock=clock, quiet=True) as s:
+        for i in range(5):
+            with gputrace.trace("work"):
+                src.launch("k", gpu_ns=700 + i)
+            gputrace.sync()
+    t = s.trace
+    assert t is not None
+    assert t.header["ops"] == {"count": 5, "unattributed": 0}
+    for i, sc in enumerate(t.find("work")):
+        (r,) = np.flatnonzero(t.ops.scope == sc.index)
+        assert abs(int(t.ops.gpu_end_ns[r] - t.ops.gpu_start_ns[r]) - (700 + i)) <= 2
+        assert sc.flags & (Flag.EMPTY | Flag.UNTIMED) == 0
+    info = t.header["backend_info"]
+    assert abs(info["source_ticks_per_ns"] - rate) < 1e-3 * rate
+    err = capsys.readouterr().err
+    assert err.count("ticks per ns") == (0 if rate == 1.0 else 1)
+
+
 def test_operations_of_the_last_collect_before_a_sync_are_not_taken_for_lost() -> None:
     s, src, _ = _session()
     with s:

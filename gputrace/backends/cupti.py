@@ -43,6 +43,9 @@ SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 BUFFER_BYTES = 1 << 20  # one CUPTI activity buffer: about 4,000 kernel records
 FLUSH_PERIOD_MS = 200  # CUPTI flushes its buffers in the background at least this often
+RATE_TOLERANCE = 0.05  # a source clock within 5% of one tick per ns counts ns
+RATE_PROBE_NS = 2_000  # the first look at the source's rate spans at least this
+RATE_SPAN_NS = 20_000_000  # and the measurement, when it does not count ns
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
 MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
 
@@ -178,11 +181,14 @@ class CuptiBackend(Backend):
         self._native: dict[int, list[int]] = {}
         self._learn_threads()
         self._dev_names = source.devices()
+        # source ticks -> ns: (tick_ref, ns_ref, ticks per ns); None while CUPTI counts ns
+        self._rate_map: tuple[int, int, float] | None = None
         source.start()
-        self._good_until = source.timestamp()
+        self._check_rate()
+        self._good_until = self._source_ns(source.timestamp())
 
     # calibration ----------------------------------------------------------------------------
-    def _brackets(self, n: int) -> list[tuple[int, int, int]]:
+    def _brackets(self, n: int, *, raw: bool = False) -> list[tuple[int, int, int]]:
         clock, ts = self.clock, self.source.timestamp
         out = []
         for _ in range(n):
@@ -190,8 +196,47 @@ class CuptiBackend(Backend):
             g = ts()
             t1 = clock()
             out.append((t0, g, t1))
+        if not raw and self._rate_map is not None:
+            out = [(t0, self._source_ns(g), t1) for t0, g, t1 in out]
         out.sort(key=lambda x: x[2] - x[0])
         return out
+
+    def _check_rate(self) -> None:
+        """Find whether the source's clock counts ns. CUPTI counts CLOCK_REALTIME ns unless a tool
+        registered its own timestamp callback: torch.profiler's Kineto does, and leaves it in place
+        after it stops (measured on the H200: TSC ticks, 2.1 per ns). Then every source time is
+        converted to ns by the rate measured here, before the clock fit sees it.
+
+        A first look costs nothing (brackets already taken); only when it rules out one tick per
+        ns is the rate measured over ``RATE_SPAN_NS``.
+        """
+        a = self._brackets(1, raw=True)[0]
+        b = self._brackets(1, raw=True)[0]
+        for _ in range(64):  # a few µs apart, so the two windows' widths do not dominate
+            if b[0] - a[2] > RATE_PROBE_NS:
+                break
+            b = self._brackets(1, raw=True)[0]
+        lo = (b[1] - a[1]) / max(b[2] - a[0], 1)  # ticks per ns, bounded by the windows
+        hi = (b[1] - a[1]) / max(b[0] - a[2], 1)
+        self._rate_map = None
+        if lo <= 1.0 + RATE_TOLERANCE and hi >= 1.0 - RATE_TOLERANCE:
+            return  # one tick per ns, within what the brackets can tell
+        time.sleep(RATE_SPAN_NS / 1e9)
+        c = self._brackets(1, raw=True)[0]
+        rate = (c[1] - a[1]) / (((c[0] + c[2]) - (a[0] + a[2])) / 2)
+        if rate <= 0:
+            return
+        self._rate_map = (a[1], (a[0] + a[2]) // 2, rate)
+        notice(
+            f"CUPTI's clock counts {rate:.4f} ticks per ns (another tool, such as torch.profiler, "
+            "registered its own timestamp source); gputrace converts its times by that rate."
+        )
+
+    def _source_ns(self, ticks: int) -> int:
+        m = self._rate_map
+        if m is None:
+            return ticks
+        return m[1] + round((ticks - m[0]) / m[2])
 
     def calibrate(self) -> list[CalibrationSample]:
         best = self._brackets(self.samples)[:SAMPLES_KEPT]
@@ -231,11 +276,14 @@ class CuptiBackend(Backend):
     # sync and collect -----------------------------------------------------------------------
     def sync(self) -> None:
         self._learn_threads()
-        self._canary = self.source.sync()
+        tid, t0, t1 = self.source.sync()
+        self._canary = (tid, self._source_ns(t0), self._source_ns(t1))
 
     def collect(self) -> Collected:
         got = Collected(ops_timing=True)
         ops, calls = self.source.drain()
+        if self._rate_map is not None:
+            ops, calls = self._ops_in_ns(ops, calls)
         self._learn_threads()
         done_by = self.clock()
         now = self._calls_now
@@ -258,6 +306,12 @@ class CuptiBackend(Backend):
         self._calls_prev, self._calls_now = now, {}
         self._ops_total += len(got.ops)
         return got
+
+    def _ops_in_ns(self, ops: list[OpTuple], calls: list[CallTuple]) -> tuple[list[OpTuple], list[CallTuple]]:
+        f = self._source_ns
+        ops = [(*o[:5], f(o[5]), f(o[6]), *o[7:]) for o in ops]  # type: ignore[misc]
+        calls = [(c[0], c[1], f(c[2]), f(c[3]), c[4], c[5]) for c in calls]
+        return ops, calls
 
     def _is_launch(self, call: CallTuple) -> bool:
         key = (call[4], call[5])
@@ -356,7 +410,8 @@ class CuptiBackend(Backend):
         if other is None:
             try:
                 self.source.reclaim()
-                self._good_until = self.source.timestamp()
+                self._check_rate()
+                self._good_until = self._source_ns(self.source.timestamp())
             except Exception as exc:
                 report_internal(
                     "cupti:reclaim", f"re-registering with CUPTI failed ({type(exc).__name__}: {exc})."
@@ -395,6 +450,7 @@ class CuptiBackend(Backend):
             "ops_recorded": self._ops_total,
             "blind": [{"start_ns": b.start_ns, "end_ns": b.end_ns, "why": b.why} for b in self._blind],
             "launch_calls_without_operations": self._orphans,
+            "source_ticks_per_ns": 1.0 if self._rate_map is None else self._rate_map[2],
             "graph_launches": "kernels replayed from CUDA graphs are recorded with graph and node ids",
         }
         facts.update(self.source.info())

@@ -51,8 +51,11 @@ class FakeActivitySource:
         latency_ns: int = 3_000,
         devices: Sequence[int] = (0,),
         pthread_ids: bool = True,
+        ticks_per_ns: float = 1.0,
     ) -> None:
         self.clock = clock
+        # CUPTI counts ns unless another tool registered its own timestamp source (Kineto: TSC)
+        self.rate = ticks_per_ns
         self.offset_ns = offset_ns
         self.latency_ns = latency_ns
         # CUPTI's default thread ids are pthread_self() (threading.get_ident()); a tool may
@@ -71,7 +74,7 @@ class FakeActivitySource:
         self.lost = 0
 
     def timestamp(self) -> int:
-        return self.clock() + self.offset_ns
+        return round(self.clock() * self.rate) + self.offset_ns
 
     def _tid(self) -> int:
         """This thread as CUPTI names it: 32 bits of pthread_self(), or its OS id."""
@@ -109,10 +112,11 @@ class FakeActivitySource:
         corr = self._next_corr()
         c0 = self.timestamp()
         c1 = self.timestamp()
-        g0 = self._place(device, stream, c0, gpu_ns)
+        ticks = round(gpu_ns * self.rate)
+        g0 = self._place(device, stream, c0, ticks)
         if kind != OP_KERNEL:
             grid, block = (0, 0, 0), (0, 0, 0)
-        op: OpTuple = (kind, name, device, stream, corr, g0, g0 + gpu_ns, nbytes, *grid, *block, 0, 0)
+        op: OpTuple = (kind, name, device, stream, corr, g0, g0 + ticks, nbytes, *grid, *block, 0, 0)
         self._record([op], (corr, self._tid(), c0, c1, 0, _LAUNCH_CBID))
         return corr
 
@@ -123,7 +127,8 @@ class FakeActivitySource:
         c0 = self.timestamp()
         c1 = self.timestamp()
         ops: list[OpTuple] = []
-        for node, (name, ns) in enumerate(kernels, start=1):
+        for node, (name, gpu_ns) in enumerate(kernels, start=1):
+            ns = round(gpu_ns * self.rate)
             g0 = self._place(device, stream, c0, ns)
             ops.append(
                 (OP_KERNEL, name, device, stream, corr, g0, g0 + ns, 0, 1, 1, 1, 32, 1, 1, graph_id, node)
@@ -134,7 +139,7 @@ class FakeActivitySource:
     def _place(self, device: int, stream: int, call_ns: int, gpu_ns: int) -> int:
         with self._lock:
             free = self._stream_free.get((device, stream), 0)
-            g0 = max(free, call_ns + self.latency_ns)
+            g0 = max(free, call_ns + round(self.latency_ns * self.rate))
             self._stream_free[(device, stream)] = g0 + gpu_ns
         return g0
 
