@@ -94,6 +94,23 @@ else:
     s.start()
 ta = time.perf_counter_ns()
 tr = gputrace.trace("tiny")
+import gc
+gcs = []
+def on_gc(phase, info, _t=[0]):
+    if phase == "start":
+        _t[0] = time.perf_counter_ns()
+    else:
+        gcs.append((info["generation"], (time.perf_counter_ns() - _t[0]) / 1e3))
+gc.callbacks.append(on_gc)
+bufs = []
+src = getattr(s._recorder.backend, "source", None)
+if src is not None:
+    done = src._completed
+    def timed_done(acts):
+        t = time.perf_counter_ns(); done(acts); bufs.append((time.perf_counter_ns() - t) / 1e3)
+    src._completed = timed_done
+    from cupti import cupti as _c
+    _c.activity_register_callbacks(src._requested, timed_done)
 gaps = [0] * n
 clk = time.perf_counter_ns
 prev = clk()
@@ -102,6 +119,11 @@ for i in range(n):
         x += 1
     now = clk(); gaps[i] = now - prev; prev = now
 tb = time.perf_counter_ns()
+gc.callbacks.remove(on_gc)
+top = sorted(range(n), key=lambda i: -gaps[i])[:3]
+print("worst gaps (iteration, µs):", [(i, gaps[i] / 1e3) for i in top], file=sys.stderr)
+print("gc in loop (gen, µs), > 500 µs:", [g for g in gcs if g[1] > 500], "count", len(gcs), file=sys.stderr)
+print("CUPTI buffers in loop:", len(bufs), "max µs", max(bufs, default=0), file=sys.stderr)
 if prof:
     p2 = cProfile.Profile(); p2.enable(); s.__exit__(None, None, None); p2.disable()
 else:
@@ -147,6 +169,12 @@ def main() -> int:
                 print(f"---- {m} profile ----")
                 print(r.stderr[-9000:])
             else:
+                print(
+                    m,
+                    "\n".join(
+                        ln for ln in r.stderr.splitlines() if ln.startswith(("worst", "gc in", "CUPTI buf"))
+                    ),
+                )
                 rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
     print(f"{'mode':14} {'start':>8} {'loop':>8} {'stop':>8}  extra")
     for r in rows:
