@@ -82,6 +82,12 @@ if mode == "bare":
     print(json.dumps({"mode": mode, "start": 0, "loop": (t1-t0)/1e6, "stop": 0, **stalls(gaps)}))
     sys.exit(0)
 import gputrace
+from gputrace.backends import cupti as cupti_backend
+bufs = []
+_done = cupti_backend.CuptiSource._completed
+def _timed_done(self, acts):
+    t = time.perf_counter_ns(); _done(self, acts); bufs.append((time.perf_counter_ns() - t) / 1e3)
+cupti_backend.CuptiSource._completed = _timed_done
 out = os.path.join(tempfile.mkdtemp(), "t.json")
 t0 = time.perf_counter_ns()
 opts = {"timing": mode.split("_")[0]}
@@ -102,15 +108,6 @@ def on_gc(phase, info, _t=[0]):
     else:
         gcs.append((info["generation"], (time.perf_counter_ns() - _t[0]) / 1e3))
 gc.callbacks.append(on_gc)
-bufs = []
-src = getattr(s._recorder.backend, "source", None)
-if src is not None:
-    done = src._completed
-    def timed_done(acts):
-        t = time.perf_counter_ns(); done(acts); bufs.append((time.perf_counter_ns() - t) / 1e3)
-    src._completed = timed_done
-    from cupti import cupti as _c
-    _c.activity_register_callbacks(src._requested, timed_done)
 gaps = [0] * n
 clk = time.perf_counter_ns
 prev = clk()
