@@ -21,9 +21,8 @@ def rate(label: str) -> None:
     a0, c0 = cupti.get_timestamp(), time.perf_counter_ns()
     time.sleep(0.1)
     a1, c1 = cupti.get_timestamp(), time.perf_counter_ns()
-    print(
-        f"{label}: get_timestamp {a1} advanced {a1 - a0} over {c1 - c0} ns (ratio {(a1 - a0) / (c1 - c0):.6f})"
-    )
+    ratio = (a1 - a0) / (c1 - c0)
+    print(f"{label}: get_timestamp {a1} advanced {a1 - a0} over {c1 - c0} ns (ratio {ratio:.6f})")
 
 
 def main() -> None:
