@@ -49,6 +49,7 @@ F64 = npt.NDArray[np.float64]
 
 MAX_DRIFT = 1e-3
 _CHUNK = 1 << 20  # elements per (queries × vertices) block when evaluating the band's edges
+_FEW = 16  # up to this many vertices, the edges are evaluated one line at a time
 
 
 class FeasibleBand:
@@ -100,6 +101,13 @@ class FeasibleBand:
         """Smallest and largest ``cpu − cpu_ref − x`` any feasible clock gives at GPU times ``x``."""
         x = np.asarray(x, np.float64)
         d = self._drift
+        if len(d) <= _FEW:  # a line at a time: a few passes over x beat a (len(x), few) block
+            low = self._low_at[0] + d[0] * x
+            high = self._high_at[0] + d[0] * x
+            for k in range(1, len(d)):
+                np.minimum(low, self._low_at[k] + d[k] * x, out=low)
+                np.maximum(high, self._high_at[k] + d[k] * x, out=high)
+            return low, high
         low = np.empty(len(x))
         high = np.empty(len(x))
         step = max(1, _CHUNK // len(d))

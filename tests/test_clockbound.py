@@ -167,3 +167,27 @@ def test_one_sample_gives_its_half_width_and_grows_with_the_drift_range() -> Non
     # 1 s away from the sample any drift up to MAX_DRIFT is possible
     far = band.bound(np.array([fit.cpu_ref_ns + 10**9]))[0]
     assert far == np.ceil(100 + MAX_DRIFT * 10**9 + 1.5)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_many_vertices_in_blocks_give_the_same_edges(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows that widen away from the middle (parabolas) put every sample on both hulls."""
+    rnd = random.Random(seed)
+    samples = []
+    for k in range(60):
+        g = 10**9 + k * 1_000_000
+        sag = (k - 30) ** 2 * 3 + rnd.randint(0, 2)
+        samples.append(CalibrationSample(g - 5_000 - sag, g, g + 5_000 + sag, 0))
+    fit = fit_clock(samples)
+    assert fit is not None
+    band = FeasibleBand.build(samples, fit)
+    assert band is not None and len(band._drift) > 16
+    x = np.linspace(-1e8, 2e8, 1001)
+    one_by_one = band.limits(x)
+    import gputrace.clockbound as cb
+
+    monkeypatch.setattr(cb, "_FEW", 0)
+    monkeypatch.setattr(cb, "_CHUNK", 4096)  # several blocks
+    blocks = band.limits(x)
+    np.testing.assert_allclose(blocks[0], one_by_one[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(blocks[1], one_by_one[1], rtol=0, atol=1e-6)
