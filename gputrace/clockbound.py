@@ -37,6 +37,8 @@ and its edges at any GPU time are the largest and smallest of a few lines.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,6 +48,7 @@ from gputrace.model import ClockFit
 from gputrace.records import CalibrationSample
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 
 MAX_DRIFT = 1e-3
 _CHUNK = 1 << 20  # elements per (queries × vertices) block when evaluating the band's edges
@@ -55,10 +58,21 @@ _FEW = 16  # up to this many vertices, the edges are evaluated one line at a tim
 class FeasibleBand:
     """The polygon of linear clocks consistent with every calibration window."""
 
-    def __init__(self, fit: ClockFit, x: F64, lower: F64, upper: F64, d_lo: float, d_hi: float) -> None:
+    def __init__(
+        self,
+        fit: ClockFit,
+        x: F64,
+        lower: F64,
+        upper: F64,
+        d_lo: float,
+        d_hi: float,
+        span: tuple[float, float] | None = None,
+    ) -> None:
         self.fit = fit  # the line whose error is bounded; its cpu_ref may move (see centre_offset)
         self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
         self.x, self.lower, self.upper = x, lower, upper  # hull points only (±inf: not a bound)
+        # GPU times of the first and the last sample (frame of x)
+        self.span = span if span is not None else (float(x.min()), float(x.max()))
         self.d_lo, self.d_hi = d_lo, d_hi
         # The polygon's vertices: every drift where L or U bends, inside [d_lo, d_hi], and the ends.
         bends = _bends(x, lower, upper)
@@ -72,12 +86,23 @@ class FeasibleBand:
         """The band, or None when no linear clock fits every window."""
         if not samples:
             return None
-        g = np.array([s.gpu_ns - fit.gpu_ref_ns for s in samples], np.float64)
-        lower = np.array([s.cpu_before_ns - fit.cpu_ref_ns for s in samples], np.float64) - g
-        upper = np.array([s.cpu_after_ns - fit.cpu_ref_ns for s in samples], np.float64) - g
+        cols = sample_columns(samples)
+        return cls.from_columns(cols[:, 0], cols[:, 1], cols[:, 2], fit)
+
+    @classmethod
+    def from_columns(cls, before: I64, gpu: I64, after: I64, fit: ClockFit) -> FeasibleBand | None:
+        """``build`` from the samples' columns: CPU before, GPU, CPU after (integer ns)."""
+        if not len(gpu):
+            return None
+        g = (gpu - fit.gpu_ref_ns).astype(np.float64)
+        lower = (before - fit.cpu_ref_ns).astype(np.float64) - g
+        upper = (after - fit.cpu_ref_ns).astype(np.float64) - g
+        span = (float(g.min()), float(g.max()))
         # Only hull points can bind: max_i(lower_i − d·g_i) is decided by the upper hull of the
-        # points (g_i, lower_i), min_i(upper_i − d·g_i) by the lower hull of (g_i, upper_i).
-        lo_keep, up_keep = _upper_hull(g, lower), _upper_hull(g, -upper)
+        # points (g_i, lower_i), min_i(upper_i − d·g_i) by the lower hull of (g_i, upper_i); and
+        # only the part of each hull that a drift within ±MAX_DRIFT touches.
+        lo_keep = _upper_hull_in_range(g, lower)
+        up_keep = _upper_hull_in_range(g, -upper)
         g_lo, lower = g[lo_keep], lower[lo_keep]
         g_up, upper = g[up_keep], upper[up_keep]
         g = np.concatenate([g_lo, g_up])
@@ -92,10 +117,10 @@ class FeasibleBand:
         if gap[best] < -1.0:  # 1 ns: the windows are integers, the fit is rounded
             return None
         if gap[best] < 0:  # feasible only within rounding: the best drift alone
-            return cls(fit, g, lower, upper, float(d[best]), float(d[best]))
+            return cls(fit, g, lower, upper, float(d[best]), float(d[best]), span)
         ok = np.flatnonzero(gap >= 0)  # one run of neighbours (U − L is concave)
         d_lo, d_hi = _crossing(d, gap, int(ok[0]), -1), _crossing(d, gap, int(ok[-1]), 1)
-        return cls(fit, g, lower, upper, d_lo, d_hi)
+        return cls(fit, g, lower, upper, d_lo, d_hi, span)
 
     def limits(self, x: F64) -> tuple[F64, F64]:
         """Smallest and largest ``cpu − cpu_ref − x`` any feasible clock gives at GPU times ``x``."""
@@ -136,10 +161,12 @@ class FeasibleBand:
         return float(np.max(high - line) - np.max(line - low)) / 2.0
 
     def _knots(self) -> F64:
-        """GPU times where the band's edges can bend: the hull points' (every one lies between
-        the first and the last sample). Between two of them every edge is linear, so extremes
-        over the sampled span are found among them."""
-        return np.unique(self.x)
+        """The first and the last sample's GPU times, and between them every GPU time where the
+        band's edges can bend (the hull points'). Between two of them every edge is linear, so
+        extremes over the sampled span are found among them."""
+        lo, hi = self.span
+        inside = self.x[(self.x > lo) & (self.x < hi)]
+        return np.unique(np.concatenate([[lo, hi], inside]))
 
     def _line(self, grid: F64) -> F64:
         """The fitted line in the band's frame: cpu − frame_cpu − x at GPU times ``grid``."""
@@ -191,6 +218,44 @@ def _crossing(d: F64, gap: F64, k: int, side: int) -> float:
     at = float(d[k] + t * (d[j] - d[k]))
     at = float(np.nextafter(at, np.inf * side))
     return min(max(at, float(min(d[k], d[j]))), float(max(d[k], d[j])))
+
+
+def sample_columns(samples: Sequence[CalibrationSample]) -> I64:
+    """The samples as an (n, 4) array: CPU before, GPU, CPU after, device (one pass over them)."""
+    flat = itertools.chain.from_iterable(map(_SAMPLE_FIELDS, samples))
+    return np.fromiter(flat, np.int64, 4 * len(samples)).reshape(len(samples), 4)
+
+
+_SAMPLE_FIELDS = operator.attrgetter("cpu_before_ns", "gpu_ns", "cpu_after_ns", "device")
+_SCAN_FROM = 64  # samples; fewer go straight to the hull's scan
+
+
+def _upper_hull_in_range(x: F64, y: F64) -> npt.NDArray[np.intp]:
+    """Indices of upper-hull points of ``(x, y)``, including every point that maximises
+    ``y − d·x`` for some drift ``|d| <= MAX_DRIFT`` (the only drifts the band looks at).
+
+    With many samples, by refinement instead of a scan over all of them: the points that win
+    at a few drifts make an envelope ``E(d) = max(y_w − d·x_w)`` below the true one; where ``E``
+    bends, the true winners are looked up and added, until they add nothing. Then ``E`` equals
+    the true envelope at its bends and ends, hence everywhere in between (the true one is convex
+    and ``E`` is linear there), and the winners hold every point that matters.
+    """
+    if len(x) < _SCAN_FROM:
+        return _upper_hull(x, y)
+    won = np.zeros(0, np.intp)
+    at = np.array([-MAX_DRIFT, 0.0, MAX_DRIFT])
+    while True:
+        winners = np.argmax(y[None, :] - at[:, None] * x[None, :], axis=1)
+        new = np.setdiff1d(winners, won)
+        if not len(new):
+            break
+        won = np.union1d(won, new)
+        hull = won[_upper_hull(x[won], y[won])]
+        dx = np.diff(x[hull])
+        ok = dx > 0
+        bends = np.diff(y[hull])[ok] / dx[ok]
+        at = np.concatenate([[-MAX_DRIFT, MAX_DRIFT], bends[np.abs(bends) < MAX_DRIFT]])
+    return won[_upper_hull(x[won], y[won])]
 
 
 def _upper_hull(x: F64, y: F64) -> npt.NDArray[np.intp]:

@@ -24,14 +24,13 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from gputrace.clockbound import FeasibleBand
+from gputrace.clockbound import FeasibleBand, sample_columns
 from gputrace.flags import (
     EXPLAIN,
     MAX_ANOMALY_ITEMS,
@@ -93,22 +92,29 @@ def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
     """
     if not samples:
         return None
-    ordered = sorted(samples, key=lambda s: (s.gpu_ns, s.cpu_before_ns, s.cpu_after_ns))
-    hw_all = np.array([s.half_width_ns for s in ordered], dtype=np.float64)
+    cols = sample_columns(samples)
+    return _fit_columns(cols[:, 0], cols[:, 1], cols[:, 2])
+
+
+def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> ClockFit:
+    """``fit_clock`` over the samples' columns (CPU before, GPU, CPU after; at least one)."""
+    order = np.lexsort((after, before, gpu))
+    before, gpu, after = before[order], gpu[order], after[order]
+    hw_all = (after - before) / 2.0
     keep = hw_all <= 4.0 * max(float(np.median(hw_all)), 0.5)
-    used = [s for s, k in zip(ordered, keep, strict=True) if k]
+    before, gpu, after = before[keep], gpu[keep], after[keep]
     hw = hw_all[keep]
-    best = used[int(np.argmin(hw))]
-    gpu_ref, cpu_ref0 = best.gpu_ns, best.cpu_before_ns
-    x = np.array([s.gpu_ns - gpu_ref for s in used], dtype=np.float64)
-    y = np.array([s.cpu_before_ns - cpu_ref0 for s in used], dtype=np.float64) + hw
+    best = int(np.argmin(hw))
+    gpu_ref, cpu_ref0 = int(gpu[best]), int(before[best])
+    x = (gpu - gpu_ref).astype(np.float64)
+    y = (before - cpu_ref0).astype(np.float64) + hw
     w = 1.0 / (hw + 1.0) ** 2
     xm = float(np.sum(w * x) / np.sum(w))
     ym = float(np.sum(w * y) / np.sum(w))
     sxx = float(np.sum(w * (x - xm) ** 2))
     method = "offset"
     slope, intercept = 1.0, ym - xm
-    if len(used) > 1 and sxx > 0:
+    if len(x) > 1 and sxx > 0:
         fitted = float(np.sum(w * (x - xm) * (y - ym)) / sxx)
         b = np.max(np.abs(y - (ym + fitted * (x - xm))) + hw)
         span = float(np.ptp(x))
@@ -120,14 +126,14 @@ def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
     resid = y - (intercept + slope * x)
     bound = np.abs(resid) + hw
     return ClockFit(
-        gpu_ref_ns=int(gpu_ref),
+        gpu_ref_ns=gpu_ref,
         cpu_ref_ns=int(cpu_ref),
         slope=slope,
         residual_ns=float(np.max(np.abs(resid))),
         uncertainty_ns=float(np.max(bound)) + 0.5,  # + rounding to integer ns
-        samples=len(used),
-        first_cpu_ns=int(min(s.cpu_before_ns for s in used)),
-        last_cpu_ns=int(max(s.cpu_after_ns for s in used)),
+        samples=len(x),
+        first_cpu_ns=int(before.min()),
+        last_cpu_ns=int(after.max()),
         method=method,
     )
 
@@ -237,33 +243,38 @@ def _intern_all(names: list[str], intern: Callable[[object], int]) -> np.ndarray
 
 def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
     """Per device: the fitted clock and, where the windows allow, the feasible-set band."""
-    by_device: dict[int, list[CalibrationSample]] = defaultdict(list)
-    for smp in raw.samples:
-        by_device[smp.device].append(smp)
+    if not raw.samples:
+        return {}
+    cols = sample_columns(raw.samples)
+    device = cols[:, 3]
+    devices, first = np.unique(device, return_index=True)
     out = {}
-    for d, samples in by_device.items():
-        got = _fit_device(tuple(samples))
+    for d in devices[np.argsort(first)].tolist():
+        mine = cols[device == d] if len(devices) > 1 else cols
+        got = _fit_device(np.ascontiguousarray(mine[:, :3]).tobytes())
         if got is not None:
             out[d] = got
     return out
 
 
 @functools.lru_cache(maxsize=8)
-def _fit_device(samples: tuple[CalibrationSample, ...]) -> tuple[ClockFit, FeasibleBand | None] | None:
-    """One device's fit and band. Cached: a streamed session fits the same samples for its last
-    chunk and for the final header (the band's searches are the costly part of a short session's
-    stop)."""
-    fit = fit_clock(samples)
-    if fit is None:
+def _fit_device(columns: bytes) -> tuple[ClockFit, FeasibleBand | None] | None:
+    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes.
+    Cached: a streamed session fits the same samples for its last chunk and for the final header.
+    """
+    cols = np.frombuffer(columns, np.int64).reshape(-1, 3)
+    if not len(cols):
         return None
-    band = FeasibleBand.build(samples, fit)
+    before, gpu, after = cols[:, 0], cols[:, 1], cols[:, 2]
+    fit = _fit_columns(before, gpu, after)
+    band = FeasibleBand.from_columns(before, gpu, after, fit)
     if band is None:
         fit = replace(fit, bound="residual+window (no linear clock fits every window)")
     else:
         # Centre the line in the band (same slope): the least-squares line can sit off-centre
         # when the windows are lopsided (a GPU that runs late after every submit).
         moved = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + round(band.centre_offset()))
-        moved = _with_residual_bound(samples, moved)
+        moved = _with_residual_bound(before, gpu, after, moved)
         band.fit = moved
         tighter = band.span_bound()
         if tighter < moved.uncertainty_ns:
@@ -273,12 +284,13 @@ def _fit_device(samples: tuple[CalibrationSample, ...]) -> tuple[ClockFit, Feasi
     return fit, band
 
 
-def _with_residual_bound(samples: Sequence[CalibrationSample], fit: ClockFit) -> ClockFit:
-    """``fit`` with its residual and residual+window bound recomputed over ``samples``."""
-    used = [smp for smp in samples if fit.first_cpu_ns <= smp.cpu_before_ns <= fit.last_cpu_ns]
-    mids = np.array([smp.cpu_mid_ns for smp in used], np.float64)
-    hw = np.array([smp.half_width_ns for smp in used], np.float64)
-    at = fit.to_cpu(np.array([smp.gpu_ns for smp in used], np.int64)).astype(np.float64)
+def _with_residual_bound(before: np.ndarray, gpu: np.ndarray, after: np.ndarray, fit: ClockFit) -> ClockFit:
+    """``fit`` with its residual and residual+window bound recomputed over the samples."""
+    used = (before >= fit.first_cpu_ns) & (before <= fit.last_cpu_ns)
+    b, a = before[used], after[used]
+    mids = (b + a) / 2.0
+    hw = (a - b) / 2.0
+    at = fit.to_cpu(gpu[used]).astype(np.float64)
     resid = np.abs(mids - at)
     return replace(fit, residual_ns=float(resid.max()), uncertainty_ns=float(np.max(resid + hw)) + 0.5)
 

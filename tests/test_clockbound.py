@@ -191,3 +191,40 @@ def test_many_vertices_in_blocks_give_the_same_edges(seed: int, monkeypatch: pyt
     blocks = band.limits(x)
     np.testing.assert_allclose(blocks[0], one_by_one[0], rtol=0, atol=1e-6)
     np.testing.assert_allclose(blocks[1], one_by_one[1], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_many_samples_refined_hull_gives_the_band_of_the_full_scan(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past a few dozen samples only the hull points a drift within range can touch are looked
+    for (by refinement); the band must be the one a scan of every sample gives."""
+    import gputrace.clockbound as cb
+
+    rnd = random.Random(seed)
+    n = rnd.choice([64, 200, 1500, 5000])
+    drift = rnd.uniform(-60e-6, 60e-6)
+    spacing = rnd.choice([1_000, 50_000, 5_000_000])
+    samples = []
+    for k in range(n):
+        g = 10**12 + k * spacing + rnd.randint(0, spacing // 2)
+        true = g * (1 + drift) - 1_100_000
+        wide = 40_000 if rnd.random() < 0.01 else 0
+        samples.append(
+            CalibrationSample(
+                int(true) - rnd.randint(0, 4_000), g, int(true) + rnd.randint(0, 4_000) + wide, 0
+            )
+        )
+    fit = fit_clock(samples)
+    assert fit is not None
+    refined = FeasibleBand.build(samples, fit)
+    monkeypatch.setattr(cb, "_SCAN_FROM", 10**9)
+    scanned = FeasibleBand.build(samples, fit)
+    assert refined is not None and scanned is not None
+    assert refined.d_lo == scanned.d_lo and refined.d_hi == scanned.d_hi
+    np.testing.assert_array_equal(refined._drift, scanned._drift)
+    x = np.linspace(-2e9, 2e12, 301)
+    for a, b in zip(refined.limits(x), scanned.limits(x), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert refined.span_bound() == scanned.span_bound()
+    assert refined.centre_offset() == scanned.centre_offset()
