@@ -177,3 +177,44 @@ def test_names_are_interned_once_each_in_any_type() -> None:
     # names of other types that compare equal across types keep their own text
     mixed = _intern_all([1, True, 1.0, "1"], intern)  # type: ignore[list-item]
     assert [list(ids)[i] for i in mixed.tolist()] == ["1", "True", "1.0", "1"]
+
+
+def reference_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:
+    """A pass per name over every row (the rule of ``flag_outliers``, written out plainly)."""
+    from gputrace.flags import OUTLIER_MIN_CALLS, OUTLIER_MIN_REL, OUTLIER_SIGMAS
+
+    dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, s.cpu_end_ns - s.cpu_start_ns)
+    warm = (flags & int(Flag.COLD)) == 0
+    names, counts = np.unique(s.name[warm], return_counts=True)
+    for nm in names[counts >= OUTLIER_MIN_CALLS].tolist():
+        rows = np.flatnonzero(warm & (s.name == nm))
+        gpu_rows = rows[has_gpu[rows]]
+        rows = gpu_rows if len(gpu_rows) >= OUTLIER_MIN_CALLS else rows[~has_gpu[rows]]
+        if len(rows) < OUTLIER_MIN_CALLS:
+            continue
+        x = dur[rows].astype(np.float64)
+        med = float(np.median(x))
+        mad = float(np.median(np.abs(x - med)))
+        limit = max(OUTLIER_SIGMAS * 1.4826 * mad, OUTLIER_MIN_REL * abs(med))
+        flags[rows[np.abs(x - med) > limit]] |= int(Flag.OUTLIER)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_outlier_flags_equal_a_pass_per_name(seed: int) -> None:
+    from gputrace.flags import flag_outliers
+
+    rnd = random.Random(seed)
+    n = rnd.randint(0, 600)
+    s = ScopeTable.empty(n)
+    s.name = np.array([rnd.randrange(rnd.choice([1, 3, 40])) for _ in range(n)], np.int32)
+    s.cpu_start_ns = np.arange(n, dtype=np.int64) * 1_000
+    s.cpu_end_ns = s.cpu_start_ns + np.array([rnd.choice([100, 110, 5_000]) for _ in range(n)], np.int64)
+    has_gpu = np.array([rnd.random() < 0.7 for _ in range(n)], bool)
+    s.gpu_start_ns = np.where(has_gpu, s.cpu_start_ns + 50, NO_TIME)
+    dur = np.array([rnd.choice([2_000, 2_100, 1_900, 90_000]) for _ in range(n)], np.int64)
+    s.gpu_end_ns = np.where(has_gpu, s.gpu_start_ns + dur, NO_TIME)
+    flags = np.array([rnd.choice([0, 0, 0, int(Flag.COLD)]) for _ in range(n)], np.int64)
+    want = flags.copy()
+    flag_outliers(s, has_gpu, flags)
+    reference_outliers(s, has_gpu, want)
+    assert flags.tolist() == want.tolist()
