@@ -16,6 +16,14 @@ model are wrong, and the resolver keeps its residual-based bound alone.
 The drift is searched within ±``MAX_DRIFT`` (1000 ppm, twenty times more than any clock measured
 for this project), so even a single sample gives a finite bound away from it.
 
+Everything here is exact, with no search: ``L(δ) = max_i(lower_i − δ·g_i)`` and
+``U(δ) = min_i(upper_i − δ·g_i)`` are piecewise linear in ``δ``, and they bend only at the slopes
+between neighbouring points of the convex hulls of ``(g_i, lower_i)`` and ``(g_i, upper_i)``. So
+the feasible drifts (where ``U − L ≥ 0``) end on those breakpoints or between two of them, where
+``U − L`` is linear; and at any ``x`` the extremes of ``a + δ·x`` over the polygon lie on its
+vertices, at those breakpoints or the drift range's ends. The band is kept as those few vertices,
+and its edges at any GPU time are the largest and smallest of a few lines.
+
 >>> from gputrace.backends.base import CalibrationSample
 >>> from gputrace.resolver import fit_clock
 >>> import numpy as np
@@ -29,130 +37,136 @@ for this project), so even a single sample gives a finite bound away from it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+import operator
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from gputrace.backends.base import CalibrationSample
 from gputrace.model import ClockFit
+from gputrace.records import CalibrationSample
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 
 MAX_DRIFT = 1e-3
-GRID_POINTS = 65
-_ITERATIONS = 90  # golden-section steps: 2e-3 wide search down to ~1e-21
-
-
-def _golden_max(f: Callable[[F64], F64], lo: F64, hi: F64) -> F64:
-    """Max of concave functions (one per row of ``lo``/``hi``) by golden-section search."""
-    r = (np.sqrt(5.0) - 1.0) / 2.0
-    a, b = lo.copy(), hi.copy()
-    c, d = b - r * (b - a), a + r * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(_ITERATIONS):
-        left = fc >= fd
-        b = np.where(left, d, b)
-        a = np.where(left, a, c)
-        c_new, d_new = b - r * (b - a), a + r * (b - a)
-        # reuse the surviving point's value, evaluate the new one
-        fc_keep, fd_keep = fc, fd
-        c, d = np.where(left, c_new, d), np.where(left, c, d_new)
-        fc = np.where(left, f(c), fd_keep)
-        fd = np.where(left, fc_keep, f(d))
-    return np.maximum(np.maximum(fc, fd), np.maximum(f(lo), f(hi)))
+_CHUNK = 1 << 20  # elements per (queries × vertices) block when evaluating the band's edges
+_FEW = 16  # up to this many vertices, the edges are evaluated one line at a time
 
 
 class FeasibleBand:
     """The polygon of linear clocks consistent with every calibration window."""
 
-    def __init__(self, fit: ClockFit, x: F64, lower: F64, upper: F64, d_lo: float, d_hi: float) -> None:
+    def __init__(
+        self,
+        fit: ClockFit,
+        x: F64,
+        lower: F64,
+        upper: F64,
+        d_lo: float,
+        d_hi: float,
+        span: tuple[float, float] | None = None,
+    ) -> None:
         self.fit = fit  # the line whose error is bounded; its cpu_ref may move (see centre_offset)
         self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
-        self.x, self.lower, self.upper = x, lower, upper
+        self.x, self.lower, self.upper = x, lower, upper  # hull points only (±inf: not a bound)
+        # GPU times of the first and the last sample (frame of x)
+        self.span = span if span is not None else (float(x.min()), float(x.max()))
         self.d_lo, self.d_hi = d_lo, d_hi
-        self._limits: dict[bytes, tuple[F64, F64]] = {}  # the grid searches, which dominate resolve
+        # The polygon's vertices: every drift where L or U bends, inside [d_lo, d_hi], and the ends.
+        bends = _bends(x, lower, upper)
+        d = np.unique(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
+        self._drift = d
+        self._low_at = _edge_low(x, lower, d)  # L(δ) at each vertex drift
+        self._high_at = _edge_high(x, upper, d)  # U(δ) at each vertex drift
 
     @classmethod
     def build(cls, samples: Sequence[CalibrationSample], fit: ClockFit) -> FeasibleBand | None:
         """The band, or None when no linear clock fits every window."""
         if not samples:
             return None
-        g = np.array([s.gpu_ns - fit.gpu_ref_ns for s in samples], np.float64)
-        lower = np.array([s.cpu_before_ns - fit.cpu_ref_ns for s in samples], np.float64) - g
-        upper = np.array([s.cpu_after_ns - fit.cpu_ref_ns for s in samples], np.float64) - g
+        cols = sample_columns(samples)
+        return cls.from_columns(cols[:, 0], cols[:, 1], cols[:, 2], fit)
+
+    @classmethod
+    def from_columns(cls, before: I64, gpu: I64, after: I64, fit: ClockFit) -> FeasibleBand | None:
+        """``build`` from the samples' columns: CPU before, GPU, CPU after (integer ns)."""
+        if not len(gpu):
+            return None
+        g = (gpu - fit.gpu_ref_ns).astype(np.float64)
+        lower = (before - fit.cpu_ref_ns).astype(np.float64) - g
+        upper = (after - fit.cpu_ref_ns).astype(np.float64) - g
+        span = (float(g.min()), float(g.max()))
         # Only hull points can bind: max_i(lower_i − d·g_i) is decided by the upper hull of the
-        # points (g_i, lower_i), min_i(upper_i − d·g_i) by the lower hull of (g_i, upper_i).
-        lo_keep, up_keep = _upper_hull(g, lower), _upper_hull(g, -upper)
+        # points (g_i, lower_i), min_i(upper_i − d·g_i) by the lower hull of (g_i, upper_i); and
+        # only the part of each hull that a drift within ±MAX_DRIFT touches.
+        lo_keep = _upper_hull_in_range(g, lower)
+        up_keep = _upper_hull_in_range(g, -upper)
         g_lo, lower = g[lo_keep], lower[lo_keep]
         g_up, upper = g[up_keep], upper[up_keep]
         g = np.concatenate([g_lo, g_up])
         lower = np.concatenate([lower, np.full(len(g_up), -np.inf)])
         upper = np.concatenate([np.full(len(g_lo), np.inf), upper])
 
-        def gap(d: F64) -> F64:
-            dx = d[:, None] * g[None, :]
-            return np.asarray(np.min(upper - dx, axis=1) - np.max(lower - dx, axis=1))
-
-        lo, hi = np.array([-MAX_DRIFT]), np.array([MAX_DRIFT])
-        best = _golden_max(gap, lo, hi)
-        if best[0] < -1.0:  # 1 ns: the windows are integers, the fit is rounded
+        # U − L is concave and linear between neighbouring bends: its values there decide it all.
+        bends = _bends(g, lower, upper)
+        d = np.unique(np.concatenate([[-MAX_DRIFT, MAX_DRIFT], bends[np.abs(bends) < MAX_DRIFT]]))
+        gap = _edge_high(g, upper, d) - _edge_low(g, lower, d)
+        best = int(np.argmax(gap))
+        if gap[best] < -1.0:  # 1 ns: the windows are integers, the fit is rounded
             return None
-        # the feasible drifts: where the (concave) gap is >= 0, found by bisection on each side
-        d_star = _argmax(gap, -MAX_DRIFT, MAX_DRIFT)
-        d_lo = _edge(gap, d_star, -MAX_DRIFT)
-        d_hi = _edge(gap, d_star, MAX_DRIFT)
-        return cls(fit, g, lower, upper, d_lo, d_hi)
+        if gap[best] < 0:  # feasible only within rounding: the best drift alone
+            return cls(fit, g, lower, upper, float(d[best]), float(d[best]), span)
+        ok = np.flatnonzero(gap >= 0)  # one run of neighbours (U − L is concave)
+        d_lo, d_hi = _crossing(d, gap, int(ok[0]), -1), _crossing(d, gap, int(ok[-1]), 1)
+        return cls(fit, g, lower, upper, d_lo, d_hi, span)
 
     def limits(self, x: F64) -> tuple[F64, F64]:
         """Smallest and largest ``cpu − cpu_ref − x`` any feasible clock gives at GPU times ``x``."""
-        key = x.tobytes()
-        got = self._limits.get(key)
-        if got is None:
-            got = self._limits[key] = self._search(x)
-        return got
-
-    def _search(self, x: F64) -> tuple[F64, F64]:
-        g, lower, upper = self.x, self.lower, self.upper
-
-        def high(d: F64) -> F64:  # max over a of a + d·x is U(d) + d·x: concave in d
-            return np.asarray(np.min(upper[None, :] - d[:, None] * (g[None, :] - x[:, None]), axis=1))
-
-        def neg_low(d: F64) -> F64:  # -(L(d) + d·x): concave in d
-            return np.asarray(-np.max(lower[None, :] - d[:, None] * (g[None, :] - x[:, None]), axis=1))
-
-        lo = np.full(len(x), self.d_lo)
-        hi = np.full(len(x), self.d_hi)
-        return -_golden_max(neg_low, lo, hi), _golden_max(high, lo, hi)
+        x = np.asarray(x, np.float64)
+        d = self._drift
+        if len(d) <= _FEW:  # a line at a time: a few passes over x beat a (len(x), few) block
+            low = self._low_at[0] + d[0] * x
+            high = self._high_at[0] + d[0] * x
+            for k in range(1, len(d)):
+                np.minimum(low, self._low_at[k] + d[k] * x, out=low)
+                np.maximum(high, self._high_at[k] + d[k] * x, out=high)
+            return low, high
+        low = np.empty(len(x))
+        high = np.empty(len(x))
+        step = max(1, _CHUNK // len(d))
+        for i in range(0, len(x), step):
+            xs = x[i : i + step, None] * d[None, :]
+            low[i : i + step] = np.min(self._low_at[None, :] + xs, axis=1)
+            high[i : i + step] = np.max(self._high_at[None, :] + xs, axis=1)
+        return low, high
 
     def bound(self, cpu_ns: npt.ArrayLike) -> F64:
-        """Largest error of the fitted line at session-clock times ``cpu_ns`` (ns, rounded up).
-
-        Evaluated on a grid and interpolated: the bound is convex in time, so the interpolation
-        never understates it.
-        """
+        """Largest error of the fitted line at session-clock times ``cpu_ns`` (ns, rounded up)."""
         fit = self.fit
         t = np.asarray(cpu_ns, np.float64)
         xq = (t - fit.cpu_ref_ns) / fit.slope
-        lo_x = min(float(xq.min()), float(self.x.min())) if len(xq) else float(self.x.min())
-        hi_x = max(float(xq.max()), float(self.x.max())) if len(xq) else float(self.x.max())
-        grid = np.linspace(lo_x, hi_x, GRID_POINTS) if hi_x > lo_x else np.array([lo_x])
-        err = self._err(grid)
-        if len(grid) == 1:
-            return np.ceil(np.full(len(xq), err[0]) + 0.5)
-        return np.ceil(np.interp(xq, grid, err) + 0.5)  # + half a ns: the fit's rounding
+        return np.ceil(self._err(xq) + 0.5)  # + half a ns: the fit's rounding
 
     def span_bound(self) -> float:
         """The largest bound between the first and the last sample."""
-        grid = np.linspace(float(self.x.min()), float(self.x.max()), GRID_POINTS)
-        return float(np.max(self._err(grid))) + 0.5
+        return float(np.max(self._err(self._knots()))) + 0.5
 
     def centre_offset(self) -> float:
         """How far to move the line (ns, same slope) so that its largest error is smallest."""
-        grid = np.linspace(float(self.x.min()), float(self.x.max()), GRID_POINTS)
+        grid = self._knots()
         low, high = self.limits(grid)
         line = self._line(grid)
         return float(np.max(high - line) - np.max(line - low)) / 2.0
+
+    def _knots(self) -> F64:
+        """The first and the last sample's GPU times, and between them every GPU time where the
+        band's edges can bend (the hull points'). Between two of them every edge is linear, so
+        extremes over the sampled span are found among them."""
+        lo, hi = self.span
+        inside = self.x[(self.x > lo) & (self.x < hi)]
+        return np.unique(np.concatenate([[lo, hi], inside]))
 
     def _line(self, grid: F64) -> F64:
         """The fitted line in the band's frame: cpu − frame_cpu − x at GPU times ``grid``."""
@@ -163,6 +177,85 @@ class FeasibleBand:
         low, high = np.minimum(low, high), np.maximum(low, high)  # a band thinner than rounding
         line = self._line(grid)
         return np.asarray(np.maximum(line - low, high - line) + 1.0)  # + 1 ns: integer windows
+
+
+def _bends(g: F64, lower: F64, upper: F64) -> F64:
+    """Drifts where ``L`` or ``U`` may bend: slopes between neighbouring hull points."""
+    out = []
+    for vals in (lower, upper):
+        m = np.isfinite(vals)
+        gx, vy = g[m], vals[m]
+        if len(gx) < 2:
+            continue
+        order = np.argsort(gx, kind="stable")
+        gx, vy = gx[order], vy[order]
+        dg = np.diff(gx)
+        ok = dg > 0
+        out.append(np.diff(vy)[ok] / dg[ok])
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def _edge_low(g: F64, lower: F64, d: F64) -> F64:
+    """``L(δ) = max_i(lower_i − δ·g_i)`` at each drift of ``d``."""
+    m = np.isfinite(lower)
+    return np.asarray(np.max(lower[None, m] - d[:, None] * g[None, m], axis=1))
+
+
+def _edge_high(g: F64, upper: F64, d: F64) -> F64:
+    """``U(δ) = min_i(upper_i − δ·g_i)`` at each drift of ``d``."""
+    m = np.isfinite(upper)
+    return np.asarray(np.min(upper[None, m] - d[:, None] * g[None, m], axis=1))
+
+
+def _crossing(d: F64, gap: F64, k: int, side: int) -> float:
+    """Where ``gap`` (linear between neighbouring ``d``) falls to 0 beyond ``d[k]`` (≥ 0) on
+    ``side`` (−1 or +1); the drift range's end if it never does. Rounded outward: never cut a
+    feasible drift away."""
+    j = k + side
+    if j < 0 or j >= len(d) or gap[k] == 0:
+        return float(d[k])
+    t = gap[k] / (gap[k] - gap[j])  # in (0, 1]: gap[j] < 0 <= gap[k]
+    at = float(d[k] + t * (d[j] - d[k]))
+    at = float(np.nextafter(at, np.inf * side))
+    return min(max(at, float(min(d[k], d[j]))), float(max(d[k], d[j])))
+
+
+def sample_columns(samples: Sequence[CalibrationSample]) -> I64:
+    """The samples as an (n, 4) array: CPU before, GPU, CPU after, device (one pass over them)."""
+    flat = itertools.chain.from_iterable(map(_SAMPLE_FIELDS, samples))
+    return np.fromiter(flat, np.int64, 4 * len(samples)).reshape(len(samples), 4)
+
+
+_SAMPLE_FIELDS = operator.attrgetter("cpu_before_ns", "gpu_ns", "cpu_after_ns", "device")
+_SCAN_FROM = 64  # samples; fewer go straight to the hull's scan
+
+
+def _upper_hull_in_range(x: F64, y: F64) -> npt.NDArray[np.intp]:
+    """Indices of upper-hull points of ``(x, y)``, including every point that maximises
+    ``y − d·x`` for some drift ``|d| <= MAX_DRIFT`` (the only drifts the band looks at).
+
+    With many samples, by refinement instead of a scan over all of them: the points that win
+    at a few drifts make an envelope ``E(d) = max(y_w − d·x_w)`` below the true one; where ``E``
+    bends, the true winners are looked up and added, until they add nothing. Then ``E`` equals
+    the true envelope at its bends and ends, hence everywhere in between (the true one is convex
+    and ``E`` is linear there), and the winners hold every point that matters.
+    """
+    if len(x) < _SCAN_FROM:
+        return _upper_hull(x, y)
+    won = np.zeros(0, np.intp)
+    at = np.array([-MAX_DRIFT, 0.0, MAX_DRIFT])
+    while True:
+        winners = np.argmax(y[None, :] - at[:, None] * x[None, :], axis=1)
+        new = np.setdiff1d(winners, won)
+        if not len(new):
+            break
+        won = np.union1d(won, new)
+        hull = won[_upper_hull(x[won], y[won])]
+        dx = np.diff(x[hull])
+        ok = dx > 0
+        bends = np.diff(y[hull])[ok] / dx[ok]
+        at = np.concatenate([[-MAX_DRIFT, MAX_DRIFT], bends[np.abs(bends) < MAX_DRIFT]])
+    return won[_upper_hull(x[won], y[won])]
 
 
 def _upper_hull(x: F64, y: F64) -> npt.NDArray[np.intp]:
@@ -180,29 +273,3 @@ def _upper_hull(x: F64, y: F64) -> npt.NDArray[np.intp]:
                 break
         hull.append(i)
     return np.array(hull, np.intp)
-
-
-def _argmax(f: Callable[[F64], F64], lo: float, hi: float) -> float:
-    r = (np.sqrt(5.0) - 1.0) / 2.0
-    a, b = lo, hi
-    for _ in range(_ITERATIONS):
-        c, d = b - r * (b - a), a + r * (b - a)
-        if f(np.array([c]))[0] >= f(np.array([d]))[0]:
-            b = d
-        else:
-            a = c
-    return (a + b) / 2.0
-
-
-def _edge(f: Callable[[F64], F64], inside: float, outside: float) -> float:
-    """Where ``f`` (concave, >= 0 at ``inside``) crosses 0 between ``inside`` and ``outside``."""
-    if f(np.array([outside]))[0] >= 0:
-        return outside
-    a, b = inside, outside
-    for _ in range(_ITERATIONS):
-        m = (a + b) / 2.0
-        if f(np.array([m]))[0] >= 0:
-            a = m
-        else:
-            b = m
-    return b  # the outer side: never cut a feasible drift away

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, ScopeTable, Trace, flag_names
+from gputrace.model import ANOMALY_FLAGS, FLAG_NAMES, NO_TIME, Flag, ScopeTable, Trace, flag_names
 from gputrace.records import RawRecording
 
 # Outliers: |x − median| > max(OUTLIER_SIGMAS · 1.4826 · MAD, OUTLIER_MIN_REL · median)
@@ -83,6 +83,8 @@ def flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
     """Spans on one in-order queue must nest or follow each other; partial overlaps are flagged."""
     q = s.queue[g]
     order = np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], q))
+    if _nested_or_apart(q[order], s.gpu_start_ns[g][order], s.gpu_end_ns[g][order]):
+        return
     rows = g[order].tolist()
     qs = q[order].tolist()
     st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
@@ -100,13 +102,34 @@ def flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
         stack.append(row)
 
 
+def _nested_or_apart(q: np.ndarray, st: np.ndarray, en: np.ndarray) -> bool:
+    """True when no span can partially overlap another (spans sorted by queue, start, −end):
+    each one starts after every earlier span of its queue ended, or lies inside the one before.
+    Then every span is pushed and nothing is flagged; otherwise the stack walk decides."""
+    n = len(q)
+    if n < 2:
+        return True
+    firsts = np.flatnonzero(np.diff(q, prepend=q[0] - 1) != 0).tolist()
+    ended_before = np.empty(n, np.int64)  # latest end among the queue's earlier spans
+    for a, b in zip(firsts, [*firsts[1:], n], strict=True):
+        ended_before[a] = NO_TIME
+        ended_before[a + 1 : b] = np.maximum.accumulate(en[a : b - 1])
+    inside = np.zeros(n, bool)
+    inside[1:] = (q[1:] == q[:-1]) & (en[:-1] > st[1:]) & (en[1:] <= en[:-1])
+    return bool(np.all(inside | (ended_before <= st)))
+
+
 def flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:
     """Per name, excluding the cold call: GPU duration (else CPU duration) far from the median."""
     dur = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, s.cpu_end_ns - s.cpu_start_ns)
-    warm = (flags & int(Flag.COLD)) == 0
-    names, counts = np.unique(s.name[warm], return_counts=True)
-    for nm in names[counts >= OUTLIER_MIN_CALLS].tolist():
-        rows = np.flatnonzero(warm & (s.name == nm))
+    warm_rows = np.flatnonzero((flags & int(Flag.COLD)) == 0)
+    # the warm rows of each name, in row order: one sort instead of a pass per name
+    by_name = warm_rows[np.argsort(s.name[warm_rows], kind="stable")]
+    _, first, counts = np.unique(s.name[by_name], return_index=True, return_counts=True)
+    for a, c in zip(first.tolist(), counts.tolist(), strict=True):
+        if c < OUTLIER_MIN_CALLS:
+            continue
+        rows = by_name[a : a + c]
         # compare like with like: GPU times only with GPU times
         gpu_rows = rows[has_gpu[rows]]
         rows = gpu_rows if len(gpu_rows) >= OUTLIER_MIN_CALLS else rows[~has_gpu[rows]]
@@ -137,25 +160,41 @@ def anomaly_report(trace: Trace) -> dict[str, Any]:
     """Counts per flag and the first ``MAX_ANOMALY_ITEMS`` anomalous scopes, with their numbers."""
     s = trace.scopes
     counts: dict[str, int] = {}
-    for bit in Flag:
+    for bit, name in FLAG_NAMES.items():
         c = int(np.count_nonzero(s.flags & int(bit)))
         if c:
-            counts[flag_names(int(bit))[0]] = c
+            counts[name] = c
     rows = np.flatnonzero(s.flags & int(ANOMALY_FLAGS))
+    shown = rows[:MAX_ANOMALY_ITEMS]
+    names = trace.names
+    kinds_of: dict[int, list[str]] = {}
     items = []
-    for row in rows[:MAX_ANOMALY_ITEMS].tolist():
-        sc = trace.scope(row)
-        kinds = [k for k in sc.flag_names if k in EXPLAIN]
+    for row, name, flags, start, end, submit, g0, g1, unc in zip(
+        shown.tolist(),
+        s.name[shown].tolist(),
+        s.flags[shown].tolist(),
+        s.cpu_start_ns[shown].tolist(),
+        s.cpu_end_ns[shown].tolist(),
+        s.submit_ns[shown].tolist(),
+        s.gpu_start_ns[shown].tolist(),
+        s.gpu_end_ns[shown].tolist(),
+        s.uncertainty_ns[shown].tolist(),
+        strict=True,
+    ):
+        kinds = kinds_of.get(flags)
+        if kinds is None:
+            kinds = kinds_of[flags] = [k for k in flag_names(flags) if k in EXPLAIN]
+        has_gpu = g0 != NO_TIME and g1 != NO_TIME
         items.append(
             {
                 "scope": row,
-                "name": sc.name,
-                "kinds": kinds,
-                "cpu_start_ns": sc.cpu_start_ns,
-                "cpu_ns": sc.cpu_ns,
-                "gpu_ns": sc.gpu_ns,
-                "queue_gap_ns": sc.queue_gap_ns,
-                "uncertainty_ns": sc.uncertainty_ns,
+                "name": names[name],
+                "kinds": list(kinds),
+                "cpu_start_ns": start,
+                "cpu_ns": end - start,
+                "gpu_ns": g1 - g0 if has_gpu else None,
+                "queue_gap_ns": g0 - submit if g0 != NO_TIME and submit != NO_TIME else None,
+                "uncertainty_ns": unc,
                 "explain": [EXPLAIN[k] for k in kinds],
             }
         )

@@ -71,9 +71,22 @@ ANOMALY_FLAGS = (
 )
 
 
+_FLAG_BITS = tuple((int(bit), name) for bit, name in FLAG_NAMES.items())
+_ALL_FLAGS = sum(bit for bit, _ in _FLAG_BITS)
+_NAMES_OF: dict[int, tuple[str, ...]] = {}  # flags & _ALL_FLAGS -> names: at most 2**9 entries
+
+
 def flag_names(flags: int) -> list[str]:
-    """The names of the flags set in ``flags``, in a stable order."""
-    return [name for bit, name in FLAG_NAMES.items() if flags & bit]
+    """The names of the flags set in ``flags``, in a stable order.
+
+    Plain integers throughout (enum arithmetic costs microseconds a call, and exporters ask once
+    per scope); the answer for each combination of bits is kept.
+    """
+    key = int(flags) & _ALL_FLAGS
+    got = _NAMES_OF.get(key)
+    if got is None:
+        got = _NAMES_OF[key] = tuple(name for bit, name in _FLAG_BITS if key & bit)
+    return list(got)
 
 
 def flags_from_names(names: list[str]) -> int:
@@ -460,8 +473,82 @@ def scope_busy_ns(s: ScopeTable, ops: OpTable) -> I64:
     return busy
 
 
+_SIBLING_ROUNDS = 8
+
+
 def nest(s: ScopeTable) -> None:
-    """Parent and depth per scope: a stack walk per thread over scopes in start order."""
+    """Parent and depth per scope: a stack walk per thread over scopes in start order.
+
+    The walk pops every scope that ended at or before the next one starts, so a scope's parent is
+    the latest earlier scope of its thread still running when it starts. Two cases cover most
+    traces and are settled without the walk: every earlier scope of the thread has ended (no
+    parent), or the scope just before it is still running (that one is the parent). When every
+    scope is one of them, nothing else is walked.
+    """
+    n = len(s)
+    if not n:
+        s.parent, s.depth = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        return
+    thr = s.thread
+    order = None if bool(np.all(thr == thr[0])) else np.argsort(thr, kind="stable")
+    st = s.cpu_start_ns if order is None else s.cpu_start_ns[order]
+    en = s.cpu_end_ns if order is None else s.cpu_end_ns[order]
+    firsts = [0] if order is None else np.flatnonzero(np.diff(thr[order], prepend=-1) != 0).tolist()
+    ended_before = np.empty(n, np.int64)  # the latest end among the thread's earlier scopes
+    for a, b in zip(firsts, [*firsts[1:], n], strict=True):
+        ended_before[a] = NO_TIME
+        ended_before[a + 1 : b] = np.maximum.accumulate(en[a : b - 1])
+    new_group = np.zeros(n, bool)
+    new_group[firsts] = True
+    same_prev = ~new_group[1:]
+    if bool(np.any(same_prev & (st[1:] < st[:-1]))):  # not in start order: walk
+        _nest_walk(s)
+        return
+    child = np.zeros(n, bool)
+    child[1:] = same_prev & (en[:-1] > st[1:])
+    par = np.where(child, np.arange(n, dtype=np.int64) - 1, -1)
+    known = child | (ended_before <= st)
+    # A scope after an ended sibling: the parent of the scope before it, if still running (one
+    # round per sibling; long runs of siblings, or deeper cases, take the walk).
+    for _ in range(_SIBLING_ROUNDS):
+        left = np.flatnonzero(~known)
+        if not len(left):
+            break
+        prev = left - 1
+        up = par[prev]
+        ok = known[prev] & (up >= 0)
+        ok[ok] = en[up[ok]] > st[left[ok]]
+        if not ok.any():
+            break
+        par[left[ok]] = up[ok]
+        known[left[ok]] = True
+    if not bool(np.all(known)):
+        _nest_walk(s)
+        return
+    has = par >= 0
+    if order is None:
+        parent = par
+    else:
+        parent = np.full(n, -1, np.int64)
+        parent[order[has]] = order[par[has]]
+    s.parent = parent
+    s.depth = ancestors(parent).astype(np.int32)
+
+
+def ancestors(parent: I64) -> I64:
+    """How many ancestors each row has (its depth), by pointer doubling over ``parent``."""
+    anc = parent.copy()
+    dist: I64 = (anc >= 0).astype(np.int64)
+    live = np.flatnonzero(anc >= 0)
+    while len(live):
+        up = anc[live]
+        dist[live] += dist[up]
+        anc[live] = anc[up]
+        live = live[anc[live] >= 0]
+    return dist
+
+
+def _nest_walk(s: ScopeTable) -> None:
     starts, ends, thr = s.cpu_start_ns.tolist(), s.cpu_end_ns.tolist(), s.thread.tolist()
     parent = [-1] * len(starts)
     depth = [0] * len(starts)

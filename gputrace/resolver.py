@@ -22,14 +22,15 @@ of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertai
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
+import itertools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from gputrace.clockbound import FeasibleBand
+from gputrace.clockbound import FeasibleBand, sample_columns
 from gputrace.flags import (
     EXPLAIN,
     MAX_ANOMALY_ITEMS,
@@ -76,6 +77,10 @@ __all__ = [
 _flag_outliers = flag_outliers
 _flag_overlaps = flag_overlaps
 
+# A RawSpan's integer fields, in one tuple: pulled out of every span in one pass.
+_SPAN_FIELDS = operator.attrgetter("token", "queue", "gpu_start_ns", "gpu_end_ns", "submit_ns", "done_by_ns")
+_N_SPAN_FIELDS = 6
+
 # The largest clock drift assumed when a single sample cannot measure it (FACTS: −2 … +44 ppm seen).
 DEFAULT_DRIFT_PPM = 50.0
 
@@ -87,22 +92,29 @@ def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
     """
     if not samples:
         return None
-    ordered = sorted(samples, key=lambda s: (s.gpu_ns, s.cpu_before_ns, s.cpu_after_ns))
-    hw_all = np.array([s.half_width_ns for s in ordered], dtype=np.float64)
+    cols = sample_columns(samples)
+    return _fit_columns(cols[:, 0], cols[:, 1], cols[:, 2])
+
+
+def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> ClockFit:
+    """``fit_clock`` over the samples' columns (CPU before, GPU, CPU after; at least one)."""
+    order = np.lexsort((after, before, gpu))
+    before, gpu, after = before[order], gpu[order], after[order]
+    hw_all = (after - before) / 2.0
     keep = hw_all <= 4.0 * max(float(np.median(hw_all)), 0.5)
-    used = [s for s, k in zip(ordered, keep, strict=True) if k]
+    before, gpu, after = before[keep], gpu[keep], after[keep]
     hw = hw_all[keep]
-    best = used[int(np.argmin(hw))]
-    gpu_ref, cpu_ref0 = best.gpu_ns, best.cpu_before_ns
-    x = np.array([s.gpu_ns - gpu_ref for s in used], dtype=np.float64)
-    y = np.array([s.cpu_before_ns - cpu_ref0 for s in used], dtype=np.float64) + hw
+    best = int(np.argmin(hw))
+    gpu_ref, cpu_ref0 = int(gpu[best]), int(before[best])
+    x = (gpu - gpu_ref).astype(np.float64)
+    y = (before - cpu_ref0).astype(np.float64) + hw
     w = 1.0 / (hw + 1.0) ** 2
     xm = float(np.sum(w * x) / np.sum(w))
     ym = float(np.sum(w * y) / np.sum(w))
     sxx = float(np.sum(w * (x - xm) ** 2))
     method = "offset"
     slope, intercept = 1.0, ym - xm
-    if len(used) > 1 and sxx > 0:
+    if len(x) > 1 and sxx > 0:
         fitted = float(np.sum(w * (x - xm) * (y - ym)) / sxx)
         b = np.max(np.abs(y - (ym + fitted * (x - xm))) + hw)
         span = float(np.ptp(x))
@@ -114,14 +126,14 @@ def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
     resid = y - (intercept + slope * x)
     bound = np.abs(resid) + hw
     return ClockFit(
-        gpu_ref_ns=int(gpu_ref),
+        gpu_ref_ns=gpu_ref,
         cpu_ref_ns=int(cpu_ref),
         slope=slope,
         residual_ns=float(np.max(np.abs(resid))),
         uncertainty_ns=float(np.max(bound)) + 0.5,  # + rounding to integer ns
-        samples=len(used),
-        first_cpu_ns=int(min(s.cpu_before_ns for s in used)),
-        last_cpu_ns=int(max(s.cpu_after_ns for s in used)),
+        samples=len(x),
+        first_cpu_ns=int(before.min()),
+        last_cpu_ns=int(after.max()),
         method=method,
     )
 
@@ -164,7 +176,7 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
         if not len(times):
             continue
         cols.append(times)
-        name_col.append(np.fromiter((intern(n) for n in t.names), np.int32, len(t.names)))
+        name_col.append(_intern_all(t.names, intern))
         thread_col.append(np.full(len(t.names), ti, np.int32))
         args_in.update({offset + k: v for k, v in t.args.items()})
         offset += len(t.names)
@@ -216,35 +228,53 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
     return trace
 
 
+def _intern_all(names: list[str], intern: Callable[[object], int]) -> np.ndarray:
+    """``intern`` of every name, asked once per distinct name."""
+    try:
+        distinct = dict.fromkeys(names)
+    except TypeError:  # an unhashable name: one by one
+        distinct = None
+    # (names of other types than str may compare equal across types: 1 == 1.0 == True)
+    if distinct is None or not all(type(k) is str for k in distinct):
+        return np.fromiter((intern(n) for n in names), np.int32, len(names))
+    ids = {k: intern(k) for k in distinct}
+    return np.fromiter(map(ids.__getitem__, names), np.int32, len(names))
+
+
 def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
     """Per device: the fitted clock and, where the windows allow, the feasible-set band."""
-    by_device: dict[int, list[CalibrationSample]] = defaultdict(list)
-    for smp in raw.samples:
-        by_device[smp.device].append(smp)
+    if not raw.samples:
+        return {}
+    cols = sample_columns(raw.samples)
+    device = cols[:, 3]
+    devices, first = np.unique(device, return_index=True)
     out = {}
-    for d, samples in by_device.items():
-        got = _fit_device(tuple(samples))
+    for d in devices[np.argsort(first)].tolist():
+        mine = cols[device == d] if len(devices) > 1 else cols
+        got = _fit_device(np.ascontiguousarray(mine[:, :3]).tobytes())
         if got is not None:
             out[d] = got
     return out
 
 
 @functools.lru_cache(maxsize=8)
-def _fit_device(samples: tuple[CalibrationSample, ...]) -> tuple[ClockFit, FeasibleBand | None] | None:
-    """One device's fit and band. Cached: a streamed session fits the same samples for its last
-    chunk and for the final header (the band's searches are the costly part of a short session's
-    stop)."""
-    fit = fit_clock(samples)
-    if fit is None:
+def _fit_device(columns: bytes) -> tuple[ClockFit, FeasibleBand | None] | None:
+    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes.
+    Cached: a streamed session fits the same samples for its last chunk and for the final header.
+    """
+    cols = np.frombuffer(columns, np.int64).reshape(-1, 3)
+    if not len(cols):
         return None
-    band = FeasibleBand.build(samples, fit)
+    before, gpu, after = cols[:, 0], cols[:, 1], cols[:, 2]
+    fit = _fit_columns(before, gpu, after)
+    band = FeasibleBand.from_columns(before, gpu, after, fit)
     if band is None:
         fit = replace(fit, bound="residual+window (no linear clock fits every window)")
     else:
         # Centre the line in the band (same slope): the least-squares line can sit off-centre
         # when the windows are lopsided (a GPU that runs late after every submit).
         moved = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + round(band.centre_offset()))
-        moved = _with_residual_bound(samples, moved)
+        moved = _with_residual_bound(before, gpu, after, moved)
         band.fit = moved
         tighter = band.span_bound()
         if tighter < moved.uncertainty_ns:
@@ -254,12 +284,13 @@ def _fit_device(samples: tuple[CalibrationSample, ...]) -> tuple[ClockFit, Feasi
     return fit, band
 
 
-def _with_residual_bound(samples: Sequence[CalibrationSample], fit: ClockFit) -> ClockFit:
-    """``fit`` with its residual and residual+window bound recomputed over ``samples``."""
-    used = [smp for smp in samples if fit.first_cpu_ns <= smp.cpu_before_ns <= fit.last_cpu_ns]
-    mids = np.array([smp.cpu_mid_ns for smp in used], np.float64)
-    hw = np.array([smp.half_width_ns for smp in used], np.float64)
-    at = fit.to_cpu(np.array([smp.gpu_ns for smp in used], np.int64)).astype(np.float64)
+def _with_residual_bound(before: np.ndarray, gpu: np.ndarray, after: np.ndarray, fit: ClockFit) -> ClockFit:
+    """``fit`` with its residual and residual+window bound recomputed over the samples."""
+    used = (before >= fit.first_cpu_ns) & (before <= fit.last_cpu_ns)
+    b, a = before[used], after[used]
+    mids = (b + a) / 2.0
+    hw = (a - b) / 2.0
+    at = fit.to_cpu(gpu[used]).astype(np.float64)
     resid = np.abs(mids - at)
     return replace(fit, residual_ns=float(resid.max()), uncertainty_ns=float(np.max(resid + hw)) + 0.5)
 
@@ -280,33 +311,51 @@ def _place_spans(
     fits = {d: f for d, (f, _) in fitted.items()}
     sorted_rows = np.argsort(tokens, kind="stable")
     sorted_tokens = tokens[sorted_rows]
-    spans = sorted(raw.spans, key=lambda r: (r.token, r.gpu_start_ns, r.gpu_end_ns, r.queue, r.label))
-    tok = np.array([r.token for r in spans], np.int64)
+    raw_spans = raw.spans
+    m = len(raw_spans)
+    fields = np.fromiter(
+        itertools.chain.from_iterable(map(_SPAN_FIELDS, raw_spans)), np.int64, _N_SPAN_FIELDS * m
+    ).reshape(m, _N_SPAN_FIELDS)
+    labels = [r.label for r in raw_spans]
+    label_list = sorted(set(labels))  # spans sort by label last, as strings
+    rank_of = {lb: i for i, lb in enumerate(label_list)}
+    label_rank = np.fromiter(map(rank_of.__getitem__, labels), np.int64, m)
+    # the spans in (token, gpu start, gpu end, queue, label) order: the result never depends on
+    # the order the backend delivered them in
+    order = np.lexsort((label_rank, fields[:, 1], fields[:, 3], fields[:, 2], fields[:, 0]))
+    fields, label_rank = fields[order], label_rank[order]
+    tok = fields[:, 0]
     pos = np.searchsorted(sorted_tokens, tok)
     pos_ok = (pos < len(sorted_tokens)) & (sorted_tokens[np.minimum(pos, len(sorted_tokens) - 1)] == tok)
-    queue = np.array([r.queue for r in spans], np.int32)
-    dev = np.array([raw.queues[q].device if 0 <= q < len(raw.queues) else 0 for q in queue.tolist()])
-    g0 = np.array([r.gpu_start_ns for r in spans], np.int64)
-    g1 = np.array([r.gpu_end_ns for r in spans], np.int64)
-    c0 = np.full(len(spans), NO_TIME, np.int64)
-    c1 = np.full(len(spans), NO_TIME, np.int64)
+    queue = fields[:, 1].astype(np.int32)
+    n_q = len(raw.queues)
+    q_device = np.array([q.device for q in raw.queues] + [0], np.int64)
+    dev = q_device[np.where((queue >= 0) & (queue < n_q), queue, n_q)]
+    g0 = np.ascontiguousarray(fields[:, 2])
+    g1 = np.ascontiguousarray(fields[:, 3])
+    c0 = np.full(m, NO_TIME, np.int64)
+    c1 = np.full(m, NO_TIME, np.int64)
     for d in np.unique(dev).tolist():
         fit = fits.get(d)
         if fit is None:
             continue
-        m = dev == d
-        c0[m], c1[m] = fit.to_cpu(g0[m]), fit.to_cpu(g1[m])
+        on = dev == d
+        c0[on], c1[on] = fit.to_cpu(g0[on]), fit.to_cpu(g1[on])
     aligned = pos_ok & (c0 != NO_TIME)
     rows = sorted_rows[pos[aligned]]
+    ranks = label_rank[aligned]
+    label_id = np.zeros(len(label_list), np.int32)
+    for r in np.unique(ranks).tolist():
+        label_id[r] = intern(label_list[r])
     table = SpanTable(
         scope=rows.astype(np.int64),
-        label=np.array([intern(r.label) for r, a in zip(spans, aligned, strict=True) if a], np.int32),
+        label=label_id[ranks],
         queue=queue[aligned],
-        submit_ns=np.array([r.submit_ns for r in spans], np.int64)[aligned],
+        submit_ns=fields[:, 4][aligned],
         gpu_start_ns=c0[aligned],
         gpu_end_ns=c1[aligned],
     )
-    done_by = np.array([r.done_by_ns for r in spans], np.int64)[aligned]
+    done_by = fields[:, 5][aligned]
     # rows in scope order (as a loaded trace file gives them back)
     by_scope = np.lexsort((table.gpu_end_ns, table.gpu_start_ns, table.scope))
     table = SpanTable(
