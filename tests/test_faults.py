@@ -375,11 +375,6 @@ def test_cuda_backend(point: str, mode: str, timing: str, tmp_path: Path) -> Non
             pytest.skip("CUPTI timing needs cupti-python")
         if point in ("begin", "end"):
             pytest.skip("CUPTI timing asks for no token per scope: begin/end are never called")
-        if "torch" in sys.modules:  # e.g. after tests/test_cuda.py's torch.profiler tests
-            pytest.skip(
-                "torch is loaded: a CUPTI session forced after torch.profiler ran loses its kernels "
-                "(its scopes read untimed, docs/cupti.md); timing='auto' uses events there"
-            )
         from gputrace.backends.cupti import CuptiBackend as cls
     else:
         from gputrace.backends.cuda_events import CudaEventsBackend as cls
