@@ -41,9 +41,9 @@ class CalibrationSample:
         return (self.cpu_before_ns + self.cpu_after_ns) / 2.0
 
 
-@dataclass(frozen=True)
-class RawSpan:
-    """One GPU execution span in the backend's clock domain, tied to a scope by its token."""
+class RawSpan(NamedTuple):
+    """One GPU execution span in the backend's clock domain, tied to a scope by its token (a named
+    tuple: of plain numbers, so the garbage collector stops tracking it, however many wait)."""
 
     token: int
     queue: int  # index into Backend.queues()
