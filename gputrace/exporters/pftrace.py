@@ -1358,9 +1358,15 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
 
 def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
     """Read a ``.pftrace`` that gputrace wrote back into the ``Trace`` it was written from."""
+    from gputrace.loader import gc_paused
+
+    with gc_paused():  # the packets decode into many small objects, none of them in a cycle
+        return _read_file(Path(path), progress)
+
+
+def _read_file(p: Path, progress: Progress | None) -> Trace:
     from gputrace.loader import TraceFileError, read_bytes
 
-    p = Path(path)
     raw = read_bytes(p)  # bounded: regular files only, at most GPUTRACE_MAX_TRACE_BYTES
     if not raw:
         raise TraceFileError(f"{p}: the file is empty.")

@@ -1,0 +1,154 @@
+"""The JSON reader's fast path (msgspec structs) reads every file exactly as the plain path does.
+
+The fast path is an optimisation only: a file it does not expect (cut short, damaged, another
+tool's) goes through the plain path, so the trace or the one-sentence error stays the same.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+import gputrace
+from gputrace.backends.cupti import CuptiBackend
+from gputrace.backends.cupti_fake import FakeActivitySource
+from gputrace.clock import FakeClock
+from gputrace.exporters import json as json_format
+from gputrace.loader import TraceFileError
+from gputrace.model import OpTable, ScopeTable
+from gputrace.records import OP_MEMCPY
+from tests.test_exporter import record_story
+
+DATA = Path(__file__).parent / "data"
+GOLDEN = sorted(p for p in DATA.glob("*.json*") if p.name not in ("durations.json", "pytorch.json"))
+
+
+def plain(path: Path) -> gputrace.Trace:
+    raw, cut = json_format.read_raw(path)
+    doc, truncated = json_format._document(raw, cut, path, None)
+    return json_format.from_document(doc, str(path), truncated=truncated)
+
+
+def fast(path: Path) -> gputrace.Trace | None:
+    raw, cut = json_format.read_raw(path)
+    assert not cut
+    return json_format._read_fast(raw, str(path), None)
+
+
+def assert_identical(a: gputrace.Trace, b: gputrace.Trace) -> None:
+    assert a.header == b.header
+    assert a.names == b.names and a.threads == b.threads and a.queues == b.queues
+    for col in ScopeTable.COLUMNS:
+        assert np.array_equal(getattr(a.scopes, col), getattr(b.scopes, col)), col
+    assert a.scopes.args == b.scopes.args
+    for col in ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
+        assert np.array_equal(getattr(a.spans, col), getattr(b.spans, col)), col
+    for col in OpTable.COLUMNS:
+        assert np.array_equal(getattr(a.ops, col), getattr(b.ops, col)), col
+    assert a.marks == b.marks and a.clock_fits == b.clock_fits
+
+
+def cupti_trace(path: Path) -> None:
+    clock = FakeClock(1_000_000, 1_000)
+    src = FakeActivitySource(clock)
+    with gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True):
+        for i in range(30):
+            with gputrace.trace("step", i=i):
+                src.launch(f"k{i % 3}", gpu_ns=500 + i, grid=(i + 1, 2, 1))
+                if i % 7 == 0:
+                    src.launch("copy", kind=OP_MEMCPY, nbytes=4096)
+            gputrace.mark("tick", i=i)
+        src.launch("loose")
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_golden_files_read_the_same_both_ways(path: Path) -> None:
+    got = fast(path)
+    assert got is not None, "the fast path declined a file gputrace wrote"
+    assert_identical(got, plain(path))
+
+
+@pytest.mark.parametrize("name", ["story.json", "story.json.gz", "cupti.json", "cupti.json.gz"])
+def test_fresh_traces_read_the_same_both_ways(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    (cupti_trace if name.startswith("cupti") else record_story)(path)
+    got = fast(path)
+    assert got is not None
+    assert_identical(got, plain(path))
+    assert_identical(gputrace.load(path), got)
+    if name.startswith("cupti"):
+        assert len(got.ops) == 30 + 5 + 1
+
+
+def test_without_msgspec_every_file_still_reads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    cupti_trace(path)
+    want = gputrace.load(path)
+    monkeypatch.setattr(json_format, "_FAST", False)
+    assert_identical(gputrace.load(path), want)
+
+
+def _edit_first(path: Path, out: Path, match: dict[str, object], change: dict[str, object]) -> None:
+    doc = orjson.loads(path.read_bytes())
+    e = next(e for e in doc["traceEvents"] if all(e.get(k) == v for k, v in match.items()))
+    e.update(change)
+    out.write_bytes(orjson.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("match", "change"),
+    [
+        ({"ph": "X", "name": "step"}, {"ts": "12"}),  # a string where a number belongs
+        ({"ph": "X", "name": "step"}, {"dur": -1.0}),
+        ({"ph": "X", "cat": "kernel"}, {"args": {"op": 0}}),  # an operation without its fields
+        ({"ph": "b", "cat": "queued"}, {"id2": {"local": 10**6}}),
+    ],
+)
+def test_a_damaged_file_gets_the_plain_paths_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, match: dict[str, object], change: dict[str, object]
+) -> None:
+    good = tmp_path / "good.json"
+    cupti_trace(good)
+    bad = tmp_path / "bad.json"
+    _edit_first(good, bad, match, change)
+    assert fast(bad) is None
+    with pytest.raises(TraceFileError) as fast_err:
+        gputrace.load(bad)
+    monkeypatch.setattr(json_format, "_FAST", False)
+    with pytest.raises(TraceFileError) as plain_err:
+        gputrace.load(bad)
+    assert str(fast_err.value) == str(plain_err.value)
+    assert "malformed" in str(fast_err.value)
+
+
+def test_a_cut_file_still_reads_as_truncated(tmp_path: Path) -> None:
+    path = tmp_path / "c.json.gz"
+    cupti_trace(path)
+    raw = gzip.decompress(path.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: raw.rindex(b",\n", 0, len(raw) - 1000) + 30])  # inside the last chunk
+    t = gputrace.load(cut)
+    assert t.header["truncated"] is True and len(t) > 0
+
+
+def test_the_collector_is_restored_after_a_read(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    record_story(path)
+    assert gc.isenabled()
+    gputrace.load(path)
+    assert gc.isenabled()
+    (tmp_path / "bad.json").write_bytes(b'{"traceEvents": [')
+    with pytest.raises(TraceFileError):
+        gputrace.load(tmp_path / "bad.json")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        gputrace.load(path)
+        assert not gc.isenabled()  # left off when it was off
+    finally:
+        gc.enable()
