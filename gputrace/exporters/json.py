@@ -25,9 +25,9 @@ import os
 import zlib
 from collections.abc import Callable, Iterable
 from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -296,11 +296,25 @@ if _FAST:
     UNSET: Any = msgspec.UNSET
     _RAW_NONE = msgspec.Raw()
 
-    class _Event(msgspec.Struct, gc=False):
-        """One trace event: the fields the reader looks at (an absent one is UNSET, absent args
-        an empty Raw). Reads like the dict it stands for where the reader treats it as one."""
+    class _Event(msgspec.Struct, gc=False, tag_field="ph"):
+        """A trace event, by its ``ph``: the fields the reader looks at (an absent one is UNSET,
+        absent args an empty Raw). Reads like the dict it stands for where the reader treats
+        it as one."""
 
-        ph: Any = UNSET
+        def get(self, key: str, default: Any = None) -> Any:
+            v = _field(self, key)
+            return default if v is UNSET else v
+
+        def __getitem__(self, key: str) -> Any:
+            v = _field(self, key)
+            if v is UNSET:
+                raise KeyError(key)
+            return v
+
+        def __contains__(self, key: str) -> bool:
+            return _field(self, key) is not UNSET
+
+    class _X(_Event, tag="X"):
         cat: Any = UNSET
         name: Any = UNSET
         pid: Any = UNSET
@@ -309,34 +323,55 @@ if _FAST:
         dur: Any = UNSET
         bind_id: Any = UNSET
         args: msgspec.Raw = _RAW_NONE  # decoded for the events whose args are read
+
+    class _B(_Event, tag="b"):
+        cat: Any = UNSET
+        name: Any = UNSET
+        pid: Any = UNSET
+        ts: Any = UNSET
         id2: msgspec.Raw = _RAW_NONE
 
-        def get(self, key: str, default: Any = None) -> Any:
-            v = _value(getattr(self, key, UNSET))
-            return default if v is UNSET else v
+    class _I(_Event, tag="i"):
+        cat: Any = UNSET
+        name: Any = UNSET
+        pid: Any = UNSET
+        tid: Any = UNSET
+        ts: Any = UNSET
+        args: msgspec.Raw = _RAW_NONE
 
-        def __getitem__(self, key: str) -> Any:
-            v = _value(getattr(self, key, UNSET))
-            if v is UNSET:
-                raise KeyError(key)
-            return v
+    class _M(_Event, tag="M"):
+        name: Any = UNSET
+        pid: Any = UNSET
+        tid: Any = UNSET
+        args: msgspec.Raw = _RAW_NONE
 
-        def __contains__(self, key: str) -> bool:
-            return _value(getattr(self, key, UNSET)) is not UNSET
-
-    class _Doc(msgspec.Struct, gc=False):
-        traceEvents: list[_Event]
-        gputrace: Any = UNSET
-        metadata: Any = UNSET
-
+    # every other phase of the Chrome trace format: read past, nothing kept (a phase not listed
+    # here, or an event without one, sends the file to the plain path)
+    _PASSED = tuple(
+        msgspec.defstruct(f"_Passed{i}", [], bases=(_Event,), tag=ph)
+        for i, ph in enumerate("BEIensftPNODRCSTpFcvV()")
+    )
+    _Doc = msgspec.defstruct(
+        "_Doc",
+        [
+            ("traceEvents", list[Union[(_X, _B, _I, _M, *_PASSED)]]),  # type: ignore[misc] # noqa: UP007
+            ("gputrace", Any, UNSET),
+            ("metadata", Any, UNSET),
+        ],
+        gc=False,
+    )
     _DOC_DECODER = msgspec.json.Decoder(_Doc)
+    _RAW_FIELDS = ("args", "id2")  # absent: the empty Raw; any other field absent: UNSET
 else:  # pragma: no cover
     _Event = None  # type: ignore[assignment,misc]
 
 
-def _value(v: Any) -> Any:
-    """A field's value: raw args decoded, an empty Raw as UNSET."""
-    if _FAST and type(v) is msgspec.Raw:
+def _field(e: Any, key: str) -> Any:
+    """An event's field as its dict would hold it: raw args decoded; UNSET where absent."""
+    if key == "ph":
+        return e.__struct_config__.tag
+    v = getattr(e, key, UNSET)
+    if type(v) is msgspec.Raw:
         return orjson.loads(v) if len(v) else UNSET
     return v
 
@@ -392,8 +427,8 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     waits: list[Any] = []
     op_events: list[Any] = []
     for e in events:
-        ph = e.ph
-        if ph == "X":
+        kind = type(e)
+        if kind is _X:
             cat = e.cat
             if cat is UNSET or cat is None:
                 (gpu if e.pid >= GPU_PID_BASE else cpu).append(e)
@@ -405,9 +440,9 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
                 passes.append(e)
             elif cat in OP_CATS:
                 op_events.append(e)
-        elif ph == "i":
+        elif kind is _I:
             instants.append(e)
-        elif ph == "b" and e.cat == "queued":
+        elif kind is _B and e.cat == "queued":
             waits.append(e)
     for group in (cpu, gpu, passes, instants, op_events):
         _decode_field(group, "args")
@@ -419,10 +454,10 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
 
 def _col(events: list[Any] | tuple[Any, ...], key: str) -> list[Any]:
     """``[e[key] for e in events]``, in C; KeyError where an event lacks ``key``."""
-    if not events or type(events[0]) is not _Event:
+    if not events or not isinstance(events[0], _Event):
         return list(map(itemgetter(key), events))
     vals = list(map(attrgetter(key), events))
-    if any(v is UNSET or v is _RAW_NONE for v in vals):
+    if any(map(is_, vals, repeat(_RAW_NONE if key in _RAW_FIELDS else UNSET))):
         raise KeyError(key)
     return vals
 
@@ -526,6 +561,8 @@ def _names_from_metadata(events: list[Any], pid: int) -> tuple[list[ThreadInfo],
     """Threads and queues from the name events (a cut file has no final header listing them)."""
     threads: dict[int, ThreadInfo] = {}
     queues: dict[int, QueueInfo] = {}
+    if _FAST and events and isinstance(events[0], _Event):
+        events = [e for e in events if type(e) is _M]  # the others are no name events
     for e in events:
         if e.get("ph") != "M" or e.get("name") != "thread_name":
             continue
@@ -596,7 +633,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["queues"] = [queue_dict(q) for q in queues]
     thread_idx = {t.tid: i for i, t in enumerate(threads)}
     # One pass sorts the events by kind; everything after it is per-column and vectorised.
-    structs = _FAST and bool(events) and type(events[0]) is _Event
+    structs = _FAST and bool(events) and isinstance(events[0], _Event)
     cpu, gpu, passes, instants, waits, op_events = (_classify_structs if structs else _classify)(events)
     n = len(cpu)
     raw_names = _col(cpu, "name")
@@ -816,10 +853,11 @@ _NO_ARGS: dict[str, Any] = {}
 def _with_key(events: list[Any] | tuple[Any, ...], key: str) -> npt.NDArray[np.intp]:
     """Rows of the events that have ``key``."""
     has: Iterable[bool]
-    if not events or type(events[0]) is not _Event:
+    if not events or not isinstance(events[0], _Event):
         has = map(dict.__contains__, events, repeat(key))
     else:
-        has = (v is not UNSET and v is not _RAW_NONE for v in map(attrgetter(key), events))
+        absent = _RAW_NONE if key in _RAW_FIELDS else UNSET
+        has = (v is not absent for v in map(attrgetter(key), events))
     return np.flatnonzero(np.fromiter(has, bool, len(events)))
 
 
