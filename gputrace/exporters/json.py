@@ -296,10 +296,9 @@ if _FAST:
     UNSET: Any = msgspec.UNSET
     _RAW_NONE = msgspec.Raw()
 
-    class _Event(msgspec.Struct, gc=False, tag_field="ph"):
-        """A trace event, by its ``ph``: the fields the reader looks at (an absent one is UNSET,
-        absent args an empty Raw). Reads like the dict it stands for where the reader treats
-        it as one."""
+    class _Obj(msgspec.Struct, gc=False):
+        """Reads like the dict it stands for where the reader treats it as one: a field not in
+        the file is UNSET (raw args: an empty Raw), and reads as absent."""
 
         def get(self, key: str, default: Any = None) -> Any:
             v = _field(self, key)
@@ -313,6 +312,40 @@ if _FAST:
 
         def __contains__(self, key: str) -> bool:
             return _field(self, key) is not UNSET
+
+    class _Event(_Obj, tag_field="ph"):
+        """A trace event, by its ``ph``, with the fields the reader looks at."""
+
+    class _GpuArgs(_Obj):
+        """A GPU slice's args: what the reader takes from them."""
+
+        scope: Any = UNSET
+        gpu_us: Any = UNSET
+        submit_ts: Any = UNSET
+        uncertainty_us: Any = UNSET
+        flags: Any = UNSET
+
+    class _OpArgs(_Obj):
+        """An operation's args: what the reader takes from them."""
+
+        op: Any = UNSET
+        scope: Any = UNSET
+        queue: Any = UNSET
+        tid: Any = UNSET
+        correlation: Any = UNSET
+        call: Any = UNSET
+        call_ts: Any = UNSET
+        call_dur_us: Any = UNSET
+        bytes: Any = UNSET
+        grid: Any = UNSET
+        block: Any = UNSET
+        graph_id: Any = msgspec.field(default=UNSET, name="graph id")
+        graph_node_id: Any = msgspec.field(default=UNSET, name="graph node id")
+
+    _ARGS_DECODERS: dict[str, Any] = {
+        "gpu": msgspec.json.Decoder(list[_GpuArgs]),
+        "op": msgspec.json.Decoder(list[_OpArgs]),
+    }
 
     class _X(_Event, tag="X"):
         cat: Any = UNSET
@@ -351,10 +384,11 @@ if _FAST:
         msgspec.defstruct(f"_Passed{i}", [], bases=(_Event,), tag=ph)
         for i, ph in enumerate("BEIensftPNODRCSTpFcvV()")
     )
+    _ANY_EVENT: Any = Union.__getitem__((_X, _B, _I, _M, *_PASSED))  # type: ignore[attr-defined]
     _Doc = msgspec.defstruct(
         "_Doc",
         [
-            ("traceEvents", list[Union[(_X, _B, _I, _M, *_PASSED)]]),  # type: ignore[misc] # noqa: UP007
+            ("traceEvents", list[_ANY_EVENT]),
             ("gputrace", Any, UNSET),
             ("metadata", Any, UNSET),
         ],
@@ -363,27 +397,29 @@ if _FAST:
     _DOC_DECODER = msgspec.json.Decoder(_Doc)
     _RAW_FIELDS = ("args", "id2")  # absent: the empty Raw; any other field absent: UNSET
 else:  # pragma: no cover
-    _Event = None  # type: ignore[assignment,misc]
+    _Obj = _Event = None  # type: ignore[assignment,misc]
 
 
 def _field(e: Any, key: str) -> Any:
     """An event's field as its dict would hold it: raw args decoded; UNSET where absent."""
     if key == "ph":
         return e.__struct_config__.tag
-    v = getattr(e, key, UNSET)
+    v = getattr(e, key.replace(" ", "_"), UNSET)
     if type(v) is msgspec.Raw:
         return orjson.loads(v) if len(v) else UNSET
     return v
 
 
-def _decode_field(events: list[Any], key: str) -> None:
-    """Decode ``key`` (raw JSON) of the events that have it, in one orjson call."""
+def _decode_field(events: list[Any], key: str, as_: str = "") -> None:
+    """Decode ``key`` (raw JSON) of the events that have it, in one call: to dicts, or to the
+    args structs named by ``as_`` (only the fields the reader takes)."""
     raws = list(map(attrgetter(key), events))
     present = [i for i, r in enumerate(raws) if r is not _RAW_NONE]  # absent: left as it is
     if not present:
         return
     sel = raws if len(present) == len(raws) else [raws[i] for i in present]
-    values = orjson.loads(b"[" + b",".join(sel) + b"]")
+    text = b"[" + b",".join(sel) + b"]"
+    values = _ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
     for i, v in zip(present, values, strict=True):
         setattr(events[i], key, v)
 
@@ -393,7 +429,7 @@ def _read_fast(raw: bytes, where: str, progress: Progress | None) -> Trace | Non
     if progress is not None:
         progress("read")
     try:
-        doc = _DOC_DECODER.decode(raw)
+        doc: Any = _DOC_DECODER.decode(raw)
     except Exception:  # not JSON, cut short, another shape: the plain path says what it is
         return None
     truncated = False
@@ -444,19 +480,31 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
             instants.append(e)
         elif kind is _B and e.cat == "queued":
             waits.append(e)
-    for group in (cpu, gpu, passes, instants, op_events):
+    for group in (cpu, passes, instants):
         _decode_field(group, "args")
+    _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
+    _decode_field(op_events, "args", "op")
     _decode_field(waits, "id2")
-    op_events = [e for e in op_events if isinstance(e.args, dict) and "op" in e.args]
+    op_events = [e for e in op_events if e.args is not _RAW_NONE and e.args.op is not UNSET]
     waits = [e for e in waits if isinstance(e.id2, dict)]
     return cpu, gpu, passes, instants, waits, op_events
 
 
+def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[Any]:
+    """``[o.get(key, default) for o in objs]``, in C."""
+    if not objs or not isinstance(objs[0], _Obj):
+        return list(map(dict.get, objs, repeat(key), repeat(default)))
+    vals = list(map(attrgetter(key.replace(" ", "_")), objs))
+    if any(map(is_, vals, repeat(UNSET))):
+        vals = [default if v is UNSET else v for v in vals]
+    return vals
+
+
 def _col(events: list[Any] | tuple[Any, ...], key: str) -> list[Any]:
     """``[e[key] for e in events]``, in C; KeyError where an event lacks ``key``."""
-    if not events or not isinstance(events[0], _Event):
+    if not events or not isinstance(events[0], _Obj):
         return list(map(itemgetter(key), events))
-    vals = list(map(attrgetter(key), events))
+    vals = list(map(attrgetter(key.replace(" ", "_")), events))
     if any(map(is_, vals, repeat(_RAW_NONE if key in _RAW_FIELDS else UNSET))):
         raise KeyError(key)
     return vals
@@ -633,7 +681,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["queues"] = [queue_dict(q) for q in queues]
     thread_idx = {t.tid: i for i, t in enumerate(threads)}
     # One pass sorts the events by kind; everything after it is per-column and vectorised.
-    structs = _FAST and bool(events) and isinstance(events[0], _Event)
+    structs = _FAST and bool(events) and isinstance(events[0], _Obj)
     cpu, gpu, passes, instants, waits, op_events = (_classify_structs if structs else _classify)(events)
     n = len(cpu)
     raw_names = _col(cpu, "name")
@@ -672,11 +720,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
 
     if gpu:
         # args are rare on a GPU slice (flags, the uncertainty where it changes): look at those only
-        ga: list[Any] = [_NO_ARGS] * len(gpu)
-        a_rows = _with_key(gpu, "args").tolist()
-        for i in a_rows:
-            ga[i] = gpu[i]["args"] or _NO_ARGS
-        a_rows = [i for i in a_rows if ga[i] is not _NO_ARGS]
+        ga, with_key = _gpu_args(gpu)
         # the scope is the flow's bind_id (older files: args.scope)
         try:
             scope_ids = _col(gpu, "bind_id")
@@ -691,13 +735,13 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             raise _Malformed(why)
         s.gpu_start_ns[rows] = t0
         g_dur = _floats(_col(gpu, "dur"), "a gpu slice's dur", non_negative=True)
-        with_us = [i for i in a_rows if "gpu_us" in ga[i]]  # negative durations, as measured
+        with_us = with_key("gpu_us")  # negative durations, as measured
         if with_us:
             g_dur[with_us] = _floats([ga[i]["gpu_us"] for i in with_us], "gpu_us")
         if why := negative_gpu_time(g_dur, ga):
             raise _Malformed(why)
         s.gpu_end_ns[rows] = t0 + _to_ns(g_dur)
-        with_sub = [i for i in a_rows if "submit_ts" in ga[i]]
+        with_sub = with_key("submit_ts")
         if with_sub:
             sub_us = _floats([ga[i]["submit_ts"] for i in with_sub], "submit_ts")
             s.submit_ns[rows[with_sub]] = base + _to_ns(sub_us)
@@ -707,7 +751,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
                 raise _Malformed("a queued wait names a scope that the trace does not have")
             s.submit_ns[w_rows] = base + _to_ns(_floats(_col(waits, "ts"), "a wait's ts"))
         # written where it changes: carried forward over the GPU slices in file order
-        with_unc = [i for i in a_rows if "uncertainty_us" in ga[i]]
+        with_unc = with_key("uncertainty_us")
         unc = np.zeros(len(ga), np.float64)
         if with_unc:
             unc[with_unc] = _floats([ga[i]["uncertainty_us"] for i in with_unc], "uncertainty_us")
@@ -720,7 +764,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         s.queue[rows] = ((gtid % OVERLAP_TID_STEP) - 1).astype(np.int32)
         if s.queue.max() >= len(queues) or s.queue.min() < -1:
             raise _Malformed("a gpu slice is on a stream track that the header does not list")
-        for i in [i for i in a_rows if ga[i].get("flags")]:
+        for i in [i for i in with_key("flags") if ga[i].get("flags")]:
             s.flags[rows[i]] = flags_from_names(ga[i]["flags"])
 
     has_gpu = s.gpu_start_ns != NO_TIME
@@ -815,23 +859,23 @@ def _ops(
         raise _Malformed("an operation is on a stream that the header does not list")
     by_tid = {t.tid: i for i, t in enumerate(threads)}
     # an absent tid reads as None, which no thread has (ThreadInfo.tid is an int)
-    tid_of = [x.get("tid") for x in a]
+    tid_of = _get_col(a, "tid", None)
     ops.thread = np.fromiter(map(by_tid.get, tid_of, repeat(-1)), np.int32, n)  # type: ignore[arg-type]
     ops.correlation = _ints(_col(a, "correlation"), "an operation's correlation")
     ops.gpu_start_ns = base + _to_ns(_floats(_col(events, "ts"), "an operation's ts"))
     ops.gpu_end_ns = ops.gpu_start_ns + _to_ns(
         _floats(_col(events, "dur"), "an operation's dur", non_negative=True)
     )
-    seen = np.flatnonzero(np.fromiter(map(dict.__contains__, a, repeat("call_ts")), bool, n))
+    seen = _with_key(a, "call_ts")
     if len(seen):
         sa = a if len(seen) == n else _pick(a, seen)
         c0 = base + _to_ns(_floats(_col(sa, "call_ts"), "call_ts"))
         ops.call_start_ns[seen] = c0
         ops.call_end_ns[seen] = c0 + _to_ns(_floats(_col(sa, "call_dur_us"), "call_dur_us"))
-    ops.call_name = _interned(list(map(dict.get, a, repeat("call"), repeat(""))), intern)
-    ops.bytes = _ints(list(map(dict.get, a, repeat("bytes"), repeat(0))), "an operation's bytes")
+    ops.call_name = _interned(_get_col(a, "call", ""), intern)
+    ops.bytes = _ints(_get_col(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
-        vals = list(map(dict.get, a, repeat(col), repeat([0, 0, 0])))
+        vals = _get_col(a, col, [0, 0, 0])
         arr = _array(vals, np.int64)
         if arr.shape == (n, 3) and arr.dtype.kind in "iu":
             setattr(ops, col, arr.astype(np.int64))
@@ -839,10 +883,8 @@ def _ops(
         if any(not isinstance(v, list) or len(v) != 3 for v in vals):
             raise _Malformed(f"an operation's {col} is not three integers")
         setattr(ops, col, _ints([i for v in vals for i in v], f"an operation's {col}").reshape(n, 3))
-    ops.graph_id = _ints(list(map(dict.get, a, repeat("graph id"), repeat(0))), "an operation's graph id")
-    ops.graph_node_id = _ints(
-        list(map(dict.get, a, repeat("graph node id"), repeat(0))), "an operation's graph node id"
-    )
+    ops.graph_id = _ints(_get_col(a, "graph id", 0), "an operation's graph id")
+    ops.graph_node_id = _ints(_get_col(a, "graph node id", 0), "an operation's graph node id")
     return ops
 
 
@@ -850,14 +892,27 @@ _OP_KIND = {c: i for i, c in enumerate(OP_CATS)}
 _NO_ARGS: dict[str, Any] = {}
 
 
+def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[str], list[int]]]:
+    """Each GPU slice's args (an empty dict where it has none), and a function giving the rows
+    whose args hold a key. Args are rare on a GPU slice except in CUPTI traces."""
+    ga: list[Any] = [_NO_ARGS] * len(gpu)
+    a_rows = _with_key(gpu, "args").tolist()
+    for i, v in zip(a_rows, _col([gpu[i] for i in a_rows], "args"), strict=True):
+        ga[i] = v or _NO_ARGS
+    a_rows = [i for i in a_rows if ga[i] is not _NO_ARGS]
+    if a_rows and _FAST and isinstance(ga[a_rows[0]], _Obj):
+        return ga, lambda key: [i for i in a_rows if getattr(ga[i], key) is not UNSET]
+    return ga, lambda key: [i for i in a_rows if key in ga[i]]
+
+
 def _with_key(events: list[Any] | tuple[Any, ...], key: str) -> npt.NDArray[np.intp]:
     """Rows of the events that have ``key``."""
     has: Iterable[bool]
-    if not events or not isinstance(events[0], _Event):
+    if not events or not isinstance(events[0], _Obj):
         has = map(dict.__contains__, events, repeat(key))
     else:
         absent = _RAW_NONE if key in _RAW_FIELDS else UNSET
-        has = (v is not absent for v in map(attrgetter(key), events))
+        has = (v is not absent for v in map(attrgetter(key.replace(" ", "_")), events))
     return np.flatnonzero(np.fromiter(has, bool, len(events)))
 
 
