@@ -357,12 +357,13 @@ if _FAST:
         bind_id: Any = UNSET
         args: msgspec.Raw = _RAW_NONE  # decoded for the events whose args are read
 
+    class _Id2(_Obj):
+        local: Any = UNSET
+
     class _B(_Event, tag="b"):
         cat: Any = UNSET
-        name: Any = UNSET
-        pid: Any = UNSET
         ts: Any = UNSET
-        id2: msgspec.Raw = _RAW_NONE
+        id2: _Id2 | None = None  # an id2 that is not an object: the plain path
 
     class _I(_Event, tag="i"):
         cat: Any = UNSET
@@ -395,7 +396,7 @@ if _FAST:
         gc=False,
     )
     _DOC_DECODER = msgspec.json.Decoder(_Doc)
-    _RAW_FIELDS = ("args", "id2")  # absent: the empty Raw; any other field absent: UNSET
+    _RAW_FIELDS = ("args",)  # absent: the empty Raw; any other field absent: UNSET
 else:  # pragma: no cover
     _Obj = _Event = None  # type: ignore[assignment,misc]
 
@@ -484,9 +485,8 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
         _decode_field(group, "args")
     _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
     _decode_field(op_events, "args", "op")
-    _decode_field(waits, "id2")
     op_events = [e for e in op_events if e.args is not _RAW_NONE and e.args.op is not UNSET]
-    waits = [e for e in waits if isinstance(e.id2, dict)]
+    waits = [e for e in waits if e.id2 is not None]
     return cpu, gpu, passes, instants, waits, op_events
 
 
@@ -500,12 +500,13 @@ def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[
     return vals
 
 
-def _col(events: list[Any] | tuple[Any, ...], key: str) -> list[Any]:
-    """``[e[key] for e in events]``, in C; KeyError where an event lacks ``key``."""
+def _col(events: list[Any] | tuple[Any, ...], key: str, *, number: bool = False) -> list[Any]:
+    """``[e[key] for e in events]``, in C; KeyError where an event lacks ``key``. (Of structs, a
+    ``number`` column is not checked here: an absent value, UNSET, is refused as no number.)"""
     if not events or not isinstance(events[0], _Obj):
         return list(map(itemgetter(key), events))
     vals = list(map(attrgetter(key.replace(" ", "_")), events))
-    if any(map(is_, vals, repeat(_RAW_NONE if key in _RAW_FIELDS else UNSET))):
+    if not number and any(map(is_, vals, repeat(_RAW_NONE if key in _RAW_FIELDS else UNSET))):
         raise KeyError(key)
     return vals
 
@@ -698,10 +699,10 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
 
     s = ScopeTable.empty(n)
     s.name = np.fromiter(map(name_ids.__getitem__, raw_names), np.int32, n)
-    tids = _ints(_col(cpu, "tid"), "a cpu slice's tid") % OVERLAP_TID_STEP
+    tids = _ints(_col(cpu, "tid", number=True), "a cpu slice's tid") % OVERLAP_TID_STEP
     s.thread = _thread_rows(tids, threads)
-    ts = _floats(_col(cpu, "ts"), "a cpu slice's ts")
-    dur = _floats(_col(cpu, "dur"), "a cpu slice's dur", non_negative=True)
+    ts = _floats(_col(cpu, "ts", number=True), "a cpu slice's ts")
+    dur = _floats(_col(cpu, "dur", number=True), "a cpu slice's dur", non_negative=True)
     if why := repeated_cpu_slice(tids, s.name, ts, dur, cpu):
         raise _Malformed(why)
     s.cpu_start_ns = base + _to_ns(ts)
@@ -730,11 +731,11 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         if rows.min() < 0 or rows.max() >= n:
             bad = int(rows.min() if rows.min() < 0 else rows.max())
             raise _Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
-        t0 = base + _to_ns(_floats(_col(gpu, "ts"), "a gpu slice's ts"))
+        t0 = base + _to_ns(_floats(_col(gpu, "ts", number=True), "a gpu slice's ts"))
         if why := repeated_gpu_scope(rows):
             raise _Malformed(why)
         s.gpu_start_ns[rows] = t0
-        g_dur = _floats(_col(gpu, "dur"), "a gpu slice's dur", non_negative=True)
+        g_dur = _floats(_col(gpu, "dur", number=True), "a gpu slice's dur", non_negative=True)
         with_us = with_key("gpu_us")  # negative durations, as measured
         if with_us:
             g_dur[with_us] = _floats([ga[i]["gpu_us"] for i in with_us], "gpu_us")
@@ -749,7 +750,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             w_rows = _ints(_col(_col(waits, "id2"), "local"), "a wait's id")
             if len(w_rows) and (w_rows.min() < 0 or w_rows.max() >= n):
                 raise _Malformed("a queued wait names a scope that the trace does not have")
-            s.submit_ns[w_rows] = base + _to_ns(_floats(_col(waits, "ts"), "a wait's ts"))
+            s.submit_ns[w_rows] = base + _to_ns(_floats(_col(waits, "ts", number=True), "a wait's ts"))
         # written where it changes: carried forward over the GPU slices in file order
         with_unc = with_key("uncertainty_us")
         unc = np.zeros(len(ga), np.float64)
@@ -760,7 +761,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             unc = unc[np.maximum.accumulate(known)]
             unc[: with_unc[0]] = 0.0
         s.uncertainty_ns[rows] = _to_ns(unc)
-        gtid = _ints(_col(gpu, "tid"), "a gpu slice's tid")
+        gtid = _ints(_col(gpu, "tid", number=True), "a gpu slice's tid")
         s.queue[rows] = ((gtid % OVERLAP_TID_STEP) - 1).astype(np.int32)
         if s.queue.max() >= len(queues) or s.queue.min() < -1:
             raise _Malformed("a gpu slice is on a stream track that the header does not list")
@@ -774,12 +775,12 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     p_g0 = p_g1 = np.zeros(0, np.int64)
     if passes:
         pa = _col(passes, "args")
-        p_rows = _ints(_col(pa, "scope"), "a gpu pass's scope")
+        p_rows = _ints(_col(pa, "scope", number=True), "a gpu pass's scope")
         if p_rows.min() < 0 or p_rows.max() >= n:
             raise _Malformed("a gpu pass names a scope that the trace does not have")
         p_label = np.fromiter((intern_label(str(x)) for x in _col(passes, "name")), np.int32, len(passes))
-        p_g0 = base + _to_ns(_floats(_col(passes, "ts"), "a gpu pass's ts"))
-        p_dur = _floats(_col(passes, "dur"), "a gpu pass's dur", non_negative=True)
+        p_g0 = base + _to_ns(_floats(_col(passes, "ts", number=True), "a gpu pass's ts"))
+        p_dur = _floats(_col(passes, "dur", number=True), "a gpu pass's dur", non_negative=True)
         p_g1 = p_g0 + _to_ns(p_dur)
         p_sub = np.full(len(passes), NO_TIME, np.int64)
         with_sub = [i for i, a in enumerate(pa) if "submit_ts" in a]
@@ -849,29 +850,29 @@ def _ops(
         return ops
     events = _gpu_start_order(events)
     a = _col(events, "args")
-    ops.scope = _ints(_col(a, "scope"), "an operation's scope")
+    ops.scope = _ints(_col(a, "scope", number=True), "an operation's scope")
     if ops.scope.max() >= n_scopes or ops.scope.min() < -1:
         raise _Malformed("an operation names a scope that the trace does not have")
     ops.kind = np.fromiter(map(_OP_KIND.__getitem__, _col(events, "cat")), np.int32, n)
     ops.name = _interned(_col(events, "name"), intern)
-    ops.queue = _ints(_col(a, "queue"), "an operation's queue").astype(np.int32)
+    ops.queue = _ints(_col(a, "queue", number=True), "an operation's queue").astype(np.int32)
     if ops.queue.max() >= n_queues or ops.queue.min() < 0:
         raise _Malformed("an operation is on a stream that the header does not list")
     by_tid = {t.tid: i for i, t in enumerate(threads)}
     # an absent tid reads as None, which no thread has (ThreadInfo.tid is an int)
     tid_of = _get_col(a, "tid", None)
     ops.thread = np.fromiter(map(by_tid.get, tid_of, repeat(-1)), np.int32, n)  # type: ignore[arg-type]
-    ops.correlation = _ints(_col(a, "correlation"), "an operation's correlation")
-    ops.gpu_start_ns = base + _to_ns(_floats(_col(events, "ts"), "an operation's ts"))
+    ops.correlation = _ints(_col(a, "correlation", number=True), "an operation's correlation")
+    ops.gpu_start_ns = base + _to_ns(_floats(_col(events, "ts", number=True), "an operation's ts"))
     ops.gpu_end_ns = ops.gpu_start_ns + _to_ns(
-        _floats(_col(events, "dur"), "an operation's dur", non_negative=True)
+        _floats(_col(events, "dur", number=True), "an operation's dur", non_negative=True)
     )
     seen = _with_key(a, "call_ts")
     if len(seen):
         sa = a if len(seen) == n else _pick(a, seen)
-        c0 = base + _to_ns(_floats(_col(sa, "call_ts"), "call_ts"))
+        c0 = base + _to_ns(_floats(_col(sa, "call_ts", number=True), "call_ts"))
         ops.call_start_ns[seen] = c0
-        ops.call_end_ns[seen] = c0 + _to_ns(_floats(_col(sa, "call_dur_us"), "call_dur_us"))
+        ops.call_end_ns[seen] = c0 + _to_ns(_floats(_col(sa, "call_dur_us", number=True), "call_dur_us"))
     ops.call_name = _interned(_get_col(a, "call", ""), intern)
     ops.bytes = _ints(_get_col(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
