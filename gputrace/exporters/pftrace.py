@@ -1648,8 +1648,8 @@ def _build(
     for i in np.flatnonzero(fl_got).tolist():
         s.flags[i] = flags_from_names(strs[int(fl_iid[i])].split(", "))
     if pk.args:
-        where = {int(p): i for i, p in enumerate(cpu_b.tolist()) if int(p) in pk.args}
-        for p, i in where.items():
+        with_args = np.flatnonzero(np.isin(cpu_b, np.fromiter(pk.args, np.int64, len(pk.args))))
+        for i, p in zip(with_args.tolist(), cpu_b[with_args].tolist(), strict=True):
             a = dict(pk.args[p])
             fl = a.pop("\0flags", None)
             if fl:
@@ -1790,8 +1790,8 @@ def _read_ops(
         raise PftraceError("an operation names a scope that the trace does not have")
     ops.scope = w2r[sc]
     kinds = {i: OP_CATS.index(c) for i, c in cats.items() if c in OP_CATS}
-    ops.kind = np.array([kinds.get(int(c), 0) for c in cat[b].tolist()], np.int32)
-    ops.name = np.fromiter((intern(names[int(i)]) for i in name[b].tolist()), np.int32, n)
+    ops.kind = _per_iid(cat[b], lambda c: kinds.get(c, 0))
+    ops.name = _per_iid(name[b], lambda i: intern(names[i]))
     ops.queue = tidx[track[b]].astype(np.int32)
     th, has_th = ann("thread", b)
     default = np.where(ops.scope >= 0, s.thread[np.maximum(ops.scope, 0)] if len(s) else -1, -1)
@@ -1805,19 +1805,32 @@ def _read_ops(
     ops.call_start_ns = np.where(seen, ts[b] - lts, NO_TIME)
     ops.call_end_ns = np.where(seen, ts[b] - lts + dur, NO_TIME)
     call, has_call = ann("call", b)
-    ops.call_name = np.array(
-        [intern(strs[int(c)] if h else "") for c, h in zip(call.tolist(), has_call.tolist(), strict=True)],
-        np.int32,
-    )
+    ops.call_name = _per_iid(np.where(has_call, call, -1), lambda c: intern(strs[c] if c >= 0 else ""))
     ops.bytes, _ = ann("bytes", b)
     shape, has_shape = ann("grid,block", b)
     grid = np.zeros((n, 6), np.int64)
-    for i in np.flatnonzero(has_shape).tolist():
-        grid[i] = [int(x) for x in strs[int(shape[i])].split(",")]
+    rows = np.flatnonzero(has_shape)
+    if len(rows):  # a few distinct shapes, each parsed once
+        uniq, inv = np.unique(shape[rows], return_inverse=True)
+        parsed = np.array([[int(x) for x in strs[int(u)].split(",")] for u in uniq.tolist()], np.int64)
+        if parsed.shape[1:] != (6,):
+            raise PftraceError("an operation's grid and block are not six integers")
+        grid[rows] = parsed[inv.reshape(-1)]
     ops.grid, ops.block = grid[:, :3].copy(), grid[:, 3:].copy()
     ops.graph_id, _ = ann("graph id", b)
     ops.graph_node_id, _ = ann("graph node id", b)
     return ops
+
+
+def _per_iid(iids: I64, fn: Callable[[int], int]) -> npt.NDArray[np.int32]:
+    """``fn`` of each value, called once per distinct value, in order of first appearance."""
+    if not len(iids):
+        return np.zeros(0, np.int32)
+    uniq, first, inv = np.unique(iids, return_index=True, return_inverse=True)
+    out = np.zeros(len(uniq), np.int32)
+    for k in np.argsort(first, kind="stable").tolist():
+        out[k] = fn(int(uniq[k]))
+    return out[inv.reshape(-1)]
 
 
 def _no_nesting(s: ScopeTable) -> bool:
