@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import gzip
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -152,3 +153,43 @@ def test_the_collector_is_restored_after_a_read(tmp_path: Path) -> None:
         assert not gc.isenabled()  # left off when it was off
     finally:
         gc.enable()
+
+
+def test_pftrace_field_reader_matches_the_wire_module() -> None:
+    """The .pftrace reader's inline field loop reads (and refuses) every message as
+    ``_protowire.fields`` does: random messages, cut ones, and stray bytes of any wire type."""
+    import random
+
+    from gputrace.exporters import _protowire as pw
+    from gputrace.exporters.pftrace import _fields
+
+    rng = random.Random(11)
+
+    def message() -> bytes:
+        out = b""
+        for _ in range(rng.randint(0, 8)):
+            f, wt = rng.randint(1, 3000), rng.choice([0, 1, 2, 5])
+            if wt == 0:
+                out += pw.fv(f, rng.choice([0, 1, 127, 128, 300, 2**40, 2**64 - 1]))
+            elif wt == 2:
+                out += pw.fb(f, bytes(rng.randint(0, 255) for _ in range(rng.choice([0, 3, 130]))))
+            elif wt == 1:
+                out += pw.fd(f, rng.random())
+            else:
+                out += pw.pv((f << 3) | 5) + b"abcd"
+        return out
+
+    def outcome(fn: Any, data: bytes | memoryview) -> Any:
+        try:
+            return list(fn(data))
+        except Exception as exc:
+            return type(exc), str(exc)
+
+    for _ in range(1500):
+        m = message()
+        if m and rng.random() < 0.3:
+            m = m[: rng.randint(0, len(m) - 1)]
+        if rng.random() < 0.2:
+            m += bytes([rng.randint(0, 255)])
+        for data in (m, memoryview(m)):
+            assert outcome(_fields, data) == outcome(pw.fields, data), m

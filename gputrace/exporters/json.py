@@ -708,8 +708,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     s.cpu_start_ns = base + _to_ns(ts)
     s.cpu_end_ns = s.cpu_start_ns + _to_ns(dur)
     flags = np.zeros(n, np.uint32)
-    for i in _with_key(cpu, "args").tolist():
-        a = cpu[i]["args"]
+    a_rows = _with_key(cpu, "args")
+    for i, a in zip(a_rows.tolist(), _col(_pick(cpu, a_rows), "args"), strict=True):
         if a:
             a = dict(a)
             fl = a.pop("flags", None)

@@ -1293,19 +1293,60 @@ def _decode_region(
     return int(ts[-1]) if total else last_ts
 
 
+def _fields(data: bytes | memoryview) -> list[tuple[int, int, int | bytes]]:
+    """``list(pw.fields(data))``, with one-byte varints (most keys and small values) read inline:
+    rich packets are decoded one by one in Python."""
+    out: list[tuple[int, int, int | bytes]] = []
+    pos, end = 0, len(data)
+    read_pv = pw.read_pv
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_pv(data, pos)
+        wt = key & 7
+        if wt == pw.VARINT:
+            if pos < end and data[pos] < 0x80:
+                out.append((key >> 3, wt, data[pos]))
+                pos += 1
+            else:
+                v, pos = read_pv(data, pos)
+                out.append((key >> 3, wt, v))
+        elif wt == pw.LEN:
+            if pos < end and data[pos] < 0x80:
+                n = data[pos]
+                pos += 1
+            else:
+                n, pos = read_pv(data, pos)
+            if pos + n > end:
+                raise pw.Truncated("length-delimited field")
+            out.append((key >> 3, wt, bytes(data[pos : pos + n])))
+            pos += n
+        elif wt == pw.FIXED64 or wt == pw.FIXED32:
+            width = 8 if wt == pw.FIXED64 else 4
+            if pos + width > end:
+                raise pw.Truncated("fixed64" if width == 8 else "fixed32")
+            out.append((key >> 3, wt, int.from_bytes(data[pos : pos + width], "little")))
+            pos += width
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+    return out
+
+
 def _decode_rich(
     data: memoryview, ann_names: dict[int, str], strs: dict[int, str]
 ) -> tuple[int, int, int, int, int, int, dict[str, Any]]:
-    (f, _wt, body), *_ = list(pw.fields(data))
+    (f, _wt, body), *_ = _fields(data)
     d = t_ = tr = nm = ct = fl = 0
     args: dict[str, Any] = {}
     body = _bytes(body)
-    for f, _wt, v in pw.fields(body):
+    for f, _wt, v in _fields(body):
         if f == P_TS:
             d = int(v)  # type: ignore[arg-type]
         elif f == P_TE:
             v = _bytes(v)
-            for g, _w, x in pw.fields(v):
+            for g, _w, x in _fields(v):
                 if g == TE_TYPE:
                     t_ = int(x)  # type: ignore[arg-type]
                 elif g == TE_TRACK:
@@ -1335,7 +1376,7 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
     key = ""
     val: Any = None
     interned = False
-    for f, _wt, v in pw.fields(data):
+    for f, _wt, v in _fields(data):
         if f == DA_NAME:
             key = ann_names[int(v)]  # type: ignore[arg-type]
         elif f == DA_BOOL:
