@@ -1184,7 +1184,7 @@ class _Packets:
         self.count = 0
 
 
-_TAG_CODE = np.zeros(512, np.uint8)
+_TAG_CODE = np.zeros((1 << 14) + 1, np.uint8)  # every one- and two-byte tag, and -1 (the last)
 for _code, _tag in enumerate((T_NAME, T_CAT, T_FLOW, T_TFLOW, T_DA_NAME), start=1):
     _TAG_CODE[_tag] = _code
 
@@ -1228,11 +1228,10 @@ def _decode_region(
     ):
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     # packet order: varint packets and rich packets by their offset in the region
-    vstart = starts[2 * ps].astype(np.int64)
     total = npk + len(rich_at)
     if rich_at:
         assert kept is not None
-        vstart = kept[vstart]
+        vstart = kept[starts[2 * ps].astype(np.int64)]
         roff = np.array([o for o, _ in rich_at], np.int64)
         allpos = np.concatenate([vstart, roff])
         order = np.argsort(allpos, kind="stable")
@@ -1253,8 +1252,7 @@ def _decode_region(
     track[vr] = values(ps + 5)
     if npk:
         # one table look-up finds the few fields read beyond the fixed head of each packet
-        code = _TAG_CODE[tags & 511]
-        code[tags >= 512] = 0
+        code = _TAG_CODE[tags]  # (a tag of -1, too long to be one gputrace writes, reads 0)
         code[ps + 2] = 0  # the sequence id shares its tag with name_iid
         hits = np.flatnonzero(code)
         hit_code = code[hits]
