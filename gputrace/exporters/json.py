@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable, Iterable
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter, is_, itemgetter
 from pathlib import Path
 from typing import Any, Union
@@ -337,11 +337,12 @@ if _FAST:
         call_ts: Any = UNSET
         call_dur_us: Any = UNSET
         bytes: Any = UNSET
-        grid: Any = UNSET
-        block: Any = UNSET
+        grid: tuple[int, int, int] | msgspec.UnsetType = UNSET  # otherwise: the plain path
+        block: tuple[int, int, int] | msgspec.UnsetType = UNSET
         graph_id: Any = msgspec.field(default=UNSET, name="graph id")
         graph_node_id: Any = msgspec.field(default=UNSET, name="graph node id")
 
+    _NO_GPU_ARGS = _GpuArgs()
     _ARGS_DECODERS: dict[str, Any] = {
         "gpu": msgspec.json.Decoder(list[_GpuArgs]),
         "op": msgspec.json.Decoder(list[_OpArgs]),
@@ -877,6 +878,9 @@ def _ops(
     ops.bytes = _ints(_get_col(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
         vals = _get_col(a, col, [0, 0, 0])
+        if isinstance(a[0], _Obj):  # three integers each, as decoded
+            setattr(ops, col, np.fromiter(chain.from_iterable(vals), np.int64, 3 * n).reshape(n, 3))
+            continue
         arr = _array(vals, np.int64)
         if arr.shape == (n, 3) and arr.dtype.kind in "iu":
             setattr(ops, col, arr.astype(np.int64))
@@ -898,11 +902,17 @@ def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[st
     whose args hold a key. Args are rare on a GPU slice except in CUPTI traces."""
     ga: list[Any] = [_NO_ARGS] * len(gpu)
     a_rows = _with_key(gpu, "args").tolist()
-    for i, v in zip(a_rows, _col([gpu[i] for i in a_rows], "args"), strict=True):
+    values = _col([gpu[i] for i in a_rows], "args")
+    if values and _FAST and isinstance(values[0], _Obj):
+        # args holding none of the keys read (a CUPTI slice's timing source) count as none
+        kept = [(i, v) for i, v in zip(a_rows, values, strict=True) if v != _NO_GPU_ARGS]
+        for i, v in kept:
+            ga[i] = v
+        rows = [i for i, _ in kept]
+        return ga, lambda key: [i for i in rows if getattr(ga[i], key) is not UNSET]
+    for i, v in zip(a_rows, values, strict=True):
         ga[i] = v or _NO_ARGS
     a_rows = [i for i in a_rows if ga[i] is not _NO_ARGS]
-    if a_rows and _FAST and isinstance(ga[a_rows[0]], _Obj):
-        return ga, lambda key: [i for i in a_rows if getattr(ga[i], key) is not UNSET]
     return ga, lambda key: [i for i in a_rows if key in ga[i]]
 
 
@@ -922,6 +932,9 @@ def _gpu_start_order(events: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[A
     ts = _array(_col(events, "ts"), np.float64)
     op = _array(_col(_col(events, "args"), "op"), np.int64)
     if ts.ndim == 1 and op.ndim == 1 and ts.dtype.kind in "iuf" and op.dtype.kind in "iu":
+        step = np.diff(ts)
+        if ((step > 0) | ((step == 0) & (np.diff(op) >= 0))).all():
+            return events  # written in order (the usual case)
         order = np.lexsort((op, ts))
         if (order[1:] > order[:-1]).all():
             return events  # written in order (the usual case)
