@@ -193,3 +193,20 @@ def test_pftrace_field_reader_matches_the_wire_module() -> None:
             m += bytes([rng.randint(0, 255)])
         for data in (m, memoryview(m)):
             assert outcome(_fields, data) == outcome(pw.fields, data), m
+
+
+def test_bytes_that_are_not_utf8_only_where_nothing_is_read_do_not_spoil_the_file(tmp_path: Path) -> None:
+    """The fast path reads past what gputrace does not use (a queued slice's end, another tool's
+    keys) without decoding it, so stray bytes there no longer make the whole file unreadable;
+    in any value that is read they still do, with the plain path's sentence."""
+    good = tmp_path / "good.json"
+    record_story(good)
+    raw = good.read_bytes()
+    assert raw.count(b'{"ph":"e",') > 0
+    spoiled = tmp_path / "spoiled.json"
+    spoiled.write_bytes(raw.replace(b'{"ph":"e",', b'{"ph":"e","x\xff":1,', 1))
+    assert_identical(gputrace.load(spoiled), gputrace.load(good))
+    read_value = tmp_path / "read.json"
+    read_value.write_bytes(raw.replace(b'"name":"step"', b'"name":"st\xffep"', 1))
+    with pytest.raises(TraceFileError, match="not valid JSON"):
+        gputrace.load(read_value)
