@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from operator import attrgetter, is_, itemgetter
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -268,7 +268,7 @@ def _document(
 def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
     with gc_paused():
         raw, cut = read_raw(path)
-        fast = _read_fast(raw, str(path), progress) if _FAST and not cut else None
+        fast = None if cut else _read_fast(raw, str(path), progress)
         if fast is not None:
             trace = fast
         else:
@@ -280,158 +280,55 @@ def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trac
     return trace
 
 
-# -- the fast path: msgspec decodes the events into slotted structs, skipping the fields gputrace
-# does not read and keeping each event's args as raw bytes, decoded (in batches) only for the
-# events whose args are read. About 2-3x faster than dicts from orjson, and their garbage is cheap.
+# -- the fast path: msgspec decodes the events into slotted structs (gputrace.exporters.
+# _json_structs), skipping the fields gputrace does not read and keeping each event's args as raw
+# bytes, decoded (in batches) only for the events whose args are read. About 2-3x faster than
+# dicts from orjson, and their garbage is cheap.
 # Anything unexpected (a cut file, a damaged one, another tool's trace) falls back to the plain
 # path, which gives the same trace or the same one-sentence error as before.
-try:
-    import msgspec
-except ImportError:  # pragma: no cover - a dependency; without it every file still reads, slower
-    _FAST = False
-else:
-    _FAST = True
-
-if _FAST:
-    UNSET: Any = msgspec.UNSET
-    _RAW_NONE = msgspec.Raw()
-
-    class _Obj(msgspec.Struct, gc=False):
-        """Reads like the dict it stands for where the reader treats it as one: a field not in
-        the file is UNSET (raw args: an empty Raw), and reads as absent."""
-
-        def get(self, key: str, default: Any = None) -> Any:
-            v = _field(self, key)
-            return default if v is UNSET else v
-
-        def __getitem__(self, key: str) -> Any:
-            v = _field(self, key)
-            if v is UNSET:
-                raise KeyError(key)
-            return v
-
-        def __contains__(self, key: str) -> bool:
-            return _field(self, key) is not UNSET
-
-    class _Event(_Obj, tag_field="ph"):
-        """A trace event, by its ``ph``, with the fields the reader looks at."""
-
-    class _GpuArgs(_Obj):
-        """A GPU slice's args: what the reader takes from them."""
-
-        scope: Any = UNSET
-        gpu_us: Any = UNSET
-        submit_ts: Any = UNSET
-        uncertainty_us: Any = UNSET
-        flags: Any = UNSET
-
-    class _OpArgs(_Obj):
-        """An operation's args: what the reader takes from them."""
-
-        op: Any = UNSET
-        scope: Any = UNSET
-        queue: Any = UNSET
-        tid: Any = UNSET
-        correlation: Any = UNSET
-        call: Any = UNSET
-        call_ts: Any = UNSET
-        call_dur_us: Any = UNSET
-        bytes: Any = UNSET
-        grid: tuple[int, int, int] | msgspec.UnsetType = UNSET  # otherwise: the plain path
-        block: tuple[int, int, int] | msgspec.UnsetType = UNSET
-        graph_id: Any = msgspec.field(default=UNSET, name="graph id")
-        graph_node_id: Any = msgspec.field(default=UNSET, name="graph node id")
-
-    _NO_GPU_ARGS = _GpuArgs()
-    _ARGS_DECODERS: dict[str, Any] = {
-        "gpu": msgspec.json.Decoder(list[_GpuArgs]),
-        "op": msgspec.json.Decoder(list[_OpArgs]),
-    }
-
-    class _X(_Event, tag="X"):
-        cat: Any = UNSET
-        name: Any = UNSET
-        pid: Any = UNSET
-        tid: Any = UNSET
-        ts: Any = UNSET
-        dur: Any = UNSET
-        bind_id: Any = UNSET
-        args: msgspec.Raw = _RAW_NONE  # decoded for the events whose args are read
-
-    class _Id2(_Obj):
-        local: Any = UNSET
-
-    class _B(_Event, tag="b"):
-        cat: Any = UNSET
-        ts: Any = UNSET
-        id2: _Id2 | None = None  # an id2 that is not an object: the plain path
-
-    class _I(_Event, tag="i"):
-        cat: Any = UNSET
-        name: Any = UNSET
-        pid: Any = UNSET
-        tid: Any = UNSET
-        ts: Any = UNSET
-        args: msgspec.Raw = _RAW_NONE
-
-    class _M(_Event, tag="M"):
-        name: Any = UNSET
-        pid: Any = UNSET
-        tid: Any = UNSET
-        args: msgspec.Raw = _RAW_NONE
-
-    # every other phase of the Chrome trace format: read past, nothing kept (a phase not listed
-    # here, or an event without one, sends the file to the plain path)
-    _PASSED = tuple(
-        msgspec.defstruct(f"_Passed{i}", [], bases=(_Event,), tag=ph)
-        for i, ph in enumerate("BEIensftPNODRCSTpFcvV()")
-    )
-    _ANY_EVENT: Any = Union.__getitem__((_X, _B, _I, _M, *_PASSED))  # type: ignore[attr-defined]
-    _Doc = msgspec.defstruct(
-        "_Doc",
-        [
-            ("traceEvents", list[_ANY_EVENT]),
-            ("gputrace", Any, UNSET),
-            ("metadata", Any, UNSET),
-        ],
-        gc=False,
-    )
-    _DOC_DECODER = msgspec.json.Decoder(_Doc)
-    _RAW_FIELDS = ("args",)  # absent: the empty Raw; any other field absent: UNSET
-else:  # pragma: no cover
-    _Obj = _Event = None  # type: ignore[assignment,misc]
+_S: Any = None  # gputrace.exporters._json_structs, once a read has imported it
 
 
-def _field(e: Any, key: str) -> Any:
-    """An event's field as its dict would hold it: raw args decoded; UNSET where absent."""
-    if key == "ph":
-        return e.__struct_config__.tag
-    v = getattr(e, key.replace(" ", "_"), UNSET)
-    if type(v) is msgspec.Raw:
-        return orjson.loads(v) if len(v) else UNSET
-    return v
+def _fast() -> Any:
+    """The fast path's struct module, or None where msgspec is missing (every file still reads)."""
+    global _S
+    if _S is None:
+        try:
+            from gputrace.exporters import _json_structs
+        except ImportError:  # pragma: no cover - msgspec is a dependency
+            return None
+        _S = _json_structs
+    return _S
+
+
+def _is_struct(x: Any) -> bool:
+    """A decoded struct (the fast path), not a dict (the plain path)."""
+    return hasattr(type(x), "__struct_config__")
 
 
 def _decode_field(events: list[Any], key: str, as_: str = "") -> None:
     """Decode ``key`` (raw JSON) of the events that have it, in one call: to dicts, or to the
     args structs named by ``as_`` (only the fields the reader takes)."""
     raws = list(map(attrgetter(key), events))
-    present = [i for i, r in enumerate(raws) if r is not _RAW_NONE]  # absent: left as it is
+    present = [i for i, r in enumerate(raws) if r is not _S.RAW_NONE]  # absent: left as it is
     if not present:
         return
     sel = raws if len(present) == len(raws) else [raws[i] for i in present]
     text = b"[" + b",".join(sel) + b"]"
-    values = _ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
+    values = _S.ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
     for i, v in zip(present, values, strict=True):
         setattr(events[i], key, v)
 
 
 def _read_fast(raw: bytes, where: str, progress: Progress | None) -> Trace | None:
     """The trace of a complete gputrace JSON file, or None where the plain path must read it."""
+    fast = _fast()
+    if fast is None:
+        return None
     if progress is not None:
         progress("read")
     try:
-        doc: Any = _DOC_DECODER.decode(raw)
+        doc: Any = fast.DOC_DECODER.decode(raw)
     except Exception:  # not JSON, cut short, another shape: the plain path says what it is
         return None
     truncated = False
@@ -456,8 +353,9 @@ def _read_fast(raw: bytes, where: str, progress: Progress | None) -> Trace | Non
 
 
 def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
-    """``_classify`` for decoded structs; the args (and a wait's id2) of the events kept are
-    decoded here, in one batch per kind."""
+    """``_classify`` for decoded structs; the args of the events kept are decoded here, in one
+    batch per kind."""
+    complete, instant, async_begin, unset = _S.Complete, _S.Instant, _S.AsyncBegin, _S.UNSET
     cpu: list[Any] = []
     gpu: list[Any] = []
     passes: list[Any] = []
@@ -466,9 +364,9 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     op_events: list[Any] = []
     for e in events:
         kind = type(e)
-        if kind is _X:
+        if kind is complete:
             cat = e.cat
-            if cat is UNSET or cat is None:
+            if cat is unset or cat is None:
                 (gpu if e.pid >= GPU_PID_BASE else cpu).append(e)
             elif cat == "cpu":
                 cpu.append(e)
@@ -478,36 +376,37 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
                 passes.append(e)
             elif cat in OP_CATS:
                 op_events.append(e)
-        elif kind is _I:
+        elif kind is instant:
             instants.append(e)
-        elif kind is _B and e.cat == "queued":
+        elif kind is async_begin and e.cat == "queued":
             waits.append(e)
     for group in (cpu, passes, instants):
         _decode_field(group, "args")
     _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
     _decode_field(op_events, "args", "op")
-    op_events = [e for e in op_events if e.args is not _RAW_NONE and e.args.op is not UNSET]
+    op_events = [e for e in op_events if e.args is not _S.RAW_NONE and e.args.op is not unset]
     waits = [e for e in waits if e.id2 is not None]
     return cpu, gpu, passes, instants, waits, op_events
 
 
 def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[Any]:
     """``[o.get(key, default) for o in objs]``, in C."""
-    if not objs or not isinstance(objs[0], _Obj):
+    if not objs or not _is_struct(objs[0]):
         return list(map(dict.get, objs, repeat(key), repeat(default)))
     vals = list(map(attrgetter(key.replace(" ", "_")), objs))
-    if any(map(is_, vals, repeat(UNSET))):
-        vals = [default if v is UNSET else v for v in vals]
+    unset = _S.UNSET
+    if any(map(is_, vals, repeat(unset))):
+        vals = [default if v is unset else v for v in vals]
     return vals
 
 
 def _col(events: list[Any] | tuple[Any, ...], key: str, *, number: bool = False) -> list[Any]:
     """``[e[key] for e in events]``, in C; KeyError where an event lacks ``key``. (Of structs, a
     ``number`` column is not checked here: an absent value, UNSET, is refused as no number.)"""
-    if not events or not isinstance(events[0], _Obj):
+    if not events or not _is_struct(events[0]):
         return list(map(itemgetter(key), events))
     vals = list(map(attrgetter(key.replace(" ", "_")), events))
-    if not number and any(map(is_, vals, repeat(_RAW_NONE if key in _RAW_FIELDS else UNSET))):
+    if not number and any(map(is_, vals, repeat(_S.RAW_NONE if key in _S.RAW_FIELDS else _S.UNSET))):
         raise KeyError(key)
     return vals
 
@@ -611,8 +510,8 @@ def _names_from_metadata(events: list[Any], pid: int) -> tuple[list[ThreadInfo],
     """Threads and queues from the name events (a cut file has no final header listing them)."""
     threads: dict[int, ThreadInfo] = {}
     queues: dict[int, QueueInfo] = {}
-    if _FAST and events and isinstance(events[0], _Event):
-        events = [e for e in events if type(e) is _M]  # the others are no name events
+    if events and _is_struct(events[0]):
+        events = [e for e in events if type(e) is _S.Metadata]  # the others are no name events
     for e in events:
         if e.get("ph") != "M" or e.get("name") != "thread_name":
             continue
@@ -683,7 +582,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["queues"] = [queue_dict(q) for q in queues]
     thread_idx = {t.tid: i for i, t in enumerate(threads)}
     # One pass sorts the events by kind; everything after it is per-column and vectorised.
-    structs = _FAST and bool(events) and isinstance(events[0], _Obj)
+    structs = bool(events) and _is_struct(events[0])
     cpu, gpu, passes, instants, waits, op_events = (_classify_structs if structs else _classify)(events)
     n = len(cpu)
     raw_names = _col(cpu, "name")
@@ -878,7 +777,7 @@ def _ops(
     ops.bytes = _ints(_get_col(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
         vals = _get_col(a, col, [0, 0, 0])
-        if isinstance(a[0], _Obj):  # three integers each, as decoded
+        if _is_struct(a[0]):  # three integers each, as decoded
             setattr(ops, col, np.fromiter(chain.from_iterable(vals), np.int64, 3 * n).reshape(n, 3))
             continue
         arr = _array(vals, np.int64)
@@ -903,13 +802,14 @@ def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[st
     ga: list[Any] = [_NO_ARGS] * len(gpu)
     a_rows = _with_key(gpu, "args").tolist()
     values = _col([gpu[i] for i in a_rows], "args")
-    if values and _FAST and isinstance(values[0], _Obj):
+    if values and _is_struct(values[0]):
         # args holding none of the keys read (a CUPTI slice's timing source) count as none
-        kept = [(i, v) for i, v in zip(a_rows, values, strict=True) if v != _NO_GPU_ARGS]
+        kept = [(i, v) for i, v in zip(a_rows, values, strict=True) if v != _S.NO_GPU_ARGS]
         for i, v in kept:
             ga[i] = v
         rows = [i for i, _ in kept]
-        return ga, lambda key: [i for i in rows if getattr(ga[i], key) is not UNSET]
+        unset = _S.UNSET
+        return ga, lambda key: [i for i in rows if getattr(ga[i], key) is not unset]
     for i, v in zip(a_rows, values, strict=True):
         ga[i] = v or _NO_ARGS
     a_rows = [i for i in a_rows if ga[i] is not _NO_ARGS]
@@ -919,10 +819,10 @@ def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[st
 def _with_key(events: list[Any] | tuple[Any, ...], key: str) -> npt.NDArray[np.intp]:
     """Rows of the events that have ``key``."""
     has: Iterable[bool]
-    if not events or not isinstance(events[0], _Obj):
+    if not events or not _is_struct(events[0]):
         has = map(dict.__contains__, events, repeat(key))
     else:
-        absent = _RAW_NONE if key in _RAW_FIELDS else UNSET
+        absent = _S.RAW_NONE if key in _S.RAW_FIELDS else _S.UNSET
         has = (v is not absent for v in map(attrgetter(key.replace(" ", "_")), events))
     return np.flatnonzero(np.fromiter(has, bool, len(events)))
 
