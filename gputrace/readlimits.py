@@ -179,10 +179,7 @@ def _gunzip(raw: bytes, cap: int, p: Path, cut: list[bool] | None = None) -> byt
         pending = data
         try:
             while True:
-                # the first block shows whether it is JSON at all; past it, the rest at once (up
-                # to the cap): fewer, larger blocks cost less than many 1 MiB ones
-                step = cap + 1 - len(out) if checked else min(_CHUNK, cap + 1 - len(out))
-                block = d.decompress(pending, step)
+                block = d.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
                 pending = memoryview(d.unconsumed_tail)
                 out += block
                 if len(out) > cap:
