@@ -1247,9 +1247,14 @@ def _decode_region(
     cat = np.zeros(total, np.int32)
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
-    delta[vr] = values(ps + 1)
-    typ[vr] = values(ps + 4)
-    track[vr] = values(ps + 5)
+    if rich_at:
+        delta[vr] = values(ps + 1)
+        typ[vr] = values(ps + 4)
+        track[vr] = values(ps + 5)
+    else:  # the varint packets are all there is, in order
+        delta = values(ps + 1)
+        typ = values(ps + 4).astype(np.int8)
+        track = values(ps + 5).astype(np.int32)
     if npk:
         # one table look-up finds the few fields read beyond the fixed head of each packet
         code = _TAG_CODE[tags]  # (a tag of -1, too long to be one gputrace writes, reads 0)
@@ -1257,7 +1262,9 @@ def _decode_region(
         hits = np.flatnonzero(code)
         hit_code = code[hits]
         hit_val = values(hits)
-        hit_pkt = vr[np.searchsorted(ps, hits, side="right") - 1]
+        hit_pkt = np.searchsorted(ps, hits, side="right") - 1
+        if rich_at:
+            hit_pkt = vr[hit_pkt]
         for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
             m = hit_code == c
             dest[hit_pkt[m]] = hit_val[m]
