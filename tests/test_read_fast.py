@@ -127,14 +127,24 @@ def test_a_damaged_file_gets_the_plain_paths_sentence(
     assert "malformed" in str(fast_err.value)
 
 
-def test_a_cut_file_still_reads_as_truncated(tmp_path: Path) -> None:
+def test_a_cut_file_reads_as_truncated_and_the_same_both_ways(tmp_path: Path) -> None:
     path = tmp_path / "c.json.gz"
     cupti_trace(path)
-    raw = gzip.decompress(path.read_bytes())
+    data = path.read_bytes()
+    raw = gzip.decompress(data)
     cut = tmp_path / "cut.json"
     cut.write_bytes(raw[: raw.rindex(b",\n", 0, len(raw) - 1000) + 30])  # inside the last chunk
-    t = gputrace.load(cut)
-    assert t.header["truncated"] is True and len(t) > 0
+    cut_gz = tmp_path / "cut.json.gz"
+    cut_gz.write_bytes(data[: len(data) - 200])  # the gzip stream ends early
+    for p in (cut, cut_gz):
+        raw_p, was_cut = json_format.read_raw(p)
+        assert was_cut == (p is cut_gz)
+        got = json_format._read_fast(raw_p, str(p), None, cut=was_cut)
+        assert got is not None, "the fast path declined a cut streamed file"
+        want = plain(p)
+        assert_identical(got, want)
+        assert_identical(gputrace.load(p), want)
+        assert got.header["truncated"] is True and 0 < len(got) <= 30
 
 
 def test_the_collector_is_restored_after_a_read(tmp_path: Path) -> None:
@@ -210,3 +220,37 @@ def test_bytes_that_are_not_utf8_only_where_nothing_is_read_do_not_spoil_the_fil
     read_value.write_bytes(raw.replace(b'"name":"step"', b'"name":"st\xffep"', 1))
     with pytest.raises(TraceFileError, match="not valid JSON"):
         gputrace.load(read_value)
+
+
+def test_a_streamed_file_cut_anywhere_reads_the_same_both_ways(tmp_path: Path) -> None:
+    """Cut at any byte (a killed program), a streamed file gives the plain path's trace (up to
+    its last whole chunk) or its sentence, by the fast path too."""
+    import random
+
+    path = tmp_path / "s.json"
+    clock = FakeClock(1_000_000, 1_000)
+    src = FakeActivitySource(clock)
+    with gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True):
+        for i in range(40):
+            with gputrace.trace("step", i=i):
+                src.launch("k", gpu_ns=500 + i)
+            if i % 5 == 4:
+                gputrace.sync()
+    raw = path.read_bytes()
+    rng = random.Random(3)
+    for n in sorted(rng.sample(range(len(raw)), 40)):
+        cut = tmp_path / f"cut{n}.json"
+        cut.write_bytes(raw[:n])
+        try:
+            want: Any = plain(cut)
+        except TraceFileError as exc:
+            want = str(exc)
+        try:
+            got: Any = gputrace.load(cut)
+        except TraceFileError as exc:
+            got = str(exc)
+        if isinstance(want, str):
+            assert got == want
+        else:
+            assert_identical(got, want)
+            assert got.header["truncated"] is True

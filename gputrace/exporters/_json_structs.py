@@ -138,5 +138,5 @@ def field(e: Any, key: str) -> Any:
         return e.__struct_config__.tag
     v = getattr(e, key.replace(" ", "_"), UNSET)
     if type(v) is msgspec.Raw:
-        return orjson.loads(v) if len(v) else UNSET
+        return orjson.loads(memoryview(v)) if len(v) else UNSET
     return v

@@ -268,7 +268,7 @@ def _document(
 def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
     with gc_paused():
         raw, cut = read_raw(path)
-        fast = None if cut else _read_fast(raw, str(path), progress)
+        fast = _read_fast(raw, str(path), progress, cut=cut)
         if fast is not None:
             trace = fast
         else:
@@ -320,18 +320,26 @@ def _decode_field(events: list[Any], key: str, as_: str = "") -> None:
         setattr(events[i], key, v)
 
 
-def _read_fast(raw: bytes, where: str, progress: Progress | None) -> Trace | None:
-    """The trace of a complete gputrace JSON file, or None where the plain path must read it."""
+def _read_fast(
+    raw: bytes, where: str, progress: Progress | None, *, cut: bool = False, repaired: bool = False
+) -> Trace | None:
+    """The trace of a gputrace JSON file, or None where the plain path must read it. A streamed
+    file cut short (``cut``: its gzip stream ends early) reads up to its last chunk, as there."""
     fast = _fast()
     if fast is None:
         return None
-    if progress is not None:
+    if progress is not None and not repaired:
         progress("read")
     try:
         doc: Any = fast.DOC_DECODER.decode(raw)
-    except Exception:  # not JSON, cut short, another shape: the plain path says what it is
+    except fast.msgspec.DecodeError:  # not JSON here: a streamed file is closed after its last chunk
+        fixed = None if repaired or not raw.startswith(PREFIX) else repair(raw)
+        return None if fixed is None else _read_fast(fixed, where, progress, cut=cut, repaired=True)
+    except Exception:  # another shape: the plain path says what it is
         return None
-    truncated = False
+    if cut and "gputrace_stream" not in (doc.metadata if isinstance(doc.metadata, dict) else {}):
+        return None  # only a streamed gputrace file reads when cut short: the plain path refuses it
+    truncated = cut or repaired
     header = doc.gputrace
     if isinstance(header, dict) and header.get("truncated"):
         truncated = True
