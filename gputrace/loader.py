@@ -75,7 +75,8 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     """
     from gputrace.exporters import json as json_format
 
-    doc, _ = json_format.read_document(path, progress)
+    with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
+        doc, _ = json_format.read_document(path, progress)
     return doc
 
 
