@@ -1184,7 +1184,7 @@ class _Packets:
         self.count = 0
 
 
-_TAG_CODE = np.zeros(512, np.uint8)
+_TAG_CODE = np.zeros((1 << 14) + 1, np.uint8)  # every one- and two-byte tag, and -1 (the last)
 for _code, _tag in enumerate((T_NAME, T_CAT, T_FLOW, T_TFLOW, T_DA_NAME), start=1):
     _TAG_CODE[_tag] = _code
 
@@ -1228,11 +1228,10 @@ def _decode_region(
     ):
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     # packet order: varint packets and rich packets by their offset in the region
-    vstart = starts[2 * ps].astype(np.int64)
     total = npk + len(rich_at)
     if rich_at:
         assert kept is not None
-        vstart = kept[vstart]
+        vstart = kept[starts[2 * ps].astype(np.int64)]
         roff = np.array([o for o, _ in rich_at], np.int64)
         allpos = np.concatenate([vstart, roff])
         order = np.argsort(allpos, kind="stable")
@@ -1248,18 +1247,24 @@ def _decode_region(
     cat = np.zeros(total, np.int32)
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
-    delta[vr] = values(ps + 1)
-    typ[vr] = values(ps + 4)
-    track[vr] = values(ps + 5)
+    if rich_at:
+        delta[vr] = values(ps + 1)
+        typ[vr] = values(ps + 4)
+        track[vr] = values(ps + 5)
+    else:  # the varint packets are all there is, in order
+        delta = values(ps + 1)
+        typ = values(ps + 4).astype(np.int8)
+        track = values(ps + 5).astype(np.int32)
     if npk:
         # one table look-up finds the few fields read beyond the fixed head of each packet
-        code = _TAG_CODE[tags & 511]
-        code[tags >= 512] = 0
+        code = _TAG_CODE[tags]  # (a tag of -1, too long to be one gputrace writes, reads 0)
         code[ps + 2] = 0  # the sequence id shares its tag with name_iid
         hits = np.flatnonzero(code)
         hit_code = code[hits]
         hit_val = values(hits)
-        hit_pkt = vr[np.searchsorted(ps, hits, side="right") - 1]
+        hit_pkt = np.searchsorted(ps, hits, side="right") - 1
+        if rich_at:
+            hit_pkt = vr[hit_pkt]
         for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
             m = hit_code == c
             dest[hit_pkt[m]] = hit_val[m]
@@ -1293,19 +1298,60 @@ def _decode_region(
     return int(ts[-1]) if total else last_ts
 
 
+def _fields(data: bytes | memoryview) -> list[tuple[int, int, int | bytes]]:
+    """``list(pw.fields(data))``, with one-byte varints (most keys and small values) read inline:
+    rich packets are decoded one by one in Python."""
+    out: list[tuple[int, int, int | bytes]] = []
+    pos, end = 0, len(data)
+    read_pv = pw.read_pv
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_pv(data, pos)
+        wt = key & 7
+        if wt == pw.VARINT:
+            if pos < end and data[pos] < 0x80:
+                out.append((key >> 3, wt, data[pos]))
+                pos += 1
+            else:
+                v, pos = read_pv(data, pos)
+                out.append((key >> 3, wt, v))
+        elif wt == pw.LEN:
+            if pos < end and data[pos] < 0x80:
+                n = data[pos]
+                pos += 1
+            else:
+                n, pos = read_pv(data, pos)
+            if pos + n > end:
+                raise pw.Truncated("length-delimited field")
+            out.append((key >> 3, wt, bytes(data[pos : pos + n])))
+            pos += n
+        elif wt == pw.FIXED64 or wt == pw.FIXED32:
+            width = 8 if wt == pw.FIXED64 else 4
+            if pos + width > end:
+                raise pw.Truncated("fixed64" if width == 8 else "fixed32")
+            out.append((key >> 3, wt, int.from_bytes(data[pos : pos + width], "little")))
+            pos += width
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+    return out
+
+
 def _decode_rich(
     data: memoryview, ann_names: dict[int, str], strs: dict[int, str]
 ) -> tuple[int, int, int, int, int, int, dict[str, Any]]:
-    (f, _wt, body), *_ = list(pw.fields(data))
+    (f, _wt, body), *_ = _fields(data)
     d = t_ = tr = nm = ct = fl = 0
     args: dict[str, Any] = {}
     body = _bytes(body)
-    for f, _wt, v in pw.fields(body):
+    for f, _wt, v in _fields(body):
         if f == P_TS:
             d = int(v)  # type: ignore[arg-type]
         elif f == P_TE:
             v = _bytes(v)
-            for g, _w, x in pw.fields(v):
+            for g, _w, x in _fields(v):
                 if g == TE_TYPE:
                     t_ = int(x)  # type: ignore[arg-type]
                 elif g == TE_TRACK:
@@ -1335,7 +1381,7 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
     key = ""
     val: Any = None
     interned = False
-    for f, _wt, v in pw.fields(data):
+    for f, _wt, v in _fields(data):
         if f == DA_NAME:
             key = ann_names[int(v)]  # type: ignore[arg-type]
         elif f == DA_BOOL:
@@ -1358,9 +1404,15 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
 
 def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
     """Read a ``.pftrace`` that gputrace wrote back into the ``Trace`` it was written from."""
+    from gputrace.loader import gc_paused
+
+    with gc_paused():  # the packets decode into many small objects, none of them in a cycle
+        return _read_file(Path(path), progress)
+
+
+def _read_file(p: Path, progress: Progress | None) -> Trace:
     from gputrace.loader import TraceFileError, read_bytes
 
-    p = Path(path)
     raw = read_bytes(p)  # bounded: regular files only, at most GPUTRACE_MAX_TRACE_BYTES
     if not raw:
         raise TraceFileError(f"{p}: the file is empty.")
@@ -1642,8 +1694,8 @@ def _build(
     for i in np.flatnonzero(fl_got).tolist():
         s.flags[i] = flags_from_names(strs[int(fl_iid[i])].split(", "))
     if pk.args:
-        where = {int(p): i for i, p in enumerate(cpu_b.tolist()) if int(p) in pk.args}
-        for p, i in where.items():
+        with_args = np.flatnonzero(np.isin(cpu_b, np.fromiter(pk.args, np.int64, len(pk.args))))
+        for i, p in zip(with_args.tolist(), cpu_b[with_args].tolist(), strict=True):
             a = dict(pk.args[p])
             fl = a.pop("\0flags", None)
             if fl:
@@ -1784,8 +1836,8 @@ def _read_ops(
         raise PftraceError("an operation names a scope that the trace does not have")
     ops.scope = w2r[sc]
     kinds = {i: OP_CATS.index(c) for i, c in cats.items() if c in OP_CATS}
-    ops.kind = np.array([kinds.get(int(c), 0) for c in cat[b].tolist()], np.int32)
-    ops.name = np.fromiter((intern(names[int(i)]) for i in name[b].tolist()), np.int32, n)
+    ops.kind = _per_iid(cat[b], lambda c: kinds.get(c, 0))
+    ops.name = _per_iid(name[b], lambda i: intern(names[i]))
     ops.queue = tidx[track[b]].astype(np.int32)
     th, has_th = ann("thread", b)
     default = np.where(ops.scope >= 0, s.thread[np.maximum(ops.scope, 0)] if len(s) else -1, -1)
@@ -1799,19 +1851,32 @@ def _read_ops(
     ops.call_start_ns = np.where(seen, ts[b] - lts, NO_TIME)
     ops.call_end_ns = np.where(seen, ts[b] - lts + dur, NO_TIME)
     call, has_call = ann("call", b)
-    ops.call_name = np.array(
-        [intern(strs[int(c)] if h else "") for c, h in zip(call.tolist(), has_call.tolist(), strict=True)],
-        np.int32,
-    )
+    ops.call_name = _per_iid(np.where(has_call, call, -1), lambda c: intern(strs[c] if c >= 0 else ""))
     ops.bytes, _ = ann("bytes", b)
     shape, has_shape = ann("grid,block", b)
     grid = np.zeros((n, 6), np.int64)
-    for i in np.flatnonzero(has_shape).tolist():
-        grid[i] = [int(x) for x in strs[int(shape[i])].split(",")]
+    rows = np.flatnonzero(has_shape)
+    if len(rows):  # a few distinct shapes, each parsed once
+        uniq, inv = np.unique(shape[rows], return_inverse=True)
+        parsed = np.array([[int(x) for x in strs[int(u)].split(",")] for u in uniq.tolist()], np.int64)
+        if parsed.shape[1:] != (6,):
+            raise PftraceError("an operation's grid and block are not six integers")
+        grid[rows] = parsed[inv.reshape(-1)]
     ops.grid, ops.block = grid[:, :3].copy(), grid[:, 3:].copy()
     ops.graph_id, _ = ann("graph id", b)
     ops.graph_node_id, _ = ann("graph node id", b)
     return ops
+
+
+def _per_iid(iids: I64, fn: Callable[[int], int]) -> npt.NDArray[np.int32]:
+    """``fn`` of each value, called once per distinct value, in order of first appearance."""
+    if not len(iids):
+        return np.zeros(0, np.int32)
+    uniq, first, inv = np.unique(iids, return_index=True, return_inverse=True)
+    out = np.zeros(len(uniq), np.int32)
+    for k in np.argsort(first, kind="stable").tolist():
+        out[k] = fn(int(uniq[k]))
+    return out[inv.reshape(-1)]
 
 
 def _no_nesting(s: ScopeTable) -> bool:

@@ -1,0 +1,142 @@
+"""The structs the JSON reader's fast path decodes trace events into (msgspec), imported on the
+first read only: a session that writes JSON never loads msgspec.
+
+An event decodes by its ``ph`` into a struct of the fields the reader looks at; every other
+phase of the Chrome trace format is read past and kept as an empty struct. A field absent from
+the file is ``UNSET`` (raw args: an empty ``Raw``). Each struct also reads like the dict it
+stands for (``get``, ``[]``, ``in``) where the reader treats it as one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+import orjson
+
+UNSET: Any = msgspec.UNSET
+RAW_NONE = msgspec.Raw()
+
+
+class Obj(msgspec.Struct, gc=False):
+    """Reads like the dict it stands for where the reader treats it as one: a field not in
+    the file is UNSET (raw args: an empty Raw), and reads as absent."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = field(self, key)
+        return default if v is UNSET else v
+
+    def __getitem__(self, key: str) -> Any:
+        v = field(self, key)
+        if v is UNSET:
+            raise KeyError(key)
+        return v
+
+    def __contains__(self, key: str) -> bool:
+        return field(self, key) is not UNSET
+
+
+class Event(Obj, tag_field="ph"):
+    """A trace event, by its ``ph``, with the fields the reader looks at."""
+
+
+class GpuArgs(Obj):
+    """A GPU slice's args: what the reader takes from them."""
+
+    scope: Any = UNSET
+    gpu_us: Any = UNSET
+    submit_ts: Any = UNSET
+    uncertainty_us: Any = UNSET
+    flags: Any = UNSET
+
+
+class OpArgs(Obj):
+    """An operation's args: what the reader takes from them."""
+
+    op: Any = UNSET
+    scope: Any = UNSET
+    queue: Any = UNSET
+    tid: Any = UNSET
+    correlation: Any = UNSET
+    call: Any = UNSET
+    call_ts: Any = UNSET
+    call_dur_us: Any = UNSET
+    bytes: Any = UNSET
+    grid: tuple[int, int, int] | msgspec.UnsetType = UNSET  # otherwise: the plain path
+    block: tuple[int, int, int] | msgspec.UnsetType = UNSET
+    graph_id: Any = msgspec.field(default=UNSET, name="graph id")
+    graph_node_id: Any = msgspec.field(default=UNSET, name="graph node id")
+
+
+NO_GPU_ARGS = GpuArgs()
+ARGS_DECODERS: dict[str, Any] = {
+    "gpu": msgspec.json.Decoder(list[GpuArgs]),
+    "op": msgspec.json.Decoder(list[OpArgs]),
+}
+
+
+class Complete(Event, tag="X"):
+    cat: Any = UNSET
+    name: Any = UNSET
+    pid: Any = UNSET
+    tid: Any = UNSET
+    ts: Any = UNSET
+    dur: Any = UNSET
+    bind_id: Any = UNSET
+    args: msgspec.Raw = RAW_NONE  # decoded for the events whose args are read
+
+
+class Id2(Obj):
+    local: Any = UNSET
+
+
+class AsyncBegin(Event, tag="b"):
+    cat: Any = UNSET
+    ts: Any = UNSET
+    id2: Id2 | None = None  # an id2 that is not an object: the plain path
+
+
+class Instant(Event, tag="i"):
+    cat: Any = UNSET
+    name: Any = UNSET
+    pid: Any = UNSET
+    tid: Any = UNSET
+    ts: Any = UNSET
+    args: msgspec.Raw = RAW_NONE
+
+
+class Metadata(Event, tag="M"):
+    name: Any = UNSET
+    pid: Any = UNSET
+    tid: Any = UNSET
+    args: msgspec.Raw = RAW_NONE
+
+
+# every other phase of the Chrome trace format: read past, nothing kept (a phase not listed
+# here, or an event without one, sends the file to the plain path)
+PASSED = tuple(
+    msgspec.defstruct(f"Passed{i}", [], bases=(Event,), tag=ph)
+    for i, ph in enumerate("BEIensftPNODRCSTpFcvV()")
+)
+ANY_EVENT: Any = Union.__getitem__((Complete, AsyncBegin, Instant, Metadata, *PASSED))  # type: ignore[attr-defined]
+Doc = msgspec.defstruct(
+    "Doc",
+    [
+        ("traceEvents", list[ANY_EVENT]),
+        ("gputrace", Any, UNSET),
+        ("metadata", Any, UNSET),
+    ],
+    gc=False,
+)
+DOC_DECODER = msgspec.json.Decoder(Doc)
+RAW_FIELDS = ("args",)  # absent: the empty Raw; any other field absent: UNSET
+
+
+def field(e: Any, key: str) -> Any:
+    """An event's field as its dict would hold it: raw args decoded; UNSET where absent."""
+    if key == "ph":
+        return e.__struct_config__.tag
+    v = getattr(e, key.replace(" ", "_"), UNSET)
+    if type(v) is msgspec.Raw:
+        return orjson.loads(memoryview(v)) if len(v) else UNSET
+    return v
