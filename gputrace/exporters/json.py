@@ -100,17 +100,32 @@ class StreamWriter:
         return self._enc.rows
 
     def _write(self, data: bytes, final: bool = False) -> None:
-        if self._z is not None:
-            data = self._z.compress(data) + self._z.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        self._write_parts([data], final)
 
     def append(self, chunk: Trace) -> None:
-        data = self._enc.encode(chunk)
-        if data:
-            self._write(data + b",\n")
+        parts = self._enc.encode_parts(chunk)
+        if parts:
+            self._write_parts([*parts, b"\n"])
+
+    def _write_parts(self, parts: list[bytes], final: bool = False) -> None:
+        """One chunk, given in pieces: compressed piece by piece and written with one ``writev``
+        (never joined into one more copy of the chunk)."""
+        if self._z is not None:
+            z = self._z
+            parts = [*map(z.compress, parts), z.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)]
+        bufs = [memoryview(p) for p in parts if p]
+        if not hasattr(os, "writev"):
+            bufs = [memoryview(b"".join(bufs))]
+        i = 0
+        while i < len(bufs):
+            n = os.writev(self._fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(self._fd, bufs[i])
+            while n and i < len(bufs):
+                if n >= len(bufs[i]):
+                    n -= len(bufs[i])
+                    i += 1
+                else:
+                    bufs[i] = bufs[i][n:]
+                    n = 0
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
