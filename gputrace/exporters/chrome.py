@@ -79,19 +79,80 @@ def queue_dict(q: QueueInfo) -> dict[str, Any]:
     return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
 
 
-def lean_header(header: dict[str, Any]) -> dict[str, Any]:
+def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A scope whose one pass is its whole GPU slice (same start, end, submission and queue: a
+    wgpu scope with one timed pass) has that pass written as an argument of its GPU slice
+    (``pass``: the label) rather than as a second slice of the same extent.
+
+    ``rows``: the scopes with a GPU slice, ascending. Returns, per row of ``rows``, the folded
+    pass's label (-1: none), and the spans still written as pass slices (in scope order)."""
+    sp, s = trace.spans, trace.scopes
+    label = np.full(len(rows), -1, np.int64)
+    if not len(sp) or not len(rows):
+        return label, np.zeros(0, np.int64)
+    unlabelled = trace.names.index("") if "" in trace.names else -1
+    k = np.flatnonzero(sp.label != unlabelled)
+    k = k[np.argsort(sp.scope[k], kind="stable")]
+    pos = np.searchsorted(rows, sp.scope[k])
+    ok = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == sp.scope[k])
+    k, pos = k[ok], pos[ok]
+    r = rows[pos]
+    same = (
+        (np.bincount(pos, minlength=len(rows))[pos] == 1)
+        & (sp.gpu_start_ns[k] == s.gpu_start_ns[r])
+        & (sp.gpu_end_ns[k] == s.gpu_end_ns[r])
+        & (sp.submit_ns[k] == s.submit_ns[r])
+        & (sp.queue[k] == s.queue[r])
+    )
+    label[pos[same]] = sp.label[k[same]]
+    return label, k[~same]
+
+
+def lean_header(header: dict[str, Any], *, cap: bool = True, explain: bool = True) -> dict[str, Any]:
     """The header as written: anomaly counts stay exact, examples are capped (the per-scope flags
-    in the events carry every anomaly; the reader rebuilds the full list from them)."""
+    in the events carry every anomaly; the reader rebuilds the full list from them). With
+    ``explain=False`` (files only gputrace reads) an example's explanation, which follows from its
+    kinds, is left out; ``full_header`` puts it back."""
     out = dict(header)
     an = out.get("anomalies")
-    if isinstance(an, dict) and isinstance(an.get("items"), list) and len(an["items"]) > EXAMPLES_IN_HEADER:
+    if isinstance(an, dict) and isinstance(an.get("items"), list):
         items = an["items"]
-        out["anomalies"] = dict(
-            an,
-            items=items[:EXAMPLES_IN_HEADER],
-            truncated=int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER,
-        )
+        extra = {}
+        if cap and len(items) > EXAMPLES_IN_HEADER:
+            extra["truncated"] = int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER
+            items = items[:EXAMPLES_IN_HEADER]
+        if not explain:
+            items = [_unexplained(i) for i in items]
+        out["anomalies"] = dict(an, items=items, **extra)
     return out
+
+
+def _explain(kinds: Any) -> list[str] | None:
+    from gputrace.flags import EXPLAIN
+
+    if not isinstance(kinds, list):
+        return None
+    return [EXPLAIN[k] for k in kinds if isinstance(k, str) and k in EXPLAIN]
+
+
+def _unexplained(item: Any) -> Any:
+    if isinstance(item, dict) and "explain" in item and item["explain"] == _explain(item.get("kinds")):
+        return {k: v for k, v in item.items() if k != "explain"}
+    return item
+
+
+def full_header(header: dict[str, Any]) -> dict[str, Any]:
+    """A header as read: each anomaly example with its explanation (see ``lean_header``)."""
+    an = header.get("anomalies")
+    if isinstance(an, dict) and isinstance(an.get("items"), list):
+        items = [
+            dict(i, explain=_explain(i.get("kinds")))
+            if isinstance(i, dict) and "explain" not in i and _explain(i.get("kinds")) is not None
+            else i
+            for i in an["items"]
+        ]
+        header = dict(header, anomalies=dict(an, items=items))
+    return header
 
 
 def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
@@ -319,19 +380,20 @@ class Encoder:
             members.append(('"timing":', "lit", _j(timing), None))
         if len(trace.ops):  # summed operation time per scope
             members.append(('"gpu_busy_us":', "us", trace.busy_ns()[rows], None))
+        fold, passes = fold_passes(trace, rows)
         members += [
             ('"submit_ts":', "us", sb - base, early),
             # kept as measured (and flagged); the slice itself cannot be negative
             ('"gpu_us":', "us", g1 - g0, g1 < g0),
             ('"flags":', "pick", (flag_text, finv), flags != 0),
+            ('"pass":', "pick", (jnames, np.maximum(fold, 0)), fold >= 0),
         ]
         gpu = Rows(k).lit('{"ph":"X","name":').pick(jnames, s.name[rows]).lit(',"pid":').num(gpid)
         gpu.lit(',"tid":').num(gtid).lit(',"ts":').us(g0 - base).lit(',"dur":').us(np.maximum(g1 - g0, 0))
         gpu.lit(',"bind_id":').num(b).lit(',"flow_in":true').members(',"args":{', members)
         parts = [gpu.lit("}").tobytes()]
-        sp = trace.spans
-        if len(sp):
-            parts += self._passes(trace, r0, rows, gpid, gtid)
+        if len(passes):
+            parts += self._passes(trace, r0, passes, rows, gpid, gtid)
         # the wait, as an async slice inside the GPU process; it carries the submit time
         w = np.flatnonzero(waited)
         if len(w):
@@ -351,20 +413,12 @@ class Encoder:
         return parts
 
     def _passes(
-        self, trace: Trace, r0: int, rows: np.ndarray, gpid: np.ndarray, gtid: np.ndarray
+        self, trace: Trace, r0: int, k: np.ndarray, rows: np.ndarray, gpid: np.ndarray, gtid: np.ndarray
     ) -> list[bytes]:
-        """wgpu passes: a child slice of their scope's GPU slice, on its track."""
+        """wgpu passes ``k`` (span rows) not folded into their scope's GPU slice: child slices of
+        it, on its track."""
         sp = trace.spans
-        unlabelled = trace.names.index("") if "" in trace.names else -1
-        k = np.flatnonzero(sp.label != unlabelled)
-        if not len(k):
-            return []
-        k = k[np.argsort(sp.scope[k], kind="stable")]
         pos = np.searchsorted(rows, sp.scope[k])
-        ok = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == sp.scope[k])
-        k, pos = k[ok], pos[ok]
-        if not len(k):
-            return []
         base = self.base
         jnames = [_j(nm) for nm in trace.names]
         p0, p1, psub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]

@@ -39,6 +39,7 @@ from gputrace.exporters.chrome import (
     OVERLAP_TID_STEP,
     Encoder,
     file_header,
+    full_header,
     lean_header,
     queue_dict,
 )
@@ -79,7 +80,12 @@ class StreamWriter:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], header: dict[str, Any], *, gzip: bool | None = None
+        self,
+        path: str | os.PathLike[str],
+        header: dict[str, Any],
+        *,
+        gzip: bool | None = None,
+        start_header: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
         self._gz = self.path.name.endswith(".gz") if gzip is None else gzip
@@ -88,7 +94,8 @@ class StreamWriter:
         self._enc = Encoder(header)
         self.closed = False
         try:
-            self._write(PREFIX + dumps(lean_header(header)) + EVENTS_OPEN)
+            start = lean_header(header) if start_header is None else start_header
+            self._write(PREFIX + dumps(start) + EVENTS_OPEN)
         except BaseException:
             self.closed = True
             os.close(self._fd)
@@ -156,13 +163,20 @@ class StreamWriter:
             os.close(self._fd)
 
 
+def start_stub(header: dict[str, Any]) -> dict[str, Any]:
+    """What the header before the events needs when the whole header follows them."""
+    keep = ("format_version", "version", "backend", "start_ns", "base_ns", "pid", "rank", "host", "processes")
+    return {k: header[k] for k in keep if k in header}
+
+
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write the whole ``trace`` (gzip when the name ends in ``.gz``); atomic: temp file + rename."""
     p = Path(path)
     header = file_header(trace)
     tmp = p.with_name(p.name + ".partial")
     try:
-        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"))
+        # the whole header follows the events; the one before them is what a cut file needs
+        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"), start_header=start_stub(header))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -299,7 +313,7 @@ def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) 
             f"{where}: trace format version {header['format_version']!r} is not supported "
             f"(this gputrace reads version {FORMAT_VERSION})."
         )
-    header = dict(header)
+    header = full_header(header)
     if truncated:
         header["truncated"] = True
     try:
@@ -470,6 +484,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
                 s.args[i] = a
     s.flags = flags
 
+    fold_rows, fold_labels = np.zeros(0, np.int64), []
     if gpu:
         ga = [e.get("args") or {} for e in gpu]
         # the scope is the flow's bind_id (older files: args.scope)
@@ -515,6 +530,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             raise _Malformed("a gpu slice is on a stream track that the header does not list")
         for i in [i for i, a in enumerate(ga) if a.get("flags")]:
             s.flags[rows[i]] = flags_from_names(ga[i]["flags"])
+        folded = [i for i, a in enumerate(ga) if "pass" in a]  # a scope's one pass, as its slice
+        fold_rows, fold_labels = rows[folded], [str(ga[i]["pass"]) for i in folded]
 
     has_gpu = s.gpu_start_ns != NO_TIME
     p_rows = np.zeros(0, np.int64)
@@ -535,6 +552,12 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         if with_sub:
             sub_us = _floats([pa[i]["submit_ts"] for i in with_sub], "submit_ts")
             p_sub[with_sub] = base + _to_ns(sub_us)
+    if len(fold_rows):  # the pass has its GPU slice's times and submission
+        p_rows = np.concatenate([p_rows, fold_rows])
+        p_label = np.concatenate([p_label, np.array([intern_label(x) for x in fold_labels], np.int32)])
+        p_g0 = np.concatenate([p_g0, s.gpu_start_ns[fold_rows]])
+        p_g1 = np.concatenate([p_g1, s.gpu_end_ns[fold_rows]])
+        p_sub = np.concatenate([p_sub, s.submit_ns[fold_rows]])
     with_pass = np.zeros(n, bool)
     with_pass[p_rows] = True
     # A scope-level event pair (cuda) is a span of its own; where spans are passes that their

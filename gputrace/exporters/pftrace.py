@@ -50,7 +50,15 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.exporters import _protowire as pw
-from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP, _lanes, export_base_ns
+from gputrace.exporters.chrome import (
+    GPU_PID_BASE,
+    OVERLAP_TID_STEP,
+    _lanes,
+    export_base_ns,
+    fold_passes,
+    full_header,
+    lean_header,
+)
 from gputrace.jsonsafe import dumps as json_bytes
 from gputrace.model import (
     ANOMALY_FLAGS,
@@ -111,6 +119,9 @@ T_TYPE, T_TRACK, T_NAME, T_CAT = TE_TYPE << 3, TE_TRACK << 3, TE_NAME << 3, TE_C
 T_FLOW, T_TFLOW, T_COUNTER, T_ANN = TE_FLOW << 3, TE_TFLOW << 3, TE_COUNTER << 3, (TE_ANN << 3) | 2
 T_EXTRA_TRACK, T_EXTRA_VALUE = 31 << 3, 12 << 3  # extra_counter_track_uuids, extra_counter_values
 T_DA_NAME, T_DA_INT, T_DA_STR_IID = DA_NAME << 3, DA_INT << 3, DA_STR_IID << 3
+T_DA_BOOL = DA_BOOL << 3
+MAX_ARG_GROUPS = 32  # distinct shapes of user arguments written as columns per chunk (others one by one)
+MAX_ARG_STR = 256  # longer string arguments are written inline, one packet at a time
 
 Progress = Callable[[str], None]
 
@@ -257,6 +268,8 @@ class _Encoder:
         self.ann_names: dict[str, int] = {}
         self.ann_strs: dict[str, int] = {}
         self.new_interned: list[bytes] = []
+        self.new_user_args: list[int] = []  # annotation names of user arguments, new in this chunk
+        self.chunk_pass = 0  # the chunk's most common pass folded into a GPU slice (an interned string)
         self.tracks: dict[tuple[int, int, int], int] = {}
         self.new_tracks: list[list[int]] = []
         self.descriptors: list[bytes] = []
@@ -302,6 +315,17 @@ class _Encoder:
 
     def ann_str(self, s: str) -> int:
         return self._intern(self.ann_strs, ID_ANN_STRS, s)
+
+    def user_ann_name(self, s: str) -> int:
+        """A user argument's name: interned apart from gputrace's own annotation names (a user
+        argument may be called "scope"), and listed in the chunk index as one."""
+        key = "\0" + s
+        iid = self.ann_names.get(key)
+        if iid is None:
+            iid = self.ann_names[key] = len(self.ann_names) + 1
+            self.new_interned.append(pw.fb(ID_ANN_NAMES, pw.fv(1, iid) + pw.fs(2, s)))
+            self.new_user_args.append(iid)
+        return iid
 
     # tracks
     def _track(self, key: tuple[int, int, int], desc: Callable[[int], bytes]) -> int:
@@ -409,9 +433,12 @@ class _Encoder:
         return out
 
     def ending(self, header: dict[str, Any]) -> bytes:
-        header = dict(header)
-        header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in self.threads])
-        header.setdefault("queues", [_queue_dict(q) for q in self.queues])
+        # threads and queues: the chunk indexes list them; explanations follow from the kinds
+        header = {
+            k: v
+            for k, v in lean_header(header, cap=False, explain=False).items()
+            if k not in ("threads", "queues")
+        }
         head = FINAL_TAG + zlib.compress(json_bytes(header), 6)
         iid = META_IID + 1 + self.chunks
         out = _seq(pw.fb(P_INTERNED, pw.fb(ID_ANN_STRS, pw.fv(1, iid) + pw.fb(2, head))))
@@ -463,6 +490,7 @@ class _Encoder:
         has_gpu = s.gpu_start_ns != NO_TIME
         rows = np.arange(n, dtype=np.int64)
         gids = r0 + rows + 1  # flow ids
+        self.chunk_pass = 0
         self._cpu(t, thread, name_iid, has_gpu, gids, kinds, rich)
         self._gpu(t, queue, name_iid, has_gpu, gids, kinds)
         self._marks(t, th_map, kinds, rich)
@@ -481,7 +509,11 @@ class _Encoder:
             "queues": [_queue_dict(q) for q in self.new_queues],
             "tracks": self.new_tracks,
         }
-        self.new_threads, self.new_queues, self.new_tracks = [], [], []
+        if self.new_user_args:
+            index["args"] = self.new_user_args
+        if self.chunk_pass:  # the pass of every GPU slice that names none (and is not "no_pass")
+            index["pass"] = self.chunk_pass
+        self.new_threads, self.new_queues, self.new_tracks, self.new_user_args = [], [], [], []
         idx = CHUNK_TAG + orjson.dumps(index)
         self.new_interned.append(pw.fb(ID_ANN_STRS, pw.fv(1, META_IID + 1 + self.chunks) + pw.fb(2, idx)))
         head = b"".join(self.descriptors) + _seq(pw.fb(P_INTERNED, b"".join(self.new_interned)))
@@ -534,7 +566,8 @@ class _Encoder:
                 if f:
                     ev.ann(fl_name, T_DA_STR_IID, flags_iid[m])
                 kinds.append(ev)
-        for r in np.flatnonzero(with_args).tolist():
+        rich_rows = self._arg_groups(t, rows, track, name_iid, has_gpu, gids, flags_iid, kinds)
+        for r in rich_rows:
             te = (
                 pw.fv(TE_TYPE, SLICE_BEGIN)
                 + pw.fv(TE_TRACK, int(track[r]))
@@ -553,6 +586,59 @@ class _Encoder:
             if m.any():
                 ev = _Events(end[m], 2 if z else 0, -start[m], -rows[m])
                 kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+
+    def _arg_groups(
+        self,
+        t: Trace,
+        rows: I64,
+        track: I64,
+        name_iid: I64,
+        has_gpu: npt.NDArray[np.bool_],
+        gids: I64,
+        flags_iid: I64,
+        kinds: list[_Events],
+    ) -> list[int]:
+        """Begins of the scopes with arguments: those whose arguments are integers, booleans and
+        strings, grouped by their keys and types, as varint packets (the keys interned as user
+        arguments, listed in the chunk index; strings interned); the rest one by one (returned)."""
+        s = t.scopes
+        groups: dict[tuple[tuple[str, type], ...], list[int]] = {}
+        rich: list[int] = []
+        for r, a in s.args.items():
+            sig = _arg_signature(a)
+            if sig is None:
+                rich.append(r)
+            else:
+                groups.setdefault(sig, []).append(r)
+        if len(groups) > MAX_ARG_GROUPS:  # many shapes: the largest groups go as columns
+            big = sorted(groups, key=lambda k: -len(groups[k]))
+            for sig in big[MAX_ARG_GROUPS:]:
+                rich += groups.pop(sig)
+        start, end = t.scopes.cpu_start_ns, t.scopes.cpu_end_ns
+        for sig, rr in groups.items():
+            r_all = np.array(sorted(rr), np.int64)
+            cols = [(key, [s.args[r][key] for r in r_all.tolist()], kind) for key, kind in sig]
+            for g in (False, True):
+                sel = has_gpu[r_all] == g
+                if not sel.any():
+                    continue
+                m = r_all[sel]
+                ev = _Events(start[m], 1, -end[m], rows[m])
+                ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[m]).field(T_NAME, name_iid[s.name[m]])
+                if g:
+                    ev.field(T_FLOW, gids[m])
+                for key, values, kind in cols:
+                    vals = [v for v, k in zip(values, sel.tolist(), strict=True) if k]
+                    if kind is str:
+                        iids = {v: self.ann_str(v) for v in dict.fromkeys(vals)}
+                        ev.ann(
+                            self.user_ann_name(key), T_DA_STR_IID, np.array([iids[v] for v in vals], np.int64)
+                        )
+                    else:
+                        tag = T_DA_BOOL if kind is bool else T_DA_INT
+                        ev.ann(self.user_ann_name(key), tag, np.array(vals, np.int64))
+                self._emit(ev, [("flags", T_DA_STR_IID, flags_iid[m], flags_iid[m] > 0)], kinds)
+        return sorted(rich)
 
     def _args(self, args: dict[str, Any]) -> bytes:
         out = b""
@@ -609,17 +695,29 @@ class _Encoder:
         ev = _Events(st, 1, -np.maximum(en, st), rows)
         ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid[s.name[rows]])
         ev.field(T_TFLOW, gids[rows])
+        implied = _implied_submission(q, st, sub)
+        # a scope's one pass as long as its GPU slice: written as an argument of that slice
+        fold, passes = fold_passes(t, rows)
+        fold_iid = self._per_value(fold, lambda i: self.ann_str(t.names[i]) if i >= 0 else 0)
+        # the chunk's most common folded label goes in its index once; the others say theirs
+        labels, counts = np.unique(fold_iid[fold >= 0], return_counts=True)
+        self.chunk_pass = int(labels[np.argmax(counts)]) if len(labels) else 0
+        other = (fold >= 0) & (fold_iid != self.chunk_pass)
+        no_pass = (fold < 0) if self.chunk_pass else np.zeros(len(rows), bool)
         self._emit(
             ev,
             [
                 ("uncertainty_ns", T_DA_INT, unc, unc != prev),
-                ("submit_to_start_ns", T_DA_INT, st - sub, has_sub),
+                ("submit_to_start_ns", T_DA_INT, st - sub, has_sub & ~implied),
+                ("no_submit", T_DA_INT, np.ones(len(rows), np.int64), ~has_sub & ~implied),
                 ("flags", T_DA_STR_IID, fl_iid, fl_iid > 0),
                 ("gpu_ns", T_DA_INT, en - st, neg),
+                ("pass", T_DA_STR_IID, fold_iid, other),
+                ("no_pass", T_DA_INT, np.ones(len(rows), np.int64), no_pass),
             ],
             kinds,
         )
-        self._passes(t, rows, track, kinds)
+        self._passes(t, rows, track, kinds, passes)
         # anomalies on the GPU slice
         an = np.flatnonzero(flags & np.uint32(int(ANOMALY_FLAGS)))
         if len(an):
@@ -749,19 +847,12 @@ class _Encoder:
         out: I64 = lut[inv.reshape(-1)]
         return out
 
-    def _passes(self, t: Trace, rows: I64, track: I64, kinds: list[_Events]) -> None:
+    def _passes(self, t: Trace, rows: I64, track: I64, kinds: list[_Events], k: I64) -> None:
+        """Passes ``k`` (span rows; those not folded into their scope's GPU slice), as its children."""
         sp = t.spans
-        if not len(sp):
-            return
-        unl = t.names.index("") if "" in t.names else -1
-        k = np.flatnonzero(sp.label != unl)
         if not len(k):
             return
         pos = np.searchsorted(rows, sp.scope[k])
-        ok = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == sp.scope[k])
-        k, pos = k[ok], pos[ok]
-        if not len(k):
-            return
         st, en, sub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]
         label = self._per_value(sp.label[k], lambda i: self.name(t.names[i]))
         scope_sub = t.scopes.submit_ns[sp.scope[k]]
@@ -1043,6 +1134,40 @@ def _disjoint_lanes(st: I64, en: I64) -> I64:
     return out
 
 
+def _implied_submission(q: I64, st: I64, sub: I64) -> npt.NDArray[np.bool_]:
+    """GPU slices whose submission the reader finds without an annotation: the start of the one
+    wait slice of their chunk that ends at their GPU start on their queue, or no submission where
+    there is none. Where two GPU slices of a queue start at the same time, each says it."""
+    o = np.lexsort((st, q))
+    same = (q[o][1:] == q[o][:-1]) & (st[o][1:] == st[o][:-1])
+    shared = np.zeros(len(q), bool)
+    shared[o[1:][same]] = True
+    shared[o[:-1][same]] = True
+    early = (sub != NO_TIME) & (st < sub)  # a start before submission: no wait slice
+    out: npt.NDArray[np.bool_] = ~shared & ~early
+    return out
+
+
+def _arg_signature(args: dict[str, Any]) -> tuple[tuple[str, type], ...] | None:
+    """Keys and types of arguments that varint packets can carry (integers within 64 bits,
+    booleans, short strings), or None."""
+    sig = []
+    for k, v in args.items():
+        tp = type(v)
+        if not isinstance(k, str):
+            return None
+        if tp is int:
+            if not -(1 << 63) <= v < (1 << 63):
+                return None
+        elif tp is str:
+            if len(v) > MAX_ARG_STR:
+                return None
+        elif tp is not bool:
+            return None
+        sig.append((k, tp))
+    return tuple(sig)
+
+
 def _queue_dict(q: QueueInfo) -> dict[str, Any]:
     return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
 
@@ -1182,6 +1307,7 @@ class _Packets:
         self.ann: list[tuple[I64, I64, I64, I64]] = []  # packet, name iid, value tag, value
         self.args: dict[int, dict[str, Any]] = {}
         self.count = 0
+        self.chunk_pass: list[int] = []  # per chunk: the pass of GPU slices that name none (0: none)
 
 
 _TAG_CODE = np.zeros(512, np.uint8)
@@ -1397,6 +1523,7 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
     threads: list[ThreadInfo] = []
     queues: list[QueueInfo] = []
     pk = _Packets()
+    user_args: set[int] = set()  # annotation names that are user arguments (not gputrace's own)
     truncated = False
     final = False
     last_ts = 0
@@ -1464,6 +1591,8 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
             )
         for uuid, kind, idx, lane in chunk["tracks"]:
             tracks[int(uuid)] = (int(kind), int(idx), int(lane))
+        user_args.update(int(i) for i in chunk.get("args", ()))
+        pk.chunk_pass.append(int(chunk.get("pass", 0)))
         last_ts = _decode_region(data[pos : pos + size], chunk["rich"], last_ts, pk, ann_names, strs)
         pos += size
     if header is None:
@@ -1475,10 +1604,10 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
         )
     if progress is not None:
         progress("parsed")
-    header = dict(header)
+    header = full_header(header)
     if truncated or not final:
         header["truncated"] = True
-    return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues)
+    return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues, user_args)
 
 
 def _col(parts: list[Any]) -> Any:
@@ -1549,6 +1678,7 @@ def _build(
     tracks: dict[int, tuple[int, int, int]],
     threads: list[ThreadInfo],
     queues: list[QueueInfo],
+    user_args: set[int] | None = None,
 ) -> Trace:
     ts, typ, track, chunk = _col(pk.ts), _col(pk.type), _col(pk.track), _col(pk.chunk)
     name, cat, flow, tflow = _col(pk.name), _col(pk.cat), _col(pk.flow), _col(pk.tflow)
@@ -1572,6 +1702,12 @@ def _build(
         a_val = np.concatenate([a[3] for a in pk.ann])
         for iid in np.unique(a_nm).tolist():
             sel = np.flatnonzero(a_nm == iid)
+            if user_args and iid in user_args:  # user arguments written as columns
+                a_tag = np.concatenate([a[2] for a in pk.ann])[sel]
+                for p, tag, v in zip(a_pk[sel].tolist(), a_tag.tolist(), a_val[sel].tolist(), strict=True):
+                    val = strs[v] if tag == T_DA_STR_IID else bool(v) if tag == T_DA_BOOL else v
+                    pk.args.setdefault(p, {})[ann_names[int(iid)]] = val
+                continue
             ann_cols[ann_names[int(iid)]] = (a_pk[sel], a_val[sel])
 
     where_cache: dict[int, tuple[I64, I64]] = {}
@@ -1661,6 +1797,7 @@ def _build(
     q_b, q_e, _ = _pair(chunk, ts, track, typ, np.flatnonzero(kind == K_QUEUE))
     is_gpu = tflow[q_b] > 0
     g_b, g_e = q_b[is_gpu], q_e[is_gpu]
+    fold_rows = fold_iid = np.zeros(0, np.int64)
     if len(g_b):
         f = tflow[g_b]
         at = np.minimum(np.searchsorted(fl_ids, f), max(len(fl_ids) - 1, 0))
@@ -1679,6 +1816,21 @@ def _build(
         gap, has_sub = ann("submit_to_start_ns", g_b)
         s.submit_ns[rows[has_sub]] = st[has_sub] - gap[has_sub]
         s.queue[rows] = tidx[track[g_b]].astype(np.int32)
+        _, no_sub = ann("no_submit", g_b)
+        look = np.flatnonzero(~has_sub & ~no_sub)  # submitted when the wait ending at its start began
+        if len(look):
+            w_b, w_e, _ = _pair(chunk, ts, track, typ, np.flatnonzero(kind == K_QUEUED))
+            wait, row = _same_key(
+                (chunk[w_b], tidx[track[w_b]], ts[w_e]), (chunk[g_b[look]], tidx[track[g_b[look]]], st[look])
+            )
+            s.submit_ns[rows[look[row]]] = ts[w_b[wait]]
+        # a scope's one pass, written as its GPU slice: its label, or the chunk's
+        fold_iid, folded = ann("pass", g_b)
+        _, no_pass = ann("no_pass", g_b)
+        default = np.array([*pk.chunk_pass, 0], np.int64)[chunk[g_b]]
+        fold_iid = np.where(folded, fold_iid, default)
+        folded = (folded | (default > 0)) & ~no_pass
+        fold_rows, fold_iid = rows[folded], fold_iid[folded]
     p_b, p_e = q_b[~is_gpu], q_e[~is_gpu]
     labels: dict[str, int] = dict(name_ids)
 
@@ -1707,6 +1859,13 @@ def _build(
         gap, has_sub = ann("submit_to_start_ns", p_b)
         _, no_sub = ann("no_submit", p_b)
         p_sub = np.where(has_sub, p_g0 - gap, np.where(no_sub, NO_TIME, s.submit_ns[p_rows]))
+    if len(fold_rows):  # the pass has its GPU slice's times and submission
+        p_rows = np.concatenate([p_rows, fold_rows])
+        fold_label = np.fromiter((intern_label(strs[int(i)]) for i in fold_iid.tolist()), np.int32)
+        p_label = np.concatenate([p_label, fold_label])
+        p_g0 = np.concatenate([p_g0, s.gpu_start_ns[fold_rows]])
+        p_g1 = np.concatenate([p_g1, s.gpu_end_ns[fold_rows]])
+        p_sub = np.concatenate([p_sub, s.submit_ns[fold_rows]])
     with_pass = np.zeros(n, bool)
     with_pass[p_rows] = True
     unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
@@ -1812,6 +1971,25 @@ def _read_ops(
     ops.graph_id, _ = ann("graph id", b)
     ops.graph_node_id, _ = ann("graph node id", b)
     return ops
+
+
+def _same_key(a: tuple[I64, ...], b: tuple[I64, ...]) -> tuple[I64, I64]:
+    """Pairs (i, j) where row i of the columns ``a`` equals row j of ``b``, for the rows of ``b``
+    whose key occurs exactly once in ``a``."""
+    na = len(a[0])
+    side = np.r_[np.zeros(na, np.int64), np.ones(len(b[0]), np.int64)]
+    cols = [np.concatenate([x, y]) for x, y in zip(a, b, strict=True)]
+    o = np.lexsort((side, *cols[::-1]))
+    eq = np.ones(len(o) - 1, bool) if len(o) else np.zeros(0, bool)
+    for c in cols:
+        eq &= c[o][1:] == c[o][:-1]
+    # a row of b right after a row of a with its key, itself not after another row of a with it
+    hit = np.flatnonzero(eq & (side[o][:-1] == 0) & (side[o][1:] == 1))
+    once = np.ones(len(hit), bool)
+    k = hit[hit >= 1]
+    once[hit >= 1] = ~(eq[k - 1] & (side[o][k - 1] == 0))
+    hit = hit[once]
+    return o[hit], o[hit + 1] - na
 
 
 def _no_nesting(s: ScopeTable) -> bool:
