@@ -53,6 +53,7 @@ from gputrace.exporters import _protowire as pw
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
     OVERLAP_TID_STEP,
+    _distinct_rows,
     _lanes,
     export_base_ns,
     fold_passes,
@@ -218,8 +219,9 @@ class _Events:
         lens[1] = pw.varint_len(body_col)
         widths = [ln if isinstance(ln, int) else int(ln.max()) if n else 1 for ln in lens]
         width = sum(widths)
-        m = np.empty((n, width), np.uint8)
-        keep = np.ones((n, width), bool)
+        # column-major: each byte column is written in one contiguous run
+        m = np.empty((n, width), np.uint8, order="F")
+        keep = np.ones((n, width), bool, order="F")
         o = 0
         for col, ln, w in zip(cols, lens, widths, strict=True):
             if isinstance(col, (int, np.integer)):
@@ -248,8 +250,10 @@ class _Rich:
         self.sub1: list[int] = []
         self.sub2: list[int] = []
         self.te: list[bytes] = []
+        self.track: list[int] = []
 
-    def add(self, ts: int, cls: int, sub1: int, sub2: int, te: bytes) -> None:
+    def add(self, ts: int, cls: int, sub1: int, sub2: int, te: bytes, track: int = 0) -> None:
+        self.track.append(track)
         self.ts.append(ts)
         self.cls.append(cls)
         self.sub1.append(sub1)
@@ -578,7 +582,7 @@ class _Encoder:
             if flags_iid[r]:
                 te += pw.fb(TE_ANN, pw.fv(DA_NAME, fl_name) + pw.fv(DA_STR_IID, int(flags_iid[r])))
             te += self._args(s.args[r])
-            rich.add(int(start[r]), 1, -int(end[r]), r, te)
+            rich.add(int(start[r]), 1, -int(end[r]), r, te, int(track[r]))
         # ends: inner first at equal times (later start, then later row); zero-length after begins
         zero = end == start
         for z in (False, True):
@@ -834,8 +838,8 @@ class _Encoder:
         """``fn`` of each value of ``col``, called once per distinct value."""
         if not len(col):
             return np.zeros(0, np.int64)
-        keys, inv = np.unique(col, return_inverse=True)
-        return np.array([fn(int(x)) for x in keys.tolist()], np.int64)[inv.reshape(-1)]
+        keys, inv = _distinct(col)
+        return np.array([fn(int(x)) for x in keys.tolist()], np.int64)[inv]
 
     def _tracks_for(self, q: I64, lane: I64, make: Callable[[int, int], int]) -> I64:
         """Track uuid per row for (thread or queue, lane) pairs, made on first use."""
@@ -887,7 +891,7 @@ class _Encoder:
         code = np.zeros(n, np.int64)
         for bit, (_name, _tag, _v, has) in enumerate(anns):
             code |= has.astype(np.int64) << bit
-        for c in np.unique(code).tolist():
+        for c in _distinct(code)[0].tolist() if n else []:
             m = code == c
             sub = _Events(ev.ts[m], ev.cls, _take(ev.sub1, m), _take(ev.sub2, m))
             sub.te = [x if isinstance(x, (int, np.integer)) else x[m] for x in ev.te]
@@ -926,8 +930,9 @@ class _Encoder:
         has_shape = np.asarray(shape.any(axis=1), bool)
         shape_iid = np.zeros(n, np.int64)
         if has_shape.any():
-            key = [",".join(map(str, row)) for row in shape[has_shape].tolist()]
-            shape_iid[has_shape] = [self.ann_str(x) for x in key]
+            shapes, which = _distinct_rows(shape[has_shape])
+            iids = [self.ann_str(",".join(map(str, x))) for x in shapes]
+            shape_iid[has_shape] = np.array(iids, np.int64)[which]
         call_iid = self._per_value(ops.call_name, lambda i: self.ann_str(t.names[i]))
         drawn = np.zeros(n, bool)  # the launch call is drawn (and the flow with it)
         cand = np.flatnonzero(seen & has_scope & (ops.thread >= 0))
@@ -938,7 +943,12 @@ class _Encoder:
             )
             inside &= th_map[s.thread[r]] == thread[cand]
             cand = cand[inside]
-            _, first = np.unique(ops.correlation[cand], return_index=True)
+            cc = ops.correlation[cand]
+            first = (
+                np.arange(len(cand))
+                if len(cand) < 2 or (cc[1:] > cc[:-1]).all()  # call ids in order, each once (the usual case)
+                else np.unique(cc, return_index=True)[1]
+            )
             drawn[cand[first]] = True
         ev = _Events(st, 1, 2 * gop, gop)
         ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid).field(T_CAT, cat)
@@ -1000,13 +1010,14 @@ class _Encoder:
         plain: list[int] = []
         for i, m in enumerate(t.marks):
             if m.args:
-                te = pw.fv(TE_TYPE, INSTANT) + pw.fv(TE_TRACK, self.thread_track(int(th_map[m.thread]), 0))
+                mark_track = self.thread_track(int(th_map[m.thread]), 0)
+                te = pw.fv(TE_TYPE, INSTANT) + pw.fv(TE_TRACK, mark_track)
                 te += (
                     pw.fv(TE_NAME, self.name(m.name))
                     + pw.fv(TE_CAT, self.cat(m.kind))
                     + self._args(dict(m.args))
                 )
-                rich.add(m.ts_ns, 3, 0, i, te)
+                rich.add(m.ts_ns, 3, 0, i, te, mark_track)
             else:
                 plain.append(i)
         if plain:
@@ -1019,7 +1030,8 @@ class _Encoder:
             kinds.append(ev)
 
     def _assemble(self, kinds: list[_Events], rich: _Rich) -> tuple[bytes, list[list[int]]]:
-        """All packets of the chunk in time order (ties: what nesting needs), as one byte string."""
+        """All packets of the chunk in time order (ties on one track: what nesting needs), as one
+        byte string, and where the rich packets are in it."""
         for k in kinds:
             k.sort()
         total = sum(k.n for k in kinds) + len(rich.ts)
@@ -1034,11 +1046,19 @@ class _Encoder:
         ts = col(lambda k: k.ts, rich.ts)
         cls = col(lambda k: k.cls, rich.cls)
         key = (ts - ts.min()) * 8 + cls
+        # the track too: only packets of one track at one time and class need the tie-breaks
+        trk = col(lambda k: k.te[3] if k.te[2] == T_TRACK else 0, rich.track)
+        nt = int(trk.max()) + 1
+        if int(key.max()) < (1 << 62) // nt:
+            key = key * nt + trk
         order = np.argsort(key, kind="stable")  # merges the kinds' sorted runs
         ks = key[order]
         tie = np.flatnonzero(ks[1:] == ks[:-1])
         if len(tie):  # equal time and class: order by the tie-breaks, whatever kind they come from
-            at = np.unique(np.concatenate([tie, tie + 1]))
+            in_tie = np.zeros(total, bool)
+            in_tie[tie] = True
+            in_tie[tie + 1] = True
+            at = np.flatnonzero(in_tie)
             idx = order[at]
             sub1 = col(lambda k: k.sub1, rich.sub1)
             sub2 = col(lambda k: k.sub2, rich.sub2)
@@ -1052,28 +1072,33 @@ class _Encoder:
         self.last_ts = int(ts_sorted[-1])
         nr = len(rich.ts)
         nv = total - nr
-        is_rich = np.zeros(total, bool)
-        is_rich[pos[nv:]] = True
-        vrow = np.cumsum(~is_rich) - 1  # row of each (time-ordered) packet among the varint ones
-        built = []
+        # each kind's packets, packed in its own row order; then every byte gathered in time order
+        packed: list[npt.NDArray[np.uint8]] = []
+        lens: list[I64] = []
         start = 0
         for k in kinds:
-            p = pos[start : start + k.n]
-            built.append((vrow[p], *k.build(delta_sorted[p])))
+            m, keep = k.build(delta_sorted[pos[start : start + k.n]])
+            packed.append(m[keep])
+            lens.append(keep.sum(axis=1, dtype=np.int64))
             start += k.n
-        width = max((m.shape[1] for _r, m, _k in built), default=1)
-        big = np.zeros((nv, width), np.uint8)
-        used = np.zeros((nv, width), bool)
-        for rows, m, keep in built:
-            big[rows, : m.shape[1]] = m
-            used[rows, : m.shape[1]] = keep
-        out = big[used]
+        buf = np.concatenate(packed) if packed else np.zeros(0, np.uint8)
+        size = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+        src = np.zeros(nv, np.int64)
+        np.cumsum(size[:-1], out=src[1:])
+        is_rich = np.zeros(total, bool)
+        is_rich[pos[nv:]] = True
+        vorder = order[~is_rich] if nr else order  # varint packets, in time order
+        out_len = size[vorder]
+        dst = np.zeros(nv + 1, np.int64)
+        np.cumsum(out_len, out=dst[1:])
+        idx_type = np.int32 if len(buf) < 1 << 31 else np.int64  # a byte index: half the memory
+        shift = np.repeat((src[vorder] - dst[:-1]).astype(idx_type), out_len)
+        shift += np.arange(len(shift), dtype=idx_type)
+        out = buf[shift]
         if not nr:
             return out.tobytes(), []
         # rich packets go between the others, at their place in time
-        vsize = used.sum(axis=1)
-        before = np.zeros(nv + 1, np.int64)
-        np.cumsum(vsize, out=before[1:])
+        vrow = np.cumsum(~is_rich) - 1  # row of each (time-ordered) packet among the varint ones
         segments: list[bytes] = []
         rich_at: list[list[int]] = []
         cut = 0
@@ -1082,7 +1107,7 @@ class _Encoder:
             at_j = int(pos[nv + j])
             body = pw.fv(P_TS, int(delta_sorted[at_j])) + pw.fv(P_SEQ, SEQ) + pw.fb(P_TE, rich.te[j])
             packet = _packet(body)
-            here = int(before[vrow[at_j] + 1])  # after the varint packets that come before it
+            here = int(dst[vrow[at_j] + 1])  # after the varint packets that come before it
             segments.append(out[cut:here].tobytes())
             length += here - cut
             rich_at.append([length, len(packet)])
@@ -1091,6 +1116,24 @@ class _Encoder:
             cut = here
         segments.append(out[cut:].tobytes())
         return b"".join(segments), rich_at
+
+
+def _distinct(col: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]]:
+    """The distinct values of an integer column (ascending) and each row's index among them:
+    by a look-up table where the values span a small range (names, kinds, flags), else sorted."""
+    lo, hi = int(col.min()), int(col.max())
+    if lo == hi:
+        return col[:1], np.zeros(len(col), np.intp)
+    if hi - lo < 1 << 16:
+        at = (col - lo).astype(np.intp)
+        seen = np.zeros(hi - lo + 1, bool)
+        seen[at] = True
+        keys = np.flatnonzero(seen)
+        lut = np.zeros(hi - lo + 1, np.intp)
+        lut[keys] = np.arange(len(keys))
+        return (keys + lo).astype(col.dtype), lut[at]
+    keys, inv = np.unique(col, return_inverse=True)
+    return keys, inv.reshape(-1)
 
 
 def _take(v: I64 | int, m: npt.NDArray[np.bool_]) -> I64 | int:
