@@ -28,11 +28,11 @@ Mask = npt.NDArray[np.bool_]
 BLOCK = 8192  # rows built at a time: the byte matrix stays small (and in cache)
 INLINE = 96  # longer picked strings are spliced into the text after the rows are built
 
-_DIGITS3 = np.array([list(f"{i:03d}".encode()) for i in range(1000)], np.uint8)
-_FRAC = np.array([list(f".{i:03d}".encode()) for i in range(1000)], np.uint8)
-_FRAC_KEEP = np.array(
-    [[i != 0, i != 0, i % 100 != 0, i % 10 != 0] for i in range(1000)], bool
-)  # ".ddd" with trailing zeros (and a bare ".") dropped
+_DIGITS3 = np.frombuffer("".join(f"{i:03d}" for i in range(1000)).encode(), np.uint8).reshape(1000, 3)
+_FRAC = np.concatenate([np.full((1000, 1), ord("."), np.uint8), _DIGITS3], axis=1)
+_r = np.arange(1000)
+# ".ddd" with trailing zeros (and a bare ".") dropped
+_FRAC_KEEP = np.stack([_r != 0, _r != 0, _r % 100 != 0, _r % 10 != 0], axis=1)
 _MINUS = np.frombuffer(b"-", np.uint8)
 _POW10 = np.array([10**k for k in range(20)], np.uint64)
 
@@ -95,8 +95,8 @@ class Rows:
         data = text.encode() if isinstance(text, str) else text
         when = self._when(when)
         if data:
-            if when is None and self.cols and self.cols[-1][0] == "lit" and self.cols[-1][2] is None:
-                self.cols[-1] = ("lit", self.cols[-1][1] + data, None)
+            if self.cols and self.cols[-1][0] == "lit" and self.cols[-1][2] is when:
+                self.cols[-1] = ("lit", self.cols[-1][1] + data, when)
             else:
                 self.cols.append(("lit", data, when))
         return self
@@ -145,8 +145,15 @@ class Rows:
         before = np.zeros(self.n, bool)
         self.lit(opener, any_has)
         for (key, kind, value, _h), h in zip(items, has, strict=True):
-            self.lit(",", h & before)
-            self.lit(key, h)
+            if not h.any():
+                continue
+            if not (h & ~before).any():  # every row with it has an item before it
+                self.lit("," + key, h)
+            elif not (h & before).any():  # none has
+                self.lit(key, h)
+            else:
+                self.lit(",", h & before)
+                self.lit(key, h)
             if kind == "lit":
                 self.lit(value, h)
             elif kind == "int":
@@ -201,10 +208,9 @@ class Rows:
                 w = int(lens.max()) if len(lens) else 0
                 if not w:
                     continue
-                mat = np.zeros((len(table), w), np.uint8)
-                for k, t in enumerate(table):
-                    if not long_[k]:
-                        mat[k, : len(t)] = np.frombuffer(t, np.uint8)
+                blank = b"\0" * w
+                padded = b"".join(blank if long_[k] else t.ljust(w, b"\0") for k, t in enumerate(table))
+                mat = np.frombuffer(padded, np.uint8).reshape(len(table), w)
                 li = lens[ib]
                 keep = None if (li == w).all() else np.arange(w)[None, :] < li[:, None]
                 pieces.append((np.take(mat, ib, axis=0), keep, wb))

@@ -24,6 +24,7 @@ sync): it numbers scopes across chunks and emits each process/thread/queue name 
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -297,23 +298,24 @@ class Encoder:
             cpu.lit(',"dur":').us(s.cpu_end_ns - s.cpu_start_ns)
             # the flow to its GPU slice; the rare parts: args and flags
             cpu.lit(',"bind_id":', has_gpu).num(r0 + np.arange(n), has_gpu).lit(',"flow_out":true', has_gpu)
-            rare = sorted(set(s.args) | set(np.flatnonzero(s.flags).tolist()))
+            flagged = np.flatnonzero(s.flags)
+            rare = sorted(set(s.args) | set(flagged.tolist()))
             if rare:
-                texts = [""]
+                text_no: dict[bytes, int] = {b"": 0}  # equal args are written from one entry
                 idx = np.zeros(n, np.intp)
+                fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
                 for i in rare:
-                    a = dict(s.args.get(i) or {})
-                    if s.flags[i]:
-                        a["flags"] = flag_names(int(s.flags[i]))
+                    a = s.args.get(i) or {}
+                    if i in fl:
+                        a = dict(a, flags=_flag_list(fl[i]))
                     if a:
-                        idx[i] = len(texts)
-                        texts.append(',"args":' + _j(a))
-                cpu.pick(texts, idx)
+                        idx[i] = text_no.setdefault(b',"args":' + dumps(a), len(text_no))
+                cpu.pick(list(text_no), idx)
             parts.append(cpu.lit("}").tobytes())
         parts += self._gpu_events(trace, r0, jnames, has_gpu, ev)
         if len(trace.ops):
             self.has_ops = True
-            got, skipped = op_events(trace, r0, base, self.op_rows)
+            got, skipped = op_events(trace, r0, base, self.op_rows, jnames)
             parts += got
             self.op_rows += len(trace.ops)
             self.ops_not_drawn += skipped
@@ -367,7 +369,7 @@ class Encoder:
         k = len(rows)
         flags = s.flags[rows]
         uflags, finv = np.unique(flags, return_inverse=True)
-        flag_text = [_j(flag_names(int(f))) for f in uflags.tolist()]
+        flag_text = [_j(_flag_list(f)) for f in uflags.tolist()]
         finv = finv.reshape(-1)
         uc = s.uncertainty_ns[rows]
         changed = np.ones(k, bool)  # written where it changes; a reader carries it forward
@@ -393,7 +395,7 @@ class Encoder:
         gpu.lit(',"bind_id":').num(b).lit(',"flow_in":true').members(',"args":{', members)
         parts = [gpu.lit("}").tobytes()]
         if len(passes):
-            parts += self._passes(trace, r0, passes, rows, gpid, gtid)
+            parts += self._passes(trace, r0, passes, rows, gpid, gtid, jnames)
         # the wait, as an async slice inside the GPU process; it carries the submit time
         w = np.flatnonzero(waited)
         if len(w):
@@ -406,21 +408,27 @@ class Encoder:
         a = np.flatnonzero(an)
         if len(a):
             ua, ainv = np.unique(an[a], return_inverse=True)
-            what = [_j("anomaly: " + ", ".join(flag_names(int(f)))) for f in ua.tolist()]
+            what = [_j("anomaly: " + ", ".join(_flag_list(f))) for f in ua.tolist()]
             inst = Rows(len(a)).lit('{"ph":"i","s":"t","cat":"anomaly","name":').pick(what, ainv.reshape(-1))
             inst.lit(',"pid":').num(gpid[a]).lit(',"tid":').num(gtid[a]).lit(',"ts":').us(g0[a] - base)
             parts.append(inst.lit("}").tobytes())
         return parts
 
     def _passes(
-        self, trace: Trace, r0: int, k: np.ndarray, rows: np.ndarray, gpid: np.ndarray, gtid: np.ndarray
+        self,
+        trace: Trace,
+        r0: int,
+        k: np.ndarray,
+        rows: np.ndarray,
+        gpid: np.ndarray,
+        gtid: np.ndarray,
+        jnames: list[str],
     ) -> list[bytes]:
         """wgpu passes ``k`` (span rows) not folded into their scope's GPU slice: child slices of
         it, on its track."""
         sp = trace.spans
         pos = np.searchsorted(rows, sp.scope[k])
         base = self.base
-        jnames = [_j(nm) for nm in trace.names]
         p0, p1, psub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]
         r = Rows(len(k)).lit('{"ph":"X","cat":"gpu.pass","name":').pick(jnames, sp.label[k])
         r.lit(',"pid":').num(gpid[pos]).lit(',"tid":').num(gtid[pos]).lit(',"ts":').us(p0 - base)
@@ -428,6 +436,12 @@ class Encoder:
         has_sub = psub != NO_TIME
         r.lit(',"submit_ts":', has_sub).us(psub - base, has_sub)
         return [r.lit("}}").tobytes()]
+
+
+@functools.lru_cache(maxsize=256)
+def _flag_list(flags: int) -> list[str]:
+    """``flag_names``, once per value (few distinct values; each call walks the flags)."""
+    return flag_names(int(flags))
 
 
 def _j(value: Any) -> str:
@@ -475,7 +489,9 @@ def stream_number(label: str, queue: int) -> int:
 MAX_OP_NS = 10**15
 
 
-def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[bytes], int]:
+def op_events(
+    trace: Trace, r0: int, base: int, op0: int = 0, jnames: list[str] | None = None
+) -> tuple[list[bytes], int]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
     slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
     ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
@@ -546,7 +562,8 @@ def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[byte
     drawn = np.zeros(n, bool)
     drawn[c] = True
     flow = OP_FLOW_BASE + op0 + np.arange(n, dtype=np.int64)
-    jnames = [_j(nm) for nm in names] or ['""']
+    if jnames is None:
+        jnames = [_j(nm) for nm in names] or ['""']
     kind = ops.kind.astype(np.int64)
     cat = np.where((kind >= 0) & (kind < 3), kind, 0)
     # grid and block: a few distinct shapes, written once each

@@ -39,6 +39,7 @@ coroutines across a flush) reads back exactly, but Perfetto may nest the two wro
 
 from __future__ import annotations
 
+import functools
 import os
 import zlib
 from collections.abc import Callable
@@ -189,46 +190,37 @@ class _Events:
         """The packets' bytes, one row each, with ``delta`` ts, and the mask of bytes in use.
 
         Each field gets a column of bytes as wide as its longest varint in an (n, width) matrix;
-        the mask keeps the bytes each row really uses, so packing is one boolean index.
+        the mask keeps the bytes each row really uses, so packing is one boolean index. Runs of
+        fields that are the same in every row are one block of bytes.
         """
         n = self.n
-        cols: list[int | U64 | None] = [T_PACKET, None, T_TS, delta, T_SEQ, SEQ, T_TE, None]
-        for c in self.te:
-            cols.append(
-                int(c) if isinstance(c, (int, np.integer)) else np.asarray(c).astype(np.uint64, copy=False)
-            )
-        lens: list[int | I64] = []
-        for item in cols:
-            if item is None:
-                lens.append(0)
-            elif isinstance(item, (int, np.integer)):
-                lens.append(len(pw.pv(int(item))))
-            else:
-                lens.append(pw.varint_len(item))
-        te_len = np.zeros(n, np.int64)
-        for ln in lens[8:]:
-            te_len += ln
-        te_col = te_len.astype(np.uint64)
-        cols[7] = te_col
-        lens[7] = pw.varint_len(te_col)
-        body = np.zeros(n, np.int64)
-        for ln in lens[2:]:
-            body += ln
-        body_col = body.astype(np.uint64)
-        cols[1] = body_col
-        lens[1] = pw.varint_len(body_col)
-        widths = [ln if isinstance(ln, int) else int(ln.max()) if n else 1 for ln in lens]
+        te = _segments(self.te, n)
+        te_len = sum(len(x) if isinstance(x, bytes) else x[1] for x in te)
+        te_col = np.broadcast_to(np.asarray(te_len, np.uint64), (n,))
+        te_vl = pw.varint_len(te_col)
+        delta_vl = pw.varint_len(delta)
+        body = 1 + delta_vl + 3 + te_vl + np.asarray(te_len, np.int64)  # ts tag; seq, te tags
+        body_col = np.broadcast_to(np.asarray(body, np.uint64), (n,))
+        segs: list[bytes | tuple[U64, I64]] = [
+            _pvb(T_PACKET),
+            (body_col, pw.varint_len(body_col)),
+            _pvb(T_TS),
+            (delta, delta_vl),
+            _pvb(T_SEQ) + _pvb(SEQ) + _pvb(T_TE),
+            (te_col, te_vl),
+            *te,
+        ]
+        widths = [len(x) if isinstance(x, bytes) else int(x[1].max()) if n else 1 for x in segs]
         width = sum(widths)
         # column-major: each byte column is written in one contiguous run
         m = np.empty((n, width), np.uint8, order="F")
         keep = np.ones((n, width), bool, order="F")
         o = 0
-        for col, ln, w in zip(cols, lens, widths, strict=True):
-            if isinstance(col, (int, np.integer)):
-                m[:, o : o + w] = np.frombuffer(pw.pv(int(col)), np.uint8)
+        for seg, w in zip(segs, widths, strict=True):
+            if isinstance(seg, bytes):
+                m[:, o : o + w] = np.frombuffer(seg, np.uint8)
             else:
-                assert col is not None and not isinstance(ln, int)
-                v = col
+                v, ln = seg
                 for b in range(w):
                     byte = (v & np.uint64(0x7F)).astype(np.uint8)
                     if b + 1 < w:
@@ -239,6 +231,31 @@ class _Events:
                         keep[:, o + b] = ln > b
             o += w
         return m, keep
+
+
+@functools.lru_cache(maxsize=4096)
+def _pvb(n: int) -> bytes:
+    return pw.pv(n)
+
+
+def _segments(fields: list[int | U64], n: int) -> list[bytes | tuple[U64, I64]]:
+    """Flat varint fields as blocks of constant bytes and (values, lengths) columns; a column
+    holding one value is a constant."""
+    out: list[bytes | tuple[U64, I64]] = []
+    for c in fields:
+        if not isinstance(c, (int, np.integer)):
+            a = np.asarray(c).astype(np.uint64, copy=False)
+            if n and not (a != a[0]).any():
+                c = int(a[0])
+            else:
+                out.append((a, pw.varint_len(a)))
+                continue
+        b = _pvb(int(c))
+        if out and isinstance(out[-1], bytes):
+            out[-1] += b
+        else:
+            out.append(b)
+    return out
 
 
 class _Rich:
