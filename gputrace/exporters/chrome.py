@@ -232,19 +232,14 @@ class Encoder:
     # -- events --------------------------------------------------------------------------------
     def events(self, trace: Trace) -> list[dict[str, Any]]:
         """The events of ``trace`` (one chunk) as dicts (``encode`` is what files get)."""
-        data = self.encode(trace)
-        return list(orjson.loads(b"[" + data + b"]")) if data else []
+        data = b"".join(self.encode(trace))
+        return list(orjson.loads(b"[" + data[:-1] + b"]")) if data else []
 
-    def encode(self, trace: Trace) -> bytes:
-        """The events of ``trace`` (one chunk), comma-separated JSON; rows are numbered after the
-        previous chunks'."""
-        return b"".join(self.encode_parts(trace))[:-1]
-
-    def encode_parts(self, trace: Trace) -> list[bytes]:
+    def encode(self, trace: Trace) -> list[bytes]:
         """The events of ``trace`` (one chunk) as pieces of JSON text, each event followed by a
-        comma. Events of one shape (a scope's slices, its wait, an operation) are formatted a
-        column at a time (``_text.Rows``): building text or a dict per event costs far more than
-        the numbers in it."""
+        comma; rows are numbered after the previous chunks'. Events of one shape (a scope's
+        slices, its wait, an operation) are formatted a column at a time (``_text.Rows``):
+        building text or a dict per event costs far more than the numbers in it."""
         ev: list[str] = []
         parts: list[bytes] = []
         s = trace.scopes

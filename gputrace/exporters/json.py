@@ -106,17 +106,15 @@ class StreamWriter:
         """Scopes written so far."""
         return self._enc.rows
 
-    def _write(self, data: bytes, final: bool = False) -> None:
-        self._write_parts([data], final)
-
     def append(self, chunk: Trace) -> None:
-        parts = self._enc.encode_parts(chunk)
+        parts = self._enc.encode(chunk)
         if parts:
-            self._write_parts([*parts, b"\n"])
+            self._write([*parts, b"\n"])
 
-    def _write_parts(self, parts: list[bytes], final: bool = False) -> None:
-        """One chunk, given in pieces: compressed piece by piece and written with one ``writev``
-        (never joined into one more copy of the chunk)."""
+    def _write(self, data: bytes | list[bytes], final: bool = False) -> None:
+        """Bytes, or a chunk given in pieces: compressed piece by piece and written with one
+        ``writev`` (never joined into one more copy of the chunk)."""
+        parts = [data] if isinstance(data, bytes) else data
         if self._z is not None:
             z = self._z
             parts = [*map(z.compress, parts), z.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)]
