@@ -194,3 +194,18 @@ def test_hta_reads_the_same_numbers_from_a_rewritten_h200_trace(tmp_path: Path) 
     (tmp_path / "a" / kept.name).write_bytes(kept.read_bytes())
     gputrace.exporters.write(gputrace.load(kept), tmp_path / "b" / kept.name)
     assert _hta_numbers(tmp_path / "a") == _hta_numbers(tmp_path / "b")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pftrace_packets_are_the_same_however_they_are_placed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The two ways of putting a chunk's packets in time order (rows of one matrix; bytes
+    gathered one by one) write the same bytes."""
+    from tests.test_pftrace import synthetic, through_json
+
+    trace = through_json(synthetic(40, seed), tmp_path)
+    monkeypatch.setattr(pftrace, "MATRIX_SLACK", 0.0)
+    gathered = pftrace.dumps(trace)
+    monkeypatch.setattr(pftrace, "MATRIX_SLACK", 1e9)
+    assert pftrace.dumps(trace) == gathered

@@ -122,6 +122,7 @@ T_FLOW, T_TFLOW, T_COUNTER, T_ANN = TE_FLOW << 3, TE_TFLOW << 3, TE_COUNTER << 3
 T_EXTRA_TRACK, T_EXTRA_VALUE = 31 << 3, 12 << 3  # extra_counter_track_uuids, extra_counter_values
 T_DA_NAME, T_DA_INT, T_DA_STR_IID = DA_NAME << 3, DA_INT << 3, DA_STR_IID << 3
 T_DA_BOOL = DA_BOOL << 3
+MATRIX_SLACK = 2.0  # packets placed as rows of one matrix where it is at most this much wider than they are
 MAX_ARG_GROUPS = 32  # distinct shapes of user arguments written as columns per chunk (others one by one)
 MAX_ARG_STR = 256  # longer string arguments are written inline, one packet at a time
 
@@ -1089,29 +1090,43 @@ class _Encoder:
         self.last_ts = int(ts_sorted[-1])
         nr = len(rich.ts)
         nv = total - nr
-        # each kind's packets, packed in its own row order; then every byte gathered in time order
-        packed: list[npt.NDArray[np.uint8]] = []
-        lens: list[I64] = []
-        start = 0
-        for k in kinds:
-            m, keep = k.build(delta_sorted[pos[start : start + k.n]])
-            packed.append(m[keep])
-            lens.append(keep.sum(axis=1, dtype=np.int64))
-            start += k.n
-        buf = np.concatenate(packed) if packed else np.zeros(0, np.uint8)
-        size = np.concatenate(lens) if lens else np.zeros(0, np.int64)
-        src = np.zeros(nv, np.int64)
-        np.cumsum(size[:-1], out=src[1:])
         is_rich = np.zeros(total, bool)
         is_rich[pos[nv:]] = True
         vorder = order[~is_rich] if nr else order  # varint packets, in time order
-        out_len = size[vorder]
-        dst = np.zeros(nv + 1, np.int64)
-        np.cumsum(out_len, out=dst[1:])
-        idx_type = np.int32 if len(buf) < 1 << 31 else np.int64  # a byte index: half the memory
-        shift = np.repeat((src[vorder] - dst[:-1]).astype(idx_type), out_len)
-        shift += np.arange(len(shift), dtype=idx_type)
-        out = buf[shift]
+        built = []
+        start = 0
+        for k in kinds:
+            built.append(k.build(delta_sorted[pos[start : start + k.n]]))
+            start += k.n
+        width = max((m.shape[1] for m, _k in built), default=1)
+        if nv * width <= MATRIX_SLACK * sum(m.size for m, _k in built):
+            # packets of similar widths: rows of one matrix, in time order, then the bytes in use
+            vrow_of = np.empty(nv, np.int64)
+            vrow_of[vorder] = np.arange(nv)
+            big = np.zeros((nv, width), np.uint8)
+            used = np.zeros((nv, width), bool)
+            start = 0
+            for m, keep in built:
+                rows = vrow_of[start : start + len(m)]
+                big[rows, : m.shape[1]] = m
+                used[rows, : m.shape[1]] = keep
+                start += len(m)
+            out = big[used]
+            dst = np.zeros(nv + 1, np.int64)
+            np.cumsum(used.sum(axis=1), out=dst[1:])
+        else:
+            # each kind's packets packed in its own row order; then every byte gathered in time order
+            buf = np.concatenate([m[keep] for m, keep in built])
+            size = np.concatenate([keep.sum(axis=1, dtype=np.int64) for _m, keep in built])
+            src = np.zeros(nv, np.int64)
+            np.cumsum(size[:-1], out=src[1:])
+            out_len = size[vorder]
+            dst = np.zeros(nv + 1, np.int64)
+            np.cumsum(out_len, out=dst[1:])
+            idx_type = np.int32 if len(buf) < 1 << 31 else np.int64  # a byte index: half the memory
+            shift = np.repeat((src[vorder] - dst[:-1]).astype(idx_type), out_len)
+            shift += np.arange(len(shift), dtype=idx_type)
+            out = buf[shift]
         if not nr:
             return out.tobytes(), []
         # rich packets go between the others, at their place in time
