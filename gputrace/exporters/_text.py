@@ -27,6 +27,7 @@ import numpy.typing as npt
 Mask = npt.NDArray[np.bool_]
 BLOCK = 8192  # rows built at a time: the byte matrix stays small (and in cache)
 INLINE = 96  # longer picked strings are spliced into the text after the rows are built
+SMALL = 64  # at most this many rows are formatted cell by cell
 
 _DIGITS3 = np.frombuffer("".join(f"{i:03d}" for i in range(1000)).encode(), np.uint8).reshape(1000, 3)
 _FRAC = np.concatenate([np.full((1000, 1), ord("."), np.uint8), _DIGITS3], axis=1)
@@ -75,6 +76,12 @@ def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | No
     nd = np.maximum(np.searchsorted(_POW10, a, side="right"), 1)
     keep = np.arange(w)[None, :] >= (w - nd)[:, None]
     return out, keep
+
+
+def _us_text(ns: int) -> str:
+    q, r = divmod(abs(ns), 1000)
+    text = f"-{q}" if ns < 0 else str(q)
+    return text + f".{r:03d}".rstrip("0") if r else text
 
 
 class Rows:
@@ -173,7 +180,29 @@ class Rows:
     def buffers(self) -> list[Any]:
         """Every row, each followed by ",", as a few buffers (bytes or uint8 arrays)."""
         self.lit(",")
+        if self.n <= SMALL:
+            return [self._small()]
         return [self._block(i, min(i + BLOCK, self.n)) for i in range(0, self.n, BLOCK)]
+
+    def _small(self) -> bytes:
+        """A few rows, cell by cell (numpy's per-call cost outweighs the work)."""
+        n = self.n
+        cols: list[list[str]] = []
+        for kind, payload, when in self.cols:
+            if kind == "lit":
+                cells = [payload.decode()] * n
+            elif kind == "int":
+                cells = list(map(str, payload.tolist()))
+            elif kind == "us":
+                cells = list(map(_us_text, payload.tolist()))
+            else:
+                table, idx = payload
+                text = [t.decode() for t in table]
+                cells = [text[i] for i in idx.tolist()]
+            if when is not None:
+                cells = [c if w else "" for c, w in zip(cells, when.tolist(), strict=True)]
+            cols.append(cells)
+        return "".join(["".join(row) for row in zip(*cols, strict=True)]).encode()
 
     def _block(self, lo: int, hi: int) -> Any:
         b = hi - lo

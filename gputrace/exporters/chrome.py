@@ -395,10 +395,14 @@ class Encoder:
         w = np.flatnonzero(waited)
         if len(w):
             qname = [_j(f"queued · {q.label}") for q in queues] + ['"queued"']
-            for ph, t in (("b", sb[w]), ("e", g0[w])):
-                wr = Rows(len(w)).lit(f'{{"ph":"{ph}","cat":"queued","name":').pick(qname, qn_idx[w])
-                wr.lit(',"id2":{"local":').num(b[w]).lit('},"pid":').num(gpid[w]).lit(',"ts":').us(t - base)
-                parts.append(wr.lit("}").tobytes())
+            # each wait's begin and end, one after the other
+            two = np.repeat(w, 2)
+            ph = np.tile(np.array([0, 1]), len(w))
+            t = np.empty(2 * len(w), np.int64)
+            t[0::2], t[1::2] = sb[w], g0[w]
+            wr = Rows(2 * len(w)).lit('{"ph":').pick(['"b"', '"e"'], ph).lit(',"cat":"queued","name":')
+            wr.pick(qname, qn_idx[two]).lit(',"id2":{"local":').num(b[two]).lit('},"pid":').num(gpid[two])
+            parts.append(wr.lit(',"ts":').us(t - base).lit("}").tobytes())
         an = flags & int(ANOMALY_FLAGS)
         a = np.flatnonzero(an)
         if len(a):
