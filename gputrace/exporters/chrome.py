@@ -235,13 +235,13 @@ class Encoder:
         data = b"".join(self.encode(trace))
         return list(orjson.loads(b"[" + data[:-1] + b"]")) if data else []
 
-    def encode(self, trace: Trace) -> list[bytes]:
-        """The events of ``trace`` (one chunk) as pieces of JSON text, each event followed by a
-        comma; rows are numbered after the previous chunks'. Events of one shape (a scope's
+    def encode(self, trace: Trace) -> list[Any]:
+        """The events of ``trace`` (one chunk) as pieces of JSON text (bytes-like: bytes or uint8
+        arrays, never joined into one more copy), each event followed by a comma; rows are numbered after the previous chunks'. Events of one shape (a scope's
         slices, its wait, an operation) are formatted a column at a time (``_text.Rows``):
         building text or a dict per event costs far more than the numbers in it."""
         ev: list[str] = []
-        parts: list[bytes] = []
+        parts: list[Any] = []
         s = trace.scopes
         r0 = self.rows
         for t in trace.threads:
@@ -306,7 +306,7 @@ class Encoder:
                     if a:
                         idx[i] = text_no.setdefault(b',"args":' + dumps(a), len(text_no))
                 cpu.pick(list(text_no), idx)
-            parts.append(cpu.lit("}").tobytes())
+            parts += cpu.lit("}").buffers()
         parts += self._gpu_events(trace, r0, jnames, has_gpu, ev)
         if len(trace.ops):
             self.has_ops = True
@@ -329,7 +329,7 @@ class Encoder:
 
     def _gpu_events(
         self, trace: Trace, r0: int, jnames: list[str], has_gpu: np.ndarray, ev: list[str]
-    ) -> list[bytes]:
+    ) -> list[Any]:
         s = trace.scopes
         rows = np.flatnonzero(has_gpu)
         if not len(rows):
@@ -388,7 +388,7 @@ class Encoder:
         gpu = Rows(k).lit('{"ph":"X","name":').pick(jnames, s.name[rows]).lit(',"pid":').num(gpid)
         gpu.lit(',"tid":').num(gtid).lit(',"ts":').us(g0 - base).lit(',"dur":').us(np.maximum(g1 - g0, 0))
         gpu.lit(',"bind_id":').num(b).lit(',"flow_in":true').members(',"args":{', members)
-        parts = [gpu.lit("}").tobytes()]
+        parts = gpu.lit("}").buffers()
         if len(passes):
             parts += self._passes(trace, r0, passes, rows, gpid, gtid, jnames)
         # the wait, as an async slice inside the GPU process; it carries the submit time
@@ -402,7 +402,7 @@ class Encoder:
             t[0::2], t[1::2] = sb[w], g0[w]
             wr = Rows(2 * len(w)).lit('{"ph":').pick(['"b"', '"e"'], ph).lit(',"cat":"queued","name":')
             wr.pick(qname, qn_idx[two]).lit(',"id2":{"local":').num(b[two]).lit('},"pid":').num(gpid[two])
-            parts.append(wr.lit(',"ts":').us(t - base).lit("}").tobytes())
+            parts += wr.lit(',"ts":').us(t - base).lit("}").buffers()
         an = flags & int(ANOMALY_FLAGS)
         a = np.flatnonzero(an)
         if len(a):
@@ -410,7 +410,7 @@ class Encoder:
             what = [_j("anomaly: " + ", ".join(_flag_list(f))) for f in ua.tolist()]
             inst = Rows(len(a)).lit('{"ph":"i","s":"t","cat":"anomaly","name":').pick(what, ainv.reshape(-1))
             inst.lit(',"pid":').num(gpid[a]).lit(',"tid":').num(gtid[a]).lit(',"ts":').us(g0[a] - base)
-            parts.append(inst.lit("}").tobytes())
+            parts += inst.lit("}").buffers()
         return parts
 
     def _passes(
@@ -422,7 +422,7 @@ class Encoder:
         gpid: np.ndarray,
         gtid: np.ndarray,
         jnames: list[str],
-    ) -> list[bytes]:
+    ) -> list[Any]:
         """wgpu passes ``k`` (span rows) not folded into their scope's GPU slice: child slices of
         it, on its track."""
         sp = trace.spans
@@ -434,7 +434,7 @@ class Encoder:
         r.lit(',"dur":').us(np.maximum(p1 - p0, 0)).lit(',"args":{"scope":').num(r0 + rows[pos])
         has_sub = psub != NO_TIME
         r.lit(',"submit_ts":', has_sub).us(psub - base, has_sub)
-        return [r.lit("}}").tobytes()]
+        return r.lit("}}").buffers()
 
 
 @functools.lru_cache(maxsize=256)
@@ -490,7 +490,7 @@ MAX_OP_NS = 10**15
 
 def op_events(
     trace: Trace, r0: int, base: int, op0: int = 0, jnames: list[str] | None = None
-) -> tuple[list[bytes], int]:
+) -> tuple[list[Any], int]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
     slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
     ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
@@ -592,7 +592,7 @@ def op_events(
     o.lit(',"call_dur_us":', sp).us(c1[p] - c0[p], sp)
     ht = thr[p] >= 0
     o.lit(',"tid":', ht).num(tids[np.maximum(thr[p], 0)], ht)
-    parts = [o.lit("}}").tobytes()]
+    parts = o.lit("}}").buffers()
     d = np.flatnonzero(drawn)
     if len(d):
         ccat = ['"cuda_runtime"' if nm.startswith("cuda") else '"cuda_driver"' for nm in names] or ['""']
@@ -603,7 +603,7 @@ def op_events(
         )
         call.lit(',"dur":').us(c1[d] - c0[d]).lit(',"bind_id":').num(flow[d]).lit(',"flow_out":true,"args":')
         call.lit('{"correlation":').num(ops.correlation[d]).lit(',"External id":').num(row[d])
-        parts.append(call.lit("}}").tobytes())
+        parts += call.lit("}}").buffers()
     if head:
         parts.insert(0, (",".join(head) + ",").encode())
     return parts, n - m

@@ -111,14 +111,14 @@ class StreamWriter:
         if parts:
             self._write([*parts, b"\n"])
 
-    def _write(self, data: bytes | list[bytes], final: bool = False) -> None:
-        """Bytes, or a chunk given in pieces: compressed piece by piece and written with one
-        ``writev`` (never joined into one more copy of the chunk)."""
+    def _write(self, data: bytes | list[Any], final: bool = False) -> None:
+        """Bytes, or a chunk given in bytes-like pieces: compressed piece by piece and written
+        with one ``writev`` (never joined into one more copy of the chunk)."""
         parts = [data] if isinstance(data, bytes) else data
         if self._z is not None:
             z = self._z
             parts = [*map(z.compress, parts), z.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)]
-        bufs = [memoryview(p) for p in parts if p]
+        bufs = [m for m in (memoryview(p).cast("B") for p in parts) if m.nbytes]
         if not hasattr(os, "writev"):
             bufs = [memoryview(b"".join(bufs))]
         i = 0
