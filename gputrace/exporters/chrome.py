@@ -237,9 +237,10 @@ class Encoder:
 
     def encode(self, trace: Trace) -> list[Any]:
         """The events of ``trace`` (one chunk) as pieces of JSON text (bytes-like: bytes or uint8
-        arrays, never joined into one more copy), each event followed by a comma; rows are numbered after the previous chunks'. Events of one shape (a scope's
-        slices, its wait, an operation) are formatted a column at a time (``_text.Rows``):
-        building text or a dict per event costs far more than the numbers in it."""
+        arrays, never joined into one more copy), each event followed by a comma; rows are
+        numbered after the previous chunks'. Events of one shape (a scope's slices, its wait, an
+        operation) are formatted a column at a time (``_text.Rows``): building text or a dict per
+        event costs far more than the numbers in it."""
         ev: list[str] = []
         parts: list[Any] = []
         s = trace.scopes
