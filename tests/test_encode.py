@@ -209,3 +209,28 @@ def test_pftrace_packets_are_the_same_however_they_are_placed(
     gathered = pftrace.dumps(trace)
     monkeypatch.setattr(pftrace, "MATRIX_SLACK", 1e9)
     assert pftrace.dumps(trace) == gathered
+
+
+def test_pftrace_names_a_pass_the_user_labelled_on_every_gpu_slice(tmp_path: Path) -> None:
+    """Only a generated label ("compute pass #1") goes once in the chunk index; a label the user
+    gave stays on each GPU slice, where Perfetto shows it."""
+    trace = wgpu_like(40)
+    trace.names[2] = "blur-h"
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    msg = pb.Trace()
+    msg.ParseFromString(pftrace.dumps(trace))
+    strs: dict[int, str] = {}
+    labels = []
+    for p in msg.packet:
+        for e in p.interned_data.debug_annotation_string_values:
+            strs[e.iid] = e.str.decode("utf-8", "replace")  # (the header is compressed)
+        e = p.track_event
+        if (
+            p.HasField("track_event")
+            and e.type == pb.TrackEvent.TYPE_SLICE_BEGIN
+            and e.terminating_flow_ids_old
+        ):
+            labels.append([strs[a.string_value_iid] for a in e.debug_annotations if a.string_value_iid])
+    assert sum(1 for x in labels if "blur-h" in x) == 36  # 40, but for 4, 5, 6 and 10
+    back = pftrace.read(pftrace.write(_canonical(trace, tmp_path), tmp_path / "t.pftrace"))
+    assert_same(_canonical(trace, tmp_path), back)

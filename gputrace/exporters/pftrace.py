@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -122,6 +123,7 @@ T_FLOW, T_TFLOW, T_COUNTER, T_ANN = TE_FLOW << 3, TE_TFLOW << 3, TE_COUNTER << 3
 T_EXTRA_TRACK, T_EXTRA_VALUE = 31 << 3, 12 << 3  # extra_counter_track_uuids, extra_counter_values
 T_DA_NAME, T_DA_INT, T_DA_STR_IID = DA_NAME << 3, DA_INT << 3, DA_STR_IID << 3
 T_DA_BOOL = DA_BOOL << 3
+_GENERATED_PASS = re.compile(r"(compute|render) pass #\d+")  # the wgpu backend's names of unlabelled passes
 MATRIX_SLACK = 2.0  # packets placed as rows of one matrix where it is at most this much wider than they are
 MAX_ARG_GROUPS = 32  # distinct shapes of user arguments written as columns per chunk (others one by one)
 MAX_ARG_STR = 256  # longer string arguments are written inline, one packet at a time
@@ -292,6 +294,7 @@ class _Encoder:
         self.new_interned: list[bytes] = []
         self.new_user_args: list[int] = []  # annotation names of user arguments, new in this chunk
         self.chunk_pass = 0  # the chunk's most common pass folded into a GPU slice (an interned string)
+        self._str_of: dict[int, str] = {}  # interned strings by iid
         self.tracks: dict[tuple[int, int, int], int] = {}
         self.new_tracks: list[list[int]] = []
         self.descriptors: list[bytes] = []
@@ -336,7 +339,9 @@ class _Encoder:
         return self._intern(self.ann_names, ID_ANN_NAMES, s)
 
     def ann_str(self, s: str) -> int:
-        return self._intern(self.ann_strs, ID_ANN_STRS, s)
+        iid = self._intern(self.ann_strs, ID_ANN_STRS, s)
+        self._str_of[iid] = s
+        return iid
 
     def user_ann_name(self, s: str) -> int:
         """A user argument's name: interned apart from gputrace's own annotation names (a user
@@ -721,9 +726,11 @@ class _Encoder:
         # a scope's one pass as long as its GPU slice: written as an argument of that slice
         fold, passes = fold_passes(t, rows)
         fold_iid = self._per_value(fold, lambda i: self.ann_str(t.names[i]) if i >= 0 else 0)
-        # the chunk's most common folded label goes in its index once; the others say theirs
+        # the chunk's most common folded label, where it is a generated one ("compute pass #1",
+        # which says nothing a viewer misses), goes in its index once; the others say theirs
         labels, counts = np.unique(fold_iid[fold >= 0], return_counts=True)
-        self.chunk_pass = int(labels[np.argmax(counts)]) if len(labels) else 0
+        common = int(labels[np.argmax(counts)]) if len(labels) else 0
+        self.chunk_pass = common if common and _GENERATED_PASS.fullmatch(self._str_of[common]) else 0
         other = (fold >= 0) & (fold_iid != self.chunk_pass)
         no_pass = (fold < 0) if self.chunk_pass else np.zeros(len(rows), bool)
         self._emit(
