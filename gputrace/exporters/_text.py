@@ -27,7 +27,7 @@ import numpy.typing as npt
 Mask = npt.NDArray[np.bool_]
 BLOCK = 8192  # rows built at a time: the byte matrix stays small (and in cache)
 INLINE = 96  # longer picked strings are spliced into the text after the rows are built
-SMALL = 64  # at most this many rows are formatted cell by cell
+SMALL = 128  # at most this many rows are formatted cell by cell
 
 _DIGITS3 = np.frombuffer("".join(f"{i:03d}" for i in range(1000)).encode(), np.uint8).reshape(1000, 3)
 _FRAC = np.concatenate([np.full((1000, 1), ord("."), np.uint8), _DIGITS3], axis=1)
