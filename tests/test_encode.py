@@ -4,6 +4,7 @@ examples. Every case round-trips exactly through .json, .json.gz and .pftrace.""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -135,19 +136,28 @@ def test_pftrace_packets_fold_passes_and_imply_submissions(tmp_path: Path) -> No
 
 
 def test_pftrace_header_leaves_out_what_follows_from_the_rest(tmp_path: Path) -> None:
+    from gputrace.flags import anomaly_report
+
     trace = _canonical(wgpu_like(40), tmp_path)
+    trace.header["anomalies"] = anomaly_report(trace)  # (the borrowed header's are another trace's)
     items = trace.header["anomalies"]["items"]
     assert items and all(it["explain"] for it in items)
     data = pftrace.dumps(trace)
     at = data.index(pftrace.FINAL_TAG) + len(pftrace.FINAL_TAG)
-    import zlib
-
     written = orjson.loads(zlib.decompressobj().decompress(data[at:]))
     assert "threads" not in written and "queues" not in written
-    assert all("explain" not in it for it in written["anomalies"]["items"])
+    # each example: its scope and kinds (the reader has the rest from the scope)
+    assert [set(it) for it in written["anomalies"]["items"]] == [{"scope", "kinds"}] * len(items)
     back = pftrace.read(pftrace.write(trace, tmp_path / "t.pftrace"))
     assert back.header["anomalies"] == trace.header["anomalies"]
     assert back.header["threads"] == [{"tid": 4242, "name": "MainThread"}]
+    # an example that says something else than its scope is kept as it is
+    items[0] = dict(items[0], cpu_ns=items[0]["cpu_ns"] + 1)
+    data = pftrace.dumps(trace)
+    at = data.index(pftrace.FINAL_TAG) + len(pftrace.FINAL_TAG)
+    assert "cpu_ns" in orjson.loads(zlib.decompressobj().decompress(data[at:]))["anomalies"]["items"][0]
+    back = pftrace.read(pftrace.write(trace, tmp_path / "t.pftrace"))
+    assert back.header["anomalies"] == trace.header["anomalies"]
 
 
 def test_op_events_keep_what_hta_and_the_reader_need(tmp_path: Path) -> None:

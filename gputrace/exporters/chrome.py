@@ -142,6 +142,58 @@ def _unexplained(item: Any) -> Any:
     return item
 
 
+def anomaly_example(trace: Trace, row: int, kinds: list[str]) -> dict[str, Any]:
+    """A header's anomaly example for scope ``row``, as the resolver writes it."""
+    sc = trace.scope(row)
+    return {
+        "scope": row,
+        "name": sc.name,
+        "kinds": kinds,
+        "cpu_start_ns": sc.cpu_start_ns,
+        "cpu_ns": sc.cpu_ns,
+        "gpu_ns": sc.gpu_ns,
+        "queue_gap_ns": sc.queue_gap_ns,
+        "uncertainty_ns": sc.uncertainty_ns,
+        "explain": _explain(kinds),
+    }
+
+
+def referenced(header: dict[str, Any], trace: Trace) -> dict[str, Any]:
+    """The header with each anomaly example that says only what ``trace`` says of its scope cut
+    to ``{"scope", "kinds"}`` (``completed`` gives it back from the trace read)."""
+    an = header.get("anomalies")
+    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
+        return header
+    items = []
+    for it in an["items"]:
+        row = it.get("scope") if isinstance(it, dict) else None
+        same = (
+            isinstance(row, int)
+            and 0 <= row < len(trace)
+            and isinstance(it.get("kinds"), list)
+            and it == anomaly_example(trace, row, it["kinds"])
+        )
+        items.append({"scope": row, "kinds": it["kinds"]} if same else it)
+    return dict(header, anomalies=dict(an, items=items))
+
+
+def completed(header: dict[str, Any], trace: Trace, row_of: Any = None) -> dict[str, Any]:
+    """The header with each example cut by ``referenced`` whole again; ``row_of`` maps the
+    scope numbers of the file to the trace's rows where they differ."""
+    an = header.get("anomalies")
+    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
+        return header
+    items = []
+    for it in an["items"]:
+        short = isinstance(it, dict) and set(it) in ({"scope", "kinds"}, {"scope", "kinds", "explain"})
+        if short and isinstance(it["scope"], int):
+            row = it["scope"] if row_of is None else int(row_of[it["scope"]])
+            if 0 <= row < len(trace) and isinstance(it["kinds"], list):
+                it = dict(anomaly_example(trace, row, it["kinds"]), scope=it["scope"])
+        items.append(it)
+    return dict(header, anomalies=dict(an, items=items))
+
+
 def full_header(header: dict[str, Any]) -> dict[str, Any]:
     """A header as read: each anomaly example with its explanation (see ``lean_header``)."""
     an = header.get("anomalies")

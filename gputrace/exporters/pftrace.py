@@ -57,10 +57,12 @@ from gputrace.exporters.chrome import (
     OVERLAP_TID_STEP,
     _distinct_rows,
     _lanes,
+    completed,
     export_base_ns,
     fold_passes,
     full_header,
     lean_header,
+    referenced,
 )
 from gputrace.jsonsafe import dumps as json_bytes
 from gputrace.model import (
@@ -1355,7 +1357,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     try:
         for chunk in _chunks(trace):
             w.append(chunk)
-        w.close(header)
+        w.close(referenced(header, trace))  # anomaly examples: the scope and kinds; the reader has the rest
     except BaseException:
         w.abandon()
         tmp.unlink(missing_ok=True)
@@ -1368,7 +1370,11 @@ def dumps(trace: Trace) -> bytes:
     """The ``.pftrace`` bytes of ``trace``."""
     header = _file_header(trace)
     enc = _Encoder(_stub(header))
-    return enc.preamble() + b"".join(enc.chunk(c) for c in _chunks(trace)) + enc.ending(header)
+    return (
+        enc.preamble()
+        + b"".join(enc.chunk(c) for c in _chunks(trace))
+        + enc.ending(referenced(header, trace))
+    )
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -1988,8 +1994,12 @@ def _build(
         header["queues"] = [_queue_dict(q) for q in queues]
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
     if ops is not None:
-        return Trace(header, final_names, threads, queues, s, spans, marks, fits, ops)  # type: ignore[call-arg]
-    return Trace(header, final_names, threads, queues, s, spans, marks, fits)
+        trace = Trace(header, final_names, threads, queues, s, spans, marks, fits, ops)  # type: ignore[call-arg]
+    else:
+        trace = Trace(header, final_names, threads, queues, s, spans, marks, fits)
+    # anomaly examples written as their scope and kinds: the rest is the scope's
+    trace.header = completed(header, trace, w2r if len(w2r) > 1 else None)
+    return trace
 
 
 def _read_ops(
