@@ -195,7 +195,8 @@ def completed(header: dict[str, Any], trace: Trace, row_of: Any = None) -> dict[
 
 
 def full_header(header: dict[str, Any]) -> dict[str, Any]:
-    """A header as read: each anomaly example with its explanation (see ``lean_header``)."""
+    """A header as read (a copy): each anomaly example with its explanation (see ``lean_header``)."""
+    header = dict(header)
     an = header.get("anomalies")
     if isinstance(an, dict) and isinstance(an.get("items"), list):
         items = [

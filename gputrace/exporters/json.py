@@ -39,7 +39,6 @@ from gputrace.exporters.chrome import (
     OVERLAP_TID_STEP,
     Encoder,
     file_header,
-    full_header,
     lean_header,
     queue_dict,
 )
@@ -311,7 +310,7 @@ def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) 
             f"{where}: trace format version {header['format_version']!r} is not supported "
             f"(this gputrace reads version {FORMAT_VERSION})."
         )
-    header = full_header(header)
+    header = dict(header)
     if truncated:
         header["truncated"] = True
     try:
