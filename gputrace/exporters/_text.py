@@ -84,6 +84,19 @@ def _us_text(ns: int) -> str:
     return text + f".{r:03d}".rstrip("0") if r else text
 
 
+_FRAC_TEXT = [""] + [f".{i:03d}".rstrip("0") for i in range(1, 1000)]
+
+
+def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
+    """``_us_text`` of each value, the whole µs and the fraction looked up apart."""
+    a = ns.astype(np.int64)
+    if len(a) and int(a.min()) < 0:
+        return list(map(_us_text, a.tolist()))
+    q, r = np.divmod(a, 1000)
+    frac = _FRAC_TEXT
+    return [w + frac[f] for w, f in zip(map(str, q.tolist()), r.tolist(), strict=True)]
+
+
 class Rows:
     """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by ","."""
 
@@ -194,7 +207,7 @@ class Rows:
             elif kind == "int":
                 cells = list(map(str, payload.tolist()))
             elif kind == "us":
-                cells = list(map(_us_text, payload.tolist()))
+                cells = _us_cells(payload)
             else:
                 table, idx = payload
                 text = [t.decode() for t in table]
