@@ -7,9 +7,10 @@ memory and stalls, measured in one run on this machine.
 
 Traces: "cpu" is N plain CPU scopes; "gpu" is 20k tiny GPU scopes from the scripted fake backend
 shaped like the CUDA 20k tiny-kernel program (6 µs enqueue, ~0.9 µs kernels, a few µs queued),
-with odd nanosecond times as a real clock gives; "wgpu" is the trace of
+with odd nanosecond times as a real clock gives; "cupti" is 20k scopes timed by the fake CUPTI
+source, each with its kernel and launch call (per-operation records); "wgpu" is the trace of
 examples/wgpu_tiny_vs_large.py (100 scopes, each one timed compute pass), where wgpu runs.
-Bytes per scope count the whole file. Speeds are
+Bytes per scope count the whole file ("write ms": one file, what a small file costs). Speeds are
 the median of REPS runs of ``exporters.write``/``exporters.read`` (session not included), in
 this process's CPU time (the machines are shared; waiting for a core is not the format's cost).
 
@@ -66,6 +67,24 @@ def gpu_trace(n: int = 20_000) -> gputrace.Trace:
     return s.trace
 
 
+def cupti_trace(n: int = 20_000) -> gputrace.Trace:
+    """``n`` scopes, each launching one kernel, timed by the fake CUPTI source: a scope, its GPU
+    span, its wait and one per-operation record (kernel and launch call) each."""
+    from gputrace.backends.cupti import CuptiBackend
+    from gputrace.backends.cupti_fake import FakeActivitySource
+    from gputrace.clock import session_clock
+
+    src = FakeActivitySource(session_clock)
+    be = CuptiBackend(session_clock, source=src)
+    with gputrace.session(backend=be, clock=session_clock, quiet=True) as s:
+        tr = gputrace.trace("tiny")
+        for _ in range(n):
+            with tr:
+                src.launch("k", gpu_ns=900)
+    assert s.trace is not None
+    return s.trace
+
+
 def wgpu_trace(folder: Path) -> gputrace.Trace | None:
     """The wgpu example's trace (100 scopes, one timed pass each), or None without wgpu."""
     try:
@@ -83,7 +102,10 @@ def wgpu_trace(folder: Path) -> gputrace.Trace | None:
 
 
 def formats_table(traces: dict[str, gputrace.Trace], folder: Path) -> None:
-    print(f"{'trace':<6} {'format':<8} {'scopes':>8} {'B/scope':>8} {'write/s':>10} {'read/s':>10}")
+    print(
+        f"{'trace':<6} {'format':<8} {'scopes':>8} {'B/scope':>8} {'write/s':>10} {'read/s':>10}"
+        f" {'write ms':>9}"
+    )
     for tname, t in traces.items():
         for fmt in FORMATS:
             path = folder / f"{tname}.{fmt}"
@@ -102,6 +124,7 @@ def formats_table(traces: dict[str, gputrace.Trace], folder: Path) -> None:
             print(
                 f"{tname:<6} {fmt:<8} {n:>8} {size:>8.1f} "
                 f"{n / statistics.median(w):>10,.0f} {n / statistics.median(r):>10,.0f}"
+                f" {statistics.median(w) * 1e3:>9.2f}"
             )
 
 
@@ -190,7 +213,7 @@ def main() -> None:
         folder = Path(d)
         print(f"loadavg {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         if not args.only_memory:
-            traces = {"cpu": cpu_trace(args.cpu_scopes), "gpu": gpu_trace()}
+            traces = {"cpu": cpu_trace(args.cpu_scopes), "gpu": gpu_trace(), "cupti": cupti_trace()}
             wg = wgpu_trace(folder)
             if wg is not None:
                 traces["wgpu"] = wg

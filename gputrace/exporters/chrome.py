@@ -24,6 +24,7 @@ sync): it numbers scopes across chunks and emits each process/thread/queue name 
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from gputrace.exporters._text import Rows
 from gputrace.jsonsafe import dumps
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
 
@@ -78,19 +80,133 @@ def queue_dict(q: QueueInfo) -> dict[str, Any]:
     return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
 
 
-def lean_header(header: dict[str, Any]) -> dict[str, Any]:
+def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A scope whose one pass is its whole GPU slice (same start, end, submission and queue: a
+    wgpu scope with one timed pass) has that pass written as an argument of its GPU slice
+    (``pass``: the label) rather than as a second slice of the same extent.
+
+    ``rows``: the scopes with a GPU slice, ascending. Returns, per row of ``rows``, the folded
+    pass's label (-1: none), and the spans still written as pass slices (in scope order)."""
+    sp, s = trace.spans, trace.scopes
+    label = np.full(len(rows), -1, np.int64)
+    if not len(sp) or not len(rows):
+        return label, np.zeros(0, np.int64)
+    unlabelled = trace.names.index("") if "" in trace.names else -1
+    k = np.flatnonzero(sp.label != unlabelled)
+    k = k[np.argsort(sp.scope[k], kind="stable")]
+    pos = np.searchsorted(rows, sp.scope[k])
+    ok = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == sp.scope[k])
+    k, pos = k[ok], pos[ok]
+    r = rows[pos]
+    same = (
+        (np.bincount(pos, minlength=len(rows))[pos] == 1)
+        & (sp.gpu_start_ns[k] == s.gpu_start_ns[r])
+        & (sp.gpu_end_ns[k] == s.gpu_end_ns[r])
+        & (sp.submit_ns[k] == s.submit_ns[r])
+        & (sp.queue[k] == s.queue[r])
+    )
+    label[pos[same]] = sp.label[k[same]]
+    return label, k[~same]
+
+
+def lean_header(header: dict[str, Any], *, cap: bool = True, explain: bool = True) -> dict[str, Any]:
     """The header as written: anomaly counts stay exact, examples are capped (the per-scope flags
-    in the events carry every anomaly; the reader rebuilds the full list from them)."""
+    in the events carry every anomaly; the reader rebuilds the full list from them). With
+    ``explain=False`` (files only gputrace reads) an example's explanation, which follows from its
+    kinds, is left out; ``full_header`` puts it back."""
     out = dict(header)
     an = out.get("anomalies")
-    if isinstance(an, dict) and isinstance(an.get("items"), list) and len(an["items"]) > EXAMPLES_IN_HEADER:
+    if isinstance(an, dict) and isinstance(an.get("items"), list):
         items = an["items"]
-        out["anomalies"] = dict(
-            an,
-            items=items[:EXAMPLES_IN_HEADER],
-            truncated=int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER,
-        )
+        extra = {}
+        if cap and len(items) > EXAMPLES_IN_HEADER:
+            extra["truncated"] = int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER
+            items = items[:EXAMPLES_IN_HEADER]
+        if not explain:
+            items = [_unexplained(i) for i in items]
+        out["anomalies"] = dict(an, items=items, **extra)
     return out
+
+
+def _explain(kinds: Any) -> list[str] | None:
+    from gputrace.flags import EXPLAIN
+
+    if not isinstance(kinds, list):
+        return None
+    return [EXPLAIN[k] for k in kinds if isinstance(k, str) and k in EXPLAIN]
+
+
+def _unexplained(item: Any) -> Any:
+    if isinstance(item, dict) and "explain" in item and item["explain"] == _explain(item.get("kinds")):
+        return {k: v for k, v in item.items() if k != "explain"}
+    return item
+
+
+def anomaly_example(trace: Trace, row: int, kinds: list[str]) -> dict[str, Any]:
+    """A header's anomaly example for scope ``row``, as the resolver writes it."""
+    sc = trace.scope(row)
+    return {
+        "scope": row,
+        "name": sc.name,
+        "kinds": kinds,
+        "cpu_start_ns": sc.cpu_start_ns,
+        "cpu_ns": sc.cpu_ns,
+        "gpu_ns": sc.gpu_ns,
+        "queue_gap_ns": sc.queue_gap_ns,
+        "uncertainty_ns": sc.uncertainty_ns,
+        "explain": _explain(kinds),
+    }
+
+
+def referenced(header: dict[str, Any], trace: Trace) -> dict[str, Any]:
+    """The header with each anomaly example that says only what ``trace`` says of its scope cut
+    to ``{"scope", "kinds"}`` (``completed`` gives it back from the trace read)."""
+    an = header.get("anomalies")
+    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
+        return header
+    items = []
+    for it in an["items"]:
+        row = it.get("scope") if isinstance(it, dict) else None
+        same = (
+            isinstance(row, int)
+            and 0 <= row < len(trace)
+            and isinstance(it.get("kinds"), list)
+            and it == anomaly_example(trace, row, it["kinds"])
+        )
+        items.append({"scope": row, "kinds": it["kinds"]} if same else it)
+    return dict(header, anomalies=dict(an, items=items))
+
+
+def completed(header: dict[str, Any], trace: Trace, row_of: Any = None) -> dict[str, Any]:
+    """The header with each example cut by ``referenced`` whole again; ``row_of`` maps the
+    scope numbers of the file to the trace's rows where they differ."""
+    an = header.get("anomalies")
+    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
+        return header
+    items = []
+    for it in an["items"]:
+        short = isinstance(it, dict) and set(it) in ({"scope", "kinds"}, {"scope", "kinds", "explain"})
+        if short and isinstance(it["scope"], int):
+            row = it["scope"] if row_of is None else int(row_of[it["scope"]])
+            if 0 <= row < len(trace) and isinstance(it["kinds"], list):
+                it = dict(anomaly_example(trace, row, it["kinds"]), scope=it["scope"])
+        items.append(it)
+    return dict(header, anomalies=dict(an, items=items))
+
+
+def full_header(header: dict[str, Any]) -> dict[str, Any]:
+    """A header as read (a copy): each anomaly example with its explanation (see ``lean_header``)."""
+    header = dict(header)
+    an = header.get("anomalies")
+    if isinstance(an, dict) and isinstance(an.get("items"), list):
+        items = [
+            dict(i, explain=_explain(i.get("kinds")))
+            if isinstance(i, dict) and "explain" not in i and _explain(i.get("kinds")) is not None
+            else i
+            for i in an["items"]
+        ]
+        header = dict(header, anomalies=dict(an, items=items))
+    return header
 
 
 def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
@@ -169,17 +285,19 @@ class Encoder:
     # -- events --------------------------------------------------------------------------------
     def events(self, trace: Trace) -> list[dict[str, Any]]:
         """The events of ``trace`` (one chunk) as dicts (``encode`` is what files get)."""
-        data = self.encode(trace)
-        return list(orjson.loads(b"[" + data + b"]")) if data else []
+        data = b"".join(self.encode(trace))
+        return list(orjson.loads(b"[" + data[:-1] + b"]")) if data else []
 
-    def encode(self, trace: Trace) -> bytes:
-        """The events of ``trace`` (one chunk), comma-separated JSON; rows are numbered after the
-        previous chunks'. Each event is formatted straight into text: the common ones (a scope's
-        slices, its wait) from templates, since building a dict per event costs more than the rest."""
+    def encode(self, trace: Trace) -> list[Any]:
+        """The events of ``trace`` (one chunk) as pieces of JSON text (bytes-like: bytes or uint8
+        arrays, never joined into one more copy), each event followed by a comma; rows are
+        numbered after the previous chunks'. Events of one shape (a scope's slices, its wait, an
+        operation) are formatted a column at a time (``_text.Rows``): building text or a dict per
+        event costs far more than the numbers in it."""
         ev: list[str] = []
+        parts: list[Any] = []
         s = trace.scopes
         r0 = self.rows
-        base = self.base
         for t in trace.threads:
             self.threads.setdefault(t.tid, t)
         # queues: a chunk lists the session's queues so far; keep the longest list seen
@@ -195,8 +313,8 @@ class Encoder:
             self._name_thread(gpid, qi + 1, q.label, ev, queue=queue_dict(q))
 
         n = len(s)
-        tids = [t.tid for t in trace.threads]
-        cpu_tid = [tids[i] for i in s.thread.tolist()] if n else []
+        tids = np.array([t.tid for t in trace.threads] or [0], np.int64)
+        cpu_tid = tids[s.thread] if n else np.zeros(0, np.int64)
         # CPU tracks nest by construction; interleaved coroutines may partially overlap
         bad = (
             (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)])
@@ -206,168 +324,177 @@ class Encoder:
         if bad.any():
             for th in np.unique(s.thread[bad]).tolist():
                 rows = np.flatnonzero(s.thread == th)
-                lanes = _lanes(
-                    s.cpu_start_ns[rows].tolist(), s.cpu_end_ns[rows].tolist(), list(range(len(rows)))
+                lanes = np.array(
+                    _lanes(
+                        s.cpu_start_ns[rows].tolist(), s.cpu_end_ns[rows].tolist(), list(range(len(rows)))
+                    ),
+                    np.int64,
                 )
-                for r, ln in zip(rows.tolist(), lanes, strict=True):
-                    if ln:
-                        cpu_tid[r] = tids[th] + ln * OVERLAP_TID_STEP
-                for ln in range(1, max(lanes) + 1):
-                    tid = tids[th] + ln * OVERLAP_TID_STEP
+                cpu_tid[rows] += lanes * OVERLAP_TID_STEP
+                for ln in range(1, int(lanes.max()) + 1):
+                    tid = int(tids[th]) + ln * OVERLAP_TID_STEP
                     self._name_thread(self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", ev)
-        ts = list(map(repr, ((s.cpu_start_ns - base) / 1000.0).tolist()))  # text, formatted in a C loop
-        dur = list(map(repr, ((s.cpu_end_ns - s.cpu_start_ns) / 1000.0).tolist()))
-        jnames = [_j(nm) for nm in trace.names]  # JSON-quoted once per name
-        name_j = [jnames[i] for i in s.name.tolist()]
-        cpu_pid = [self._cpu_pid(t) for t in cpu_tid] if self.pid_of_tid else [self.pid] * n
+        base = self.base
+        jnames = [_j(nm) for nm in trace.names] or ['""']  # JSON-quoted once per name
         has_gpu = s.gpu_start_ns != NO_TIME
-        # the rare parts of a CPU slice: args, flags, the flow to its GPU slice
-        tail = dict.fromkeys(np.flatnonzero(has_gpu).tolist(), "")
-        for r in tail:
-            tail[r] = f',"bind_id":{r0 + r},"flow_out":true'
-        for i in sorted(set(s.args) | set(np.flatnonzero(s.flags).tolist())):
-            a = dict(s.args.get(i) or {})
-            if s.flags[i]:
-                a["flags"] = flag_names(int(s.flags[i]))
-            if a:
-                tail[i] = tail.get(i, "") + ',"args":' + _j(a)
-        if tail:
-            ev.extend(
-                [
-                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0},"dur":{d}{tail.get(r, "")}}}'
-                    for r, (nm, p, tid, t0, d) in enumerate(
-                        zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
-                    )
-                ]
-            )
-        else:
-            ev.extend(
-                [
-                    f'{{"ph":"X","name":{nm},"pid":{p},"tid":{tid},"ts":{t0},"dur":{d}}}'
-                    for nm, p, tid, t0, d in zip(name_j, cpu_pid, cpu_tid, ts, dur, strict=True)
-                ]
-            )
-        self._gpu_events(trace, r0, name_j, has_gpu, ev)
+        if n:
+            cpu = Rows(n).lit('{"ph":"X","name":').pick(jnames, s.name).lit(',"pid":')
+            if self.pid_of_tid:
+                cpu.num(np.array([self._cpu_pid(int(t)) for t in cpu_tid.tolist()], np.int64))
+            else:
+                cpu.lit(str(self.pid))
+            cpu.lit(',"tid":').num(cpu_tid).lit(',"ts":').us(s.cpu_start_ns - base)
+            cpu.lit(',"dur":').us(s.cpu_end_ns - s.cpu_start_ns)
+            # the flow to its GPU slice; the rare parts: args and flags
+            cpu.lit(',"bind_id":', has_gpu).num(r0 + np.arange(n), has_gpu).lit(',"flow_out":true', has_gpu)
+            flagged = np.flatnonzero(s.flags)
+            rare = sorted(set(s.args) | set(flagged.tolist()))
+            if rare:
+                text_no: dict[bytes, int] = {b"": 0}  # equal args are written from one entry
+                idx = np.zeros(n, np.intp)
+                fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
+                for i in rare:
+                    a = s.args.get(i) or {}
+                    if i in fl:
+                        a = dict(a, flags=_flag_list(fl[i]))
+                    if a:
+                        idx[i] = text_no.setdefault(b',"args":' + dumps(a), len(text_no))
+                cpu.pick(list(text_no), idx)
+            parts += cpu.lit("}").buffers()
+        parts += self._gpu_events(trace, r0, jnames, has_gpu, ev)
         if len(trace.ops):
             self.has_ops = True
-            got, skipped = op_events(trace, r0, base, self.op_rows)
-            ev.extend(got)
+            got, skipped = op_events(trace, r0, base, self.op_rows, jnames)
+            parts += got
             self.op_rows += len(trace.ops)
             self.ops_not_drawn += skipped
         tid_pid = {t.tid: self._cpu_pid(t.tid) for t in trace.threads}
         for m in trace.marks:
-            tid = tids[m.thread]
+            tid = int(tids[m.thread])
             e = {"ph": "i", "s": "t", "cat": m.kind, "name": m.name, "pid": tid_pid[tid], "tid": tid,
                  "ts": (m.ts_ns - base) / 1000.0}  # fmt: skip
             if m.args:
                 e["args"] = dict(m.args)
             ev.append(_j(e))
         self.rows += n
-        return ",".join(ev).encode()
+        if ev:
+            parts.insert(0, (",".join(ev) + ",").encode())
+        return parts
 
     def _gpu_events(
-        self, trace: Trace, r0: int, name_j: list[str], has_gpu: np.ndarray, ev: list[str]
-    ) -> None:
+        self, trace: Trace, r0: int, jnames: list[str], has_gpu: np.ndarray, ev: list[str]
+    ) -> list[Any]:
         s = trace.scopes
         rows = np.flatnonzero(has_gpu)
         if not len(rows):
-            return
+            return []
         base = self.base
         queues = trace.queues
-        st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
-        flags = s.flags.tolist()
+        nq = len(queues)
         # lanes per queue: a GPU slice that would partially overlap goes to an overflow track
-        gtid: dict[int, int] = {}
-        for qi in np.unique(s.queue[rows]).tolist():
-            qrows = rows[s.queue[rows] == qi]
+        q_of = s.queue[rows].astype(np.int64)
+        gtid = q_of + 1
+        g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
+        for qi in np.unique(q_of).tolist():
+            at = np.flatnonzero(q_of == qi)
             # in-order queues (the usual case) need no lane search
-            q0, q1 = s.gpu_start_ns[qrows], s.gpu_end_ns[qrows]
-            if len(qrows) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all()):
-                gtid.update(dict.fromkeys(qrows.tolist(), qi + 1))
+            q0, q1 = g0[at], g1[at]
+            if len(at) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all()):
                 continue
-            ql = qrows.tolist()
-            order = sorted(range(len(ql)), key=lambda k: (st[ql[k]], -en[ql[k]]))
-            lanes = _lanes([st[r] for r in ql], [en[r] for r in ql], order)
-            dev = queues[qi].device if 0 <= qi < len(queues) else 0
-            for r, ln in zip(ql, lanes, strict=True):
-                gtid[r] = qi + 1 + ln * OVERLAP_TID_STEP
-            for ln in range(1, max(lanes) + 1):
-                label = queues[qi].label if 0 <= qi < len(queues) else "queue"
+            st, en = q0.tolist(), q1.tolist()
+            order = sorted(range(len(at)), key=lambda k: (st[k], -en[k]))
+            lanes = np.array(_lanes(st, en, order), np.int64)
+            gtid[at] += lanes * OVERLAP_TID_STEP
+            dev = queues[qi].device if 0 <= qi < nq else 0
+            label = queues[qi].label if 0 <= qi < nq else "queue"
+            for ln in range(1, int(lanes.max()) + 1):
                 self._name_thread(
                     GPU_PID_BASE + dev, qi + 1 + ln * OVERLAP_TID_STEP, f"{label} (overlap {ln})", ev
                 )
-        sp = trace.spans
-        passes: dict[int, list[int]] = {}
-        if len(sp):
-            unlabelled = trace.names.index("") if "" in trace.names else -1
-            for k in np.flatnonzero(sp.label != unlabelled).tolist():
-                passes.setdefault(int(sp.scope[k]), []).append(k)
-        qname = [_j(f"queued · {q.label}") for q in queues] + ['"queued"']
-        anomalous = int(ANOMALY_FLAGS)
-        # per-row columns as text, formatted in C loops (``map(repr, …)``) rather than one by one
-        qa = s.queue[rows].astype(np.int64)
-        dev = np.array([q.device for q in queues] + [0], np.int64)[
-            np.where((qa >= 0) & (qa < len(queues)), qa, -1)
-        ]
-        gpids = (GPU_PID_BASE + dev).tolist()
-        qn_idx = np.where((qa >= 0) & (qa < len(queues)), qa, len(queues)).tolist()
-        g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
-        ts_s = list(map(repr, ((g0 - base) / 1000.0).tolist()))
-        dur_s = list(map(repr, (np.maximum(g1 - g0, 0) / 1000.0).tolist()))
-        sub_s = list(map(repr, ((sb - base) / 1000.0).tolist()))
-        waited_l = ((sb != NO_TIME) & (g0 >= sb)).tolist()
-        early_l = ((sb != NO_TIME) & (g0 < sb)).tolist()  # a start before submission: no wait slice
-        neg_l = (g1 < g0).tolist()
+        known = (q_of >= 0) & (q_of < nq)
+        qn_idx = np.where(known, q_of, nq)
+        gpid = GPU_PID_BASE + np.array([q.device for q in queues] + [0], np.int64)[qn_idx]
+        b = r0 + rows
+        k = len(rows)
+        flags = s.flags[rows]
+        uflags, finv = np.unique(flags, return_inverse=True)
+        flag_text = [_j(_flag_list(f)) for f in uflags.tolist()]
+        finv = finv.reshape(-1)
         uc = s.uncertainty_ns[rows]
-        changed = np.ones(len(rows), bool)  # written where it changes; a reader carries it forward
+        changed = np.ones(k, bool)  # written where it changes; a reader carries it forward
         changed[1:] = uc[1:] != uc[:-1]
-        unc_s = [
-            f',"uncertainty_us":{u / 1000.0!r}' if c else ""
-            for u, c in zip(uc.tolist(), changed.tolist(), strict=True)
-        ]
         timing = (trace.header.get("backend_info") or {}).get("timing")  # which source timed the GPU
-        timing_s = f',"timing":{_j(timing)}' if isinstance(timing, str) else ""
-        busy = trace.busy_ns().tolist() if len(trace.ops) else None  # summed operation time per scope
-        for k, r in enumerate(rows.tolist()):
-            gpid = gpids[k]
-            t0 = ts_s[k]
-            b = r0 + r
-            extra = unc_s[k] + timing_s
-            if busy is not None:
-                extra += f',"gpu_busy_us":{busy[r] / 1000.0!r}'
-            if early_l[k]:
-                extra += f',"submit_ts":{sub_s[k]}'
-            if neg_l[k]:  # kept as measured (and flagged); the slice itself cannot be negative
-                extra += f',"gpu_us":{(en[r] - st[r]) / 1000.0!r}'
-            if flags[r]:
-                extra += ',"flags":' + _j(flag_names(flags[r]))
-            args = ',"args":{' + extra[1:] + "}" if extra else ""
-            ev.append(
-                f'{{"ph":"X","name":{name_j[r]},"pid":{gpid},"tid":{gtid[r]},"ts":{t0},'
-                f'"dur":{dur_s[k]},"bind_id":{b},"flow_in":true{args}}}'
-            )
-            if r in passes:
-                for p in passes[r]:
-                    pa: dict[str, Any] = {"scope": b}
-                    if int(sp.submit_ns[p]) != NO_TIME:
-                        pa["submit_ts"] = (int(sp.submit_ns[p]) - base) / 1000.0
-                    p0, p1 = int(sp.gpu_start_ns[p]), int(sp.gpu_end_ns[p])
-                    label = trace.names[int(sp.label[p])]
-                    p_ts, p_dur = (p0 - base) / 1000.0, max(p1 - p0, 0) / 1000.0
-                    ev.append(_j({"ph": "X", "cat": "gpu.pass", "name": label, "pid": gpid, "tid": gtid[r],
-                                  "ts": p_ts, "dur": p_dur, "args": pa}))  # fmt: skip
-            if waited_l[k]:  # the wait, as an async slice inside the GPU process; it carries the submit time
-                qn = qname[qn_idx[k]]
-                ev.append(
-                    f'{{"ph":"b","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{sub_s[k]}}}'
-                )
-                ev.append(
-                    f'{{"ph":"e","cat":"queued","name":{qn},"id2":{{"local":{b}}},"pid":{gpid},"ts":{t0}}}'
-                )
-            if flags[r] & anomalous:
-                what = ", ".join(flag_names(flags[r] & anomalous))
-                ev.append(_j({"ph": "i", "s": "t", "cat": "anomaly", "name": "anomaly: " + what, "pid": gpid,
-                              "tid": gtid[r], "ts": float(t0)}))  # fmt: skip
+        early = (sb != NO_TIME) & (g0 < sb)  # a start before submission: no wait slice
+        waited = (sb != NO_TIME) & (g0 >= sb)
+        members: list[tuple[str, str, Any, Any]] = [('"uncertainty_us":', "us", uc, changed)]
+        if isinstance(timing, str):
+            members.append(('"timing":', "lit", _j(timing), None))
+        if len(trace.ops):  # summed operation time per scope
+            members.append(('"gpu_busy_us":', "us", trace.busy_ns()[rows], None))
+        fold, passes = fold_passes(trace, rows)
+        members += [
+            ('"submit_ts":', "us", sb - base, early),
+            # kept as measured (and flagged); the slice itself cannot be negative
+            ('"gpu_us":', "us", g1 - g0, g1 < g0),
+            ('"flags":', "pick", (flag_text, finv), flags != 0),
+            ('"pass":', "pick", (jnames, np.maximum(fold, 0)), fold >= 0),
+        ]
+        gpu = Rows(k).lit('{"ph":"X","name":').pick(jnames, s.name[rows]).lit(',"pid":').num(gpid)
+        gpu.lit(',"tid":').num(gtid).lit(',"ts":').us(g0 - base).lit(',"dur":').us(np.maximum(g1 - g0, 0))
+        gpu.lit(',"bind_id":').num(b).lit(',"flow_in":true').members(',"args":{', members)
+        parts = gpu.lit("}").buffers()
+        if len(passes):
+            parts += self._passes(trace, r0, passes, rows, gpid, gtid, jnames)
+        # the wait, as an async slice inside the GPU process; it carries the submit time
+        w = np.flatnonzero(waited)
+        if len(w):
+            qname = [_j(f"queued · {q.label}") for q in queues] + ['"queued"']
+            # each wait's begin and end, one after the other
+            two = np.repeat(w, 2)
+            ph = np.tile(np.array([0, 1]), len(w))
+            t = np.empty(2 * len(w), np.int64)
+            t[0::2], t[1::2] = sb[w], g0[w]
+            wr = Rows(2 * len(w)).lit('{"ph":').pick(['"b"', '"e"'], ph).lit(',"cat":"queued","name":')
+            wr.pick(qname, qn_idx[two]).lit(',"id2":{"local":').num(b[two]).lit('},"pid":').num(gpid[two])
+            parts += wr.lit(',"ts":').us(t - base).lit("}").buffers()
+        an = flags & int(ANOMALY_FLAGS)
+        a = np.flatnonzero(an)
+        if len(a):
+            ua, ainv = np.unique(an[a], return_inverse=True)
+            what = [_j("anomaly: " + ", ".join(_flag_list(f))) for f in ua.tolist()]
+            inst = Rows(len(a)).lit('{"ph":"i","s":"t","cat":"anomaly","name":').pick(what, ainv.reshape(-1))
+            inst.lit(',"pid":').num(gpid[a]).lit(',"tid":').num(gtid[a]).lit(',"ts":').us(g0[a] - base)
+            parts += inst.lit("}").buffers()
+        return parts
+
+    def _passes(
+        self,
+        trace: Trace,
+        r0: int,
+        k: np.ndarray,
+        rows: np.ndarray,
+        gpid: np.ndarray,
+        gtid: np.ndarray,
+        jnames: list[str],
+    ) -> list[Any]:
+        """wgpu passes ``k`` (span rows) not folded into their scope's GPU slice: child slices of
+        it, on its track."""
+        sp = trace.spans
+        pos = np.searchsorted(rows, sp.scope[k])
+        base = self.base
+        p0, p1, psub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]
+        r = Rows(len(k)).lit('{"ph":"X","cat":"gpu.pass","name":').pick(jnames, sp.label[k])
+        r.lit(',"pid":').num(gpid[pos]).lit(',"tid":').num(gtid[pos]).lit(',"ts":').us(p0 - base)
+        r.lit(',"dur":').us(np.maximum(p1 - p0, 0)).lit(',"args":{"scope":').num(r0 + rows[pos])
+        has_sub = psub != NO_TIME
+        r.lit(',"submit_ts":', has_sub).us(psub - base, has_sub)
+        return r.lit("}}").buffers()
+
+
+@functools.lru_cache(maxsize=256)
+def _flag_list(flags: int) -> list[str]:
+    """``flag_names``, once per value (few distinct values; each call walks the flags)."""
+    return flag_names(int(flags))
 
 
 def _j(value: Any) -> str:
@@ -412,129 +539,141 @@ def stream_number(label: str, queue: int) -> int:
 
 
 # an operation more than this far from the file's zero is not on its time line (never aligned)
-MAX_OP_US = 1e12
+MAX_OP_NS = 10**15
 
 
-def op_events(trace: Trace, r0: int, base: int, op0: int = 0) -> tuple[list[str], int]:
+def op_events(
+    trace: Trace, r0: int, base: int, op0: int = 0, jnames: list[str] | None = None
+) -> tuple[list[Any], int]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
     slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
     ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
     numbered from ``r0`` and operations from ``op0`` (a streamed file's chunks). Events come as
-    JSON text, formatted from templates (tens of thousands of kernels per sync are common).
+    pieces of JSON text, each event followed by a comma, formatted a column at a time (tens of
+    thousands of kernels per sync are common).
 
     Returns the events and how many operations were left out: those before the file's zero
     (launched before the session) or on a clock that was never aligned (no calibration), which
     no viewer could place."""
     ops, names, queues = trace.ops, trace.names, trace.queues
     n = len(ops)
-    ev: list[str] = []
     if not n:
-        return ev, 0
-    rel = (ops.gpu_start_ns - base) / 1000.0
-    seen_a = ops.call_start_ns != NO_TIME
-    crel = np.where(seen_a, (ops.call_start_ns - base) / 1000.0, 0.0)
-    placed = ((rel >= 0) & (rel < MAX_OP_US) & (crel >= 0) & (crel < MAX_OP_US)).tolist()
+        return [], 0
+    head: list[str] = []
+    nq = len(queues)
+    st, en = ops.gpu_start_ns, ops.gpu_end_ns
+    seen = ops.call_start_ns != NO_TIME
+    c0 = np.where(seen, ops.call_start_ns, base)
+    c1 = np.where(seen, ops.call_end_ns, base)
+    placed = (st >= base) & (st < base + MAX_OP_NS) & (c0 >= base) & (c0 < base + MAX_OP_NS)
     pid = int(trace.header.get("pid") or 1)
-    st, en = ops.gpu_start_ns.tolist(), ops.gpu_end_ns.tolist()
-    c0, c1 = ops.call_start_ns.tolist(), ops.call_end_ns.tolist()
-    scope, qcol, thr = ops.scope.tolist(), ops.queue.tolist(), ops.thread.tolist()
-    kinds, corrs = ops.kind.tolist(), ops.correlation.tolist()
-    jnames = [_j(nm) for nm in names]  # JSON-quoted once per name
-    op_name_j = [jnames[i] for i in ops.name.tolist()]
-    call_names = [names[i] for i in ops.call_name.tolist()]
-    call_name_j = [jnames[i] for i in ops.call_name.tolist()]
-    grids, blocks, nbytes = ops.grid.tolist(), ops.block.tolist(), ops.bytes.tolist()
-    gids, nids = ops.graph_id.tolist(), ops.graph_node_id.tolist()
-    # times as text, formatted in C loops
-    ts_s = list(map(repr, rel.tolist()))
-    dur_s = list(map(repr, (np.maximum(ops.gpu_end_ns - ops.gpu_start_ns, 0) / 1000.0).tolist()))
-    cts_s = list(map(repr, crel.tolist()))
-    cdur_s = list(map(repr, (np.where(seen_a, ops.call_end_ns - ops.call_start_ns, 0) / 1000.0).tolist()))
-    l2s_s = list(map(repr, (np.where(seen_a, ops.gpu_start_ns - ops.call_start_ns, 0) / 1000.0).tolist()))
-    sc0, sc1 = trace.scopes.cpu_start_ns.tolist(), trace.scopes.cpu_end_ns.tolist()
-    tids = [t.tid for t in trace.threads]
-    cpu_tid = [tids[i] for i in trace.scopes.thread.tolist()]
-    dev_of = [q.device for q in queues]
-    stream_of = [stream_number(q.label, qi) for qi, q in enumerate(queues)]
-    op_tid = [0] * n
-    by_q: dict[int, list[int]] = {}
-    for k, qi in enumerate(qcol):
-        by_q.setdefault(qi, []).append(k)
-    for qi, rows in sorted(by_q.items()):
-        # rows are in GPU start order already; an overlap (concurrent graph branches) gets a lane
-        lanes = _lanes([st[k] for k in rows], [en[k] for k in rows], list(range(len(rows))))
-        dev = dev_of[qi] if 0 <= qi < len(queues) else 0
-        label = queues[qi].label if 0 <= qi < len(queues) else "stream ?"
-        for k, ln in zip(rows, lanes, strict=True):
-            op_tid[k] = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
-        for ln in range(max(lanes) + 1):
+    qcol = ops.queue.astype(np.int64)
+    known_q = (qcol >= 0) & (qcol < nq)
+    qi_safe = np.where(known_q, qcol, nq)
+    dev = np.array([q.device for q in queues] + [0], np.int64)[qi_safe]
+    stream = np.where(
+        known_q,
+        np.array([stream_number(q.label, i) for i, q in enumerate(queues)] + [0], np.int64)[qi_safe],
+        qcol,
+    )
+    scope = ops.scope.astype(np.int64)
+    row = np.where(scope >= 0, r0 + scope, -1)
+    thr = ops.thread.astype(np.int64)
+    tids = np.array([t.tid for t in trace.threads] or [0], np.int64)
+    # an operations track per stream; an overlap (concurrent graph branches) gets a lane
+    op_tid = OP_TID_BASE + qcol
+    for qi in np.unique(qcol).tolist():
+        at = np.flatnonzero(qcol == qi)
+        q0, q1 = st[at], en[at]
+        in_order = len(at) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all())
+        lanes = np.zeros(len(at), np.int64)
+        if not in_order:  # rows are in GPU start order already
+            lanes = np.array(_lanes(q0.tolist(), q1.tolist(), list(range(len(at)))), np.int64)
+            op_tid[at] += lanes * OVERLAP_TID_STEP
+        d = queues[qi].device if 0 <= qi < nq else 0
+        label = queues[qi].label if 0 <= qi < nq else "stream ?"
+        for ln in range(int(lanes.max()) + 1):
             track = f"{label} · operations" + (f" (overlap {ln})" if ln else "")
             tid = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
-            ev.append(_j({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + dev, "tid": tid,
-                          "args": {"name": track}}))  # fmt: skip
-    rank = int(trace.header.get("rank") or 0)
-    cats = [f'"{c}"' for c in OP_CATS]
-    calls_done: set[int] = set()
-    touch_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for k in range(n):
-        if not placed[k]:
-            continue
-        qi, kind, corr, r = qcol[k], kinds[k], corrs[k], scope[k]
-        known_q = 0 <= qi < len(queues)
-        dev = dev_of[qi] if known_q else 0
-        stream = stream_of[qi] if known_q else qi
-        row = r0 + r if r >= 0 else -1
-        a = (
-            f'"op":{op0 + k},"scope":{row},"queue":{qi},"device":{dev},"stream":{stream},'
-            f'"correlation":{corr},"External id":{row},"rank":{rank},"timing":"cupti"'
+            head.append(_j({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + d, "tid": tid,
+                            "args": {"name": track}}))  # fmt: skip
+    # the launch call, inside its scope's CPU slice (only where it nests: never a partial
+    # overlap), drawn once per call (a flow to its first operation)
+    s = trace.scopes
+    cand = placed & seen & (thr >= 0)
+    if len(s):
+        r = np.maximum(scope, 0)
+        cand &= np.where(scope >= 0, (s.cpu_start_ns[r] <= c0) & (c1 <= s.cpu_end_ns[r]), True)
+    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for k in np.flatnonzero(cand & (scope < 0)).tolist():
+        if _touches_a_scope(trace, int(thr[k]), int(c0[k]), int(c1[k]), cache):
+            cand[k] = False
+    c = np.flatnonzero(cand)
+    cc = ops.correlation[c]
+    if len(c) > 1 and not (cc[1:] > cc[:-1]).all():  # ids repeat (graph launches) or run back
+        c = c[np.unique(cc, return_index=True)[1]]
+    drawn = np.zeros(n, bool)
+    drawn[c] = True
+    flow = OP_FLOW_BASE + op0 + np.arange(n, dtype=np.int64)
+    if jnames is None:
+        jnames = [_j(nm) for nm in names] or ['""']
+    kind = ops.kind.astype(np.int64)
+    cat = np.where((kind >= 0) & (kind < 3), kind, 0)
+    # grid and block: a few distinct shapes, written once each
+    shape = np.concatenate([ops.grid, ops.block], axis=1).astype(np.int64)
+    has_shape = (kind == 0) | shape.any(axis=1)
+    ushape, sinv = _distinct_rows(shape)
+    shape_text = [f'[{g[0]},{g[1]},{g[2]}],"block":[{g[3]},{g[4]},{g[5]}]' for g in ushape]
+    ok = np.flatnonzero(placed)
+    m = len(ok)
+    p = ok
+    sh = has_shape[p]
+    sp = seen[p]
+    o = Rows(m).lit('{"ph":"X","cat":').pick([f'"{x}"' for x in OP_CATS], cat[p]).lit(',"name":')
+    o.pick(jnames, ops.name[p]).lit(',"pid":').num(GPU_PID_BASE + dev[p]).lit(',"tid":').num(op_tid[p])
+    o.lit(',"ts":').us(st[p] - base).lit(',"dur":').us(np.maximum(en[p] - st[p], 0))
+    dp = drawn[p]
+    o.lit(',"bind_id":', dp).num(flow[p], dp).lit(',"flow_in":true', dp)
+    o.lit(',"args":{"op":').num(op0 + p).lit(',"scope":').num(row[p]).lit(',"queue":').num(qcol[p])
+    o.lit(',"device":').num(dev[p]).lit(',"stream":').num(stream[p]).lit(',"correlation":')
+    o.num(ops.correlation[p]).lit(',"External id":').num(row[p])
+    o.lit(',"grid":', sh).pick(shape_text, sinv[p], sh)
+    nb = (kind[p] != 0) | (ops.bytes[p] != 0)
+    o.lit(',"bytes":', nb).num(ops.bytes[p], nb)
+    g = ops.graph_id[p] != 0
+    o.lit(',"graph id":', g).num(ops.graph_id[p], g).lit(',"graph node id":', g).num(ops.graph_node_id[p], g)
+    o.lit(',"call":', sp).pick(jnames, ops.call_name[p], sp).lit(',"call_ts":', sp).us(c0[p] - base, sp)
+    o.lit(',"call_dur_us":', sp).us(c1[p] - c0[p], sp)
+    ht = thr[p] >= 0
+    o.lit(',"tid":', ht).num(tids[np.maximum(thr[p], 0)], ht)
+    parts = o.lit("}}").buffers()
+    d = np.flatnonzero(drawn)
+    if len(d):
+        ccat = ['"cuda_runtime"' if nm.startswith("cuda") else '"cuda_driver"' for nm in names] or ['""']
+        ctid = np.where(scope[d] >= 0, tids[s.thread[np.maximum(scope[d], 0)]] if len(s) else 0, tids[thr[d]])
+        call = Rows(len(d)).lit('{"ph":"X","cat":').pick(ccat, ops.call_name[d]).lit(',"name":')
+        call.pick(jnames, ops.call_name[d]).lit(f',"pid":{pid},"tid":').num(ctid).lit(',"ts":').us(
+            c0[d] - base
         )
-        if kind == 0 or any(grids[k]):
-            g, b = grids[k], blocks[k]
-            a += f',"grid":[{g[0]},{g[1]},{g[2]}],"block":[{b[0]},{b[1]},{b[2]}]'
-        if kind != 0 or nbytes[k]:
-            a += f',"bytes":{nbytes[k]}'
-        if gids[k]:
-            a += f',"graph id":{gids[k]},"graph node id":{nids[k]}'
-        seen = c0[k] != NO_TIME
-        if seen:
-            a += (
-                f',"call":{call_name_j[k]},"call_ts":{cts_s[k]},"call_dur_us":{cdur_s[k]},'
-                f'"launch_to_start_us":{l2s_s[k]}'
-            )
-        if thr[k] >= 0:
-            a += f',"tid":{tids[thr[k]]}'
-        head = (
-            f'{{"ph":"X","cat":{cats[kind] if 0 <= kind < 3 else cats[0]},"name":{op_name_j[k]},'
-            f'"pid":{GPU_PID_BASE + dev},"tid":{op_tid[k]},"ts":{ts_s[k]},"dur":{dur_s[k]}'
-        )
-        call = ""
-        # the launch call, inside its scope's CPU slice (only where it nests: never a partial
-        # overlap); no "stream" in its args: HTA tells CPU events from GPU ones by a missing stream
-        if (
-            seen
-            and thr[k] >= 0
-            and corr not in calls_done  # one flow per call: to its first operation
-            and (
-                sc0[r] <= c0[k] and c1[k] <= sc1[r]
-                if r >= 0
-                else not _touches_a_scope(trace, thr[k], c0[k], c1[k], touch_cache)
-            )
-        ):
-            calls_done.add(corr)
-            flow = OP_FLOW_BASE + op0 + k
-            name = call_names[k]
-            ccat = "cuda_runtime" if name.startswith("cuda") else "cuda_driver"
-            ctid = cpu_tid[r] if r >= 0 else tids[thr[k]]
-            head += f',"bind_id":{flow},"flow_in":true'
-            call = (
-                f'{{"ph":"X","cat":"{ccat}","name":{call_name_j[k]},"pid":{pid},"tid":{ctid},'
-                f'"ts":{cts_s[k]},"dur":{cdur_s[k]},"bind_id":{flow},"flow_out":true,'
-                f'"args":{{"correlation":{corr},"External id":{row}}}}}'
-            )
-        ev.append(head + ',"args":{' + a + "}}")
-        if call:
-            ev.append(call)
-    return ev, n - sum(placed)
+        call.lit(',"dur":').us(c1[d] - c0[d]).lit(',"bind_id":').num(flow[d]).lit(',"flow_out":true,"args":')
+        call.lit('{"correlation":').num(ops.correlation[d]).lit(',"External id":').num(row[d])
+        parts += call.lit("}}").buffers()
+    if head:
+        parts.insert(0, (",".join(head) + ",").encode())
+    return parts, n - m
+
+
+def _distinct_rows(a: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
+    """The distinct rows of ``a`` (in first-seen order) and each row's index among them; runs
+    of equal rows (the usual case: a loop launching the same kernels) are looked up once."""
+    n = len(a)
+    if not n:
+        return [], np.zeros(0, np.intp)
+    starts = np.flatnonzero(np.concatenate([[True], (a[1:] != a[:-1]).any(axis=1)]))
+    seen: dict[tuple[int, ...], int] = {}
+    run_idx = [seen.setdefault(tuple(r), len(seen)) for r in a[starts].tolist()]
+    inv = np.repeat(np.array(run_idx, np.intp), np.diff(np.append(starts, n)))
+    return [list(k) for k in seen], inv
 
 
 def _touches_a_scope(

@@ -80,7 +80,12 @@ class StreamWriter:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], header: dict[str, Any], *, gzip: bool | None = None
+        self,
+        path: str | os.PathLike[str],
+        header: dict[str, Any],
+        *,
+        gzip: bool | None = None,
+        start_header: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
         self._gz = self.path.name.endswith(".gz") if gzip is None else gzip
@@ -89,7 +94,8 @@ class StreamWriter:
         self._enc = Encoder(header)
         self.closed = False
         try:
-            self._write(PREFIX + dumps(lean_header(header)) + EVENTS_OPEN)
+            start = lean_header(header) if start_header is None else start_header
+            self._write(PREFIX + dumps(start) + EVENTS_OPEN)
         except BaseException:
             self.closed = True
             os.close(self._fd)
@@ -100,18 +106,31 @@ class StreamWriter:
         """Scopes written so far."""
         return self._enc.rows
 
-    def _write(self, data: bytes, final: bool = False) -> None:
-        if self._z is not None:
-            data = self._z.compress(data) + self._z.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-
     def append(self, chunk: Trace) -> None:
-        data = self._enc.encode(chunk)
-        if data:
-            self._write(data + b",\n")
+        parts = self._enc.encode(chunk)
+        if parts:
+            self._write([*parts, b"\n"])
+
+    def _write(self, data: bytes | list[Any], final: bool = False) -> None:
+        """Bytes, or a chunk given in bytes-like pieces: compressed piece by piece and written
+        with one ``writev`` (never joined into one more copy of the chunk)."""
+        parts = [data] if isinstance(data, bytes) else data
+        if self._z is not None:
+            z = self._z
+            parts = [*map(z.compress, parts), z.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)]
+        bufs = [m for m in (memoryview(p).cast("B") for p in parts) if m.nbytes]
+        if not hasattr(os, "writev"):
+            bufs = [memoryview(b"".join(bufs))]
+        i = 0
+        while i < len(bufs):
+            n = os.writev(self._fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(self._fd, bufs[i])
+            while n and i < len(bufs):
+                if n >= len(bufs[i]):
+                    n -= len(bufs[i])
+                    i += 1
+                else:
+                    bufs[i] = bufs[i][n:]
+                    n = 0
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -142,13 +161,20 @@ class StreamWriter:
             os.close(self._fd)
 
 
+def start_stub(header: dict[str, Any]) -> dict[str, Any]:
+    """What the header before the events needs when the whole header follows them."""
+    keep = ("format_version", "version", "backend", "start_ns", "base_ns", "pid", "rank", "host", "processes")
+    return {k: header[k] for k in keep if k in header}
+
+
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write the whole ``trace`` (gzip when the name ends in ``.gz``); atomic: temp file + rename."""
     p = Path(path)
     header = file_header(trace)
     tmp = p.with_name(p.name + ".partial")
     try:
-        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"))
+        # the whole header follows the events; the one before them is what a cut file needs
+        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"), start_header=start_stub(header))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -628,6 +654,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
                 s.args[i] = a
     s.flags = flags
 
+    fold_rows, fold_labels = np.zeros(0, np.int64), []
     if gpu:
         # args are rare on a GPU slice (flags, the uncertainty where it changes): look at those only
         ga, with_key = _gpu_args(gpu)
@@ -677,6 +704,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             raise _Malformed("a gpu slice is on a stream track that the header does not list")
         for i in [i for i in with_key("flags") if ga[i].get("flags")]:
             s.flags[rows[i]] = flags_from_names(ga[i]["flags"])
+        folded = [i for i, a in enumerate(ga) if "pass" in a]  # a scope's one pass, as its slice
+        fold_rows, fold_labels = rows[folded], [str(ga[i]["pass"]) for i in folded]
 
     has_gpu = s.gpu_start_ns != NO_TIME
     p_rows = np.zeros(0, np.int64)
@@ -697,6 +726,12 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         if with_sub:
             sub_us = _floats([pa[i]["submit_ts"] for i in with_sub], "submit_ts")
             p_sub[with_sub] = base + _to_ns(sub_us)
+    if len(fold_rows):  # the pass has its GPU slice's times and submission
+        p_rows = np.concatenate([p_rows, fold_rows])
+        p_label = np.concatenate([p_label, np.array([intern_label(x) for x in fold_labels], np.int32)])
+        p_g0 = np.concatenate([p_g0, s.gpu_start_ns[fold_rows]])
+        p_g1 = np.concatenate([p_g1, s.gpu_end_ns[fold_rows]])
+        p_sub = np.concatenate([p_sub, s.submit_ns[fold_rows]])
     with_pass = np.zeros(n, bool)
     with_pass[p_rows] = True
     # A scope-level event pair (cuda) is a span of its own; where spans are passes that their

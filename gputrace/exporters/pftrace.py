@@ -39,7 +39,9 @@ coroutines across a flush) reads back exactly, but Perfetto may nest the two wro
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +52,18 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.exporters import _protowire as pw
-from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP, _lanes, export_base_ns
+from gputrace.exporters.chrome import (
+    GPU_PID_BASE,
+    OVERLAP_TID_STEP,
+    _distinct_rows,
+    _lanes,
+    completed,
+    export_base_ns,
+    fold_passes,
+    full_header,
+    lean_header,
+    referenced,
+)
 from gputrace.jsonsafe import dumps as json_bytes
 from gputrace.model import (
     ANOMALY_FLAGS,
@@ -111,6 +124,11 @@ T_TYPE, T_TRACK, T_NAME, T_CAT = TE_TYPE << 3, TE_TRACK << 3, TE_NAME << 3, TE_C
 T_FLOW, T_TFLOW, T_COUNTER, T_ANN = TE_FLOW << 3, TE_TFLOW << 3, TE_COUNTER << 3, (TE_ANN << 3) | 2
 T_EXTRA_TRACK, T_EXTRA_VALUE = 31 << 3, 12 << 3  # extra_counter_track_uuids, extra_counter_values
 T_DA_NAME, T_DA_INT, T_DA_STR_IID = DA_NAME << 3, DA_INT << 3, DA_STR_IID << 3
+T_DA_BOOL = DA_BOOL << 3
+_GENERATED_PASS = re.compile(r"(compute|render) pass #\d+")  # the wgpu backend's names of unlabelled passes
+MATRIX_SLACK = 2.0  # packets placed as rows of one matrix where it is at most this much wider than they are
+MAX_ARG_GROUPS = 32  # distinct shapes of user arguments written as columns per chunk (others one by one)
+MAX_ARG_STR = 256  # longer string arguments are written inline, one packet at a time
 
 Progress = Callable[[str], None]
 
@@ -177,45 +195,37 @@ class _Events:
         """The packets' bytes, one row each, with ``delta`` ts, and the mask of bytes in use.
 
         Each field gets a column of bytes as wide as its longest varint in an (n, width) matrix;
-        the mask keeps the bytes each row really uses, so packing is one boolean index.
+        the mask keeps the bytes each row really uses, so packing is one boolean index. Runs of
+        fields that are the same in every row are one block of bytes.
         """
         n = self.n
-        cols: list[int | U64 | None] = [T_PACKET, None, T_TS, delta, T_SEQ, SEQ, T_TE, None]
-        for c in self.te:
-            cols.append(
-                int(c) if isinstance(c, (int, np.integer)) else np.asarray(c).astype(np.uint64, copy=False)
-            )
-        lens: list[int | I64] = []
-        for item in cols:
-            if item is None:
-                lens.append(0)
-            elif isinstance(item, (int, np.integer)):
-                lens.append(len(pw.pv(int(item))))
-            else:
-                lens.append(pw.varint_len(item))
-        te_len = np.zeros(n, np.int64)
-        for ln in lens[8:]:
-            te_len += ln
-        te_col = te_len.astype(np.uint64)
-        cols[7] = te_col
-        lens[7] = pw.varint_len(te_col)
-        body = np.zeros(n, np.int64)
-        for ln in lens[2:]:
-            body += ln
-        body_col = body.astype(np.uint64)
-        cols[1] = body_col
-        lens[1] = pw.varint_len(body_col)
-        widths = [ln if isinstance(ln, int) else int(ln.max()) if n else 1 for ln in lens]
+        te = _segments(self.te, n)
+        te_len = sum(len(x) if isinstance(x, bytes) else x[1] for x in te)
+        te_col = np.broadcast_to(np.asarray(te_len, np.uint64), (n,))
+        te_vl = pw.varint_len(te_col)
+        delta_vl = pw.varint_len(delta)
+        body = 1 + delta_vl + 3 + te_vl + np.asarray(te_len, np.int64)  # ts tag; seq, te tags
+        body_col = np.broadcast_to(np.asarray(body, np.uint64), (n,))
+        segs: list[bytes | tuple[U64, I64]] = [
+            _pvb(T_PACKET),
+            (body_col, pw.varint_len(body_col)),
+            _pvb(T_TS),
+            (delta, delta_vl),
+            _pvb(T_SEQ) + _pvb(SEQ) + _pvb(T_TE),
+            (te_col, te_vl),
+            *te,
+        ]
+        widths = [len(x) if isinstance(x, bytes) else int(x[1].max()) if n else 1 for x in segs]
         width = sum(widths)
-        m = np.empty((n, width), np.uint8)
-        keep = np.ones((n, width), bool)
+        # column-major: each byte column is written in one contiguous run
+        m = np.empty((n, width), np.uint8, order="F")
+        keep = np.ones((n, width), bool, order="F")
         o = 0
-        for col, ln, w in zip(cols, lens, widths, strict=True):
-            if isinstance(col, (int, np.integer)):
-                m[:, o : o + w] = np.frombuffer(pw.pv(int(col)), np.uint8)
+        for seg, w in zip(segs, widths, strict=True):
+            if isinstance(seg, bytes):
+                m[:, o : o + w] = np.frombuffer(seg, np.uint8)
             else:
-                assert col is not None and not isinstance(ln, int)
-                v = col
+                v, ln = seg
                 for b in range(w):
                     byte = (v & np.uint64(0x7F)).astype(np.uint8)
                     if b + 1 < w:
@@ -228,6 +238,31 @@ class _Events:
         return m, keep
 
 
+@functools.lru_cache(maxsize=4096)
+def _pvb(n: int) -> bytes:
+    return pw.pv(n)
+
+
+def _segments(fields: list[int | U64], n: int) -> list[bytes | tuple[U64, I64]]:
+    """Flat varint fields as blocks of constant bytes and (values, lengths) columns; a column
+    holding one value is a constant."""
+    out: list[bytes | tuple[U64, I64]] = []
+    for c in fields:
+        if not isinstance(c, (int, np.integer)):
+            a = np.asarray(c).astype(np.uint64, copy=False)
+            if n and not (a != a[0]).any():
+                c = int(a[0])
+            else:
+                out.append((a, pw.varint_len(a)))
+                continue
+        b = _pvb(int(c))
+        if out and isinstance(out[-1], bytes):
+            out[-1] += b
+        else:
+            out.append(b)
+    return out
+
+
 class _Rich:
     """Packets with strings or doubles (user args): few, encoded one by one."""
 
@@ -237,8 +272,10 @@ class _Rich:
         self.sub1: list[int] = []
         self.sub2: list[int] = []
         self.te: list[bytes] = []
+        self.track: list[int] = []
 
-    def add(self, ts: int, cls: int, sub1: int, sub2: int, te: bytes) -> None:
+    def add(self, ts: int, cls: int, sub1: int, sub2: int, te: bytes, track: int = 0) -> None:
+        self.track.append(track)
         self.ts.append(ts)
         self.cls.append(cls)
         self.sub1.append(sub1)
@@ -257,6 +294,9 @@ class _Encoder:
         self.ann_names: dict[str, int] = {}
         self.ann_strs: dict[str, int] = {}
         self.new_interned: list[bytes] = []
+        self.new_user_args: list[int] = []  # annotation names of user arguments, new in this chunk
+        self.chunk_pass = 0  # the chunk's most common pass folded into a GPU slice (an interned string)
+        self._str_of: dict[int, str] = {}  # interned strings by iid
         self.tracks: dict[tuple[int, int, int], int] = {}
         self.new_tracks: list[list[int]] = []
         self.descriptors: list[bytes] = []
@@ -301,7 +341,20 @@ class _Encoder:
         return self._intern(self.ann_names, ID_ANN_NAMES, s)
 
     def ann_str(self, s: str) -> int:
-        return self._intern(self.ann_strs, ID_ANN_STRS, s)
+        iid = self._intern(self.ann_strs, ID_ANN_STRS, s)
+        self._str_of[iid] = s
+        return iid
+
+    def user_ann_name(self, s: str) -> int:
+        """A user argument's name: interned apart from gputrace's own annotation names (a user
+        argument may be called "scope"), and listed in the chunk index as one."""
+        key = "\0" + s
+        iid = self.ann_names.get(key)
+        if iid is None:
+            iid = self.ann_names[key] = len(self.ann_names) + 1
+            self.new_interned.append(pw.fb(ID_ANN_NAMES, pw.fv(1, iid) + pw.fs(2, s)))
+            self.new_user_args.append(iid)
+        return iid
 
     # tracks
     def _track(self, key: tuple[int, int, int], desc: Callable[[int], bytes]) -> int:
@@ -409,9 +462,12 @@ class _Encoder:
         return out
 
     def ending(self, header: dict[str, Any]) -> bytes:
-        header = dict(header)
-        header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in self.threads])
-        header.setdefault("queues", [_queue_dict(q) for q in self.queues])
+        # threads and queues: the chunk indexes list them; explanations follow from the kinds
+        header = {
+            k: v
+            for k, v in lean_header(header, cap=False, explain=False).items()
+            if k not in ("threads", "queues")
+        }
         head = FINAL_TAG + zlib.compress(json_bytes(header), 6)
         iid = META_IID + 1 + self.chunks
         out = _seq(pw.fb(P_INTERNED, pw.fb(ID_ANN_STRS, pw.fv(1, iid) + pw.fb(2, head))))
@@ -463,6 +519,7 @@ class _Encoder:
         has_gpu = s.gpu_start_ns != NO_TIME
         rows = np.arange(n, dtype=np.int64)
         gids = r0 + rows + 1  # flow ids
+        self.chunk_pass = 0
         self._cpu(t, thread, name_iid, has_gpu, gids, kinds, rich)
         self._gpu(t, queue, name_iid, has_gpu, gids, kinds)
         self._marks(t, th_map, kinds, rich)
@@ -481,7 +538,11 @@ class _Encoder:
             "queues": [_queue_dict(q) for q in self.new_queues],
             "tracks": self.new_tracks,
         }
-        self.new_threads, self.new_queues, self.new_tracks = [], [], []
+        if self.new_user_args:
+            index["args"] = self.new_user_args
+        if self.chunk_pass:  # the pass of every GPU slice that names none (and is not "no_pass")
+            index["pass"] = self.chunk_pass
+        self.new_threads, self.new_queues, self.new_tracks, self.new_user_args = [], [], [], []
         idx = CHUNK_TAG + orjson.dumps(index)
         self.new_interned.append(pw.fb(ID_ANN_STRS, pw.fv(1, META_IID + 1 + self.chunks) + pw.fb(2, idx)))
         head = b"".join(self.descriptors) + _seq(pw.fb(P_INTERNED, b"".join(self.new_interned)))
@@ -534,7 +595,8 @@ class _Encoder:
                 if f:
                     ev.ann(fl_name, T_DA_STR_IID, flags_iid[m])
                 kinds.append(ev)
-        for r in np.flatnonzero(with_args).tolist():
+        rich_rows = self._arg_groups(t, rows, track, name_iid, has_gpu, gids, flags_iid, kinds)
+        for r in rich_rows:
             te = (
                 pw.fv(TE_TYPE, SLICE_BEGIN)
                 + pw.fv(TE_TRACK, int(track[r]))
@@ -545,7 +607,7 @@ class _Encoder:
             if flags_iid[r]:
                 te += pw.fb(TE_ANN, pw.fv(DA_NAME, fl_name) + pw.fv(DA_STR_IID, int(flags_iid[r])))
             te += self._args(s.args[r])
-            rich.add(int(start[r]), 1, -int(end[r]), r, te)
+            rich.add(int(start[r]), 1, -int(end[r]), r, te, int(track[r]))
         # ends: inner first at equal times (later start, then later row); zero-length after begins
         zero = end == start
         for z in (False, True):
@@ -553,6 +615,59 @@ class _Encoder:
             if m.any():
                 ev = _Events(end[m], 2 if z else 0, -start[m], -rows[m])
                 kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+
+    def _arg_groups(
+        self,
+        t: Trace,
+        rows: I64,
+        track: I64,
+        name_iid: I64,
+        has_gpu: npt.NDArray[np.bool_],
+        gids: I64,
+        flags_iid: I64,
+        kinds: list[_Events],
+    ) -> list[int]:
+        """Begins of the scopes with arguments: those whose arguments are integers, booleans and
+        strings, grouped by their keys and types, as varint packets (the keys interned as user
+        arguments, listed in the chunk index; strings interned); the rest one by one (returned)."""
+        s = t.scopes
+        groups: dict[tuple[tuple[str, type], ...], list[int]] = {}
+        rich: list[int] = []
+        for r, a in s.args.items():
+            sig = _arg_signature(a)
+            if sig is None:
+                rich.append(r)
+            else:
+                groups.setdefault(sig, []).append(r)
+        if len(groups) > MAX_ARG_GROUPS:  # many shapes: the largest groups go as columns
+            big = sorted(groups, key=lambda k: -len(groups[k]))
+            for sig in big[MAX_ARG_GROUPS:]:
+                rich += groups.pop(sig)
+        start, end = t.scopes.cpu_start_ns, t.scopes.cpu_end_ns
+        for sig, rr in groups.items():
+            r_all = np.array(sorted(rr), np.int64)
+            cols = [(key, [s.args[r][key] for r in r_all.tolist()], kind) for key, kind in sig]
+            for g in (False, True):
+                sel = has_gpu[r_all] == g
+                if not sel.any():
+                    continue
+                m = r_all[sel]
+                ev = _Events(start[m], 1, -end[m], rows[m])
+                ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track[m]).field(T_NAME, name_iid[s.name[m]])
+                if g:
+                    ev.field(T_FLOW, gids[m])
+                for key, values, kind in cols:
+                    vals = [v for v, k in zip(values, sel.tolist(), strict=True) if k]
+                    if kind is str:
+                        iids = {v: self.ann_str(v) for v in dict.fromkeys(vals)}
+                        ev.ann(
+                            self.user_ann_name(key), T_DA_STR_IID, np.array([iids[v] for v in vals], np.int64)
+                        )
+                    else:
+                        tag = T_DA_BOOL if kind is bool else T_DA_INT
+                        ev.ann(self.user_ann_name(key), tag, np.array(vals, np.int64))
+                self._emit(ev, [("flags", T_DA_STR_IID, flags_iid[m], flags_iid[m] > 0)], kinds)
+        return sorted(rich)
 
     def _args(self, args: dict[str, Any]) -> bytes:
         out = b""
@@ -609,17 +724,31 @@ class _Encoder:
         ev = _Events(st, 1, -np.maximum(en, st), rows)
         ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid[s.name[rows]])
         ev.field(T_TFLOW, gids[rows])
+        implied = _implied_submission(q, st, sub)
+        # a scope's one pass as long as its GPU slice: written as an argument of that slice
+        fold, passes = fold_passes(t, rows)
+        fold_iid = self._per_value(fold, lambda i: self.ann_str(t.names[i]) if i >= 0 else 0)
+        # the chunk's most common folded label, where it is a generated one ("compute pass #1",
+        # which says nothing a viewer misses), goes in its index once; the others say theirs
+        labels, counts = np.unique(fold_iid[fold >= 0], return_counts=True)
+        common = int(labels[np.argmax(counts)]) if len(labels) else 0
+        self.chunk_pass = common if common and _GENERATED_PASS.fullmatch(self._str_of[common]) else 0
+        other = (fold >= 0) & (fold_iid != self.chunk_pass)
+        no_pass = (fold < 0) if self.chunk_pass else np.zeros(len(rows), bool)
         self._emit(
             ev,
             [
                 ("uncertainty_ns", T_DA_INT, unc, unc != prev),
-                ("submit_to_start_ns", T_DA_INT, st - sub, has_sub),
+                ("submit_to_start_ns", T_DA_INT, st - sub, has_sub & ~implied),
+                ("no_submit", T_DA_INT, np.ones(len(rows), np.int64), ~has_sub & ~implied),
                 ("flags", T_DA_STR_IID, fl_iid, fl_iid > 0),
                 ("gpu_ns", T_DA_INT, en - st, neg),
+                ("pass", T_DA_STR_IID, fold_iid, other),
+                ("no_pass", T_DA_INT, np.ones(len(rows), np.int64), no_pass),
             ],
             kinds,
         )
-        self._passes(t, rows, track, kinds)
+        self._passes(t, rows, track, kinds, passes)
         # anomalies on the GPU slice
         an = np.flatnonzero(flags & np.uint32(int(ANOMALY_FLAGS)))
         if len(an):
@@ -736,8 +865,8 @@ class _Encoder:
         """``fn`` of each value of ``col``, called once per distinct value."""
         if not len(col):
             return np.zeros(0, np.int64)
-        keys, inv = np.unique(col, return_inverse=True)
-        return np.array([fn(int(x)) for x in keys.tolist()], np.int64)[inv.reshape(-1)]
+        keys, inv = _distinct(col)
+        return np.array([fn(int(x)) for x in keys.tolist()], np.int64)[inv]
 
     def _tracks_for(self, q: I64, lane: I64, make: Callable[[int, int], int]) -> I64:
         """Track uuid per row for (thread or queue, lane) pairs, made on first use."""
@@ -749,19 +878,12 @@ class _Encoder:
         out: I64 = lut[inv.reshape(-1)]
         return out
 
-    def _passes(self, t: Trace, rows: I64, track: I64, kinds: list[_Events]) -> None:
+    def _passes(self, t: Trace, rows: I64, track: I64, kinds: list[_Events], k: I64) -> None:
+        """Passes ``k`` (span rows; those not folded into their scope's GPU slice), as its children."""
         sp = t.spans
-        if not len(sp):
-            return
-        unl = t.names.index("") if "" in t.names else -1
-        k = np.flatnonzero(sp.label != unl)
         if not len(k):
             return
         pos = np.searchsorted(rows, sp.scope[k])
-        ok = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == sp.scope[k])
-        k, pos = k[ok], pos[ok]
-        if not len(k):
-            return
         st, en, sub = sp.gpu_start_ns[k], sp.gpu_end_ns[k], sp.submit_ns[k]
         label = self._per_value(sp.label[k], lambda i: self.name(t.names[i]))
         scope_sub = t.scopes.submit_ns[sp.scope[k]]
@@ -796,7 +918,7 @@ class _Encoder:
         code = np.zeros(n, np.int64)
         for bit, (_name, _tag, _v, has) in enumerate(anns):
             code |= has.astype(np.int64) << bit
-        for c in np.unique(code).tolist():
+        for c in _distinct(code)[0].tolist() if n else []:
             m = code == c
             sub = _Events(ev.ts[m], ev.cls, _take(ev.sub1, m), _take(ev.sub2, m))
             sub.te = [x if isinstance(x, (int, np.integer)) else x[m] for x in ev.te]
@@ -835,8 +957,9 @@ class _Encoder:
         has_shape = np.asarray(shape.any(axis=1), bool)
         shape_iid = np.zeros(n, np.int64)
         if has_shape.any():
-            key = [",".join(map(str, row)) for row in shape[has_shape].tolist()]
-            shape_iid[has_shape] = [self.ann_str(x) for x in key]
+            shapes, which = _distinct_rows(shape[has_shape])
+            iids = [self.ann_str(",".join(map(str, x))) for x in shapes]
+            shape_iid[has_shape] = np.array(iids, np.int64)[which]
         call_iid = self._per_value(ops.call_name, lambda i: self.ann_str(t.names[i]))
         drawn = np.zeros(n, bool)  # the launch call is drawn (and the flow with it)
         cand = np.flatnonzero(seen & has_scope & (ops.thread >= 0))
@@ -847,7 +970,12 @@ class _Encoder:
             )
             inside &= th_map[s.thread[r]] == thread[cand]
             cand = cand[inside]
-            _, first = np.unique(ops.correlation[cand], return_index=True)
+            cc = ops.correlation[cand]
+            first = (
+                np.arange(len(cand))
+                if len(cand) < 2 or (cc[1:] > cc[:-1]).all()  # call ids in order, each once (the usual case)
+                else np.unique(cc, return_index=True)[1]
+            )
             drawn[cand[first]] = True
         ev = _Events(st, 1, 2 * gop, gop)
         ev.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, track).field(T_NAME, name_iid).field(T_CAT, cat)
@@ -909,13 +1037,14 @@ class _Encoder:
         plain: list[int] = []
         for i, m in enumerate(t.marks):
             if m.args:
-                te = pw.fv(TE_TYPE, INSTANT) + pw.fv(TE_TRACK, self.thread_track(int(th_map[m.thread]), 0))
+                mark_track = self.thread_track(int(th_map[m.thread]), 0)
+                te = pw.fv(TE_TYPE, INSTANT) + pw.fv(TE_TRACK, mark_track)
                 te += (
                     pw.fv(TE_NAME, self.name(m.name))
                     + pw.fv(TE_CAT, self.cat(m.kind))
                     + self._args(dict(m.args))
                 )
-                rich.add(m.ts_ns, 3, 0, i, te)
+                rich.add(m.ts_ns, 3, 0, i, te, mark_track)
             else:
                 plain.append(i)
         if plain:
@@ -928,7 +1057,8 @@ class _Encoder:
             kinds.append(ev)
 
     def _assemble(self, kinds: list[_Events], rich: _Rich) -> tuple[bytes, list[list[int]]]:
-        """All packets of the chunk in time order (ties: what nesting needs), as one byte string."""
+        """All packets of the chunk in time order (ties on one track: what nesting needs), as one
+        byte string, and where the rich packets are in it."""
         for k in kinds:
             k.sort()
         total = sum(k.n for k in kinds) + len(rich.ts)
@@ -943,11 +1073,19 @@ class _Encoder:
         ts = col(lambda k: k.ts, rich.ts)
         cls = col(lambda k: k.cls, rich.cls)
         key = (ts - ts.min()) * 8 + cls
+        # the track too: only packets of one track at one time and class need the tie-breaks
+        trk = col(lambda k: k.te[3] if k.te[2] == T_TRACK else 0, rich.track)
+        nt = int(trk.max()) + 1
+        if int(key.max()) < (1 << 62) // nt:
+            key = key * nt + trk
         order = np.argsort(key, kind="stable")  # merges the kinds' sorted runs
         ks = key[order]
         tie = np.flatnonzero(ks[1:] == ks[:-1])
         if len(tie):  # equal time and class: order by the tie-breaks, whatever kind they come from
-            at = np.unique(np.concatenate([tie, tie + 1]))
+            in_tie = np.zeros(total, bool)
+            in_tie[tie] = True
+            in_tie[tie + 1] = True
+            at = np.flatnonzero(in_tie)
             idx = order[at]
             sub1 = col(lambda k: k.sub1, rich.sub1)
             sub2 = col(lambda k: k.sub2, rich.sub2)
@@ -963,26 +1101,45 @@ class _Encoder:
         nv = total - nr
         is_rich = np.zeros(total, bool)
         is_rich[pos[nv:]] = True
-        vrow = np.cumsum(~is_rich) - 1  # row of each (time-ordered) packet among the varint ones
+        vorder = order[~is_rich] if nr else order  # varint packets, in time order
         built = []
         start = 0
         for k in kinds:
-            p = pos[start : start + k.n]
-            built.append((vrow[p], *k.build(delta_sorted[p])))
+            built.append(k.build(delta_sorted[pos[start : start + k.n]]))
             start += k.n
-        width = max((m.shape[1] for _r, m, _k in built), default=1)
-        big = np.zeros((nv, width), np.uint8)
-        used = np.zeros((nv, width), bool)
-        for rows, m, keep in built:
-            big[rows, : m.shape[1]] = m
-            used[rows, : m.shape[1]] = keep
-        out = big[used]
+        width = max((m.shape[1] for m, _k in built), default=1)
+        if nv * width <= MATRIX_SLACK * sum(m.size for m, _k in built):
+            # packets of similar widths: rows of one matrix, in time order, then the bytes in use
+            vrow_of = np.empty(nv, np.int64)
+            vrow_of[vorder] = np.arange(nv)
+            big = np.zeros((nv, width), np.uint8)
+            used = np.zeros((nv, width), bool)
+            start = 0
+            for m, keep in built:
+                rows = vrow_of[start : start + len(m)]
+                big[rows, : m.shape[1]] = m
+                used[rows, : m.shape[1]] = keep
+                start += len(m)
+            out = big[used]
+            dst = np.zeros(nv + 1, np.int64)
+            np.cumsum(used.sum(axis=1), out=dst[1:])
+        else:
+            # each kind's packets packed in its own row order; then every byte gathered in time order
+            buf = np.concatenate([m[keep] for m, keep in built])
+            size = np.concatenate([keep.sum(axis=1, dtype=np.int64) for _m, keep in built])
+            src = np.zeros(nv, np.int64)
+            np.cumsum(size[:-1], out=src[1:])
+            out_len = size[vorder]
+            dst = np.zeros(nv + 1, np.int64)
+            np.cumsum(out_len, out=dst[1:])
+            idx_type = np.int32 if len(buf) < 1 << 31 else np.int64  # a byte index: half the memory
+            shift = np.repeat((src[vorder] - dst[:-1]).astype(idx_type), out_len)
+            shift += np.arange(len(shift), dtype=idx_type)
+            out = buf[shift]
         if not nr:
             return out.tobytes(), []
         # rich packets go between the others, at their place in time
-        vsize = used.sum(axis=1)
-        before = np.zeros(nv + 1, np.int64)
-        np.cumsum(vsize, out=before[1:])
+        vrow = np.cumsum(~is_rich) - 1  # row of each (time-ordered) packet among the varint ones
         segments: list[bytes] = []
         rich_at: list[list[int]] = []
         cut = 0
@@ -991,7 +1148,7 @@ class _Encoder:
             at_j = int(pos[nv + j])
             body = pw.fv(P_TS, int(delta_sorted[at_j])) + pw.fv(P_SEQ, SEQ) + pw.fb(P_TE, rich.te[j])
             packet = _packet(body)
-            here = int(before[vrow[at_j] + 1])  # after the varint packets that come before it
+            here = int(dst[vrow[at_j] + 1])  # after the varint packets that come before it
             segments.append(out[cut:here].tobytes())
             length += here - cut
             rich_at.append([length, len(packet)])
@@ -1000,6 +1157,24 @@ class _Encoder:
             cut = here
         segments.append(out[cut:].tobytes())
         return b"".join(segments), rich_at
+
+
+def _distinct(col: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp]]:
+    """The distinct values of an integer column (ascending) and each row's index among them:
+    by a look-up table where the values span a small range (names, kinds, flags), else sorted."""
+    lo, hi = int(col.min()), int(col.max())
+    if lo == hi:
+        return col[:1], np.zeros(len(col), np.intp)
+    if hi - lo < 1 << 16:
+        at = (col - lo).astype(np.intp)
+        seen = np.zeros(hi - lo + 1, bool)
+        seen[at] = True
+        keys = np.flatnonzero(seen)
+        lut = np.zeros(hi - lo + 1, np.intp)
+        lut[keys] = np.arange(len(keys))
+        return (keys + lo).astype(col.dtype), lut[at]
+    keys, inv = np.unique(col, return_inverse=True)
+    return keys, inv.reshape(-1)
 
 
 def _take(v: I64 | int, m: npt.NDArray[np.bool_]) -> I64 | int:
@@ -1041,6 +1216,40 @@ def _disjoint_lanes(st: I64, en: I64) -> I64:
             free.append(int(en[i]))
             out[i] = len(free) - 1
     return out
+
+
+def _implied_submission(q: I64, st: I64, sub: I64) -> npt.NDArray[np.bool_]:
+    """GPU slices whose submission the reader finds without an annotation: the start of the one
+    wait slice of their chunk that ends at their GPU start on their queue, or no submission where
+    there is none. Where two GPU slices of a queue start at the same time, each says it."""
+    o = np.lexsort((st, q))
+    same = (q[o][1:] == q[o][:-1]) & (st[o][1:] == st[o][:-1])
+    shared = np.zeros(len(q), bool)
+    shared[o[1:][same]] = True
+    shared[o[:-1][same]] = True
+    early = (sub != NO_TIME) & (st < sub)  # a start before submission: no wait slice
+    out: npt.NDArray[np.bool_] = ~shared & ~early
+    return out
+
+
+def _arg_signature(args: dict[str, Any]) -> tuple[tuple[str, type], ...] | None:
+    """Keys and types of arguments that varint packets can carry (integers within 64 bits,
+    booleans, short strings), or None."""
+    sig = []
+    for k, v in args.items():
+        tp = type(v)
+        if not isinstance(k, str):
+            return None
+        if tp is int:
+            if not -(1 << 63) <= v < (1 << 63):
+                return None
+        elif tp is str:
+            if len(v) > MAX_ARG_STR:
+                return None
+        elif tp is not bool:
+            return None
+        sig.append((k, tp))
+    return tuple(sig)
 
 
 def _queue_dict(q: QueueInfo) -> dict[str, Any]:
@@ -1148,7 +1357,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     try:
         for chunk in _chunks(trace):
             w.append(chunk)
-        w.close(header)
+        w.close(referenced(header, trace))  # anomaly examples: the scope and kinds; the reader has the rest
     except BaseException:
         w.abandon()
         tmp.unlink(missing_ok=True)
@@ -1161,7 +1370,11 @@ def dumps(trace: Trace) -> bytes:
     """The ``.pftrace`` bytes of ``trace``."""
     header = _file_header(trace)
     enc = _Encoder(_stub(header))
-    return enc.preamble() + b"".join(enc.chunk(c) for c in _chunks(trace)) + enc.ending(header)
+    return (
+        enc.preamble()
+        + b"".join(enc.chunk(c) for c in _chunks(trace))
+        + enc.ending(referenced(header, trace))
+    )
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -1182,6 +1395,7 @@ class _Packets:
         self.ann: list[tuple[I64, I64, I64, I64]] = []  # packet, name iid, value tag, value
         self.args: dict[int, dict[str, Any]] = {}
         self.count = 0
+        self.chunk_pass: list[int] = []  # per chunk: the pass of GPU slices that name none (0: none)
 
 
 _TAG_CODE = np.zeros((1 << 14) + 1, np.uint8)  # every one- and two-byte tag, and -1 (the last)
@@ -1449,6 +1663,7 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
     threads: list[ThreadInfo] = []
     queues: list[QueueInfo] = []
     pk = _Packets()
+    user_args: set[int] = set()  # annotation names that are user arguments (not gputrace's own)
     truncated = False
     final = False
     last_ts = 0
@@ -1516,6 +1731,8 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
             )
         for uuid, kind, idx, lane in chunk["tracks"]:
             tracks[int(uuid)] = (int(kind), int(idx), int(lane))
+        user_args.update(int(i) for i in chunk.get("args", ()))
+        pk.chunk_pass.append(int(chunk.get("pass", 0)))
         last_ts = _decode_region(data[pos : pos + size], chunk["rich"], last_ts, pk, ann_names, strs)
         pos += size
     if header is None:
@@ -1527,10 +1744,10 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
         )
     if progress is not None:
         progress("parsed")
-    header = dict(header)
+    header = full_header(header)
     if truncated or not final:
         header["truncated"] = True
-    return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues)
+    return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues, user_args)
 
 
 def _col(parts: list[Any]) -> Any:
@@ -1601,6 +1818,7 @@ def _build(
     tracks: dict[int, tuple[int, int, int]],
     threads: list[ThreadInfo],
     queues: list[QueueInfo],
+    user_args: set[int] | None = None,
 ) -> Trace:
     ts, typ, track, chunk = _col(pk.ts), _col(pk.type), _col(pk.track), _col(pk.chunk)
     name, cat, flow, tflow = _col(pk.name), _col(pk.cat), _col(pk.flow), _col(pk.tflow)
@@ -1624,6 +1842,12 @@ def _build(
         a_val = np.concatenate([a[3] for a in pk.ann])
         for iid in np.unique(a_nm).tolist():
             sel = np.flatnonzero(a_nm == iid)
+            if user_args and iid in user_args:  # user arguments written as columns
+                a_tag = np.concatenate([a[2] for a in pk.ann])[sel]
+                for p, tag, v in zip(a_pk[sel].tolist(), a_tag.tolist(), a_val[sel].tolist(), strict=True):
+                    val = strs[v] if tag == T_DA_STR_IID else bool(v) if tag == T_DA_BOOL else v
+                    pk.args.setdefault(p, {})[ann_names[int(iid)]] = val
+                continue
             ann_cols[ann_names[int(iid)]] = (a_pk[sel], a_val[sel])
 
     where_cache: dict[int, tuple[I64, I64]] = {}
@@ -1713,6 +1937,7 @@ def _build(
     q_b, q_e, _ = _pair(chunk, ts, track, typ, np.flatnonzero(kind == K_QUEUE))
     is_gpu = tflow[q_b] > 0
     g_b, g_e = q_b[is_gpu], q_e[is_gpu]
+    fold_rows = fold_iid = np.zeros(0, np.int64)
     if len(g_b):
         f = tflow[g_b]
         at = np.minimum(np.searchsorted(fl_ids, f), max(len(fl_ids) - 1, 0))
@@ -1731,6 +1956,21 @@ def _build(
         gap, has_sub = ann("submit_to_start_ns", g_b)
         s.submit_ns[rows[has_sub]] = st[has_sub] - gap[has_sub]
         s.queue[rows] = tidx[track[g_b]].astype(np.int32)
+        _, no_sub = ann("no_submit", g_b)
+        look = np.flatnonzero(~has_sub & ~no_sub)  # submitted when the wait ending at its start began
+        if len(look):
+            w_b, w_e, _ = _pair(chunk, ts, track, typ, np.flatnonzero(kind == K_QUEUED))
+            wait, row = _same_key(
+                (chunk[w_b], tidx[track[w_b]], ts[w_e]), (chunk[g_b[look]], tidx[track[g_b[look]]], st[look])
+            )
+            s.submit_ns[rows[look[row]]] = ts[w_b[wait]]
+        # a scope's one pass, written as its GPU slice: its label, or the chunk's
+        fold_iid, folded = ann("pass", g_b)
+        _, no_pass = ann("no_pass", g_b)
+        default = np.array([*pk.chunk_pass, 0], np.int64)[chunk[g_b]]
+        fold_iid = np.where(folded, fold_iid, default)
+        folded = (folded | (default > 0)) & ~no_pass
+        fold_rows, fold_iid = rows[folded], fold_iid[folded]
     p_b, p_e = q_b[~is_gpu], q_e[~is_gpu]
     labels: dict[str, int] = dict(name_ids)
 
@@ -1759,6 +1999,13 @@ def _build(
         gap, has_sub = ann("submit_to_start_ns", p_b)
         _, no_sub = ann("no_submit", p_b)
         p_sub = np.where(has_sub, p_g0 - gap, np.where(no_sub, NO_TIME, s.submit_ns[p_rows]))
+    if len(fold_rows):  # the pass has its GPU slice's times and submission
+        p_rows = np.concatenate([p_rows, fold_rows])
+        fold_label = np.fromiter((intern_label(strs[int(i)]) for i in fold_iid.tolist()), np.int32)
+        p_label = np.concatenate([p_label, fold_label])
+        p_g0 = np.concatenate([p_g0, s.gpu_start_ns[fold_rows]])
+        p_g1 = np.concatenate([p_g1, s.gpu_end_ns[fold_rows]])
+        p_sub = np.concatenate([p_sub, s.submit_ns[fold_rows]])
     with_pass = np.zeros(n, bool)
     with_pass[p_rows] = True
     unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
@@ -1799,8 +2046,12 @@ def _build(
         header["queues"] = [_queue_dict(q) for q in queues]
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
     if ops is not None:
-        return Trace(header, final_names, threads, queues, s, spans, marks, fits, ops)  # type: ignore[call-arg]
-    return Trace(header, final_names, threads, queues, s, spans, marks, fits)
+        trace = Trace(header, final_names, threads, queues, s, spans, marks, fits, ops)  # type: ignore[call-arg]
+    else:
+        trace = Trace(header, final_names, threads, queues, s, spans, marks, fits)
+    # anomaly examples written as their scope and kinds: the rest is the scope's
+    trace.header = completed(header, trace, w2r if len(w2r) > 1 else None)
+    return trace
 
 
 def _read_ops(
@@ -1877,6 +2128,25 @@ def _per_iid(iids: I64, fn: Callable[[int], int]) -> npt.NDArray[np.int32]:
     for k in np.argsort(first, kind="stable").tolist():
         out[k] = fn(int(uniq[k]))
     return out[inv.reshape(-1)]
+
+
+def _same_key(a: tuple[I64, ...], b: tuple[I64, ...]) -> tuple[I64, I64]:
+    """Pairs (i, j) where row i of the columns ``a`` equals row j of ``b``, for the rows of ``b``
+    whose key occurs exactly once in ``a``."""
+    na = len(a[0])
+    side = np.r_[np.zeros(na, np.int64), np.ones(len(b[0]), np.int64)]
+    cols = [np.concatenate([x, y]) for x, y in zip(a, b, strict=True)]
+    o = np.lexsort((side, *cols[::-1]))
+    eq = np.ones(len(o) - 1, bool) if len(o) else np.zeros(0, bool)
+    for c in cols:
+        eq &= c[o][1:] == c[o][:-1]
+    # a row of b right after a row of a with its key, itself not after another row of a with it
+    hit = np.flatnonzero(eq & (side[o][:-1] == 0) & (side[o][1:] == 1))
+    once = np.ones(len(hit), bool)
+    k = hit[hit >= 1]
+    once[hit >= 1] = ~(eq[k - 1] & (side[o][k - 1] == 0))
+    hit = hit[once]
+    return o[hit], o[hit + 1] - na
 
 
 def _no_nesting(s: ScopeTable) -> bool:

@@ -1,0 +1,106 @@
+"""Stopping a CUPTI-timed session: N scopes, each launching one kernel, with the fake CUPTI source.
+
+    python3 benchmarks/bench_cupti_stop.py                     # 20k scopes, every format, 3 runs each
+    python3 benchmarks/bench_cupti_stop.py 20000 json          # one format
+    PROF=tottime python3 benchmarks/bench_cupti_stop.py 20000 json   # cProfile of one stop
+
+Each run is a fresh process (a program as a user runs it): session start, the loop, and the stop
+(harvest, resolve, and writing the scopes, their GPU spans and one operation record each),
+timed in wall-clock ms; "size" is the file's bytes per scope. "write" is the format's writer
+alone on the resolved trace (``exporters.write``, median CPU time of 5 runs in one process):
+the part of the stop that the output layer owns. Medians of the runs are printed.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FORMATS = ("json", "json.gz", "pftrace")
+
+CHILD = r"""
+import cProfile, os, pstats, sys, time
+import gputrace
+from gputrace.backends.cupti import CuptiBackend
+from gputrace.backends.cupti_fake import FakeActivitySource
+from gputrace.clock import session_clock as clock
+n, out = int(sys.argv[1]), sys.argv[2]
+t0 = time.perf_counter_ns()
+src = FakeActivitySource(clock)
+s = gputrace.session(out, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True)
+s.start()
+ta = time.perf_counter_ns()
+tr = gputrace.trace("tiny")
+for _ in range(n):
+    with tr:
+        src.launch("k", gpu_ns=900)
+tb = time.perf_counter_ns()
+prof = os.environ.get("PROF")
+if prof:
+    pr = cProfile.Profile()
+    pr.enable()
+s.__exit__(None, None, None)
+tc = time.perf_counter_ns()
+if prof:
+    pr.disable()
+    pstats.Stats(pr, stream=sys.stderr).sort_stats(prof).print_stats(30)
+print((ta - t0) / 1e6, (tb - ta) / 1e6, (tc - tb) / 1e6, os.path.getsize(out))
+"""
+
+
+def write_speed(n: int, fmt: str, folder: Path) -> float:
+    """Median CPU ms of ``exporters.write`` of the resolved trace (5 runs)."""
+    import gputrace
+    import gputrace.exporters as exporters
+    from gputrace.backends.cupti import CuptiBackend
+    from gputrace.backends.cupti_fake import FakeActivitySource
+    from gputrace.clock import session_clock as clock
+
+    src = FakeActivitySource(clock)
+    with gputrace.session(backend=CuptiBackend(clock, source=src), clock=clock, quiet=True) as s:
+        tr = gputrace.trace("tiny")
+        for _ in range(n):
+            with tr:
+                src.launch("k", gpu_ns=900)
+    assert s.trace is not None
+    path = folder / f"w.{fmt}"
+    took = []
+    for _ in range(5):
+        t0 = time.process_time()
+        exporters.write(s.trace, path)
+        took.append(time.process_time() - t0)
+    return statistics.median(took) * 1e3
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    formats = (sys.argv[2],) if len(sys.argv) > 2 else FORMATS
+    reps = 1 if os.environ.get("PROF") else int(os.environ.get("REPS", "3"))
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    print(f"{n:,} scopes, one kernel each (fake CUPTI); loadavg {os.getloadavg()[0]:.1f}, {reps} runs")
+    print(f"{'format':<8} {'start ms':>9} {'loop ms':>9} {'stop ms':>9} {'write ms':>9} {'B/scope':>8}")
+    with tempfile.TemporaryDirectory() as d:
+        folder = Path(d)
+        for fmt in formats:
+            runs = []
+            for _ in range(reps):
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(n), str(folder / f"t.{fmt}")],
+                    capture_output=True, text=True, env=env, check=True,
+                )  # fmt: skip
+                if os.environ.get("PROF"):
+                    print(out.stderr)
+                runs.append([float(x) for x in out.stdout.split()])
+            start, loop, stop, size = (statistics.median(c) for c in zip(*runs, strict=True))
+            w = write_speed(n, fmt, folder)
+            print(f"{fmt:<8} {start:>9.1f} {loop:>9.1f} {stop:>9.1f} {w:>9.1f} {size / n:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()

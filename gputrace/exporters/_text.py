@@ -1,0 +1,305 @@
+"""JSON text of many events of one shape, built a column at a time with numpy.
+
+A trace holds tens of thousands of events per chunk that differ only in a few numbers. Formatting
+them one by one (a dict or an f-string per event) costs far more than the numbers themselves, so
+``Rows`` lays each event out as a row of bytes: literal text, integers and times as digit
+columns (integer arithmetic and lookup tables, no float formatting), strings picked from a small
+table, and optional parts that a row has or not. A boolean mask keeps the bytes each row really
+uses; the rows are then one ``matrix[mask]``.
+
+>>> import numpy as np
+>>> r = Rows(3).lit('{"ts":').us(np.array([118508210, 900, -5])).lit(',"n":').num(np.array([7, -12, 0]))
+>>> r.lit('}').tobytes()
+b'{"ts":118508.21,"n":7},{"ts":0.9,"n":-12},{"ts":-0.005,"n":0},'
+
+Times are integer ns written as µs with at most 3 decimals, trailing zeros dropped (a whole µs is
+written as an integer): exact, whatever the magnitude, and the shortest text for the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Mask = npt.NDArray[np.bool_]
+BLOCK = 8192  # rows built at a time: the byte matrix stays small (and in cache)
+INLINE = 96  # longer picked strings are spliced into the text after the rows are built
+SMALL = 128  # at most this many rows are formatted cell by cell
+
+_DIGITS3 = np.frombuffer("".join(f"{i:03d}" for i in range(1000)).encode(), np.uint8).reshape(1000, 3)
+_FRAC = np.concatenate([np.full((1000, 1), ord("."), np.uint8), _DIGITS3], axis=1)
+_r = np.arange(1000)
+# ".ddd" with trailing zeros (and a bare ".") dropped
+_FRAC_KEEP = np.stack([_r != 0, _r != 0, _r % 100 != 0, _r % 10 != 0], axis=1)
+_MINUS = np.frombuffer(b"-", np.uint8)
+_POW10 = np.array([10**k for k in range(20)], np.uint64)
+
+# a column: (kind, payload, when) — when: the rows that have it (None: every row)
+_Col = tuple[str, Any, Mask | None]
+
+
+def _split_sign(v: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], Mask | None]:
+    a = np.asarray(v)
+    if a.dtype.kind == "u":
+        return a.astype(np.uint64, copy=False), None
+    a = a.astype(np.int64, copy=False)
+    neg = a < 0
+    if not neg.any():
+        return a.astype(np.uint64), None
+    mag = np.where(neg, -(a + 1), a).astype(np.uint64) + neg.astype(np.uint64)
+    return mag, neg
+
+
+def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | None]:
+    """Decimal digits of ``a`` right-aligned in a (n, w) matrix, and which bytes are in use
+    (None: all of them)."""
+    n = len(a)
+    top = int(a.max()) if n else 0
+    if top < 10:
+        return (a.astype(np.uint8) + 48).reshape(n, 1), None
+    nd_top = len(str(top))
+    groups = (nd_top + 2) // 3
+    w = 3 * groups
+    out = np.empty((n, w), np.uint8)
+    q = a.astype(np.int64) if top < 1 << 63 else a
+    k = q.dtype.type(1000)
+    for g in range(groups - 1, 0, -1):
+        q2 = q // k
+        out[:, 3 * g : 3 * g + 3] = np.take(_DIGITS3, (q - q2 * k).astype(np.intp), axis=0)
+        q = q2
+    out[:, 0:3] = np.take(_DIGITS3, q.astype(np.intp), axis=0)
+    if int(a.min()) >= 10 ** (nd_top - 1):  # every row as long as the longest: no mask
+        return out[:, w - nd_top :], None
+    nd = np.maximum(np.searchsorted(_POW10, a, side="right"), 1)
+    keep = np.arange(w)[None, :] >= (w - nd)[:, None]
+    return out, keep
+
+
+def _us_text(ns: int) -> str:
+    q, r = divmod(abs(ns), 1000)
+    text = f"-{q}" if ns < 0 else str(q)
+    return text + f".{r:03d}".rstrip("0") if r else text
+
+
+_FRAC_TEXT = [""] + [f".{i:03d}".rstrip("0") for i in range(1, 1000)]
+
+
+def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
+    """``_us_text`` of each value, the whole µs and the fraction looked up apart."""
+    a = ns.astype(np.int64)
+    if len(a) and int(a.min()) < 0:
+        return list(map(_us_text, a.tolist()))
+    q, r = np.divmod(a, 1000)
+    frac = _FRAC_TEXT
+    return [w + frac[f] for w, f in zip(map(str, q.tolist()), r.tolist(), strict=True)]
+
+
+class Rows:
+    """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by ","."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.cols: list[_Col] = []
+
+    def _when(self, when: Mask | None) -> Mask | None:
+        if when is None:
+            return None
+        w = np.asarray(when, bool)
+        return None if w.all() else w
+
+    def lit(self, text: str | bytes, when: Mask | None = None) -> Rows:
+        """The same text in every row (that ``when`` selects)."""
+        data = text.encode() if isinstance(text, str) else text
+        when = self._when(when)
+        if data:
+            if self.cols and self.cols[-1][0] == "lit" and self.cols[-1][2] is when:
+                self.cols[-1] = ("lit", self.cols[-1][1] + data, when)
+            else:
+                self.cols.append(("lit", data, when))
+        return self
+
+    def num(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
+        """An integer per row."""
+        v = np.asarray(values)
+        when = self._when(when)
+        if when is not None:
+            v = np.where(when, v, 0)  # what a row leaves out never widens the column
+        elif len(v) and (v == v[0]).all():
+            return self.lit(str(int(v[0])))
+        self.cols.append(("int", v, when))
+        return self
+
+    def us(self, ns: npt.ArrayLike, when: Mask | None = None) -> Rows:
+        """A time or duration per row: integer ns written as µs (≤ 3 decimals, exact)."""
+        v = np.asarray(ns)
+        when = self._when(when)
+        if when is not None:
+            v = np.where(when, v, 0)
+        self.cols.append(("us", v, when))
+        return self
+
+    def pick(self, table: Sequence[str | bytes], index: npt.ArrayLike, when: Mask | None = None) -> Rows:
+        """Per row, the text ``table[index]`` (written as it is: JSON-quote it first)."""
+        idx = np.asarray(index, np.intp)
+        enc = [t.encode() if isinstance(t, str) else t for t in table]
+        when = self._when(when)
+        if len(enc) == 1 or (len(idx) and when is None and (idx == idx[0]).all()):
+            return self.lit(enc[int(idx[0])] if len(idx) else enc[0], when)
+        self.cols.append(("pick", (enc, idx), when))
+        return self
+
+    def members(
+        self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]], closer: str = "}"
+    ) -> Rows:
+        """An optional JSON object: ``opener`` (e.g. ``,"args":{``), then each item
+        ``(key text, kind, value, has)`` a row has, comma-separated, then ``closer``; the object
+        is left out of rows that have none of the items. ``kind``: "lit", "int", "us" or "pick"
+        (value: a (table, index) pair)."""
+        has = [np.ones(self.n, bool) if h is None else np.asarray(h, bool) for _k, _t, _v, h in items]
+        if not items:
+            return self
+        any_has = np.logical_or.reduce(has)
+        before = np.zeros(self.n, bool)
+        self.lit(opener, any_has)
+        for (key, kind, value, _h), h in zip(items, has, strict=True):
+            if not h.any():
+                continue
+            if not (h & ~before).any():  # every row with it has an item before it
+                self.lit("," + key, h)
+            elif not (h & before).any():  # none has
+                self.lit(key, h)
+            else:
+                self.lit(",", h & before)
+                self.lit(key, h)
+            if kind == "lit":
+                self.lit(value, h)
+            elif kind == "int":
+                self.num(value, h)
+            elif kind == "us":
+                self.us(value, h)
+            else:
+                self.pick(value[0], value[1], h)
+            before = before | h
+        return self.lit(closer, any_has)
+
+    # -- building ------------------------------------------------------------------------------
+    def tobytes(self) -> bytes:
+        """Every row, each followed by ","."""
+        return b"".join(self.buffers())
+
+    def buffers(self) -> list[Any]:
+        """Every row, each followed by ",", as a few buffers (bytes or uint8 arrays)."""
+        self.lit(",")
+        if self.n <= SMALL:
+            return [self._small()]
+        return [self._block(i, min(i + BLOCK, self.n)) for i in range(0, self.n, BLOCK)]
+
+    def _small(self) -> bytes:
+        """A few rows, cell by cell (numpy's per-call cost outweighs the work)."""
+        n = self.n
+        cols: list[list[str]] = []
+        for kind, payload, when in self.cols:
+            if kind == "lit":
+                cells = [payload.decode()] * n
+            elif kind == "int":
+                cells = list(map(str, payload.tolist()))
+            elif kind == "us":
+                cells = _us_cells(payload)
+            else:
+                table, idx = payload
+                text = [t.decode() for t in table]
+                cells = [text[i] for i in idx.tolist()]
+            if when is not None:
+                cells = [c if w else "" for c, w in zip(cells, when.tolist(), strict=True)]
+            cols.append(cells)
+        return "".join(["".join(row) for row in zip(*cols, strict=True)]).encode()
+
+    def _block(self, lo: int, hi: int) -> Any:
+        b = hi - lo
+        # per column: (chars (w,) for every row or (b, w), keep (b, w) or None, when (b,) or None)
+        pieces: list[tuple[Any, Mask | None, Mask | None]] = []
+        splices: list[tuple[int, list[tuple[int, bytes]]]] = []  # (piece no., [(row, text)])
+        for kind, payload, wb in self.cols:  # ``wb``: the whole column's (sliced when applied)
+            if kind == "lit":
+                pieces.append((np.frombuffer(payload, np.uint8), None, wb))
+            elif kind in ("int", "us"):
+                mag, neg = _split_sign(payload[lo:hi])
+                if neg is not None:
+                    pieces.append((_MINUS, neg[:, None], wb))
+                if kind == "int":
+                    pieces.append((*_digits(mag), wb))
+                else:
+                    q = mag // np.uint64(1000)
+                    pieces.append((*_digits(q), wb))
+                    r = (mag - q * np.uint64(1000)).astype(np.intp)
+                    pieces.append((np.take(_FRAC, r, axis=0), np.take(_FRAC_KEEP, r, axis=0), wb))
+            else:
+                table, idx = payload
+                ib = idx[lo:hi]
+                lens = np.array([len(t) for t in table], np.intp)
+                long_ = lens > INLINE
+                if long_.any():
+                    spliced = long_[ib] if wb is None else long_[ib] & wb[lo:hi]
+                    rows = np.flatnonzero(spliced).tolist()
+                    if rows:
+                        splices.append((len(pieces), [(r, table[int(ib[r])]) for r in rows]))
+                    lens = np.where(long_, 0, lens)
+                w = int(lens.max()) if len(lens) else 0
+                if not w:
+                    continue
+                blank = b"\0" * w
+                padded = b"".join(blank if long_[k] else t.ljust(w, b"\0") for k, t in enumerate(table))
+                mat = np.frombuffer(padded, np.uint8).reshape(len(table), w)
+                li = lens[ib]
+                keep = None if (li == w).all() else np.arange(w)[None, :] < li[:, None]
+                pieces.append((np.take(mat, ib, axis=0), keep, wb))
+        widths = [p[0].shape[-1] for p in pieces]
+        width = sum(widths)
+        # literal text and "every byte in use" first, for whole rows at once; then the columns
+        template = np.zeros(width, np.uint8)
+        o = 0
+        for (chars, _keep, _wb), w in zip(pieces, widths, strict=True):
+            if chars.ndim == 1:
+                template[o : o + w] = chars
+            o += w
+        out = np.broadcast_to(template, (b, width)).copy()
+        used = np.ones((b, width), bool)
+        starts = []
+        o = 0
+        last_when: tuple[Any, int] = (None, 0)  # a run of columns sharing one ``when``
+        for (chars, keep, wb), w in zip(pieces, widths, strict=True):
+            starts.append(o)
+            if chars.ndim == 2:
+                out[:, o : o + w] = chars
+            if keep is not None:
+                used[:, o : o + w] = keep
+            if wb is not last_when[0]:
+                if last_when[0] is not None:
+                    used[:, last_when[1] : o] &= last_when[0][lo:hi, None]
+                last_when = (wb, o)
+            o += w
+        if last_when[0] is not None:
+            used[:, last_when[1] : o] &= last_when[0][lo:hi, None]
+        flat = out[used]
+        if not splices:
+            return flat
+        data = flat.tobytes()
+        row_start = np.zeros(b + 1, np.int64)
+        np.cumsum(used.sum(axis=1), out=row_start[1:])
+        at: list[tuple[int, int, bytes]] = []
+        for k, (p, items) in enumerate(splices):
+            col = starts[p] if p < len(starts) else width
+            for r, text in items:
+                at.append((int(row_start[r]) + int(used[r, :col].sum()), k, text))
+        at.sort(key=lambda x: (x[0], x[1]))
+        segs: list[bytes] = []
+        cut = 0
+        for pos, _k, text in at:
+            segs.append(data[cut:pos])
+            segs.append(text)
+            cut = pos
+        segs.append(data[cut:])
+        return b"".join(segs)
