@@ -48,6 +48,7 @@ class GpuArgs(Obj):
     submit_ts: Any = UNSET
     uncertainty_us: Any = UNSET
     flags: Any = UNSET
+    pass_: Any = msgspec.field(default=UNSET, name="pass")  # a scope's one pass, folded in
 
 
 class OpArgs(Obj):
@@ -132,11 +133,14 @@ DOC_DECODER = msgspec.json.Decoder(Doc)
 RAW_FIELDS = ("args",)  # absent: the empty Raw; any other field absent: UNSET
 
 
+_ATTR = {"pass": "pass_"}  # keys that are Python keywords
+
+
 def field(e: Any, key: str) -> Any:
     """An event's field as its dict would hold it: raw args decoded; UNSET where absent."""
     if key == "ph":
         return e.__struct_config__.tag
-    v = getattr(e, key.replace(" ", "_"), UNSET)
+    v = getattr(e, _ATTR.get(key) or key.replace(" ", "_"), UNSET)
     if type(v) is msgspec.Raw:
         return orjson.loads(memoryview(v)) if len(v) else UNSET
     return v
