@@ -130,7 +130,7 @@ if prof:
     print("== start, cumulative", file=sys.stderr)
     pstats.Stats(p1, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
     print("== stop, tottime", file=sys.stderr)
-    pstats.Stats(p2, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+    pstats.Stats(p2, stream=sys.stderr).sort_stats(os.environ.get("PROBE_SORT", "tottime")).print_stats(45)
 info = s.trace.header["backend_info"]
 print(json.dumps({"mode": mode, "start": (ta-t0)/1e6, "loop": (tb-ta)/1e6, "stop": (tc-tb)/1e6,
                   **stalls(gaps), "bytes": os.path.getsize(out), "cupti_start_ms": info.get("cupti_start_ms"),
