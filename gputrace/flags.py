@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.model import ANOMALY_FLAGS, FLAG_NAMES, NO_TIME, Flag, ScopeTable, Trace, flag_names
+from gputrace.npstats import median
 from gputrace.records import RawRecording
 
 # Outliers: |x − median| > max(OUTLIER_SIGMAS · 1.4826 · MAD, OUTLIER_MIN_REL · median)
@@ -136,8 +137,8 @@ def flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None
         if len(rows) < OUTLIER_MIN_CALLS:
             continue
         x = dur[rows].astype(np.float64)
-        med = float(np.median(x))
-        mad = float(np.median(np.abs(x - med)))
+        med = median(x)
+        mad = median(np.abs(x - med))
         limit = max(OUTLIER_SIGMAS * 1.4826 * mad, OUTLIER_MIN_REL * abs(med))
         flags[rows[np.abs(x - med) > limit]] |= int(Flag.OUTLIER)
 

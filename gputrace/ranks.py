@@ -40,6 +40,7 @@ import numpy as np
 
 from gputrace.backends.base import CalibrationSample
 from gputrace.errors import GputraceError, report_internal
+from gputrace.npstats import quantile
 
 TAG = 0x6774  # message tag for MPI and torch.distributed point-to-point messages
 ROUNDS = 32  # ping-pongs per peer and exchange
@@ -512,7 +513,7 @@ def fit_offsets(samples: Sequence[CalibrationSample]) -> dict[str, Any]:
     from gputrace.resolver import RawRecording, _fits
 
     rtt = np.array([smp.cpu_after_ns - smp.cpu_before_ns for smp in samples], np.float64)
-    limit = 3.0 * float(np.quantile(rtt, 0.1)) + 2_000.0
+    limit = 3.0 * quantile(rtt, 0.1) + 2_000.0
     used = [smp for smp, r in zip(samples, rtt, strict=True) if r <= limit]
     fit, _band = _fits(RawRecording(header={}, threads=[], samples=used))[0]
     d = fit.to_dict()

@@ -54,6 +54,7 @@ from gputrace.model import (
     canonical_names,
     nest,
 )
+from gputrace.npstats import median
 from gputrace.recorder import RawThread
 from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan
 
@@ -101,7 +102,7 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     order = np.lexsort((after, before, gpu))
     before, gpu, after = before[order], gpu[order], after[order]
     hw_all = (after - before) / 2.0
-    keep = hw_all <= 4.0 * max(float(np.median(hw_all)), 0.5)
+    keep = hw_all <= 4.0 * max(median(hw_all), 0.5)
     before, gpu, after = before[keep], gpu[keep], after[keep]
     hw = hw_all[keep]
     best = int(np.argmin(hw))
