@@ -121,6 +121,9 @@ class RawRecording:
     degraded: dict[int, str] = field(default_factory=dict)
     spans_cover_children: bool = False
     empty_span_ns: int = 0  # a GPU span this short or shorter holds no work (backend's floor)
+    # error of the timing source's own GPU times beyond the clock fit (CUPTI's GPU-to-CPU
+    # timestamp normalisation), added to the stated uncertainty of GPU times from operations
+    source_error_ns: int = 0
     ops: list[RawOp] = field(default_factory=list)
     blind: list[Blind] = field(default_factory=list)
     # True when a timing source observed every scope (CUPTI): a scope is then timed without a

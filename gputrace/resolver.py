@@ -544,6 +544,10 @@ def _place_ops(
         return fitted.get(d) or (fitted[min(fitted)] if fitted else None)  # CUPTI: one host clock
 
     s_done = _hull(s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel], fit_of)
+    if raw.source_error_ns:  # the source's own error in its GPU times, beyond the clock fit
+        s.uncertainty_ns = np.where(
+            s.gpu_start_ns != NO_TIME, s.uncertainty_ns + raw.source_error_ns, s.uncertainty_ns
+        )
     s.submit_ns = np.where(s.gpu_end_ns != NO_TIME, s.cpu_start_ns, NO_TIME)
     return ops, s_done, blind
 

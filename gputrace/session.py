@@ -204,6 +204,7 @@ class session:
             self._raw.header["calibration"] = calibration
         self._raw.spans_cover_children = backend.spans_cover_children
         self._raw.empty_span_ns = int(getattr(backend, "empty_span_ns", 0))
+        self._raw.source_error_ns = int(getattr(backend, "source_error_ns", 0))
         self._recorder = Recorder(self.clock, backend)
         backend.recorder = self._recorder
         self._recorder.owner = self

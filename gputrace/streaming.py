@@ -217,6 +217,7 @@ class Streamer:
             degraded=degraded,
             spans_cover_children=raw.spans_cover_children,
             empty_span_ns=raw.empty_span_ns,
+            source_error_ns=raw.source_error_ns,
             ops=ops,
             blind=blind,
             ops_timing=raw.ops_timing,

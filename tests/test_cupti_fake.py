@@ -457,3 +457,27 @@ def test_a_backend_method_failing_every_time_still_leaves_a_valid_file(tmp_path:
     assert back.header.get("problems")
     if method == "calibrate":  # no fit: the CUPTI clock cannot be placed on the session's
         assert back.header.get("ops_not_drawn", 0) + len(back.ops) == 3
+
+
+def test_stated_uncertainty_includes_the_sources_own_error() -> None:
+    """CUPTI maps GPU timestamps onto its CPU clock itself; that error is stated too."""
+
+    def run(source_error_ns: int) -> list[int]:
+        clock = FakeClock(0, 1_000)
+        src = FakeActivitySource(clock)
+        backend = CuptiBackend(clock, source=src)
+        backend.source_error_ns = source_error_ns
+        with gputrace.session(backend=backend, clock=clock, quiet=True) as s:
+            for _ in range(3):
+                with gputrace.trace("work"):
+                    src.launch("k", gpu_ns=800)
+            with gputrace.trace("nothing"):
+                pass
+        t = s.trace
+        assert t is not None
+        assert t.find("nothing")[0].uncertainty_ns == 0  # no GPU time, nothing stated
+        return [sc.uncertainty_ns for sc in t.find("work")]
+
+    with_error, without = run(1_000), run(0)
+    assert [u - w for u, w in zip(with_error, without, strict=True)] == [1_000] * 3
+    assert CuptiBackend.source_error_ns == 1_000
