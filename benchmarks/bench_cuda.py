@@ -765,7 +765,7 @@ def bench_programs(rounds: int = 3) -> None:
     # byte-compiled once, as an installed package is: a checkout copied to a machine whose Python
     # writes no bytecode would otherwise compile gputrace (and cupti-python) in every variant's
     # process, ~60 ms at stop and more at start, a cost no installed user pays
-    for pkg in ("cupti", "elftools"):
+    for pkg in ("cupti", "elftools", "numpy"):
         spec = importlib.util.find_spec(pkg)
         for loc in (spec.submodule_search_locations or []) if spec else []:
             compileall.compile_dir(loc, quiet=1)

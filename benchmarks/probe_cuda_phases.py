@@ -143,7 +143,7 @@ def main() -> int:
     default = ["bare", "raw_k", "raw_kd", "raw_kdr", "raw_kdr_filt", "cupti", "cupti_nofilter", "events"]
     modes = sys.argv[1].split(",") if len(sys.argv) > 1 else default
     # byte-compiled once, as an installed package is (a checkout copied to a machine is not)
-    for pkg in ("cupti", "elftools"):
+    for pkg in ("cupti", "elftools", "numpy"):
         spec = importlib.util.find_spec(pkg)
         for loc in (spec.submodule_search_locations or []) if spec else []:
             compileall.compile_dir(loc, quiet=1)
