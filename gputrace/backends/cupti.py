@@ -53,6 +53,7 @@ RATE_SPAN_NS = 20_000_000  # and the measurement, when it does not count ns
 # independent ping-pong fit (benchmarks/bench_cuda.py --only alignment, 1,300 kernels): up to
 # 0.67 µs. Stated uncertainties of CUPTI GPU times include this allowance (docs/cupti.md).
 SOURCE_ERROR_NS = 1_000
+SETTLE_S = 1.0  # a drain waits at most this long for a buffer callback in flight
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
 MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
 
@@ -500,6 +501,7 @@ class CuptiSource:
         self._on_buffer: Any = None  # called (without the lock) after each completed buffer
         self._names: dict[tuple[int, int], str] = {}
         self._started = False
+        self._inflight = 0  # buffer callbacks running on CUPTI's thread
         k = cupti.ActivityKind
         self._kinds = [k.CONCURRENT_KERNEL, k.MEMCPY, k.MEMSET, k.RUNTIME, k.DRIVER]
         self._kernel_kind = int(k.CONCURRENT_KERNEL)
@@ -516,8 +518,14 @@ class CuptiSource:
         # Thousands of activity objects are alive until this returns: a collection triggered by
         # the tuples made here would promote them all (measured: 16–19 ms gen-2 pauses in the
         # program's loop on the H200). Paused while they live, they die young.
-        with gc_paused():
-            self._take_buffer(activities)
+        with self._lock:
+            self._inflight += 1
+        try:
+            with gc_paused():
+                self._take_buffer(activities)
+        finally:
+            with self._lock:
+                self._inflight -= 1
 
     def _take_buffer(self, activities: Any) -> None:
         try:
@@ -615,6 +623,11 @@ class CuptiSource:
 
     def drain(self) -> tuple[list[OpTuple], list[CallTuple]]:
         self._c.activity_flush_all(1)  # forced: incomplete buffers too
+        # a buffer CUPTI's own thread was reading when the flush came is taken too: its records
+        # would otherwise wait for a collect that, at stop, never comes
+        deadline = time.monotonic() + SETTLE_S
+        while self._inflight and time.monotonic() < deadline:
+            time.sleep(0.0002)
         with self._lock:
             ops, self._ops = self._ops, []
             calls, self._calls = self._calls, []
