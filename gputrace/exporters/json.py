@@ -396,24 +396,27 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     instants: list[Any] = []
     waits: list[Any] = []
     op_events: list[Any] = []
+    cpu_add, gpu_add, instant_add, wait_add = cpu.append, gpu.append, instants.append, waits.append
+    by_cat = {"cpu": cpu_add, "gpu": gpu_add, "gpu.pass": passes.append}
+    by_cat.update(dict.fromkeys(OP_CATS, op_events.append))
+    route = by_cat.get
     for e in events:
         kind = type(e)
         if kind is complete:
             cat = e.cat
             if cat is unset or cat is None:
-                (gpu if e.pid >= GPU_PID_BASE else cpu).append(e)
-            elif cat == "cpu":
-                cpu.append(e)
-            elif cat == "gpu":
-                gpu.append(e)
-            elif cat == "gpu.pass":
-                passes.append(e)
-            elif cat in OP_CATS:
-                op_events.append(e)
+                if e.pid >= GPU_PID_BASE:
+                    gpu_add(e)
+                else:
+                    cpu_add(e)
+            else:
+                add = route(cat) if type(cat) is str else None
+                if add is not None:
+                    add(e)
         elif kind is instant:
-            instants.append(e)
+            instant_add(e)
         elif kind is async_begin and e.cat == "queued":
-            waits.append(e)
+            wait_add(e)
     for group in (cpu, passes, instants):
         _decode_field(group, "args")
     _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
