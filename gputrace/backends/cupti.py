@@ -43,7 +43,7 @@ from gputrace.records import OP_KERNEL, OP_MEMCPY, OP_MEMSET, Blind, RawOp
 _MAX_OS_TID = 1 << 22
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
-BUFFER_BYTES = 1 << 20  # one CUPTI activity buffer: about 4,000 kernel records
+BUFFER_BYTES = 1 << 18  # one CUPTI activity buffer: about 1,000 kernel records (reading one holds the GIL)
 FLUSH_PERIOD_MS = 200  # CUPTI flushes its buffers in the background at least this often
 RATE_TOLERANCE = 0.05  # a source clock within 5% of one tick per ns counts ns
 RATE_PROBE_NS = 2_000  # the first look at the source's rate spans at least this
