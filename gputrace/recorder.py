@@ -62,12 +62,15 @@ _SUSPENDABLE = 0x20 | 0x80 | 0x100 | 0x200
 EXTRA_TID_BASE = 1 << 23
 
 
+THROTTLE_WAIT_S = 0.5  # the longest one scope's exit waits for the stream's writer
+
+
 class ThreadBuffer:
     """Everything one track recorded: an OS thread, an asyncio task, or a generator that was
     suspended with a scope open. Only the thread that owns it appends to it."""
 
     __slots__ = (
-        "ident", "log", "marks", "name", "rec", "rich", "sides", "stack", "task_id", "tid",
+        "ident", "log", "marks", "name", "old_logs", "rec", "rich", "sides", "stack", "task_id", "tid",
     )  # fmt: skip
 
     def __init__(self, rec: Recorder | None = None, name: str | None = None, tid: int | None = None) -> None:
@@ -82,12 +85,32 @@ class ThreadBuffer:
         # Plain scopes, flat: name, cpu_start_ns, cpu_end_ns, ... Extending a list with three
         # references is the cheapest store Python has (an array('q') converts each int: +190 ns).
         self.log: list[Any] = []
+        # Logs swapped out by the stream's backpressure (``ThrottledLog``), oldest first: a scope
+        # leaving at the moment of a swap may still land in one, so they are read before ``log``.
+        self.old_logs: list[list[Any]] = []
         # Scopes with a GPU token, flags or args, flat: name, cpu_start_ns, cpu_end_ns, token, flags,
         # args (or None). One ``extend`` per scope, so another thread can take a prefix of the list
         # at any time (streaming) and never see half a scope.
         self.rich: list[Any] = []
         self.marks: list[tuple[str, int, str, dict[str, Any]]] = []
         self.sides: dict[Any, ThreadBuffer] | None = None  # suspended generators' tracks, by frame
+
+
+class ThrottledLog(list):  # type: ignore[type-arg]
+    """A thread buffer's log while the stream's writer catches up with a backlog: each scope
+    stored waits (bounded) until the writer opens ``gate`` again. Installed only past a backlog
+    of ``gputrace.streaming.BACKLOG_SCOPES`` unwritten scopes; the plain list comes back after."""
+
+    __slots__ = ("gate",)
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def extend(self, items: Any) -> None:
+        list.extend(self, items)
+        if not self.gate.is_set():
+            self.gate.wait(THROTTLE_WAIT_S)
 
 
 class Recorder:
@@ -504,7 +527,8 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
     out = []
     for buf in buffers:
         stack = list(buf.stack)
-        log, rich = list(buf.log), list(buf.rich)
+        log = [x for old in list(buf.old_logs) for x in old] + list(buf.log)
+        rich = list(buf.rich)
         del rich[len(rich) // RICH * RICH :]
         for entry in stack:
             obj = entry[0]

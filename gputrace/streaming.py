@@ -32,12 +32,17 @@ from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.errors import report_internal
 from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
-from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, raw_thread
+from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, ThrottledLog, raw_thread
 from gputrace.resolver import RawRecording, anomaly_report, resolve
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
 MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
 PIECE = 50_000  # scopes resolved and written at a time
+# Past this many plain scopes waiting to be written (about 50 MB of thread buffers), recording
+# threads wait for the stream's writer (Streamer._throttle).
+BACKLOG_SCOPES = 500_000
+BACKLOG_CHECK_S = 0.1
+MAX_OLD_LOGS = 4
 EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 _COLD = int(Flag.COLD)
 _DEGRADED = int(Flag.DEGRADED)
@@ -81,6 +86,11 @@ class Streamer:
     def __init__(
         self, path: Any, header: dict[str, Any], recorder: Recorder, raw: RawRecording, writer: Any = None
     ) -> None:
+        # numpy 2's np.unique imports numpy.ma on first use (~12 ms). Imported here, on the
+        # program's thread: in the stream's thread, each file access of that import waited for a
+        # busy program's 5 ms interpreter switch, and a first chunk took 1.5 s instead of 25 ms.
+        import numpy.ma  # noqa: F401
+
         self.header = header
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
@@ -93,11 +103,15 @@ class Streamer:
         self.examples: list[dict[str, Any]] = []
         self.anomalous = 0
         self.chunks = 0
-        self.last_write = 0.0
+        self.last_write = time.monotonic()  # the first timer chunk comes a full interval in
         self.queues: list[QueueInfo] = []
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self.final = False  # the last chunk (stop): nothing is carried past it
+        self._gate = threading.Event()  # open: recording threads never wait (see _throttle)
+        self._gate.set()
+        self.throttling = False
+        self.throttled = 0  # backlogs that made recording threads wait
         _live.add(self)
 
     def detach(self) -> None:
@@ -110,25 +124,71 @@ class Streamer:
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
         self.writer = _Detached()
         self.lock = threading.RLock()
+        self._gate.set()
         self._timer = None
 
     # -- the timer -----------------------------------------------------------------------------
     def start_timer(self, interval_s: float) -> None:
         def loop() -> None:
-            while not self._stop.wait(interval_s):
-                if time.monotonic() - self.last_write < interval_s:
-                    continue  # a sync wrote a chunk meanwhile: no need to compete for the GIL
-                if getattr(self.recorder.backend, "ops_timing", False):
-                    continue  # CUPTI: a scope's kernels arrive at a sync; written then, not before
+            check_s = min(interval_s, BACKLOG_CHECK_S)  # the backlog is looked at more often
+            wait_s = check_s
+            while not self._stop.wait(wait_s):
+                wait_s = check_s
                 try:
+                    behind = self.backlog() >= BACKLOG_SCOPES
+                    if behind:
+                        self._throttle(True)  # recording threads wait while this one catches up
+                        wait_s = 0.0
+                    elif self.throttling:
+                        self._throttle(False)
+                    if not behind and time.monotonic() - self.last_write < interval_s:
+                        continue  # a sync wrote a chunk meanwhile: no need to compete for the GIL
+                    if getattr(self.recorder.backend, "ops_timing", False) and not behind:
+                        continue  # CUPTI: a scope's kernels arrive at a sync; written then, not before
                     self.flush(complete=False)
                 except Exception as exc:  # never let the timer die silently, never break the program
+                    self._throttle(False)
                     report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
 
         self._timer = threading.Thread(target=loop, name="gputrace-stream", daemon=True)
         self._timer.start()
 
+    def backlog(self) -> int:
+        """Plain scopes recorded and not yet written (read without stopping anyone)."""
+        with self.recorder._buffers_lock:
+            buffers = list(self.recorder.buffers)
+        return sum(len(b.log) for b in buffers) // 3
+
+    def _throttle(self, on: bool) -> None:
+        """Backpressure. Without syncs, a loop of near-empty scopes records faster (1.6 M scopes/s
+        measured) than this thread, which shares the interpreter with it, writes them (1.4 M/s
+        alone), and the backlog grew without bound (949 MB after 10 M scopes). Past
+        ``BACKLOG_SCOPES`` waiting, each thread's log becomes a ``ThrottledLog``: a scope's exit
+        waits (at most ``THROTTLE_WAIT_S`` each) until this thread has written the backlog, then
+        the plain lists come back. The old lists stay readable (``old_logs``): a scope leaving
+        during the swap may still land in one."""
+        if on == self.throttling:
+            return
+        self.throttling = on
+        if on:
+            self._gate.clear()
+            self.throttled += 1
+        else:
+            self._gate.set()
+        with self.lock:  # never while a chunk is being taken
+            with self.recorder._buffers_lock:
+                buffers = list(self.recorder.buffers)
+            for buf in buffers:
+                old = buf.log
+                buf.log = ThrottledLog(self._gate) if on else []
+                # lists swapped out long ago (several swaps: seconds) and read empty are dropped
+                olds = [*buf.old_logs, old]
+                while len(olds) > MAX_OLD_LOGS and not olds[0]:
+                    olds.pop(0)
+                buf.old_logs = olds
+
     def stop_timer(self) -> None:
+        self._gate.set()
         self._stop.set()
         t = self._timer
         if t is not None and t is not threading.current_thread():
@@ -150,9 +210,14 @@ class Streamer:
             buffers = list(rec.buffers)
         out = Taken()
         for buf in buffers:
+            plain = []
+            for old in list(buf.old_logs):  # swapped out by backpressure: older than ``log``
+                k = len(old)
+                plain += old[:k]
+                del old[:k]
             log, rich, marks = buf.log, buf.rich, buf.marks
             k = len(log)
-            plain = log[:k]
+            plain += log[:k]
             del log[:k]
             k = len(rich)
             k -= k % RICH
@@ -172,9 +237,12 @@ class Streamer:
 
     def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
         """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""
+        timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
             for piece in _pieces(taken):
                 self._write(piece, complete, queues)
+                if timer and not self.throttling and self.backlog() >= BACKLOG_SCOPES:
+                    self._throttle(True)  # the program outgrows this write: it waits now
 
     def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
         if self.writer.closed:
