@@ -134,6 +134,10 @@ class Streamer:
             wait_s = check_s
             while not self._stop.wait(wait_s):
                 wait_s = check_s
+                if getattr(self.recorder.backend, "ops_timing", False):
+                    # CUPTI: a scope's kernels arrive at a sync; written then, not before (and no
+                    # backpressure: a scope written before its kernels arrive would lose them)
+                    continue
                 try:
                     behind = self.backlog() >= BACKLOG_SCOPES
                     if behind:
@@ -143,8 +147,6 @@ class Streamer:
                         self._throttle(False)
                     if not behind and time.monotonic() - self.last_write < interval_s:
                         continue  # a sync wrote a chunk meanwhile: no need to compete for the GIL
-                    if getattr(self.recorder.backend, "ops_timing", False) and not behind:
-                        continue  # CUPTI: a scope's kernels arrive at a sync; written then, not before
                     self.flush(complete=False)
                 except Exception as exc:  # never let the timer die silently, never break the program
                     self._throttle(False)
