@@ -231,8 +231,11 @@ class CuptiBackend(Backend):
         self._rate_map = None
         if lo <= 1.0 + RATE_TOLERANCE and hi >= 1.0 - RATE_TOLERANCE:
             return  # one tick per ns, within what the brackets can tell
+        # the tightest of several brackets at each end: one preempted read would skew the rate
+        # (its error is the two windows over the span: ~0.2 µs / 20 ms = 1e-5 when tight)
+        a = self._brackets(SAMPLES_PER_CALIBRATION, raw=True)[0]
         time.sleep(RATE_SPAN_NS / 1e9)
-        c = self._brackets(1, raw=True)[0]
+        c = self._brackets(SAMPLES_PER_CALIBRATION, raw=True)[0]
         rate = (c[1] - a[1]) / (((c[0] + c[2]) - (a[0] + a[2])) / 2)
         if rate <= 0:
             return
