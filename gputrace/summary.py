@@ -557,6 +557,18 @@ def timing_section(trace: Trace) -> list[dict[str, Any]]:
     return out
 
 
+def _groups(codes: np.ndarray) -> list[np.ndarray]:
+    """Indices of equal ``codes``, each group ascending, groups in order of first appearance."""
+    if not len(codes):
+        return []
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
+    groups = np.split(order, cuts)
+    groups.sort(key=lambda g: int(g[0]))
+    return groups
+
+
 def _add_ops(trace: Trace, rows: list[dict[str, Any]]) -> None:
     """Per row: ``gpu_busy_ns`` (summed operation durations of warm calls: median, total) and
     ``ops``, one entry per operation name launched under the scope (its own operations, not its
@@ -578,31 +590,42 @@ def _add_ops(trace: Trace, rows: list[dict[str, Any]]) -> None:
     by_key = {(r["name"], r["device"], r["queue"]): r for r in rows}
     busy = trace.busy_ns()
     warm = (s.flags & int(Flag.COLD)) == 0
-    members: dict[tuple[str, int | None, str | None], list[int]] = {}
-    for r in np.flatnonzero(has_gpu).tolist():
-        members.setdefault(row_key(r), []).append(r)
-    for key, rs in members.items():
+    # scopes grouped by (name, queue) as one integer code, not a Python key per scope
+    code = s.name.astype(np.int64) * (nq + 1) + (queue + 1)
+    members: dict[tuple[str, int | None, str | None], np.ndarray] = {}
+    rows_gpu = np.flatnonzero(has_gpu)
+    for idx in _groups(code[rows_gpu]):
+        rs = rows_gpu[idx]
+        key = row_key(int(rs[0]))  # two queues may share a device and label: one row
+        members[key] = rs if key not in members else np.sort(np.concatenate([members[key], rs]))
+    for key, arr in members.items():
         row = by_key.get(key)
         if row is None:
             continue
-        arr = np.array(rs, np.int64)
         w = arr[warm[arr]]
         row["gpu_busy_ns"] = {
             "median": float(np.median(busy[w])) if len(w) else None,
             "total": int(busy[arr].sum()),
         }
-    own = ops.scope >= 0
-    per: dict[tuple[tuple[str, int | None, str | None], int, int], list[int]] = {}
-    for k in np.flatnonzero(own).tolist():
-        r = int(ops.scope[k])
-        per.setdefault((row_key(r), int(ops.name[k]), int(ops.kind[k])), []).append(k)
+    own = np.flatnonzero(ops.scope >= 0)
+    per: dict[tuple[tuple[str, int | None, str | None], int, int], np.ndarray] = {}
+    if len(own):
+        sc = ops.scope[own].astype(np.int64)
+        n_names = max(len(trace.names), 1)
+        kinds = ops.kind[own].astype(np.int64)
+        op_code = (code[sc] * n_names + ops.name[own].astype(np.int64)) * (int(kinds.max()) + 1) + kinds
+        for idx in _groups(op_code):
+            ks = own[idx]
+            k0 = int(ks[0])
+            key3 = (row_key(int(ops.scope[k0])), int(ops.name[k0]), int(ops.kind[k0]))
+            per[key3] = ks if key3 not in per else np.sort(np.concatenate([per[key3], ks]))
     dur = ops.gpu_end_ns - ops.gpu_start_ns
     lag = np.where(ops.call_start_ns != NO_TIME, ops.gpu_start_ns - ops.call_start_ns, NO_TIME)
     for (key, name, kind), ks in per.items():
         row = by_key.get(key)
         if row is None:
             continue
-        arr = np.array(ks, np.int64)
+        arr = ks
         seen = lag[arr][lag[arr] != NO_TIME]
         row.setdefault("ops", []).append(
             {
