@@ -34,6 +34,7 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.errors import GputraceError
+from gputrace.exporters._spans import span_table, with_folded
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
     OP_CATS,
@@ -53,7 +54,6 @@ from gputrace.model import (
     OpTable,
     QueueInfo,
     ScopeTable,
-    SpanTable,
     ThreadInfo,
     Trace,
     canonical_names,
@@ -710,7 +710,6 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         folded = [i for i, a in enumerate(ga) if "pass" in a]  # a scope's one pass, as its slice
         fold_rows, fold_labels = rows[folded], [str(ga[i]["pass"]) for i in folded]
 
-    has_gpu = s.gpu_start_ns != NO_TIME
     p_rows = np.zeros(0, np.int64)
     p_label = np.zeros(0, np.int32)
     p_sub = np.zeros(0, np.int64)
@@ -729,19 +728,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         if with_sub:
             sub_us = _floats([pa[i]["submit_ts"] for i in with_sub], "submit_ts")
             p_sub[with_sub] = base + _to_ns(sub_us)
-    if len(fold_rows):  # the pass has its GPU slice's times and submission
-        p_rows = np.concatenate([p_rows, fold_rows])
-        p_label = np.concatenate([p_label, np.array([intern_label(x) for x in fold_labels], np.int32)])
-        p_g0 = np.concatenate([p_g0, s.gpu_start_ns[fold_rows]])
-        p_g1 = np.concatenate([p_g1, s.gpu_end_ns[fold_rows]])
-        p_sub = np.concatenate([p_sub, s.submit_ns[fold_rows]])
-    with_pass = np.zeros(n, bool)
-    with_pass[p_rows] = True
-    # A scope-level event pair (cuda) is a span of its own; where spans are passes that their
-    # scopes only hull (wgpu), a scope without passes of its own has none.
-    unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
-    unl_label = intern_label("") if len(unl) else 0
-    sc = np.concatenate([p_rows, unl]).astype(np.int64)
+    fold_ids = np.array([intern_label(x) for x in fold_labels], np.int32)
+    passes = with_folded(s, (p_rows, p_label, p_g0, p_g1, p_sub), fold_rows, fold_ids)
     # A streamed file holds scopes in the order they ended, chunk by chunk: put them in start order.
     if (np.diff(s.cpu_start_ns) > 0).all():
         order = np.arange(n)  # starts only increase: already in start order
@@ -754,21 +742,11 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         new_row = np.empty(n, np.int64)
         new_row[order] = np.arange(n)
         ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1)
-        s, sc = _reorder(s, order, sc)
+        s, moved = _reorder(s, order, passes[0])
+        passes = (moved, *passes[1:])
     if not _no_nesting(s):
         nest(s)
-    g0 = np.concatenate([p_g0, s.gpu_start_ns[sc[len(p_rows) :]]])
-    g1 = np.concatenate([p_g1, s.gpu_end_ns[sc[len(p_rows) :]]])
-    sub_all = np.concatenate([p_sub, s.submit_ns[sc[len(p_rows) :]]])
-    sorder = np.lexsort((g1, g0, sc))
-    spans = SpanTable(
-        scope=sc[sorder],
-        label=np.concatenate([p_label, np.full(len(unl), unl_label, np.int32)])[sorder],
-        queue=s.queue[sc][sorder].astype(np.int32),
-        submit_ns=sub_all[sorder],
-        gpu_start_ns=g0[sorder],
-        gpu_end_ns=g1[sorder],
-    )
+    spans = span_table(s, passes, bool(header.get("spans_cover_children")), lambda: intern_label(""))
     # a merged trace (gputrace merge) keeps each process's threads under its own pid
     procs = header.get("processes")
     pids = {pid} | ({int(p["pid"]) for p in procs} if isinstance(procs, list) else set())

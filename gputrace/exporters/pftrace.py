@@ -52,6 +52,7 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.exporters import _protowire as pw
+from gputrace.exporters._spans import span_table, with_folded
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
     OVERLAP_TID_STEP,
@@ -1981,7 +1982,6 @@ def _build(
             name_list.append(label)
         return i
 
-    has_gpu = s.gpu_start_ns != NO_TIME
     p_rows = np.zeros(0, np.int64)
     p_label = np.zeros(0, np.int32)
     p_sub = p_g0 = p_g1 = np.zeros(0, np.int64)
@@ -1999,29 +1999,9 @@ def _build(
         gap, has_sub = ann("submit_to_start_ns", p_b)
         _, no_sub = ann("no_submit", p_b)
         p_sub = np.where(has_sub, p_g0 - gap, np.where(no_sub, NO_TIME, s.submit_ns[p_rows]))
-    if len(fold_rows):  # the pass has its GPU slice's times and submission
-        p_rows = np.concatenate([p_rows, fold_rows])
-        fold_label = np.fromiter((intern_label(strs[int(i)]) for i in fold_iid.tolist()), np.int32)
-        p_label = np.concatenate([p_label, fold_label])
-        p_g0 = np.concatenate([p_g0, s.gpu_start_ns[fold_rows]])
-        p_g1 = np.concatenate([p_g1, s.gpu_end_ns[fold_rows]])
-        p_sub = np.concatenate([p_sub, s.submit_ns[fold_rows]])
-    with_pass = np.zeros(n, bool)
-    with_pass[p_rows] = True
-    unl = np.flatnonzero(has_gpu & ~with_pass) if not header.get("spans_cover_children") else p_rows[:0]
-    unl_label = intern_label("") if len(unl) else 0
-    scc = np.concatenate([p_rows, unl]).astype(np.int64)
-    g0 = np.concatenate([p_g0, s.gpu_start_ns[unl]])
-    g1 = np.concatenate([p_g1, s.gpu_end_ns[unl]])
-    order = np.lexsort((g1, g0, scc))
-    spans = SpanTable(
-        scope=scc[order],
-        label=np.concatenate([p_label, np.full(len(unl), unl_label, np.int32)])[order].astype(np.int32),
-        queue=s.queue[scc][order].astype(np.int32),
-        submit_ns=np.concatenate([p_sub, s.submit_ns[unl]])[order].astype(np.int64),
-        gpu_start_ns=g0[order].astype(np.int64),
-        gpu_end_ns=g1[order].astype(np.int64),
-    )
+    fold_ids = np.fromiter((intern_label(strs[int(i)]) for i in fold_iid.tolist()), np.int32)
+    passes = with_folded(s, (p_rows, p_label, p_g0, p_g1, p_sub), fold_rows, fold_ids)
+    spans = span_table(s, passes, bool(header.get("spans_cover_children")), lambda: intern_label(""))
     # marks and syncs: instants on thread tracks
     marks: list[Mark] = []
     inst = np.flatnonzero((typ == INSTANT) & (kind == K_THREAD))
