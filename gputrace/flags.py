@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.model import ANOMALY_FLAGS, FLAG_NAMES, NO_TIME, Flag, ScopeTable, Trace, flag_names
-from gputrace.npstats import median
+from gputrace.npstats import ended_before, median
 from gputrace.records import RawRecording
 
 # Outliers: |x − median| > max(OUTLIER_SIGMAS · 1.4826 · MAD, OUTLIER_MIN_REL · median)
@@ -111,13 +111,10 @@ def _nested_or_apart(q: np.ndarray, st: np.ndarray, en: np.ndarray) -> bool:
     if n < 2:
         return True
     firsts = np.flatnonzero(np.diff(q, prepend=q[0] - 1) != 0).tolist()
-    ended_before = np.empty(n, np.int64)  # latest end among the queue's earlier spans
-    for a, b in zip(firsts, [*firsts[1:], n], strict=True):
-        ended_before[a] = NO_TIME
-        ended_before[a + 1 : b] = np.maximum.accumulate(en[a : b - 1])
+    before = ended_before(en, firsts, NO_TIME)  # latest end among the queue's earlier spans
     inside = np.zeros(n, bool)
     inside[1:] = (q[1:] == q[:-1]) & (en[:-1] > st[1:]) & (en[1:] <= en[:-1])
-    return bool(np.all(inside | (ended_before <= st)))
+    return bool(np.all(inside | (before <= st)))
 
 
 def flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:

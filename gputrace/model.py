@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gputrace.npstats import ended_before
+
 NO_TIME = int(np.iinfo(np.int64).min)
 FORMAT_VERSION = 1
 
@@ -494,10 +496,7 @@ def nest(s: ScopeTable) -> None:
     st = s.cpu_start_ns if order is None else s.cpu_start_ns[order]
     en = s.cpu_end_ns if order is None else s.cpu_end_ns[order]
     firsts = [0] if order is None else np.flatnonzero(np.diff(thr[order], prepend=-1) != 0).tolist()
-    ended_before = np.empty(n, np.int64)  # the latest end among the thread's earlier scopes
-    for a, b in zip(firsts, [*firsts[1:], n], strict=True):
-        ended_before[a] = NO_TIME
-        ended_before[a + 1 : b] = np.maximum.accumulate(en[a : b - 1])
+    before = ended_before(en, firsts, NO_TIME)  # the latest end among the thread's earlier scopes
     new_group = np.zeros(n, bool)
     new_group[firsts] = True
     same_prev = ~new_group[1:]
@@ -507,7 +506,7 @@ def nest(s: ScopeTable) -> None:
     child = np.zeros(n, bool)
     child[1:] = same_prev & (en[:-1] > st[1:])
     par = np.where(child, np.arange(n, dtype=np.int64) - 1, -1)
-    known = child | (ended_before <= st)
+    known = child | (before <= st)
     # A scope after an ended sibling: the parent of the scope before it, if still running (one
     # round per sibling; long runs of siblings, or deeper cases, take the walk).
     for _ in range(_SIBLING_ROUNDS):

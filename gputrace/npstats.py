@@ -1,4 +1,4 @@
-"""Median and quantile without ``numpy.ma``.
+"""Median and quantile without ``numpy.ma``, and interval helpers (union, latest earlier end).
 
 ``np.median`` and ``np.percentile`` import ``numpy.ma`` on their first call (numpy 2.x loads it
 lazily): measured 12 ms with bytecode and 73 ms without, inside a session's stop, for one median of
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 
 def quantile(a: Any, q: float) -> float:
@@ -35,3 +36,38 @@ def median(a: Any) -> float:
         raise ValueError("median of an empty array")
     m = n // 2
     return float(s[m]) if n % 2 else float((s[m - 1] + s[m]) / 2.0)
+
+
+def interval_union(
+    start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Merge intervals (non-empty input): block starts, block ends, and the row of the input that
+    opened each block.
+
+    >>> b0, b1, first = interval_union(np.array([5, 0, 2]), np.array([6, 3, 4]))
+    >>> b0.tolist(), b1.tolist(), first.tolist()
+    ([0, 5], [4, 6], [1, 0])
+    """
+    order = np.lexsort((-end, start))
+    st, en = start[order], end[order]
+    run_end = np.maximum.accumulate(en)
+    opens = np.ones(len(st), bool)
+    opens[1:] = st[1:] > run_end[:-1]
+    first = np.flatnonzero(opens)
+    last = np.concatenate([first[1:] - 1, [len(st) - 1]])
+    return st[first], run_end[last], order[first]
+
+
+def ended_before(en: npt.NDArray[np.int64], firsts: list[int], none: int) -> npt.NDArray[np.int64]:
+    """Per interval, the latest end among the earlier intervals of its group (``none`` for a
+    group's first); groups are the runs starting at ``firsts``.
+
+    >>> ended_before(np.array([5, 3, 9, 1]), [0, 2], -1).tolist()
+    [-1, 5, -1, 9]
+    """
+    n = len(en)
+    out = np.empty(n, np.int64)
+    for a, b in zip(firsts, [*firsts[1:], n], strict=True):
+        out[a] = none
+        out[a + 1 : b] = np.maximum.accumulate(en[a : b - 1])
+    return out

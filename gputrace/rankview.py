@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.model import NO_TIME, Trace
+from gputrace.npstats import interval_union
 
 COLLECTIVE = re.compile(
     r"^nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast", re.IGNORECASE
@@ -43,14 +44,8 @@ MAX_STEP_ROWS = 50
 def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
     if not len(start):
         return 0
-    order = np.argsort(start, kind="stable")
-    st, en = start[order], end[order]
-    run_end = np.maximum.accumulate(en)
-    opens = np.ones(len(st), bool)
-    opens[1:] = st[1:] > run_end[:-1]
-    first = np.flatnonzero(opens)
-    last = np.concatenate([first[1:] - 1, [len(st) - 1]])
-    return int((run_end[last] - st[first]).sum())
+    b0, b1, _ = interval_union(start, end)
+    return int((b1 - b0).sum())
 
 
 def rank_view(trace: Trace) -> dict[str, Any] | None:

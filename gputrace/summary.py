@@ -67,6 +67,7 @@ import numpy.typing as npt
 
 from gputrace.durations import fmt_ns
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, Trace, flag_names
+from gputrace.npstats import interval_union
 from gputrace.rankview import rank_view
 
 SCHEMA = "gputrace-summary/1"
@@ -398,20 +399,6 @@ def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
     return out
 
 
-def _union(
-    start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Merge intervals: (block starts, block ends, row in the sorted input that opened each block)."""
-    order = np.lexsort((-end, start))
-    st, en = start[order], end[order]
-    run_end = np.maximum.accumulate(en)
-    opens = np.ones(len(st), bool)
-    opens[1:] = st[1:] > run_end[:-1]
-    first = np.flatnonzero(opens)
-    last = np.concatenate([first[1:] - 1, [len(st) - 1]])
-    return st[first], run_end[last], order[first]
-
-
 def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
     """GPU idle time per stream, split by cause where the submission times tell."""
     s = trace.scopes
@@ -421,7 +408,7 @@ def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
         rows = np.flatnonzero(has_gpu & (s.queue == qi))
         if not len(rows):
             continue
-        b0, b1, opener = _union(s.gpu_start_ns[rows], s.gpu_end_ns[rows])
+        b0, b1, opener = interval_union(s.gpu_start_ns[rows], s.gpu_end_ns[rows])
         busy = int((b1 - b0).sum())
         window = int(b1.max() - b0[0])
         host = queued = unknown = 0

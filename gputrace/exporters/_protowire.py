@@ -52,23 +52,8 @@ def put_varints(out: U8, off: I64, v: U64, length: I64) -> None:
 
 def read_varints(buf: U8) -> tuple[U64, npt.NDArray[np.int32]]:
     """Every varint of ``buf`` (which must hold only whole varints, < 2 GiB): values and start offsets."""
-    ends = np.flatnonzero(buf < 0x80).astype(np.int32)
-    if not len(ends):
-        return np.zeros(0, np.uint64), np.zeros(0, np.int32)
-    starts = np.empty(len(ends), np.int32)
-    starts[0] = 0
-    np.add(ends[:-1], 1, out=starts[1:])
-    vals = buf[starts].astype(np.uint64)
-    multi = np.flatnonzero(ends != starts)
-    if len(multi):
-        vals[multi] &= np.uint64(0x7F)
-    j = 1
-    while len(multi):
-        at = starts[multi] + j
-        vals[multi] |= (buf[at] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
-        multi = multi[ends[multi] > at]
-        j += 1
-    return vals, starts
+    starts, ends = varint_bounds(buf)
+    return read_at(buf, starts, ends), starts
 
 
 def varint_bounds(buf: U8) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:

@@ -34,7 +34,7 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.errors import GputraceError
-from gputrace.exporters._spans import span_table, with_folded
+from gputrace.exporters._reading import no_nesting, span_table, with_folded
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
     OP_CATS,
@@ -533,16 +533,6 @@ def _to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     return np.rint(us * 1000.0).astype(np.int64)
 
 
-def _no_nesting(s: ScopeTable) -> bool:
-    """True when no scope starts before an earlier scope of its thread has ended (no parents)."""
-    for th in np.unique(s.thread).tolist():
-        rows = np.flatnonzero(s.thread == th)
-        ends = np.maximum.accumulate(s.cpu_end_ns[rows])
-        if (s.cpu_start_ns[rows][1:] < ends[:-1]).any():
-            return False
-    return True
-
-
 def _names_from_metadata(events: list[Any], pid: int) -> tuple[list[ThreadInfo], list[QueueInfo]]:
     """Threads and queues from the name events (a cut file has no final header listing them)."""
     threads: dict[int, ThreadInfo] = {}
@@ -744,7 +734,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1)
         s, moved = _reorder(s, order, passes[0])
         passes = (moved, *passes[1:])
-    if not _no_nesting(s):
+    if not no_nesting(s):
         nest(s)
     spans = span_table(s, passes, bool(header.get("spans_cover_children")), lambda: intern_label(""))
     # a merged trace (gputrace merge) keeps each process's threads under its own pid

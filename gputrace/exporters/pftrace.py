@@ -52,7 +52,7 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.exporters import _protowire as pw
-from gputrace.exporters._spans import span_table, with_folded
+from gputrace.exporters._reading import no_nesting, span_table, with_folded
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
     OVERLAP_TID_STEP,
@@ -1932,7 +1932,7 @@ def _build(
     o = np.argsort(fl_ids, kind="stable")
     fl_ids, fl_rows = fl_ids[o], fl_rows[o]
     one_lane = not any(k == K_THREAD and lane for k, _i, lane in tracks.values())
-    if not _no_nesting(s) and not (one_lane and cpu_depth is not None and _nest_fast(s, cpu_depth)):
+    if not no_nesting(s) and not (one_lane and cpu_depth is not None and _nest_fast(s, cpu_depth)):
         nest(s)
     # GPU slices (with a terminating flow) and passes (with a scope annotation) on queue tracks
     q_b, q_e, _ = _pair(chunk, ts, track, typ, np.flatnonzero(kind == K_QUEUE))
@@ -2127,12 +2127,3 @@ def _same_key(a: tuple[I64, ...], b: tuple[I64, ...]) -> tuple[I64, I64]:
     once[hit >= 1] = ~(eq[k - 1] & (side[o][k - 1] == 0))
     hit = hit[once]
     return o[hit], o[hit + 1] - na
-
-
-def _no_nesting(s: ScopeTable) -> bool:
-    for th in np.unique(s.thread).tolist():
-        rows = np.flatnonzero(s.thread == th)
-        ends = np.maximum.accumulate(s.cpu_end_ns[rows])
-        if (s.cpu_start_ns[rows][1:] < ends[:-1]).any():
-            return False
-    return True

@@ -1,4 +1,5 @@
-"""The span table of a trace read back, shared by the readers of every format.
+"""What the readers of every format share: the span table of a trace read back, and whether its
+scopes nest at all.
 
 A file holds a GPU pass as its own event, or, where it is its scope's whole GPU slice, folded into
 that slice (``args.pass`` in JSON, a ``pass`` annotation in ``.pftrace``). Either way the model
@@ -58,3 +59,13 @@ def span_table(
         gpu_start_ns=g0[order].astype(np.int64),
         gpu_end_ns=g1[order].astype(np.int64),
     )
+
+
+def no_nesting(s: ScopeTable) -> bool:
+    """True when no scope starts before an earlier scope of its thread has ended (no parents)."""
+    for th in np.unique(s.thread).tolist():
+        rows = np.flatnonzero(s.thread == th)
+        ends = np.maximum.accumulate(s.cpu_end_ns[rows])
+        if (s.cpu_start_ns[rows][1:] < ends[:-1]).any():
+            return False
+    return True
