@@ -151,10 +151,15 @@ class DeviceTracer:
                 rec.submit_ns = submit_ns if ok and rec.submit_ns is None else _FAILED
                 if rec.page is not prev:
                     prev = rec.page
-                    prev.unsubmitted -= 1
-                    if prev.closed and prev.unsubmitted == 0 and prev in self.pinned:
-                        self.pinned.remove(prev)
-                        self._start_map(prev)
+                    self._page_submitted(prev)
+
+    def _page_submitted(self, page: QueryPage) -> None:
+        """One submission of ``page`` is over (under the lock): a closed page with none left
+        starts its read-back."""
+        page.unsubmitted -= 1
+        if page.closed and page.unsubmitted == 0 and page in self.pinned:
+            self.pinned.remove(page)
+            self._start_map(page)
 
     def harvest_ready(self) -> None:
         """Read every page whose read-back already finished mapping; never waits."""
@@ -177,10 +182,7 @@ class DeviceTracer:
                     rec.submit_ns = _FAILED
                     if rec.page is not prev:
                         prev = rec.page
-                        prev.unsubmitted -= 1
-                        if prev.closed and prev.unsubmitted == 0 and prev in self.pinned:
-                            self.pinned.remove(prev)
-                            self._start_map(prev)
+                        self._page_submitted(prev)
         except Exception:
             pass
 
