@@ -14,13 +14,12 @@ content and name, and each format module holds its own reader.
 
 from __future__ import annotations
 
-import gc
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from gputrace.errors import GputraceError
+from gputrace.gcpause import gc_paused
 from gputrace.model import Trace
 
 
@@ -37,24 +36,6 @@ class NotAGputraceTrace(TraceFileError):
 
 
 Progress = Callable[[str], None]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a trace is parsed and built.
-
-    Parsing allocates a container per event (a JSON object, a decoded packet) and nothing it
-    builds forms a cycle; with the collector running, every few hundred allocations it walks all
-    of them again (a third of the whole read on a 20k-scope GPU trace). Restored on exit, also
-    when the read fails; left alone when it was already off.
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:

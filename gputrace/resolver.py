@@ -480,11 +480,8 @@ def _place_ops(
 
     ops = OpTable.empty(n_ops)
     ops.kind = pick(0, np.int32)
-    ops.name = _intern_column(rank_in[order], sorted(name_rank), intern)
-    call_names = col[10]
-    call_rank = {n: i for i, n in enumerate(sorted(set(call_names)))}
-    call_in = np.fromiter((call_rank[n] for n in call_names), np.int64, n_ops)
-    ops.call_name = _intern_column(call_in[order], sorted(call_rank), intern)
+    ops.name = _intern_all([names_in[k] for k in order_l], intern)
+    ops.call_name = _intern_all([col[10][k] for k in order_l], intern)
     ops.queue = queue_in[order].astype(np.int32)
     ops.correlation = corr_in[order]
     ops.bytes = pick(11, np.int64)
@@ -563,16 +560,6 @@ def _blind_scopes(s: ScopeTable, stretches: list[Blind], fit: ClockFit | None) -
     b0, b1 = b0[order], np.maximum.accumulate(b1[order])  # union of the stretches, sorted
     last = np.searchsorted(b0, s.cpu_end_ns, side="right") - 1  # last stretch starting in time
     out[:] = (last >= 0) & (b1[np.maximum(last, 0)] >= s.cpu_start_ns)
-    return out
-
-
-def _intern_column(codes: np.ndarray, values: list[str], intern: Any) -> np.ndarray:
-    """Names given as codes into ``values``, interned in order of first appearance."""
-    uniq, first = np.unique(codes, return_index=True)
-    lut = np.zeros(len(values), np.int32)
-    for i in np.argsort(first, kind="stable").tolist():
-        lut[int(uniq[i])] = intern(values[int(uniq[i])])
-    out: np.ndarray = lut[codes]
     return out
 
 

@@ -44,8 +44,9 @@ from gputrace.exporters.chrome import (
     lean_header,
     queue_dict,
 )
+from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
-from gputrace.loader import NotAGputraceTrace, TraceFileError, gc_paused, read_bytes
+from gputrace.loader import NotAGputraceTrace, TraceFileError, read_bytes
 from gputrace.model import (
     FORMAT_VERSION,
     NO_TIME,

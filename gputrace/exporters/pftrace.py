@@ -1619,7 +1619,7 @@ def _decode_ann(data: bytes, ann_names: dict[int, str], strs: dict[int, str]) ->
 
 def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
     """Read a ``.pftrace`` that gputrace wrote back into the ``Trace`` it was written from."""
-    from gputrace.loader import gc_paused
+    from gputrace.gcpause import gc_paused
 
     with gc_paused():  # the packets decode into many small objects, none of them in a cycle
         return _read_file(Path(path), progress)
