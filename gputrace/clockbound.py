@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace.model import ClockFit
+from gputrace.npstats import distinct
 from gputrace.records import CalibrationSample
 
 F64 = npt.NDArray[np.float64]
@@ -76,7 +77,7 @@ class FeasibleBand:
         self.d_lo, self.d_hi = d_lo, d_hi
         # The polygon's vertices: every drift where L or U bends, inside [d_lo, d_hi], and the ends.
         bends = _bends(x, lower, upper)
-        d = np.unique(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
+        d = distinct(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
         self._drift = d
         self._low_at = _edge_low(x, lower, d)  # L(δ) at each vertex drift
         self._high_at = _edge_high(x, upper, d)  # U(δ) at each vertex drift
@@ -111,7 +112,7 @@ class FeasibleBand:
 
         # U − L is concave and linear between neighbouring bends: its values there decide it all.
         bends = _bends(g, lower, upper)
-        d = np.unique(np.concatenate([[-MAX_DRIFT, MAX_DRIFT], bends[np.abs(bends) < MAX_DRIFT]]))
+        d = distinct(np.concatenate([[-MAX_DRIFT, MAX_DRIFT], bends[np.abs(bends) < MAX_DRIFT]]))
         gap = _edge_high(g, upper, d) - _edge_low(g, lower, d)
         best = int(np.argmax(gap))
         if gap[best] < -1.0:  # 1 ns: the windows are integers, the fit is rounded
@@ -166,7 +167,7 @@ class FeasibleBand:
         extremes over the sampled span are found among them."""
         lo, hi = self.span
         inside = self.x[(self.x > lo) & (self.x < hi)]
-        return np.unique(np.concatenate([[lo, hi], inside]))
+        return distinct(np.concatenate([[lo, hi], inside]))
 
     def _line(self, grid: F64) -> F64:
         """The fitted line in the band's frame: cpu − frame_cpu − x at GPU times ``grid``."""

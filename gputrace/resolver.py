@@ -54,7 +54,7 @@ from gputrace.model import (
     canonical_names,
     nest,
 )
-from gputrace.npstats import median
+from gputrace.npstats import distinct, median
 from gputrace.recorder import RawThread
 from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan
 
@@ -336,7 +336,7 @@ def _place_spans(
     g1 = np.ascontiguousarray(fields[:, 3])
     c0 = np.full(m, NO_TIME, np.int64)
     c1 = np.full(m, NO_TIME, np.int64)
-    for d in np.unique(dev).tolist():
+    for d in distinct(dev).tolist():
         fit = fits.get(d)
         if fit is None:
             continue
@@ -346,7 +346,7 @@ def _place_spans(
     rows = sorted_rows[pos[aligned]]
     ranks = label_rank[aligned]
     label_id = np.zeros(len(label_list), np.int32)
-    for r in np.unique(ranks).tolist():
+    for r in distinct(ranks).tolist():
         label_id[r] = intern(label_list[r])
     table = SpanTable(
         scope=rows.astype(np.int64),
@@ -421,7 +421,7 @@ def _hull(
     s_done = np.full(len(s), NO_TIME, np.int64)
     np.maximum.at(s_done, own, done)
     unc = np.zeros(len(s), np.int64)
-    for q in np.unique(first_q[first_q >= 0]).tolist():
+    for q in distinct(first_q[first_q >= 0]).tolist():
         got = fit_of(q)
         if got is None:
             continue
@@ -495,7 +495,7 @@ def _place_ops(
     tid = pick(7, np.int64)
     done = pick(16, np.int64)
     seen = tid >= 0
-    for d in np.unique(dev).tolist():
+    for d in distinct(dev).tolist():
         fit = _fit_for(fitted, d)
         m = dev == d
         if fit is None:  # no calibration at all: keep the raw clock, the header says so
@@ -572,7 +572,7 @@ def _attribute(s: ScopeTable, thread: np.ndarray, call_ns: np.ndarray) -> np.nda
     out = np.full(len(thread), -1, np.int64)
     parent = s.parent
     ends = s.cpu_end_ns
-    for th in np.unique(thread[thread >= 0]).tolist():
+    for th in distinct(thread[thread >= 0]).tolist():
         rows = np.flatnonzero(s.thread == th)
         if not len(rows):
             continue

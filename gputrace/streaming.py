@@ -32,6 +32,7 @@ from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.errors import report_internal
 from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
+from gputrace.npstats import distinct
 from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, ThrottledLog, raw_thread
 from gputrace.resolver import RawRecording, anomaly_report, resolve
 
@@ -86,11 +87,6 @@ class Streamer:
     def __init__(
         self, path: Any, header: dict[str, Any], recorder: Recorder, raw: RawRecording, writer: Any = None
     ) -> None:
-        # numpy 2's np.unique imports numpy.ma on first use (~12 ms). Imported here, on the
-        # program's thread: in the stream's thread, each file access of that import waited for a
-        # busy program's 5 ms interpreter switch, and a first chunk took 1.5 s instead of 25 ms.
-        import numpy.ma  # noqa: F401
-
         self.header = header
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
@@ -341,7 +337,7 @@ class Streamer:
             again = seen[s.name] & ((s.flags & _COLD) != 0)
             if again.any():
                 s.flags = np.where(again, s.flags & ~np.uint32(_COLD), s.flags).astype(np.uint32)
-            self.seen_names.update(names[i] for i in np.unique(s.name).tolist())
+            self.seen_names.update(names[i] for i in distinct(s.name).tolist())
             for bit in Flag:
                 c = int(np.count_nonzero(s.flags & int(bit)))
                 if c:

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.npstats import distinct
+
 
 @dataclass(frozen=True)
 class Stat:
@@ -103,7 +105,7 @@ def smallest_step(values: Sequence[float]) -> float | None:
     >>> smallest_step([5.0, 5.0]) is None
     True
     """
-    uniq = np.unique(np.asarray(values, dtype=np.float64))
+    uniq = distinct(np.asarray(values, dtype=np.float64))
     if uniq.size < 2:
         return None
     return float(np.diff(uniq).min())

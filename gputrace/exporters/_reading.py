@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace.model import NO_TIME, ScopeTable, SpanTable
+from gputrace.npstats import distinct
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -63,7 +64,7 @@ def span_table(
 
 def no_nesting(s: ScopeTable) -> bool:
     """True when no scope starts before an earlier scope of its thread has ended (no parents)."""
-    for th in np.unique(s.thread).tolist():
+    for th in distinct(s.thread).tolist():
         rows = np.flatnonzero(s.thread == th)
         ends = np.maximum.accumulate(s.cpu_end_ns[rows])
         if (s.cpu_start_ns[rows][1:] < ends[:-1]).any():

@@ -35,6 +35,7 @@ import orjson
 from gputrace.exporters._text import Rows
 from gputrace.jsonsafe import dumps
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
+from gputrace.npstats import distinct
 
 GPU_PID_BASE = 1 << 30  # GPU "processes"; real pids stay below 2**22 on Linux
 OVERLAP_TID_STEP = 1 << 24  # overflow lane n of a track: tid + n·step (Linux tids stay below 2**22)
@@ -322,7 +323,7 @@ class Encoder:
             else np.zeros(0, bool)
         )
         if bad.any():
-            for th in np.unique(s.thread[bad]).tolist():
+            for th in distinct(s.thread[bad]).tolist():
                 rows = np.flatnonzero(s.thread == th)
                 lanes = np.array(
                     _lanes(
@@ -395,7 +396,7 @@ class Encoder:
         q_of = s.queue[rows].astype(np.int64)
         gtid = q_of + 1
         g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
-        for qi in np.unique(q_of).tolist():
+        for qi in distinct(q_of).tolist():
             at = np.flatnonzero(q_of == qi)
             # in-order queues (the usual case) need no lane search
             q0, q1 = g0[at], g1[at]
@@ -582,7 +583,7 @@ def op_events(
     tids = np.array([t.tid for t in trace.threads] or [0], np.int64)
     # an operations track per stream; an overlap (concurrent graph branches) gets a lane
     op_tid = OP_TID_BASE + qcol
-    for qi in np.unique(qcol).tolist():
+    for qi in distinct(qcol).tolist():
         at = np.flatnonzero(qcol == qi)
         q0, q1 = st[at], en[at]
         in_order = len(at) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all())

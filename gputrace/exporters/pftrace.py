@@ -82,6 +82,7 @@ from gputrace.model import (
     flags_from_names,
     nest,
 )
+from gputrace.npstats import distinct
 
 EXTENSIONS = (".pftrace", ".perfetto-trace")
 
@@ -570,7 +571,7 @@ class _Encoder:
         par = np.maximum(s.parent, 0)
         bad = (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[par])
         if bad.any():  # interleaved coroutines: partial overlaps go to extra tracks
-            for th in np.unique(s.thread[bad]).tolist():
+            for th in distinct(s.thread[bad]).tolist():
                 rr = np.flatnonzero(s.thread == th)
                 lanes = _lanes(s.cpu_start_ns[rr].tolist(), s.cpu_end_ns[rr].tolist(), list(range(len(rr))))
                 lane[rr] = lanes
@@ -705,7 +706,7 @@ class _Encoder:
         st, en = s.gpu_start_ns[rows], s.gpu_end_ns[rows]
         q = queue[rows]
         lane = np.zeros(len(rows), np.int64)
-        for qi in np.unique(q).tolist():
+        for qi in distinct(q).tolist():
             k = np.flatnonzero(q == qi)
             lane[k] = self._carry((K_QUEUE, qi), _slice_lanes(st[k], en[k]), st[k], np.maximum(en[k], st[k]))
         track = self._tracks_for(q, lane, self.queue_track)
@@ -783,7 +784,7 @@ class _Encoder:
             order = np.lexsort((dq, tq, qq))
             tq, dq, qq, who = tq[order], dq[order], qq[order], who[order]
             val = np.empty(len(tq), np.int64)
-            for qi in np.unique(qq).tolist():
+            for qi in distinct(qq).tolist():
                 k = np.flatnonzero(qq == qi)
                 val[k] = self.depth.get(qi, 0) + np.cumsum(dq[k])
                 self.depth[qi] = int(val[k[-1]])
@@ -811,7 +812,7 @@ class _Encoder:
         w = np.flatnonzero(gap_ok)
         if len(w):
             qlane = np.zeros(len(w), np.int64)
-            for qi in np.unique(q[w]).tolist():
+            for qi in distinct(q[w]).tolist():
                 k = np.flatnonzero(q[w] == qi)
                 qlane[k] = self._carry(
                     (K_QUEUED, qi), _disjoint_lanes(sub[w][k], st[w][k]), sub[w][k], st[w][k]
@@ -849,7 +850,7 @@ class _Encoder:
         ends = self.lane_end.setdefault(key, [])
         out = np.empty(len(lanes), np.int64)
         taken: set[int] = set()
-        for j in np.unique(lanes).tolist():
+        for j in distinct(lanes).tolist():
             m = lanes == j
             lo, hi = int(st[m].min()), int(en[m].max())
             g = next((g for g, e in enumerate(ends) if e <= lo and g not in taken), len(ends))
@@ -941,7 +942,7 @@ class _Encoder:
         st, en = ops.gpu_start_ns, ops.gpu_end_ns
         ge = np.maximum(en, st)
         lane = np.zeros(n, np.int64)
-        for qi in np.unique(queue).tolist():
+        for qi in distinct(queue).tolist():
             m = np.flatnonzero(queue == qi)
             lane[m] = self._carry((K_OPS, qi), _disjoint_lanes(st[m], ge[m]), st[m], ge[m])
         track = self._tracks_for(queue, lane, self.ops_track)
@@ -1841,7 +1842,7 @@ def _build(
         a_pk = np.concatenate([a[0] for a in pk.ann])
         a_nm = np.concatenate([a[1] for a in pk.ann])
         a_val = np.concatenate([a[3] for a in pk.ann])
-        for iid in np.unique(a_nm).tolist():
+        for iid in distinct(a_nm).tolist():
             sel = np.flatnonzero(a_nm == iid)
             if user_args and iid in user_args:  # user arguments written as columns
                 a_tag = np.concatenate([a[2] for a in pk.ann])[sel]
