@@ -12,7 +12,7 @@ import pytest
 import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
-from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP
+from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP, LaneCarry
 from tests import perfetto_rules
 
 
@@ -220,3 +220,20 @@ def test_json_is_plain_and_complete(tmp_path: Path) -> None:
     assert list(doc) == ["displayTimeUnit", "metadata", "traceEvents", "gputrace"]
     assert set(doc["metadata"]) == {"gputrace_stream"}
     assert b"NaN" not in path.read_bytes() and b"Infinity" not in path.read_bytes()
+
+
+def test_lanes_carry_open_slices_from_one_chunk_to_the_next() -> None:
+    """Back-to-back GPU work written in two chunks, each under its own clock fit, can overlap by
+    tens of ns; the later slice moves to an overflow lane, and only it."""
+    carry = LaneCarry()
+    i64 = np.int64
+    first = carry.lanes(("gpu", 0), np.array([0, 10], i64), np.array([10, 20], i64))
+    assert first.tolist() == [0, 0]
+    # 19 starts before the last written slice ends at 20: lane 1; 30 is clear of everything
+    second = carry.lanes(("gpu", 0), np.array([19, 30, 31], i64), np.array([30, 40, 35], i64))
+    assert second.tolist() == [1, 0, 0]  # (31, 35) nests inside (30, 40)
+    # another track keeps its own lanes
+    assert carry.lanes(("gpu", 1), np.array([5], i64), np.array([6], i64)).tolist() == [0]
+    # a slice that nests inside one still open from an earlier chunk shares its lane
+    assert carry.lanes(("gpu", 0), np.array([36], i64), np.array([38], i64)).tolist() == [0]
+    assert carry.lanes(("gpu", 0), np.array([39], i64), np.array([45], i64)).tolist() == [1]

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 
 from gputrace.exporters._text import Rows
@@ -75,6 +76,55 @@ def _lanes(starts: list[int], ends: list[int], order: list[int]) -> list[int]:
             stacks.append([i])
             lanes[i] = len(stacks) - 1
     return lanes
+
+
+class LaneCarry:
+    """Lanes of one file's GPU tracks, kept across a streamed file's chunks.
+
+    Each lane holds the slices still open at the end of the last chunk, as (start, end): a slice
+    of a later chunk never partially overlaps one already written on its track. Across a chunk
+    boundary the clock fit changes (each chunk uses the fit known when it was written), which can
+    move back-to-back GPU work written in two chunks into a partial overlap of tens of ns.
+    """
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, int], list[list[tuple[int, int]]]] = {}
+
+    def lanes(
+        self, key: tuple[str, int], st: npt.NDArray[np.int64], en: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """Lane per slice [st, en) (en >= st) of one track: nested or disjoint within a lane."""
+        n = len(st)
+        out = np.zeros(n, np.int64)
+        stacks = self.open.setdefault(key, [])
+        if not n:
+            return out
+        order = np.lexsort((-en, st))
+        ss, ee = st[order], en[order]
+        first = int(ss[0])
+        for stack in stacks:
+            while stack and stack[-1][1] <= first:
+                stack.pop()
+        if not any(stacks) and (n < 2 or (ss[1:] >= np.maximum.accumulate(ee)[:-1]).all()):
+            # the usual case: an in-order queue, nothing earlier still open
+            if not stacks:
+                stacks.append([])
+            stacks[0].append((int(ss[-1]), int(ee[-1])))
+            return out
+        sl, el = ss.tolist(), ee.tolist()
+        for j, i in enumerate(order.tolist()):
+            a, b = sl[j], el[j]
+            for li, stack in enumerate(stacks):
+                while stack and stack[-1][1] <= a:
+                    stack.pop()
+                if not stack or (stack[-1][0] <= a and stack[-1][1] >= b):
+                    stack.append((a, b))
+                    out[i] = li
+                    break
+            else:
+                stacks.append([(a, b)])
+                out[i] = len(stacks) - 1
+        return out
 
 
 def queue_dict(q: QueueInfo) -> dict[str, Any]:
@@ -242,6 +292,7 @@ class Encoder:
         self.op_rows = 0  # operations written so far (numbers them, and their flows, across chunks)
         self.ops_not_drawn = 0  # operations off the file's time line (before it, or never aligned)
         self.named: set[tuple[int, int]] = set()  # (pid, tid) with a name event; tid 0: process
+        self.lane_carry = LaneCarry()  # GPU tracks' open slices, across chunks
         self.threads: dict[int, ThreadInfo] = {}
         self.queues: list[QueueInfo] = []
 
@@ -365,7 +416,7 @@ class Encoder:
         parts += self._gpu_events(trace, r0, jnames, has_gpu, ev)
         if len(trace.ops):
             self.has_ops = True
-            got, skipped = op_events(trace, r0, base, self.op_rows, jnames)
+            got, skipped = op_events(trace, r0, base, self.op_rows, jnames, self.lane_carry)
             parts += got
             self.op_rows += len(trace.ops)
             self.ops_not_drawn += skipped
@@ -398,13 +449,9 @@ class Encoder:
         g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
         for qi in distinct(q_of).tolist():
             at = np.flatnonzero(q_of == qi)
-            # in-order queues (the usual case) need no lane search
-            q0, q1 = g0[at], g1[at]
-            if len(at) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all()):
+            lanes = self.lane_carry.lanes(("gpu", qi), g0[at], np.maximum(g1[at], g0[at]))
+            if not lanes.any():
                 continue
-            st, en = q0.tolist(), q1.tolist()
-            order = sorted(range(len(at)), key=lambda k: (st[k], -en[k]))
-            lanes = np.array(_lanes(st, en, order), np.int64)
             gtid[at] += lanes * OVERLAP_TID_STEP
             dev = queues[qi].device if 0 <= qi < nq else 0
             label = queues[qi].label if 0 <= qi < nq else "queue"
@@ -544,12 +591,18 @@ MAX_OP_NS = 10**15
 
 
 def op_events(
-    trace: Trace, r0: int, base: int, op0: int = 0, jnames: list[str] | None = None
+    trace: Trace,
+    r0: int,
+    base: int,
+    op0: int = 0,
+    jnames: list[str] | None = None,
+    lane_carry: LaneCarry | None = None,
 ) -> tuple[list[Any], int]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
     slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
     ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
-    numbered from ``r0`` and operations from ``op0`` (a streamed file's chunks). Events come as
+    numbered from ``r0`` and operations from ``op0`` (a streamed file's chunks; ``lane_carry``
+    keeps each operations track's open slices from one chunk to the next). Events come as
     pieces of JSON text, each event followed by a comma, formatted a column at a time (tens of
     thousands of kernels per sync are common).
 
@@ -583,14 +636,11 @@ def op_events(
     tids = np.array([t.tid for t in trace.threads] or [0], np.int64)
     # an operations track per stream; an overlap (concurrent graph branches) gets a lane
     op_tid = OP_TID_BASE + qcol
+    carry = lane_carry if lane_carry is not None else LaneCarry()
     for qi in distinct(qcol).tolist():
         at = np.flatnonzero(qcol == qi)
-        q0, q1 = st[at], en[at]
-        in_order = len(at) < 2 or ((np.diff(q0) >= 0).all() and (q1[:-1] <= q0[1:]).all())
-        lanes = np.zeros(len(at), np.int64)
-        if not in_order:  # rows are in GPU start order already
-            lanes = np.array(_lanes(q0.tolist(), q1.tolist(), list(range(len(at)))), np.int64)
-            op_tid[at] += lanes * OVERLAP_TID_STEP
+        lanes = carry.lanes(("ops", qi), st[at], np.maximum(en[at], st[at]))
+        op_tid[at] += lanes * OVERLAP_TID_STEP
         d = queues[qi].device if 0 <= qi < nq else 0
         label = queues[qi].label if 0 <= qi < nq else "stream ?"
         for ln in range(int(lanes.max()) + 1):

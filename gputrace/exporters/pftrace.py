@@ -56,6 +56,7 @@ from gputrace.exporters._reading import no_nesting, span_table, with_folded
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
     OVERLAP_TID_STEP,
+    LaneCarry,
     _distinct_rows,
     _lanes,
     completed,
@@ -314,6 +315,7 @@ class _Encoder:
         self.last_unc = 0  # the last GPU scope's alignment uncertainty (written where it changes)
         self.row_track = np.zeros(0, np.int64)  # the chunk's CPU track per scope
         self.lane_end: dict[tuple[int, int], list[int]] = {}
+        self.lane_carry = LaneCarry()  # GPU queue tracks' open slices, across chunks
         self.last_ts = int(header.get("base_ns", header.get("start_ns", 0)) or 0)
         self.t0 = self.last_ts
         procs = header.get("processes")
@@ -708,7 +710,7 @@ class _Encoder:
         lane = np.zeros(len(rows), np.int64)
         for qi in distinct(q).tolist():
             k = np.flatnonzero(q == qi)
-            lane[k] = self._carry((K_QUEUE, qi), _slice_lanes(st[k], en[k]), st[k], np.maximum(en[k], st[k]))
+            lane[k] = self.lane_carry.lanes(("gpu", qi), st[k], np.maximum(en[k], st[k]))
         track = self._tracks_for(q, lane, self.queue_track)
         for qi in range(len(self.queues)):
             self.queue_track(qi, 0)
@@ -1181,16 +1183,6 @@ def _distinct(col: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.i
 
 def _take(v: I64 | int, m: npt.NDArray[np.bool_]) -> I64 | int:
     return v if isinstance(v, (int, np.integer)) else v[m]
-
-
-def _slice_lanes(st: I64, en: I64) -> I64:
-    """Lane per GPU slice so no track holds a partial overlap (nested or disjoint only)."""
-    order = np.lexsort((-en, st))
-    ss, ee = st[order], np.maximum(en[order], st[order])
-    if len(ss) < 2 or (ss[1:] >= np.maximum.accumulate(ee)[:-1]).all():
-        return np.zeros(len(st), np.int64)
-    lanes = _lanes(st.tolist(), np.maximum(en, st).tolist(), order.tolist())
-    return np.asarray(lanes, np.int64)
 
 
 def _disjoint_lanes(st: I64, en: I64) -> I64:

@@ -1,0 +1,44 @@
+"""What a session imports: nothing heavy that the user's program did not ask for.
+
+Each case runs in a fresh interpreter, since an import, once done, is never undone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SESSION = r"""
+import sys
+import gputrace
+from gputrace import summary
+path = sys.argv[1]
+with gputrace.session(path, backend="fake", quiet=True):
+    for i in range(300):
+        with gputrace.trace("step", i=i):
+            with gputrace.trace("inner"):
+                pass
+        if i % 100 == 99:
+            gputrace.sync()
+t = gputrace.load(path)
+summary.summarize(t)
+heavy = sorted(m for m in ("numpy.ma", "cupy", "wgpu", "torch", "cupti") if m in sys.modules)
+print(len(t.spans), heavy)
+"""
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".pftrace"])
+def test_a_streamed_session_its_load_and_summary_never_import_numpy_ma(tmp_path: Path, suffix: str) -> None:
+    """``numpy.ma`` costs 12-17 ms to import (73 ms without bytecode); numpy 2 loads it lazily from
+    ``np.unique``, ``np.median`` and ``np.percentile``. A session start once paid it up front."""
+    out = subprocess.run(
+        [sys.executable, "-c", SESSION, str(tmp_path / f"t{suffix}")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.split() == ["600", "[]"], out.stdout + out.stderr
