@@ -705,7 +705,7 @@ def _safe(fn: Any) -> Any:
 def _calibration(backend: str) -> dict[str, Any] | None:
     """This machine's saved calibration for ``backend`` (``gputrace calibrate``), or None."""
     try:
-        from gputrace.calibrate.store import header_calibration
+        from gputrace.calstore import header_calibration
 
         return header_calibration(backend)
     except Exception:  # a calibration file must never fail a session

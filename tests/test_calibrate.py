@@ -16,7 +16,7 @@ from gputrace.calibrate.breakeven import crossing, table
 from gputrace.calibrate.report import render
 from gputrace.calibrate.result import FORMAT
 from gputrace.calibrate.stats import smallest_step, wall_per_op
-from gputrace.calibrate.store import ENV_VAR, default_path, header_calibration
+from gputrace.calstore import ENV_VAR, default_path, header_calibration
 from gputrace.cli import cli
 from gputrace.clock import FakeClock
 

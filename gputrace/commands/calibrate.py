@@ -79,7 +79,7 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
     """Measure launch overhead, copy latency, timer resolution and the CPU-vs-GPU break-even."""
     from gputrace.calibrate import measure, steps
     from gputrace.calibrate.report import render
-    from gputrace.calibrate.store import default_path, save
+    from gputrace.calstore import default_path, save
     from gputrace.progress import Progress
 
     try:

@@ -1,4 +1,4 @@
-"""Where calibrations live, and the part of one that later traces record in their header.
+"""Where calibrations live (``gputrace calibrate`` saves them), and the part of one that later traces record.
 
 ``gputrace calibrate`` saves to a per-machine, per-backend file (``default_path``), or to the file
 named by the environment variable ``GPUTRACE_CALIBRATION``. A session started later on the same
