@@ -1,6 +1,7 @@
 """Where a CUDA session's time goes, phase by phase, on a real GPU (cProfile of start and stop).
 
     python3 benchmarks/probe_cuda_phases.py [cupti|events] [n]
+    PROBE_MATMUL=1 python3 benchmarks/probe_cuda_phases.py bare,events 60   # the GPU-bound loop
 
 Runs the 20k tiny-kernel loop of ``bench_cuda.py --only programs`` once under a gputrace session,
 prints start / loop / stop in ms, then the cProfile of session start (cumulative) and of stop
@@ -27,6 +28,14 @@ def stalls(gaps):
             "iter_max_us": g[-1] / 1e3}
 x = cp.zeros(256, dtype=cp.float32)
 x += 1; cp.cuda.Device().synchronize()
+if os.environ.get("PROBE_MATMUL") == "1":  # the GPU-bound workload: 4096² matmuls
+    a = cp.random.rand(4096, 4096, dtype=cp.float32)
+    class _M:
+        def __iadd__(self, _one):
+            a @ a
+            return self
+    a @ a; cp.cuda.Device().synchronize()
+    x = _M()
 if mode.startswith("raw"):
     from cupti import cupti
     K = cupti.ActivityKind

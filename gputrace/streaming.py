@@ -22,7 +22,6 @@ import threading
 import time
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,11 +48,15 @@ _COLD = int(Flag.COLD)
 _DEGRADED = int(Flag.DEGRADED)
 
 
-@dataclass
 class Taken:
     """Records taken out of the recorder's buffers: per thread, flat plain and rich scopes."""
 
-    threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] = field(default_factory=list)
+    __slots__ = ("threads",)
+
+    def __init__(
+        self, threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] | None = None
+    ) -> None:
+        self.threads = threads if threads is not None else []
 
 
 class _Detached:

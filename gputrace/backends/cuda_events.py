@@ -51,7 +51,6 @@ import itertools
 import threading
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, RawSpan
@@ -77,6 +76,7 @@ DEFAULT_SYNC_TIMEOUT_S = 120.0
 HARVEST_EVERY = 512
 HARVEST_EXITS = 8
 HARVEST_BATCH = 4 * HARVEST_EXITS
+WAIT_NAP_S = 1e-4  # longest nap while waiting for the GPU (1 ms naps made a stop ~0.5 ms late)
 RETIRE_EVERY = 256  # harvests between two anchor retirements (it walks every live scope)
 _MS = 1e6
 
@@ -120,32 +120,39 @@ def ms_to_ns(ms: float) -> int:
     return round(ms * _MS)
 
 
-@dataclass
+# Plain classes, not dataclasses: creating a dataclass costs ~1 ms at import, inside session start.
 class _Anchor:
-    cpu_ns: int  # session clock when it was recorded
-    event: int
-    gpu_ns: int | None = None  # ns since the device's first anchor, once chained
+    __slots__ = ("cpu_ns", "event", "gpu_ns")
+
+    def __init__(self, cpu_ns: int, event: int) -> None:
+        self.cpu_ns = cpu_ns  # session clock when it was recorded
+        self.event = event
+        self.gpu_ns: int | None = None  # ns since the device's first anchor, once chained
 
 
-@dataclass
 class _Device:
-    index: int
-    name: str
-    stream: Any  # the backend's own non-blocking stream on this device
-    pool: list[int] = field(default_factory=list)
-    created: int = 0
-    anchors: list[_Anchor] = field(default_factory=list)
-    anchor_due_ns: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    __slots__ = ("anchor_due_ns", "anchors", "created", "index", "lock", "name", "pool", "stream")
+
+    def __init__(self, index: int, name: str, stream: Any) -> None:
+        self.index = index
+        self.name = name
+        self.stream = stream  # the backend's own non-blocking stream on this device
+        self.pool: list[int] = []
+        self.created = 0
+        self.anchors: list[_Anchor] = []
+        self.anchor_due_ns = 0
+        self.lock = threading.Lock()
 
 
-@dataclass
 class _Queue:
-    q: int
-    dev: _Device
-    sptr: int
-    stream: Any  # the user's stream object, kept alive so its handle is not reused
-    last_end: int = 0  # last end event recorded on it (0: none since the last sync)
+    __slots__ = ("dev", "last_end", "q", "sptr", "stream")
+
+    def __init__(self, q: int, dev: _Device, sptr: int, stream: Any) -> None:
+        self.q = q
+        self.dev = dev
+        self.sptr = sptr
+        self.stream = stream  # the user's stream object, kept alive so its handle is not reused
+        self.last_end = 0  # last end event recorded on it (0: none since the last sync)
 
 
 class CudaEventsBackend(Backend):
@@ -335,8 +342,8 @@ class CudaEventsBackend(Backend):
         for ev, where in events:
             while query(ev) != 0:
                 spins += 1
-                if spins > 2000:
-                    time.sleep(min(0.001, 1e-6 * (spins - 2000)))
+                if spins > 2000:  # then naps of at most 0.1 ms: finished work is seen within that
+                    time.sleep(min(WAIT_NAP_S, 1e-6 * (spins - 2000)))
                 if time.monotonic() > deadline:
                     raise GputraceError(
                         f"the GPU did not finish the traced work on {where} within "
