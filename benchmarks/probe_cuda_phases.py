@@ -108,6 +108,17 @@ if prof:
 else:
     s.start()
 ta = time.perf_counter_ns()
+# the file writer's own time (encode + write), to tell the stop's other work from writing
+wr_ns = [0]
+w = getattr(getattr(s, "_streamer", None), "writer", None)
+for meth in ("append", "close") if w is not None else ():
+    def _timed(*a, _f=getattr(w, meth), **k):
+        t = time.perf_counter_ns()
+        try:
+            return _f(*a, **k)
+        finally:
+            wr_ns[0] += time.perf_counter_ns() - t
+    setattr(w, meth, _timed)
 tr = gputrace.trace("tiny")
 import gc
 gcs = []
@@ -142,7 +153,8 @@ if prof:
     pstats.Stats(p2, stream=sys.stderr).sort_stats(os.environ.get("PROBE_SORT", "tottime")).print_stats(45)
 info = s.trace.header["backend_info"]
 print(json.dumps({"mode": mode, "start": (ta-t0)/1e6, "loop": (tb-ta)/1e6, "stop": (tc-tb)/1e6,
-                  **stalls(gaps), "bytes": os.path.getsize(out), "cupti_start_ms": info.get("cupti_start_ms"),
+                  **stalls(gaps), "write_ms": wr_ns[0] / 1e6,
+                  "bytes": os.path.getsize(out), "cupti_start_ms": info.get("cupti_start_ms"),
                   "api_records": info.get("cupti_api_records"), "timing": info.get("timing")}))
 """
 
