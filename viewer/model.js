@@ -1,7 +1,7 @@
 // The trace file (what gputrace/exporters/chrome.py writes) turned into lanes and slices.
 //
 // Lanes, top to bottom: per process (its sort index, then pid), CPU thread lanes; per GPU, for
-// each stream its "queued" lane (submission -> GPU start, async b/e events) and then its
+// each stream its "queued" lane (submission -> GPU start, async b/e events; the e unnamed) and then its
 // execution lane; counters last. Slices live in typed arrays (columns) so 100k scopes stay cheap;
 // each lane keeps, per row, its slice ids in start order plus a running max of their ends, which
 // lets the timeline find the first visible slice of a row by binary search.
@@ -127,13 +127,22 @@ var GT = window.GT || (window.GT = {});
           addSlice(lane(pid >= GPU_PID_BASE ? 'gpu' : 'cpu', pid, tid), ts, dur, e.name, KIND.other, -1, i, flags);
         }
       } else if (ph === 'b' || ph === 'e') {
+        // paired as Perfetto pairs them: by process, category and id; an end with no name
+        // (gputrace writes its waits' ends so) closes the latest open begin, a named one the
+        // latest begin of that name
         var aid = e.id2 && typeof e.id2 === 'object' && e.id2.local !== undefined ? e.id2.local : e.id;
-        var akey = pid + '|' + e.cat + '|' + aid + '|' + e.name;
-        if (ph === 'b') asyncOpen.set(akey, i);
-        else {
-          var bi = asyncOpen.get(akey);
-          if (bi === undefined) continue;
-          asyncOpen.delete(akey);
+        var akey = pid + '|' + e.cat + '|' + aid;
+        var opened = asyncOpen.get(akey);
+        if (ph === 'b') {
+          if (opened) opened.push(i); else asyncOpen.set(akey, [i]);
+        } else {
+          var oi = opened ? opened.length - 1 : -1;
+          if (e.name !== undefined && e.name !== null && e.name !== '') {
+            while (oi >= 0 && events[opened[oi]].name !== e.name) oi--;
+          }
+          if (oi < 0) continue;
+          var bi = opened.splice(oi, 1)[0];
+          if (!opened.length) asyncOpen.delete(akey);
           var b = events[bi];
           var bargs = b.args || {};
           var bid = b.id2 && typeof b.id2 === 'object' ? b.id2.local : undefined;

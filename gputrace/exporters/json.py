@@ -416,7 +416,7 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
                     add(e)
         elif kind is instant:
             instant_add(e)
-        elif kind is async_begin and e.cat == "queued":
+        elif kind is async_begin and _is_wait(e.cat, e.name, unset):
             wait_add(e)
     for group in (cpu, passes, instants):
         _decode_field(group, "args")
@@ -590,9 +590,15 @@ def _classify(events: list[Any]) -> tuple[Any, ...]:
                 op_events.append(e)
         elif ph == "i":
             instants.append(e)
-        elif ph == "b" and e.get("cat") == "queued" and isinstance(e.get("id2"), dict):
+        elif ph == "b" and isinstance(e.get("id2"), dict) and _is_wait(e.get("cat"), e.get("name"), None):
             waits.append(e)
     return cpu, gpu, passes, instants, waits, op_events
+
+
+def _is_wait(cat: Any, name: Any, absent: Any) -> bool:
+    """Whether an async begin is a scope's wait: named "queued…" with no category (its end has
+    neither name nor category, docs/output.md), or, in older files, ``cat: "queued"``."""
+    return cat == "queued" or (cat is absent and type(name) is str and name.startswith("queued"))
 
 
 def _build(events: list[Any], header: dict[str, Any]) -> Trace:
