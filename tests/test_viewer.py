@@ -502,6 +502,28 @@ def test_waits_with_unnamed_ends_draw_as_the_named_ones_did(
 
 
 @pytest.mark.browser
+def test_anomaly_examples_are_made_whole_as_the_reader_makes_them(
+    page: Page, server: ViewerServer, golden: Path, doc: dict[str, Any]
+) -> None:
+    from gputrace.flags import EXPLAIN
+
+    page.open(server.url)
+    assert page.js("GT.EXPLAIN") == EXPLAIN
+    written = doc["gputrace"]["anomalies"]["items"]
+    assert written and all(set(it) == {"scope", "kinds"} for it in written)  # the rest repeats the scope
+    keys = ("scope", "name", "kinds", "cpu_ns", "gpu_ns", "queue_gap_ns", "uncertainty_ns", "explain")
+    read = [{k: it[k] for k in keys} for it in gputrace.load(golden).header["anomalies"]["items"]]
+    shown = page.js("doc => GT.buildModel(doc).header.anomalies.items", doc)
+    assert [{k: it.get(k) for k in keys} for it in shown] == read
+    # an example written whole (older files) is left as it is
+    whole = dict(read[0], name="as written", cpu_start_ns=1)
+    old = dict(
+        doc, gputrace=dict(doc["gputrace"], anomalies=dict(doc["gputrace"]["anomalies"], items=[whole]))
+    )
+    assert page.js("doc => GT.buildModel(doc).header.anomalies.items", old) == [whole]
+
+
+@pytest.mark.browser
 def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: dict[str, Any]) -> None:
     page.open(server.url)
     for scope in (1, 4):  # a warm matmul on stream 0, the copy on stream s1
@@ -663,6 +685,9 @@ def test_search_click_select_and_anomalies(page: Page, server: ViewerServer, doc
     scope = doc["gputrace"]["anomalies"]["items"][0]["scope"]
     assert page.js("gputraceViewer.stats().selected") == page.js(f"gputraceViewer.sliceOf('gpu', {scope})")
     assert "empty_gpu_span" in page.page.locator("#details-body").inner_text()
+    # the example, written as its scope and kinds, is listed with its name and what it means
+    text = items.first.inner_text()
+    assert "empty" in text and "no GPU work ran inside this scope" in text
 
 
 @pytest.mark.browser

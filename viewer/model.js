@@ -20,6 +20,16 @@ var GT = window.GT || (window.GT = {});
     outlier: 32, exception: 64, degraded: 128, untimed: 256,
   };
   var ANOMALY = 2 | 4 | 8 | 16 | 32 | 128;
+  // What each anomaly kind means, as gputrace/flags.py EXPLAIN says it (a file's examples may
+  // leave it out: it follows from the kinds).
+  var EXPLAIN = {
+    empty_gpu_span: 'no GPU work ran inside this scope: nothing was launched, or it was never flushed/submitted',
+    gpu_exceeds_wall: 'the GPU duration is longer than the wall time from submission to completion: clock skew or a bad timestamp',
+    start_before_submit: 'the GPU started before the CPU submitted the work, beyond the alignment uncertainty: clock skew',
+    overlap: 'two spans on one in-order queue partially overlap: timestamps from overlapping passes or a clock glitch',
+    outlier: 'far from the other calls of this name: contention, a clock change, or different work',
+    degraded: "gputrace failed while recording this scope; its times may be partial",
+  };
 
   function flagBits(list) {
     var f = 0;
@@ -29,6 +39,31 @@ var GT = window.GT || (window.GT = {});
 
   function num(v) {
     return typeof v === 'number' && isFinite(v) ? v : null;
+  }
+
+  // The header's anomaly examples that the file wrote as their scope and kinds (the rest repeats
+  // the scope's slices), made whole from those slices, as gputrace's readers do.
+  function completeExamples(rep, events, slices, names, cpuOfScope, gpuOfScope) {
+    if (!rep || typeof rep !== 'object' || !Array.isArray(rep.items)) return;
+    function ns(us) { return typeof us === 'number' ? Math.round(us * 1000) : null; }
+    rep.items.forEach(function (it) {
+      if (!it || typeof it !== 'object' || !Array.isArray(it.kinds)) return;
+      if (!Array.isArray(it.explain)) {
+        it.explain = it.kinds.filter(function (k) { return EXPLAIN[k]; }).map(function (k) { return EXPLAIN[k]; });
+      }
+      var sc = it.scope;
+      if (it.name !== undefined || typeof sc !== 'number' || sc < 0 || sc >= cpuOfScope.length) return;
+      var c = cpuOfScope[sc];
+      it.name = names[slices.name[c]];
+      it.cpu_ns = ns(slices.dur[c]);
+      it.gpu_ns = it.queue_gap_ns = null;
+      var g = gpuOfScope.get(sc);
+      if (g === undefined) return;
+      var ga = events[slices.ev[g]].args || {};
+      it.gpu_ns = typeof ga.gpu_us === 'number' ? ns(ga.gpu_us) : ns(slices.dur[g]);
+      if (typeof ga.submit_ts === 'number') it.queue_gap_ns = ns(slices.start[g] - ga.submit_ts);
+      if (typeof ga.uncertainty_us === 'number') it.uncertainty_ns = ns(ga.uncertainty_us);
+    });
   }
 
   function build(doc) {
@@ -292,6 +327,7 @@ var GT = window.GT || (window.GT = {});
     var scopeGpu = new Int32Array(nScopes).fill(-1), scopeQueued = new Int32Array(nScopes).fill(-1);
     gpuOfScope.forEach(function (v, k) { if (k < nScopes) scopeGpu[k] = v; });
     queuedOfScope.forEach(function (v, k) { if (k < nScopes) scopeQueued[k] = v; });
+    if (header) completeExamples(header.anomalies, events, slices, names, cpuOfScope, gpuOfScope);
 
     return {
       header: header, events: events, names: names, lanes: lanes, slices: slices, flows: flows,
@@ -438,6 +474,7 @@ var GT = window.GT || (window.GT = {});
   GT.KIND_NAMES = KIND_NAMES;
   GT.FLAG_BITS = FLAG_BITS;
   GT.ANOMALY = ANOMALY;
+  GT.EXPLAIN = EXPLAIN;
   GT.buildModel = build;
   GT.summarize = summarize;
   GT.firstEndingAfter = firstEndingAfter;

@@ -40,9 +40,11 @@ from gputrace.exporters.chrome import (
     OP_CATS,
     OVERLAP_TID_STEP,
     Encoder,
+    completed,
     file_header,
     lean_header,
     queue_dict,
+    referenced,
 )
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
@@ -171,7 +173,8 @@ def start_stub(header: dict[str, Any]) -> dict[str, Any]:
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write the whole ``trace`` (gzip when the name ends in ``.gz``); atomic: temp file + rename."""
     p = Path(path)
-    header = file_header(trace)
+    # an anomaly example that only repeats its scope is written as the scope and its kinds
+    header = referenced(file_header(trace), trace)
     tmp = p.with_name(p.name + ".partial")
     try:
         # the whole header follows the events; the one before them is what a cut file needs
@@ -735,8 +738,9 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     ops = _ops(
         op_events, base, n, threads, len(queues), lambda x: name_ids[x] if x in name_ids else intern_label(x)
     )
+    row_of = None  # the file's scope numbers -> the trace's rows, where they differ
     if n and (order != np.arange(n)).any():
-        new_row = np.empty(n, np.int64)
+        new_row = row_of = np.empty(n, np.int64)
         new_row[order] = np.arange(n)
         ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1)
         s, moved = _reorder(s, order, passes[0])
@@ -762,6 +766,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         from gputrace.resolver import anomaly_report  # the file keeps a few examples; rebuild them
 
         header["anomalies"] = anomaly_report(trace)
+    elif isinstance(an, dict) and an.get("items"):  # examples written as their scope and kinds
+        header["anomalies"] = completed(header, trace, row_of)["anomalies"]
     return trace
 
 
