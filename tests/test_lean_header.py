@@ -88,3 +88,25 @@ def test_older_files_with_whole_examples_read_as_written(tmp_path: Path) -> None
     old = tmp_path / "old.json"
     old.write_bytes(orjson.dumps(doc))
     assert gputrace.load(old).header["anomalies"] == whole
+
+
+def test_the_threads_and_queues_are_listed_by_the_name_events_only(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    trace = record(path)
+    assert "threads" not in header_of(path) and "queues" not in header_of(path)
+    back = gputrace.load(path)
+    assert back.threads == trace.threads and back.queues == trace.queues
+    assert back.header["threads"] == [{"tid": t.tid, "name": t.name} for t in trace.threads]
+    whole = gputrace.exporters.write(back, tmp_path / "whole.json")
+    assert "threads" not in header_of(whole)
+    assert gputrace.load(whole).header["queues"] == back.header["queues"]
+
+
+def test_threads_the_name_events_cannot_say_stay_in_the_header(tmp_path: Path) -> None:
+    from gputrace.model import ThreadInfo
+
+    trace = gputrace.load(record(tmp_path / "t.json") and tmp_path / "t.json")
+    # one tid listed twice (a name event per tid says only one of them)
+    trace.threads = [*trace.threads, ThreadInfo(trace.threads[0].tid, "again")]
+    out = gputrace.exporters.write(trace, tmp_path / "twice.json")
+    assert [t["name"] for t in header_of(out)["threads"]] == [t.name for t in trace.threads]

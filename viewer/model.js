@@ -82,7 +82,8 @@ var GT = window.GT || (window.GT = {});
       return id;
     }
     var threadOrder = new Map();
-    if (header && Array.isArray(header.threads)) {
+    var listed = !!(header && Array.isArray(header.threads));
+    if (listed) {
       header.threads.forEach(function (t, i) { threadOrder.set(Number(t.tid), i); });
     }
 
@@ -127,7 +128,11 @@ var GT = window.GT || (window.GT = {});
         var a = e.args || {};
         if (e.name === 'process_name') procName.set(pid, String(a.name));
         else if (e.name === 'process_sort_index') procSort.set(pid, Number(a.sort_index) || 0);
-        else if (e.name === 'thread_name') threadName.set(pid + '|' + tid, String(a.name));
+        else if (e.name === 'thread_name') {
+          threadName.set(pid + '|' + tid, String(a.name));
+          // a header that does not list the threads leaves their order to the name events
+          if (!listed && pid < GPU_PID_BASE && !threadOrder.has(tid)) threadOrder.set(tid, threadOrder.size);
+        }
         continue;
       }
       if (ts === null) { unknown++; continue; }

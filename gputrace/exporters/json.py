@@ -141,8 +141,13 @@ class StreamWriter:
         self.closed = True
         enc = self._enc
         header = lean_header(header)
-        header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in enc.threads.values()])
-        header.setdefault("queues", [queue_dict(q) for q in enc.queues])
+        named_threads = [{"tid": t.tid, "name": t.name} for t in enc.threads.values()]
+        named_queues = [queue_dict(q) for q in enc.queues]
+        header.setdefault("threads", named_threads)
+        header.setdefault("queues", named_queues)
+        if header["threads"] == named_threads and header["queues"] == named_queues:
+            # the name events list them, in this order: readers take them from there
+            del header["threads"], header["queues"]
         header["base_ns"] = enc.base
         if enc.ops_not_drawn:
             header["ops_not_drawn"] = enc.ops_not_drawn
