@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 import gputrace
 from gputrace.exporters.chrome import anomaly_example
@@ -47,11 +48,15 @@ def whole_examples(trace: gputrace.Trace) -> list[dict]:  # type: ignore[type-ar
     return out
 
 
-def test_a_streamed_files_examples_are_their_scope_and_kinds_and_read_whole(tmp_path: Path) -> None:
-    path = tmp_path / "t.json"
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz", "t.pftrace"])
+def test_a_streamed_files_examples_are_their_scope_and_kinds_and_read_whole(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / name
     record(path)
-    items = header_of(path)["anomalies"]["items"]
-    assert items == [{"scope": k, "kinds": ["empty_gpu_span"]} for k in (3, 4, 5)]  # in file order
+    if name == "t.json":
+        items = header_of(path)["anomalies"]["items"]
+        assert items == [{"scope": k, "kinds": ["empty_gpu_span"]} for k in (3, 4, 5)]  # in file order
     back = gputrace.load(path)
     got = back.header["anomalies"]["items"]
     assert [it["name"] for it in got] == ["noop"] * 3
