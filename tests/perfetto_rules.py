@@ -83,7 +83,9 @@ def check(doc: Any) -> list[str]:
             loc = e.get("id2", {}).get("local") if isinstance(e.get("id2"), dict) else None
             if loc is None:
                 bad.append(f"async event without id2.local: {e}")
-            asyncs[(e.get("pid"), e.get("cat"), e.get("name"), loc)].append(e)
+            # Perfetto keys an async slice by (pid, hash of cat and id): both ends need the same
+            # cat (or none); the name is the begin's, an end may leave it out
+            asyncs[(e.get("pid"), e.get("cat") or None, loc)].append(e)
         elif ph == "C":
             args = e.get("args", {})
             if not args or not all(
@@ -121,7 +123,11 @@ def check(doc: Any) -> list[str]:
         b = [e for e in evs if e["ph"] == "b"]
         en = [e for e in evs if e["ph"] == "e"]
         if len(b) != 1 or len(en) != 1 or en[0]["ts"] < b[0]["ts"]:
-            bad.append(f"async {key} is not one b followed by one e")
+            bad.append(f"async {key} is not one b followed by one e (with the same cat)")
+        elif not b[0].get("name"):
+            bad.append(f"async {key}: its b has no name (the track and slice take the b's)")
+        elif en[0].get("name") and en[0]["name"] != b[0]["name"]:
+            bad.append(f"async {key}: its e is named {en[0]['name']!r}, its b {b[0]['name']!r} (no match)")
     for key in used_threads - named_threads:
         bad.append(f"track {key} has no thread_name")
     return bad

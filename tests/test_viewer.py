@@ -130,9 +130,12 @@ def events(doc: dict[str, Any], ph: str, cat: str | None = None) -> list[dict[st
 
 
 def cat_of(e: dict[str, Any]) -> str | None:
-    """A scope's slices carry no cat in the file: CPU in a Python process, GPU in a GPU process."""
+    """A scope's slices carry no cat in the file: CPU in a Python process, GPU in a GPU process;
+    a wait's begin is named "queued · <stream>", its end has neither name nor cat."""
     if e.get("cat") is None and e["ph"] == "X":
         return "gpu" if e["pid"] >= GPU_PID_BASE else "cpu"
+    if e.get("cat") is None and e["ph"] in ("b", "e") and str(e.get("name", "queued")).startswith("queued"):
+        return "queued"
     return e.get("cat")
 
 
@@ -450,6 +453,76 @@ def test_page_loads_the_golden_trace_and_draws_what_it_holds(
     assert st["view"]["end"] >= max(e["ts"] + e["dur"] for e in gpu)
 
 
+def named_ends(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as older gputrace wrote it: each wait's begin and end with ``cat`` and ``name``."""
+    names = {(e["pid"], e["id2"]["local"]): e["name"] for e in events(doc, "b", "queued")}
+    old = [
+        dict(e, cat="queued", name=names[e["pid"], e["id2"]["local"]]) if cat_of(e) == "queued" else e
+        for e in doc["traceEvents"]
+    ]
+    return dict(doc, traceEvents=old)
+
+
+QUEUED_SLICES = """doc => {
+    const m = GT.buildModel(doc), S = m.slices, out = [];
+    for (let s = 0; s < S.n; s++) {
+        if (S.kind[s] !== GT.KIND.queued) continue;
+        out.push([S.scope[s], S.start[s], S.dur[s], m.lanes[S.lane[s]].title]);
+    }
+    return out.sort((a, b) => a[0] - b[0]);
+}"""
+
+
+@pytest.mark.browser
+def test_waits_with_unnamed_ends_draw_as_the_named_ones_did(
+    page: Page, server: ViewerServer, doc: dict[str, Any]
+) -> None:
+    page.open(server.url)
+    ends = events(doc, "e")
+    assert ends and all(set(e) == {"ph", "id2", "pid", "ts"} for e in ends)  # as written now
+    begins = {(e["pid"], e["id2"]["local"]): e for e in events(doc, "b", "queued")}
+    assert all("cat" not in b for b in begins.values())
+    now = page.js(QUEUED_SLICES, doc)
+    # each wait from its submission to its GPU start, on its stream's "queued · <stream>" lane
+    expected = sorted(
+        [e["id2"]["local"], begins[e["pid"], e["id2"]["local"]]["ts"],
+         e["ts"] - begins[e["pid"], e["id2"]["local"]]["ts"], begins[e["pid"], e["id2"]["local"]]["name"]]
+        for e in ends
+    )  # fmt: skip
+    assert [s[0] for s in now] == [x[0] for x in expected] and len(now) == 8
+    for got, want in zip(now, expected, strict=True):
+        assert got[1] == want[1] and got[2] == pytest.approx(want[2], abs=1e-9) and got[3] == want[3]
+    assert page.js(QUEUED_SLICES, named_ends(doc)) == now  # an older file draws the same
+    # a file cut before a wait's end keeps that wait open: not drawn, the others are
+    cut = dict(doc, traceEvents=[e for e in doc["traceEvents"] if e is not ends[-1]])
+    assert [s[0] for s in page.js(QUEUED_SLICES, cut)] == sorted(
+        x[0] for x in expected if x[0] != ends[-1]["id2"]["local"]
+    )
+    assert page.errors == []
+
+
+@pytest.mark.browser
+def test_anomaly_examples_are_made_whole_as_the_reader_makes_them(
+    page: Page, server: ViewerServer, golden: Path, doc: dict[str, Any]
+) -> None:
+    from gputrace.flags import EXPLAIN
+
+    page.open(server.url)
+    assert page.js("GT.EXPLAIN") == EXPLAIN
+    written = doc["gputrace"]["anomalies"]["items"]
+    assert written and all(set(it) == {"scope", "kinds"} for it in written)  # the rest repeats the scope
+    keys = ("scope", "name", "kinds", "cpu_ns", "gpu_ns", "queue_gap_ns", "uncertainty_ns", "explain")
+    read = [{k: it[k] for k in keys} for it in gputrace.load(golden).header["anomalies"]["items"]]
+    shown = page.js("doc => GT.buildModel(doc).header.anomalies.items", doc)
+    assert [{k: it.get(k) for k in keys} for it in shown] == read
+    # an example written whole (older files) is left as it is
+    whole = dict(read[0], name="as written", cpu_start_ns=1)
+    old = dict(
+        doc, gputrace=dict(doc["gputrace"], anomalies=dict(doc["gputrace"]["anomalies"], items=[whole]))
+    )
+    assert page.js("doc => GT.buildModel(doc).header.anomalies.items", old) == [whole]
+
+
 @pytest.mark.browser
 def test_hover_shows_the_scopes_numbers(page: Page, server: ViewerServer, doc: dict[str, Any]) -> None:
     page.open(server.url)
@@ -612,6 +685,9 @@ def test_search_click_select_and_anomalies(page: Page, server: ViewerServer, doc
     scope = doc["gputrace"]["anomalies"]["items"][0]["scope"]
     assert page.js("gputraceViewer.stats().selected") == page.js(f"gputraceViewer.sliceOf('gpu', {scope})")
     assert "empty_gpu_span" in page.page.locator("#details-body").inner_text()
+    # the example, written as its scope and kinds, is listed with its name and what it means
+    text = items.first.inner_text()
+    assert "empty" in text and "no GPU work ran inside this scope" in text
 
 
 @pytest.mark.browser

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 import gputrace
@@ -528,6 +529,16 @@ def test_the_example_runs(adapter: Any, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "tiny" in out.stdout and "large" in out.stdout
     assert gputrace.load(tmp_path / "ex.json").find("tiny")
+    # its waits' ends are nameless; written with named ends (as before) it reads the same
+    from tests.test_exporter import assert_same
+    from tests.test_queued_waits import read_both_ways, waits, with_named_ends
+
+    doc = orjson.loads((tmp_path / "ex.json").read_bytes())
+    assert waits(doc, "e") and all(set(e) == {"ph", "id2", "pid", "ts"} for e in waits(doc, "e"))
+    (tmp_path / "old.json").write_bytes(orjson.dumps(with_named_ends(doc)))
+    new, old = read_both_ways(tmp_path / "ex.json"), read_both_ways(tmp_path / "old.json")
+    for back in (*new[1:], *old):  # the plain reader, and both readers of the older layout
+        assert_same(new[0], back)
 
 
 @pytest.mark.wgpu

@@ -1,7 +1,7 @@
 // The trace file (what gputrace/exporters/chrome.py writes) turned into lanes and slices.
 //
 // Lanes, top to bottom: per process (its sort index, then pid), CPU thread lanes; per GPU, for
-// each stream its "queued" lane (submission -> GPU start, async b/e events) and then its
+// each stream its "queued" lane (submission -> GPU start, async b/e events; the e unnamed) and then its
 // execution lane; counters last. Slices live in typed arrays (columns) so 100k scopes stay cheap;
 // each lane keeps, per row, its slice ids in start order plus a running max of their ends, which
 // lets the timeline find the first visible slice of a row by binary search.
@@ -20,6 +20,16 @@ var GT = window.GT || (window.GT = {});
     outlier: 32, exception: 64, degraded: 128, untimed: 256,
   };
   var ANOMALY = 2 | 4 | 8 | 16 | 32 | 128;
+  // What each anomaly kind means, as gputrace/flags.py EXPLAIN says it (a file's examples may
+  // leave it out: it follows from the kinds).
+  var EXPLAIN = {
+    empty_gpu_span: 'no GPU work ran inside this scope: nothing was launched, or it was never flushed/submitted',
+    gpu_exceeds_wall: 'the GPU duration is longer than the wall time from submission to completion: clock skew or a bad timestamp',
+    start_before_submit: 'the GPU started before the CPU submitted the work, beyond the alignment uncertainty: clock skew',
+    overlap: 'two spans on one in-order queue partially overlap: timestamps from overlapping passes or a clock glitch',
+    outlier: 'far from the other calls of this name: contention, a clock change, or different work',
+    degraded: "gputrace failed while recording this scope; its times may be partial",
+  };
 
   function flagBits(list) {
     var f = 0;
@@ -29,6 +39,31 @@ var GT = window.GT || (window.GT = {});
 
   function num(v) {
     return typeof v === 'number' && isFinite(v) ? v : null;
+  }
+
+  // The header's anomaly examples that the file wrote as their scope and kinds (the rest repeats
+  // the scope's slices), made whole from those slices, as gputrace's readers do.
+  function completeExamples(rep, events, slices, names, cpuOfScope, gpuOfScope) {
+    if (!rep || typeof rep !== 'object' || !Array.isArray(rep.items)) return;
+    function ns(us) { return typeof us === 'number' ? Math.round(us * 1000) : null; }
+    rep.items.forEach(function (it) {
+      if (!it || typeof it !== 'object' || !Array.isArray(it.kinds)) return;
+      if (!Array.isArray(it.explain)) {
+        it.explain = it.kinds.filter(function (k) { return EXPLAIN[k]; }).map(function (k) { return EXPLAIN[k]; });
+      }
+      var sc = it.scope;
+      if (it.name !== undefined || typeof sc !== 'number' || sc < 0 || sc >= cpuOfScope.length) return;
+      var c = cpuOfScope[sc];
+      it.name = names[slices.name[c]];
+      it.cpu_ns = ns(slices.dur[c]);
+      it.gpu_ns = it.queue_gap_ns = null;
+      var g = gpuOfScope.get(sc);
+      if (g === undefined) return;
+      var ga = events[slices.ev[g]].args || {};
+      it.gpu_ns = typeof ga.gpu_us === 'number' ? ns(ga.gpu_us) : ns(slices.dur[g]);
+      if (typeof ga.submit_ts === 'number') it.queue_gap_ns = ns(slices.start[g] - ga.submit_ts);
+      if (typeof ga.uncertainty_us === 'number') it.uncertainty_ns = ns(ga.uncertainty_us);
+    });
   }
 
   function build(doc) {
@@ -47,7 +82,8 @@ var GT = window.GT || (window.GT = {});
       return id;
     }
     var threadOrder = new Map();
-    if (header && Array.isArray(header.threads)) {
+    var listed = !!(header && Array.isArray(header.threads));
+    if (listed) {
       header.threads.forEach(function (t, i) { threadOrder.set(Number(t.tid), i); });
     }
 
@@ -92,7 +128,11 @@ var GT = window.GT || (window.GT = {});
         var a = e.args || {};
         if (e.name === 'process_name') procName.set(pid, String(a.name));
         else if (e.name === 'process_sort_index') procSort.set(pid, Number(a.sort_index) || 0);
-        else if (e.name === 'thread_name') threadName.set(pid + '|' + tid, String(a.name));
+        else if (e.name === 'thread_name') {
+          threadName.set(pid + '|' + tid, String(a.name));
+          // a header that does not list the threads leaves their order to the name events
+          if (!listed && pid < GPU_PID_BASE && !threadOrder.has(tid)) threadOrder.set(tid, threadOrder.size);
+        }
         continue;
       }
       if (ts === null) { unknown++; continue; }
@@ -127,13 +167,22 @@ var GT = window.GT || (window.GT = {});
           addSlice(lane(pid >= GPU_PID_BASE ? 'gpu' : 'cpu', pid, tid), ts, dur, e.name, KIND.other, -1, i, flags);
         }
       } else if (ph === 'b' || ph === 'e') {
+        // paired as Perfetto pairs them: by process, category and id; an end with no name
+        // (gputrace writes its waits' ends so) closes the latest open begin, a named one the
+        // latest begin of that name
         var aid = e.id2 && typeof e.id2 === 'object' && e.id2.local !== undefined ? e.id2.local : e.id;
-        var akey = pid + '|' + e.cat + '|' + aid + '|' + e.name;
-        if (ph === 'b') asyncOpen.set(akey, i);
-        else {
-          var bi = asyncOpen.get(akey);
-          if (bi === undefined) continue;
-          asyncOpen.delete(akey);
+        var akey = pid + '|' + e.cat + '|' + aid;
+        var opened = asyncOpen.get(akey);
+        if (ph === 'b') {
+          if (opened) opened.push(i); else asyncOpen.set(akey, [i]);
+        } else {
+          var oi = opened ? opened.length - 1 : -1;
+          if (e.name !== undefined && e.name !== null && e.name !== '') {
+            while (oi >= 0 && events[opened[oi]].name !== e.name) oi--;
+          }
+          if (oi < 0) continue;
+          var bi = opened.splice(oi, 1)[0];
+          if (!opened.length) asyncOpen.delete(akey);
           var b = events[bi];
           var bargs = b.args || {};
           var bid = b.id2 && typeof b.id2 === 'object' ? b.id2.local : undefined;
@@ -283,6 +332,7 @@ var GT = window.GT || (window.GT = {});
     var scopeGpu = new Int32Array(nScopes).fill(-1), scopeQueued = new Int32Array(nScopes).fill(-1);
     gpuOfScope.forEach(function (v, k) { if (k < nScopes) scopeGpu[k] = v; });
     queuedOfScope.forEach(function (v, k) { if (k < nScopes) scopeQueued[k] = v; });
+    if (header) completeExamples(header.anomalies, events, slices, names, cpuOfScope, gpuOfScope);
 
     return {
       header: header, events: events, names: names, lanes: lanes, slices: slices, flows: flows,
@@ -429,6 +479,7 @@ var GT = window.GT || (window.GT = {});
   GT.KIND_NAMES = KIND_NAMES;
   GT.FLAG_BITS = FLAG_BITS;
   GT.ANOMALY = ANOMALY;
+  GT.EXPLAIN = EXPLAIN;
   GT.buildModel = build;
   GT.summarize = summarize;
   GT.firstEndingAfter = firstEndingAfter;

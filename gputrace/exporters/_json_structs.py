@@ -93,6 +93,7 @@ class Id2(Obj):
 
 class AsyncBegin(Event, tag="b"):
     cat: Any = UNSET
+    name: Any = UNSET
     ts: Any = UNSET
     id2: Id2 | None = None  # an id2 that is not an object: the plain path
 

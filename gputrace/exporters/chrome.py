@@ -5,8 +5,9 @@ Layout (see docs/trace-format.md):
   slice per scope spanning its CPU enqueue window;
 - one process per GPU (pid = ``GPU_PID_BASE + device``), a thread track per stream/queue with a
   ``cat: "gpu"`` X slice per scope (and, for wgpu, one child slice per pass);
-- the submission → GPU start wait as process-scoped async ``b``/``e`` events (``id2.local``)
-  named "queued · <stream>", so they sit inside their GPU process and overlapping waits stack;
+- the submission → GPU start wait as process-scoped async ``b``/``e`` events (``id2.local``),
+  the ``b`` named "queued · <stream>", the ``e`` with no name (neither with a category), so they
+  sit inside their GPU process and overlapping waits stack;
 - a scope's GPU slice carries its alignment uncertainty (``args.uncertainty_us``) where it differs
   from the previous GPU slice's in the file (readers carry it forward), and its submission time as
   the start of its wait (below);
@@ -496,15 +497,23 @@ class Encoder:
         # the wait, as an async slice inside the GPU process; it carries the submit time
         w = np.flatnonzero(waited)
         if len(w):
-            qname = [_j(f"queued · {q.label}") for q in queues] + ['"queued"']
+            # Only the begin is named; neither end has a category. Perfetto's JSON importer keys
+            # an async slice's track by (process, cookie), the cookie being the hash of `cat` and
+            # id2.local (json_trace_tokenizer.cc, ParseTraceEventContents), so both ends must
+            # carry the same `cat`: here none. The track takes its name from the first event of
+            # that cookie, the begin (track_compressor.cc, InternLegacyAsyncTrack), and an end
+            # with no name and no category closes the open slice on it
+            # (slice_tracker.cc, MatchingIncompleteSliceIndex). Readers pair them by (pid, id).
+            heads = [f'{{"ph":"b","name":{_j(f"queued · {q.label}")}' for q in queues]
+            heads += ['{"ph":"b","name":"queued"', '{"ph":"e"']
             # each wait's begin and end, one after the other
             two = np.repeat(w, 2)
-            ph = np.tile(np.array([0, 1]), len(w))
+            head = np.repeat(qn_idx[w], 2)
+            head[1::2] = len(heads) - 1
             t = np.empty(2 * len(w), np.int64)
             t[0::2], t[1::2] = sb[w], g0[w]
-            wr = Rows(2 * len(w)).lit('{"ph":').pick(['"b"', '"e"'], ph).lit(',"cat":"queued","name":')
-            wr.pick(qname, qn_idx[two]).lit(',"id2":{"local":').num(b[two]).lit('},"pid":').num(gpid[two])
-            parts += wr.lit(',"ts":').us(t - base).lit("}").buffers()
+            wr = Rows(2 * len(w)).pick(heads, head).lit(',"id2":{"local":').num(b[two])
+            parts += wr.lit('},"pid":').num(gpid[two]).lit(',"ts":').us(t - base).lit("}").buffers()
         an = flags & int(ANOMALY_FLAGS)
         a = np.flatnonzero(an)
         if len(a):

@@ -40,9 +40,11 @@ from gputrace.exporters.chrome import (
     OP_CATS,
     OVERLAP_TID_STEP,
     Encoder,
+    completed,
     file_header,
     lean_header,
     queue_dict,
+    referenced,
 )
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
@@ -139,8 +141,13 @@ class StreamWriter:
         self.closed = True
         enc = self._enc
         header = lean_header(header)
-        header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in enc.threads.values()])
-        header.setdefault("queues", [queue_dict(q) for q in enc.queues])
+        named_threads = [{"tid": t.tid, "name": t.name} for t in enc.threads.values()]
+        named_queues = [queue_dict(q) for q in enc.queues]
+        header.setdefault("threads", named_threads)
+        header.setdefault("queues", named_queues)
+        if header["threads"] == named_threads and header["queues"] == named_queues:
+            # the name events list them, in this order: readers take them from there
+            del header["threads"], header["queues"]
         header["base_ns"] = enc.base
         if enc.ops_not_drawn:
             header["ops_not_drawn"] = enc.ops_not_drawn
@@ -171,7 +178,8 @@ def start_stub(header: dict[str, Any]) -> dict[str, Any]:
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write the whole ``trace`` (gzip when the name ends in ``.gz``); atomic: temp file + rename."""
     p = Path(path)
-    header = file_header(trace)
+    # an anomaly example that only repeats its scope is written as the scope and its kinds
+    header = referenced(file_header(trace), trace)
     tmp = p.with_name(p.name + ".partial")
     try:
         # the whole header follows the events; the one before them is what a cut file needs
@@ -391,13 +399,17 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     """``_classify`` for decoded structs; the args of the events kept are decoded here, in one
     batch per kind."""
     complete, instant, async_begin, unset = _S.Complete, _S.Instant, _S.AsyncBegin, _S.UNSET
+    metadata = _S.Metadata
+    names: list[Any] = []
     cpu: list[Any] = []
     gpu: list[Any] = []
     passes: list[Any] = []
     instants: list[Any] = []
     waits: list[Any] = []
     op_events: list[Any] = []
+    no_cat: list[Any] = []
     cpu_add, gpu_add, instant_add, wait_add = cpu.append, gpu.append, instants.append, waits.append
+    no_cat_add = no_cat.append
     by_cat = {"cpu": cpu_add, "gpu": gpu_add, "gpu.pass": passes.append}
     by_cat.update(dict.fromkeys(OP_CATS, op_events.append))
     route = by_cat.get
@@ -416,15 +428,25 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
                     add(e)
         elif kind is instant:
             instant_add(e)
-        elif kind is async_begin and e.cat == "queued":
-            wait_add(e)
+        elif kind is async_begin:  # a wait: named "queued…" with no cat (older files: cat "queued")
+            if e.cat is unset:
+                no_cat_add(e)
+            elif e.cat == "queued":
+                wait_add(e)
+        elif kind is metadata:
+            names.append(e)
+    if no_cat:  # (a few distinct names: each is looked at once)
+        queued = {
+            x for x in set(map(attrgetter("name"), no_cat)) if type(x) is str and x.startswith("queued")
+        }
+        waits += [e for e in no_cat if e.name in queued]
     for group in (cpu, passes, instants):
         _decode_field(group, "args")
     _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
     _decode_field(op_events, "args", "op")
     op_events = [e for e in op_events if e.args is not _S.RAW_NONE and e.args.op is not unset]
     waits = [e for e in waits if e.id2 is not None]
-    return cpu, gpu, passes, instants, waits, op_events
+    return cpu, gpu, passes, instants, waits, op_events, names
 
 
 def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[Any]:
@@ -567,13 +589,15 @@ def _pick(events: list[Any] | tuple[Any, ...], rows: npt.NDArray[np.intp]) -> tu
 
 def _classify(events: list[Any]) -> tuple[Any, ...]:
     """The events gputrace reads, by kind, each in file order: cpu slices, gpu slices, passes,
-    instants, queued waits and operations. (A plain loop: faster here than numpy selection.)"""
+    instants, queued waits, operations and name events. (A plain loop: faster here than numpy
+    selection.)"""
     cpu: list[dict[str, Any]] = []
     gpu: list[dict[str, Any]] = []
     passes: list[dict[str, Any]] = []
     instants: list[dict[str, Any]] = []
     waits: list[dict[str, Any]] = []
     op_events: list[dict[str, Any]] = []
+    names: list[dict[str, Any]] = []
     for e in events:
         ph = e.get("ph")
         if ph == "X":
@@ -590,14 +614,27 @@ def _classify(events: list[Any]) -> tuple[Any, ...]:
                 op_events.append(e)
         elif ph == "i":
             instants.append(e)
-        elif ph == "b" and e.get("cat") == "queued" and isinstance(e.get("id2"), dict):
+        elif ph == "b" and isinstance(e.get("id2"), dict) and _is_wait(e.get("cat"), e.get("name")):
             waits.append(e)
-    return cpu, gpu, passes, instants, waits, op_events
+        elif ph == "M":
+            names.append(e)
+    return cpu, gpu, passes, instants, waits, op_events, names
+
+
+def _is_wait(cat: Any, name: Any) -> bool:
+    """Whether an async begin is a scope's wait: named "queued…" with no category (its end has
+    neither name nor category, docs/output.md), or, in older files, ``cat: "queued"``."""
+    return cat == "queued" or (cat is None and type(name) is str and name.startswith("queued"))
 
 
 def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     base = int(header["base_ns"])
     pid = int(header.get("pid") or 1)
+    # One pass sorts the events by kind; everything after it is per-column and vectorised.
+    structs = bool(events) and _is_struct(events[0])
+    cpu, gpu, passes, instants, waits, op_events, name_events = (_classify_structs if structs else _classify)(
+        events
+    )
     if "threads" in header:
         threads = [ThreadInfo(int(t["tid"]), str(t["name"])) for t in header.get("threads", [])]
         queues = [
@@ -605,13 +642,10 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             for q in header.get("queues", [])
         ]
     else:
-        threads, queues = _names_from_metadata(events, pid)
+        threads, queues = _names_from_metadata(name_events, pid)
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
         header["queues"] = [queue_dict(q) for q in queues]
     thread_idx = {t.tid: i for i, t in enumerate(threads)}
-    # One pass sorts the events by kind; everything after it is per-column and vectorised.
-    structs = bool(events) and _is_struct(events[0])
-    cpu, gpu, passes, instants, waits, op_events = (_classify_structs if structs else _classify)(events)
     n = len(cpu)
     raw_names = _col(cpu, "name")
     name_ids: dict[Any, int] = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
@@ -729,8 +763,9 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     ops = _ops(
         op_events, base, n, threads, len(queues), lambda x: name_ids[x] if x in name_ids else intern_label(x)
     )
+    row_of = None  # the file's scope numbers -> the trace's rows, where they differ
     if n and (order != np.arange(n)).any():
-        new_row = np.empty(n, np.int64)
+        new_row = row_of = np.empty(n, np.int64)
         new_row[order] = np.arange(n)
         ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1)
         s, moved = _reorder(s, order, passes[0])
@@ -756,6 +791,8 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         from gputrace.resolver import anomaly_report  # the file keeps a few examples; rebuild them
 
         header["anomalies"] = anomaly_report(trace)
+    elif isinstance(an, dict) and an.get("items"):  # examples written as their scope and kinds
+        header["anomalies"] = completed(header, trace, row_of)["anomalies"]
     return trace
 
 
