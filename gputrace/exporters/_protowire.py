@@ -17,6 +17,7 @@ import numpy.typing as npt
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
+IP = npt.NDArray[np.intp]
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
@@ -50,45 +51,53 @@ def put_varints(out: U8, off: I64, v: U64, length: I64) -> None:
         off, v, length = off[more] + 1, v[more] >> seven, length[more] - 1
 
 
-def read_varints(buf: U8) -> tuple[U64, npt.NDArray[np.int32]]:
-    """Every varint of ``buf`` (which must hold only whole varints, < 2 GiB): values and start offsets."""
-    starts, ends = varint_bounds(buf)
-    return read_at(buf, starts, ends), starts
+def varint_ends(buf: U8) -> IP:
+    """The last byte of every varint of ``buf`` (a byte below 0x80 ends one).
+
+    As ``intp``: numpy gathers with an ``intp`` index as it is, while an ``int32`` one is
+    converted at every use (four times slower here)."""
+    return np.flatnonzero(buf < 0x80)
 
 
-def varint_bounds(buf: U8) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-    """Start and last byte of every varint of ``buf`` (whole varints only, < 2 GiB)."""
-    ends = np.flatnonzero(buf < 0x80).astype(np.int32)
-    starts = np.empty(len(ends), np.int32)
-    if len(ends):
-        starts[0] = 0
-        np.add(ends[:-1], 1, out=starts[1:])
-    return starts, ends
+def read_at(buf: U8, starts: IP) -> U64:
+    """The varints that start at ``starts``, each read up to its last byte (below 0x80); ``buf``
+    must end with a whole varint. Bytes past the first are read only for the values that have them."""
+    first = buf[starts]
+    vals = first.astype(np.uint64)
+    more = np.flatnonzero(first >= 0x80)
+    if not len(more):
+        return vals
+    vals[more] &= np.uint64(0x7F)
+    at = starts[more] + 1
+    shift = 7
+    while True:
+        b = buf[at]
+        vals[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        go_on = b >= 0x80
+        if not go_on.any():
+            return vals
+        more, at, shift = more[go_on], at[go_on] + 1, shift + 7
 
 
-def read_at(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> U64:
-    """The varints that start at ``starts`` and end at ``ends`` (a subset of a buffer's)."""
-    vals = buf[starts].astype(np.uint64)
-    multi = np.flatnonzero(ends != starts)
-    if len(multi):
-        vals[multi] &= np.uint64(0x7F)
-    j = 1
-    while len(multi):
-        at = starts[multi] + j
-        vals[multi] |= (buf[at] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
-        multi = multi[ends[multi] > at]
-        j += 1
-    return vals
+LONG_KEY = 0xFFFF  # what ``read_keys`` gives a key of more than two bytes (no key gputrace writes)
 
 
-def read_tags(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
-    """Field keys (tags) of one or two bytes; -1 for a longer one (not a key gputrace writes)."""
-    tags = buf[starts].astype(np.int32)
-    two = np.flatnonzero(ends != starts)
+def read_keys(buf: U8, key_ends: IP) -> npt.NDArray[np.uint16]:
+    """Field keys (tags) of one or two bytes, from the last byte of each; ``LONG_KEY`` for a
+    longer one. ``key_ends`` are the ends of keys that follow whole varints: the byte before a
+    key's first byte ends a varint (below 0x80), so a byte of 0x80 or more just before a key's
+    last byte is its first byte."""
+    keys = buf[key_ends].astype(np.uint16)
+    before = np.zeros_like(buf)  # each byte's predecessor, gathered with the same index
+    before[1:] = buf[:-1]
+    first = before[key_ends]
+    two = np.flatnonzero(first >= 0x80)
     if len(two):
-        tags[two] = (tags[two] & 0x7F) | (buf[starts[two] + 1].astype(np.int32) << 7)
-        tags[two[ends[two] - starts[two] > 1]] = -1
-    return tags
+        e2 = key_ends[two]
+        keys[two] = (first[two] & 0x7F).astype(np.uint16) | (keys[two] << 7)
+        longer = before[e2 - 1] >= 0x80  # (e2 >= 1: a two-byte key ends at 1 or later)
+        keys[two[longer]] = LONG_KEY
+    return keys
 
 
 # -- scalar helpers (strings, doubles, the few descriptor packets) --------------------------------

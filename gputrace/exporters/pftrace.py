@@ -1400,9 +1400,20 @@ class _Packets:
         self.chunk_pass: list[int] = []  # per chunk: the pass of GPU slices that name none (0: none)
 
 
-_TAG_CODE = np.zeros((1 << 14) + 1, np.uint8)  # every one- and two-byte tag, and -1 (the last)
+_TAG_CODE = np.zeros(1 << 16, np.uint8)  # every one- and two-byte key, and pw.LONG_KEY
 for _code, _tag in enumerate((T_NAME, T_CAT, T_FLOW, T_TFLOW, T_DA_NAME), start=1):
     _TAG_CODE[_tag] = _code
+_HEAD_KEYS = (T_TS, T_SEQ, T_TE, T_TYPE, T_TRACK)  # every event packet starts with these fields
+
+
+def _heads_ok(tags: npt.NDArray[np.uint16], ps: npt.NDArray[np.intp]) -> bool:
+    """Whether the fields after each packet's key are ``_HEAD_KEYS``, in order."""
+    at = ps.copy()
+    for key in _HEAD_KEYS:
+        at += 1
+        if not (tags[at] == key).all():
+            return False
+    return True
 
 
 def _decode_region(
@@ -1420,34 +1431,26 @@ def _decode_region(
         keep[o : o + ln] = False
     kept = np.flatnonzero(keep) if rich_at else None
     flat = buf[keep] if rich_at else buf
-    starts, ends = pw.varint_bounds(flat)
-    if len(starts) % 2 or (len(flat) and flat[-1] >= 0x80):
+    ends = pw.varint_ends(flat)
+    if len(ends) % 2 or (len(flat) and flat[-1] >= 0x80):
         raise PftraceError("an event region is not a run of whole packets")
-    # tags of every field; values only of the fields read
-    tags = pw.read_tags(flat, starts[0::2], ends[0::2])
-    vs, ve = starts[1::2], ends[1::2]
+    # every varint is a field's key or its value (nested messages are all varints too): the keys
+    # of every field; values only of the fields read
+    key_ends = ends[0::2]
+    tags = pw.read_keys(flat, key_ends)
 
     def values(at: npt.NDArray[np.intp]) -> U64:
-        return pw.read_at(flat, vs[at], ve[at])
+        return pw.read_at(flat, key_ends[at] + 1)  # a value starts right after its key
 
     ps = np.flatnonzero(tags == T_PACKET)
     npk = len(ps)
-    if npk and (
-        ps[0] != 0
-        or not (
-            (tags[ps + 1] == T_TS).all()
-            and (tags[ps + 2] == T_SEQ).all()
-            and (tags[ps + 3] == T_TE).all()
-            and (tags[ps + 4] == T_TYPE).all()
-            and (tags[ps + 5] == T_TRACK).all()
-        )
-    ):
+    if npk and (ps[0] != 0 or not _heads_ok(tags, ps)):
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     # packet order: varint packets and rich packets by their offset in the region
     total = npk + len(rich_at)
     if rich_at:
         assert kept is not None
-        vstart = kept[starts[2 * ps].astype(np.int64)]
+        vstart = kept[key_ends[ps]]  # a packet starts with its one-byte key
         roff = np.array([o for o, _ in rich_at], np.int64)
         allpos = np.concatenate([vstart, roff])
         order = np.argsort(allpos, kind="stable")
@@ -1472,13 +1475,17 @@ def _decode_region(
         typ = values(ps + 4).astype(np.int8)
         track = values(ps + 5).astype(np.int32)
     if npk:
-        # one table look-up finds the few fields read beyond the fixed head of each packet
-        code = _TAG_CODE[tags]  # (a tag of -1, too long to be one gputrace writes, reads 0)
-        code[ps + 2] = 0  # the sequence id shares its tag with name_iid
-        hits = np.flatnonzero(code)
-        hit_code = code[hits]
+        # the few fields read beyond the fixed head of each packet, found by their keys
+        want = tags == T_NAME
+        want[ps + 2] = False  # the sequence id shares its key with name_iid
+        for key in (T_CAT, T_FLOW, T_TFLOW, T_DA_NAME):
+            want |= tags == key
+        hits = np.flatnonzero(want)
+        hit_code = _TAG_CODE[tags[hits]]
         hit_val = values(hits)
-        hit_pkt = np.searchsorted(ps, hits, side="right") - 1
+        # a packet owns the fields from its key up to the next packet's
+        owner = np.repeat(np.arange(npk, dtype=np.int32), np.diff(ps, append=len(tags)))
+        hit_pkt = owner[hits].astype(np.intp)
         if rich_at:
             hit_pkt = vr[hit_pkt]
         for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
