@@ -17,7 +17,7 @@ import numpy.typing as npt
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
-IP = npt.NDArray[np.intp]
+IP = npt.NDArray[np.intp]  # offsets: numpy gathers by intp as it is, an int32 index is converted
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
@@ -51,53 +51,60 @@ def put_varints(out: U8, off: I64, v: U64, length: I64) -> None:
         off, v, length = off[more] + 1, v[more] >> seven, length[more] - 1
 
 
-def varint_ends(buf: U8) -> IP:
-    """The last byte of every varint of ``buf`` (a byte below 0x80 ends one).
-
-    As ``intp``: numpy gathers with an ``intp`` index as it is, while an ``int32`` one is
-    converted at every use (four times slower here)."""
-    return np.flatnonzero(buf < 0x80)
-
-
-def read_at(buf: U8, starts: IP) -> U64:
-    """The varints that start at ``starts``, each read up to its last byte (below 0x80); ``buf``
-    must end with a whole varint. Bytes past the first are read only for the values that have them."""
-    first = buf[starts]
+def read_at(buf: U8, at: IP) -> tuple[U64, IP]:
+    """The varints that start at ``at``, and where each one ends (the offset after it). ``buf``
+    must end with a whole varint (its last byte below 0x80), so none reads past it. Bytes past the
+    first are read only for the values that have them."""
+    first = buf[at]
     vals = first.astype(np.uint64)
+    after = at + 1
     more = np.flatnonzero(first >= 0x80)
     if not len(more):
-        return vals
+        return vals, after
     vals[more] &= np.uint64(0x7F)
-    at = starts[more] + 1
+    pos = after[more]
     shift = 7
     while True:
-        b = buf[at]
+        b = buf[pos]
         vals[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        pos += 1
         go_on = b >= 0x80
         if not go_on.any():
-            return vals
-        more, at, shift = more[go_on], at[go_on] + 1, shift + 7
+            after[more] = pos
+            return vals, after
+        after[more] = pos
+        more, pos, shift = more[go_on], pos[go_on], shift + 7
 
 
-LONG_KEY = 0xFFFF  # what ``read_keys`` gives a key of more than two bytes (no key gputrace writes)
+def one_byte_keys(buf: U8, key: int, piece: int = 1 << 18) -> IP | None:
+    """Offsets of the fields whose key is the one byte ``key`` (< 0x80) in ``buf``, a run of
+    fields that are all varints (key, value, key, value...), or None where ``buf`` does not
+    hold whole pairs of varints.
 
-
-def read_keys(buf: U8, key_ends: IP) -> npt.NDArray[np.uint16]:
-    """Field keys (tags) of one or two bytes, from the last byte of each; ``LONG_KEY`` for a
-    longer one. ``key_ends`` are the ends of keys that follow whole varints: the byte before a
-    key's first byte ends a varint (below 0x80), so a byte of 0x80 or more just before a key's
-    last byte is its first byte."""
-    keys = buf[key_ends].astype(np.uint16)
-    before = np.zeros_like(buf)  # each byte's predecessor, gathered with the same index
-    before[1:] = buf[:-1]
-    first = before[key_ends]
-    two = np.flatnonzero(first >= 0x80)
-    if len(two):
-        e2 = key_ends[two]
-        keys[two] = (first[two] & 0x7F).astype(np.uint16) | (keys[two] << 7)
-        longer = before[e2 - 1] >= 0x80  # (e2 >= 1: a two-byte key ends at 1 or later)
-        keys[two[longer]] = LONG_KEY
-    return keys
+    The varints' parity tells keys from values: their last bytes are found a piece of ``buf`` at
+    a time (the count before a piece gives the parity of its first one), so the offsets stay in
+    the cache and no array of every varint's end is made. A key's first byte follows a byte that
+    ends a varint (or nothing), so a ``key`` byte after a byte of 0x80 or more ends a longer key."""
+    n = len(buf)
+    if n and buf[-1] >= 0x80:
+        return None
+    ends = buf < 0x80
+    hit = buf == key
+    hit[1:] &= ends[:-1]
+    found: list[IP] = []
+    parity = 0  # varints ended before the piece, modulo 2: 0 when the next one to end is a key
+    start = 0
+    while start < n:
+        stop = min(start + piece, n)
+        at = np.flatnonzero(ends[start:stop])
+        at += start
+        key_ends = at[parity::2]
+        found.append(key_ends[hit[key_ends]])
+        parity = (parity + len(at)) % 2
+        start = stop
+    if parity:
+        return None
+    return np.concatenate(found) if found else np.zeros(0, np.intp)
 
 
 # -- scalar helpers (strings, doubles, the few descriptor packets) --------------------------------

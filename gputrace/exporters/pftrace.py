@@ -1400,20 +1400,30 @@ class _Packets:
         self.chunk_pass: list[int] = []  # per chunk: the pass of GPU slices that name none (0: none)
 
 
-_TAG_CODE = np.zeros(1 << 16, np.uint8)  # every one- and two-byte key, and pw.LONG_KEY
+_TAG_CODE = np.zeros(1 << 16, np.uint8)  # every key of up to 16 bits (longer ones: the last entry)
 for _code, _tag in enumerate((T_NAME, T_CAT, T_FLOW, T_TFLOW, T_DA_NAME), start=1):
     _TAG_CODE[_tag] = _code
-_HEAD_KEYS = (T_TS, T_SEQ, T_TE, T_TYPE, T_TRACK)  # every event packet starts with these fields
 
 
-def _heads_ok(tags: npt.NDArray[np.uint16], ps: npt.NDArray[np.intp]) -> bool:
-    """Whether the fields after each packet's key are ``_HEAD_KEYS``, in order."""
-    at = ps.copy()
-    for key in _HEAD_KEYS:
-        at += 1
-        if not (tags[at] == key).all():
-            return False
-    return True
+class _Region:
+    """The varint packets of one region, read a field at a time across all packets at once."""
+
+    def __init__(self, flat: pw.U8, starts: npt.NDArray[np.intp]) -> None:
+        self.flat = flat
+        self.pos = starts + 1  # after each packet's key (one byte)
+
+    def value(self) -> U64:
+        """The varint at each packet's position; the positions move past it."""
+        if len(self.pos) and self.pos[-1] >= len(self.flat):  # (packets are in order)
+            raise PftraceError("an event packet is not laid out as gputrace writes it")
+        v, self.pos = pw.read_at(self.flat, self.pos)
+        return v
+
+    def key(self, key: int) -> None:
+        """Move past a one-byte key, which every packet must have here."""
+        if len(self.pos) and (self.pos[-1] >= len(self.flat) or not (self.flat[self.pos] == key).all()):
+            raise PftraceError("an event packet is not laid out as gputrace writes it")
+        self.pos += 1
 
 
 def _decode_region(
@@ -1424,41 +1434,47 @@ def _decode_region(
     ann_names: dict[int, str],
     strs: dict[int, str],
 ) -> int:
-    """Decode one chunk's event packets into ``pk``; returns the clock after its last packet."""
+    """Decode one chunk's event packets into ``pk``; returns the clock after its last packet.
+
+    Every field of a varint packet is a varint key and a varint value (nested messages too, as
+    their length), so the varints' parity tells keys from values and finds each packet's key;
+    from there the packets are read a field at a time, all at once: the fixed head, then the
+    few fields that follow it, until each packet reaches the next one's start."""
     buf = np.frombuffer(region, np.uint8)
     keep = np.ones(len(buf), bool)
     for o, ln in rich_at:
         keep[o : o + ln] = False
     kept = np.flatnonzero(keep) if rich_at else None
     flat = buf[keep] if rich_at else buf
-    ends = pw.varint_ends(flat)
-    if len(ends) % 2 or (len(flat) and flat[-1] >= 0x80):
+    starts = pw.one_byte_keys(flat, T_PACKET)  # each packet's first byte
+    if starts is None:
         raise PftraceError("an event region is not a run of whole packets")
-    # every varint is a field's key or its value (nested messages are all varints too): the keys
-    # of every field; values only of the fields read
-    key_ends = ends[0::2]
-    tags = pw.read_keys(flat, key_ends)
-
-    def values(at: npt.NDArray[np.intp]) -> U64:
-        return pw.read_at(flat, key_ends[at] + 1)  # a value starts right after its key
-
-    ps = np.flatnonzero(tags == T_PACKET)
-    npk = len(ps)
-    if npk and (ps[0] != 0 or not _heads_ok(tags, ps)):
+    npk = len(starts)
+    if npk and starts[0] != 0:
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     # packet order: varint packets and rich packets by their offset in the region
     total = npk + len(rich_at)
     if rich_at:
         assert kept is not None
-        vstart = kept[key_ends[ps]]  # a packet starts with its one-byte key
-        roff = np.array([o for o, _ in rich_at], np.int64)
-        allpos = np.concatenate([vstart, roff])
+        allpos = np.concatenate([kept[starts], np.array([o for o, _ in rich_at], np.int64)])
         order = np.argsort(allpos, kind="stable")
         rank = np.empty(total, np.int64)
         rank[order] = np.arange(total)
         vr, rr = rank[:npk], rank[npk:]
     else:
         vr, rr = np.arange(npk), np.zeros(0, np.int64)
+    rd = _Region(flat, starts)
+    rd.value()  # the packet's length (it ends where the next one starts)
+    rd.key(T_TS)
+    delta_v = rd.value()
+    rd.key(T_SEQ)
+    rd.value()
+    rd.key(T_TE)
+    rd.value()  # the track event's length (the rest of the packet)
+    rd.key(T_TYPE)
+    typ_v = rd.value()
+    rd.key(T_TRACK)
+    track_v = rd.value()
     delta = np.zeros(total, np.uint64)
     typ = np.zeros(total, np.int8)
     track = np.zeros(total, np.int32)
@@ -1467,41 +1483,11 @@ def _decode_region(
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
     if rich_at:
-        delta[vr] = values(ps + 1)
-        typ[vr] = values(ps + 4)
-        track[vr] = values(ps + 5)
+        delta[vr], typ[vr], track[vr] = delta_v, typ_v, track_v
     else:  # the varint packets are all there is, in order
-        delta = values(ps + 1)
-        typ = values(ps + 4).astype(np.int8)
-        track = values(ps + 5).astype(np.int32)
+        delta, typ, track = delta_v, typ_v.astype(np.int8), track_v.astype(np.int32)
     if npk:
-        # the few fields read beyond the fixed head of each packet, found by their keys
-        want = tags == T_NAME
-        want[ps + 2] = False  # the sequence id shares its key with name_iid
-        for key in (T_CAT, T_FLOW, T_TFLOW, T_DA_NAME):
-            want |= tags == key
-        hits = np.flatnonzero(want)
-        hit_code = _TAG_CODE[tags[hits]]
-        hit_val = values(hits)
-        # a packet owns the fields from its key up to the next packet's
-        owner = np.repeat(np.arange(npk, dtype=np.int32), np.diff(ps, append=len(tags)))
-        hit_pkt = owner[hits].astype(np.intp)
-        if rich_at:
-            hit_pkt = vr[hit_pkt]
-        for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
-            m = hit_code == c
-            dest[hit_pkt[m]] = hit_val[m]
-        m = hit_code == 5
-        if m.any():
-            a = hits[m]
-            pk.ann.append(
-                (
-                    pk.count + hit_pkt[m],
-                    hit_val[m].astype(np.int64),
-                    tags[a + 1].astype(np.int64),
-                    values(a + 1).astype(np.int64),
-                )
-            )
+        _read_rest(rd, starts, vr if rich_at else None, pk, (name, cat, flow, tflow))
     for j, (o, ln) in enumerate(rich_at):
         p = int(rr[j])
         d, t_, tr, nm, ct, fl, args = _decode_rich(region[o : o + ln], ann_names, strs)
@@ -1519,6 +1505,68 @@ def _decode_region(
     pk.chunk.append(np.full(total, len(pk.chunk), np.int64))
     pk.count += total
     return int(ts[-1]) if total else last_ts
+
+
+def _read_rest(
+    rd: _Region,
+    starts: npt.NDArray[np.intp],
+    vr: npt.NDArray[np.intp] | None,
+    pk: _Packets,
+    dest: tuple[npt.NDArray[Any], ...],
+) -> None:
+    """The fields after each packet's head, a field at a time for the packets that have one
+    more: name, category, flows into ``dest``, debug annotations (name, then value) into ``pk``."""
+    end = np.empty_like(starts)
+    end[:-1] = starts[1:]
+    end[-1] = len(rd.flat)
+    live = np.flatnonzero(rd.pos < end)  # the packets with a field left, by number
+    rd.pos, end = rd.pos[live], end[live]
+    steps: list[tuple[npt.NDArray[np.intp], U64, U64]] = []  # per step: packets, keys, values
+    # (a packet's fields end exactly where the next packet starts: both are keys of the run of
+    # key-value pairs, and its head ended on a key, so stepping a pair at a time lands on it)
+    while len(live):
+        keys = rd.value()
+        steps.append((live, keys, rd.value()))
+        go_on = rd.pos < end
+        if not go_on.all():
+            live, rd.pos, end = live[go_on], rd.pos[go_on], end[go_on]
+    if not steps:
+        return
+    pkt = np.concatenate([s[0] for s in steps])
+    key = np.concatenate([s[1] for s in steps])
+    val = np.concatenate([s[2] for s in steps])
+    code = _TAG_CODE[np.minimum(key, np.uint64(len(_TAG_CODE) - 1)).astype(np.intp)]
+    at = pkt if vr is None else vr[pkt]
+    for c, d in enumerate(dest, start=1):  # (a field given twice: the last one, as in the file)
+        m = code == c
+        d[at[m]] = val[m]
+    # a debug annotation: its name, then its value as the packet's next field
+    names = np.flatnonzero(code == 5)
+    if not len(names):
+        return
+    first = np.cumsum([0] + [len(s[0]) for s in steps])  # where each step starts in ``pkt``
+    step_of = np.searchsorted(first, names, side="right") - 1
+    nxt = np.empty_like(names)
+    for k in np.unique(step_of).tolist():
+        sel = step_of == k
+        if k + 1 >= len(steps):
+            raise PftraceError("a debug annotation has a name and no value")
+        later, mine = steps[k + 1][0], pkt[names[sel]]
+        i = np.minimum(np.searchsorted(later, mine), len(later) - 1)
+        if (later[i] != mine).any():
+            raise PftraceError("a debug annotation has a name and no value")
+        nxt[sel] = first[k + 1] + i
+    # in file order: by packet, then field
+    o = np.lexsort((names, pkt[names]))
+    names, nxt = names[o], nxt[o]
+    pk.ann.append(
+        (
+            pk.count + at[names],
+            val[names].astype(np.int64),
+            key[nxt].astype(np.int64),
+            val[nxt].astype(np.int64),
+        )
+    )
 
 
 def _fields(data: bytes | memoryview) -> list[tuple[int, int, int | bytes]]:
@@ -1763,6 +1811,21 @@ def _col(parts: list[Any]) -> Any:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
+def _by_chunk_and_track(chunk: I64, track: I64) -> npt.NDArray[np.intp]:
+    """The stable order of events in file order (``chunk`` ascending) by chunk, then track: a
+    radix sort of 16-bit keys where they fit (a few times faster than sorting 64-bit ones)."""
+    if not len(track) or track.min() < 0 or track.max() >= 1 << 16:
+        return np.argsort(track + chunk * (1 << 32), kind="stable")
+    o = np.argsort(track.astype(np.uint16), kind="stable")
+    if (chunk == chunk[0]).all():
+        return o
+    c = chunk[o]
+    c16 = c - c.min()
+    if c16.max() < 1 << 16:
+        return o[np.argsort(c16.astype(np.uint16), kind="stable")]
+    return o[np.argsort(c, kind="stable")]
+
+
 def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64, chunks: bool = True) -> tuple[I64, I64, I64]:
     """Begin and end packets of each slice, matched as Perfetto matches them (events of a track
     in time order, ties in file order, a stack per track), within each chunk (a chunk holds both
@@ -1773,7 +1836,7 @@ def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64, chunks: bool = Tr
         return m, m, m
     # ``idx`` is in file order, and within a chunk file order is time order
     if chunks or (np.diff(ts[m]) >= 0).all():
-        m = m[np.argsort(track[m] + chunk[m] * (1 << 32), kind="stable")]
+        m = m[_by_chunk_and_track(chunk[m], track[m])]
     else:
         m = m[np.lexsort((m, ts[m], track[m]))]
     tr = track[m] + chunk[m] * (1 << 32)
