@@ -1521,52 +1521,51 @@ def _read_rest(
     end[-1] = len(rd.flat)
     live = np.flatnonzero(rd.pos < end)  # the packets with a field left, by number
     rd.pos, end = rd.pos[live], end[live]
-    steps: list[tuple[npt.NDArray[np.intp], U64, U64]] = []  # per step: packets, keys, values
+    found: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.uint8], U64]] = []  # packet, code, value
+    ann: list[tuple[npt.NDArray[np.intp], U64, U64, U64]] = []  # packet, name iid, value key, value
+    named: tuple[npt.NDArray[np.intp], U64] | None = None  # annotation names waiting for their value
+    top = np.uint64(len(_TAG_CODE) - 1)
     # (a packet's fields end exactly where the next packet starts: both are keys of the run of
     # key-value pairs, and its head ended on a key, so stepping a pair at a time lands on it)
     while len(live):
         keys = rd.value()
-        steps.append((live, keys, rd.value()))
+        vals = rd.value()
+        if named is not None:  # the field after an annotation's name is its value
+            pkts, iids = named
+            i = np.minimum(np.searchsorted(live, pkts), len(live) - 1)
+            if (live[i] != pkts).any():
+                raise PftraceError("a debug annotation has a name and no value")
+            ann.append((pkts, iids, keys[i], vals[i]))
+            named = None
+        code = _TAG_CODE[np.minimum(keys, top).astype(np.intp)]
+        hit = np.flatnonzero(code)
+        if len(hit):
+            found.append((live[hit], code[hit], vals[hit]))
+            da = hit[code[hit] == 5]
+            if len(da):
+                named = (live[da], vals[da])
         go_on = rd.pos < end
         if not go_on.all():
             live, rd.pos, end = live[go_on], rd.pos[go_on], end[go_on]
-    if not steps:
-        return
-    pkt = np.concatenate([s[0] for s in steps])
-    key = np.concatenate([s[1] for s in steps])
-    val = np.concatenate([s[2] for s in steps])
-    code = _TAG_CODE[np.minimum(key, np.uint64(len(_TAG_CODE) - 1)).astype(np.intp)]
-    at = pkt if vr is None else vr[pkt]
-    for c, d in enumerate(dest, start=1):  # (a field given twice: the last one, as in the file)
-        m = code == c
-        d[at[m]] = val[m]
-    # a debug annotation: its name, then its value as the packet's next field
-    names = np.flatnonzero(code == 5)
-    if not len(names):
-        return
-    first = np.cumsum([0] + [len(s[0]) for s in steps])  # where each step starts in ``pkt``
-    step_of = np.searchsorted(first, names, side="right") - 1
-    nxt = np.empty_like(names)
-    for k in np.unique(step_of).tolist():
-        sel = step_of == k
-        if k + 1 >= len(steps):
-            raise PftraceError("a debug annotation has a name and no value")
-        later, mine = steps[k + 1][0], pkt[names[sel]]
-        i = np.minimum(np.searchsorted(later, mine), len(later) - 1)
-        if (later[i] != mine).any():
-            raise PftraceError("a debug annotation has a name and no value")
-        nxt[sel] = first[k + 1] + i
-    # in file order: by packet, then field
-    o = np.lexsort((names, pkt[names]))
-    names, nxt = names[o], nxt[o]
-    pk.ann.append(
-        (
-            pk.count + at[names],
-            val[names].astype(np.int64),
-            key[nxt].astype(np.int64),
-            val[nxt].astype(np.int64),
+    if named is not None:
+        raise PftraceError("a debug annotation has a name and no value")
+    if found:
+        pkt = np.concatenate([f[0] for f in found])
+        code = np.concatenate([f[1] for f in found])
+        val = np.concatenate([f[2] for f in found])
+        at = pkt if vr is None else vr[pkt]
+        for c, d in enumerate(dest, start=1):  # (a field given twice: the last one, as in the file)
+            m = code == c
+            d[at[m]] = val[m]
+    for pkts, iids, tag, v in ann:  # (a packet's annotations in file order, step after step)
+        pk.ann.append(
+            (
+                pk.count + (pkts if vr is None else vr[pkts]),
+                iids.astype(np.int64),
+                tag.astype(np.int64),
+                v.astype(np.int64),
+            )
         )
-    )
 
 
 def _fields(data: bytes | memoryview) -> list[tuple[int, int, int | bytes]]:
