@@ -72,10 +72,17 @@ def test_events_sorted_by_chunk_and_track_as_one_64_bit_key_sorts_them() -> None
         assert np.array_equal(pftrace._by_chunk_and_track(chunk, track), want)
 
 
-@pytest.fixture
-def tiny_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Packets found a few bytes at a time: every piece boundary falls inside some packet."""
+@pytest.fixture(params=["steps then at once", "at once", "steps"])
+def tiny_pieces(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Packets found a few bytes at a time (every piece boundary falls inside some packet), and
+    the fields after their heads read a field at a time, all at once, or first one then the other
+    (a small trace is read all at once otherwise)."""
     monkeypatch.setattr(pw, "one_byte_keys", functools.partial(pw.one_byte_keys, piece=37))
+    step_min, share = {"steps then at once": (1, 4), "at once": (10**9, 1), "steps": (1, 10**9)}[
+        request.param
+    ]
+    monkeypatch.setattr(pftrace, "STEP_MIN", step_min)
+    monkeypatch.setattr(pftrace, "STEP_SHARE", share)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1507,6 +1507,11 @@ def _decode_region(
     return int(ts[-1]) if total else last_ts
 
 
+# packets are read a field at a time while at least this many have a field left, and at least
+# one in STEP_SHARE of them: the rest, all at once
+STEP_MIN, STEP_SHARE = 2048, 16
+
+
 def _read_rest(
     rd: _Region,
     starts: npt.NDArray[np.intp],
@@ -1514,8 +1519,12 @@ def _read_rest(
     pk: _Packets,
     dest: tuple[npt.NDArray[Any], ...],
 ) -> None:
-    """The fields after each packet's head, a field at a time for the packets that have one
-    more: name, category, flows into ``dest``, debug annotations (name, then value) into ``pk``."""
+    """The fields after each packet's head: name, category, flows into ``dest``, debug
+    annotations (name, then value as the next field) into ``pk``.
+
+    Read a field at a time across the packets that have one more while they are many (most
+    packets have a few such fields, and each step reads only what is there), then the fields
+    of the few packets left all at once (a step costs the same for a handful of packets)."""
     end = np.empty_like(starts)
     end[:-1] = starts[1:]
     end[-1] = len(rd.flat)
@@ -1527,15 +1536,11 @@ def _read_rest(
     top = np.uint64(len(_TAG_CODE) - 1)
     # (a packet's fields end exactly where the next packet starts: both are keys of the run of
     # key-value pairs, and its head ended on a key, so stepping a pair at a time lands on it)
-    while len(live):
+    while len(live) >= max(STEP_MIN, len(starts) // STEP_SHARE, 1):
         keys = rd.value()
         vals = rd.value()
         if named is not None:  # the field after an annotation's name is its value
-            pkts, iids = named
-            i = np.minimum(np.searchsorted(live, pkts), len(live) - 1)
-            if (live[i] != pkts).any():
-                raise PftraceError("a debug annotation has a name and no value")
-            ann.append((pkts, iids, keys[i], vals[i]))
+            ann.append((*named, *_next_field(live, named[0], keys, vals)))
             named = None
         code = _TAG_CODE[np.minimum(keys, top).astype(np.intp)]
         hit = np.flatnonzero(code)
@@ -1547,6 +1552,21 @@ def _read_rest(
         go_on = rd.pos < end
         if not go_on.all():
             live, rd.pos, end = live[go_on], rd.pos[go_on], end[go_on]
+    if len(live):
+        pkt, keys, vals = _fields_at_once(rd.flat, rd.pos, end)
+        if named is not None:  # the first field left of each packet
+            first = np.flatnonzero(np.r_[True, pkt[1:] != pkt[:-1]])
+            ann.append((*named, *_next_field(live[pkt[first]], named[0], keys[first], vals[first])))
+            named = None
+        code = _TAG_CODE[np.minimum(keys, top).astype(np.intp)]
+        hit = np.flatnonzero(code)
+        found.append((live[pkt[hit]], code[hit], vals[hit]))
+        da = np.flatnonzero(code == 5)
+        if len(da):
+            value = da + 1  # the field after an annotation's name is its value
+            if value[-1] >= len(pkt) or (pkt[value] != pkt[da]).any():
+                raise PftraceError("a debug annotation has a name and no value")
+            ann.append((live[pkt[da]], vals[da], keys[value], vals[value]))
     if named is not None:
         raise PftraceError("a debug annotation has a name and no value")
     if found:
@@ -1557,7 +1577,7 @@ def _read_rest(
         for c, d in enumerate(dest, start=1):  # (a field given twice: the last one, as in the file)
             m = code == c
             d[at[m]] = val[m]
-    for pkts, iids, tag, v in ann:  # (a packet's annotations in file order, step after step)
+    for pkts, iids, tag, v in ann:  # (each packet's annotations in file order)
         pk.ann.append(
             (
                 pk.count + (pkts if vr is None else vr[pkts]),
@@ -1566,6 +1586,37 @@ def _read_rest(
                 v.astype(np.int64),
             )
         )
+
+
+def _next_field(
+    live: npt.NDArray[np.intp], pkts: npt.NDArray[np.intp], keys: U64, vals: U64
+) -> tuple[U64, U64]:
+    """The key and value of the field read for each of ``pkts`` (among ``live``, sorted)."""
+    i = np.minimum(np.searchsorted(live, pkts), len(live) - 1)
+    if (live[i] != pkts).any():
+        raise PftraceError("a debug annotation has a name and no value")
+    return keys[i], vals[i]
+
+
+def _fields_at_once(
+    flat: pw.U8, pos: npt.NDArray[np.intp], end: npt.NDArray[np.intp]
+) -> tuple[npt.NDArray[np.intp], U64, U64]:
+    """Every field from ``pos`` to ``end`` of each packet, in file order: the packet (its
+    index in ``pos``), key and value. The bytes left of the packets, gathered one after the
+    other, are whole key-value pairs, so they read as pairs of varints by their parity again."""
+    size = end - pos
+    first = np.cumsum(size) - size  # where each packet's fields start in the run
+    run = flat[np.arange(int(first[-1] + size[-1])) + np.repeat(pos - first, size)]
+    ends = np.flatnonzero(run < 0x80)
+    if len(ends) % 2 or run[-1] >= 0x80:
+        raise PftraceError("an event packet is not laid out as gputrace writes it")
+    key_at = np.empty(len(ends) // 2, np.intp)
+    key_at[0] = 0
+    key_at[1:] = ends[1:-1:2] + 1
+    keys, _ = pw.read_at(run, key_at)
+    vals, _ = pw.read_at(run, ends[0::2] + 1)
+    pkt = np.searchsorted(first, key_at, side="right") - 1
+    return pkt, keys, vals
 
 
 def _fields(data: bytes | memoryview) -> list[tuple[int, int, int | bytes]]:
@@ -1812,7 +1863,7 @@ def _col(parts: list[Any]) -> Any:
 
 def _by_chunk_and_track(chunk: I64, track: I64) -> npt.NDArray[np.intp]:
     """The stable order of events in file order (``chunk`` ascending) by chunk, then track: a
-    radix sort of 16-bit keys where they fit (a few times faster than sorting 64-bit ones)."""
+    radix sort of 16-bit keys where they fit (faster than a merge sort of 64-bit ones)."""
     if not len(track) or track.min() < 0 or track.max() >= 1 << 16:
         return np.argsort(track + chunk * (1 << 32), kind="stable")
     o = np.argsort(track.astype(np.uint16), kind="stable")
