@@ -1607,7 +1607,8 @@ def _fields_at_once(
     size = end - pos
     first = np.cumsum(size) - size  # where each packet's fields start in the run
     run = flat[np.arange(int(first[-1] + size[-1])) + np.repeat(pos - first, size)]
-    ends = np.flatnonzero(run < 0x80)
+    last = run < 0x80  # a varint's last byte
+    ends = np.flatnonzero(last)
     if len(ends) % 2 or run[-1] >= 0x80:
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     key_at = np.empty(len(ends) // 2, np.intp)
@@ -1615,7 +1616,8 @@ def _fields_at_once(
     key_at[1:] = ends[1:-1:2] + 1
     keys, _ = pw.read_at(run, key_at)
     vals, _ = pw.read_at(run, ends[0::2] + 1)
-    pkt = np.searchsorted(first, key_at, side="right") - 1
+    pairs = np.add.reduceat(last.view(np.int8), first, dtype=np.intp) // 2  # per packet
+    pkt = np.repeat(np.arange(len(pos)), pairs)
     return pkt, keys, vals
 
 
