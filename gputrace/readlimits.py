@@ -213,7 +213,7 @@ def _gunzip_isal(igzip: Any, raw: bytes, cap: int, p: Path) -> bytes | None:
                 if d.eof or d.needs_input or not block:
                     break
                 block = d.decompress(b"", min(_CHUNK, cap + 1 - len(out)))
-        except igzip.IsalError:
+        except (igzip.IsalError, EOFError, ValueError):  # (zlib then says what is wrong)
             return None
         if not d.eof:
             return None
