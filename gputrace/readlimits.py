@@ -5,7 +5,8 @@ before the read: files that are not regular files (FIFOs, devices, sockets, dire
 refused without being opened for reading (a FIFO would block forever, ``/dev/zero`` never
 ends); a file larger on disk than the limit is refused by its size (a sparse file too); gzip is
 decompressed as a stream and stops as soon as the output passes the limit (a "gzip bomb" costs
-at most the limit, and one that does not start like JSON stops after its first block).
+at most the limit, and one that does not start like JSON stops after its first block): by
+ISA-L where python-isal is installed, by zlib otherwise, under the same limits either way.
 
 The limit is 2 GiB of (decompressed) JSON, well above real traces (a million scopes take about
 1 GB); ``GPUTRACE_MAX_TRACE_BYTES`` changes it (bytes, or with a K, M, G or T suffix). A gzip
