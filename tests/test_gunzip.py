@@ -3,6 +3,8 @@ bytes, the same caps, the same sentences, the same recovery of a cut stream, eit
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +17,10 @@ from gputrace.readlimits import TraceReadError, gunzip_trace, read_trace_bytes
 from tests.test_read_fast import assert_identical
 
 DATA = Path(__file__).parent / "data"
-pytest.importorskip("isal.igzip_lib", reason="python-isal is not installed here (zlib reads gzip)")
 pytestmark = pytest.mark.not_a_trace  # copies of test data and synthetic streams, some broken
+needs_isal = pytest.mark.skipif(
+    importlib.util.find_spec("isal") is None, reason="python-isal is not installed here (zlib reads gzip)"
+)
 
 Read = Callable[[], object]
 
@@ -40,6 +44,7 @@ def both_ways(monkeypatch: pytest.MonkeyPatch, read: Read) -> tuple[object, obje
     return out[0], out[1]
 
 
+@needs_isal
 def test_isal_inflates_whole_streams(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Where python-isal is installed, zlib is not what reads a whole stream."""
     raw = (DATA / "story.json").read_bytes()
@@ -54,6 +59,7 @@ def test_isal_inflates_whole_streams(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert gunzip_trace(path.read_bytes(), path) == (raw, False)
 
 
+@needs_isal
 @pytest.mark.parametrize("name", ["cuda_h200.json.gz", "story.json", "handmade.json", "rank0.json"])
 def test_golden_traces_read_the_same_both_ways(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str
@@ -66,6 +72,7 @@ def test_golden_traces_read_the_same_both_ways(
     assert_identical(with_isal, with_zlib)  # type: ignore[arg-type]
 
 
+@needs_isal
 def test_members_padding_and_level_read_the_same_both_ways(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -84,6 +91,7 @@ def test_members_padding_and_level_read_the_same_both_ways(
         assert a == b == raw, label
 
 
+@needs_isal
 def test_damaged_streams_get_the_same_sentence_both_ways(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -104,6 +112,7 @@ def test_damaged_streams_get_the_same_sentence_both_ways(
         assert a == ("raised", f"{path}: the gzip data is truncated or corrupt."), label
 
 
+@needs_isal
 def test_a_stream_cut_anywhere_keeps_the_same_bytes_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
     """A streamed file cut by a killed program keeps what zlib recovers, byte for byte."""
     raw = (DATA / "story.json").read_bytes() * 20
@@ -116,6 +125,7 @@ def test_a_stream_cut_anywhere_keeps_the_same_bytes_both_ways(monkeypatch: pytes
         assert isinstance(a, tuple) and a[1] is True and raw.startswith(a[0]), cut
 
 
+@needs_isal
 def test_the_caps_stop_a_bomb_the_same_way_both_ways(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The size cap and the not-JSON check stop a bomb at the same point with either inflater."""
     z = zlib.compressobj(9, zlib.DEFLATED, 31)
@@ -150,3 +160,18 @@ def test_the_caps_stop_a_bomb_the_same_way_both_ways(monkeypatch: pytest.MonkeyP
     assert a == b and isinstance(a, (bytes, bytearray)) and len(a) == 1_000_000
     a, b = both_ways(monkeypatch, lambda: read_trace_bytes(whole, limit=999_999))
     assert a == b and isinstance(a, tuple) and a[0] == "raised" and "too large" in a[1]
+
+
+def test_without_python_isal_zlib_reads_every_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    raw = (DATA / "story.json").read_bytes()
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gz(raw))
+    monkeypatch.setitem(sys.modules, "isal", None)  # import isal fails, as where it is not installed
+    readlimits._isal.cache_clear()
+    try:
+        assert readlimits._isal() is None
+        assert read_trace_bytes(path) == raw
+        assert gunzip_trace(path.read_bytes()[:-20], path)[1] is True
+        assert len(json_format.read(path)) == len(json_format.read(DATA / "story.json"))
+    finally:
+        readlimits._isal.cache_clear()
