@@ -10,8 +10,9 @@ source); "h200" the kept H200 CUPTI trace (tests/data/cuda_h200.json.gz); "wgpu"
 example's 100 scopes (where wgpu runs). Each trace in .json, .json.gz and .pftrace.
 
 Read speed is the median of REPS reads in the reading process's CPU time (the machines are
-shared). "summarize" is the whole command (``python -m gputrace summarize FILE``, interpreter
-start included), median wall time of REPS runs.
+shared). "inflate" times the gzip decompression alone (this tree), zlib next to ISA-L
+(python-isal, what reads gzip where it is installed). "summarize" is the whole command
+(``python -m gputrace summarize FILE``, interpreter start included), median wall time of REPS runs.
 """
 
 from __future__ import annotations
@@ -105,6 +106,37 @@ def summarize_time(tree: Path, path: Path, reps: int) -> float:
     return statistics.median(walls)
 
 
+def inflate_table(folder: Path, reps: int) -> None:
+    """Inflating each .json.gz (this tree's readlimits, same caps): zlib, and ISA-L where
+    python-isal is installed (what reads gzip then)."""
+    from gputrace import readlimits
+
+    igzip = readlimits._isal()
+    print(f"\ninflate .json.gz (CPU ms, median of {reps})    zlib     ISA-L  speed-up")
+    for p in files(folder):
+        if not p.name.endswith(".gz"):
+            continue
+        raw = p.read_bytes()
+        cap = readlimits.gzip_cap(len(raw))
+        cost = {}
+        for name, fn in (("zlib", readlimits._gunzip_zlib), ("isal", readlimits._gunzip_isal)):
+            if name == "isal" and igzip is None:
+                continue
+            times = []
+            for _ in range(reps):
+                t0 = time.process_time()
+                out = fn(raw, cap, p) if name == "zlib" else fn(igzip, raw, cap, p)
+                times.append(time.process_time() - t0)
+                assert out is not None
+            cost[name] = statistics.median(times)
+        line = f"{p.name:<15} {len(raw) / 1e6:5.2f} MB -> {len(out) / 1e6:6.2f} MB {cost['zlib'] * 1e3:8.2f}"
+        if "isal" in cost:
+            line += f" {cost['isal'] * 1e3:9.2f} {cost['zlib'] / cost['isal']:8.1f}x"
+        else:
+            line += "   (python-isal is not installed)"
+        print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", type=Path, help="another source tree to read with, side by side")
@@ -139,6 +171,7 @@ def main() -> None:
             if len(trees) > 1:
                 line += f" {res['other'][name][2] / res['this'][name][2]:>7.1f}x"
             print(line)
+        inflate_table(folder, args.reps)
         print("\nwhole `gputrace summarize FILE` (wall s, median)")
         for name in ("gpu.json", "gpu.json.gz", "cupti.json", "cupti.json.gz", "cupti.pftrace"):
             if (folder / name).exists():

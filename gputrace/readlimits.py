@@ -5,7 +5,8 @@ before the read: files that are not regular files (FIFOs, devices, sockets, dire
 refused without being opened for reading (a FIFO would block forever, ``/dev/zero`` never
 ends); a file larger on disk than the limit is refused by its size (a sparse file too); gzip is
 decompressed as a stream and stops as soon as the output passes the limit (a "gzip bomb" costs
-at most the limit, and one that does not start like JSON stops after its first block).
+at most the limit, and one that does not start like JSON stops after its first block): by
+ISA-L where python-isal is installed, by zlib otherwise, under the same limits either way.
 
 The limit is 2 GiB of (decompressed) JSON, well above real traces (a million scopes take about
 1 GB); ``GPUTRACE_MAX_TRACE_BYTES`` changes it (bytes, or with a K, M, G or T suffix). A gzip
@@ -21,11 +22,12 @@ stops early; setting the variable lifts that check.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import zlib
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 from gputrace.errors import GputraceError
 
@@ -168,9 +170,64 @@ def gunzip_trace(raw: bytes, path: str | os.PathLike[str]) -> tuple[bytes, bool]
     return _gunzip(raw, gzip_cap(len(raw)), Path(path), cut), bool(cut)
 
 
+@functools.cache
+def _isal() -> Any:
+    """ISA-L's inflate (python-isal's ``igzip_lib``), or None where it is not installed."""
+    try:
+        from isal import igzip_lib
+    except ImportError:
+        return None
+    return igzip_lib
+
+
 def _gunzip(raw: bytes, cap: int, p: Path, cut: list[bool] | None = None) -> bytes:
     """Decompress every gzip member of ``raw``, stopping as soon as the output passes ``cap``.
-    With ``cut`` given, a stream that ends early is returned up to its end (``cut`` gets True)."""
+    With ``cut`` given, a stream that ends early is returned up to its end (``cut`` gets True).
+
+    ISA-L inflates whole, valid streams (2–3 times as fast as zlib on traces); a stream it does
+    not read to its end (cut short or corrupt) is read again by zlib, as it always was, so cut
+    files keep exactly what zlib recovers and errors keep their messages."""
+    igzip = _isal()
+    if igzip is not None:
+        whole = _gunzip_isal(igzip, raw, cap, p)
+        if whole is not None:
+            return whole
+    return _gunzip_zlib(raw, cap, p, cut)
+
+
+def _gunzip_isal(igzip: Any, raw: bytes, cap: int, p: Path) -> bytes | None:
+    """``_gunzip`` by ISA-L under the same cap and checks; None where a member is not whole."""
+    out = bytearray()
+    data = memoryview(raw)
+    checked = False
+    while data:
+        d = igzip.IgzipDecompressor(flag=igzip.DECOMP_GZIP)
+        try:
+            block = d.decompress(data, min(_CHUNK, cap + 1 - len(out)))
+            while True:
+                out += block
+                if len(out) > cap:
+                    raise TraceReadError(_too_large_gzip(p, len(raw), cap))
+                if not checked and block.strip():  # the first bytes that are not whitespace
+                    checked = True
+                    _check_json_start(block, p)
+                if d.eof or d.needs_input or not block:
+                    break
+                block = d.decompress(b"", min(_CHUNK, cap + 1 - len(out)))
+        except (igzip.IsalError, EOFError, ValueError):  # (zlib then says what is wrong)
+            return None
+        if not d.eof:
+            return None
+        data = memoryview(d.unused_data)
+        if bytes(data[:2]) != b"\x1f\x8b":
+            if bytes(data).strip(b"\x00"):
+                return None
+            break
+    return _no_copy(out)
+
+
+def _gunzip_zlib(raw: bytes, cap: int, p: Path, cut: list[bool] | None = None) -> bytes:
+    """``_gunzip`` by zlib: the reference, and what reads cut or corrupt streams."""
     out = bytearray()
     data = memoryview(raw)
     checked = False

@@ -17,6 +17,7 @@ import numpy.typing as npt
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
+IP = npt.NDArray[np.intp]  # offsets: numpy gathers by intp as it is, an int32 index is converted
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
@@ -50,45 +51,60 @@ def put_varints(out: U8, off: I64, v: U64, length: I64) -> None:
         off, v, length = off[more] + 1, v[more] >> seven, length[more] - 1
 
 
-def read_varints(buf: U8) -> tuple[U64, npt.NDArray[np.int32]]:
-    """Every varint of ``buf`` (which must hold only whole varints, < 2 GiB): values and start offsets."""
-    starts, ends = varint_bounds(buf)
-    return read_at(buf, starts, ends), starts
+def read_at(buf: U8, at: IP) -> tuple[U64, IP]:
+    """The varints that start at ``at``, and where each one ends (the offset after it). ``buf``
+    must end with a whole varint (its last byte below 0x80), so none reads past it. Bytes past the
+    first are read only for the values that have them."""
+    first = buf[at]
+    vals = first.astype(np.uint64)
+    after = at + 1
+    more = np.flatnonzero(first >= 0x80)
+    if not len(more):
+        return vals, after
+    vals[more] &= np.uint64(0x7F)
+    pos = after[more]
+    shift = 7
+    while True:
+        b = buf[pos]
+        vals[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        pos += 1
+        go_on = b >= 0x80
+        if not go_on.any():
+            after[more] = pos
+            return vals, after
+        after[more] = pos
+        more, pos, shift = more[go_on], pos[go_on], shift + 7
 
 
-def varint_bounds(buf: U8) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-    """Start and last byte of every varint of ``buf`` (whole varints only, < 2 GiB)."""
-    ends = np.flatnonzero(buf < 0x80).astype(np.int32)
-    starts = np.empty(len(ends), np.int32)
-    if len(ends):
-        starts[0] = 0
-        np.add(ends[:-1], 1, out=starts[1:])
-    return starts, ends
+def one_byte_keys(buf: U8, key: int, piece: int = 1 << 18) -> IP | None:
+    """Offsets of the fields whose key is the one byte ``key`` (< 0x80) in ``buf``, a run of
+    fields that are all varints (key, value, key, value...), or None where ``buf`` does not
+    hold whole pairs of varints.
 
-
-def read_at(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> U64:
-    """The varints that start at ``starts`` and end at ``ends`` (a subset of a buffer's)."""
-    vals = buf[starts].astype(np.uint64)
-    multi = np.flatnonzero(ends != starts)
-    if len(multi):
-        vals[multi] &= np.uint64(0x7F)
-    j = 1
-    while len(multi):
-        at = starts[multi] + j
-        vals[multi] |= (buf[at] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
-        multi = multi[ends[multi] > at]
-        j += 1
-    return vals
-
-
-def read_tags(buf: U8, starts: npt.NDArray[np.int32], ends: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
-    """Field keys (tags) of one or two bytes; -1 for a longer one (not a key gputrace writes)."""
-    tags = buf[starts].astype(np.int32)
-    two = np.flatnonzero(ends != starts)
-    if len(two):
-        tags[two] = (tags[two] & 0x7F) | (buf[starts[two] + 1].astype(np.int32) << 7)
-        tags[two[ends[two] - starts[two] > 1]] = -1
-    return tags
+    The varints' parity tells keys from values: their last bytes are found a piece of ``buf`` at
+    a time (the count before a piece gives the parity of its first one), so the offsets stay in
+    the cache and no array of every varint's end is made. A key's first byte follows a byte that
+    ends a varint (or nothing), so a ``key`` byte after a byte of 0x80 or more ends a longer key."""
+    n = len(buf)
+    if n and buf[-1] >= 0x80:
+        return None
+    ends = buf < 0x80
+    hit = buf == key
+    hit[1:] &= ends[:-1]
+    found: list[IP] = []
+    parity = 0  # varints ended before the piece, modulo 2: 0 when the next one to end is a key
+    start = 0
+    while start < n:
+        stop = min(start + piece, n)
+        at = np.flatnonzero(ends[start:stop])
+        at += start
+        key_ends = at[parity::2]
+        found.append(key_ends[hit[key_ends]])
+        parity = (parity + len(at)) % 2
+        start = stop
+    if parity:
+        return None
+    return np.concatenate(found) if found else np.zeros(0, np.intp)
 
 
 # -- scalar helpers (strings, doubles, the few descriptor packets) --------------------------------

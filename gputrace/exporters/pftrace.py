@@ -1392,9 +1392,30 @@ class _Packets:
         self.chunk_pass: list[int] = []  # per chunk: the pass of GPU slices that name none (0: none)
 
 
-_TAG_CODE = np.zeros((1 << 14) + 1, np.uint8)  # every one- and two-byte tag, and -1 (the last)
+_TAG_CODE = np.zeros(1 << 16, np.uint8)  # every key of up to 16 bits (longer ones: the last entry)
 for _code, _tag in enumerate((T_NAME, T_CAT, T_FLOW, T_TFLOW, T_DA_NAME), start=1):
     _TAG_CODE[_tag] = _code
+
+
+class _Region:
+    """The varint packets of one region, read a field at a time across all packets at once."""
+
+    def __init__(self, flat: pw.U8, starts: npt.NDArray[np.intp]) -> None:
+        self.flat = flat
+        self.pos = starts + 1  # after each packet's key (one byte)
+
+    def value(self) -> U64:
+        """The varint at each packet's position; the positions move past it."""
+        if len(self.pos) and self.pos[-1] >= len(self.flat):  # (packets are in order)
+            raise PftraceError("an event packet is not laid out as gputrace writes it")
+        v, self.pos = pw.read_at(self.flat, self.pos)
+        return v
+
+    def key(self, key: int) -> None:
+        """Move past a one-byte key, which every packet must have here."""
+        if len(self.pos) and (self.pos[-1] >= len(self.flat) or not (self.flat[self.pos] == key).all()):
+            raise PftraceError("an event packet is not laid out as gputrace writes it")
+        self.pos += 1
 
 
 def _decode_region(
@@ -1405,49 +1426,47 @@ def _decode_region(
     ann_names: dict[int, str],
     strs: dict[int, str],
 ) -> int:
-    """Decode one chunk's event packets into ``pk``; returns the clock after its last packet."""
+    """Decode one chunk's event packets into ``pk``; returns the clock after its last packet.
+
+    Every field of a varint packet is a varint key and a varint value (nested messages too, as
+    their length), so the varints' parity tells keys from values and finds each packet's key;
+    from there the packets are read a field at a time, all at once: the fixed head, then the
+    few fields that follow it, until each packet reaches the next one's start."""
     buf = np.frombuffer(region, np.uint8)
     keep = np.ones(len(buf), bool)
     for o, ln in rich_at:
         keep[o : o + ln] = False
     kept = np.flatnonzero(keep) if rich_at else None
     flat = buf[keep] if rich_at else buf
-    starts, ends = pw.varint_bounds(flat)
-    if len(starts) % 2 or (len(flat) and flat[-1] >= 0x80):
+    starts = pw.one_byte_keys(flat, T_PACKET)  # each packet's first byte
+    if starts is None:
         raise PftraceError("an event region is not a run of whole packets")
-    # tags of every field; values only of the fields read
-    tags = pw.read_tags(flat, starts[0::2], ends[0::2])
-    vs, ve = starts[1::2], ends[1::2]
-
-    def values(at: npt.NDArray[np.intp]) -> U64:
-        return pw.read_at(flat, vs[at], ve[at])
-
-    ps = np.flatnonzero(tags == T_PACKET)
-    npk = len(ps)
-    if npk and (
-        ps[0] != 0
-        or not (
-            (tags[ps + 1] == T_TS).all()
-            and (tags[ps + 2] == T_SEQ).all()
-            and (tags[ps + 3] == T_TE).all()
-            and (tags[ps + 4] == T_TYPE).all()
-            and (tags[ps + 5] == T_TRACK).all()
-        )
-    ):
+    npk = len(starts)
+    if npk and starts[0] != 0:
         raise PftraceError("an event packet is not laid out as gputrace writes it")
     # packet order: varint packets and rich packets by their offset in the region
     total = npk + len(rich_at)
     if rich_at:
         assert kept is not None
-        vstart = kept[starts[2 * ps].astype(np.int64)]
-        roff = np.array([o for o, _ in rich_at], np.int64)
-        allpos = np.concatenate([vstart, roff])
+        allpos = np.concatenate([kept[starts], np.array([o for o, _ in rich_at], np.int64)])
         order = np.argsort(allpos, kind="stable")
         rank = np.empty(total, np.int64)
         rank[order] = np.arange(total)
         vr, rr = rank[:npk], rank[npk:]
     else:
         vr, rr = np.arange(npk), np.zeros(0, np.int64)
+    rd = _Region(flat, starts)
+    rd.value()  # the packet's length (it ends where the next one starts)
+    rd.key(T_TS)
+    delta_v = rd.value()
+    rd.key(T_SEQ)
+    rd.value()
+    rd.key(T_TE)
+    rd.value()  # the track event's length (the rest of the packet)
+    rd.key(T_TYPE)
+    typ_v = rd.value()
+    rd.key(T_TRACK)
+    track_v = rd.value()
     delta = np.zeros(total, np.uint64)
     typ = np.zeros(total, np.int8)
     track = np.zeros(total, np.int32)
@@ -1456,37 +1475,11 @@ def _decode_region(
     flow = np.zeros(total, np.int64)
     tflow = np.zeros(total, np.int64)
     if rich_at:
-        delta[vr] = values(ps + 1)
-        typ[vr] = values(ps + 4)
-        track[vr] = values(ps + 5)
+        delta[vr], typ[vr], track[vr] = delta_v, typ_v, track_v
     else:  # the varint packets are all there is, in order
-        delta = values(ps + 1)
-        typ = values(ps + 4).astype(np.int8)
-        track = values(ps + 5).astype(np.int32)
+        delta, typ, track = delta_v, typ_v.astype(np.int8), track_v.astype(np.int32)
     if npk:
-        # one table look-up finds the few fields read beyond the fixed head of each packet
-        code = _TAG_CODE[tags]  # (a tag of -1, too long to be one gputrace writes, reads 0)
-        code[ps + 2] = 0  # the sequence id shares its tag with name_iid
-        hits = np.flatnonzero(code)
-        hit_code = code[hits]
-        hit_val = values(hits)
-        hit_pkt = np.searchsorted(ps, hits, side="right") - 1
-        if rich_at:
-            hit_pkt = vr[hit_pkt]
-        for c, dest in ((1, name), (2, cat), (3, flow), (4, tflow)):
-            m = hit_code == c
-            dest[hit_pkt[m]] = hit_val[m]
-        m = hit_code == 5
-        if m.any():
-            a = hits[m]
-            pk.ann.append(
-                (
-                    pk.count + hit_pkt[m],
-                    hit_val[m].astype(np.int64),
-                    tags[a + 1].astype(np.int64),
-                    values(a + 1).astype(np.int64),
-                )
-            )
+        _read_rest(rd, starts, vr if rich_at else None, pk, (name, cat, flow, tflow))
     for j, (o, ln) in enumerate(rich_at):
         p = int(rr[j])
         d, t_, tr, nm, ct, fl, args = _decode_rich(region[o : o + ln], ann_names, strs)
@@ -1504,6 +1497,120 @@ def _decode_region(
     pk.chunk.append(np.full(total, len(pk.chunk), np.int64))
     pk.count += total
     return int(ts[-1]) if total else last_ts
+
+
+# packets are read a field at a time while at least this many have a field left, and at least
+# one in STEP_SHARE of them: the rest, all at once
+STEP_MIN, STEP_SHARE = 2048, 16
+
+
+def _read_rest(
+    rd: _Region,
+    starts: npt.NDArray[np.intp],
+    vr: npt.NDArray[np.intp] | None,
+    pk: _Packets,
+    dest: tuple[npt.NDArray[Any], ...],
+) -> None:
+    """The fields after each packet's head: name, category, flows into ``dest``, debug
+    annotations (name, then value as the next field) into ``pk``.
+
+    Read a field at a time across the packets that have one more while they are many (most
+    packets have a few such fields, and each step reads only what is there), then the fields
+    of the few packets left all at once (a step costs the same for a handful of packets)."""
+    end = np.empty_like(starts)
+    end[:-1] = starts[1:]
+    end[-1] = len(rd.flat)
+    live = np.flatnonzero(rd.pos < end)  # the packets with a field left, by number
+    rd.pos, end = rd.pos[live], end[live]
+    found: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.uint8], U64]] = []  # packet, code, value
+    ann: list[tuple[npt.NDArray[np.intp], U64, U64, U64]] = []  # packet, name iid, value key, value
+    named: tuple[npt.NDArray[np.intp], U64] | None = None  # annotation names waiting for their value
+    top = np.uint64(len(_TAG_CODE) - 1)
+    # (a packet's fields end exactly where the next packet starts: both are keys of the run of
+    # key-value pairs, and its head ended on a key, so stepping a pair at a time lands on it)
+    while len(live) >= max(STEP_MIN, len(starts) // STEP_SHARE, 1):
+        keys = rd.value()
+        vals = rd.value()
+        if named is not None:  # the field after an annotation's name is its value
+            ann.append((*named, *_next_field(live, named[0], keys, vals)))
+            named = None
+        code = _TAG_CODE[np.minimum(keys, top).astype(np.intp)]
+        hit = np.flatnonzero(code)
+        if len(hit):
+            found.append((live[hit], code[hit], vals[hit]))
+            da = hit[code[hit] == 5]
+            if len(da):
+                named = (live[da], vals[da])
+        go_on = rd.pos < end
+        if not go_on.all():
+            live, rd.pos, end = live[go_on], rd.pos[go_on], end[go_on]
+    if len(live):
+        pkt, keys, vals = _fields_at_once(rd.flat, rd.pos, end)
+        if named is not None:  # the first field left of each packet
+            first = np.flatnonzero(np.r_[True, pkt[1:] != pkt[:-1]])
+            ann.append((*named, *_next_field(live[pkt[first]], named[0], keys[first], vals[first])))
+            named = None
+        code = _TAG_CODE[np.minimum(keys, top).astype(np.intp)]
+        hit = np.flatnonzero(code)
+        found.append((live[pkt[hit]], code[hit], vals[hit]))
+        da = np.flatnonzero(code == 5)
+        if len(da):
+            value = da + 1  # the field after an annotation's name is its value
+            if value[-1] >= len(pkt) or (pkt[value] != pkt[da]).any():
+                raise PftraceError("a debug annotation has a name and no value")
+            ann.append((live[pkt[da]], vals[da], keys[value], vals[value]))
+    if named is not None:
+        raise PftraceError("a debug annotation has a name and no value")
+    if found:
+        pkt = np.concatenate([f[0] for f in found])
+        code = np.concatenate([f[1] for f in found])
+        val = np.concatenate([f[2] for f in found])
+        at = pkt if vr is None else vr[pkt]
+        for c, d in enumerate(dest, start=1):  # (a field given twice: the last one, as in the file)
+            m = code == c
+            d[at[m]] = val[m]
+    for pkts, iids, tag, v in ann:  # (each packet's annotations in file order)
+        pk.ann.append(
+            (
+                pk.count + (pkts if vr is None else vr[pkts]),
+                iids.astype(np.int64),
+                tag.astype(np.int64),
+                v.astype(np.int64),
+            )
+        )
+
+
+def _next_field(
+    live: npt.NDArray[np.intp], pkts: npt.NDArray[np.intp], keys: U64, vals: U64
+) -> tuple[U64, U64]:
+    """The key and value of the field read for each of ``pkts`` (among ``live``, sorted)."""
+    i = np.minimum(np.searchsorted(live, pkts), len(live) - 1)
+    if (live[i] != pkts).any():
+        raise PftraceError("a debug annotation has a name and no value")
+    return keys[i], vals[i]
+
+
+def _fields_at_once(
+    flat: pw.U8, pos: npt.NDArray[np.intp], end: npt.NDArray[np.intp]
+) -> tuple[npt.NDArray[np.intp], U64, U64]:
+    """Every field from ``pos`` to ``end`` of each packet, in file order: the packet (its
+    index in ``pos``), key and value. The bytes left of the packets, gathered one after the
+    other, are whole key-value pairs, so they read as pairs of varints by their parity again."""
+    size = end - pos
+    first = np.cumsum(size) - size  # where each packet's fields start in the run
+    run = flat[np.arange(int(first[-1] + size[-1])) + np.repeat(pos - first, size)]
+    last = run < 0x80  # a varint's last byte
+    ends = np.flatnonzero(last)
+    if len(ends) % 2 or run[-1] >= 0x80:
+        raise PftraceError("an event packet is not laid out as gputrace writes it")
+    key_at = np.empty(len(ends) // 2, np.intp)
+    key_at[0] = 0
+    key_at[1:] = ends[1:-1:2] + 1
+    keys, _ = pw.read_at(run, key_at)
+    vals, _ = pw.read_at(run, ends[0::2] + 1)
+    pairs = np.add.reduceat(last.view(np.int8), first, dtype=np.intp) // 2  # per packet
+    pkt = np.repeat(np.arange(len(pos)), pairs)
+    return pkt, keys, vals
 
 
 def _fields(data: bytes | memoryview) -> list[tuple[int, int, int | bytes]]:
@@ -1748,6 +1855,21 @@ def _col(parts: list[Any]) -> Any:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
+def _by_chunk_and_track(chunk: I64, track: I64) -> npt.NDArray[np.intp]:
+    """The stable order of events in file order (``chunk`` ascending) by chunk, then track: a
+    radix sort of 16-bit keys where they fit (faster than a merge sort of 64-bit ones)."""
+    if not len(track) or track.min() < 0 or track.max() >= 1 << 16:
+        return np.argsort(track + chunk * (1 << 32), kind="stable")
+    o = np.argsort(track.astype(np.uint16), kind="stable")
+    if (chunk == chunk[0]).all():
+        return o
+    c = chunk[o]
+    c16 = c - c.min()
+    if c16.max() < 1 << 16:
+        return o[np.argsort(c16.astype(np.uint16), kind="stable")]
+    return o[np.argsort(c, kind="stable")]
+
+
 def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64, chunks: bool = True) -> tuple[I64, I64, I64]:
     """Begin and end packets of each slice, matched as Perfetto matches them (events of a track
     in time order, ties in file order, a stack per track), within each chunk (a chunk holds both
@@ -1758,7 +1880,7 @@ def _pair(chunk: I64, ts: I64, track: I64, typ: I64, idx: I64, chunks: bool = Tr
         return m, m, m
     # ``idx`` is in file order, and within a chunk file order is time order
     if chunks or (np.diff(ts[m]) >= 0).all():
-        m = m[np.argsort(track[m] + chunk[m] * (1 << 32), kind="stable")]
+        m = m[_by_chunk_and_track(chunk[m], track[m])]
     else:
         m = m[np.lexsort((m, ts[m], track[m]))]
     tr = track[m] + chunk[m] * (1 << 32)
