@@ -16,6 +16,11 @@ import orjson
 
 UNSET: Any = msgspec.UNSET
 RAW_NONE = msgspec.Raw()
+# The numbers the reader gathers straight into arrays are typed: a value of another type (a
+# float where an integer belongs, a bool, a string, null) fails the decoding, and the plain
+# path reads the file and names the value.
+Int = int | msgspec.UnsetType
+Float = float | msgspec.UnsetType
 
 
 class Obj(msgspec.Struct, gc=False):
@@ -55,13 +60,13 @@ class OpArgs(Obj):
     """An operation's args: what the reader takes from them."""
 
     op: Any = UNSET
-    scope: Any = UNSET
-    queue: Any = UNSET
+    scope: Int = UNSET
+    queue: Int = UNSET
     tid: Any = UNSET
-    correlation: Any = UNSET
+    correlation: Int = UNSET
     call: Any = UNSET
-    call_ts: Any = UNSET
-    call_dur_us: Any = UNSET
+    call_ts: Float = UNSET
+    call_dur_us: Float = UNSET
     bytes: Any = UNSET
     grid: tuple[int, int, int] | msgspec.UnsetType = UNSET  # otherwise: the plain path
     block: tuple[int, int, int] | msgspec.UnsetType = UNSET
@@ -79,22 +84,22 @@ ARGS_DECODERS: dict[str, Any] = {
 class Complete(Event, tag="X"):
     cat: Any = UNSET
     name: Any = UNSET
-    pid: Any = UNSET
-    tid: Any = UNSET
-    ts: Any = UNSET
-    dur: Any = UNSET
-    bind_id: Any = UNSET
+    pid: Int = UNSET
+    tid: Int = UNSET
+    ts: Float = UNSET
+    dur: Float = UNSET
+    bind_id: Int = UNSET
     args: msgspec.Raw = RAW_NONE  # decoded for the events whose args are read
 
 
 class Id2(Obj):
-    local: Any = UNSET
+    local: Int = UNSET
 
 
 class AsyncBegin(Event, tag="b"):
     cat: Any = UNSET
     name: Any = UNSET
-    ts: Any = UNSET
+    ts: Float = UNSET
     id2: Id2 | None = None  # an id2 that is not an object: the plain path
 
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable, Iterable
-from itertools import chain, repeat
-from operator import attrgetter, is_, itemgetter
+from collections.abc import Callable
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, is_not, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -341,18 +341,29 @@ def _is_struct(x: Any) -> bool:
     return hasattr(type(x), "__struct_config__")
 
 
-def _decode_field(events: list[Any], key: str, as_: str = "") -> None:
+def _decode_field(events: list[Any] | tuple[Any, ...], key: str, as_: str = "") -> None:
     """Decode ``key`` (raw JSON) of the events that have it, in one call: to dicts, or to the
     args structs named by ``as_`` (only the fields the reader takes)."""
     raws = list(map(attrgetter(key), events))
-    present = [i for i, r in enumerate(raws) if r is not _S.RAW_NONE]  # absent: left as it is
+    present = _present(raws, _S.RAW_NONE)  # absent: left as it is
     if not present:
         return
-    sel = raws if len(present) == len(raws) else [raws[i] for i in present]
+    sel = raws if len(present) == len(raws) else list(map(raws.__getitem__, present))
     text = b"[" + b",".join(sel) + b"]"
     values = _S.ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
+    if len(present) == len(raws):
+        for e, v in zip(events, values, strict=True):
+            setattr(e, key, v)
+        return
     for i, v in zip(present, values, strict=True):
         setattr(events[i], key, v)
+
+
+def _present(values: list[Any], absent: Any) -> list[int]:
+    """Rows of ``values`` that are not ``absent`` (a sentinel), found in C."""
+    if values.count(absent) == len(values):  # (by identity first: the usual, sparse case)
+        return []
+    return list(compress(range(len(values)), map(is_not, values, repeat(absent))))
 
 
 def _read_fast(
@@ -436,16 +447,22 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
         elif kind is metadata:
             names.append(e)
     if no_cat:  # (a few distinct names: each is looked at once)
-        queued = {
-            x for x in set(map(attrgetter("name"), no_cat)) if type(x) is str and x.startswith("queued")
-        }
-        waits += [e for e in no_cat if e.name in queued]
+        no_cat_names = list(map(attrgetter("name"), no_cat))
+        distinct = set(no_cat_names)
+        queued = {x for x in distinct if type(x) is str and x.startswith("queued")}
+        if len(queued) == len(distinct):
+            waits += no_cat
+        else:
+            waits += compress(no_cat, map(queued.__contains__, no_cat_names))
     for group in (cpu, passes, instants):
         _decode_field(group, "args")
     _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
     _decode_field(op_events, "args", "op")
-    op_events = [e for e in op_events if e.args is not _S.RAW_NONE and e.args.op is not unset]
-    waits = [e for e in waits if e.id2 is not None]
+    if op_events:
+        raw_none = _S.RAW_NONE
+        op_events = [e for e in op_events if e.args is not raw_none and e.args.op is not unset]
+    if None in map(attrgetter("id2"), waits):
+        waits = [e for e in waits if e.id2 is not None]
     return cpu, gpu, passes, instants, waits, op_events, names
 
 
@@ -550,6 +567,26 @@ def _ints(values: list[Any], what: str) -> npt.NDArray[np.int64]:
         bad = next((v for v in values if type(v) is not int), None)
         raise _Malformed(f"{what} must be an integer, not {type(bad).__name__} {bad!r:.40}")
     return arr.astype(np.int64)
+
+
+def _floats_of(
+    events: list[Any] | tuple[Any, ...], key: str, what: str, *, non_negative: bool = False
+) -> npt.NDArray[np.float64]:
+    """``_floats`` of the events' ``key``. Decoded structs hold it typed (a number, or UNSET,
+    which numpy refuses): gathered straight into the array."""
+    if not events or not _is_struct(events[0]):
+        return _floats(_col(events, key, number=True), what, non_negative=non_negative)
+    out = np.fromiter(map(attrgetter(key), events), np.float64, len(events))
+    if not (np.abs(out).max() < MAX_ABS_US) or (non_negative and out.min() < 0):
+        raise _Malformed(f"{what} holds an absurd or negative value")  # (the plain path names it)
+    return out
+
+
+def _ints_of(events: list[Any] | tuple[Any, ...], key: str, what: str) -> npt.NDArray[np.int64]:
+    """``_ints`` of the events' ``key``; of structs, typed as for ``_floats_of``."""
+    if not events or not _is_struct(events[0]):
+        return _ints(_col(events, key, number=True), what)
+    return np.fromiter(map(attrgetter(key), events), np.int64, len(events))
 
 
 def _to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
@@ -661,10 +698,10 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
 
     s = ScopeTable.empty(n)
     s.name = np.fromiter(map(name_ids.__getitem__, raw_names), np.int32, n)
-    tids = _ints(_col(cpu, "tid", number=True), "a cpu slice's tid") % OVERLAP_TID_STEP
+    tids = _ints_of(cpu, "tid", "a cpu slice's tid") % OVERLAP_TID_STEP
     s.thread = _thread_rows(tids, threads)
-    ts = _floats(_col(cpu, "ts", number=True), "a cpu slice's ts")
-    dur = _floats(_col(cpu, "dur", number=True), "a cpu slice's dur", non_negative=True)
+    ts = _floats_of(cpu, "ts", "a cpu slice's ts")
+    dur = _floats_of(cpu, "dur", "a cpu slice's dur", non_negative=True)
     # a slice can only repeat another with the same start: none where starts only increase
     if not (np.diff(ts) > 0).all() and (why := repeated_cpu_slice(tids, s.name, ts, dur, cpu)):
         raise _Malformed(why)
@@ -688,19 +725,19 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         ga, with_key = _gpu_args(gpu)
         # the scope is the flow's bind_id (older files: args.scope)
         try:
-            scope_ids = _col(gpu, "bind_id")
-        except KeyError:
+            rows = _ints_of(gpu, "bind_id", "a gpu slice's scope")
+        except (KeyError, TypeError):
             scope_ids = [e["bind_id"] if "bind_id" in e else e["args"]["scope"] for e in gpu]
-        rows = _ints(scope_ids, "a gpu slice's scope")
+            rows = _ints(scope_ids, "a gpu slice's scope")
         if rows.min() < 0 or rows.max() >= n:
             bad = int(rows.min() if rows.min() < 0 else rows.max())
             raise _Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
-        t0 = base + _to_ns(_floats(_col(gpu, "ts", number=True), "a gpu slice's ts"))
+        t0 = base + _to_ns(_floats_of(gpu, "ts", "a gpu slice's ts"))
         # (rows are in 0..n-1 here: a count per scope finds a repeat faster than sorting)
         if np.bincount(rows, minlength=n).max(initial=0) > 1 and (why := repeated_gpu_scope(rows)):
             raise _Malformed(why)
         s.gpu_start_ns[rows] = t0
-        g_dur = _floats(_col(gpu, "dur", number=True), "a gpu slice's dur", non_negative=True)
+        g_dur = _floats_of(gpu, "dur", "a gpu slice's dur", non_negative=True)
         with_us = with_key("gpu_us")  # negative durations, as measured
         if with_us:
             g_dur[with_us] = _floats([ga[i]["gpu_us"] for i in with_us], "gpu_us")
@@ -712,10 +749,13 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             sub_us = _floats([ga[i]["submit_ts"] for i in with_sub], "submit_ts")
             s.submit_ns[rows[with_sub]] = base + _to_ns(sub_us)
         if waits:  # a wait slice starts at the submission (id2.local names the scope)
-            w_rows = _ints(_col(_col(waits, "id2"), "local"), "a wait's id")
+            if structs:  # (an id2 that is no object, or null: the plain path)
+                w_rows = _ints_of(waits, "id2.local", "a wait's id")
+            else:
+                w_rows = _ints(_col(_col(waits, "id2"), "local"), "a wait's id")
             if len(w_rows) and (w_rows.min() < 0 or w_rows.max() >= n):
                 raise _Malformed("a queued wait names a scope that the trace does not have")
-            s.submit_ns[w_rows] = base + _to_ns(_floats(_col(waits, "ts", number=True), "a wait's ts"))
+            s.submit_ns[w_rows] = base + _to_ns(_floats_of(waits, "ts", "a wait's ts"))
         # written where it changes: carried forward over the GPU slices in file order
         with_unc = with_key("uncertainty_us")
         unc = np.zeros(len(ga), np.float64)
@@ -726,7 +766,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             unc = unc[np.maximum.accumulate(known)]
             unc[: with_unc[0]] = 0.0
         s.uncertainty_ns[rows] = _to_ns(unc)
-        gtid = _ints(_col(gpu, "tid", number=True), "a gpu slice's tid")
+        gtid = _ints_of(gpu, "tid", "a gpu slice's tid")
         s.queue[rows] = ((gtid % OVERLAP_TID_STEP) - 1).astype(np.int32)
         if s.queue.max() >= len(queues) or s.queue.min() < -1:
             raise _Malformed("a gpu slice is on a stream track that the header does not list")
@@ -741,12 +781,12 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     p_g0 = p_g1 = np.zeros(0, np.int64)
     if passes:
         pa = _col(passes, "args")
-        p_rows = _ints(_col(pa, "scope", number=True), "a gpu pass's scope")
+        p_rows = _ints_of(pa, "scope", "a gpu pass's scope")
         if p_rows.min() < 0 or p_rows.max() >= n:
             raise _Malformed("a gpu pass names a scope that the trace does not have")
         p_label = np.fromiter((intern_label(str(x)) for x in _col(passes, "name")), np.int32, len(passes))
-        p_g0 = base + _to_ns(_floats(_col(passes, "ts", number=True), "a gpu pass's ts"))
-        p_dur = _floats(_col(passes, "dur", number=True), "a gpu pass's dur", non_negative=True)
+        p_g0 = base + _to_ns(_floats_of(passes, "ts", "a gpu pass's ts"))
+        p_dur = _floats_of(passes, "dur", "a gpu pass's dur", non_negative=True)
         p_g1 = p_g0 + _to_ns(p_dur)
         p_sub = np.full(len(passes), NO_TIME, np.int64)
         with_sub = [i for i, a in enumerate(pa) if "submit_ts" in a]
@@ -807,29 +847,29 @@ def _ops(
         return ops
     events = _gpu_start_order(events)
     a = _col(events, "args")
-    ops.scope = _ints(_col(a, "scope", number=True), "an operation's scope")
+    ops.scope = _ints_of(a, "scope", "an operation's scope")
     if ops.scope.max() >= n_scopes or ops.scope.min() < -1:
         raise _Malformed("an operation names a scope that the trace does not have")
     ops.kind = np.fromiter(map(_OP_KIND.__getitem__, _col(events, "cat")), np.int32, n)
     ops.name = _interned(_col(events, "name"), intern)
-    ops.queue = _ints(_col(a, "queue", number=True), "an operation's queue").astype(np.int32)
+    ops.queue = _ints_of(a, "queue", "an operation's queue").astype(np.int32)
     if ops.queue.max() >= n_queues or ops.queue.min() < 0:
         raise _Malformed("an operation is on a stream that the header does not list")
     by_tid = {t.tid: i for i, t in enumerate(threads)}
     # an absent tid reads as None, which no thread has (ThreadInfo.tid is an int)
     tid_of = _get_col(a, "tid", None)
     ops.thread = np.fromiter(map(by_tid.get, tid_of, repeat(-1)), np.int32, n)  # type: ignore[arg-type]
-    ops.correlation = _ints(_col(a, "correlation", number=True), "an operation's correlation")
-    ops.gpu_start_ns = base + _to_ns(_floats(_col(events, "ts", number=True), "an operation's ts"))
+    ops.correlation = _ints_of(a, "correlation", "an operation's correlation")
+    ops.gpu_start_ns = base + _to_ns(_floats_of(events, "ts", "an operation's ts"))
     ops.gpu_end_ns = ops.gpu_start_ns + _to_ns(
-        _floats(_col(events, "dur", number=True), "an operation's dur", non_negative=True)
+        _floats_of(events, "dur", "an operation's dur", non_negative=True)
     )
     seen = _with_key(a, "call_ts")
     if len(seen):
         sa = a if len(seen) == n else _pick(a, seen)
-        c0 = base + _to_ns(_floats(_col(sa, "call_ts", number=True), "call_ts"))
+        c0 = base + _to_ns(_floats_of(sa, "call_ts", "call_ts"))
         ops.call_start_ns[seen] = c0
-        ops.call_end_ns[seen] = c0 + _to_ns(_floats(_col(sa, "call_dur_us", number=True), "call_dur_us"))
+        ops.call_end_ns[seen] = c0 + _to_ns(_floats_of(sa, "call_dur_us", "call_dur_us"))
     ops.call_name = _interned(_get_col(a, "call", ""), intern)
     ops.bytes = _ints(_get_col(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
@@ -875,13 +915,11 @@ def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[st
 
 def _with_key(events: list[Any] | tuple[Any, ...], key: str) -> npt.NDArray[np.intp]:
     """Rows of the events that have ``key``."""
-    has: Iterable[bool]
     if not events or not _is_struct(events[0]):
         has = map(dict.__contains__, events, repeat(key))
-    else:
-        absent = _S.RAW_NONE if key in _S.RAW_FIELDS else _S.UNSET
-        has = (v is not absent for v in map(attrgetter(key.replace(" ", "_")), events))
-    return np.flatnonzero(np.fromiter(has, bool, len(events)))
+        return np.flatnonzero(np.fromiter(has, bool, len(events)))
+    absent = _S.RAW_NONE if key in _S.RAW_FIELDS else _S.UNSET
+    return np.array(_present(list(map(attrgetter(key.replace(" ", "_")), events)), absent), np.intp)
 
 
 def _gpu_start_order(events: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
