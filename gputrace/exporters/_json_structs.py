@@ -119,13 +119,17 @@ class Metadata(Event, tag="M"):
     args: msgspec.Raw = RAW_NONE
 
 
+class AsyncEnd(Event, tag="e"):
+    """A wait's end (and any async end): read past, nothing kept."""
+
+
 # every other phase of the Chrome trace format: read past, nothing kept (a phase not listed
 # here, or an event without one, sends the file to the plain path)
 PASSED = tuple(
     msgspec.defstruct(f"Passed{i}", [], bases=(Event,), tag=ph)
-    for i, ph in enumerate("BEIensftPNODRCSTpFcvV()")
+    for i, ph in enumerate("BEInsftPNODRCSTpFcvV()")
 )
-ANY_EVENT: Any = Union.__getitem__((Complete, AsyncBegin, Instant, Metadata, *PASSED))  # type: ignore[attr-defined]
+ANY_EVENT: Any = Union.__getitem__((Complete, AsyncBegin, AsyncEnd, Instant, Metadata, *PASSED))  # type: ignore[attr-defined]
 Doc = msgspec.defstruct(
     "Doc",
     [
@@ -139,14 +143,14 @@ DOC_DECODER = msgspec.json.Decoder(Doc)
 RAW_FIELDS = ("args",)  # absent: the empty Raw; any other field absent: UNSET
 
 
-_ATTR = {"pass": "pass_"}  # keys that are Python keywords
+ATTR = {"pass": "pass_"}  # keys that are Python keywords
 
 
 def field(e: Any, key: str) -> Any:
     """An event's field as its dict would hold it: raw args decoded; UNSET where absent."""
     if key == "ph":
         return e.__struct_config__.tag
-    v = getattr(e, _ATTR.get(key) or key.replace(" ", "_"), UNSET)
+    v = getattr(e, ATTR.get(key) or key.replace(" ", "_"), UNSET)
     if type(v) is msgspec.Raw:
         return orjson.loads(memoryview(v)) if len(v) else UNSET
     return v

@@ -341,22 +341,23 @@ def _is_struct(x: Any) -> bool:
     return hasattr(type(x), "__struct_config__")
 
 
-def _decode_field(events: list[Any] | tuple[Any, ...], key: str, as_: str = "") -> None:
+def _decode_field(events: list[Any] | tuple[Any, ...], key: str, as_: str = "") -> list[int]:
     """Decode ``key`` (raw JSON) of the events that have it, in one call: to dicts, or to the
-    args structs named by ``as_`` (only the fields the reader takes)."""
+    args structs named by ``as_`` (only the fields the reader takes). Returns their rows."""
     raws = list(map(attrgetter(key), events))
     present = _present(raws, _S.RAW_NONE)  # absent: left as it is
     if not present:
-        return
+        return present
     sel = raws if len(present) == len(raws) else list(map(raws.__getitem__, present))
     text = b"[" + b",".join(sel) + b"]"
     values = _S.ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
     if len(present) == len(raws):
         for e, v in zip(events, values, strict=True):
             setattr(e, key, v)
-        return
+        return present
     for i, v in zip(present, values, strict=True):
         setattr(events[i], key, v)
+    return present
 
 
 def _present(values: list[Any], absent: Any) -> list[int]:
@@ -410,7 +411,7 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     """``_classify`` for decoded structs; the args of the events kept are decoded here, in one
     batch per kind."""
     complete, instant, async_begin, unset = _S.Complete, _S.Instant, _S.AsyncBegin, _S.UNSET
-    metadata = _S.Metadata
+    metadata, async_end = _S.Metadata, _S.AsyncEnd
     names: list[Any] = []
     cpu: list[Any] = []
     gpu: list[Any] = []
@@ -424,7 +425,7 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     by_cat = {"cpu": cpu_add, "gpu": gpu_add, "gpu.pass": passes.append}
     by_cat.update(dict.fromkeys(OP_CATS, op_events.append))
     route = by_cat.get
-    for e in events:
+    for e in events:  # (the kinds most frequent first)
         kind = type(e)
         if kind is complete:
             cat = e.cat
@@ -437,33 +438,37 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
                 add = route(cat) if type(cat) is str else None
                 if add is not None:
                     add(e)
-        elif kind is instant:
-            instant_add(e)
         elif kind is async_begin:  # a wait: named "queued…" with no cat (older files: cat "queued")
             if e.cat is unset:
                 no_cat_add(e)
             elif e.cat == "queued":
                 wait_add(e)
+        elif kind is async_end:
+            continue
+        elif kind is instant:
+            instant_add(e)
         elif kind is metadata:
             names.append(e)
     if no_cat:  # (a few distinct names: each is looked at once)
         no_cat_names = list(map(attrgetter("name"), no_cat))
-        distinct = set(no_cat_names)
+        first = no_cat_names[0]  # (one stream: one name)
+        distinct = {first} if no_cat_names.count(first) == len(no_cat_names) else set(no_cat_names)
         queued = {x for x in distinct if type(x) is str and x.startswith("queued")}
         if len(queued) == len(distinct):
             waits += no_cat
         else:
             waits += compress(no_cat, map(queued.__contains__, no_cat_names))
-    for group in (cpu, passes, instants):
+    args_rows = {"cpu": _decode_field(cpu, "args")}  # (the rows with args, kept for _build)
+    for group in (passes, instants):
         _decode_field(group, "args")
-    _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
+    args_rows["gpu"] = _decode_field(gpu, "args", "gpu")  # args that are no object: the plain path
     _decode_field(op_events, "args", "op")
     if op_events:
         raw_none = _S.RAW_NONE
         op_events = [e for e in op_events if e.args is not raw_none and e.args.op is not unset]
-    if None in map(attrgetter("id2"), waits):
-        waits = [e for e in waits if e.id2 is not None]
-    return cpu, gpu, passes, instants, waits, op_events, names
+    # (a wait without an id2 object, which the plain path passes over, fails when its id2.local
+    # is gathered: the plain path reads that file)
+    return cpu, gpu, passes, instants, waits, op_events, names, args_rows
 
 
 def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[Any]:
@@ -635,6 +640,7 @@ def _classify(events: list[Any]) -> tuple[Any, ...]:
     waits: list[dict[str, Any]] = []
     op_events: list[dict[str, Any]] = []
     names: list[dict[str, Any]] = []
+    args_rows: dict[str, list[int]] = {}  # (the rows with args: found where needed)
     for e in events:
         ph = e.get("ph")
         if ph == "X":
@@ -655,7 +661,7 @@ def _classify(events: list[Any]) -> tuple[Any, ...]:
             waits.append(e)
         elif ph == "M":
             names.append(e)
-    return cpu, gpu, passes, instants, waits, op_events, names
+    return cpu, gpu, passes, instants, waits, op_events, names, args_rows
 
 
 def _is_wait(cat: Any, name: Any) -> bool:
@@ -669,9 +675,9 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     pid = int(header.get("pid") or 1)
     # One pass sorts the events by kind; everything after it is per-column and vectorised.
     structs = bool(events) and _is_struct(events[0])
-    cpu, gpu, passes, instants, waits, op_events, name_events = (_classify_structs if structs else _classify)(
-        events
-    )
+    cpu, gpu, passes, instants, waits, op_events, name_events, args_rows = (
+        _classify_structs if structs else _classify
+    )(events)
     if "threads" in header:
         threads = [ThreadInfo(int(t["tid"]), str(t["name"])) for t in header.get("threads", [])]
         queues = [
@@ -708,7 +714,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     s.cpu_start_ns = base + _to_ns(ts)
     s.cpu_end_ns = s.cpu_start_ns + _to_ns(dur)
     flags = np.zeros(n, np.uint32)
-    a_rows = _with_key(cpu, "args")
+    a_rows = np.array(args_rows["cpu"], np.intp) if "cpu" in args_rows else _with_key(cpu, "args")
     for i, a in zip(a_rows.tolist(), _col(_pick(cpu, a_rows), "args"), strict=True):
         if a:
             a = dict(a)
@@ -722,7 +728,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     fold_rows, fold_labels = np.zeros(0, np.int64), []
     if gpu:
         # args are rare on a GPU slice (flags, the uncertainty where it changes): look at those only
-        ga, with_key = _gpu_args(gpu)
+        ga, with_key = _gpu_args(gpu, args_rows.get("gpu"))
         # the scope is the flow's bind_id (older files: args.scope)
         try:
             rows = _ints_of(gpu, "bind_id", "a gpu slice's scope")
@@ -772,7 +778,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             raise _Malformed("a gpu slice is on a stream track that the header does not list")
         for i in [i for i in with_key("flags") if ga[i].get("flags")]:
             s.flags[rows[i]] = flags_from_names(ga[i]["flags"])
-        folded = [i for i, a in enumerate(ga) if "pass" in a]  # a scope's one pass, as its slice
+        folded = with_key("pass")  # a scope's one pass, as its slice
         fold_rows, fold_labels = rows[folded], [str(ga[i]["pass"]) for i in folded]
 
     p_rows = np.zeros(0, np.int64)
@@ -893,11 +899,15 @@ _OP_KIND = {c: i for i, c in enumerate(OP_CATS)}
 _NO_ARGS: dict[str, Any] = {}
 
 
-def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[str], list[int]]]:
+def _gpu_args(
+    gpu: list[Any] | tuple[Any, ...], a_rows: list[int] | None = None
+) -> tuple[list[Any], Callable[[str], list[int]]]:
     """Each GPU slice's args (an empty dict where it has none), and a function giving the rows
-    whose args hold a key. Args are rare on a GPU slice except in CUPTI traces."""
+    whose args hold a key. Args are rare on a GPU slice except in CUPTI traces. ``a_rows``: the
+    rows with args, where they are known."""
     ga: list[Any] = [_NO_ARGS] * len(gpu)
-    a_rows = _with_key(gpu, "args").tolist()
+    if a_rows is None:
+        a_rows = _with_key(gpu, "args").tolist()
     values = _col([gpu[i] for i in a_rows], "args")
     if values and _is_struct(values[0]):
         # args holding none of the keys read (a CUPTI slice's timing source) count as none
@@ -906,7 +916,7 @@ def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[st
             ga[i] = v
         rows = [i for i, _ in kept]
         unset = _S.UNSET
-        return ga, lambda key: [i for i in rows if getattr(ga[i], key) is not unset]
+        return ga, lambda key: [i for i in rows if getattr(ga[i], _S.ATTR.get(key, key)) is not unset]
     for i, v in zip(a_rows, values, strict=True):
         ga[i] = v or _NO_ARGS
     a_rows = [i for i in a_rows if ga[i] is not _NO_ARGS]
