@@ -341,23 +341,26 @@ def _is_struct(x: Any) -> bool:
     return hasattr(type(x), "__struct_config__")
 
 
-def _decode_field(events: list[Any] | tuple[Any, ...], key: str, as_: str = "") -> list[int]:
-    """Decode ``key`` (raw JSON) of the events that have it, in one call: to dicts, or to the
-    args structs named by ``as_`` (only the fields the reader takes). Returns their rows."""
-    raws = list(map(attrgetter(key), events))
-    present = _present(raws, _S.RAW_NONE)  # absent: left as it is
-    if not present:
-        return present
-    sel = raws if len(present) == len(raws) else list(map(raws.__getitem__, present))
+def _decode_field(
+    events: list[Any] | tuple[Any, ...], key: str, as_: str = "", *, rows: list[int] | None = None
+) -> None:
+    """Decode ``key`` (raw JSON) of the events that have it (``rows``, where known), in one
+    call: to dicts, or to the args structs named by ``as_`` (only the fields the reader takes)."""
+    present = _present(list(map(attrgetter(key), events)), _S.RAW_NONE) if rows is None else rows
+    if not present:  # (absent: left as it is)
+        return
+    if len(present) == len(events):
+        sel = list(map(attrgetter(key), events))
+    else:
+        sel = list(map(attrgetter(key), map(events.__getitem__, present)))
     text = b"[" + b",".join(sel) + b"]"
     values = _S.ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
-    if len(present) == len(raws):
+    if len(present) == len(events):
         for e, v in zip(events, values, strict=True):
             setattr(e, key, v)
-        return present
+        return
     for i, v in zip(present, values, strict=True):
         setattr(events[i], key, v)
-    return present
 
 
 def _present(values: list[Any], absent: Any) -> list[int]:
@@ -422,7 +425,22 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     no_cat: list[Any] = []
     cpu_add, gpu_add, instant_add, wait_add = cpu.append, gpu.append, instants.append, waits.append
     no_cat_add = no_cat.append
-    by_cat = {"cpu": cpu_add, "gpu": gpu_add, "gpu.pass": passes.append}
+    # the rows of the cpu and gpu slices that have args, noted as they are met
+    cpu_rows: list[int] = []
+    gpu_rows: list[int] = []
+    cpu_row, gpu_row, raw_none = cpu_rows.append, gpu_rows.append, _S.RAW_NONE
+
+    def cat_cpu(e: Any) -> None:  # (older files: cat "cpu" / "gpu")
+        if e.args is not raw_none:
+            cpu_row(len(cpu))
+        cpu_add(e)
+
+    def cat_gpu(e: Any) -> None:
+        if e.args is not raw_none:
+            gpu_row(len(gpu))
+        gpu_add(e)
+
+    by_cat = {"cpu": cat_cpu, "gpu": cat_gpu, "gpu.pass": passes.append}
     by_cat.update(dict.fromkeys(OP_CATS, op_events.append))
     route = by_cat.get
     for e in events:  # (the kinds most frequent first)
@@ -431,8 +449,12 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
             cat = e.cat
             if cat is unset or cat is None:
                 if e.pid >= GPU_PID_BASE:
+                    if e.args is not raw_none:
+                        gpu_row(len(gpu))
                     gpu_add(e)
                 else:
+                    if e.args is not raw_none:
+                        cpu_row(len(cpu))
                     cpu_add(e)
             else:
                 add = route(cat) if type(cat) is str else None
@@ -458,17 +480,16 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
             waits += no_cat
         else:
             waits += compress(no_cat, map(queued.__contains__, no_cat_names))
-    args_rows = {"cpu": _decode_field(cpu, "args")}  # (the rows with args, kept for _build)
+    _decode_field(cpu, "args", rows=cpu_rows)
     for group in (passes, instants):
         _decode_field(group, "args")
-    args_rows["gpu"] = _decode_field(gpu, "args", "gpu")  # args that are no object: the plain path
+    _decode_field(gpu, "args", "gpu", rows=gpu_rows)  # args that are no object: the plain path
     _decode_field(op_events, "args", "op")
     if op_events:
-        raw_none = _S.RAW_NONE
         op_events = [e for e in op_events if e.args is not raw_none and e.args.op is not unset]
     # (a wait without an id2 object, which the plain path passes over, fails when its id2.local
     # is gathered: the plain path reads that file)
-    return cpu, gpu, passes, instants, waits, op_events, names, args_rows
+    return cpu, gpu, passes, instants, waits, op_events, names, {"cpu": cpu_rows, "gpu": gpu_rows}
 
 
 def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[Any]:
