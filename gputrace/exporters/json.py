@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections import defaultdict
 from collections.abc import Callable
-from itertools import chain, compress, repeat
+from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_, is_not, itemgetter
 from pathlib import Path
 from typing import Any
@@ -711,8 +712,13 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["queues"] = [queue_dict(q) for q in queues]
     thread_idx = {t.tid: i for i, t in enumerate(threads)}
     n = len(cpu)
-    raw_names = _col(cpu, "name")
-    name_ids: dict[Any, int] = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
+    # each distinct name numbered as first met, in one pass (a missing name: KeyError, as _col)
+    first_met: defaultdict[Any, int] = defaultdict(count().__next__)
+    get_name = attrgetter("name") if structs else itemgetter("name")
+    name_col = np.fromiter(map(first_met.__getitem__, map(get_name, cpu)), np.int32, n)
+    name_ids: dict[Any, int] = dict(first_met)
+    if structs and _S.UNSET in name_ids:
+        raise KeyError("name")
     names = [str(k) for k in name_ids]
     label_ids: dict[str, int] = {}
 
@@ -724,7 +730,7 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         return i
 
     s = ScopeTable.empty(n)
-    s.name = np.fromiter(map(name_ids.__getitem__, raw_names), np.int32, n)
+    s.name = name_col
     tids = _ints_of(cpu, "tid", "a cpu slice's tid") % OVERLAP_TID_STEP
     s.thread = _thread_rows(tids, threads)
     ts = _floats_of(cpu, "ts", "a cpu slice's ts")
