@@ -59,25 +59,26 @@ class GpuArgs(Obj):
 class OpArgs(Obj):
     """An operation's args: what the reader takes from them."""
 
-    op: Any = UNSET
+    op: Int = UNSET
     scope: Int = UNSET
     queue: Int = UNSET
     tid: Any = UNSET
     correlation: Int = UNSET
-    call: Any = UNSET
     call_ts: Float = UNSET
     call_dur_us: Float = UNSET
-    bytes: Any = UNSET
-    grid: tuple[int, int, int] | msgspec.UnsetType = UNSET  # otherwise: the plain path
-    block: tuple[int, int, int] | msgspec.UnsetType = UNSET
-    graph_id: Any = msgspec.field(default=UNSET, name="graph id")
-    graph_node_id: Any = msgspec.field(default=UNSET, name="graph node id")
+    # absent: the value the reader takes for an absent key
+    call: Any = ""
+    bytes: int = 0
+    grid: tuple[int, int, int] = (0, 0, 0)  # otherwise: the plain path
+    block: tuple[int, int, int] = (0, 0, 0)
+    graph_id: int = msgspec.field(default=0, name="graph id")
+    graph_node_id: int = msgspec.field(default=0, name="graph node id")
 
 
 NO_GPU_ARGS = GpuArgs()
 ARGS_DECODERS: dict[str, Any] = {
-    "gpu": msgspec.json.Decoder(list[GpuArgs]),
-    "op": msgspec.json.Decoder(list[OpArgs]),
+    "gpu": msgspec.json.Decoder(GpuArgs),
+    "op": msgspec.json.Decoder(OpArgs),
 }
 
 

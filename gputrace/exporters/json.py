@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from itertools import chain, compress, count, repeat
 from operator import attrgetter, is_, is_not, itemgetter
@@ -354,14 +354,14 @@ def _decode_field(
         sel = list(map(attrgetter(key), events))
     else:
         sel = list(map(attrgetter(key), map(events.__getitem__, present)))
-    text = b"[" + b",".join(sel) + b"]"
-    values = _S.ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
-    if len(present) == len(events):
-        for e, v in zip(events, values, strict=True):
-            setattr(e, key, v)
-        return
-    for i, v in zip(present, values, strict=True):
-        setattr(events[i], key, v)
+    if as_:  # each on its own: no copy of them all joined (as fast per byte)
+        values = list(map(_S.ARGS_DECODERS[as_].decode, sel))
+    else:
+        values = orjson.loads(b"[" + b",".join(sel) + b"]")
+    kept = events if len(present) == len(events) else map(events.__getitem__, present)
+    if len(values) != len(present):
+        raise ValueError("the args decoded are not one per event")
+    deque(map(setattr, kept, repeat(key), values), maxlen=0)  # (setattr on each, in C)
 
 
 def _present(values: list[Any], absent: Any) -> list[int]:
@@ -486,8 +486,10 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
         _decode_field(group, "args")
     _decode_field(gpu, "args", "gpu", rows=gpu_rows)  # args that are no object: the plain path
     _decode_field(op_events, "args", "op")
-    if op_events:
-        op_events = [e for e in op_events if e.args is not raw_none and e.args.op is not unset]
+    if op_events:  # an operation's record has args and an op number
+        op_args = list(map(attrgetter("args"), op_events))
+        if op_args.count(raw_none) or unset in map(attrgetter("op"), op_args):
+            op_events = [e for e in op_events if e.args is not raw_none and e.args.op is not unset]
     # (a wait without an id2 object, which the plain path passes over, fails when its id2.local
     # is gathered: the plain path reads that file)
     return cpu, gpu, passes, instants, waits, op_events, names, {"cpu": cpu_rows, "gpu": gpu_rows}
@@ -903,13 +905,18 @@ def _ops(
         c0 = base + _to_ns(_floats_of(sa, "call_ts", "call_ts"))
         ops.call_start_ns[seen] = c0
         ops.call_end_ns[seen] = c0 + _to_ns(_floats_of(sa, "call_dur_us", "call_dur_us"))
+    if _is_struct(a[0]):  # typed, with their defaults where absent (gputrace.exporters._json_structs)
+        ops.call_name = _interned(list(map(attrgetter("call"), a)), intern)
+        for col in ("bytes", "graph_id", "graph_node_id"):
+            setattr(ops, col, np.fromiter(map(attrgetter(col), a), np.int64, n))
+        for col in ("grid", "block"):  # three integers each
+            triples = map(attrgetter(col), a)
+            setattr(ops, col, np.fromiter(chain.from_iterable(triples), np.int64, 3 * n).reshape(n, 3))
+        return ops
     ops.call_name = _interned(_get_col(a, "call", ""), intern)
     ops.bytes = _ints(_get_col(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
         vals = _get_col(a, col, [0, 0, 0])
-        if _is_struct(a[0]):  # three integers each, as decoded
-            setattr(ops, col, np.fromiter(chain.from_iterable(vals), np.int64, 3 * n).reshape(n, 3))
-            continue
         arr = _array(vals, np.int64)
         if arr.shape == (n, 3) and arr.dtype.kind in "iu":
             setattr(ops, col, arr.astype(np.int64))
@@ -961,8 +968,12 @@ def _with_key(events: list[Any] | tuple[Any, ...], key: str) -> npt.NDArray[np.i
 
 def _gpu_start_order(events: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
     """The operation events by (ts, op number), stably: the order the writer keeps."""
-    ts = _array(_col(events, "ts"), np.float64)
-    op = _array(_col(_col(events, "args"), "op"), np.int64)
+    if _is_struct(events[0]):  # typed: numbers (an absent ts fails here: the plain path)
+        ts = np.fromiter(map(attrgetter("ts"), events), np.float64, len(events))
+        op = np.fromiter(map(attrgetter("args.op"), events), np.int64, len(events))
+    else:
+        ts = _array(_col(events, "ts"), np.float64)
+        op = _array(_col(_col(events, "args"), "op"), np.int64)
     if ts.ndim == 1 and op.ndim == 1 and ts.dtype.kind in "iuf" and op.dtype.kind in "iu":
         step = np.diff(ts)
         if ((step > 0) | ((step == 0) & (np.diff(op) >= 0))).all():
@@ -976,9 +987,9 @@ def _gpu_start_order(events: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[A
 
 def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np.int32]:
     """Name ids for ``values`` (each as ``str``), interning each distinct value once."""
-    texts = list(map(str, values))
-    ids = {k: intern(k) for k in dict.fromkeys(texts)}
-    return np.fromiter(map(ids.__getitem__, texts), np.int32, len(texts))
+    first_met: defaultdict[str, int] = defaultdict(count().__next__)  # numbered as first met
+    local = np.fromiter(map(first_met.__getitem__, map(str, values)), np.int32, len(values))
+    return np.array([intern(k) for k in first_met], np.int32)[local] if len(local) else local
 
 
 def _reorder(
