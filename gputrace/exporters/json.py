@@ -425,7 +425,8 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     op_events: list[Any] = []
     no_cat: list[Any] = []
     cpu_add, gpu_add, instant_add, wait_add = cpu.append, gpu.append, instants.append, waits.append
-    no_cat_add = no_cat.append
+    no_cat_names: list[Any] = []
+    no_cat_add, no_cat_name = no_cat.append, no_cat_names.append
     # the rows of the cpu and gpu slices that have args, noted as they are met
     cpu_rows: list[int] = []
     gpu_rows: list[int] = []
@@ -464,6 +465,7 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
         elif kind is async_begin:  # a wait: named "queued…" with no cat (older files: cat "queued")
             if e.cat is unset:
                 no_cat_add(e)
+                no_cat_name(e.name)
             elif e.cat == "queued":
                 wait_add(e)
         elif kind is async_end:
@@ -473,7 +475,6 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
         elif kind is metadata:
             names.append(e)
     if no_cat:  # (a few distinct names: each is looked at once)
-        no_cat_names = list(map(attrgetter("name"), no_cat))
         first = no_cat_names[0]  # (one stream: one name)
         distinct = {first} if no_cat_names.count(first) == len(no_cat_names) else set(no_cat_names)
         queued = {x for x in distinct if type(x) is str and x.startswith("queued")}
