@@ -127,3 +127,20 @@ def test_a_value_neither_path_takes_gets_the_plain_paths_sentence(
         gputrace.load(path)
     assert str(fast_err.value) == str(plain_err.value)
     assert "malformed" in str(fast_err.value)
+
+
+def test_an_async_slice_of_another_tool_is_no_wait_either_way(tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    cupti_trace(good)
+    doc = orjson.loads(good.read_bytes())
+    wait = next(e for e in doc["traceEvents"] if e.get("ph") == "b")
+    other = {**wait, "name": "download", "ts": wait["ts"] - 1.0}  # no cat, not "queued…"
+    # after the wait: taken for one, it would move the scope's submission
+    doc["traceEvents"].insert(doc["traceEvents"].index(wait) + 1, other)
+    path = tmp_path / "bad.json"  # (altered by hand)
+    path.write_bytes(orjson.dumps(doc))
+    got = fast(path)
+    assert got is not None
+    want = plain(path)
+    assert_identical(got, want)
+    assert_identical(got, fast(good) or plain(good))  # the wait's submission is unchanged
