@@ -144,3 +144,24 @@ def test_an_async_slice_of_another_tool_is_no_wait_either_way(tmp_path: Path) ->
     want = plain(path)
     assert_identical(got, want)
     assert_identical(got, fast(good) or plain(good))  # the wait's submission is unchanged
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b'"ph":"b","name":"queued', b'"ph":"b","name":"\\u0071ueued'),  # escaped: still a wait
+        (b'"ph":"b","name":"queued \xc2\xb7 ', b'"ph":"b","name":"queued \\u00b7 '),  # same name
+        (b'"ph":"b","name":"queued \xc2\xb7 ', b'"ph":"b","name":7,"x":"'),  # a number: no wait
+    ],
+    ids=["escaped", "other-spelling", "number"],
+)
+def test_a_waits_name_reads_by_its_value_not_its_spelling(tmp_path: Path, old: bytes, new: bytes) -> None:
+    good = tmp_path / "good.json"
+    cupti_trace(good)
+    raw = good.read_bytes()
+    assert old in raw
+    path = tmp_path / "bad.json"  # (altered by hand: the first wait's name only)
+    path.write_bytes(raw.replace(old, new, 1))
+    got = fast(path)
+    assert got is not None
+    assert_identical(got, plain(path))

@@ -99,7 +99,7 @@ class Id2(Obj):
 
 class AsyncBegin(Event, tag="b"):
     cat: Any = UNSET
-    name: Any = UNSET
+    name: msgspec.Raw = RAW_NONE  # looked at once per distinct name
     ts: Float = UNSET
     id2: Id2 | None = None  # an id2 that is not an object: the plain path
 

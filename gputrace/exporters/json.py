@@ -475,13 +475,17 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
         elif kind is metadata:
             names.append(e)
     if no_cat:  # (a few distinct names: each is looked at once)
-        first = no_cat_names[0]  # (one stream: one name)
-        distinct = {first} if no_cat_names.count(first) == len(no_cat_names) else set(no_cat_names)
-        queued = {x for x in distinct if type(x) is str and x.startswith("queued")}
+        # (a wait's name is kept as its raw JSON, cheaper than a str: one stream, one name)
+        first = no_cat_names[0]
+        keys = [bytes(first)] if no_cat_names.count(first) == len(no_cat_names) else None
+        if keys is None:
+            keys = list(map(bytes, no_cat_names))
+        distinct = set(keys)
+        queued = {k for k in distinct if _queued(k)}
         if len(queued) == len(distinct):
             waits += no_cat
         else:
-            waits += compress(no_cat, map(queued.__contains__, no_cat_names))
+            waits += compress(no_cat, map(queued.__contains__, keys))
     _decode_field(cpu, "args", rows=cpu_rows)
     for group in (passes, instants):
         _decode_field(group, "args")
@@ -494,6 +498,14 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     # (a wait without an id2 object, which the plain path passes over, fails when its id2.local
     # is gathered: the plain path reads that file)
     return cpu, gpu, passes, instants, waits, op_events, names, {"cpu": cpu_rows, "gpu": gpu_rows}
+
+
+def _queued(name: bytes) -> bool:
+    """Whether a raw JSON name (empty: none) is a wait's: a str starting "queued"."""
+    if not name:
+        return False
+    text = orjson.loads(name)
+    return type(text) is str and text.startswith("queued")
 
 
 def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[Any]:
