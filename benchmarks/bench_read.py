@@ -9,6 +9,10 @@ Traces (written once with this tree, then read by each tree in its own child pro
 source); "h200" the kept H200 CUPTI trace (tests/data/cuda_h200.json.gz); "wgpu" the wgpu
 example's 100 scopes (where wgpu runs). Each trace in .json, .json.gz and .pftrace.
 
+"stages" splits a JSON read (this tree, in this process) into its stages: the file's bytes
+(inflated where gzip), the msgspec decoding of the document, the build (classifying the events
+by kind and gathering the tables) and freeing the decoded events; "read" is the whole read.
+
 Read speed is the median of REPS reads in the reading process's CPU time (the machines are
 shared). "inflate" times the gzip decompression alone (this tree), zlib next to ISA-L
 (python-isal, what reads gzip where it is installed). "summarize" is the whole command
@@ -137,6 +141,41 @@ def inflate_table(folder: Path, reps: int) -> None:
         print(line)
 
 
+def stages_table(folder: Path, reps: int) -> None:
+    """Where a JSON read's time goes (this tree's fast path), CPU ms, median of ``reps``."""
+    import gc
+
+    import gputrace.exporters as ex
+    from gputrace.exporters import json as jf
+
+    fast = jf._fast()
+    if fast is None:
+        return
+    print(f"\nstages of a JSON read (CPU ms, median of {reps})   bytes  decode   build    free    read")
+    for p in files(folder):
+        if not p.name.endswith((".json", ".json.gz")):
+            continue
+        cols: dict[str, list[float]] = {k: [] for k in ("bytes", "decode", "build", "free", "read")}
+        for _ in range(reps):
+            gc.disable()  # as the reader runs (gputrace.gcpause)
+            t0 = time.process_time()
+            raw, _cut = jf.read_raw(p)
+            t1 = time.process_time()
+            doc = fast.DOC_DECODER.decode(raw)
+            t2 = time.process_time()
+            header = doc.gputrace if isinstance(doc.gputrace, dict) else doc.metadata["gputrace_stream"]
+            jf._build(doc.traceEvents, dict(header))
+            t3 = time.process_time()
+            del doc
+            t4 = time.process_time()
+            ex.read(p)
+            t5 = time.process_time()
+            gc.enable()
+            for v, d in zip(cols.values(), (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                v.append(d)
+        print(f"{p.name:<15}" + "".join(f" {statistics.median(v) * 1e3:7.1f}" for v in cols.values()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", type=Path, help="another source tree to read with, side by side")
@@ -172,6 +211,7 @@ def main() -> None:
                 line += f" {res['other'][name][2] / res['this'][name][2]:>7.1f}x"
             print(line)
         inflate_table(folder, args.reps)
+        stages_table(folder, args.reps)
         print("\nwhole `gputrace summarize FILE` (wall s, median)")
         for name in ("gpu.json", "gpu.json.gz", "cupti.json", "cupti.json.gz", "cupti.pftrace"):
             if (folder / name).exists():

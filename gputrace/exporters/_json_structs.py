@@ -16,6 +16,11 @@ import orjson
 
 UNSET: Any = msgspec.UNSET
 RAW_NONE = msgspec.Raw()
+# The numbers the reader gathers straight into arrays are typed: a value of another type (a
+# float where an integer belongs, a bool, a string, null) fails the decoding, and the plain
+# path reads the file and names the value.
+Int = int | msgspec.UnsetType
+Float = float | msgspec.UnsetType
 
 
 class Obj(msgspec.Struct, gc=False):
@@ -54,47 +59,48 @@ class GpuArgs(Obj):
 class OpArgs(Obj):
     """An operation's args: what the reader takes from them."""
 
-    op: Any = UNSET
-    scope: Any = UNSET
-    queue: Any = UNSET
+    op: Int = UNSET
+    scope: Int = UNSET
+    queue: Int = UNSET
     tid: Any = UNSET
-    correlation: Any = UNSET
-    call: Any = UNSET
-    call_ts: Any = UNSET
-    call_dur_us: Any = UNSET
-    bytes: Any = UNSET
-    grid: tuple[int, int, int] | msgspec.UnsetType = UNSET  # otherwise: the plain path
-    block: tuple[int, int, int] | msgspec.UnsetType = UNSET
-    graph_id: Any = msgspec.field(default=UNSET, name="graph id")
-    graph_node_id: Any = msgspec.field(default=UNSET, name="graph node id")
+    correlation: Int = UNSET
+    call_ts: Float = UNSET
+    call_dur_us: Float = UNSET
+    # absent: the value the reader takes for an absent key
+    call: Any = ""
+    bytes: int = 0
+    grid: tuple[int, int, int] = (0, 0, 0)  # otherwise: the plain path
+    block: tuple[int, int, int] = (0, 0, 0)
+    graph_id: int = msgspec.field(default=0, name="graph id")
+    graph_node_id: int = msgspec.field(default=0, name="graph node id")
 
 
 NO_GPU_ARGS = GpuArgs()
 ARGS_DECODERS: dict[str, Any] = {
-    "gpu": msgspec.json.Decoder(list[GpuArgs]),
-    "op": msgspec.json.Decoder(list[OpArgs]),
+    "gpu": msgspec.json.Decoder(GpuArgs),
+    "op": msgspec.json.Decoder(OpArgs),
 }
 
 
 class Complete(Event, tag="X"):
     cat: Any = UNSET
     name: Any = UNSET
-    pid: Any = UNSET
-    tid: Any = UNSET
-    ts: Any = UNSET
-    dur: Any = UNSET
-    bind_id: Any = UNSET
+    pid: Int = UNSET
+    tid: Int = UNSET
+    ts: Float = UNSET
+    dur: Float = UNSET
+    bind_id: Int = UNSET
     args: msgspec.Raw = RAW_NONE  # decoded for the events whose args are read
 
 
 class Id2(Obj):
-    local: Any = UNSET
+    local: Int = UNSET
 
 
 class AsyncBegin(Event, tag="b"):
     cat: Any = UNSET
-    name: Any = UNSET
-    ts: Any = UNSET
+    name: msgspec.Raw = RAW_NONE  # looked at once per distinct name
+    ts: Float = UNSET
     id2: Id2 | None = None  # an id2 that is not an object: the plain path
 
 
@@ -114,13 +120,17 @@ class Metadata(Event, tag="M"):
     args: msgspec.Raw = RAW_NONE
 
 
+class AsyncEnd(Event, tag="e"):
+    """A wait's end (and any async end): read past, nothing kept."""
+
+
 # every other phase of the Chrome trace format: read past, nothing kept (a phase not listed
 # here, or an event without one, sends the file to the plain path)
 PASSED = tuple(
     msgspec.defstruct(f"Passed{i}", [], bases=(Event,), tag=ph)
-    for i, ph in enumerate("BEIensftPNODRCSTpFcvV()")
+    for i, ph in enumerate("BEInsftPNODRCSTpFcvV()")
 )
-ANY_EVENT: Any = Union.__getitem__((Complete, AsyncBegin, Instant, Metadata, *PASSED))  # type: ignore[attr-defined]
+ANY_EVENT: Any = Union.__getitem__((Complete, AsyncBegin, AsyncEnd, Instant, Metadata, *PASSED))  # type: ignore[attr-defined]
 Doc = msgspec.defstruct(
     "Doc",
     [
@@ -134,14 +144,14 @@ DOC_DECODER = msgspec.json.Decoder(Doc)
 RAW_FIELDS = ("args",)  # absent: the empty Raw; any other field absent: UNSET
 
 
-_ATTR = {"pass": "pass_"}  # keys that are Python keywords
+ATTR = {"pass": "pass_"}  # keys that are Python keywords
 
 
 def field(e: Any, key: str) -> Any:
     """An event's field as its dict would hold it: raw args decoded; UNSET where absent."""
     if key == "ph":
         return e.__struct_config__.tag
-    v = getattr(e, _ATTR.get(key) or key.replace(" ", "_"), UNSET)
+    v = getattr(e, ATTR.get(key) or key.replace(" ", "_"), UNSET)
     if type(v) is msgspec.Raw:
         return orjson.loads(memoryview(v)) if len(v) else UNSET
     return v

@@ -51,7 +51,10 @@ def span_table(
     sc = np.concatenate([rows, unl]).astype(np.int64)
     g0 = np.concatenate([g0, s.gpu_start_ns[unl]])
     g1 = np.concatenate([g1, s.gpu_end_ns[unl]])
-    order = np.lexsort((g1, g0, sc))
+    if len(rows):
+        order: npt.NDArray[np.intp] | slice = np.lexsort((g1, g0, sc))
+    else:  # scope-level spans only: one per scope, already in scope order
+        order = slice(None)
     return SpanTable(
         scope=sc[order],
         label=np.concatenate([label, np.full(len(unl), unl_label, np.int32)])[order].astype(np.int32),

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable, Iterable
-from itertools import chain, repeat
-from operator import attrgetter, is_, itemgetter
+from collections import defaultdict, deque
+from collections.abc import Callable
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, is_, is_not, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -341,18 +342,33 @@ def _is_struct(x: Any) -> bool:
     return hasattr(type(x), "__struct_config__")
 
 
-def _decode_field(events: list[Any], key: str, as_: str = "") -> None:
-    """Decode ``key`` (raw JSON) of the events that have it, in one call: to dicts, or to the
-    args structs named by ``as_`` (only the fields the reader takes)."""
-    raws = list(map(attrgetter(key), events))
-    present = [i for i, r in enumerate(raws) if r is not _S.RAW_NONE]  # absent: left as it is
-    if not present:
+def _decode_field(
+    events: list[Any] | tuple[Any, ...], key: str, as_: str = "", *, rows: list[int] | None = None
+) -> None:
+    """Decode ``key`` (raw JSON) of the events that have it (``rows``, where known), in one
+    call: to dicts, or to the args structs named by ``as_`` (only the fields the reader takes)."""
+    present = _present(list(map(attrgetter(key), events)), _S.RAW_NONE) if rows is None else rows
+    if not present:  # (absent: left as it is)
         return
-    sel = raws if len(present) == len(raws) else [raws[i] for i in present]
-    text = b"[" + b",".join(sel) + b"]"
-    values = _S.ARGS_DECODERS[as_].decode(text) if as_ else orjson.loads(text)
-    for i, v in zip(present, values, strict=True):
-        setattr(events[i], key, v)
+    if len(present) == len(events):
+        sel = list(map(attrgetter(key), events))
+    else:
+        sel = list(map(attrgetter(key), map(events.__getitem__, present)))
+    if as_:  # each on its own: no copy of them all joined (as fast per byte)
+        values = list(map(_S.ARGS_DECODERS[as_].decode, sel))
+    else:
+        values = orjson.loads(b"[" + b",".join(sel) + b"]")
+    kept = events if len(present) == len(events) else map(events.__getitem__, present)
+    if len(values) != len(present):
+        raise ValueError("the args decoded are not one per event")
+    deque(map(setattr, kept, repeat(key), values), maxlen=0)  # (setattr on each, in C)
+
+
+def _present(values: list[Any], absent: Any) -> list[int]:
+    """Rows of ``values`` that are not ``absent`` (a sentinel), found in C."""
+    if values.count(absent) == len(values):  # (by identity first: the usual, sparse case)
+        return []
+    return list(compress(range(len(values)), map(is_not, values, repeat(absent))))
 
 
 def _read_fast(
@@ -399,7 +415,7 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     """``_classify`` for decoded structs; the args of the events kept are decoded here, in one
     batch per kind."""
     complete, instant, async_begin, unset = _S.Complete, _S.Instant, _S.AsyncBegin, _S.UNSET
-    metadata = _S.Metadata
+    metadata, async_end = _S.Metadata, _S.AsyncEnd
     names: list[Any] = []
     cpu: list[Any] = []
     gpu: list[Any] = []
@@ -409,44 +425,87 @@ def _classify_structs(events: list[Any]) -> tuple[Any, ...]:
     op_events: list[Any] = []
     no_cat: list[Any] = []
     cpu_add, gpu_add, instant_add, wait_add = cpu.append, gpu.append, instants.append, waits.append
-    no_cat_add = no_cat.append
-    by_cat = {"cpu": cpu_add, "gpu": gpu_add, "gpu.pass": passes.append}
+    no_cat_names: list[Any] = []
+    no_cat_add, no_cat_name = no_cat.append, no_cat_names.append
+    # the rows of the cpu and gpu slices that have args, noted as they are met
+    cpu_rows: list[int] = []
+    gpu_rows: list[int] = []
+    cpu_row, gpu_row, raw_none = cpu_rows.append, gpu_rows.append, _S.RAW_NONE
+
+    def cat_cpu(e: Any) -> None:  # (older files: cat "cpu" / "gpu")
+        if e.args is not raw_none:
+            cpu_row(len(cpu))
+        cpu_add(e)
+
+    def cat_gpu(e: Any) -> None:
+        if e.args is not raw_none:
+            gpu_row(len(gpu))
+        gpu_add(e)
+
+    by_cat = {"cpu": cat_cpu, "gpu": cat_gpu, "gpu.pass": passes.append}
     by_cat.update(dict.fromkeys(OP_CATS, op_events.append))
     route = by_cat.get
-    for e in events:
+    for e in events:  # (the kinds most frequent first)
         kind = type(e)
         if kind is complete:
             cat = e.cat
             if cat is unset or cat is None:
                 if e.pid >= GPU_PID_BASE:
+                    if e.args is not raw_none:
+                        gpu_row(len(gpu))
                     gpu_add(e)
                 else:
+                    if e.args is not raw_none:
+                        cpu_row(len(cpu))
                     cpu_add(e)
             else:
                 add = route(cat) if type(cat) is str else None
                 if add is not None:
                     add(e)
-        elif kind is instant:
-            instant_add(e)
         elif kind is async_begin:  # a wait: named "queued…" with no cat (older files: cat "queued")
             if e.cat is unset:
                 no_cat_add(e)
+                no_cat_name(e.name)
             elif e.cat == "queued":
                 wait_add(e)
+        elif kind is async_end:
+            continue
+        elif kind is instant:
+            instant_add(e)
         elif kind is metadata:
             names.append(e)
     if no_cat:  # (a few distinct names: each is looked at once)
-        queued = {
-            x for x in set(map(attrgetter("name"), no_cat)) if type(x) is str and x.startswith("queued")
-        }
-        waits += [e for e in no_cat if e.name in queued]
-    for group in (cpu, passes, instants):
+        # (a wait's name is kept as its raw JSON, cheaper than a str: one stream, one name)
+        first = no_cat_names[0]
+        keys = [bytes(first)] if no_cat_names.count(first) == len(no_cat_names) else None
+        if keys is None:
+            keys = list(map(bytes, no_cat_names))
+        distinct = set(keys)
+        queued = {k for k in distinct if _queued(k)}
+        if len(queued) == len(distinct):
+            waits += no_cat
+        else:
+            waits += compress(no_cat, map(queued.__contains__, keys))
+    _decode_field(cpu, "args", rows=cpu_rows)
+    for group in (passes, instants):
         _decode_field(group, "args")
-    _decode_field(gpu, "args", "gpu")  # args that are not an object: the plain path
+    _decode_field(gpu, "args", "gpu", rows=gpu_rows)  # args that are no object: the plain path
     _decode_field(op_events, "args", "op")
-    op_events = [e for e in op_events if e.args is not _S.RAW_NONE and e.args.op is not unset]
-    waits = [e for e in waits if e.id2 is not None]
-    return cpu, gpu, passes, instants, waits, op_events, names
+    if op_events:  # an operation's record has args and an op number
+        op_args = list(map(attrgetter("args"), op_events))
+        if op_args.count(raw_none) or unset in map(attrgetter("op"), op_args):
+            op_events = [e for e in op_events if e.args is not raw_none and e.args.op is not unset]
+    # (a wait without an id2 object, which the plain path passes over, fails when its id2.local
+    # is gathered: the plain path reads that file)
+    return cpu, gpu, passes, instants, waits, op_events, names, {"cpu": cpu_rows, "gpu": gpu_rows}
+
+
+def _queued(name: bytes) -> bool:
+    """Whether a raw JSON name (empty: none) is a wait's: a str starting "queued"."""
+    if not name:
+        return False
+    text = orjson.loads(name)
+    return type(text) is str and text.startswith("queued")
 
 
 def _get_col(objs: list[Any] | tuple[Any, ...], key: str, default: Any) -> list[Any]:
@@ -552,6 +611,26 @@ def _ints(values: list[Any], what: str) -> npt.NDArray[np.int64]:
     return arr.astype(np.int64)
 
 
+def _floats_of(
+    events: list[Any] | tuple[Any, ...], key: str, what: str, *, non_negative: bool = False
+) -> npt.NDArray[np.float64]:
+    """``_floats`` of the events' ``key``. Decoded structs hold it typed (a number, or UNSET,
+    which numpy refuses): gathered straight into the array."""
+    if not events or not _is_struct(events[0]):
+        return _floats(_col(events, key, number=True), what, non_negative=non_negative)
+    out = np.fromiter(map(attrgetter(key), events), np.float64, len(events))
+    if not (np.abs(out).max() < MAX_ABS_US) or (non_negative and out.min() < 0):
+        raise _Malformed(f"{what} holds an absurd or negative value")  # (the plain path names it)
+    return out
+
+
+def _ints_of(events: list[Any] | tuple[Any, ...], key: str, what: str) -> npt.NDArray[np.int64]:
+    """``_ints`` of the events' ``key``; of structs, typed as for ``_floats_of``."""
+    if not events or not _is_struct(events[0]):
+        return _ints(_col(events, key, number=True), what)
+    return np.fromiter(map(attrgetter(key), events), np.int64, len(events))
+
+
 def _to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     return np.rint(us * 1000.0).astype(np.int64)
 
@@ -598,6 +677,7 @@ def _classify(events: list[Any]) -> tuple[Any, ...]:
     waits: list[dict[str, Any]] = []
     op_events: list[dict[str, Any]] = []
     names: list[dict[str, Any]] = []
+    args_rows: dict[str, list[int]] = {}  # (the rows with args: found where needed)
     for e in events:
         ph = e.get("ph")
         if ph == "X":
@@ -618,7 +698,7 @@ def _classify(events: list[Any]) -> tuple[Any, ...]:
             waits.append(e)
         elif ph == "M":
             names.append(e)
-    return cpu, gpu, passes, instants, waits, op_events, names
+    return cpu, gpu, passes, instants, waits, op_events, names, args_rows
 
 
 def _is_wait(cat: Any, name: Any) -> bool:
@@ -632,9 +712,9 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     pid = int(header.get("pid") or 1)
     # One pass sorts the events by kind; everything after it is per-column and vectorised.
     structs = bool(events) and _is_struct(events[0])
-    cpu, gpu, passes, instants, waits, op_events, name_events = (_classify_structs if structs else _classify)(
-        events
-    )
+    cpu, gpu, passes, instants, waits, op_events, name_events, args_rows = (
+        _classify_structs if structs else _classify
+    )(events)
     if "threads" in header:
         threads = [ThreadInfo(int(t["tid"]), str(t["name"])) for t in header.get("threads", [])]
         queues = [
@@ -647,8 +727,13 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["queues"] = [queue_dict(q) for q in queues]
     thread_idx = {t.tid: i for i, t in enumerate(threads)}
     n = len(cpu)
-    raw_names = _col(cpu, "name")
-    name_ids: dict[Any, int] = {k: i for i, k in enumerate(dict.fromkeys(raw_names))}
+    # each distinct name numbered as first met, in one pass (a missing name: KeyError, as _col)
+    first_met: defaultdict[Any, int] = defaultdict(count().__next__)
+    get_name = attrgetter("name") if structs else itemgetter("name")
+    name_col = np.fromiter(map(first_met.__getitem__, map(get_name, cpu)), np.int32, n)
+    name_ids: dict[Any, int] = dict(first_met)
+    if structs and _S.UNSET in name_ids:
+        raise KeyError("name")
     names = [str(k) for k in name_ids]
     label_ids: dict[str, int] = {}
 
@@ -660,18 +745,18 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         return i
 
     s = ScopeTable.empty(n)
-    s.name = np.fromiter(map(name_ids.__getitem__, raw_names), np.int32, n)
-    tids = _ints(_col(cpu, "tid", number=True), "a cpu slice's tid") % OVERLAP_TID_STEP
+    s.name = name_col
+    tids = _ints_of(cpu, "tid", "a cpu slice's tid") % OVERLAP_TID_STEP
     s.thread = _thread_rows(tids, threads)
-    ts = _floats(_col(cpu, "ts", number=True), "a cpu slice's ts")
-    dur = _floats(_col(cpu, "dur", number=True), "a cpu slice's dur", non_negative=True)
+    ts = _floats_of(cpu, "ts", "a cpu slice's ts")
+    dur = _floats_of(cpu, "dur", "a cpu slice's dur", non_negative=True)
     # a slice can only repeat another with the same start: none where starts only increase
     if not (np.diff(ts) > 0).all() and (why := repeated_cpu_slice(tids, s.name, ts, dur, cpu)):
         raise _Malformed(why)
     s.cpu_start_ns = base + _to_ns(ts)
     s.cpu_end_ns = s.cpu_start_ns + _to_ns(dur)
     flags = np.zeros(n, np.uint32)
-    a_rows = _with_key(cpu, "args")
+    a_rows = np.array(args_rows["cpu"], np.intp) if "cpu" in args_rows else _with_key(cpu, "args")
     for i, a in zip(a_rows.tolist(), _col(_pick(cpu, a_rows), "args"), strict=True):
         if a:
             a = dict(a)
@@ -685,22 +770,22 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     fold_rows, fold_labels = np.zeros(0, np.int64), []
     if gpu:
         # args are rare on a GPU slice (flags, the uncertainty where it changes): look at those only
-        ga, with_key = _gpu_args(gpu)
+        ga, with_key = _gpu_args(gpu, args_rows.get("gpu"))
         # the scope is the flow's bind_id (older files: args.scope)
         try:
-            scope_ids = _col(gpu, "bind_id")
-        except KeyError:
+            rows = _ints_of(gpu, "bind_id", "a gpu slice's scope")
+        except (KeyError, TypeError):
             scope_ids = [e["bind_id"] if "bind_id" in e else e["args"]["scope"] for e in gpu]
-        rows = _ints(scope_ids, "a gpu slice's scope")
+            rows = _ints(scope_ids, "a gpu slice's scope")
         if rows.min() < 0 or rows.max() >= n:
             bad = int(rows.min() if rows.min() < 0 else rows.max())
             raise _Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
-        t0 = base + _to_ns(_floats(_col(gpu, "ts", number=True), "a gpu slice's ts"))
+        t0 = base + _to_ns(_floats_of(gpu, "ts", "a gpu slice's ts"))
         # (rows are in 0..n-1 here: a count per scope finds a repeat faster than sorting)
         if np.bincount(rows, minlength=n).max(initial=0) > 1 and (why := repeated_gpu_scope(rows)):
             raise _Malformed(why)
         s.gpu_start_ns[rows] = t0
-        g_dur = _floats(_col(gpu, "dur", number=True), "a gpu slice's dur", non_negative=True)
+        g_dur = _floats_of(gpu, "dur", "a gpu slice's dur", non_negative=True)
         with_us = with_key("gpu_us")  # negative durations, as measured
         if with_us:
             g_dur[with_us] = _floats([ga[i]["gpu_us"] for i in with_us], "gpu_us")
@@ -712,10 +797,13 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             sub_us = _floats([ga[i]["submit_ts"] for i in with_sub], "submit_ts")
             s.submit_ns[rows[with_sub]] = base + _to_ns(sub_us)
         if waits:  # a wait slice starts at the submission (id2.local names the scope)
-            w_rows = _ints(_col(_col(waits, "id2"), "local"), "a wait's id")
+            if structs:  # (an id2 that is no object, or null: the plain path)
+                w_rows = _ints_of(waits, "id2.local", "a wait's id")
+            else:
+                w_rows = _ints(_col(_col(waits, "id2"), "local"), "a wait's id")
             if len(w_rows) and (w_rows.min() < 0 or w_rows.max() >= n):
                 raise _Malformed("a queued wait names a scope that the trace does not have")
-            s.submit_ns[w_rows] = base + _to_ns(_floats(_col(waits, "ts", number=True), "a wait's ts"))
+            s.submit_ns[w_rows] = base + _to_ns(_floats_of(waits, "ts", "a wait's ts"))
         # written where it changes: carried forward over the GPU slices in file order
         with_unc = with_key("uncertainty_us")
         unc = np.zeros(len(ga), np.float64)
@@ -726,13 +814,13 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
             unc = unc[np.maximum.accumulate(known)]
             unc[: with_unc[0]] = 0.0
         s.uncertainty_ns[rows] = _to_ns(unc)
-        gtid = _ints(_col(gpu, "tid", number=True), "a gpu slice's tid")
+        gtid = _ints_of(gpu, "tid", "a gpu slice's tid")
         s.queue[rows] = ((gtid % OVERLAP_TID_STEP) - 1).astype(np.int32)
         if s.queue.max() >= len(queues) or s.queue.min() < -1:
             raise _Malformed("a gpu slice is on a stream track that the header does not list")
         for i in [i for i in with_key("flags") if ga[i].get("flags")]:
             s.flags[rows[i]] = flags_from_names(ga[i]["flags"])
-        folded = [i for i, a in enumerate(ga) if "pass" in a]  # a scope's one pass, as its slice
+        folded = with_key("pass")  # a scope's one pass, as its slice
         fold_rows, fold_labels = rows[folded], [str(ga[i]["pass"]) for i in folded]
 
     p_rows = np.zeros(0, np.int64)
@@ -741,12 +829,12 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
     p_g0 = p_g1 = np.zeros(0, np.int64)
     if passes:
         pa = _col(passes, "args")
-        p_rows = _ints(_col(pa, "scope", number=True), "a gpu pass's scope")
+        p_rows = _ints_of(pa, "scope", "a gpu pass's scope")
         if p_rows.min() < 0 or p_rows.max() >= n:
             raise _Malformed("a gpu pass names a scope that the trace does not have")
         p_label = np.fromiter((intern_label(str(x)) for x in _col(passes, "name")), np.int32, len(passes))
-        p_g0 = base + _to_ns(_floats(_col(passes, "ts", number=True), "a gpu pass's ts"))
-        p_dur = _floats(_col(passes, "dur", number=True), "a gpu pass's dur", non_negative=True)
+        p_g0 = base + _to_ns(_floats_of(passes, "ts", "a gpu pass's ts"))
+        p_dur = _floats_of(passes, "dur", "a gpu pass's dur", non_negative=True)
         p_g1 = p_g0 + _to_ns(p_dur)
         p_sub = np.full(len(passes), NO_TIME, np.int64)
         with_sub = [i for i, a in enumerate(pa) if "submit_ts" in a]
@@ -807,36 +895,41 @@ def _ops(
         return ops
     events = _gpu_start_order(events)
     a = _col(events, "args")
-    ops.scope = _ints(_col(a, "scope", number=True), "an operation's scope")
+    ops.scope = _ints_of(a, "scope", "an operation's scope")
     if ops.scope.max() >= n_scopes or ops.scope.min() < -1:
         raise _Malformed("an operation names a scope that the trace does not have")
     ops.kind = np.fromiter(map(_OP_KIND.__getitem__, _col(events, "cat")), np.int32, n)
     ops.name = _interned(_col(events, "name"), intern)
-    ops.queue = _ints(_col(a, "queue", number=True), "an operation's queue").astype(np.int32)
+    ops.queue = _ints_of(a, "queue", "an operation's queue").astype(np.int32)
     if ops.queue.max() >= n_queues or ops.queue.min() < 0:
         raise _Malformed("an operation is on a stream that the header does not list")
     by_tid = {t.tid: i for i, t in enumerate(threads)}
     # an absent tid reads as None, which no thread has (ThreadInfo.tid is an int)
     tid_of = _get_col(a, "tid", None)
     ops.thread = np.fromiter(map(by_tid.get, tid_of, repeat(-1)), np.int32, n)  # type: ignore[arg-type]
-    ops.correlation = _ints(_col(a, "correlation", number=True), "an operation's correlation")
-    ops.gpu_start_ns = base + _to_ns(_floats(_col(events, "ts", number=True), "an operation's ts"))
+    ops.correlation = _ints_of(a, "correlation", "an operation's correlation")
+    ops.gpu_start_ns = base + _to_ns(_floats_of(events, "ts", "an operation's ts"))
     ops.gpu_end_ns = ops.gpu_start_ns + _to_ns(
-        _floats(_col(events, "dur", number=True), "an operation's dur", non_negative=True)
+        _floats_of(events, "dur", "an operation's dur", non_negative=True)
     )
     seen = _with_key(a, "call_ts")
     if len(seen):
         sa = a if len(seen) == n else _pick(a, seen)
-        c0 = base + _to_ns(_floats(_col(sa, "call_ts", number=True), "call_ts"))
+        c0 = base + _to_ns(_floats_of(sa, "call_ts", "call_ts"))
         ops.call_start_ns[seen] = c0
-        ops.call_end_ns[seen] = c0 + _to_ns(_floats(_col(sa, "call_dur_us", number=True), "call_dur_us"))
+        ops.call_end_ns[seen] = c0 + _to_ns(_floats_of(sa, "call_dur_us", "call_dur_us"))
+    if _is_struct(a[0]):  # typed, with their defaults where absent (gputrace.exporters._json_structs)
+        ops.call_name = _interned(list(map(attrgetter("call"), a)), intern)
+        for col in ("bytes", "graph_id", "graph_node_id"):
+            setattr(ops, col, np.fromiter(map(attrgetter(col), a), np.int64, n))
+        for col in ("grid", "block"):  # three integers each
+            triples = map(attrgetter(col), a)
+            setattr(ops, col, np.fromiter(chain.from_iterable(triples), np.int64, 3 * n).reshape(n, 3))
+        return ops
     ops.call_name = _interned(_get_col(a, "call", ""), intern)
     ops.bytes = _ints(_get_col(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
         vals = _get_col(a, col, [0, 0, 0])
-        if _is_struct(a[0]):  # three integers each, as decoded
-            setattr(ops, col, np.fromiter(chain.from_iterable(vals), np.int64, 3 * n).reshape(n, 3))
-            continue
         arr = _array(vals, np.int64)
         if arr.shape == (n, 3) and arr.dtype.kind in "iu":
             setattr(ops, col, arr.astype(np.int64))
@@ -853,11 +946,15 @@ _OP_KIND = {c: i for i, c in enumerate(OP_CATS)}
 _NO_ARGS: dict[str, Any] = {}
 
 
-def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[str], list[int]]]:
+def _gpu_args(
+    gpu: list[Any] | tuple[Any, ...], a_rows: list[int] | None = None
+) -> tuple[list[Any], Callable[[str], list[int]]]:
     """Each GPU slice's args (an empty dict where it has none), and a function giving the rows
-    whose args hold a key. Args are rare on a GPU slice except in CUPTI traces."""
+    whose args hold a key. Args are rare on a GPU slice except in CUPTI traces. ``a_rows``: the
+    rows with args, where they are known."""
     ga: list[Any] = [_NO_ARGS] * len(gpu)
-    a_rows = _with_key(gpu, "args").tolist()
+    if a_rows is None:
+        a_rows = _with_key(gpu, "args").tolist()
     values = _col([gpu[i] for i in a_rows], "args")
     if values and _is_struct(values[0]):
         # args holding none of the keys read (a CUPTI slice's timing source) count as none
@@ -866,7 +963,7 @@ def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[st
             ga[i] = v
         rows = [i for i, _ in kept]
         unset = _S.UNSET
-        return ga, lambda key: [i for i in rows if getattr(ga[i], key) is not unset]
+        return ga, lambda key: [i for i in rows if getattr(ga[i], _S.ATTR.get(key, key)) is not unset]
     for i, v in zip(a_rows, values, strict=True):
         ga[i] = v or _NO_ARGS
     a_rows = [i for i in a_rows if ga[i] is not _NO_ARGS]
@@ -875,19 +972,21 @@ def _gpu_args(gpu: list[Any] | tuple[Any, ...]) -> tuple[list[Any], Callable[[st
 
 def _with_key(events: list[Any] | tuple[Any, ...], key: str) -> npt.NDArray[np.intp]:
     """Rows of the events that have ``key``."""
-    has: Iterable[bool]
     if not events or not _is_struct(events[0]):
         has = map(dict.__contains__, events, repeat(key))
-    else:
-        absent = _S.RAW_NONE if key in _S.RAW_FIELDS else _S.UNSET
-        has = (v is not absent for v in map(attrgetter(key.replace(" ", "_")), events))
-    return np.flatnonzero(np.fromiter(has, bool, len(events)))
+        return np.flatnonzero(np.fromiter(has, bool, len(events)))
+    absent = _S.RAW_NONE if key in _S.RAW_FIELDS else _S.UNSET
+    return np.array(_present(list(map(attrgetter(key.replace(" ", "_")), events)), absent), np.intp)
 
 
 def _gpu_start_order(events: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
     """The operation events by (ts, op number), stably: the order the writer keeps."""
-    ts = _array(_col(events, "ts"), np.float64)
-    op = _array(_col(_col(events, "args"), "op"), np.int64)
+    if _is_struct(events[0]):  # typed: numbers (an absent ts fails here: the plain path)
+        ts = np.fromiter(map(attrgetter("ts"), events), np.float64, len(events))
+        op = np.fromiter(map(attrgetter("args.op"), events), np.int64, len(events))
+    else:
+        ts = _array(_col(events, "ts"), np.float64)
+        op = _array(_col(_col(events, "args"), "op"), np.int64)
     if ts.ndim == 1 and op.ndim == 1 and ts.dtype.kind in "iuf" and op.dtype.kind in "iu":
         step = np.diff(ts)
         if ((step > 0) | ((step == 0) & (np.diff(op) >= 0))).all():
@@ -901,9 +1000,9 @@ def _gpu_start_order(events: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[A
 
 def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np.int32]:
     """Name ids for ``values`` (each as ``str``), interning each distinct value once."""
-    texts = list(map(str, values))
-    ids = {k: intern(k) for k in dict.fromkeys(texts)}
-    return np.fromiter(map(ids.__getitem__, texts), np.int32, len(texts))
+    first_met: defaultdict[str, int] = defaultdict(count().__next__)  # numbered as first met
+    local = np.fromiter(map(first_met.__getitem__, map(str, values)), np.int32, len(values))
+    return np.array([intern(k) for k in first_met], np.int32)[local] if len(local) else local
 
 
 def _reorder(
