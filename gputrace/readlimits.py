@@ -195,6 +195,18 @@ def _gunzip(raw: bytes, cap: int, p: Path, cut: list[bool] | None = None) -> byt
     return _gunzip_zlib(raw, cap, p, cut)
 
 
+def _take_block(out: bytearray, block: bytes, checked: bool, p: Path, raw_len: int, cap: int) -> bool:
+    """Append an inflated block under the cap; the first bytes that are not whitespace must start
+    like JSON. Returns whether they were checked."""
+    out += block
+    if len(out) > cap:
+        raise TraceReadError(_too_large_gzip(p, raw_len, cap))
+    if not checked and block.strip():
+        _check_json_start(block, p)
+        return True
+    return checked
+
+
 def _gunzip_isal(igzip: Any, raw: bytes, cap: int, p: Path) -> bytes | None:
     """``_gunzip`` by ISA-L under the same cap and checks; None where a member is not whole."""
     out = bytearray()
@@ -205,12 +217,7 @@ def _gunzip_isal(igzip: Any, raw: bytes, cap: int, p: Path) -> bytes | None:
         try:
             block = d.decompress(data, min(_CHUNK, cap + 1 - len(out)))
             while True:
-                out += block
-                if len(out) > cap:
-                    raise TraceReadError(_too_large_gzip(p, len(raw), cap))
-                if not checked and block.strip():  # the first bytes that are not whitespace
-                    checked = True
-                    _check_json_start(block, p)
+                checked = _take_block(out, block, checked, p, len(raw), cap)
                 if d.eof or d.needs_input or not block:
                     break
                 block = d.decompress(b"", min(_CHUNK, cap + 1 - len(out)))
@@ -238,12 +245,7 @@ def _gunzip_zlib(raw: bytes, cap: int, p: Path, cut: list[bool] | None = None) -
             while True:
                 block = d.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
                 pending = memoryview(d.unconsumed_tail)
-                out += block
-                if len(out) > cap:
-                    raise TraceReadError(_too_large_gzip(p, len(raw), cap))
-                if not checked and block.strip():  # the first bytes that are not whitespace
-                    checked = True
-                    _check_json_start(block, p)
+                checked = _take_block(out, block, checked, p, len(raw), cap)
                 if d.eof or (not pending and not block):
                     break
         except zlib.error:
