@@ -39,13 +39,15 @@ class Stat:
         if arr.size == 0:
             raise ValueError("a statistic needs at least one sample")
         p5, med, p95 = np.percentile(arr, [5.0, 50.0, 95.0])
+        # kept at the precision a saved calibration has (ps), so a calibration read back prints
+        # the same digits as the one measured (40.34999… printed 40.3, its saved 40.35 then 40.4)
         return cls(
             n=int(arr.size),
-            median=float(med),
-            p5=float(p5),
-            p95=float(p95),
-            min=float(arr.min()),
-            max=float(arr.max()),
+            median=round(float(med), 3),
+            p5=round(float(p5), 3),
+            p95=round(float(p95), 3),
+            min=round(float(arr.min()), 3),
+            max=round(float(arr.max()), 3),
         )
 
     def to_json(self) -> dict[str, Any]:
