@@ -613,12 +613,7 @@ class _Encoder:
             te += self._args(s.args[r])
             rich.add(int(start[r]), 1, -int(end[r]), r, te, int(track[r]))
         # ends: inner first at equal times (later start, then later row); zero-length after begins
-        zero = end == start
-        for z in (False, True):
-            m = zero == z
-            if m.any():
-                ev = _Events(end[m], 2 if z else 0, -start[m], -rows[m])
-                kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+        kinds += _slice_ends(end, start, rows, track)
 
     def _arg_groups(
         self,
@@ -830,12 +825,7 @@ class _Encoder:
                     if c:
                         qb.field(T_EXTRA_TRACK, dtrack[wm]).field(T_EXTRA_VALUE, plus[wm])
                     kinds.append(qb)
-            zq = st[w] == sub[w]
-            for z in (False, True):
-                m = zq == z
-                if m.any():
-                    e = _Events(st[w][m], 2 if z else 0, -sub[w][m], -rows[w][m])
-                    kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, qtrack[m]))
+            kinds += _slice_ends(st[w], sub[w], rows[w], qtrack)
         # samples with no event of their own time
         alone_p = np.flatnonzero(counted & ~on_wait)
         alone_m = np.flatnonzero(counted & ~on_end)
@@ -907,12 +897,7 @@ class _Encoder:
             ],
             kinds,
         )
-        zero = ge == st
-        for z in (False, True):
-            m = zero == z
-            if m.any():
-                ev = _Events(ge[m], 2 if z else 0, -st[m], -order_key[m])
-                kinds.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[pos[m]]))
+        kinds += _slice_ends(ge, st, order_key, track[pos])
 
     def _emit(
         self, ev: _Events, anns: list[tuple[str, int, I64, npt.NDArray[np.bool_]]], kinds: list[_Events]
@@ -1029,12 +1014,7 @@ class _Encoder:
             b = _Events(c0, 1, -c1, big)
             b.field(T_TYPE, SLICE_BEGIN).field(T_TRACK, ctrack).field(T_NAME, cname).field(T_CAT, ccat)
             kinds.append(b.field(T_FLOW, OP_FLOW_BASE + gop[d]))
-            cz = c1 == c0
-            for z in (False, True):
-                m = cz == z
-                if m.any():
-                    e = _Events(c1[m], 2 if z else 0, -c0[m], -big[m])
-                    kinds.append(e.field(T_TYPE, SLICE_END).field(T_TRACK, ctrack[m]))
+            kinds += _slice_ends(c1, c0, big, ctrack)
         self.ops += n
 
     def _marks(self, t: Trace, th_map: I64, kinds: list[_Events], rich: _Rich) -> None:
@@ -1179,6 +1159,19 @@ def _distinct(col: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.i
         return (keys + lo).astype(col.dtype), lut[at]
     keys, inv = np.unique(col, return_inverse=True)
     return keys, inv.reshape(-1)
+
+
+def _slice_ends(end: I64, start: I64, key: I64, track: I64) -> list[_Events]:
+    """The end events of slices [start, end] on ``track``: inner first at equal times (the later
+    start, then the larger ``key``); a zero-length slice's end after the begins at its time."""
+    out = []
+    zero = end == start
+    for z in (False, True):
+        m = zero == z
+        if m.any():
+            ev = _Events(end[m], 2 if z else 0, -start[m], -key[m])
+            out.append(ev.field(T_TYPE, SLICE_END).field(T_TRACK, track[m]))
+    return out
 
 
 def _take(v: I64 | int, m: npt.NDArray[np.bool_]) -> I64 | int:
