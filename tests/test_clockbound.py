@@ -36,6 +36,17 @@ def random_samples(seed: int) -> list[CalibrationSample]:
     return out
 
 
+def random_band(seed: int) -> tuple[list[CalibrationSample], FeasibleBand]:
+    """``random_samples(seed)`` and the band of their fitted clock (a linear clock runs through
+    every window, so there always is one)."""
+    samples = random_samples(seed)
+    fit = fit_clock(samples)
+    assert fit is not None
+    band = FeasibleBand.build(samples, fit)
+    assert band is not None
+    return samples, band
+
+
 def frame(samples: list[CalibrationSample], band: FeasibleBand) -> tuple[np.ndarray, ...]:
     """Every sample's window in the band's frame: lower_i <= a + d·g_i <= upper_i."""
     fit = band.fit
@@ -69,11 +80,7 @@ SEEDS = range(40)
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_band_edges_equal_the_extremes_over_every_vertex(seed: int) -> None:
-    samples = random_samples(seed)
-    fit = fit_clock(samples)
-    assert fit is not None
-    band = FeasibleBand.build(samples, fit)
-    assert band is not None  # a linear clock runs through every window
+    samples, band = random_band(seed)
     g, lower, upper = frame(samples, band)
     verts = polygon_vertices(g, lower, upper)
     assert len(verts)
@@ -91,11 +98,7 @@ def test_band_edges_equal_the_extremes_over_every_vertex(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_band_matches_a_dense_grid_over_the_drift(seed: int) -> None:
-    samples = random_samples(seed)
-    fit = fit_clock(samples)
-    assert fit is not None
-    band = FeasibleBand.build(samples, fit)
-    assert band is not None
+    samples, band = random_band(seed)
     g, lower, upper = frame(samples, band)
     d = np.linspace(-MAX_DRIFT, MAX_DRIFT, GRID)
     step = d[1] - d[0]
@@ -128,11 +131,8 @@ def test_band_matches_a_dense_grid_over_the_drift(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_bound_holds_for_every_feasible_clock(seed: int) -> None:
     """``bound`` at a CPU time covers the fitted line's distance to every vertex clock there."""
-    samples = random_samples(seed)
-    fit = fit_clock(samples)
-    assert fit is not None
-    band = FeasibleBand.build(samples, fit)
-    assert band is not None
+    samples, band = random_band(seed)
+    fit = band.fit
     g, lower, upper = frame(samples, band)
     verts = polygon_vertices(g, lower, upper)
     span = g.max() - g.min()
