@@ -60,27 +60,10 @@ def export_base_ns(trace: Trace) -> int:
     return min(cands)
 
 
-def _lanes(starts: list[int], ends: list[int], order: list[int]) -> list[int]:
-    """Lane per interval so each lane only holds nested or disjoint intervals."""
-    lanes = [0] * len(starts)
-    stacks: list[list[int]] = []
-    for i in order:
-        st, en = starts[i], ends[i]
-        for li, stack in enumerate(stacks):
-            while stack and ends[stack[-1]] <= st:
-                stack.pop()
-            if not stack or ends[stack[-1]] >= en:
-                stack.append(i)
-                lanes[i] = li
-                break
-        else:
-            stacks.append([i])
-            lanes[i] = len(stacks) - 1
-    return lanes
-
-
 class LaneCarry:
-    """Lanes of one file's GPU tracks, kept across a streamed file's chunks.
+    """Lanes of a file's tracks, so each lane holds only nested or disjoint slices; for GPU tracks
+    kept across a streamed file's chunks (a fresh one serves a single batch, e.g. interleaved
+    coroutines on one CPU thread).
 
     Each lane holds the slices still open at the end of the last chunk, as (start, end): a slice
     of a later chunk never partially overlaps one already written on its track. Across a chunk
@@ -377,12 +360,8 @@ class Encoder:
         if bad.any():
             for th in distinct(s.thread[bad]).tolist():
                 rows = np.flatnonzero(s.thread == th)
-                lanes = np.array(
-                    _lanes(
-                        s.cpu_start_ns[rows].tolist(), s.cpu_end_ns[rows].tolist(), list(range(len(rows)))
-                    ),
-                    np.int64,
-                )
+                # rows are in (start, -end) order, as the lanes take them
+                lanes = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rows], s.cpu_end_ns[rows])
                 cpu_tid[rows] += lanes * OVERLAP_TID_STEP
                 for ln in range(1, int(lanes.max()) + 1):
                     tid = int(tids[th]) + ln * OVERLAP_TID_STEP

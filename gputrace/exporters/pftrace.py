@@ -58,7 +58,6 @@ from gputrace.exporters.chrome import (
     OVERLAP_TID_STEP,
     LaneCarry,
     _distinct_rows,
-    _lanes,
     completed,
     export_base_ns,
     fold_passes,
@@ -575,8 +574,7 @@ class _Encoder:
         if bad.any():  # interleaved coroutines: partial overlaps go to extra tracks
             for th in distinct(s.thread[bad]).tolist():
                 rr = np.flatnonzero(s.thread == th)
-                lanes = _lanes(s.cpu_start_ns[rr].tolist(), s.cpu_end_ns[rr].tolist(), list(range(len(rr))))
-                lane[rr] = lanes
+                lane[rr] = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rr], s.cpu_end_ns[rr])
         track = self._tracks_for(thread, lane, self.thread_track)
         self.row_track = track
         start, end = s.cpu_start_ns, s.cpu_end_ns
