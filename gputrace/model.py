@@ -452,27 +452,12 @@ class Trace:
         return list(self.header.get("anomalies", {}).get("items", []))
 
     def busy_ns(self) -> I64:
-        """Per scope, the summed GPU durations of the operations launched inside it (its own and its
-        descendants'); 0 without per-operation records. Below the GPU span when the GPU waited
-        for launches between them: span − busy is the launch-bound signal."""
-        return scope_busy_ns(self.scopes, self.ops)
+        """Per scope, its GPU busy time: the union of the GPU intervals of its subtree (its
+        operations where the trace has them, else its GPU spans; see ``gputrace.figures``).
+        Below the GPU span when the GPU waited for launches between them."""
+        from gputrace.figures import busy_ns  # the figures build on this model
 
-
-def scope_busy_ns(s: ScopeTable, ops: OpTable) -> I64:
-    """Summed operation durations per scope, each operation counted in its scope and every ancestor."""
-    busy = np.zeros(len(s), np.int64)
-    if not len(ops) or not len(s):
-        return busy
-    cur = ops.scope.copy()
-    dur = ops.gpu_end_ns - ops.gpu_start_ns
-    while True:
-        keep = cur >= 0
-        if not keep.any():
-            break
-        cur, dur = cur[keep], dur[keep]
-        np.add.at(busy, cur, dur)
-        cur = s.parent[cur]
-    return busy
+        return busy_ns(self)
 
 
 _SIBLING_ROUNDS = 8

@@ -32,8 +32,35 @@ def _ratio(x: float | None) -> str:
 
 COLUMNS = (
     "name", "stream", "calls", "cold", "CPU enq med", "GPU med", "GPU p95", "GPU min", "GPU max",
-    "GPU total", "share", "gap med", "gap p95", "GPU/CPU", "spread", "outl", "notes",
+    "GPU total", "busy med", "busy total", "self", "share", "queued med", "queued p95", "GPU/CPU",
+    "spread", "outl", "notes",
 )  # fmt: skip
+TEXT_COLUMNS = (0, 1, len(COLUMNS) - 1)  # left-aligned; the rest are numbers
+
+
+def distinct_names(names: list[str], width: int) -> list[str]:
+    """``names`` cut to ``width`` characters in the middle (the tail that tells two kernels of
+    one family apart is kept), numbered where two different names still read alike.
+
+    >>> distinct_names(["sgemm_128x64_nn", "sgemm_128x64_nt", "ok"], 11)
+    ['sgemm…64_nn', 'sgemm…64_nt', 'ok']
+    >>> distinct_names(["aaaa_x_zz", "aaaa_y_zz"], 5)
+    ['aa…zz #1', 'aa…zz #2']
+    """
+    out = []
+    for n in names:
+        if len(n) <= width:
+            out.append(n)
+            continue
+        head = (width - 1 + 1) // 2
+        tail = width - 1 - head
+        out.append(n[:head] + "…" + (n[-tail:] if tail else ""))
+    seen: dict[str, list[str]] = {}
+    for n, cut in zip(names, out, strict=True):
+        if n not in seen.setdefault(cut, []):
+            seen[cut].append(n)
+    return [cut if len(seen[cut]) == 1 else f"{cut} #{seen[cut].index(n) + 1}"
+            for n, cut in zip(names, out, strict=True)]  # fmt: skip
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
@@ -55,10 +82,14 @@ def _cells(r: dict[str, Any]) -> list[str]:
         notes.append(f"{r['errors']} raised")
     stream = "CPU" if r["queue"] is None else (
         f"{r['device']}:{r['queue']}" if r["device"] is not None else r["queue"])  # fmt: skip
+    busy = r.get("gpu_busy_ns") or {}
+    own = r.get("self_ns") or {}
+    self_ns = own.get("gpu_total") if r["queue"] is not None else own.get("cpu_total")
     return [
         r["name"], stream, str(r["calls"]), cold_s, human_ns(r["cpu_ns"]["median"]),
         human_ns(g.get("median")), human_ns(g.get("p95")), human_ns(g.get("min")),
-        human_ns(g.get("max")), human_ns(g.get("total")), _pct(r["gpu_share"]),
+        human_ns(g.get("max")), human_ns(g.get("total")), human_ns(busy.get("median")),
+        human_ns(busy.get("total")), human_ns(self_ns), _pct(r["gpu_share"]),
         human_ns(gap.get("median")), human_ns(gap.get("p95")), _ratio(r["gpu_over_cpu"]),
         _pct(r["spread"]), str(r["outliers"]), ", ".join(notes),
     ]  # fmt: skip
@@ -80,6 +111,9 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
             line += ": " + ", ".join(parts)
         idle.append(line)
     out.append(("GPU idle time per stream", idle or ["no GPU work in this trace."]))
+    est = _estimate_lines(summary)
+    if est:
+        out.append(("What it would take if launches were free (an estimate)", est))
     ops = _op_lines(summary)
     if ops:
         title = "GPU operations per scope (busy: summed operation time; span: first start to last end)"
@@ -123,9 +157,24 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _estimate_lines(summary: dict[str, Any]) -> list[str]:
+    """Per row whose GPU waited on the host: the measured span beside the launch-free estimate."""
+    out = []
+    for r in summary["rows"]:
+        e = r.get("if_launches_free")
+        if not e:
+            continue
+        where = "CPU" if r["queue"] is None else f"{r['device']}:{r['queue']}"
+        out.append(f"{r['name']} ({where}): measured span median {human_ns(e['span_median_ns'])}, "
+                   f"estimate {human_ns(e['median_ns'])} ({e['assumes']})")  # fmt: skip
+    return out
+
+
 def _op_lines(summary: dict[str, Any]) -> list[str]:
     """Per row with per-operation records: busy vs span, then one line per operation name."""
     out = []
+    every = [o["name"] for r in summary["rows"] for o in r.get("ops", ())]
+    short = dict(zip(every, distinct_names(every, 80), strict=True))
     for r in summary["rows"]:
         if "ops" not in r:
             continue
@@ -137,7 +186,7 @@ def _op_lines(summary: dict[str, Any]) -> list[str]:
                    f"{human_ns(span)}{share}")  # fmt: skip
         for o in r["ops"]:
             lag = (o["launch_to_start_ns"] or {}).get("median")
-            nm = o["name"] if len(o["name"]) <= 80 else o["name"][:79] + "…"
+            nm = short[o["name"]]
             out.append(f"    {o['kind']} {nm}: {o['calls']} calls, GPU median "
                        f"{human_ns(o['gpu_ns']['median'])}, total {human_ns(o['gpu_ns']['total'])}, "
                        f"launch → start median {human_ns(lag)}")  # fmt: skip
@@ -175,13 +224,12 @@ def _intro(summary: dict[str, Any]) -> list[str]:
 def to_table(summary: dict[str, Any]) -> str:
     """Aligned plain-text table plus sections, for a terminal."""
     rows = [list(COLUMNS)] + [[printable(c) for c in _cells(r)] for r in summary["rows"]]
-    for r in rows[1:]:
-        if len(r[0]) > 40:
-            r[0] = r[0][:39] + "…"
+    for r, cut in zip(rows[1:], distinct_names([r[0] for r in rows[1:]], 40), strict=True):
+        r[0] = cut
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     lines = [*_intro(summary), ""]
     for k, r in enumerate(rows):
-        cells = [c.ljust(w) if i in (0, 1, 16) else c.rjust(w)
+        cells = [c.ljust(w) if i in TEXT_COLUMNS else c.rjust(w)
                  for i, (c, w) in enumerate(zip(r, widths, strict=True))]  # fmt: skip
         lines.append("  ".join(cells).rstrip())
         if k == 0:
@@ -201,7 +249,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
 
     lines = [*_intro(summary), ""]
     lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "|".join("---" if i in (0, 1, 16) else "--:" for i in range(len(COLUMNS))) + "|")
+    lines.append("|" + "|".join("---" if i in TEXT_COLUMNS else "--:" for i in range(len(COLUMNS))) + "|")
     for r in summary["rows"]:
         lines.append("| " + " | ".join(esc(c) for c in _cells(r)) + " |")
     for title, body in _sections(summary):
@@ -216,6 +264,8 @@ CSV_FIELDS = (
     "untimed", "errors", "cold_cpu_ns", "cold_gpu_ns", "cpu_median_ns", "cpu_p95_ns", "cpu_total_ns",
     "gpu_median_ns", "gpu_p95_ns", "gpu_min_ns", "gpu_max_ns", "gpu_total_ns", "gpu_share",
     "gap_median_ns", "gap_p95_ns", "gpu_over_cpu", "spread", "noisy", "outliers", "launch_bound",
+    "busy_median_ns", "busy_total_ns", "self_cpu_total_ns", "self_gpu_total_ns",
+    "if_launches_free_median_ns",
 )  # fmt: skip
 
 
@@ -228,13 +278,15 @@ def to_csv(summary: dict[str, Any]) -> str:
         g = r["gpu_ns"] or {}
         gap = r["queue_gap_ns"] or {}
         cold = r["cold"] or {}
+        busy, own, est = r.get("gpu_busy_ns") or {}, r.get("self_ns") or {}, r.get("if_launches_free") or {}
         vals = [
             r["name"], r["device"], r["device_name"], r["queue"], r["calls"], r["warm_calls"],
             r["timed_calls"], r["empty"], r["untimed"], r["errors"], cold.get("cpu_ns"),
             cold.get("gpu_ns"), r["cpu_ns"]["median"], r["cpu_ns"]["p95"], r["cpu_ns"]["total"],
             g.get("median"), g.get("p95"), g.get("min"), g.get("max"), g.get("total"),
             r["gpu_share"], gap.get("median"), gap.get("p95"), r["gpu_over_cpu"], r["spread"],
-            r["noisy"], r["outliers"], r["launch_bound"],
+            r["noisy"], r["outliers"], r["launch_bound"], busy.get("median"), busy.get("total"),
+            own.get("cpu_total"), own.get("gpu_total"), est.get("median_ns"),
         ]  # fmt: skip
         w.writerow(["" if v is None else printable(v) if isinstance(v, str) else v for v in vals])
     return buf.getvalue()

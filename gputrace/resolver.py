@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.clockbound import FeasibleBand, sample_columns
+from gputrace.figures import first_submission_ns, op_intervals
 from gputrace.flags import (
     EXPLAIN,
     MAX_ANOMALY_ITEMS,
@@ -453,7 +454,8 @@ def _place_ops(
 
     An operation belongs to the innermost scope open on its launching thread when its launch call
     started (the scope's CPU window, on the session clock, holds the call's start). A scope's GPU
-    span is the hull of the operations of its subtree; its submission is its entry. Returns the
+    span is the hull of the operations of its subtree; its submission is the launch call of its
+    first operation. Returns the
     operations, per scope the time by which its work was known complete, and per scope whether a
     blind stretch of the source (another tool held it) overlaps its CPU window.
     """
@@ -545,7 +547,9 @@ def _place_ops(
         s.uncertainty_ns = np.where(
             s.gpu_start_ns != NO_TIME, s.uncertainty_ns + raw.source_error_ns, s.uncertainty_ns
         )
+    # submission: the launch call of the scope's first operation (the entry where none was seen)
     s.submit_ns = np.where(s.gpu_end_ns != NO_TIME, s.cpu_start_ns, NO_TIME)
+    s.submit_ns = first_submission_ns(s, op_intervals(s, ops))
     return ops, s_done, blind
 
 

@@ -65,9 +65,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gputrace import figures
 from gputrace.durations import fmt_ns
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, Trace, flag_names
-from gputrace.npstats import interval_union
 from gputrace.rankview import rank_view
 
 SCHEMA = "gputrace-summary/1"
@@ -84,10 +84,16 @@ SORT_KEYS: dict[str, tuple[str, ...]] = {
     "cpu_median": ("cpu_ns", "median"),
     "cpu_total": ("cpu_ns", "total"),
     "gap_median": ("queue_gap_ns", "median"),
+    "self_cpu_total": ("self_ns", "cpu_total"),
+    "self_gpu_total": ("self_ns", "gpu_total"),
+    "busy_total": ("gpu_busy_ns", "total"),
     "calls": ("calls",),
     "spread": ("spread",),
     "name": ("name",),
 }
+
+# "self": exclusive GPU busy where the trace has GPU times, else exclusive CPU time
+SORT_ALIASES = {"self": ("self_gpu_total", "self_cpu_total")}
 
 # kind -> (what it usually means, what to do)
 ADVICE: dict[str, tuple[str, str]] = {
@@ -117,9 +123,9 @@ ADVICE: dict[str, tuple[str, str]] = {
         "see the gputrace warning printed during the run",
     ),
     "launch_bound": (
-        "the GPU work is about as short as an empty launch, or shorter than its CPU enqueue: "
-        "launch overhead dominates",
-        "batch or fuse the work, or capture it in a CUDA graph; keep tiny work on the CPU",
+        "each launch's GPU work is shorter than one calibrated launch costs the CPU, and the GPU "
+        "waited for the host at least as long as it worked: launch overhead dominates",
+        figures.GENERIC_ADVICE,  # replaced by the backend's own advice (gputrace.figures.ADVICE)
     ),
     "noisy": (
         "warm calls spread by more than 10 % (interquartile range / median)",
@@ -184,18 +190,24 @@ def summarize(
     (rows, idle streams, anomalies), ``name`` keeps names matching a glob pattern (``"matmul*"``)
     or containing it, ``group`` folds trailing numbers (``ProfilerStep#12`` → ``ProfilerStep#*``).
     """
-    if sort is not None and sort not in SORT_KEYS:
-        raise ValueError(f"unknown sort key {sort!r}; choose one of {', '.join(SORT_KEYS)}")
+    if sort is not None and sort not in SORT_KEYS and sort not in SORT_ALIASES:
+        choices = ", ".join([*SORT_KEYS, *SORT_ALIASES])
+        raise ValueError(f"unknown sort key {sort!r}; choose one of {choices}")
     if group:
         trace = fold_numbers(trace)
-    idle = idle_per_stream(trace)
+    iv = figures.intervals(trace)
+    idle = figures.stream_idle(trace, iv)
     busy = sum(i["busy_ns"] for i in idle)
-    rows = _rows(trace, busy)
+    rows = _rows(trace, idle, iv)
     if len(trace.ops):
         _add_ops(trace, rows)
     all_rows = rows
-    if sort is None:
-        sort = "gpu_total" if any(r["gpu_ns"] for r in rows) else "cpu_total"
+    has_gpu = any(r["gpu_ns"] for r in rows)
+    if sort in SORT_ALIASES:
+        sort = SORT_ALIASES[sort][0 if has_gpu else 1]
+    if sort is None:  # another tool's trace (PyTorch's) in key_averages' order: self time first
+        foreign = header_source(trace) == "chrome"
+        sort = "self_cpu_total" if foreign else "busy_total" if has_gpu else "cpu_total"
     if name is not None:
         rows = [r for r in rows if _matches(r["name"], name)]
     rows = _sorted(rows, sort)
@@ -226,6 +238,10 @@ def summarize(
         "cupti_dropped_records": (header.get("backend_info") or {}).get("cupti_dropped_records"),
         "ops_unattributed": (header.get("ops") or {}).get("unattributed"),
     }
+
+
+def header_source(trace: Trace) -> str:
+    return str(trace.header.get("source", "gputrace"))
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -292,7 +308,10 @@ def _sum_by(group: npt.NDArray[np.int64], values: npt.NDArray[np.int64], n: int)
     return np.rint(np.bincount(group, weights=values.astype(np.float64), minlength=n)).astype(np.int64)
 
 
-def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
+def _rows(
+    trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals | None = None
+) -> list[dict[str, Any]]:
+    iv = figures.intervals(trace) if iv is None else iv
     s = trace.scopes
     n = len(s)
     if not n:
@@ -311,8 +330,16 @@ def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
     timed = has_gpu & ~empty
     cpu_ns = s.cpu_end_ns - s.cpu_start_ns
     gpu_ns = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, 0)
-    gap_known = timed & (s.submit_ns != NO_TIME)
-    gap_ns = np.where(gap_known, s.gpu_start_ns - s.submit_ns, 0)
+    queued = figures.queued_ns(trace, iv)  # from the first operation's launch call where seen
+    gap_known = timed & (queued != NO_TIME)
+    gap_ns = np.where(gap_known, queued, 0)
+    busy_ns = figures.busy_ns(trace, iv)
+    own_busy = figures.busy_on_own_stream_ns(trace, iv)
+    self_gpu = figures.self_gpu_ns(trace, iv)
+    self_cpu = figures.self_cpu_ns(trace)
+    waited = figures.host_wait_ns(trace, iv)
+    n_launch = figures.launches(trace, iv)
+    stream_busy = {(q["device"], q["queue"]): q["busy_ns"] for q in idle}
 
     calls = np.bincount(group, minlength=g)
     warm = ~cold
@@ -328,7 +355,23 @@ def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
     gpu_med, gpu_p95, gpu_min, gpu_max = gpu_w.q(0.5), gpu_w.q(0.95), gpu_w.min(), gpu_w.max()
     gpu_q1, gpu_q3 = gpu_w.q(0.25), gpu_w.q(0.75)
     gap_med, gap_p95 = gap_w.q(0.5), gap_w.q(0.95)
-    cal = _calibration(trace)
+    cal = figures.calibration_for(trace)
+    backend = figures.trace_backend(trace)
+    busy_w = _Grouped(group[gw], busy_ns[gw], g)
+    busy_med = busy_w.q(0.5)
+    busy_total = _sum_by(group[timed], busy_ns[timed], g)
+    own_total = _sum_by(group[timed], own_busy[timed], g)
+    self_gpu_w = _Grouped(group[gw], self_gpu[gw], g)
+    self_gpu_med = self_gpu_w.q(0.5)
+    self_gpu_total = _sum_by(group[timed], self_gpu[timed], g)
+    self_cpu_med = _Grouped(group[warm], self_cpu[warm], g).q(0.5)
+    self_cpu_total = _sum_by(group, self_cpu, g)
+    waited_w = _sum_by(group[gw], waited[gw], g)
+    launches_w = _sum_by(group[gw], n_launch[gw], g)
+    busy_sum_w = _sum_by(group[gw], busy_ns[gw], g)
+    free = figures.free_launch_cost(cal, backend) if cal is not None else None
+    est_w = _Grouped(group[gw], busy_ns[gw] + (round(free[0]) if free else 0), g)
+    est_med = est_w.q(0.5)
     cold_rows = np.flatnonzero(cold)
     cold_of = dict(zip(group[cold_rows].tolist(), cold_rows.tolist(), strict=True))
 
@@ -358,12 +401,21 @@ def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
         if gi in cold_of:
             r = cold_of[gi]
             row_cold = {"cpu_ns": int(cpu_ns[r]), "gpu_ns": int(gpu_ns[r]) if timed[r] else None}
-        launch_bound = None
+        launch_bound = estimate = None
+        waited_for_host = bool(use_gpu and busy_sum_w[gi] > 0 and waited_w[gi] >= busy_sum_w[gi])
         if cal is not None and use_gpu:
-            launch_bound = bool(
-                gpu_med[gi] < 2.0 * float(cal["launch_gpu_ns"])
-                or (cpu_w.counts[gi] > 0 and cpu_med[gi] >= gpu_med[gi])
+            launch_bound = figures.launch_bound(
+                float(busy_sum_w[gi]), float(launches_w[gi]), float(waited_w[gi]), cal
             )
+        if free is not None and waited_for_host:
+            estimate = {
+                "median_ns": float(est_med[gi]),
+                "span_median_ns": float(gpu_med[gi]),
+                "launch_ns": free[0],
+                "assumes": f"launches free: the warm call's GPU busy time plus {free[1]} "
+                f"({fmt_ns(free[0])}, calibrated), its work back to back",
+            }
+        sb = stream_busy.get((qi.device, qi.label)) if qi else None
         out.append(
             {
                 "name": trace.names[name_idx],
@@ -383,7 +435,17 @@ def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
                     "total": int(cpu_total[gi]),
                 },
                 "gpu_ns": gpu_stats,
-                "gpu_share": float(gpu_total[gi] / busy) if busy and gpu_total[gi] else None,
+                "gpu_share": float(own_total[gi] / sb) if sb and own_total[gi] else None,
+                "gpu_busy_ns": None if not gpu_w.counts[gi] and not busy_total[gi] else {
+                    "median": _num(busy_med[gi]), "total": int(busy_total[gi])},
+                "self_ns": {
+                    "cpu_median": _num(self_cpu_med[gi]), "cpu_total": int(self_cpu_total[gi]),
+                    "gpu_median": _num(self_gpu_med[gi]) if gpu_w.counts[gi] else None,
+                    "gpu_total": int(self_gpu_total[gi]) if gpu_total[gi] or busy_total[gi] else None,
+                },
+                "host_wait_ns": int(waited_w[gi]) if use_gpu else None,
+                "launches": int(launches_w[gi]) if use_gpu else None,
+                "if_launches_free": estimate,
                 "queue_gap_ns": None if not gap_w.counts[gi] else {
                     "median": float(gap_med[gi]), "p95": float(gap_p95[gi])},
                 "gpu_over_cpu": float(gpu_med[gi] / cpu_med[gi])
@@ -400,40 +462,8 @@ def _rows(trace: Trace, busy: int) -> list[dict[str, Any]]:
 
 
 def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
-    """GPU idle time per stream, split by cause where the submission times tell."""
-    s = trace.scopes
-    has_gpu = s.gpu_start_ns != NO_TIME
-    out = []
-    for qi, q in enumerate(trace.queues):
-        rows = np.flatnonzero(has_gpu & (s.queue == qi))
-        if not len(rows):
-            continue
-        b0, b1, opener = interval_union(s.gpu_start_ns[rows], s.gpu_end_ns[rows])
-        busy = int((b1 - b0).sum())
-        window = int(b1.max() - b0[0])
-        host = queued = unknown = 0
-        if len(b0) > 1:
-            gaps_start, gaps_end = b1[:-1], b0[1:]
-            sub = s.submit_ns[rows[opener[1:]]]
-            known = sub != NO_TIME
-            wait = np.clip(sub - gaps_start, 0, gaps_end - gaps_start)
-            host = int(wait[known].sum())
-            queued = int((gaps_end - gaps_start)[known].sum()) - host
-            unknown = int((gaps_end - gaps_start)[~known].sum())
-        out.append(
-            {
-                "device": q.device,
-                "device_name": q.device_name,
-                "queue": q.label,
-                "window_ns": window,
-                "busy_ns": busy,
-                "idle_ns": window - busy,
-                "waiting_for_host_ns": host,
-                "between_queued_work_ns": queued,
-                "unknown_ns": unknown,
-            }
-        )
-    return out
+    """GPU idle time per stream, split by cause (``gputrace.figures.stream_idle``)."""
+    return figures.stream_idle(trace)
 
 
 def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -453,10 +483,13 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[di
             ex = hit[s.name[hit] == nm][:MAX_EXAMPLES]
             out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r)) for r in ex]))
     if rows is None:
-        rows = _rows(trace, sum(i["busy_ns"] for i in idle_per_stream(trace)))
+        rows = _rows(trace, idle_per_stream(trace))
+    advice = figures.ADVICE.get(figures.trace_backend(trace) or "", figures.GENERIC_ADVICE)
     for r in rows:
         if r["launch_bound"]:
-            out.append(_anomaly("launch_bound", r["name"], r["timed_calls"], [], r))
+            a = _anomaly("launch_bound", r["name"], r["timed_calls"], [], r)
+            a["what_to_do"] = advice
+            out.append(a)
         if r["noisy"]:
             out.append(_anomaly("noisy", r["name"], r["warm_calls"], [], r))
     out.sort(key=lambda a: (-a["count"], a["kind"], a["name"]))
@@ -557,8 +590,7 @@ def _groups(codes: np.ndarray) -> list[np.ndarray]:
 
 
 def _add_ops(trace: Trace, rows: list[dict[str, Any]]) -> None:
-    """Per row: ``gpu_busy_ns`` (summed operation durations of warm calls: median, total) and
-    ``ops``, one entry per operation name launched under the scope (its own operations, not its
+    """Per row: ``ops``, one entry per operation name launched under the scope (its own operations, not its
     children's): ``{"name", "kind", "calls", "gpu_ns": {"median", "total"},
     "launch_to_start_ns": {"median"} | None}``, largest total first."""
     from gputrace.records import OP_KINDS
@@ -575,25 +607,7 @@ def _add_ops(trace: Trace, rows: list[dict[str, Any]]) -> None:
         return (trace.names[int(s.name[r])], qi.device if qi else None, qi.label if qi else None)
 
     by_key = {(r["name"], r["device"], r["queue"]): r for r in rows}
-    busy = trace.busy_ns()
-    warm = (s.flags & int(Flag.COLD)) == 0
-    # scopes grouped by (name, queue) as one integer code, not a Python key per scope
-    code = s.name.astype(np.int64) * (nq + 1) + (queue + 1)
-    members: dict[tuple[str, int | None, str | None], np.ndarray] = {}
-    rows_gpu = np.flatnonzero(has_gpu)
-    for idx in _groups(code[rows_gpu]):
-        rs = rows_gpu[idx]
-        key = row_key(int(rs[0]))  # two queues may share a device and label: one row
-        members[key] = rs if key not in members else np.sort(np.concatenate([members[key], rs]))
-    for key, arr in members.items():
-        row = by_key.get(key)
-        if row is None:
-            continue
-        w = arr[warm[arr]]
-        row["gpu_busy_ns"] = {
-            "median": float(np.median(busy[w])) if len(w) else None,
-            "total": int(busy[arr].sum()),
-        }
+    code = s.name.astype(np.int64) * (nq + 1) + (queue + 1)  # (name, queue) as one integer
     own = np.flatnonzero(ops.scope >= 0)
     per: dict[tuple[tuple[str, int | None, str | None], int, int], np.ndarray] = {}
     if len(own):

@@ -1,0 +1,358 @@
+"""The derived figures, one definition each (docs/metrics.md): busy, idle, share, submission,
+queued, self time, launch-bound and the launch-free estimate.
+
+Each figure is computed from the finest data the trace holds. The finest is per-operation GPU
+records (CUPTI: every kernel, memcpy and memset with its launch call); then GPU spans below
+scope level (a wgpu pass, a CUDA event pair); then the scope's own GPU span. Those are the
+trace's *GPU intervals*: each belongs to one scope (its owner) and one stream, and has a
+submission time (the launch call's start for an operation, the submit time of a span, the
+scope's entry otherwise). ``summarize``, the trace args and the viewer read these functions and
+nothing else, so the three agree.
+
+>>> import gputrace
+>>> from gputrace.clock import FakeClock
+>>> with gputrace.session(backend="fake", clock=FakeClock(0, 1_000), quiet=True) as s:
+...     with gputrace.trace("a"):
+...         pass
+>>> busy_ns(s.trace).tolist(), [q["busy_ns"] for q in stream_idle(s.trace)]
+([20000], [20000])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gputrace.model import NO_TIME, OpTable, ScopeTable, Trace
+
+I64 = npt.NDArray[np.int64]
+
+SOURCES = ("operations", "spans", "scopes")
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """The trace's GPU intervals (see the module docstring), one row each."""
+
+    owner: I64  # scope row, or -1 (an operation launched outside every scope)
+    queue: I64
+    start_ns: I64
+    end_ns: I64
+    submit_ns: I64  # NO_TIME where unknown
+    source: str  # "operations", "spans" or "scopes"
+
+
+def intervals(trace: Trace) -> Intervals:
+    """The finest GPU intervals ``trace`` holds."""
+    s, ops, sp = trace.scopes, trace.ops, trace.spans
+    if len(ops):
+        return op_intervals(s, ops)
+    timed = np.flatnonzero(s.gpu_start_ns != NO_TIME)
+    if len(sp):
+        # spans where the trace has them; a timed scope with no span in its subtree keeps its own
+        covered = np.zeros(len(s), bool)
+        cur = sp.scope.astype(np.int64)
+        while len(cur):
+            covered[cur] = True
+            cur = s.parent[cur]
+            cur = cur[cur >= 0]
+        timed = timed[~covered[timed]]
+        return Intervals(
+            np.concatenate([sp.scope.astype(np.int64), timed]),
+            np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),
+            np.concatenate([sp.gpu_start_ns, s.gpu_start_ns[timed]]),
+            np.concatenate([sp.gpu_end_ns, s.gpu_end_ns[timed]]),
+            np.concatenate([sp.submit_ns, s.submit_ns[timed]]),
+            "spans",
+        )
+    return Intervals(timed.astype(np.int64), s.queue[timed].astype(np.int64), s.gpu_start_ns[timed],
+                     s.gpu_end_ns[timed], s.submit_ns[timed], "scopes")  # fmt: skip
+
+
+def op_intervals(s: ScopeTable, ops: OpTable) -> Intervals:
+    """The operations as GPU intervals; an operation whose launch call was not seen is submitted
+    at its scope's entry (the finest time left)."""
+    own = ops.scope.astype(np.int64)
+    sub = ops.call_start_ns.astype(np.int64).copy()
+    unseen = (sub == NO_TIME) & (own >= 0)
+    sub[unseen] = s.cpu_start_ns[own[unseen]]
+    return Intervals(own, ops.queue.astype(np.int64), ops.gpu_start_ns, ops.gpu_end_ns, sub, "operations")
+
+
+def _up(parent: I64, owner: I64, *, strict: bool) -> tuple[I64, I64]:
+    """(ancestor, interval row) pairs: every interval paired with its owner's ancestors (and the
+    owner itself unless ``strict``)."""
+    rows = np.flatnonzero(owner >= 0)
+    cur = owner[rows]
+    if strict:
+        cur = parent[cur]
+        keep = cur >= 0
+        cur, rows = cur[keep], rows[keep]
+    anc, idx = [], []
+    while len(cur):
+        anc.append(cur)
+        idx.append(rows)
+        cur = parent[cur]
+        keep = cur >= 0
+        cur, rows = cur[keep], rows[keep]
+    if not anc:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(anc), np.concatenate(idx)
+
+
+def union_by_group(group: I64, start: I64, end: I64, n_groups: int) -> I64:
+    """Per group, the length of the union of its intervals (time at least one of them ran).
+
+    >>> union_by_group(np.array([0, 0, 0, 1]), np.array([0, 5, 2, 0]), np.array([4, 6, 3, 7]), 2).tolist()
+    [5, 7]
+    """
+    out = np.zeros(n_groups, np.int64)
+    if not len(group):
+        return out
+    order = np.lexsort((start, group))
+    g, st = group[order], start[order]
+    en = np.maximum(end[order], st)  # a negative duration (flagged) covers nothing
+    run = en.copy()  # running max of the ends within each group (Hillis-Steele scan)
+    k = 1
+    while k < len(run):
+        same = g[k:] == g[:-k]
+        run[k:] = np.where(same, np.maximum(run[k:], run[:-k]), run[k:])
+        k *= 2
+    prev = np.empty_like(run)
+    prev[0] = NO_TIME
+    prev[1:] = np.where(g[1:] == g[:-1], run[:-1], NO_TIME)
+    new = np.maximum(en - np.maximum(st, prev), 0)
+    np.add.at(out, g, new)
+    return out
+
+
+def busy_ns(trace: Trace, iv: Intervals | None = None) -> I64:
+    """Per scope, its GPU busy time: the union of the GPU intervals of its subtree."""
+    iv = intervals(trace) if iv is None else iv
+    anc, idx = _up(trace.scopes.parent, iv.owner, strict=False)
+    return union_by_group(anc, iv.start_ns[idx], iv.end_ns[idx], len(trace.scopes))
+
+
+def busy_on_own_stream_ns(trace: Trace, iv: Intervals | None = None) -> I64:
+    """Per scope, the union of its subtree's GPU intervals on its own stream (the share's numerator)."""
+    iv = intervals(trace) if iv is None else iv
+    anc, idx = _up(trace.scopes.parent, iv.owner, strict=False)
+    mine = iv.queue[idx] == trace.scopes.queue[anc]
+    return union_by_group(anc[mine], iv.start_ns[idx[mine]], iv.end_ns[idx[mine]], len(trace.scopes))
+
+
+def self_gpu_ns(trace: Trace, iv: Intervals | None = None) -> I64:
+    """Per scope, its exclusive GPU busy time: busy time not covered by its children's busy time."""
+    iv = intervals(trace) if iv is None else iv
+    s = trace.scopes
+    anc, idx = _up(s.parent, iv.owner, strict=True)
+    below = union_by_group(anc, iv.start_ns[idx], iv.end_ns[idx], len(s))
+    return busy_ns(trace, iv) - below
+
+
+def self_cpu_ns(trace: Trace) -> I64:
+    """Per scope, its exclusive CPU time: its CPU window less its children's windows (as
+    ``torch.profiler``'s ``key_averages`` counts self CPU time)."""
+    s = trace.scopes
+    own = (s.cpu_end_ns - s.cpu_start_ns).astype(np.int64)
+    out = own.copy()
+    cpu_work = np.ones(len(s), bool)
+    if trace.header.get("source") == "chrome":
+        # another tool's kernels are scopes whose CPU window is their launch call's: CPU time
+        # that the launch call already counts, so they neither have nor take self CPU time
+        cpu_work = s.gpu_start_ns == NO_TIME
+        out[~cpu_work] = 0
+    child = np.flatnonzero((s.parent >= 0) & cpu_work)
+    np.subtract.at(out, s.parent[child], own[child])
+    return out
+
+
+def submission_ns(trace: Trace, iv: Intervals | None = None) -> I64:
+    """Per scope, when its GPU work was submitted: the submission of the first GPU interval of its
+    subtree (by GPU start; for operations, that launch call's start), or the scope's own
+    submission where it has none. ``NO_TIME`` without GPU work."""
+    return first_submission_ns(trace.scopes, intervals(trace) if iv is None else iv)
+
+
+def first_submission_ns(s: ScopeTable, iv: Intervals) -> I64:
+    """``submission_ns`` over the tables (the resolver calls it before a ``Trace`` exists)."""
+    out = s.submit_ns.copy()
+    if iv.source == "scopes":
+        return out
+    anc, idx = _up(s.parent, iv.owner, strict=False)
+    if not len(anc):
+        return out
+    order = np.lexsort((iv.start_ns[idx], anc))
+    anc, idx = anc[order], idx[order]
+    first = np.ones(len(anc), bool)
+    first[1:] = anc[1:] != anc[:-1]
+    sub = iv.submit_ns[idx[first]]
+    who = anc[first]
+    known = sub != NO_TIME
+    out[who[known]] = sub[known]
+    return np.where(s.gpu_start_ns != NO_TIME, out, NO_TIME)
+
+
+def queued_ns(trace: Trace, iv: Intervals | None = None) -> I64:
+    """Per scope, GPU start − submission (``NO_TIME`` where either is unknown)."""
+    sub = submission_ns(trace, iv)
+    g0 = trace.scopes.gpu_start_ns
+    ok = (sub != NO_TIME) & (g0 != NO_TIME)
+    return np.where(ok, g0 - sub, NO_TIME)
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """The idle gaps of every stream, each charged to the interval that ended it."""
+
+    queue: I64
+    start_ns: I64
+    end_ns: I64
+    closer: I64  # row of the interval (in ``Intervals``) whose start ended the gap
+    host: npt.NDArray[np.bool_]  # the GPU waited for the host: submitted after the gap opened
+    known: npt.NDArray[np.bool_]  # the closing interval's submission is known
+
+
+def gaps(iv: Intervals) -> Gaps:
+    """Idle gaps per stream, classified as HTA 0.5's idle-time analysis classifies them: a gap is
+    waiting for the host when the work that ends it was submitted (its launch call started)
+    after the gap opened; otherwise it lies between queued work."""
+    q_all, st_all, en_all, cl_all = [], [], [], []
+    for q in np.unique(iv.queue).tolist():
+        rows = np.flatnonzero(iv.queue == q)
+        order = rows[np.lexsort((-iv.end_ns[rows], iv.start_ns[rows]))]
+        st, en = iv.start_ns[order], np.maximum(iv.end_ns[order], iv.start_ns[order])
+        run = np.maximum.accumulate(en)
+        opens = np.flatnonzero(st[1:] > run[:-1]) + 1
+        q_all.append(np.full(len(opens), q, np.int64))
+        st_all.append(run[opens - 1])
+        en_all.append(st[opens])
+        cl_all.append(order[opens])
+    if not q_all:
+        e = np.zeros(0, np.int64)
+        return Gaps(e, e, e, e, np.zeros(0, bool), np.zeros(0, bool))
+    queue, g0, g1, closer = (np.concatenate(x) for x in (q_all, st_all, en_all, cl_all))
+    sub = iv.submit_ns[closer]
+    known = sub != NO_TIME
+    return Gaps(queue, g0, g1, closer, known & (sub > g0), known)
+
+
+def stream_idle(trace: Trace, iv: Intervals | None = None) -> list[dict[str, Any]]:
+    """Per stream: its window (first GPU start to last GPU end), busy (union of its GPU
+    intervals), idle = window − busy, split into waiting for the host, between queued work, and
+    unknown (the closing work's submission is not known)."""
+    iv = intervals(trace) if iv is None else iv
+    gp = gaps(iv)
+    out = []
+    for qi, q in enumerate(trace.queues):
+        rows = np.flatnonzero(iv.queue == qi)
+        if not len(rows):
+            continue
+        st, en = iv.start_ns[rows], np.maximum(iv.end_ns[rows], iv.start_ns[rows])
+        busy = int(union_by_group(np.zeros(len(rows), np.int64), st, en, 1)[0])
+        window = int(en.max() - st.min())
+        mine = gp.queue == qi
+        length = gp.end_ns[mine] - gp.start_ns[mine]
+        host = int(length[gp.host[mine]].sum())
+        unknown = int(length[~gp.known[mine]].sum())
+        out.append(
+            {
+                "device": q.device,
+                "device_name": q.device_name,
+                "queue": q.label,
+                "window_ns": window,
+                "busy_ns": busy,
+                "idle_ns": window - busy,
+                "waiting_for_host_ns": host,
+                "between_queued_work_ns": window - busy - host - unknown,
+                "unknown_ns": unknown,
+                "from": iv.source,
+            }
+        )
+    return out
+
+
+def host_wait_ns(trace: Trace, iv: Intervals | None = None) -> I64:
+    """Per scope, how long its stream sat idle waiting for the host right before work of the
+    scope's subtree (the gaps such work ended that were host waits)."""
+    iv = intervals(trace) if iv is None else iv
+    gp = gaps(iv)
+    n = len(trace.scopes)
+    h = np.flatnonzero(gp.host)
+    owner = iv.owner[gp.closer[h]]
+    length = (gp.end_ns - gp.start_ns)[h]
+    anc, idx = _up(trace.scopes.parent, owner, strict=False)
+    out = np.zeros(n, np.int64)
+    np.add.at(out, anc, length[idx])
+    return out
+
+
+def launches(trace: Trace, iv: Intervals | None = None) -> I64:
+    """Per scope, how many GPU intervals its subtree holds (operations, spans or its own span)."""
+    iv = intervals(trace) if iv is None else iv
+    anc, _ = _up(trace.scopes.parent, iv.owner, strict=False)
+    return np.bincount(anc, minlength=len(trace.scopes)).astype(np.int64)
+
+
+# launch-bound and the launch-free estimate --------------------------------------------------------
+
+ADVICE = {
+    "cuda": "capture the loop in a CUDA graph (one launch replays all of it), or fuse the kernels; "
+    "keep tiny work on the CPU",
+    "wgpu": "record more work per command buffer and submit less often (fewer, larger submits), "
+    "put more dispatches in one pass; keep tiny work on the CPU",
+}
+GENERIC_ADVICE = "launch fewer, larger pieces of work; keep tiny work on the CPU"
+
+
+def trace_backend(trace: Trace) -> str | None:
+    """The GPU backend that ran ``trace``'s work ("cuda", "wgpu", …), or None."""
+    b = trace.header.get("backend")
+    if isinstance(b, str):
+        return b
+    if trace.queues:
+        return trace.queues[0].backend
+    return None
+
+
+def calibration_for(trace: Trace) -> dict[str, Any] | None:
+    """The header's calibration when it was measured on the backend that ran the trace."""
+    cal = trace.header.get("calibration")
+    if not isinstance(cal, dict):
+        return None
+    try:
+        float(cal["launch_cpu_ns"]), float(cal["launch_gpu_ns"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    backend = trace_backend(trace)
+    if cal.get("backend") not in (None, backend):
+        return None  # another backend's launch cost says nothing about this one
+    return cal
+
+
+def launch_cost_ns(cal: dict[str, Any]) -> float:
+    """The calibrated CPU cost of one launch (CUDA) or one submit (WebGPU)."""
+    return float(cal["launch_cpu_ns"])
+
+
+def free_launch_cost(cal: dict[str, Any], backend: str | None) -> tuple[float, str]:
+    """The one launch left when launches are made free, and what it is: a CUDA graph launch
+    (calibrated ``graph_launch_ns``, else one kernel launch) or one WebGPU submit."""
+    if backend == "cuda" and isinstance(cal.get("graph_launch_ns"), (int, float)):
+        return float(cal["graph_launch_ns"]), "one CUDA graph launch"
+    if backend == "cuda":
+        return float(cal["launch_cpu_ns"]), "one launch (no graph launch calibrated)"
+    if backend == "wgpu":
+        return float(cal["launch_cpu_ns"]), "one submit"
+    return float(cal["launch_cpu_ns"]), "one launch"
+
+
+def launch_bound(busy: float, n_launches: float, waited: float, cal: dict[str, Any]) -> bool:
+    """Launch-bound: the work per launch is shorter than one calibrated launch costs the CPU, and
+    the GPU waited for the host at least as long as it worked."""
+    if n_launches <= 0 or busy <= 0:
+        return False
+    return bool(busy / n_launches < launch_cost_ns(cal) and waited >= busy)
