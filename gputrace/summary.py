@@ -407,7 +407,8 @@ def _rows(
             launch_bound = figures.launch_bound(
                 float(busy_sum_w[gi]), float(launches_w[gi]), float(waited_w[gi]), cal
             )
-        if free is not None and waited_for_host:
+        # only where it says something: a scope whose work would finish sooner back to back
+        if free is not None and waited_for_host and est_med[gi] < gpu_med[gi]:
             estimate = {
                 "median_ns": float(est_med[gi]),
                 "span_median_ns": float(gpu_med[gi]),

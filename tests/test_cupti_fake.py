@@ -57,7 +57,8 @@ def test_times_are_exact_and_the_launch_sits_inside_its_scope() -> None:
     assert int(t.ops.gpu_start_ns[0]) == call_at + 3_000  # latency_ns after the call started
     assert int(t.ops.gpu_end_ns[0]) == call_at + 3_500
     assert (sc.gpu_start_ns, sc.gpu_end_ns) == (call_at + 3_000, call_at + 3_500)
-    assert sc.submit_ns == sc.cpu_start_ns  # submission: the scope was entered
+    assert sc.submit_ns == call_at  # submission: the launch call of the scope's first operation
+    assert sc.queue_gap_ns == 3_000  # queued: launch call → GPU start, not scope entry → start
     assert t.names[int(t.ops.call_name[0])] == "cuLaunchKernel"
     assert t.threads[int(t.ops.thread[0])].tid == threading.get_native_id()
     assert t.header["backend_info"]["timing"] == "cupti"

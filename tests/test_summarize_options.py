@@ -34,7 +34,7 @@ def cpu_trace(tmp_path: Path, calls: dict[str, int]) -> Path:
     return path
 
 
-def test_default_order_is_gpu_total_else_cpu_total(tmp_path: Path) -> None:
+def test_default_order_is_gpu_busy_else_cpu_total(tmp_path: Path) -> None:
     path = cpu_trace(tmp_path, {"alpha": 1, "beta": 3, "gamma": 2})
     s = summarize(gputrace.load(path))
     assert s["sort"] == "cpu_total"
@@ -42,7 +42,7 @@ def test_default_order_is_gpu_total_else_cpu_total(tmp_path: Path) -> None:
     out = run_cli("summarize", str(path), "-f", "csv").output
     assert [line.split(",")[0] for line in out.splitlines()[1:]] == ["beta", "gamma", "alpha"]
     story = summarize(gputrace.load(DATA / "story.json"))
-    assert story["sort"] == "gpu_total" and story["rows"][0]["name"] == "matmul"
+    assert story["sort"] == "busy_total" and story["rows"][0]["name"] == "matmul"
     assert summarize(gputrace.load(path), sort="name")["sort"] == "name"
 
 

@@ -4,6 +4,7 @@ gputrace summarize trace.json
 gputrace summarize trace.json.gz --sort gpu_median --top 10 --name 'matmul*'
 gputrace summarize trace.json --format json > summary.json
 gputrace summarize torch_trace.json --group --top 10
+gputrace summarize trace.json --sort self
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import click
 from gputrace.commands._common import fail, load_any
 from gputrace.render import FORMATS, render
 from gputrace.safetext import path_text
-from gputrace.summary import SORT_KEYS
+from gputrace.summary import SORT_ALIASES, SORT_KEYS
 from gputrace.summary import summarize as summarize_trace
 
 
@@ -30,10 +31,11 @@ from gputrace.summary import summarize as summarize_trace
 )
 @click.option(
     "--sort",
-    type=click.Choice(list(SORT_KEYS)),
+    type=click.Choice([*SORT_KEYS, *SORT_ALIASES]),
     default=None,
-    help="Order of the rows (largest first; name: alphabetical). Default: gpu_total, or cpu_total "
-    "when the trace has no GPU times.",
+    help="Order of the rows (largest first; name: alphabetical; self: exclusive GPU busy, or "
+    "exclusive CPU time without GPU times). Default: busy_total, or cpu_total when the trace has "
+    "no GPU times, or self_cpu_total for another tool's trace (as torch's key_averages).",
 )
 @click.option(
     "--top",
