@@ -29,6 +29,7 @@ HEADER_KEYS = (
     "launch_cpu_ns",
     "launch_gpu_ns",
     "launch_sync_ns",
+    "graph_launch_ns",
     "h2d_1k_ns",
     "d2h_1k_ns",
     "scope_cost_ns",

@@ -328,6 +328,7 @@ def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
             note="wall: CPU cost of one graph launch",
         )
     )
+    run.summary["graph_launch_ns"] = Stat.of(cpu).median  # the launch-free estimate's one launch
     run.measurements.append(
         Measurement(
             "graph_kernel",
