@@ -60,6 +60,8 @@ def from_chrome(doc: Any, where: str) -> Trace:
         dur = e.get("dur")
         if not (_num(dur) and dur is not None and dur >= 0):
             continue
+        if e.get("cat") == "Trace":  # Kineto's "PyTorch Profiler (0)": the session, not work
+            continue
         (gpu if str(e.get("cat", "")).lower() in GPU_CATS else cpu).append(e)
     if not cpu and not gpu:
         raise TraceFileError(
