@@ -356,3 +356,22 @@ def launch_bound(busy: float, n_launches: float, waited: float, cal: dict[str, A
     if n_launches <= 0 or busy <= 0:
         return False
     return bool(busy / n_launches < launch_cost_ns(cal) and waited >= busy)
+
+
+def launch_free_ns(trace: Trace, iv: Intervals | None = None) -> tuple[I64, npt.NDArray[np.bool_], str]:
+    """Per scope, what its GPU work would take if its launches were free: its busy time plus the
+    one launch left (``free_launch_cost``), where the GPU waited for the host at least as long as
+    it worked and that estimate is below the measured span. Returns (estimate, where it applies,
+    the assumption in words); nothing applies without a calibration of the trace's backend."""
+    n = len(trace.scopes)
+    cal = calibration_for(trace)
+    if cal is None:
+        return np.zeros(n, np.int64), np.zeros(n, bool), ""
+    iv = intervals(trace) if iv is None else iv
+    cost, what = free_launch_cost(cal, trace_backend(trace))
+    s = trace.scopes
+    busy = busy_ns(trace, iv)
+    est = busy + int(round(cost))
+    span = s.gpu_end_ns - s.gpu_start_ns
+    ok = (s.gpu_start_ns != NO_TIME) & (busy > 0) & (host_wait_ns(trace, iv) >= busy) & (est < span)
+    return est, ok, f"busy time plus {what} ({cost:.0f} ns, calibrated), the work back to back"

@@ -370,8 +370,10 @@ def _rows(
     launches_w = _sum_by(group[gw], n_launch[gw], g)
     busy_sum_w = _sum_by(group[gw], busy_ns[gw], g)
     free = figures.free_launch_cost(cal, backend) if cal is not None else None
-    est_w = _Grouped(group[gw], busy_ns[gw] + (round(free[0]) if free else 0), g)
-    est_med = est_w.q(0.5)
+    est_ns, est_ok, _ = figures.launch_free_ns(trace, iv)
+    ew = gw & est_ok
+    est_w = _Grouped(group[ew], est_ns[ew], g)
+    est_med, est_span = est_w.q(0.5), _Grouped(group[ew], gpu_ns[ew], g).q(0.5)
     cold_rows = np.flatnonzero(cold)
     cold_of = dict(zip(group[cold_rows].tolist(), cold_rows.tolist(), strict=True))
 
@@ -402,18 +404,17 @@ def _rows(
             r = cold_of[gi]
             row_cold = {"cpu_ns": int(cpu_ns[r]), "gpu_ns": int(gpu_ns[r]) if timed[r] else None}
         launch_bound = estimate = None
-        waited_for_host = bool(use_gpu and busy_sum_w[gi] > 0 and waited_w[gi] >= busy_sum_w[gi])
         if cal is not None and use_gpu:
             launch_bound = figures.launch_bound(
                 float(busy_sum_w[gi]), float(launches_w[gi]), float(waited_w[gi]), cal
             )
-        # only where it says something: a scope whose work would finish sooner back to back
-        if free is not None and waited_for_host and est_med[gi] < gpu_med[gi]:
+        if free is not None and est_w.counts[gi]:  # warm calls the estimate applies to
             estimate = {
+                "calls": int(est_w.counts[gi]),
                 "median_ns": float(est_med[gi]),
-                "span_median_ns": float(gpu_med[gi]),
+                "span_median_ns": float(est_span[gi]),
                 "launch_ns": free[0],
-                "assumes": f"launches free: the warm call's GPU busy time plus {free[1]} "
+                "assumes": f"launches free: each call's GPU busy time plus {free[1]} "
                 f"({fmt_ns(free[0])}, calibrated), its work back to back",
             }
         sb = stream_busy.get((qi.device, qi.label)) if qi else None

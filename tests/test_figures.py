@@ -151,7 +151,12 @@ def test_a_file_gives_the_same_figures_and_its_queued_bars_start_at_the_launch(
     assert [round(e["ts"] * 1000) for e in begins] == [T0 + 1_000 - base]  # the launch, not the entry
     gpu = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("bind_id") == step0
            and e.get("pid", 0) >= 2**30]  # fmt: skip
-    assert [e["args"]["gpu_busy_us"] for e in gpu] == [52.7]
+    assert [(e["args"]["gpu_busy_us"], e["args"]["gpu_self_us"]) for e in gpu] == [(52.7, 0.2)]
+    assert [e["args"]["if_launches_free_us"] for e in gpu] == [55.7]  # 52.7 µs + one graph launch
+    (big0,) = [sc.index for sc in t.find("big") if sc.cpu_start_ns == T0 + 112_000]
+    big = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("bind_id") == big0
+           and e.get("pid", 0) >= 2**30]  # fmt: skip
+    assert [("if_launches_free_us" in e["args"]) for e in big] == [False]  # no faster back to back
 
 
 def test_webgpu_calibration_judges_webgpu_traces_and_gives_webgpu_advice(

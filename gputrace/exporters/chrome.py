@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from gputrace import figures
 from gputrace.exporters._text import Rows
 from gputrace.jsonsafe import dumps
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
@@ -457,8 +458,12 @@ class Encoder:
         members: list[tuple[str, str, Any, Any]] = [('"uncertainty_us":', "us", uc, changed)]
         if isinstance(timing, str):
             members.append(('"timing":', "lit", _j(timing), None))
-        if len(trace.ops):  # summed operation time per scope
-            members.append(('"gpu_busy_us":', "us", trace.busy_ns()[rows], None))
+        if len(trace.ops):  # busy and self busy time per scope (gputrace.figures)
+            members.append(('"gpu_busy_us":', "us", figures.busy_ns(trace)[rows], None))
+            members.append(('"gpu_self_us":', "us", figures.self_gpu_ns(trace)[rows], None))
+        est, est_ok, _ = figures.launch_free_ns(trace)  # only with a calibration of this backend
+        if est_ok[rows].any():
+            members.append(('"if_launches_free_us":', "us", est[rows], est_ok[rows]))
         fold, passes = fold_passes(trace, rows)
         members += [
             ('"submit_ts":', "us", sb - base, early),
