@@ -790,3 +790,32 @@ def test_perfetto_page_hands_the_trace_over_by_postmessage(
             assert p.errors == []
         finally:
             p.close()
+
+
+@pytest.mark.browser
+def test_summary_and_details_show_the_figures_the_trace_args_carry(
+    browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_figures import T0, _cupti_trace
+
+    path = tmp_path / "ops.json"
+    t = _cupti_trace(tmp_path, monkeypatch, path)
+    with ViewerServer(path) as srv:
+        srv.start_background()
+        p = Page(browser, srv.origin)
+        try:
+            p.open(srv.url)
+            rows = {r["name"]: r for r in p.js("gputraceViewer.summary()")}
+            # the numbers of tests/test_figures.py: warm medians, self over all calls
+            assert (rows["tiny"]["busyMedian"], rows["tiny"]["selfTotal"]) == (1.5, 3.0)
+            assert (rows["step"]["busyMedian"], rows["step"]["selfTotal"]) == (52.7, 0.4)
+            assert rows["tiny"]["freeMedian"] == 4.5 and rows["big"]["freeMedian"] is None
+            assert rows["step"]["queuedMedian"] == 2.0  # from the first launch call, not the entry
+            (step0,) = [sc.index for sc in t.find("step") if sc.cpu_start_ns == T0]
+            p.page.locator("#tabs button", has_text="Summary").click()
+            p.js(f"gputraceViewer.select(gputraceViewer.sliceOf('gpu', {step0}))")
+            text = p.page.locator("#details-body").inner_text()
+            assert "GPU busy" in text and "GPU self" in text and "if launches were free" in text
+            assert "estimate" in text and p.errors == []
+        finally:
+            p.close()

@@ -417,7 +417,8 @@ var GT = window.GT || (window.GT = {});
       var r = byName.get(nameIdx);
       if (!r) {
         r = { name: m.names[nameIdx], nameId: nameIdx, calls: 0, cold: 0, anomalies: 0,
-              gpuTotal: 0, gpuTimed: 0, cpu: [], gpu: [], queued: [], cpuAll: [], gpuAll: [], queuedAll: [] };
+              gpuTotal: 0, gpuTimed: 0, cpu: [], gpu: [], queued: [], cpuAll: [], gpuAll: [], queuedAll: [],
+              busy: [], selfTotal: null, free: [] };
         byName.set(nameIdx, r);
       }
       return r;
@@ -439,6 +440,10 @@ var GT = window.GT || (window.GT = {});
           r.gpuTotal += gus; r.gpuTimed++;
           r.gpuAll.push(gus);
           if (!cold) r.gpu.push(gus);
+          // busy, self and the launch-free estimate: as the trace args carry them (gputrace.figures)
+          if (!cold && num(a.gpu_busy_us) !== null) r.busy.push(a.gpu_busy_us);
+          if (num(a.gpu_self_us) !== null) r.selfTotal = (r.selfTotal || 0) + a.gpu_self_us;
+          if (!cold && num(a.if_launches_free_us) !== null) r.free.push(a.if_launches_free_us);
           if (num(a.submit_to_start_us) !== null) {
             r.queuedAll.push(a.submit_to_start_us);
             if (!cold) r.queued.push(a.submit_to_start_us);
@@ -463,6 +468,7 @@ var GT = window.GT || (window.GT = {});
         gpuTotal: r.gpuTimed ? r.gpuTotal : null,
         gpuMedian: median(gpu), gpuMax: gpu.length ? Math.max.apply(null, gpu) : null,
         cpuMedian: median(cpu), queuedMedian: median(q),
+        busyMedian: median(r.busy), selfTotal: r.selfTotal, freeMedian: median(r.free),
       });
     });
     return out;

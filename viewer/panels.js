@@ -40,6 +40,13 @@ var GT = window.GT || (window.GT = {});
           facts.rows.push(['queued (submit → start)', fmtDur(a.submit_to_start_us), '']);
         }
         facts.rows.push(['GPU', fmtDur(typeof a.gpu_us === 'number' ? a.gpu_us : S.dur[g]), fmtTs(S.start[g])]);
+        // the figures of docs/metrics.md, as the trace args carry them (gputrace.figures)
+        if (typeof a.gpu_busy_us === 'number') facts.rows.push(['GPU busy (operations running)', fmtDur(a.gpu_busy_us), '']);
+        if (typeof a.gpu_self_us === 'number') facts.rows.push(['GPU self (not in child scopes)', fmtDur(a.gpu_self_us), '']);
+        if (typeof a.if_launches_free_us === 'number') {
+          facts.rows.push(['if launches were free', fmtDur(a.if_launches_free_us),
+            'estimate: busy + one calibrated launch (CUDA graph / submit), work back to back']);
+        }
         if (typeof a.uncertainty_us === 'number') facts.rows.push(['alignment uncertainty', '± ' + fmtDur(a.uncertainty_us), '']);
         facts.rows.push(['GPU lane', m.lanes[S.lane[g]].title, '']);
       } else {
@@ -153,7 +160,11 @@ var GT = window.GT || (window.GT = {});
     { key: 'gpuMedian', label: 'GPU median', dur: true, title: 'warm calls (cold calls pay compilation)' },
     { key: 'gpuMax', label: 'GPU max', dur: true, title: 'warm calls' },
     { key: 'cpuMedian', label: 'CPU enqueue median', dur: true, title: 'warm calls' },
-    { key: 'queuedMedian', label: 'Queued median', dur: true, title: 'submission → GPU start, warm calls' },
+    { key: 'busyMedian', label: 'Busy median', dur: true, title: 'time its GPU operations ran (union), warm calls' },
+    { key: 'selfTotal', label: 'GPU self', dur: true, title: 'busy time not in child scopes, all calls' },
+    { key: 'queuedMedian', label: 'Queued median', dur: true, title: 'submission (the first launch call where seen) → GPU start, warm calls' },
+    { key: 'freeMedian', label: 'If launches free', dur: true,
+      title: 'an estimate: busy + one calibrated launch (CUDA graph launch / WebGPU submit), for calls whose GPU waited on the host' },
     { key: 'anomalies', label: 'Anomalies' },
   ];
   var MAX_ROWS = 2000;
