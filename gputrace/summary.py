@@ -16,9 +16,10 @@ layout is stable (``"schema": "gputrace-summary/1"``; fields are only ever added
 
 ``schema``, ``file`` (path or null), ``source`` ("gputrace" or "chrome": a trace from another tool),
 ``note`` (one line about the source, or null), ``backend``, ``scopes`` (count), ``session_ns``,
-``sort`` (the key the rows are in: by default ``gpu_total``, or ``cpu_total`` when the trace has no
-GPU times), ``group`` (trailing numbers folded), ``gpu_busy_ns`` (time at least one scope ran,
-summed over streams),
+``sort`` (the key the rows are in: by default ``busy_total``, ``cpu_total`` when the trace has no
+GPU times, ``self_cpu_total`` for another tool's trace), ``group`` (trailing numbers folded),
+``gpu_busy_ns`` (time each stream ran anything, summed over streams). Every derived figure is
+defined once, in ``gputrace.figures`` (docs/metrics.md),
 
 ``rows``: one per scope name and GPU stream (a name that ran on two streams has two rows; CPU-only
 scopes have ``device``/``queue`` null):
@@ -29,21 +30,36 @@ scopes have ``device``/``queue`` null):
 - ``cold``: the first call apart, ``{"cpu_ns", "gpu_ns"}`` (``gpu_ns`` null without GPU time), or
   null when the cold call is in another row;
 - ``cpu_ns``: CPU enqueue window of warm calls, ``{"median", "p95", "total"}`` (total: all calls);
-- ``gpu_ns``: GPU time of warm timed calls, ``{"median", "p95", "min", "max", "total"}`` (total: all
-  timed calls, cold included), or null; ``gpu_share``: ``total / gpu_busy_ns`` (nested names
-  overlap, so shares can add up past 1);
-- ``queue_gap_ns``: submission → GPU start of warm timed calls, ``{"median", "p95"}`` or null;
+- ``gpu_ns``: GPU span (first start to last end) of warm timed calls, ``{"median", "p95", "min",
+  "max", "total"}`` (total: all timed calls, cold included), or null;
+- ``gpu_busy_ns``: busy time (union of the GPU intervals of the scope's subtree), ``{"median"`` (warm)
+  ``, "total"}`` or null; ``gpu_share``: the row's busy time on its stream over that stream's busy
+  time (nested names overlap, so shares can add up past 1);
+- ``self_ns``: exclusive time, ``{"cpu_median", "cpu_total", "gpu_median", "gpu_total"}`` (GPU: busy
+  time not covered by child scopes; null without GPU time);
+- ``host_wait_ns``, ``launches``: over warm timed calls, the stream's host-wait idle that the row's
+  work ended, and its GPU intervals (operations, spans or 1 a call); null without GPU time;
+- ``if_launches_free``: ``{"calls", "median_ns", "span_median_ns", "launch_ns", "assumes"}``, an
+  estimate for the warm calls whose GPU waited for the host at least as long as it worked: busy
+  time plus one calibrated CUDA graph launch or WebGPU submit, where below the measured span; null
+  otherwise or without a calibration of the trace's backend;
+- ``queue_gap_ns``: submission (the first operation's launch call where CUPTI saw it) → GPU start of
+  warm timed calls, ``{"median", "p95"}`` or null;
 - ``gpu_over_cpu``: GPU median / CPU enqueue median (≫ 1: the CPU returns long before the GPU is
   done, so a wall clock without sync measures enqueueing);
 - ``spread``: relative spread of warm times (interquartile range / median, GPU times where there are
   any), ``noisy`` when it exceeds ``NOISY_SPREAD`` with ``MIN_CALLS_FOR_SPREAD`` calls or more;
 - ``outliers``: calls flagged as outliers; ``flags``: count per flag name;
-- ``launch_bound``: true/false when the header carries ``calibration``, else null.
+- ``launch_bound``: true/false when the header carries a ``calibration`` of the trace's backend,
+  else null: each launch's work is shorter than one launch costs the CPU and the GPU waited for the
+  host at least as long as it worked.
 
 ``idle``: per GPU stream ``{"device", "device_name", "queue", "window_ns", "busy_ns", "idle_ns",
-"waiting_for_host_ns", "between_queued_work_ns", "unknown_ns"}``: the window runs from the first GPU
-start to the last GPU end on that stream; an idle gap counts as waiting for the host until the next
-work was submitted, and as a gap between queued work after that (submission known, GPU not started).
+"waiting_for_host_ns", "between_queued_work_ns", "unknown_ns", "from"}``: the window runs from the
+first GPU start to the last GPU end on that stream, busy is the union of its GPU intervals; an idle
+gap is waiting for the host when the work that ended it was submitted after the gap opened, and
+between queued work otherwise (HTA's rule); ``from`` says which intervals ("operations", "spans",
+"scopes").
 
 ``anomalies``: ``[{"kind", "name", "count", "examples": [{"scope", "cpu_start_ns", "cpu_ns",
 "gpu_ns", "queue_gap_ns", "uncertainty_ns"}], "meaning", "what_to_do"}]``, most frequent first.
