@@ -157,8 +157,8 @@ def self_cpu_ns(trace: Trace) -> I64:
     """Per scope, its exclusive CPU time: its CPU window less its children's windows (as
     ``torch.profiler``'s ``key_averages`` counts self CPU time)."""
     s = trace.scopes
-    own = (s.cpu_end_ns - s.cpu_start_ns).astype(np.int64)
-    out = own.copy()
+    own: I64 = (s.cpu_end_ns - s.cpu_start_ns).astype(np.int64)
+    out: I64 = own.copy()
     cpu_work = np.ones(len(s), bool)
     if trace.header.get("source") == "chrome":
         # another tool's kernels are scopes whose CPU window is their launch call's: CPU time
@@ -179,7 +179,7 @@ def submission_ns(trace: Trace, iv: Intervals | None = None) -> I64:
 
 def first_submission_ns(s: ScopeTable, iv: Intervals) -> I64:
     """``submission_ns`` over the tables (the resolver calls it before a ``Trace`` exists)."""
-    out = s.submit_ns.copy()
+    out: I64 = s.submit_ns.copy()
     if iv.source == "scopes":
         return out
     anc, idx = _up(s.parent, iv.owner, strict=False)
@@ -371,7 +371,7 @@ def launch_free_ns(trace: Trace, iv: Intervals | None = None) -> tuple[I64, npt.
     cost, what = free_launch_cost(cal, trace_backend(trace))
     s = trace.scopes
     busy = busy_ns(trace, iv)
-    est = busy + int(round(cost))
+    est = busy + round(cost)
     span = s.gpu_end_ns - s.gpu_start_ns
     ok = (s.gpu_start_ns != NO_TIME) & (busy > 0) & (host_wait_ns(trace, iv) >= busy) & (est < span)
     return est, ok, f"busy time plus {what} ({cost:.0f} ns, calibrated), the work back to back"

@@ -116,7 +116,7 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
         out.append(("What it would take if launches were free (an estimate)", est))
     ops = _op_lines(summary)
     if ops:
-        title = "GPU operations per scope (busy: summed operation time; span: first start to last end)"
+        title = "GPU operations per scope (busy: time its operations ran; span: first start to last end)"
         out.append((title, ops))
     an = []
     for a in summary["anomalies"]:
@@ -182,8 +182,11 @@ def _op_lines(summary: dict[str, Any]) -> list[str]:
         span, busy = g.get("median"), b.get("median")
         share = f" ({_pct(busy / span)})" if span and busy is not None else ""
         where = "CPU" if r["queue"] is None else f"{r['device']}:{r['queue']}"
+        cold = r["cold"] or {}
+        cold_q = (f"; cold call queued {human_ns(cold['queue_gap_ns'])}"
+                  if cold.get("queue_gap_ns") is not None else "")  # fmt: skip
         out.append(f"{r['name']} ({where}): busy median {human_ns(busy)} of span median "
-                   f"{human_ns(span)}{share}")  # fmt: skip
+                   f"{human_ns(span)}{share}{cold_q}")  # fmt: skip
         for o in r["ops"]:
             lag = (o["launch_to_start_ns"] or {}).get("median")
             nm = short[o["name"]]

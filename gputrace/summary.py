@@ -27,7 +27,7 @@ scopes have ``device``/``queue`` null):
 - ``name``, ``device``, ``device_name``, ``queue``; ``calls`` (all), ``warm_calls`` (all but the
   first call of the name, which is ``cold``), ``timed_calls`` (warm calls with a non-empty GPU span),
   ``empty`` (calls whose GPU span held no work), ``untimed``, ``errors`` (the scope raised);
-- ``cold``: the first call apart, ``{"cpu_ns", "gpu_ns"}`` (``gpu_ns`` null without GPU time), or
+- ``cold``: the first call apart, ``{"cpu_ns", "gpu_ns", "queue_gap_ns"}`` (null without GPU time), or
   null when the cold call is in another row;
 - ``cpu_ns``: CPU enqueue window of warm calls, ``{"median", "p95", "total"}`` (total: all calls);
 - ``gpu_ns``: GPU span (first start to last end) of warm timed calls, ``{"median", "p95", "min",
@@ -418,7 +418,8 @@ def _rows(
         row_cold = None
         if gi in cold_of:
             r = cold_of[gi]
-            row_cold = {"cpu_ns": int(cpu_ns[r]), "gpu_ns": int(gpu_ns[r]) if timed[r] else None}
+            row_cold = {"cpu_ns": int(cpu_ns[r]), "gpu_ns": int(gpu_ns[r]) if timed[r] else None,
+                        "queue_gap_ns": int(gap_ns[r]) if gap_known[r] else None}  # fmt: skip
         launch_bound = estimate = None
         if cal is not None and use_gpu:
             launch_bound = figures.launch_bound(
@@ -489,6 +490,7 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[di
     s = trace.scopes
     flags = s.flags.astype(np.int64)
     out: list[dict[str, Any]] = []
+    queued = None
     for bit in Flag:
         if not (int(bit) & int(ANOMALY_FLAGS)):
             continue
@@ -499,7 +501,9 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[di
         names, count = np.unique(s.name[hit], return_counts=True)
         for nm, c in zip(names.tolist(), count.tolist(), strict=True):
             ex = hit[s.name[hit] == nm][:MAX_EXAMPLES]
-            out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r)) for r in ex]))
+            if queued is None:
+                queued = figures.queued_ns(trace)
+            out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r), queued) for r in ex]))
     if rows is None:
         rows = _rows(trace, idle_per_stream(trace))
     advice = figures.ADVICE.get(figures.trace_backend(trace) or "", figures.GENERIC_ADVICE)
@@ -531,14 +535,15 @@ def _anomaly(
     return a
 
 
-def _example(trace: Trace, r: int) -> dict[str, Any]:
+def _example(trace: Trace, r: int, queued: npt.NDArray[np.int64]) -> dict[str, Any]:
     sc = trace.scope(r)
+    gap = int(queued[r])
     return {
         "scope": r,
         "cpu_start_ns": sc.cpu_start_ns - trace.base_ns,
         "cpu_ns": sc.cpu_ns,
         "gpu_ns": sc.gpu_ns,
-        "queue_gap_ns": sc.queue_gap_ns,
+        "queue_gap_ns": None if gap == NO_TIME else gap,  # gputrace.figures.queued_ns
         "uncertainty_ns": sc.uncertainty_ns,
     }
 

@@ -52,9 +52,7 @@ def _step(src: FakeActivitySource, clock: FakeClock) -> None:
             clock.advance(1_000)
 
 
-def _cupti_trace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path | None = None
-) -> gputrace.Trace:
+def _cupti_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path | None = None) -> gputrace.Trace:
     cal = tmp_path / "cal.json"
     save({"backend": "cuda", "summary": CAL}, cal)
     monkeypatch.setenv("GPUTRACE_CALIBRATION", str(cal))
@@ -86,7 +84,11 @@ def test_operations_busy_self_submission_and_queued(tmp_path: Path, monkeypatch:
     t = _cupti_trace(tmp_path, monkeypatch)
     assert figures.intervals(t).source == "operations"
     assert _by_name(t, figures.busy_ns(t)) == {"step": [52_700] * 2, "tiny": [1_500] * 2, "big": [51_000] * 2}
-    assert _by_name(t, figures.self_gpu_ns(t)) == {"step": [200] * 2, "tiny": [1_500] * 2, "big": [51_000] * 2}
+    assert _by_name(t, figures.self_gpu_ns(t)) == {
+        "step": [200] * 2,
+        "tiny": [1_500] * 2,
+        "big": [51_000] * 2,
+    }
     assert _by_name(t, figures.self_cpu_ns(t)) == {
         "step": [114_000 - 11_000 - 2_000] * 2, "tiny": [11_000] * 2, "big": [2_000] * 2}  # fmt: skip
     # submission: the first operation's launch call, for the step too (entered 1 µs earlier)
@@ -116,7 +118,11 @@ def test_operations_idle_share_launch_bound_and_estimate(
     }  # fmt: skip
     assert s["gpu_busy_ns"] == 105_400
     step, tiny, big = _row(s, "step"), _row(s, "tiny"), _row(s, "big")
-    assert (step["gpu_share"], tiny["gpu_share"], big["gpu_share"]) == (1.0, 3_000 / 105_400, 102_000 / 105_400)
+    assert (step["gpu_share"], tiny["gpu_share"], big["gpu_share"]) == (
+        1.0,
+        3_000 / 105_400,
+        102_000 / 105_400,
+    )
     assert step["gpu_busy_ns"] == {"median": 52_700.0, "total": 105_400}
     assert step["self_ns"] == {"cpu_median": 101_000.0, "cpu_total": 202_000, "gpu_median": 200.0,
                                "gpu_total": 400}  # fmt: skip
@@ -221,7 +227,8 @@ def test_foreign_traces_sort_by_self_cpu_time_as_key_averages() -> None:
 
 
 def test_distinct_kernels_keep_distinct_names_in_text() -> None:
-    a = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_execute_kernel__5x_cublas"
+    a = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma"
+    a += "_execute_kernel__5x_cublas"
     b = a.replace("execute_kernel", "execute_split_k_kernel")
     short = distinct_names([a, b, a], 40)
     assert short[0] == short[2] != short[1] and all(len(x) <= 40 for x in short)

@@ -19,6 +19,7 @@ import pytest
 
 import gputrace
 from gputrace import figures
+from gputrace.render import render
 from gputrace.summary import summarize
 from tests import perfetto_rules
 
@@ -146,3 +147,9 @@ def test_figures_on_the_kept_h200_trace() -> None:
     assert queued == t.ops.gpu_start_ns[first] - t.ops.call_start_ns[first]
     assert 0 < queued < 100_000
     assert (cold.cpu_ns or 0) > 100_000_000  # the scope itself lasted 150 ms
+    matmul = next(r for r in s["rows"] if r["name"] == "matmul")
+    assert matmul["cold"]["queue_gap_ns"] == queued
+    assert (
+        "matmul (0:stream 7): busy median 12.6 µs of span median 13.6 µs (92.7%); cold call queued 29.3 µs"
+        in (render(s, "table"))
+    )

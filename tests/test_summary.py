@@ -41,7 +41,7 @@ def test_handmade_numbers() -> None:
     assert s["schema"] == SCHEMA and s["scopes"] == 6 and s["session_ns"] == 600_000
     a = row(s, "a")
     assert (a["calls"], a["warm_calls"], a["timed_calls"]) == (4, 3, 3)
-    assert a["cold"] == {"cpu_ns": 5_000, "gpu_ns": 50_000}
+    assert a["cold"] == {"cpu_ns": 5_000, "gpu_ns": 50_000, "queue_gap_ns": 9_000}
     assert a["gpu_ns"] == {"median": 33_000.0, "p95": float(np.percentile([30, 36, 33], 95) * 1000),
                            "min": 30_000, "max": 36_000, "total": 149_000}  # fmt: skip
     assert a["cpu_ns"] == {"median": 5_000.0, "p95": 5_000.0, "total": 20_000}
@@ -50,7 +50,11 @@ def test_handmade_numbers() -> None:
     assert a["spread"] == pytest.approx((34_500 - 31_500) / 33_000)
     assert a["gpu_share"] == 1.0 and a["launch_bound"] is None and a["device"] == 0
     b = row(s, "b")
-    assert b["queue"] is None and b["gpu_ns"] is None and b["cold"] == {"cpu_ns": 7_000, "gpu_ns": None}
+    assert (
+        b["queue"] is None
+        and b["gpu_ns"] is None
+        and b["cold"] == {"cpu_ns": 7_000, "gpu_ns": None, "queue_gap_ns": None}
+    )
     assert b["cpu_ns"]["median"] == 9_000.0 and b["cpu_ns"]["total"] == 16_000
     # idle: busy 149 µs of a 343 µs window; gaps 70→125 (submitted 111), 155→230 (211), 266→330
     # (311): each gap's next work was submitted after the gap opened, so the whole of each gap is
@@ -72,7 +76,7 @@ def test_story_numbers_match_the_script() -> None:
     assert [r["name"] for r in s["rows"]] == ["matmul", "copy", "noop", "step"]  # by GPU busy
     m = row(s, "matmul")
     warm = np.array(MATMUL_US[1:]) * 1_000
-    assert m["cold"] == {"cpu_ns": 3_000, "gpu_ns": MATMUL_US[0] * 1_000}
+    assert m["cold"] == {"cpu_ns": 3_000, "gpu_ns": MATMUL_US[0] * 1_000, "queue_gap_ns": 5_000}
     assert m["gpu_ns"] == {"median": float(np.median(warm)), "p95": float(np.percentile(warm, 95)),
                            "min": int(warm.min()), "max": int(warm.max()),
                            "total": sum(MATMUL_US) * 1_000}  # fmt: skip
@@ -225,7 +229,11 @@ def test_pytorch_profiler_trace_is_read_as_cpu_and_gpu_slices() -> None:
     s = orjson.loads(res.output)
     assert s["source"] == "chrome" and "not written by gputrace" in s["note"]
     k = row(s, "sgemm")
-    assert k["cold"] == {"cpu_ns": 6_000, "gpu_ns": 40_000}  # its cudaLaunchKernel is the window
+    assert k["cold"] == {
+        "cpu_ns": 6_000,
+        "gpu_ns": 40_000,
+        "queue_gap_ns": 10_000,
+    }  # its cudaLaunchKernel is the window
     assert k["gpu_ns"]["median"] == 44_000 and k["queue_gap_ns"]["median"] == 16_000
     assert k["cpu_ns"]["median"] == 5_000 and k["queue"] == "stream 7"
     assert row(s, "aten::mm")["queue"] is None and row(s, "Memcpy DtoH")["gpu_ns"]["total"] == 3_000
