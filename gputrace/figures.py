@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace.model import NO_TIME, OpTable, ScopeTable, Trace
+from gputrace.npstats import distinct
 
 I64 = npt.NDArray[np.int64]
 
@@ -221,7 +222,7 @@ def gaps(iv: Intervals) -> Gaps:
     waiting for the host when the work that ends it was submitted (its launch call started)
     after the gap opened; otherwise it lies between queued work."""
     q_all, st_all, en_all, cl_all = [], [], [], []
-    for q in np.unique(iv.queue).tolist():
+    for q in distinct(iv.queue).tolist():
         rows = np.flatnonzero(iv.queue == q)
         order = rows[np.lexsort((-iv.end_ns[rows], iv.start_ns[rows]))]
         st, en = iv.start_ns[order], np.maximum(iv.end_ns[order], iv.start_ns[order])
