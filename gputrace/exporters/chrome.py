@@ -458,10 +458,11 @@ class Encoder:
         members: list[tuple[str, str, Any, Any]] = [('"uncertainty_us":', "us", uc, changed)]
         if isinstance(timing, str):
             members.append(('"timing":', "lit", _j(timing), None))
+        iv = figures.intervals(trace) if len(trace.ops) or figures.calibration_for(trace) else None
         if len(trace.ops):  # busy and self busy time per scope (gputrace.figures)
-            members.append(('"gpu_busy_us":', "us", figures.busy_ns(trace)[rows], None))
-            members.append(('"gpu_self_us":', "us", figures.self_gpu_ns(trace)[rows], None))
-        est, est_ok, _ = figures.launch_free_ns(trace)  # only with a calibration of this backend
+            members.append(('"gpu_busy_us":', "us", figures.busy_ns(trace, iv)[rows], None))
+            members.append(('"gpu_self_us":', "us", figures.self_gpu_ns(trace, iv)[rows], None))
+        est, est_ok, _ = figures.launch_free_ns(trace, iv)  # only with a calibration of this backend
         if est_ok[rows].any():
             members.append(('"if_launches_free_us":', "us", est[rows], est_ok[rows]))
         fold, passes = fold_passes(trace, rows)
