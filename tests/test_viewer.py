@@ -819,3 +819,34 @@ def test_summary_and_details_show_the_figures_the_trace_args_carry(
             assert "estimate" in text and p.errors == []
         finally:
             p.close()
+
+
+@pytest.mark.browser
+def test_an_older_cupti_file_is_queued_from_its_first_launch_call(browser: Any) -> None:
+    """tests/data/cuda_h200.json.gz was written when a scope's submission was its entry: its cold
+    matmul's queued slice spans the 150 ms compile. The viewer takes the first launch call, as
+    gputrace/figures.py does, and agrees with ``summarize``."""
+    from gputrace import figures
+
+    kept = ROOT / "tests" / "data" / "cuda_h200.json.gz"
+    t = gputrace.load(kept)
+    queued = figures.queued_ns(t)
+    (cold,) = [sc.index for sc in t.find("matmul") if sc.flags & gputrace.model.Flag.COLD]
+    (step,) = [sc.index for sc in t.find("step") if sc.flags & gputrace.model.Flag.COLD]
+    with ViewerServer(kept) as srv:
+        srv.start_background()
+        p = Page(browser, srv.origin)
+        try:
+            p.open(srv.url)
+            for sc in (cold, step):
+                q = p.js(f"gputraceViewer.sliceOf('queued', {sc})")
+                assert q >= 0
+                p.js(f"gputraceViewer.select({q})")
+                text = p.page.locator("#details-body").inner_text()
+                assert f"queued (submit → start)\t{fmt_dur(queued[sc] / 1000)}" in text, text
+            assert 20_000 < queued[cold] < 40_000  # µs, where the file says 150 ms
+            rows = {r["name"]: r for r in p.js("gputraceViewer.summary()")}
+            assert rows["matmul"]["queuedMedian"] == pytest.approx(8.704, abs=1e-3)  # summarize's median
+            assert p.errors == []
+        finally:
+            p.close()

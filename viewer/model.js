@@ -228,6 +228,12 @@ var GT = window.GT || (window.GT = {});
       }
     }
 
+    // submissions from the first launch call where the file has operations (viewer/figures.js)
+    if (header && GT.refineSubmissions) {
+      GT.refineSubmissions({ events: events, cpuOfScope: cpuOfScope, gpuOfScope: gpuOfScope,
+        queuedOfScope: queuedOfScope, start: sStart, dur: sDur, lane: sLane, ev: sEv });
+    }
+
     // queue depth per stream (work submitted, not yet finished), from the waits and GPU slices,
     // where the file has no counters of its own
     if (header && !counterLanes.length) {
