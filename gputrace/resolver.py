@@ -455,9 +455,9 @@ def _place_ops(
     An operation belongs to the innermost scope open on its launching thread when its launch call
     started (the scope's CPU window, on the session clock, holds the call's start). A scope's GPU
     span is the hull of the operations of its subtree; its submission is the launch call of its
-    first operation. Returns the
-    operations, per scope the time by which its work was known complete, and per scope whether a
-    blind stretch of the source (another tool held it) overlaps its CPU window.
+    first operation (``gputrace.figures.first_submission_ns``). Returns the operations, per scope
+    the time by which its work was known complete, and per scope whether a blind stretch of the
+    source (another tool held it) overlaps its CPU window.
     """
     n_ops = len(raw.ops)
     blind = None
