@@ -31,8 +31,6 @@ from gputrace.npstats import distinct
 
 I64 = npt.NDArray[np.int64]
 
-SOURCES = ("operations", "spans", "scopes")
-
 
 @dataclass(frozen=True)
 class Intervals:
