@@ -35,8 +35,22 @@ from gputrace.recorder import active_recorder  # noqa: E402
 from tests.faults import CallFaults, code_name, functions_of  # noqa: E402
 
 STEPS = 12
+# A fault at the very entry of a thread's target has no caller inside gputrace that could catch
+# it (its first statement is a ``try``); only the injector can raise there.
+NO_CALLER = {"streaming.Streamer.start_timer.<locals>.loop"}
 FORMATS = (".json", ".json.gz", ".pftrace")
-MODULES = (streaming, resolver, jsonsafe, chrome, json_format, pftrace, _protowire, _text, _json_structs, _reading)
+MODULES = (
+    streaming,
+    resolver,
+    jsonsafe,
+    chrome,
+    json_format,
+    pftrace,
+    _protowire,
+    _text,
+    _json_structs,
+    _reading,
+)
 
 
 def program() -> int:
@@ -61,7 +75,9 @@ def run_once(path: Path, stream: bool, faults: CallFaults) -> dict[str, Any]:
         warnings.simplefilter("ignore")
         with faults:
             try:
-                s = gputrace.session(path, backend=FakeBackend(session_clock), quiet=True, stream=stream, flush_s=3600)
+                s = gputrace.session(
+                    path, backend=FakeBackend(session_clock), quiet=True, stream=stream, flush_s=3600
+                )
                 s.start()
             except Exception as exc:
                 seen.append(f"start: {type(exc).__name__}: {exc}")
@@ -148,7 +164,7 @@ def main() -> None:
     ap.add_argument("--show", type=int, default=8, help="examples of each failure kind printed")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    codes = functions_of(*MODULES)
+    codes = [c for c in functions_of(*MODULES) if code_name(c) not in NO_CALLER]
     totals = {"runs": 0, "seen": 0, "unloadable": 0, "lost": 0, "targets": set()}
     examples: dict[str, list[str]] = {"seen": [], "unloadable": [], "lost": []}
     t0 = time.perf_counter()
