@@ -67,3 +67,33 @@ def scopes_in(threads: list[Any]) -> int:
     for item in threads:
         n += len(item[1]) // 3 + len(item[2]) // RICH
     return n
+
+
+def lost_text(lost: dict[str, Any]) -> str:
+    """The header's ``lost`` in words (``summarize`` prints it).
+
+    >>> lost_text({"scopes": 4, "chunks": 1, "degraded_chunks": 2})
+    'is missing 4 scopes (1 chunk) that gputrace failed to write; 2 chunks were written with CPU times only (flagged degraded).'
+    >>> lost_text({"scopes": 0, "degraded_chunks": 1})
+    'has 1 chunk written with CPU times only (flagged degraded).'
+    """
+
+    def count(n: Any, word: str) -> str:
+        n = int(n or 0)
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    parts = []
+    if lost.get("scopes"):
+        parts.append(
+            f"is missing {count(lost['scopes'], 'scope')} ({count(lost.get('chunks'), 'chunk')}) "
+            "that gputrace failed to write"
+        )
+    if lost.get("degraded_chunks"):
+        d = count(lost["degraded_chunks"], "chunk")
+        verb = "was" if int(lost["degraded_chunks"]) == 1 else "were"
+        written = f"{verb} written" if parts else "written"
+        parts.append(f"{d} {written} with CPU times only (flagged degraded)")
+    if not parts:
+        return "lost nothing."
+    text = "; ".join(parts) + "."
+    return text if text.startswith("is") else f"has {text}"

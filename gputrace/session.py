@@ -410,6 +410,8 @@ class session:
             st.write(taken, complete=True, queues=self._raw.queues)
         except Exception as exc:
             _count_lost(st, taken)
+            if taken is None:  # never taken: what the buffers hold is lost
+                st.lost_scopes += _recorded_scopes(rec, open_too=False)
             why = f"{type(exc).__name__}: {exc}"
             report_internal("stream", f"writing the last recorded scopes failed ({why}).")
         st.final = True
@@ -749,8 +751,8 @@ def _count_lost(streamer: Any, taken: Any) -> None:
         pass
 
 
-def _recorded_scopes(rec: Recorder) -> int:
-    """Scopes in the recorder's buffers (what a failed drain loses)."""
+def _recorded_scopes(rec: Recorder, open_too: bool = True) -> int:
+    """Scopes in the recorder's buffers (what a failed drain loses), and those still open."""
     try:
         from gputrace.fallback import scopes_in
 
@@ -760,7 +762,7 @@ def _recorded_scopes(rec: Recorder) -> int:
         return (
             scopes_in([(b, b.log, b.rich, b.marks) for b in buffers])
             + olds
-            + sum(len(b.stack) for b in buffers)
+            + (sum(len(b.stack) for b in buffers) if open_too else 0)
         )
     except Exception:
         return 0

@@ -384,9 +384,13 @@ class Streamer:
         ones after it wait behind it, so the file keeps their order)."""
         self.held.append(chunk)
         self.rows_out += len(chunk)
-        self._flush_held(at_close=False)
-        while sum(len(c) for c in self.held) > MAX_HELD_SCOPES and len(self.held) > 1:
-            self._drop_held(OSError(errno.ENOSPC, "the disk stayed full"))
+        try:
+            self._flush_held(at_close=False)
+            while sum(len(c) for c in self.held) > MAX_HELD_SCOPES and len(self.held) > 1:
+                self._drop_held(OSError(errno.ENOSPC, "the disk stayed full"))
+        except Exception as exc:  # the chunks stay held: written with the next one, or at close
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("stream-append", f"appending a trace chunk failed ({why}); it is tried again.")
 
     def _flush_held(self, at_close: bool) -> None:
         while self.held:
@@ -517,7 +521,12 @@ class Streamer:
 
     def close(self, final_header: dict[str, Any]) -> None:
         with self.lock:
-            self._flush_held(at_close=True)  # a last try for chunks held by a full disk
+            try:
+                self._flush_held(at_close=True)  # a last try for chunks held by a full disk
+            except Exception as exc:
+                n = sum(len(c) for c in self.held)
+                self.held.clear()
+                self._lose(n, "appending the last trace chunks", exc)
         header = dict(final_header)
         if self.lost_scopes or self.degraded_chunks:
             header["lost"] = {

@@ -171,7 +171,8 @@ class WorkDone:
         self._ok = int(lib.WGPUQueueWorkDoneStatus_Success)
         self._mode = int(lib.WGPUCallbackMode_AllowProcessEvents)
         # The type comes from wgpu-native's own header, so its signature cannot drift.
-        self._callback = ffi.callback("WGPUQueueWorkDoneCallback", self._on_done)
+        self._callback_error: str = ""  # why a callback raised (its wait then ends at once)
+        self._callback = ffi.callback("WGPUQueueWorkDoneCallback", self._on_done, onerror=self._on_error)
 
     def _on_done(self, status: Any, message: Any, userdata1: Any, userdata2: Any) -> None:
         from wgpu.backends.wgpu_native._api import ffi
@@ -183,6 +184,11 @@ class WorkDone:
             self._asked.discard(req)
             if not self._asked:
                 _unanswered.pop(id(self), None)
+
+    def _on_error(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """``_on_done`` raised inside wgpu-native's call (never printed as a traceback): the wait
+        for it ends now, as a fault inside gputrace, not as a GPU that timed out."""
+        self._callback_error = f"{exc_type.__name__}: {exc}"
 
     def request(self) -> int:
         from wgpu.backends.wgpu_native._api import ffi, libf
@@ -206,6 +212,9 @@ class WorkDone:
             poll(self.device)
             if req in self._done:
                 break
+            if self._callback_error:
+                why, self._callback_error = self._callback_error, ""
+                raise RuntimeError(f"a wgpu work-done callback failed ({why})")
             pace()
         with self._lock:
             done_ns, status = self._done.pop(req)
