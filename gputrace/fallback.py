@@ -72,8 +72,10 @@ def scopes_in(threads: list[Any]) -> int:
 def lost_text(lost: dict[str, Any]) -> str:
     """The header's ``lost`` in words (``summarize`` prints it).
 
-    >>> lost_text({"scopes": 4, "chunks": 1, "degraded_chunks": 2})
-    'is missing 4 scopes (1 chunk) that gputrace failed to write; 2 chunks were written with CPU times only (flagged degraded).'
+    >>> for part in lost_text({"scopes": 4, "chunks": 1, "degraded_chunks": 2}).split("; "):
+    ...     print(part)
+    is missing 4 scopes (1 chunk) that gputrace failed to write
+    2 chunks were written with CPU times only (flagged degraded).
     >>> lost_text({"scopes": 0, "degraded_chunks": 1})
     'has 1 chunk written with CPU times only (flagged degraded).'
     """

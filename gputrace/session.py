@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -179,15 +180,19 @@ class session:
         """Take back whatever ``_start`` did before it failed (each step on its own: never raises)."""
         rec, self._recorder = self._recorder, None
         st, self._streamer = self._streamer, None
-        steps = (
-            lambda: rec is not None and rec.deactivate(),
-            lambda: outer is not None and active_recorder() is None and outer.activate(),
-            lambda: st is not None and st.stop_timer(),
-            lambda: st is not None and getattr(st.writer, "abandon", lambda: None)(),
-            lambda: rec is not None and rec.backend.close(),
-            lambda: self._stepper is not None and _clear_stepper(),
-            lambda: self.ring_s is not None and self._remove_ring_triggers(),
-        )
+        steps: list[Callable[[], object]] = []
+        if rec is not None:
+            steps.append(rec.deactivate)
+        if outer is not None:
+            steps.append(lambda: outer.activate() if active_recorder() is None else None)
+        if st is not None:
+            steps += [st.stop_timer, getattr(st.writer, "abandon", lambda: None)]
+        if rec is not None:
+            steps.append(rec.backend.close)
+        if self._stepper is not None:
+            steps.append(_clear_stepper)
+        if self.ring_s is not None:
+            steps.append(self._remove_ring_triggers)
         for step in steps:
             with contextlib.suppress(Exception):
                 step()
@@ -723,8 +728,8 @@ def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
         out = jsonsafe(header)
         if isinstance(out, dict):
             return out
-    except Exception:
-        pass
+    except Exception as exc:
+        report_internal("header", f"converting the trace header failed ({type(exc).__name__}: {exc}).")
     out, left_out = {}, []
     for k, v in list(header.items()):
         try:
@@ -732,7 +737,8 @@ def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
         except Exception:
             left_out.append(str(k))
     if left_out:
-        problems = out.get("problems") if isinstance(out.get("problems"), list) else []
+        before = out.get("problems")
+        problems: list[Any] = before if isinstance(before, list) else []
         why = f"header fields left out (they could not be converted): {', '.join(left_out)}"
         out["problems"] = [*problems, why]
     return out

@@ -662,6 +662,7 @@ def test_a_header_that_fails_to_convert_at_stop_still_writes_the_trace(tmp_path:
             stream=False,
         )  # fmt: skip
     assert result == sum(range(STEPS)) and len(t.find("step")) == STEPS
+    assert len(msgs) == 1 and "header" in msgs[0] and t.header["backend"] == "fake"
 
 
 def test_summarize_says_what_was_lost(tmp_path: Path) -> None:
@@ -670,7 +671,7 @@ def test_summarize_says_what_was_lost(tmp_path: Path) -> None:
     from gputrace.cli import cli
 
     out = tmp_path / "t.json"
-    result, _, _, t = _run(
+    _, _, _, t = _run(
         lambda: FakeBackend(gputrace.clock.session_clock),
         _cpu_program,
         (streaming, "raw_thread"),
@@ -725,7 +726,7 @@ def test_a_fault_at_any_call_of_the_wgpu_backend_costs_the_program_nothing(
     import json
 
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "scripts" / "wgpu_call_faults.py"), str(tmp_path), str(SAMPLE_SEED)],
+        [sys.executable, str(ROOT / "tests/scripts/wgpu_call_faults.py"), str(tmp_path), str(SAMPLE_SEED)],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT), GPUTRACE_ROOT=str(ROOT)),
     )  # fmt: skip

@@ -19,7 +19,6 @@ written before, and the next append continues from there.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import types
 from collections import deque
@@ -57,7 +56,7 @@ def state_copy(x: Any, memo: dict[int, Any] | None = None) -> Any:
         out = type(x)(v if isinstance(v, _ATOMIC) else state_copy(v, memo) for v in x)
     elif isinstance(x, set):
         out = set(x)
-    elif dataclasses.is_dataclass(x) and type(x).__dataclass_params__.frozen:  # type: ignore[attr-defined]
+    elif getattr(getattr(type(x), "__dataclass_params__", None), "frozen", False):
         return x
     elif hasattr(x, "__dict__") or hasattr(type(x), "__slots__"):
         out = copy.copy(x)

@@ -15,13 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, os.environ.get("GPUTRACE_ROOT", os.getcwd()))
 
-import numpy as np  # noqa: E402
-import wgpu  # noqa: E402
+import numpy as np
+import wgpu
 
-import gputrace  # noqa: E402
-from gputrace.backends import wgpu as wgpu_backend  # noqa: E402
-from gputrace.backends import wgpu_hooks, wgpu_queries  # noqa: E402
-from tests.faults import CallFaults, code_name, functions_of  # noqa: E402
+import gputrace
+from gputrace.backends import wgpu as wgpu_backend
+from gputrace.backends import wgpu_hooks, wgpu_queries
+from tests.faults import CallFaults, code_name, functions_of
 
 STEPS = 12
 # The traced classes' methods are the user's own wgpu calls: a fault at their very entry is that
@@ -90,7 +90,9 @@ def run(path: Path, faults: CallFaults) -> dict[str, object]:
         t = gputrace.load(path)
         lost = t.header.get("lost") or {}
         res["lost"] = STEPS - len(t.find("step")) - int(lost.get("scopes", 0))
-        flagged = [s for s in t.find("step") if s.flags & gputrace.Flag.DEGRADED and not s.args.get("degraded")]
+        flagged = [
+            s for s in t.find("step") if s.flags & gputrace.Flag.DEGRADED and not s.args.get("degraded")
+        ]
         if flagged:
             res["seen"] = [*seen, f"{len(flagged)} degraded scopes without a reason"]
     except Exception as exc:

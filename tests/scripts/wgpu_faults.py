@@ -12,11 +12,11 @@ import sys
 
 sys.path.insert(0, os.environ.get("GPUTRACE_ROOT", os.getcwd()))
 
-import numpy as np  # noqa: E402
-import wgpu  # noqa: E402
+import numpy as np
+import wgpu
 
-import gputrace  # noqa: E402
-from tests.faults import InjectedFault  # noqa: E402
+import gputrace
+from tests.faults import InjectedFault
 
 STEPS = 12
 out, timeout_s = sys.argv[1], float(sys.argv[2])
