@@ -446,9 +446,11 @@ class Streamer:
     def _undo(self, cp: Any) -> None:
         """Cut the file back to ``cp``; if that is impossible, stop appending (the file then reads
         as ending early, at its last whole chunk)."""
+        if cp is None and not hasattr(self.writer, "checkpoint"):
+            return  # a writer in memory (the flight recorder's ring): nothing half-written to cut
         try:
             if cp is None:
-                raise RuntimeError("this writer cannot undo an append")
+                raise RuntimeError("no checkpoint was taken")
             self.writer.rollback(cp)
         except Exception as undo_exc:
             report_internal(
