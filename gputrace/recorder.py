@@ -557,29 +557,41 @@ def raw_thread(
     times[:n_plain, 1] = log[2::3]
     for col in range(4):
         times[n_plain:, col] = rich[1 + col :: RICH]
-    names = _clean_names(log[0::3] + rich[0::RICH])
+    try:
+        names = _clean_names(log[0::3] + rich[0::RICH])
+    except Exception:
+        names = [_clean_name(n) for n in log[0::3] + rich[0::RICH]]
     safe_args = {}
     for k, v in enumerate(rich[5::RICH]):
         if v is None:
             continue
-        got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
+        try:
+            got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
+        except Exception as exc:  # the scope is kept, without its args, flagged
+            got = {"degraded": f"its args could not be converted ({type(exc).__name__}: {exc})"}
+            times[n_plain + k, 3] |= _DEGRADED
+            report_internal("args", f"converting scope args failed ({type(exc).__name__}: {exc}).")
         safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
     safe_marks = [(_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in marks]
-    return RawThread(buf.tid, clean_str(str(buf.name), 200), names, times, safe_args, safe_marks)
+    return RawThread(buf.tid, _clean_name(buf.name, 200), names, times, safe_args, safe_marks)
 
 
 def _safe_dict(d: Any) -> dict[str, Any]:
-    got = jsonsafe(d)
+    try:
+        got = jsonsafe(d)
+    except Exception as exc:
+        return {"degraded": f"its args could not be converted ({type(exc).__name__}: {exc})"}
     return got if isinstance(got, dict) else {"args": got}
 
 
-def _clean_name(n: Any) -> str:
-    if type(n) is str:
-        return clean_str(n, 1000)
+def _clean_name(n: Any, limit: int = 1000) -> str:
     try:
-        return clean_str(str(n), 1000)
+        return clean_str(n if type(n) is str else str(n), limit)
     except Exception:
-        return short_repr(n)
+        try:
+            return short_repr(n)
+        except Exception:
+            return "?"
 
 
 def _clean_names(names: list[Any]) -> list[str]:

@@ -11,22 +11,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-import numpy as np
 
 from gputrace._version import __version__
 from gputrace.backends import create
 from gputrace.backends.base import Backend, Clock
 from gputrace.clock import clock_pair, session_clock
 from gputrace.errors import GputraceError, report_internal, reported, reset_reports
+from gputrace.fallback import cpu_scopes, without_gpu
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import jsonsafe
 from gputrace.model import (
@@ -34,12 +35,8 @@ from gputrace.model import (
     NO_TIME,
     Flag,
     QueueInfo,
-    ScopeTable,
-    SpanTable,
-    ThreadInfo,
     Trace,
     flag_names,
-    nest,
 )
 from gputrace.ranks import RankClock, rank_path, transport_for
 from gputrace.ranks import attach as attach_ranks
@@ -142,6 +139,7 @@ class session:
         self._streamer: Any = None
         self._stream_path: Path | None = None  # where the streamed file was opened
         self._finished = False
+        self._start_failed = ""  # why ``start`` failed inside gputrace (the session records nothing)
         self._load_at_stop = True  # ``with session(...)`` leaves a streamed trace on disk until used
         self._recorder: Recorder | None = None
         self._raw = RawRecording(header={}, threads=[])
@@ -158,12 +156,50 @@ class session:
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> session:
-        if self._recorder is not None:
+        """Start recording. A fault inside gputrace while starting never reaches the program and
+        never leaves a half-started session: what started is undone, the fault is reported, and
+        the session records nothing (its file, if any, says why); a ``GputraceError`` (an option or
+        GPU the user must fix) is raised after the same undoing."""
+        if self._recorder is not None or self._start_failed:
             raise GputraceError("this session was already started; create a new one.")
         outer = active_recorder()
         if outer is not None and not getattr(outer, "yields_to_inner", False):
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
         reset_reports()
+        try:
+            return self._start(outer)
+        except BaseException as exc:
+            self._undo_start(outer)
+            if isinstance(exc, GputraceError) or not isinstance(exc, Exception):
+                raise
+            self._start_failed = f"starting the session failed ({type(exc).__name__}: {exc})"
+            report_internal("start", f"{self._start_failed}; nothing is recorded, your program continues.")
+            return self
+
+    def _undo_start(self, outer: Recorder | None) -> None:
+        """Take back whatever ``_start`` did before it failed (each step on its own: never raises)."""
+        rec, self._recorder = self._recorder, None
+        st, self._streamer = self._streamer, None
+        steps: list[Callable[[], object]] = []
+        if rec is not None:
+            steps.append(rec.deactivate)
+        if outer is not None:
+            steps.append(lambda: outer.activate() if active_recorder() is None else None)
+        if st is not None:
+            steps += [st.stop_timer, getattr(st.writer, "abandon", lambda: None)]
+        if rec is not None:
+            steps.append(rec.backend.close)
+        if self._stepper is not None:
+            steps.append(_clear_stepper)
+        if self.ring_s is not None:
+            steps.append(self._remove_ring_triggers)
+        for step in steps:
+            with contextlib.suppress(Exception):
+                step()
+        self._outer = None
+        self._stepper = None
+
+    def _start(self, outer: Recorder | None) -> session:
         self._pid = os.getpid()
         ranges = _nvtx_ranges() if self.nvtx else None  # missing NVTX: one sentence, nothing started
         if isinstance(self.backend_spec, Backend):
@@ -286,7 +322,12 @@ class session:
             )
             self.stream = False
             return
-        self._streamer.start_timer(self.flush_s)
+        try:
+            self._streamer.start_timer(self.flush_s)
+        except Exception as exc:  # chunks are still written at each sync and at stop
+            report_internal(
+                "stream-timer", f"the trace's writing timer failed to start ({type(exc).__name__}: {exc})."
+            )
         if self.ring_s is not None:
             self._install_ring_triggers()
 
@@ -361,22 +402,48 @@ class session:
         st = self._streamer
         rec = self._recorder
         assert rec is not None
-        st.stop_timer()
         streamed = self._stream_path
         try:
-            st.write(st.take(), complete=True, queues=self._raw.queues)
-            st.final = True
-            st.write(unclosed(rec, stop_ns), complete=True, queues=self._raw.queues)
+            st.stop_timer()
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("stream-timer", f"stopping the trace's timer failed ({why}).")
+        # each step on its own: a failing one costs its own scopes (counted), never the file
+        taken = None
+        try:
+            taken = st.take()
+            st.write(taken, complete=True, queues=self._raw.queues)
+        except Exception as exc:
+            _count_lost(st, taken)
+            if taken is None:  # never taken: what the buffers hold is lost
+                st.lost_scopes += _recorded_scopes(rec, open_too=False)
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("stream", f"writing the last recorded scopes failed ({why}).")
+        st.final = True
+        taken = None
+        try:
+            taken = unclosed(rec, stop_ns)
+            st.write(taken, complete=True, queues=self._raw.queues)
+        except Exception as exc:
+            _count_lost(st, taken)
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("stream", f"ending the scopes still open failed ({why}).")
+        header = dict(self._raw.header)
+        try:
             lost = getattr(rec.backend, "problem", "")
             if not self._raw.problem and isinstance(lost, str) and lost:
                 self._raw.problem = lost
-            header = dict(self._raw.header)
-            header["clock"] = final_clock(self._raw.samples)
             header["spans_cover_children"] = self._raw.spans_cover_children or self._raw.ops_timing
-            problems = reported()
-            if problems:
-                header["problems"] = problems
-            st.close(jsonsafe(header))
+            header["clock"] = final_clock(self._raw.samples)
+        except Exception as exc:
+            header.setdefault("clock", [])
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("stream-clock", f"fitting the final clock failed ({why}).")
+        problems = reported()
+        if problems:
+            header["problems"] = problems
+        try:
+            st.close(_safe_header(header))
             if self.path is not None and streamed is not None and Path(self.path) != streamed:
                 os.replace(streamed, self.path)  # the rank became known after the file was opened
             self.written = self.path
@@ -402,7 +469,8 @@ class session:
                 _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops
             )
             self._streamer.write(taken, complete=True, queues=queues)
-        except Exception as exc:
+        except Exception as exc:  # (``write`` itself never raises: this is a fault at its call)
+            _count_lost(self._streamer, taken)
             report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
 
     def sync(self) -> None:
@@ -410,25 +478,43 @@ class session:
         rec = self._recorder
         if rec is None:
             return
+        timed_out: GputraceError | None = None
+        try:
+            timed_out = self._sync(rec)
+        except Exception as exc:  # never the program's problem: reported once, recording goes on
+            report_internal("sync", f"a gputrace sync failed ({type(exc).__name__}: {exc}).")
+        if timed_out is not None:
+            raise timed_out  # the one documented error: the GPU did not finish in time
+
+    def _sync(self, rec: Recorder) -> GputraceError | None:
+        """``sync``'s work; returns the backend's ``GputraceError`` (a GPU wait that timed out)."""
+        timed_out = None
         with self._lock:
-            taken = self._streamer.take() if self._streamer is not None else None
+            taken = None
+            if self._streamer is not None:
+                try:
+                    taken = self._streamer.take()
+                except Exception as exc:  # the scopes stay in their buffers for the next chunk
+                    report_internal("stream", f"taking recorded scopes failed ({type(exc).__name__}: {exc}).")
             try:
                 rec.backend.sync()
-            except GputraceError:
-                if taken is not None:  # the GPU wait timed out: what was taken still goes to the file
-                    self._stream_sync(taken)
-                raise
+            except GputraceError as exc:
+                timed_out = exc  # what was taken still goes to the file
             except Exception as exc:
                 report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
-            self._calibrate()
-            self._collect()
+            if timed_out is None:
+                self._calibrate()
+                self._collect()
             if taken is not None:
                 self._stream_sync(taken)
+        if timed_out is not None:
+            return timed_out
         rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
         if self._ranks is not None:
             self._ranks.on_sync()
         else:
             self._attach_ranks("sync")
+        return None
 
     def stop(self) -> Trace:
         """Stop recording, resolve, write the file if a path was given, and return the trace.
@@ -441,6 +527,8 @@ class session:
 
     def _stop(self) -> Trace:
         rec = self._recorder
+        if rec is None and self._start_failed:
+            return self._stop_failed_start()
         if rec is None:
             raise GputraceError("this session was never started.")
         if self._trace is not None or self._finished:
@@ -489,6 +577,7 @@ class session:
         if self._streamer is not None:
             self._stop_stream(stop_ns)
         else:
+            recorded = _recorded_scopes(rec)
             try:
                 raw.threads = drain(rec, stop_ns)
             except Exception as exc:
@@ -497,6 +586,7 @@ class session:
                     f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
                 )
                 raw.threads = []
+                raw.header["lost"] = {"scopes": recorded, "chunks": 1}
         if self._streamer is not None:
             return self._result() if self._load_at_stop else self._trace  # type: ignore[return-value]
         lost = getattr(rec.backend, "problem", "")
@@ -505,11 +595,21 @@ class session:
         problems = reported()
         if problems:
             raw.header["problems"] = problems
-        raw.header = jsonsafe(raw.header)
+        raw.header = _safe_header(raw.header)
         self.trace = _resolve_safely(raw)
         if self.path is not None:
             self._write(self.trace, self.path)
         return self.trace
+
+    def _stop_failed_start(self) -> Trace:
+        """The trace of a session whose start failed inside gputrace: no scopes, and why."""
+        if self._trace is None:
+            self._finished = True
+            header = _safe_header(dict(self._raw.header, problems=reported() or [self._start_failed]))
+            self._trace = _fallback_trace(header, [], "")
+            if self.path is not None:
+                self._write(self._trace, self.path)
+        return self._trace
 
     def _write(self, trace: Trace, path: Path) -> None:
         from gputrace import exporters
@@ -529,7 +629,7 @@ class session:
         except Exception as exc:
             reason = f"exporting the trace failed ({type(exc).__name__}: {exc})"
             report_internal("export", f"{reason}; its GPU part is left out of {path}.")
-        trace.header["problems"] = jsonsafe(reported())
+        trace.header["problems"] = _safe_header({"p": reported()}).get("p", [])
         try:  # again without the GPU part (where exporter faults are most likely)
             exporters.write(_cpu_only(trace, reason), path)
             self.written = path
@@ -617,51 +717,77 @@ def _resolve_safely(raw: RawRecording) -> Trace:
     except Exception as exc:
         reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
         report_internal("resolve", f"{reason}; the trace keeps CPU times only, flagged degraded.")
-    return _fallback_trace(dict(raw.header, problems=jsonsafe(reported())), raw.threads, reason)
+    problems = _safe_header({"p": reported()}).get("p", [])
+    return _fallback_trace(dict(raw.header, problems=problems), raw.threads, reason)
+
+
+def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
+    """``jsonsafe(header)``; if that fails, key by key, and a key that still fails is left out
+    (named in ``problems``). Never raises: a header is never a reason to lose a trace."""
+    try:
+        out = jsonsafe(header)
+        if isinstance(out, dict):
+            return out
+    except Exception as exc:
+        report_internal("header", f"converting the trace header failed ({type(exc).__name__}: {exc}).")
+    out, left_out = {}, []
+    for k, v in list(header.items()):
+        try:
+            out[str(k)] = jsonsafe(v)
+        except Exception:
+            left_out.append(str(k))
+    if left_out:
+        before = out.get("problems")
+        problems: list[Any] = before if isinstance(before, list) else []
+        why = f"header fields left out (they could not be converted): {', '.join(left_out)}"
+        out["problems"] = [*problems, why]
+    return out
+
+
+def _count_lost(streamer: Any, taken: Any) -> None:
+    """``taken`` never reached ``streamer``'s file: counted in its final header."""
+    try:
+        from gputrace.fallback import scopes_in
+
+        n = scopes_in(taken.threads) if taken is not None else 0
+        if n:
+            streamer.lost_scopes += n
+            streamer.lost_chunks += 1
+    except Exception:
+        pass
+
+
+def _recorded_scopes(rec: Recorder, open_too: bool = True) -> int:
+    """Scopes in the recorder's buffers (what a failed drain loses), and those still open."""
+    try:
+        from gputrace.fallback import scopes_in
+
+        with rec._buffers_lock:
+            buffers = list(rec.buffers)
+        olds = sum(len(o) // 3 for b in buffers for o in b.old_logs)
+        return (
+            scopes_in([(b, b.log, b.rich, b.marks) for b in buffers])
+            + olds
+            + (sum(len(b.stack) for b in buffers) if open_too else 0)
+        )
+    except Exception:
+        return 0
+
+
+def _clear_stepper() -> None:
+    from gputrace.flight import set_stepper
+
+    set_stepper(None)
 
 
 def _fallback_trace(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:
     """CPU scopes only, built without the resolver (which may be what failed)."""
-    try:
-        names: list[str] = []
-        ids: dict[str, int] = {}
-        rows = []
-        for ti, t in enumerate(threads):
-            for k, nm in enumerate(t.names):
-                i = ids.setdefault(nm, len(names))
-                if i == len(names):
-                    names.append(nm)
-                a = dict(t.args.get(k) or {})
-                if reason:
-                    a["degraded"] = reason
-                flags = int(t.times[k, 3]) | (int(Flag.DEGRADED) if reason else 0)
-                rows.append((int(t.times[k, 0]), -int(t.times[k, 1]), ti, i, a, flags))
-        rows.sort(key=lambda r: (r[2], r[0], r[1]))
-        s = ScopeTable.empty(len(rows))
-        if rows:
-            s.cpu_start_ns = np.array([r[0] for r in rows], np.int64)
-            s.cpu_end_ns = np.array([-r[1] for r in rows], np.int64)
-            s.thread = np.array([r[2] for r in rows], np.int32)
-            s.name = np.array([r[3] for r in rows], np.int32)
-            s.flags = np.array([r[5] for r in rows], np.uint32)
-            s.args = {k: r[4] for k, r in enumerate(rows) if r[4]}
-            nest(s)
-        th = [ThreadInfo(t.tid, t.name) for t in threads]
-        return Trace(dict(header), names, th, [], s, SpanTable.empty(0), [], {})
-    except Exception:
-        return Trace(dict(header), [], [], [], ScopeTable.empty(0), SpanTable.empty(0), [], {})
+    return cpu_scopes(header, threads, reason)
 
 
 def _cpu_only(trace: Trace, reason: str) -> Trace:
     """``trace`` without its GPU part, every scope flagged degraded with ``reason``."""
-    s = trace.scopes
-    cpu = ScopeTable.empty(len(s))
-    for col in ("name", "thread", "parent", "depth", "cpu_start_ns", "cpu_end_ns"):
-        setattr(cpu, col, getattr(s, col).copy())
-    cpu.flags = s.flags | np.uint32(int(Flag.DEGRADED))
-    cpu.args = {i: dict(s.args.get(i) or {}, degraded=reason) for i in range(len(s))}
-    header = dict(trace.header, clock=[])
-    return Trace(header, list(trace.names), list(trace.threads), [], cpu, SpanTable.empty(0), [], {})
+    return without_gpu(trace, reason)
 
 
 def _plain_json(trace: Trace, reason: str) -> bytes:

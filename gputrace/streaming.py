@@ -12,11 +12,20 @@ when it was written (from the latest calibration samples); the final header hold
 every sample. "cold" is the first call of a name in the whole session; "outlier" is judged among
 the calls of a name within a chunk. A scope's GPU span only hulls its children's (wgpu) when they
 end in the same chunk.
+
+A chunk that fails costs no other chunk. Each append is undone if it fails part-way (the file is
+cut back to the chunks before it, the writer's state put back: ``exporters._undo``). A chunk the
+resolver or the encoder fails on is written again with CPU times only, its scopes flagged
+``degraded``; one whose write fails (a full disk) is held and written again before the next one,
+and is lost only if it still cannot be written at the end (or past ``MAX_HELD_SCOPES``). What is
+lost is counted in the final header, ``"lost": {"scopes": n, "chunks": k}``, and ``summarize``
+says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -30,6 +39,7 @@ from gputrace import exporters
 from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.errors import report_internal
 from gputrace.exporters.chrome import referenced
+from gputrace.fallback import cpu_scopes, scopes_in, without_gpu
 from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
@@ -45,6 +55,7 @@ BACKLOG_SCOPES = 500_000
 BACKLOG_CHECK_S = 0.1
 MAX_OLD_LOGS = 4
 EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
+MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
 _COLD = int(Flag.COLD)
 _DEGRADED = int(Flag.DEGRADED)
 
@@ -112,6 +123,11 @@ class Streamer:
         self._gate.set()
         self.throttling = False
         self.throttled = 0  # backlogs that made recording threads wait
+        self.held: list[Trace] = []  # chunks whose write failed (a full disk), in order
+        self.lost_scopes = 0  # scopes that never reached the file (counted in the final header)
+        self.lost_chunks = 0
+        self.degraded_chunks = 0  # chunks written with CPU times only
+        self.rows_out = 0  # scopes written or held: the file row of the next chunk's first scope
         _live.add(self)
 
     def detach(self) -> None:
@@ -130,6 +146,13 @@ class Streamer:
     # -- the timer -----------------------------------------------------------------------------
     def start_timer(self, interval_s: float) -> None:
         def loop() -> None:
+            try:
+                run()
+            except Exception as exc:  # the timer ends; chunks are still written at syncs and stop
+                why = f"{type(exc).__name__}: {exc}"
+                report_internal("stream-timer", f"the trace's writing timer failed ({why}).")
+
+        def run() -> None:
             check_s = min(interval_s, BACKLOG_CHECK_S)  # the backlog is looked at more often
             wait_s = check_s
             while not self._stop.wait(wait_s):
@@ -238,16 +261,36 @@ class Streamer:
             self.write(self.take(), complete, None)
 
     def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
-        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""
+        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory).
+        Never raises: what a fault costs is flagged ``degraded`` or counted as lost."""
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
-            for piece in _pieces(taken):
-                self._write(piece, complete, queues)
+            try:
+                pieces = _pieces(taken)
+            except Exception as exc:
+                self._lose(scopes_in(taken.threads), "cutting recorded scopes into chunks", exc)
+                return
+            for piece in pieces:
+                try:
+                    self._write(piece, complete, queues)
+                except Exception as exc:
+                    self._lose(scopes_in(piece.threads), "writing a trace chunk", exc)
                 if timer and not self.throttling and self.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
 
+    def _lose(self, scopes: int, what: str, exc: BaseException) -> None:
+        """``scopes`` never reach the file: counted (the final header says so) and reported."""
+        self.lost_scopes += scopes
+        self.lost_chunks += 1
+        report_internal(
+            f"stream-lost:{what}",
+            f"{what} failed ({type(exc).__name__}: {exc}); {scopes} scopes are lost, counted in the trace.",
+        )
+
     def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
         if self.writer.closed:
+            if not isinstance(self.writer, _Detached):  # (a forked child writes nothing, by design)
+                self._lose(scopes_in(taken.threads), "writing to a closed trace", RuntimeError("closed"))
             return
         if queues is not None and len(queues) >= len(self.queues):
             self.queues = list(queues)
@@ -264,10 +307,10 @@ class Streamer:
                     (wait if item[3] > 0 else ready).extend(item)
                 if wait:
                     self.pending[key] = (buf, wait)
-            threads.append(raw_thread(buf, plain, ready, marks))
+            self._add_thread(threads, buf, plain, ready, marks)
         if complete:  # pending scopes of threads that recorded nothing new since
             for buf, held in self.pending.values():
-                threads.append(raw_thread(buf, [], held, []))
+                self._add_thread(threads, buf, [], held, [])
             self.pending.clear()
         if not any(len(t.names) or t.marks for t in threads):
             return
@@ -293,10 +336,25 @@ class Streamer:
             ops_timing=raw.ops_timing,
             problem=raw.problem,
         )
-        chunk = resolve(chunk_raw, report=False)
+        try:
+            chunk = resolve(chunk_raw, report=False)
+        except Exception as exc:  # this chunk keeps its CPU times, flagged; the others are whole
+            reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
+            report_internal("stream-resolve", f"{reason}; its scopes keep CPU times only, flagged degraded.")
+            chunk = cpu_scopes(self.header, threads, reason)
+            self.degraded_chunks += 1
         if ops and not self.final:
-            chunk = self._carry_ops(chunk, ops)
-        self._session_flags(chunk)
+            try:
+                chunk = self._carry_ops(chunk, ops)
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                report_internal("stream-ops", f"carrying GPU operations failed ({why}).")
+        examples = len(self.examples)
+        try:
+            self._session_flags(chunk)
+        except Exception as exc:  # the counts in the header miss this chunk; the chunk is written
+            del self.examples[examples:]
+            report_internal("stream-flags", f"counting anomalies failed ({type(exc).__name__}: {exc}).")
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them)
         tokens = {int(t) for th in threads for t in th.times[:, 2].tolist() if t > 0}
         left = [sp for sp in spans if sp.token not in tokens]
@@ -309,9 +367,118 @@ class Streamer:
         raw.spans = left + raw.spans
         raw.untimed |= {t for t in untimed if t not in tokens}
         raw.degraded.update({t: v for t, v in degraded.items() if t not in tokens})
-        self.writer.append(chunk)
-        self.chunks += 1
+        self._append(chunk)
         self.last_write = time.monotonic()
+
+    def _add_thread(
+        self, threads: list[RawThread], buf: ThreadBuffer, plain: list[Any], rich: list[Any], marks: list[Any]
+    ) -> None:
+        try:
+            threads.append(raw_thread(buf, plain, rich, marks))
+        except Exception as exc:
+            self._lose(len(plain) // 3 + len(rich) // RICH, "reading back recorded scopes", exc)
+
+    # -- appending: one failing chunk never costs another ----------------------------------------
+    def _append(self, chunk: Trace) -> None:
+        """Append the held chunks, then ``chunk``, in order; a chunk whose write fails is held (the
+        ones after it wait behind it, so the file keeps their order)."""
+        self.held.append(chunk)
+        self.rows_out += len(chunk)
+        try:
+            self._flush_held(at_close=False)
+            while sum(len(c) for c in self.held) > MAX_HELD_SCOPES and len(self.held) > 1:
+                self._drop_held(OSError(errno.ENOSPC, "the disk stayed full"))
+        except Exception as exc:  # the chunks stay held: written with the next one, or at close
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("stream-append", f"appending a trace chunk failed ({why}); it is tried again.")
+
+    def _flush_held(self, at_close: bool) -> None:
+        while self.held:
+            if self._append_first():
+                continue
+            if not at_close:
+                return  # the disk is still full: try again with the next chunk, or at close
+            self._drop_held(OSError(errno.ENOSPC, "the disk was still full at the end"))
+
+    def _append_first(self) -> bool:
+        """Append ``held[0]``: True once it is written or lost (counted), False if it stays held
+        (its write failed with an OSError, a full disk)."""
+        chunk = self.held[0]
+        if self.writer.closed:
+            self._drop_held(RuntimeError("the trace file is closed"))
+            return True
+        for attempt in ("as resolved", "with CPU times only"):
+            cp = self._checkpoint()
+            try:
+                self.writer.append(chunk)
+            except OSError as exc:
+                self._undo(cp)
+                report_internal(
+                    "stream-disk",
+                    f"appending to the trace failed ({exc.strerror or exc}); the chunk is kept and "
+                    "written with the next one.",
+                )
+                return False
+            except Exception as exc:
+                self._undo(cp)
+                if attempt != "as resolved" or self.writer.closed:
+                    self._drop_held(exc)
+                    return True
+                reason = f"encoding GPU times failed ({type(exc).__name__}: {exc})"
+                report_internal(
+                    "stream-encode", f"{reason}; its scopes keep CPU times only, flagged degraded."
+                )
+                chunk = self.held[0] = without_gpu(chunk, reason)
+                self.degraded_chunks += 1
+                continue
+            self.held.pop(0)
+            self.chunks += 1
+            return True
+        return True
+
+    def _checkpoint(self) -> Any:
+        try:
+            cp = getattr(self.writer, "checkpoint", None)
+            return cp() if cp is not None else None
+        except Exception:
+            return None
+
+    def _undo(self, cp: Any) -> None:
+        """Cut the file back to ``cp``; if that is impossible, stop appending (the file then reads
+        as ending early, at its last whole chunk)."""
+        if cp is None and not hasattr(self.writer, "checkpoint"):
+            return  # a writer in memory (the flight recorder's ring): nothing half-written to cut
+        try:
+            if cp is None:
+                raise RuntimeError("no checkpoint was taken")
+            self.writer.rollback(cp)
+        except Exception as undo_exc:
+            report_internal(
+                "stream-undo",
+                f"a failed append could not be undone ({type(undo_exc).__name__}: {undo_exc}); "
+                "the trace ends at its last whole chunk.",
+            )
+            abandon = getattr(self.writer, "abandon", None)
+            try:
+                if abandon is not None:
+                    abandon()
+                else:
+                    self.writer.closed = True
+            except Exception:
+                pass
+
+    def _drop_held(self, exc: BaseException) -> None:
+        """``held[0]`` never reaches the file: counted; its anomaly examples go, later ones move up."""
+        chunk = self.held.pop(0)
+        n = len(chunk)
+        first = self.rows_out - sum(len(c) for c in self.held) - n
+        self.examples = [
+            dict(e, scope=e["scope"] - n if e["scope"] >= first + n else e["scope"])
+            for e in self.examples
+            if not first <= e["scope"] < first + n
+        ]
+        self.rows_out -= n
+        self._lose(n, "appending a trace chunk", exc)
 
     def _carry_ops(self, chunk: Trace, ops: list[Any]) -> Trace:
         """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
@@ -348,14 +515,27 @@ class Streamer:
                     self.counts[flag_names(int(bit))[0]] += c
             self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
         if len(self.examples) < EXAMPLES:
-            rows0 = self.writer.rows
+            rows0 = self.rows_out  # the rows written, and held to be written, before this chunk
             # an example that only repeats its scope is kept as the scope and its kinds
             report = referenced({"anomalies": anomaly_report(chunk)}, chunk)["anomalies"]
             for item in report["items"][: EXAMPLES - len(self.examples)]:
                 self.examples.append(dict(item, scope=rows0 + int(item["scope"])))
 
     def close(self, final_header: dict[str, Any]) -> None:
+        with self.lock:
+            try:
+                self._flush_held(at_close=True)  # a last try for chunks held by a full disk
+            except Exception as exc:
+                n = sum(len(c) for c in self.held)
+                self.held.clear()
+                self._lose(n, "appending the last trace chunks", exc)
         header = dict(final_header)
+        if self.lost_scopes or self.degraded_chunks:
+            header["lost"] = {
+                "scopes": self.lost_scopes,
+                "chunks": self.lost_chunks,
+                "degraded_chunks": self.degraded_chunks,
+            }
         header["anomalies"] = {
             "counts": dict(self.counts),
             "items": self.examples,

@@ -29,19 +29,24 @@ def probe(name: str, *, auto: bool = False) -> str | None:
     ``auto``: asked on behalf of ``backend="auto"``, which a backend may answer more strictly
     (wgpu: only for programs that imported wgpu); its module's ``probe`` then takes ``auto``.
     """
+    return _probe(name, auto)[0]
+
+
+def _probe(name: str, auto: bool) -> tuple[str | None, bool]:
+    """``probe``'s answer, and whether probing itself raised (a fault, not the user's to fix)."""
     modname, _ = BACKENDS[name]
     try:
         mod = importlib.import_module(modname)
     except ImportError as exc:
-        return f"its module could not be imported ({exc})"
+        return f"its module could not be imported ({exc})", False
     try:
         if "auto" in inspect.signature(mod.probe).parameters:
             reason: str | None = mod.probe(auto=auto)
         else:
             reason = mod.probe()
     except Exception as exc:  # a broken driver must not break the user's program
-        return f"probing it failed ({type(exc).__name__}: {exc})"
-    return reason
+        return f"probing it failed ({type(exc).__name__}: {exc})", True
+    return reason, False
 
 
 def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> Backend:
@@ -65,7 +70,9 @@ def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> B
         return _instantiate("cpu", clock)
     if name not in BACKENDS:
         raise GputraceError(f"unknown backend {name!r}; choose one of auto, {', '.join(BACKENDS)}.")
-    why = probe(name)
+    why, faulted = _probe(name, False)
+    if faulted:  # the session starts with the cpu backend instead, and says why once
+        raise RuntimeError(f"backend {name!r}: {why}")
     if why is not None:
         raise GputraceError(f"backend {name!r} is not usable here: {why}.")
     return _instantiate(name, clock, **options)

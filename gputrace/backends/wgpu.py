@@ -363,16 +363,23 @@ class Calibrator:
             label="gputrace calibration resolve", size=256,
             usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC,
         )  # fmt: skip
-        self.readback = device.create_buffer(
+        self.readback: Any = self._new_readback()
+
+    def _new_readback(self) -> Any:
+        import wgpu
+
+        return self.tracer.device.create_buffer(
             label="gputrace calibration readback", size=16,
             usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
         )  # fmt: skip
 
     def sample(self) -> CalibrationSample:
         from gputrace.backends import wgpu_hooks
-        from gputrace.backends.wgpu_queries import ticks_to_ns, wait_mapped
+        from gputrace.backends.wgpu_queries import abandon, ticks_to_ns, wait_mapped
 
         t = self.tracer
+        if self.readback is None:  # the last one was given up on while mapping (parked)
+            self.readback = self._new_readback()
         enc = wgpu_hooks.raw_encoder(t.device)
         cpass = enc.begin_compute_pass(
             label="gputrace calibration",
@@ -391,17 +398,28 @@ class Calibrator:
         wgpu_hooks.raw_submit(t.device.queue, [cb])
         req = wd.request()
         after = wd.wait(req, "a calibration pass")
-        promise = self.readback.map_async("READ_NOSYNC", 0, 16)
-        wait_mapped(self.readback, promise, t.timeout_s, "reading a calibration timestamp")
-        ticks = self.readback.read_mapped(0, 16)
-        self.readback.unmap()
+        promise = None
+        try:
+            promise = self.readback.map_async("READ_NOSYNC", 0, 16)
+            wait_mapped(self.readback, promise, t.timeout_s, "reading a calibration timestamp")
+            ticks = self.readback.read_mapped(0, 16)
+            self.readback.unmap()
+        except BaseException:
+            # a read-back given up on (timed out, failed) must never be submitted again while
+            # mapped or pending (wgpu-native aborts the process): unmapped, or parked and replaced
+            if not abandon(self.readback, promise, self):
+                self.readback = None
+            raise
         import numpy as np
 
         gpu_ns = int(ticks_to_ns(np.frombuffer(ticks, np.uint64), t.period)[0])
         return CalibrationSample(before, gpu_ns, after, t.index)
 
     def release(self) -> None:
+        from gputrace.backends.wgpu_queries import settle_parked
+
         self.query_set = self.resolve_buf = self.readback = None
+        settle_parked()
 
 
 def _device_name(device: Any) -> str:

@@ -22,7 +22,15 @@ from collections import deque
 from typing import Any
 
 from gputrace.backends.base import Clock, RawSpan
-from gputrace.backends.wgpu_queries import PAGE_QUERIES, QueryPage, mapped_ready, ticks_to_ns, wait_mapped
+from gputrace.backends.wgpu_queries import (
+    PAGE_QUERIES,
+    QueryPage,
+    abandon,
+    mapped_ready,
+    settle_parked,
+    ticks_to_ns,
+    wait_mapped,
+)
 from gputrace.errors import report_internal
 from gputrace.recorder import innermost_token
 
@@ -221,8 +229,25 @@ class DeviceTracer:
             self.pinned.append(page)
 
     def _start_map(self, page: QueryPage) -> None:
-        page.start_map()
+        try:
+            page.start_map()
+        except Exception as exc:  # its passes lose their times (called with the lock held)
+            if self._give_up(page, exc):
+                self.free.append(page)
+            report_internal("wgpu-readback", f"reading back wgpu timestamps failed ({exc})")
+            return
         self.mapping.append(page)
+
+    def _give_up(self, page: QueryPage, exc: BaseException) -> bool:
+        """``page``'s read-back failed: its passes are degraded. True if the page may go back to
+        the pool (its buffer is unmapped); otherwise it is parked, never submitted again while
+        mapped or pending."""
+        for rec in page.records:
+            self.degraded.setdefault(rec.token, f"reading back its timestamps failed ({exc})")
+        if abandon(page.readback, page.promise, page):
+            page.reset()
+            return True
+        return False
 
     def _read(self, page: QueryPage, wait: bool = False) -> None:
         try:
@@ -232,9 +257,10 @@ class DeviceTracer:
                 page.promise.sync_wait()
             done_by = self.clock()
             ns = ticks_to_ns(page.read_ticks(), self.period)
-        except Exception as exc:
-            for rec in page.records:
-                self.degraded.setdefault(rec.token, f"reading back its timestamps failed ({exc})")
+        except BaseException as exc:
+            if self._give_up(page, exc):
+                with self.lock:
+                    self.free.append(page)
             raise
         self._emit(page, ns, done_by)
         page.reset()
@@ -286,7 +312,11 @@ class DeviceTracer:
             if pool:
                 self.device._gputrace_pool = pool  # for the next session on this device
             self.page, self.free, self.pinned = None, [], []
+            left = list(self.mapping)  # read-backs still mapping (a collect that failed)
             self.mapping.clear()
+        for page in left:
+            abandon(page.readback, page.promise, page)
+        settle_parked()
 
 
 # The class swap ------------------------------------------------------------------------------

@@ -5,6 +5,12 @@ the timestamp period (``wgpuQueueGetTimestampPeriod`` is not wrapped) and the qu
 callback (``on_submitted_work_done_sync`` has the wrong callback signature in 0.32). Every wait
 polls without blocking and ends in a ``GputraceError`` after ``timeout_s``: nothing here can hang.
 
+A wait that times out or fails leaves work in flight that gputrace no longer waits for. wgpu-native
+aborts the whole process (a Rust panic, SIGABRT) when a submit uses a buffer that is still mapped or
+whose mapping is pending, so such a buffer is never used again: ``abandon`` unmaps it, or parks it
+(keeps it, and whatever its work needs, alive) until its mapping settles; and a work-done callback
+stays alive until wgpu-native has called it.
+
 >>> import numpy as np
 >>> ticks_to_ns(np.array([0, 10, 1_000_001], np.uint64), 2.5).tolist()
 [0, 25, 2500002]
@@ -84,6 +90,66 @@ def _waiter(deadline_ns: int, what: str, timeout_s: float) -> Any:
     return pace
 
 
+_parked: list[tuple[Any, Any, Any]] = []  # (buffer, promise, owner) of read-backs given up on
+_parked_lock = threading.Lock()
+
+
+def abandon(buffer: Any, promise: Any, owner: Any = None) -> bool:
+    """Give up on reading ``buffer`` (its ``map_async`` promise: ``promise``, or None). Returns True
+    when the buffer is unmapped and may be used again; otherwise it is parked, with ``owner``
+    (what its pending work writes to) kept alive, until its mapping settles. Never raises."""
+    settle_parked()
+    try:
+        state = str(buffer.map_state)
+        if state == "unmapped" and promise is None:
+            return True  # never mapped
+        if state == "mapped":
+            buffer.unmap()
+            return True
+    except Exception:
+        pass
+    with _parked_lock:
+        _parked.append((buffer, promise, owner))
+    return False
+
+
+def settle_parked() -> None:
+    """Let go of parked read-backs whose mapping has settled (unmapping those that mapped)."""
+    with _parked_lock:
+        todo = list(_parked)
+    done = []
+    for item in todo:
+        buffer, promise = item[0], item[1]
+        try:
+            if promise is None or not mapped_ready(promise):
+                continue  # still pending on the GPU (or unknowable): kept
+            try:
+                promise.sync_wait()  # settled: runs its handler (the buffer becomes mapped) or raises
+            except Exception:
+                done.append(item)  # the mapping failed: the buffer is not mapped
+                continue
+            if str(buffer.map_state) == "mapped":
+                buffer.unmap()
+            done.append(item)
+        except Exception:
+            continue
+    if done:
+        with _parked_lock:
+            for item in done:
+                if item in _parked:
+                    _parked.remove(item)
+
+
+def parked() -> int:
+    """Read-backs given up on whose mapping has not settled yet."""
+    return len(_parked)
+
+
+# Work-done callbacks wgpu-native has not called yet: their owners stay alive until it does (a
+# freed cffi callback called later would crash the process).
+_unanswered: dict[int, Any] = {}
+
+
 class WorkDone:
     """Completion of submitted work, timed on the session clock inside the callback itself.
 
@@ -100,17 +166,29 @@ class WorkDone:
         self.timeout_s = timeout_s
         self._done: dict[int, tuple[int, int]] = {}
         self._next = 0
+        self._asked: set[int] = set()  # requests wgpu-native has not called back yet
         self._lock = threading.Lock()
         self._ok = int(lib.WGPUQueueWorkDoneStatus_Success)
         self._mode = int(lib.WGPUCallbackMode_AllowProcessEvents)
         # The type comes from wgpu-native's own header, so its signature cannot drift.
-        self._callback = ffi.callback("WGPUQueueWorkDoneCallback", self._on_done)
+        self._callback_error: str = ""  # why a callback raised (its wait then ends at once)
+        self._callback = ffi.callback("WGPUQueueWorkDoneCallback", self._on_done, onerror=self._on_error)
 
     def _on_done(self, status: Any, message: Any, userdata1: Any, userdata2: Any) -> None:
         from wgpu.backends.wgpu_native._api import ffi
 
         now = self.clock()
-        self._done[int(ffi.cast("uintptr_t", userdata1))] = (now, int(status))
+        req = int(ffi.cast("uintptr_t", userdata1))
+        with self._lock:
+            self._done[req] = (now, int(status))
+            self._asked.discard(req)
+            if not self._asked:
+                _unanswered.pop(id(self), None)
+
+    def _on_error(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """``_on_done`` raised inside wgpu-native's call (never printed as a traceback): the wait
+        for it ends now, as a fault inside gputrace, not as a GPU that timed out."""
+        self._callback_error = f"{exc_type.__name__}: {exc}"
 
     def request(self) -> int:
         from wgpu.backends.wgpu_native._api import ffi, libf
@@ -118,6 +196,8 @@ class WorkDone:
         with self._lock:
             self._next += 1
             req = self._next
+            self._asked.add(req)
+            _unanswered[id(self)] = self
         info = ffi.new(
             "WGPUQueueWorkDoneCallbackInfo *",
             {"mode": self._mode, "callback": self._callback, "userdata1": ffi.cast("void *", req)},
@@ -132,8 +212,12 @@ class WorkDone:
             poll(self.device)
             if req in self._done:
                 break
+            if self._callback_error:
+                why, self._callback_error = self._callback_error, ""
+                raise RuntimeError(f"a wgpu work-done callback failed ({why})")
             pace()
-        done_ns, status = self._done.pop(req)
+        with self._lock:
+            done_ns, status = self._done.pop(req)
         if status != self._ok:
             raise GputraceError(f"waiting for the GPU failed (work-done status {status}).")
         return done_ns
@@ -205,7 +289,9 @@ class QueryPage:
         self.promise = self.readback.map_async("READ_NOSYNC", 0, max(self.used, 2) * 8)
 
     def read_ticks(self) -> npt.NDArray[np.uint64]:
-        data = self.readback.read_mapped(0, max(self.used, 2) * 8)
-        self.readback.unmap()
+        try:
+            data = self.readback.read_mapped(0, max(self.used, 2) * 8)
+        finally:
+            self.readback.unmap()  # mapped or not, never left mapped by a failed read
         ticks: npt.NDArray[np.uint64] = np.frombuffer(data, np.uint64).copy()
         return ticks

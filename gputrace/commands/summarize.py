@@ -12,6 +12,7 @@ from __future__ import annotations
 import click
 
 from gputrace.commands._common import fail, load_any
+from gputrace.fallback import lost_text
 from gputrace.render import FORMATS, render
 from gputrace.safetext import path_text
 from gputrace.summary import SORT_ALIASES, SORT_KEYS
@@ -63,6 +64,9 @@ def summarize(
     except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
         fail(f"{trace}: cannot be summarized, the trace looks malformed ({type(exc).__name__}: {exc}).")
     click.echo(text, nl=False)
+    lost = t.header.get("lost")
+    if isinstance(lost, dict) and (lost.get("scopes") or lost.get("degraded_chunks")):
+        click.echo(f"gputrace: note: {path_text(trace)} {lost_text(lost)}", err=True)
     if t.header.get("truncated"):
         click.echo(
             f"gputrace: note: {trace} ends early (its program was killed or is still running); "

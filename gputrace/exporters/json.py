@@ -35,6 +35,7 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.errors import GputraceError
+from gputrace.exporters import _undo
 from gputrace.exporters._reading import no_nesting, span_table, with_folded
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
@@ -114,6 +115,14 @@ class StreamWriter:
         parts = self._enc.encode(chunk)
         if parts:
             self._write([*parts, b"\n"])
+
+    def checkpoint(self) -> _undo.Checkpoint:
+        """What ``rollback`` needs to undo the appends after it (see ``_undo``)."""
+        return _undo.checkpoint(self._fd, self, "_enc", "_z")
+
+    def rollback(self, cp: _undo.Checkpoint) -> None:
+        """The file and the writer as they were at ``cp`` (an append failed part-way)."""
+        _undo.rollback(self._fd, self, cp)
 
     def _write(self, data: bytes | list[Any], final: bool = False) -> None:
         """Bytes, or a chunk given in bytes-like pieces: compressed piece by piece and written

@@ -52,6 +52,7 @@ import numpy.typing as npt
 import orjson
 
 from gputrace.exporters import _protowire as pw
+from gputrace.exporters import _undo
 from gputrace.exporters._reading import no_nesting, span_table, with_folded
 from gputrace.exporters.chrome import (
     GPU_PID_BASE,
@@ -1268,6 +1269,14 @@ class StreamWriter:
 
     def append(self, chunk: Trace) -> None:
         self._write(self._enc.chunk(chunk))
+
+    def checkpoint(self) -> _undo.Checkpoint:
+        """What ``rollback`` needs to undo the appends after it (see ``_undo``)."""
+        return _undo.checkpoint(self._fd, self, "_enc")
+
+    def rollback(self, cp: _undo.Checkpoint) -> None:
+        """The file and the writer as they were at ``cp`` (an append failed part-way)."""
+        _undo.rollback(self._fd, self, cp)
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:

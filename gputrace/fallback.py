@@ -1,0 +1,101 @@
+"""What is written when a stage after recording fails: the CPU scopes, flagged ``degraded``.
+
+Built without the resolver and without the exporters (either may be what failed): a session that
+cannot resolve or encode a chunk, or its whole trace, keeps the CPU times of every scope, each
+flagged ``degraded`` with the reason in ``args["degraded"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gputrace.model import Flag, ScopeTable, SpanTable, ThreadInfo, Trace, nest
+from gputrace.recorder import RawThread
+
+
+def cpu_scopes(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:
+    """The CPU scopes of ``threads`` as a trace (no GPU part); degraded with ``reason`` if given."""
+    try:
+        names: list[str] = []
+        ids: dict[str, int] = {}
+        rows = []
+        for ti, t in enumerate(threads):
+            for k, nm in enumerate(t.names):
+                i = ids.setdefault(nm, len(names))
+                if i == len(names):
+                    names.append(nm)
+                a = dict(t.args.get(k) or {})
+                if reason:
+                    a["degraded"] = reason
+                flags = int(t.times[k, 3]) | (int(Flag.DEGRADED) if reason else 0)
+                rows.append((int(t.times[k, 0]), -int(t.times[k, 1]), ti, i, a, flags))
+        rows.sort(key=lambda r: (r[2], r[0], r[1]))
+        s = ScopeTable.empty(len(rows))
+        if rows:
+            s.cpu_start_ns = np.array([r[0] for r in rows], np.int64)
+            s.cpu_end_ns = np.array([-r[1] for r in rows], np.int64)
+            s.thread = np.array([r[2] for r in rows], np.int32)
+            s.name = np.array([r[3] for r in rows], np.int32)
+            s.flags = np.array([r[5] for r in rows], np.uint32)
+            s.args = {k: r[4] for k, r in enumerate(rows) if r[4]}
+            nest(s)
+        th = [ThreadInfo(t.tid, t.name) for t in threads]
+        return Trace(dict(header), names, th, [], s, SpanTable.empty(0), [], {})
+    except Exception:
+        return Trace(dict(header), [], [], [], ScopeTable.empty(0), SpanTable.empty(0), [], {})
+
+
+def without_gpu(trace: Trace, reason: str) -> Trace:
+    """``trace`` without its GPU part, every scope flagged degraded with ``reason``."""
+    s = trace.scopes
+    cpu = ScopeTable.empty(len(s))
+    for col in ("name", "thread", "parent", "depth", "cpu_start_ns", "cpu_end_ns"):
+        setattr(cpu, col, getattr(s, col).copy())
+    cpu.flags = s.flags | np.uint32(int(Flag.DEGRADED))
+    cpu.args = {i: dict(s.args.get(i) or {}, degraded=reason) for i in range(len(s))}
+    header = dict(trace.header, clock=[])
+    return Trace(header, list(trace.names), list(trace.threads), [], cpu, SpanTable.empty(0), [], {})
+
+
+def scopes_in(threads: list[Any]) -> int:
+    """Scopes held in ``Taken.threads``-like tuples (buffer, plain, rich, marks)."""
+    from gputrace.recorder import RICH
+
+    n = 0
+    for item in threads:
+        n += len(item[1]) // 3 + len(item[2]) // RICH
+    return n
+
+
+def lost_text(lost: dict[str, Any]) -> str:
+    """The header's ``lost`` in words (``summarize`` prints it).
+
+    >>> for part in lost_text({"scopes": 4, "chunks": 1, "degraded_chunks": 2}).split("; "):
+    ...     print(part)
+    is missing 4 scopes (1 chunk) that gputrace failed to write
+    2 chunks were written with CPU times only (flagged degraded).
+    >>> lost_text({"scopes": 0, "degraded_chunks": 1})
+    'has 1 chunk written with CPU times only (flagged degraded).'
+    """
+
+    def count(n: Any, word: str) -> str:
+        n = int(n or 0)
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    parts = []
+    if lost.get("scopes"):
+        parts.append(
+            f"is missing {count(lost['scopes'], 'scope')} ({count(lost.get('chunks'), 'chunk')}) "
+            "that gputrace failed to write"
+        )
+    if lost.get("degraded_chunks"):
+        d = count(lost["degraded_chunks"], "chunk")
+        verb = "was" if int(lost["degraded_chunks"]) == 1 else "were"
+        written = f"{verb} written" if parts else "written"
+        parts.append(f"{d} {written} with CPU times only (flagged degraded)")
+    if not parts:
+        return "lost nothing."
+    text = "; ".join(parts) + "."
+    return text if text.startswith("is") else f"has {text}"
