@@ -71,6 +71,7 @@ __all__ = [
     "RawThread",
     "anomaly_report",
     "fit_clock",
+    "fit_weakness",
     "resolve",
     "uncertainty_at",
 ]
@@ -249,18 +250,52 @@ def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
     cols = sample_columns(raw.samples)
     device = cols[:, 3]
     devices, first = np.unique(device, return_index=True)
+    session = (_header_ns(raw.header, "start_ns"), _header_ns(raw.header, "end_ns"))
     out = {}
     for d in devices[np.argsort(first)].tolist():
         mine = cols[device == d] if len(devices) > 1 else cols
-        got = _fit_device(np.ascontiguousarray(mine[:, :3]).tobytes())
+        got = _fit_device(np.ascontiguousarray(mine[:, :3]).tobytes(), *session)
         if got is not None:
             out[d] = got
     return out
 
 
+def _header_ns(header: dict[str, Any], key: str) -> int | None:
+    v = header.get(key)
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+# A fit is weak (its ClockFit.note says why) when it rests on fewer samples than this, or on
+# samples from less than this share of the stretch the session's samples (and the session) span.
+MIN_FIT_SAMPLES = 2
+MIN_FIT_STRETCH = 0.5
+
+
+def fit_weakness(fit: ClockFit, first_ns: int, last_ns: int) -> str:
+    """Why ``fit`` cannot be trusted across ``first_ns`` … ``last_ns`` (the stretch it should
+    cover), in a sentence; "" when it can."""
+    if fit.samples < MIN_FIT_SAMPLES:
+        return (
+            f"the clock fit rests on {fit.samples} calibration sample: the drift is assumed "
+            f"(±{DEFAULT_DRIFT_PPM:g} ppm), not measured"
+        )
+    stretch = max(last_ns - first_ns, 0)
+    own = fit.last_cpu_ns - fit.first_cpu_ns
+    if stretch > 0 and own < MIN_FIT_STRETCH * stretch:
+        return (
+            f"the clock fit rests on {fit.samples} calibration samples from {own / 1e6:.3g} ms of "
+            f"the {stretch / 1e6:.4g} ms it should cover (the other samples' windows were too wide): "
+            "its uncertainty grows away from them"
+        )
+    return ""
+
+
 @functools.lru_cache(maxsize=8)
-def _fit_device(columns: bytes) -> tuple[ClockFit, FeasibleBand | None] | None:
-    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes.
+def _fit_device(
+    columns: bytes, start_ns: int | None = None, end_ns: int | None = None
+) -> tuple[ClockFit, FeasibleBand | None] | None:
+    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes,
+    noted as weak where it does not cover the session (``start_ns`` … ``end_ns``, where known).
     Cached: a streamed session fits the same samples for its last chunk and for the final header.
     """
     cols = np.frombuffer(columns, np.int64).reshape(-1, 3)
@@ -281,6 +316,13 @@ def _fit_device(columns: bytes) -> tuple[ClockFit, FeasibleBand | None] | None:
         if tighter < moved.uncertainty_ns:
             fit = replace(moved, uncertainty_ns=tighter, bound="feasible set")
         else:
+            band.fit = fit
+    first = min(int(before.min()), start_ns if start_ns is not None else int(before.min()))
+    last = max(int(after.max()), end_ns if end_ns is not None else int(after.max()))
+    note = fit_weakness(fit, first, last)
+    if note:
+        fit = replace(fit, note=note)
+        if band is not None:
             band.fit = fit
     return fit, band
 

@@ -49,6 +49,9 @@ from gputrace.resolver import RawRecording, resolve
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
 STREAM_BASE_MARGIN_NS = 100_000_000
+# At stop, calibration rounds taken at most until the clock fit rests on the stop's samples too.
+STOP_CALIBRATION_ROUNDS = 8
+STOP_WINDOW_RATIO = 2.0
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
 
 
@@ -465,7 +468,7 @@ class session:
                 rec.backend.sync()
             except Exception as exc:
                 report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
-            self._calibrate()
+            self._calibrate(final=True)
             self._collect()
         if self._ranks is not None:
             self._ranks.exchange("stop")
@@ -547,11 +550,22 @@ class session:
         except Exception as exc:
             report_internal("write", f"could not write the trace to {path} ({type(exc).__name__}: {exc}).")
 
-    def _calibrate(self) -> None:
+    def _calibrate(self, final: bool = False) -> None:
+        """Take calibration samples. At stop (``final``), until the clock fit rests on some of
+        them: a fit from the start's samples alone (the stop's windows too wide, a thread woken
+        late under load) would rest on a corner of the session. ``STOP_CALIBRATION_ROUNDS`` at
+        most; a fit still short of the stop is noted in the header (``ClockFit.note``)."""
         rec = self._recorder
         assert rec is not None
         try:
-            self._raw.samples.extend(rec.backend.calibrate())
+            got = rec.backend.calibrate()
+            self._raw.samples.extend(got)
+            for _ in range(STOP_CALIBRATION_ROUNDS if final else 0):
+                if _fit_reaches(self._raw.samples, got):
+                    break
+                more = rec.backend.calibrate()
+                self._raw.samples.extend(more)
+                got = got + more
         except Exception as exc:
             reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
             report_internal("calibrate", f"{reason}.")
@@ -596,6 +610,26 @@ class session:
     ) -> None:
         self._load_at_stop = False
         self.stop()
+
+
+def _fit_reaches(samples: list[Any], latest: list[Any]) -> bool:
+    """Do ``latest`` (the stop's samples, the last of ``samples``) hold, for every device, one
+    about as tight as that device's earlier ones (within ``STOP_WINDOW_RATIO`` of their median
+    half-width) that its clock fit rests on?"""
+    from gputrace.npstats import median
+    from gputrace.resolver import fit_clock
+
+    n_old = len(samples) - len(latest)
+    for d in {x.device for x in latest}:
+        mine = [x for x in latest if x.device == d]
+        earlier = [x.half_width_ns for x in samples[:n_old] if x.device == d]
+        best = min(x.half_width_ns for x in mine)
+        if earlier and best > STOP_WINDOW_RATIO * max(float(median(np.array(earlier))), 1.0):
+            return False
+        fit = fit_clock([x for x in samples if x.device == d])
+        if fit is None or fit.last_cpu_ns < min(x.cpu_before_ns for x in mine):
+            return False
+    return True
 
 
 def _complete_queues(
