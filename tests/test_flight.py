@@ -94,7 +94,7 @@ def test_steps_record_only_their_window(tmp_path: Path) -> None:
     assert [(sc.name, sc.args.get("i")) for sc in t] == [
         ("iteration", 3), ("inner", None), ("iteration", 4), ("inner", None)
     ]  # fmt: skip
-    assert [m.name for m in t.marks] == ["step 3", "step 4"]
+    assert [m.name for m in t.marks] == ["step 3", "window 0", "step 4"]  # the window starts at step 3
     assert s.trace is not None and len(s.trace) == 4
     gputrace.step()  # no session: nothing happens
 
