@@ -11,8 +11,8 @@ to ``after``; its true CPU time lies in that window. We fit ``cpu = cpu_ref + sl
 by weighted least squares on window midpoints, weighting by 1/half-width² so the tightest windows
 count most. The slope is kept only when the samples determine it to better than
 ``DEFAULT_DRIFT_PPM``; otherwise (one sample, or samples too close together) the slope is 1 and
-only the offset is fitted (``method="offset"``). Samples whose window is over 4× the median width
-(a preempted thread, say) are left out. If the true mapping is linear (constant offset and
+only the offset is fitted (``method="offset"``). Samples whose window is over 4× the typical width
+(the lower quartile; a preempted thread, say) are left out. If the true mapping is linear (constant offset and
 drift), the fit's error at sample ``i`` is at most ``|residual_i| + half_width_i``, and since fit
 and truth are both linear the error between the first and last sample is bounded by the largest
 of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertainty adds
@@ -103,7 +103,7 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     order = np.lexsort((after, before, gpu))
     before, gpu, after = before[order], gpu[order], after[order]
     hw_all = (after - before) / 2.0
-    keep = hw_all <= 4.0 * max(median(hw_all), 0.5)
+    keep = hw_all <= WIDE_WINDOW * max(_typical_width(hw_all), 0.5)
     before, gpu, after = before[keep], gpu[keep], after[keep]
     hw = hw_all[keep]
     best = int(np.argmin(hw))
@@ -138,6 +138,16 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
         last_cpu_ns=int(after.max()),
         method=method,
     )
+
+
+# Samples wider than this many times the typical window (the lower quartile of the half-widths)
+# are left out of the fit. The lower quartile, not the median: when the stop's windows are all
+# wide (a thread woken late under load), as many wide ones as tight would move the median.
+WIDE_WINDOW = 4.0
+
+
+def _typical_width(hw: np.ndarray) -> float:
+    return float(np.sort(hw)[(len(hw) - 1) // 4])
 
 
 def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:

@@ -593,14 +593,13 @@ class session:
         assert rec is not None
         try:
             got = rec.backend.calibrate()
-            self._raw.samples.extend(got)
             target = int(getattr(rec.backend, "calibration_target_ns", 0) or 0)
+            earlier = self._raw.samples
             for _ in range(STOP_CALIBRATION_ROUNDS if final else 0):
-                if _fit_reaches(self._raw.samples, got, target):
+                if _fit_reaches(earlier + got, got, target):
                     break
-                more = rec.backend.calibrate()
-                self._raw.samples.extend(more)
-                got = got + more
+                got = _tightest(got, rec.backend.calibrate())
+            self._raw.samples.extend(got)
         except Exception as exc:
             reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
             report_internal("calibrate", f"{reason}.")
@@ -669,6 +668,18 @@ def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -
     if not isinstance(backend, str):
         raise GputraceError(f"timing={timing!r} applies to a backend gputrace creates, not to one given ready-made.")
     return {**options, "timing": timing}
+
+
+def _tightest(kept: list[Any], more: list[Any]) -> list[Any]:
+    """As many samples per device as ``kept`` has, the tightest of ``kept`` and ``more``: the
+    stop's extra rounds replace wide windows, they do not pile up beside them (wide ones in
+    numbers would pass for the session's typical width)."""
+    out = []
+    for d in dict.fromkeys(x.device for x in kept + more):
+        mine = [x for x in kept if x.device == d]
+        pool = sorted(mine + [x for x in more if x.device == d], key=lambda x: x.half_width_ns)
+        out += sorted(pool[: max(len(mine), 1)], key=lambda x: x.cpu_before_ns)
+    return out
 
 
 def _fit_reaches(samples: list[Any], latest: list[Any], target_ns: int = 0) -> bool:
