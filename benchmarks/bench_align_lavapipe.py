@@ -80,7 +80,7 @@ def one_run(frames: int) -> dict[str, object]:
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def main() -> None:
@@ -123,7 +123,9 @@ def main() -> None:
           f"of {args.frames} passes")  # fmt: skip
     print("| | p0 | p50 | p90 | p100 |")
     print("|---|---|---|---|---|")
-    print("| abs. placement error (µs) | " + " | ".join(f"{pct(errs, p):.1f}" for p in (0, 50, 90, 100)) + " |")
+    print(
+        "| abs. placement error (µs) | " + " | ".join(f"{pct(errs, p):.1f}" for p in (0, 50, 90, 100)) + " |"
+    )
     print("| stated uncertainty (µs) | " + " | ".join(f"{pct(uncs, p):.1f}" for p in (0, 50, 90, 100)) + " |")
     print(f"runs within ±{args.limit_us:g} µs: {sum(e <= args.limit_us for e in errs)}/{n}")
     print(f"runs within their stated uncertainty: {sum(r[3] for r in rows)}/{n}")

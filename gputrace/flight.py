@@ -162,7 +162,9 @@ class Schedule:
         }
 
 
-def schedule(*, wait: int = 0, warmup: int = 0, active: int = 1, repeat: int = 0, skip_first: int = 0) -> Schedule:
+def schedule(
+    *, wait: int = 0, warmup: int = 0, active: int = 1, repeat: int = 0, skip_first: int = 0
+) -> Schedule:
     """A step schedule for ``session(schedule=...)``, with torch.profiler.schedule's arguments.
 
     >>> import gputrace
@@ -188,9 +190,7 @@ def parse_schedule(spec: str | Schedule | dict[str, int]) -> Schedule:
         for part in str(spec).replace(" ", "").split(","):
             key, sep, value = part.partition("=")
             if not sep or not value.isdigit():
-                raise GputraceError(
-                    f"a schedule looks like wait=1,warmup=1,active=3,repeat=2, not {spec!r}."
-                )
+                raise GputraceError(f"a schedule looks like wait=1,warmup=1,active=3,repeat=2, not {spec!r}.")
             fields[key] = int(value)
     known = ("wait", "warmup", "active", "repeat", "skip_first")
     unknown = sorted(set(fields) - set(known))

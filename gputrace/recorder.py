@@ -347,7 +347,8 @@ class trace:
                     '@gputrace.trace("name", key=value).'
                 )
             fn = name
-            return cls(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))(fn)
+            qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+            return cls(str(qualname or repr(fn)))(fn)
         return super().__new__(cls)
 
     def __init__(self, name: str, /, stream: Hashable | None = None, **args: Any) -> None:

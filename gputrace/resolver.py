@@ -54,7 +54,7 @@ from gputrace.model import (
     canonical_names,
     nest,
 )
-from gputrace.npstats import distinct, median
+from gputrace.npstats import distinct
 from gputrace.recorder import RawThread
 from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan
 

@@ -228,7 +228,7 @@ def _no_scopes(s: session, opts: RunOptions) -> str:
             )
     how = (
         "no scope was recorded: name functions to trace with --trace-module MODULE or "
-        "--trace-function MODULE:FUNC, or wrap regions in `with gputrace.trace(\"name\"):`"
+        '--trace-function MODULE:FUNC, or wrap regions in `with gputrace.trace("name"):`'
     )
     outside = (s.backend_info or {}).get("passes_outside_scopes")
     if isinstance(outside, int) and outside > 0:

@@ -666,7 +666,9 @@ def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -
             "has no such choice (leave timing as 'auto')."
         )
     if not isinstance(backend, str):
-        raise GputraceError(f"timing={timing!r} applies to a backend gputrace creates, not to one given ready-made.")
+        raise GputraceError(
+            f"timing={timing!r} applies to a backend gputrace creates, not to one given ready-made."
+        )
     return {**options, "timing": timing}
 
 

@@ -102,7 +102,8 @@ def test_unknown_backend_option_is_an_error_naming_the_valid_ones(
 def test_option_names_are_each_backends_own() -> None:
     assert option_names("cpu") == ()
     assert set(option_names("cuda")) == {
-        "timing", "samples", "buffer_bytes", "flush_period_ms", "api_filter", "sync_timeout_s", "anchor_every_ns",
+        "timing", "samples", "buffer_bytes", "flush_period_ms", "api_filter",  # CUPTI
+        "sync_timeout_s", "anchor_every_ns",  # events
     }  # fmt: skip
     assert "device" in option_names("wgpu") and "windows" in option_names("fake")
 

@@ -66,7 +66,9 @@ def test_stop_retries_until_its_windows_are_tight_and_the_fit_covers_the_session
     (fit,) = trace.clock_fits.values()
     assert len(backend.truth_samples) == SAMPLES * (1 + rounds_wide + 1)  # start, 3 wide, 1 tight
     assert fit.samples == 2 * SAMPLES and fit.note == ""  # the start's and the stop's tight ones
-    assert fit.last_cpu_ns - fit.first_cpu_ns > MIN_FIT_STRETCH * (trace.header["end_ns"] - trace.header["start_ns"])
+    assert fit.last_cpu_ns - fit.first_cpu_ns > MIN_FIT_STRETCH * (
+        trace.header["end_ns"] - trace.header["start_ns"]
+    )
     err, unc = errors(trace, backend)
     assert (err == 18_000).all() and (unc < 50_000).all()
 
