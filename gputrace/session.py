@@ -594,12 +594,12 @@ class session:
         try:
             got = rec.backend.calibrate()
             target = int(getattr(rec.backend, "calibration_target_ns", 0) or 0)
-            earlier = self._raw.samples
+            extra: list[Any] = []  # the tightest of the extra rounds, as many as the first gave
             for _ in range(STOP_CALIBRATION_ROUNDS if final else 0):
-                if _fit_reaches(earlier + got, got, target):
+                if _fit_reaches(self._raw.samples + got + extra, got + extra, target):
                     break
-                got = _tightest(got, rec.backend.calibrate())
-            self._raw.samples.extend(got)
+                extra = _tightest(extra + rec.backend.calibrate(), got)
+            self._raw.samples.extend(got + extra)
         except Exception as exc:
             reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
             report_internal("calibrate", f"{reason}.")
@@ -672,15 +672,14 @@ def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -
     return {**options, "timing": timing}
 
 
-def _tightest(kept: list[Any], more: list[Any]) -> list[Any]:
-    """As many samples per device as ``kept`` has, the tightest of ``kept`` and ``more``: the
-    stop's extra rounds replace wide windows, they do not pile up beside them (wide ones in
-    numbers would pass for the session's typical width)."""
+def _tightest(pool: list[Any], like: list[Any]) -> list[Any]:
+    """Per device, the tightest of ``pool``, as many as ``like`` has: the stop's extra rounds
+    add their best windows, they do not pile up wide ones (which in numbers would pass for the
+    session's typical width)."""
     out = []
-    for d in dict.fromkeys(x.device for x in kept + more):
-        mine = [x for x in kept if x.device == d]
-        pool = sorted(mine + [x for x in more if x.device == d], key=lambda x: x.half_width_ns)
-        out += sorted(pool[: max(len(mine), 1)], key=lambda x: x.cpu_before_ns)
+    for d in dict.fromkeys(x.device for x in like):
+        mine = sorted((x for x in pool if x.device == d), key=lambda x: x.half_width_ns)
+        out += sorted(mine[: sum(x.device == d for x in like)], key=lambda x: x.cpu_before_ns)
     return out
 
 
