@@ -49,9 +49,6 @@ from gputrace.resolver import RawRecording, resolve
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
 STREAM_BASE_MARGIN_NS = 100_000_000
-# At stop, calibration rounds taken at most until the clock fit rests on the stop's samples too.
-STOP_CALIBRATION_ROUNDS = 8
-STOP_WINDOW_RATIO = 2.0
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
 
 
@@ -585,21 +582,17 @@ class session:
             report_internal("write", f"could not write the trace to {path} ({type(exc).__name__}: {exc}).")
 
     def _calibrate(self, final: bool = False) -> None:
-        """Take calibration samples. At stop (``final``), until the clock fit rests on some of
-        them: a fit from the start's samples alone (the stop's windows too wide, a thread woken
-        late under load) would rest on a corner of the session. ``STOP_CALIBRATION_ROUNDS`` at
-        most; a fit still short of the stop is noted in the header (``ClockFit.note``)."""
+        """Take calibration samples; at stop (``final``) until the clock fit rests on some of
+        them too (``gputrace.stopcal``)."""
         rec = self._recorder
         assert rec is not None
         try:
-            got = rec.backend.calibrate()
-            target = int(getattr(rec.backend, "calibration_target_ns", 0) or 0)
-            extra: list[Any] = []  # the tightest of the extra rounds, as many as the first gave
-            for _ in range(STOP_CALIBRATION_ROUNDS if final else 0):
-                if _fit_reaches(self._raw.samples + got + extra, got + extra, target):
-                    break
-                extra = _tightest(extra + rec.backend.calibrate(), got)
-            self._raw.samples.extend(got + extra)
+            if final:
+                from gputrace.stopcal import stop_samples
+
+                self._raw.samples.extend(stop_samples(rec.backend, self._raw.samples))
+            else:
+                self._raw.samples.extend(rec.backend.calibrate())
         except Exception as exc:
             reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
             report_internal("calibrate", f"{reason}.")
@@ -670,40 +663,6 @@ def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -
             f"timing={timing!r} applies to a backend gputrace creates, not to one given ready-made."
         )
     return {**options, "timing": timing}
-
-
-def _tightest(pool: list[Any], like: list[Any]) -> list[Any]:
-    """Per device, the tightest of ``pool``, as many as ``like`` has: the stop's extra rounds
-    add their best windows, they do not pile up wide ones (which in numbers would pass for the
-    session's typical width)."""
-    out = []
-    for d in dict.fromkeys(x.device for x in like):
-        mine = sorted((x for x in pool if x.device == d), key=lambda x: x.half_width_ns)
-        out += sorted(mine[: sum(x.device == d for x in like)], key=lambda x: x.cpu_before_ns)
-    return out
-
-
-def _fit_reaches(samples: list[Any], latest: list[Any], target_ns: int = 0) -> bool:
-    """Do ``latest`` (the stop's samples, the last of ``samples``) hold, for every device, one
-    about as tight as that device's earlier ones (within ``STOP_WINDOW_RATIO`` of their median
-    half-width) and within the backend's calibration target (``target_ns``, 0: none), that its
-    clock fit rests on?"""
-    from gputrace.npstats import median
-    from gputrace.resolver import fit_clock
-
-    n_old = len(samples) - len(latest)
-    for d in {x.device for x in latest}:
-        mine = [x for x in latest if x.device == d]
-        earlier = [x.half_width_ns for x in samples[:n_old] if x.device == d]
-        best = min(x.half_width_ns for x in mine)
-        if earlier and best > STOP_WINDOW_RATIO * max(float(median(np.array(earlier))), 1.0):
-            return False
-        if target_ns and best > target_ns:
-            return False
-        fit = fit_clock([x for x in samples if x.device == d])
-        if fit is None or fit.last_cpu_ns < min(x.cpu_before_ns for x in mine):
-            return False
-    return True
 
 
 def _complete_queues(

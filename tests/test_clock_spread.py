@@ -14,7 +14,7 @@ import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
 from gputrace.resolver import MIN_FIT_STRETCH, fit_clock
-from gputrace.session import STOP_CALIBRATION_ROUNDS
+from gputrace.stopcal import STOP_CALIBRATION_ROUNDS
 
 TIGHT = (25_000, 60_000)  # the GPU read 25 µs after the first clock read, 60 µs before the second
 WIDE = (2_000_000, 60_000)  # a worker thread woken 2 ms late
