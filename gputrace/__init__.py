@@ -16,7 +16,7 @@ Wrap regions in ``trace``; run them inside a ``session``; open the written file 
 
 from gputrace._version import __version__
 from gputrace.errors import GputraceError, GputraceWarning
-from gputrace.flight import step
+from gputrace.flight import schedule, step
 from gputrace.loader import TraceFileError, load
 from gputrace.model import Flag, Scope, Trace
 from gputrace.recorder import mark, trace
@@ -32,6 +32,7 @@ __all__ = [
     "__version__",
     "load",
     "mark",
+    "schedule",
     "session",
     "step",
     "sync",

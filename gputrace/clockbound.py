@@ -98,7 +98,13 @@ class FeasibleBand:
         g = (gpu - fit.gpu_ref_ns).astype(np.float64)
         lower = (before - fit.cpu_ref_ns).astype(np.float64) - g
         upper = (after - fit.cpu_ref_ns).astype(np.float64) - g
-        span = (float(g.min()), float(g.max()))
+        # The span the line is centred and bounded over: that of the samples the fit rests on.
+        # Samples it left out (windows too wide) still narrow the band, but a line centred over
+        # their stretch too would be moved by their width wherever the fit's own samples are
+        # tight (a fit 1 ms off at the start of a session whose stop windows were 2 ms wide).
+        own = (before >= fit.first_cpu_ns) & (after <= fit.last_cpu_ns)
+        g_own = g[own] if own.any() else g
+        span = (float(g_own.min()), float(g_own.max()))
         # Only hull points can bind: max_i(lower_i − d·g_i) is decided by the upper hull of the
         # points (g_i, lower_i), min_i(upper_i − d·g_i) by the lower hull of (g_i, upper_i); and
         # only the part of each hull that a drift within ±MAX_DRIFT touches.
@@ -151,7 +157,7 @@ class FeasibleBand:
         return np.ceil(self._err(xq) + 0.5)  # + half a ns: the fit's rounding
 
     def span_bound(self) -> float:
-        """The largest bound between the first and the last sample."""
+        """The largest bound between the first and the last sample the fit rests on."""
         return float(np.max(self._err(self._knots()))) + 0.5
 
     def centre_offset(self) -> float:

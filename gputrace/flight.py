@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,8 @@ class RingWriter:
         self.keep_ns = keep_ns
         self.clock = clock
         self.chunks: deque[tuple[int, Trace]] = deque()
-        self.rows = 0
+        self.rows = 0  # scopes appended (the ring drops the oldest)
+        self.rows_in_file = 0  # scopes in the file its last dump wrote
         self.closed = False
         self.dumps = 0
         self._lock = threading.Lock()
@@ -87,6 +89,7 @@ class RingWriter:
             tmp.unlink(missing_ok=True)
             raise
         tmp.replace(self.path)
+        self.rows_in_file = sum(len(c) for c in chunks)
         self.dumps += 1
         return self.path
 
@@ -96,8 +99,110 @@ class RingWriter:
             self.dump(header)
 
 
-def parse_steps(steps: str | tuple[int, int]) -> tuple[int, int]:
-    """ "100:110" (or (100, 110)) → (100, 110): steps 100 to 109. A clear error otherwise."""
+@dataclass(frozen=True)
+class Schedule:
+    """Which ``gputrace.step()`` iterations are recorded, as torch.profiler's ``schedule`` counts
+    them: ``skip_first`` steps, then cycles of ``wait`` steps, ``warmup`` steps and ``active``
+    steps, ``repeat`` cycles (0: until the program ends). Only active steps are recorded, each
+    cycle's as its own marked window ("window 0", "window 1" …).
+
+    Warmup steps are counted, so a torch schedule carries over with the same numbers, but they are
+    recorded like waiting ones (not at all): gputrace's backend starts with the session, so there
+    is no per-window profiler start-up for them to absorb.
+
+    >>> sch = Schedule(wait=1, warmup=1, active=2, repeat=2)
+    >>> [sch.window(n) for n in range(9)]
+    [None, None, 0, 0, None, None, 1, 1, None]
+    >>> sch.windows()
+    [(2, 4), (6, 8)]
+    """
+
+    wait: int = 0
+    warmup: int = 0
+    active: int = 1
+    repeat: int = 0
+    skip_first: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("wait", "warmup", "active", "repeat", "skip_first"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise GputraceError(f"schedule {name} must be a whole number ≥ 0, not {v!r}.")
+        if self.active < 1:
+            raise GputraceError("a schedule records nothing with active=0: give active ≥ 1.")
+
+    @property
+    def cycle(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def window(self, n: int) -> int | None:
+        """The active window step ``n`` (counted from 0) belongs to, or None: not recorded."""
+        k, at = divmod(n - self.skip_first, self.cycle)
+        if n < self.skip_first or (self.repeat and k >= self.repeat):
+            return None
+        return k if at >= self.wait + self.warmup else None
+
+    def first_recorded(self) -> int:
+        return self.skip_first + self.wait + self.warmup
+
+    def windows(self) -> list[tuple[int, int]] | None:
+        """Every window's steps as (start, stop); None when it repeats without end."""
+        if not self.repeat:
+            return None
+        first = self.first_recorded()
+        return [(first + k * self.cycle, first + k * self.cycle + self.active) for k in range(self.repeat)]
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "skip_first": self.skip_first,
+            "wait": self.wait,
+            "warmup": self.warmup,
+            "active": self.active,
+            "repeat": self.repeat,
+        }
+
+
+def schedule(
+    *, wait: int = 0, warmup: int = 0, active: int = 1, repeat: int = 0, skip_first: int = 0
+) -> Schedule:
+    """A step schedule for ``session(schedule=...)``, with torch.profiler.schedule's arguments.
+
+    >>> import gputrace
+    >>> with gputrace.session(backend="cpu", schedule=gputrace.schedule(wait=1, active=1, repeat=2)) as s:
+    ...     for i in range(6):
+    ...         with gputrace.trace("iteration", i=i):
+    ...             pass
+    ...         gputrace.step()
+    >>> [sc.args["i"] for sc in s.trace], [m.name for m in s.trace.marks if m.name.startswith("window")]
+    ([1, 3], ['window 0', 'window 1'])
+    """
+    return Schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+
+
+def parse_schedule(spec: str | Schedule | dict[str, int]) -> Schedule:
+    """A ``Schedule`` from one, a dict of its fields, or "wait=1,warmup=1,active=3,repeat=2"."""
+    if isinstance(spec, Schedule):
+        return spec
+    if isinstance(spec, dict):
+        fields = dict(spec)
+    else:
+        fields = {}
+        for part in str(spec).replace(" ", "").split(","):
+            key, sep, value = part.partition("=")
+            if not sep or not value.isdigit():
+                raise GputraceError(f"a schedule looks like wait=1,warmup=1,active=3,repeat=2, not {spec!r}.")
+            fields[key] = int(value)
+    known = ("wait", "warmup", "active", "repeat", "skip_first")
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        raise GputraceError(
+            f"unknown schedule field {', '.join(map(repr, unknown))}; the fields are {', '.join(known)}."
+        )
+    return Schedule(**fields)
+
+
+def parse_steps(steps: str | tuple[int, int]) -> Schedule:
+    """ "100:110" (or (100, 110)) → the schedule of steps 100 to 109. A clear error otherwise."""
     if isinstance(steps, tuple):
         a, b = steps
     else:
@@ -108,35 +213,48 @@ def parse_steps(steps: str | tuple[int, int]) -> tuple[int, int]:
             raise GputraceError(f"steps must look like START:STOP (e.g. 100:110), not {steps!r}.") from None
     if not 0 <= a < b:
         raise GputraceError(f"steps {a}:{b} holds no step: START must be ≥ 0 and below STOP.")
-    return a, b
+    return Schedule(skip_first=a, active=b - a, repeat=1)
 
 
 class Stepper:
-    """Counts ``gputrace.step()`` calls and switches the session's recording on inside the window."""
+    """Counts ``gputrace.step()`` calls and switches the session's recording on inside each of
+    the schedule's active windows; marks every window's start and every step inside one."""
 
-    def __init__(self, window: tuple[int, int], activate: Any, deactivate: Any, mark: Any) -> None:
-        self.start, self.stop = window
+    def __init__(self, plan: Schedule, activate: Any, deactivate: Any, mark: Any) -> None:
+        self.plan = plan
         self.n = 0
+        self.seen: list[tuple[int, int]] = []  # windows entered: (first step, last step + 1)
         self._activate, self._deactivate, self._mark = activate, deactivate, mark
 
     @property
+    def first_recorded(self) -> int:
+        return self.plan.first_recorded()
+
+    @property
     def inside(self) -> bool:
-        return self.start <= self.n < self.stop
+        return self.plan.window(self.n) is not None
 
     def begin(self) -> None:
         if self.inside:
-            self._activate()
-            self._mark(self.n)
+            self._enter()
 
     def step(self) -> None:
-        was = self.inside
+        was = self.plan.window(self.n)
         self.n += 1
-        if self.inside and not was:
-            self._activate()
-        if was and not self.inside:
+        now = self.plan.window(self.n)
+        if was is not None and now != was:
             self._deactivate()
-        elif self.inside:
-            self._mark(self.n)
+        if now is not None and now != was:
+            self._enter()
+        elif now is not None:
+            self.seen[-1] = (self.seen[-1][0], self.n + 1)
+            self._mark(self.n, None)
+
+    def _enter(self) -> None:
+        k = self.plan.window(self.n)
+        self.seen.append((self.n, self.n + 1))
+        self._activate()
+        self._mark(self.n, k)
 
 
 _stepper: Stepper | None = None

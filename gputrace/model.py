@@ -134,6 +134,9 @@ class ClockFit:
     last_cpu_ns: int
     method: str = "offset+slope"
     bound: str = "residual+window"  # how uncertainty_ns was bounded (see gputrace.clockbound)
+    # why the fit is weak, in a sentence (too few samples, or all from one stretch of the
+    # session); "" when it is not
+    note: str = ""
 
     @property
     def offset_ns(self) -> int:
@@ -161,6 +164,7 @@ class ClockFit:
             "first_cpu_ns": self.first_cpu_ns,
             "last_cpu_ns": self.last_cpu_ns,
             "bound": self.bound,
+            **({"note": self.note} if self.note else {}),
         }
 
     @classmethod
@@ -176,6 +180,7 @@ class ClockFit:
             last_cpu_ns=int(d["last_cpu_ns"]),
             method=str(d.get("method", "offset+slope")),
             bound=str(d.get("bound", "residual+window")),
+            note=str(d.get("note", "")),
         )
 
 

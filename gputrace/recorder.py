@@ -310,7 +310,8 @@ def active_recorder() -> Recorder | None:
 
 
 class trace:
-    """Trace a region: ``with trace("name"):`` or ``@trace("name")``.
+    """Trace a region: ``with trace("name"):``, ``@trace("name")``, or ``@trace`` bare (the scope
+    is then named after the function's qualified name, ``Class.method``).
 
     Scopes nest per thread and per asyncio task. The same object can be reused and entered
     recursively. Keyword
@@ -333,6 +334,22 @@ class trace:
     """
 
     __slots__ = ("args", "name", "stream")
+
+    def __new__(cls, name: Any, /, stream: Hashable | None = None, **args: Any) -> Any:
+        # ``@trace`` bare hands the function itself over as the name: decorate it at once, under
+        # its qualified name, instead of returning a trace object that would replace the function.
+        if callable(name) and not isinstance(name, str):
+            if stream is not None or args:
+                from gputrace.errors import GputraceError
+
+                raise GputraceError(
+                    "@gputrace.trace bare takes no arguments; name the scope to give it some: "
+                    '@gputrace.trace("name", key=value).'
+                )
+            fn = name
+            qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+            return cls(str(qualname or repr(fn)))(fn)
+        return super().__new__(cls)
 
     def __init__(self, name: str, /, stream: Hashable | None = None, **args: Any) -> None:
         self.name = name

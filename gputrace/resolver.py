@@ -11,8 +11,8 @@ to ``after``; its true CPU time lies in that window. We fit ``cpu = cpu_ref + sl
 by weighted least squares on window midpoints, weighting by 1/half-width² so the tightest windows
 count most. The slope is kept only when the samples determine it to better than
 ``DEFAULT_DRIFT_PPM``; otherwise (one sample, or samples too close together) the slope is 1 and
-only the offset is fitted (``method="offset"``). Samples whose window is over 4× the median width
-(a preempted thread, say) are left out. If the true mapping is linear (constant offset and
+only the offset is fitted (``method="offset"``). Samples whose window is over 4× the typical width
+(the lower quartile; a preempted thread, say) are left out. If the true mapping is linear (constant offset and
 drift), the fit's error at sample ``i`` is at most ``|residual_i| + half_width_i``, and since fit
 and truth are both linear the error between the first and last sample is bounded by the largest
 of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertainty adds
@@ -55,7 +55,7 @@ from gputrace.model import (
     canonical_names,
     nest,
 )
-from gputrace.npstats import distinct, median
+from gputrace.npstats import distinct
 from gputrace.recorder import RawThread
 from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan
 
@@ -72,6 +72,7 @@ __all__ = [
     "RawThread",
     "anomaly_report",
     "fit_clock",
+    "fit_weakness",
     "resolve",
     "uncertainty_at",
 ]
@@ -103,7 +104,7 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     order = np.lexsort((after, before, gpu))
     before, gpu, after = before[order], gpu[order], after[order]
     hw_all = (after - before) / 2.0
-    keep = hw_all <= 4.0 * max(median(hw_all), 0.5)
+    keep = hw_all <= WIDE_WINDOW * max(_typical_width(hw_all), 0.5)
     before, gpu, after = before[keep], gpu[keep], after[keep]
     hw = hw_all[keep]
     best = int(np.argmin(hw))
@@ -138,6 +139,16 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
         last_cpu_ns=int(after.max()),
         method=method,
     )
+
+
+# Samples wider than this many times the typical window (the lower quartile of the half-widths)
+# are left out of the fit. The lower quartile, not the median: when the stop's windows are all
+# wide (a thread woken late under load), as many wide ones as tight would move the median.
+WIDE_WINDOW = 4.0
+
+
+def _typical_width(hw: np.ndarray) -> float:
+    return float(np.sort(hw)[(len(hw) - 1) // 4])
 
 
 def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
@@ -250,18 +261,52 @@ def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
     cols = sample_columns(raw.samples)
     device = cols[:, 3]
     devices, first = np.unique(device, return_index=True)
+    session = (_header_ns(raw.header, "start_ns"), _header_ns(raw.header, "end_ns"))
     out = {}
     for d in devices[np.argsort(first)].tolist():
         mine = cols[device == d] if len(devices) > 1 else cols
-        got = _fit_device(np.ascontiguousarray(mine[:, :3]).tobytes())
+        got = _fit_device(np.ascontiguousarray(mine[:, :3]).tobytes(), *session)
         if got is not None:
             out[d] = got
     return out
 
 
+def _header_ns(header: dict[str, Any], key: str) -> int | None:
+    v = header.get(key)
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+# A fit is weak (its ClockFit.note says why) when it rests on fewer samples than this, or on
+# samples from less than this share of the stretch the session's samples (and the session) span.
+MIN_FIT_SAMPLES = 2
+MIN_FIT_STRETCH = 0.5
+
+
+def fit_weakness(fit: ClockFit, first_ns: int, last_ns: int) -> str:
+    """Why ``fit`` cannot be trusted across ``first_ns`` … ``last_ns`` (the stretch it should
+    cover), in a sentence; "" when it can."""
+    if fit.samples < MIN_FIT_SAMPLES:
+        return (
+            f"the clock fit rests on {fit.samples} calibration sample: the drift is assumed "
+            f"(±{DEFAULT_DRIFT_PPM:g} ppm), not measured"
+        )
+    stretch = max(last_ns - first_ns, 0)
+    own = fit.last_cpu_ns - fit.first_cpu_ns
+    if stretch > 0 and own < MIN_FIT_STRETCH * stretch:
+        return (
+            f"the clock fit rests on {fit.samples} calibration samples from {own / 1e6:.3g} ms of "
+            f"the {stretch / 1e6:.4g} ms it should cover (the other samples' windows were too wide): "
+            "its uncertainty grows away from them"
+        )
+    return ""
+
+
 @functools.lru_cache(maxsize=8)
-def _fit_device(columns: bytes) -> tuple[ClockFit, FeasibleBand | None] | None:
-    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes.
+def _fit_device(
+    columns: bytes, start_ns: int | None = None, end_ns: int | None = None
+) -> tuple[ClockFit, FeasibleBand | None] | None:
+    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes,
+    noted as weak where it does not cover the session (``start_ns`` … ``end_ns``, where known).
     Cached: a streamed session fits the same samples for its last chunk and for the final header.
     """
     cols = np.frombuffer(columns, np.int64).reshape(-1, 3)
@@ -282,6 +327,13 @@ def _fit_device(columns: bytes) -> tuple[ClockFit, FeasibleBand | None] | None:
         if tighter < moved.uncertainty_ns:
             fit = replace(moved, uncertainty_ns=tighter, bound="feasible set")
         else:
+            band.fit = fit
+    first = min(int(before.min()), start_ns if start_ns is not None else int(before.min()))
+    last = max(int(after.max()), end_ns if end_ns is not None else int(after.max()))
+    note = fit_weakness(fit, first, last)
+    if note:
+        fit = replace(fit, note=note)
+        if band is not None:
             band.fit = fit
     return fit, band
 

@@ -61,6 +61,8 @@ class RunOptions:
     nvtx: bool = False  # every scope also an NVTX range (gputrace.nvtx)
     ring_s: float | None = None  # flight recorder: keep the last N seconds (session(ring_s=))
     steps: str | None = None  # record only these steps, "a:b" (session(steps=))
+    timing: str = "auto"  # the cuda backend's timing source (session(timing=))
+    schedule: str | None = None  # "wait=1,warmup=1,active=3,repeat=2" (session(schedule=))
 
 
 @dataclass
@@ -149,6 +151,8 @@ def run_script(opts: RunOptions) -> RunResult:
         metadata={"command": "gputrace run", "script": str(script), "args": list(opts.args)},
         ring_s=opts.ring_s,
         steps=opts.steps,
+        timing=opts.timing,
+        schedule=opts.schedule,
     )
     s.yields_to_inner = True  # a session the program starts itself records its own scopes
     try:
@@ -207,7 +211,29 @@ def run_script(opts: RunOptions) -> RunResult:
         return RunResult(exit_code, None, None, stopped_by, [])
     for mod in hook.never_imported():
         notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
-    return RunResult(exit_code, s, s.written, stopped_by, notes, s.scopes_recorded(), s.backend_name)
+    scopes = s.scopes_recorded()
+    if scopes == 0 and s.written is not None:
+        notes.append(_no_scopes(s, opts))
+    return RunResult(exit_code, s, s.written, stopped_by, notes, scopes, s.backend_name)
+
+
+def _no_scopes(s: session, opts: RunOptions) -> str:
+    """One sentence on why the trace holds no scope, and how to get some."""
+    if s.steps_seen is not None:
+        seen, window = s.steps_seen
+        if seen < window:
+            return (
+                f"no scope was recorded: the program called gputrace.step() {seen} times, "
+                f"never reaching the first recorded step ({window})."
+            )
+    how = (
+        "no scope was recorded: name functions to trace with --trace-module MODULE or "
+        '--trace-function MODULE:FUNC, or wrap regions in `with gputrace.trace("name"):`'
+    )
+    outside = (s.backend_info or {}).get("passes_outside_scopes")
+    if isinstance(outside, int) and outside > 0:
+        return f"{how}; {outside} wgpu passes ran outside any scope and were not timed."
+    return how + "."
 
 
 def _compile(source: str, script: Path, chosen: set[str], *, whole: bool) -> tuple[types.CodeType, set[str]]:

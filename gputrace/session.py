@@ -86,12 +86,19 @@ class session:
     flat and a killed program leaves a file that loads (see ``gputrace.streaming``); with
     ``stream=False`` everything is resolved and written at stop.
     ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
-    ``backend_options`` go to the backend. ``clock`` replaces the session clock (tests).
+    ``backend_options`` go to the backend (a key it does not take is a ``GputraceError`` naming
+    those it does). ``timing`` picks the cuda backend's timing source: "auto" (CUPTI where it
+    can be used, else CUDA events), "cupti" or "events" (``backend_options={"timing": ...}``
+    alike). ``clock`` replaces the session clock (tests).
     ``nvtx=True`` makes every scope also an NVTX range (``gputrace.nvtx``), for Nsight Systems.
     ``group`` is the job's process group (an mpi4py communicator or a torch.distributed group;
     ``None`` finds an initialised torch.distributed, ``False`` never uses one): with one, the
     ranks' clock offsets are measured through it and the file name gets the rank
     (``run.rank3.trace.json``); ``group_options`` tune that (see ``gputrace.ranks``).
+    ``steps="100:110"`` records only steps 100 to 109 of ``gputrace.step()``; ``schedule=``
+    (``gputrace.schedule(wait=, warmup=, active=, repeat=)``, as torch.profiler counts them)
+    records only the active steps of each cycle, each window marked ("window 0" …) and listed in
+    the header (see ``gputrace.flight``). ``ring_s`` keeps only the last seconds (flight recorder).
     The resolved ``Trace`` stays available as ``session.trace`` (read back from the file when
     streamed, on first use).
     """
@@ -103,6 +110,7 @@ class session:
         *,
         clock: Clock | None = None,
         backend_options: dict[str, Any] | None = None,
+        timing: str = "auto",
         metadata: dict[str, Any] | None = None,
         quiet: bool = False,
         nvtx: bool = False,
@@ -112,12 +120,13 @@ class session:
         flush_s: float = 1.0,
         ring_s: float | None = None,
         steps: str | tuple[int, int] | None = None,
+        schedule: Any = None,
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.nvtx = nvtx
         self.backend_spec = backend
         self.clock: Clock = clock or session_clock
-        self.backend_options = backend_options or {}
+        self.backend_options = _with_timing(backend, dict(backend_options or {}), timing)
         self.metadata = metadata or {}
         self.quiet = quiet
         self._trace: Trace | None = None
@@ -129,11 +138,13 @@ class session:
             )
         self.stream = (stream or ring_s is not None) and self.path is not None
         self.flush_s = flush_s
-        self._steps: tuple[int, int] | None = None
-        if steps is not None:
-            from gputrace.flight import parse_steps
+        self._steps: Any = None  # the step schedule (gputrace.flight.Schedule), if any
+        if steps is not None and schedule is not None:
+            raise GputraceError("give steps= or schedule=, not both (steps='a:b' is a one-window schedule).")
+        if steps is not None or schedule is not None:
+            from gputrace.flight import parse_schedule, parse_steps
 
-            self._steps = parse_steps(steps)
+            self._steps = parse_steps(steps) if steps is not None else parse_schedule(schedule)
         self._stepper: Any = None
         self._usr1: Any = None
         self._streamer: Any = None
@@ -272,11 +283,26 @@ class session:
         if self._trace is not None:
             return len(self._trace)
         st = self._streamer
-        return int(getattr(st.writer, "rows", 0)) if st is not None else 0
+        if st is None:
+            return 0
+        # a flight recorder's file holds only the scopes of its last ring_s seconds
+        return int(getattr(st.writer, "rows_in_file", getattr(st.writer, "rows", 0)))
 
     @property
     def backend_name(self) -> str:
         return str(self._raw.header.get("backend", ""))
+
+    @property
+    def backend_info(self) -> dict[str, Any]:
+        """The backend's facts for the header (once stopped)."""
+        info = self._raw.header.get("backend_info")
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def steps_seen(self) -> tuple[int, int] | None:
+        """With a step window or schedule: (steps the program counted, the first recorded one)."""
+        st = self._stepper
+        return (st.n, st.first_recorded) if st is not None else None
 
     @property
     def trace(self) -> Trace | None:
@@ -389,8 +415,12 @@ class session:
             if active_recorder() is None:
                 rec.activate()
 
-        def mark(n: int) -> None:
-            rec.buffer().marks.append((f"step {n}", self.clock(), "mark", {"step": n}))
+        def mark(n: int, window: int | None) -> None:
+            marks = rec.buffer().marks
+            now = self.clock()
+            if window is not None:  # an active window starts: its own mark, so each can be found
+                marks.append((f"window {window}", now, "mark", {"window": window, "step": n}))
+            marks.append((f"step {n}", now, "mark", {"step": n}))
 
         self._stepper = Stepper(self._steps, activate, rec.deactivate, mark)
         set_stepper(self._stepper)
@@ -539,6 +569,10 @@ class session:
             from gputrace.flight import set_stepper
 
             set_stepper(None)
+            st = self._stepper
+            self._raw.header["schedule"] = dict(
+                st.plan.to_dict(), steps=st.n, windows=[list(w) for w in st.seen]
+            )
         if self.ring_s is not None:
             self._remove_ring_triggers()
         outer, self._outer = self._outer, None
@@ -553,7 +587,7 @@ class session:
                 rec.backend.sync()
             except Exception as exc:
                 report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
-            self._calibrate()
+            self._calibrate(final=True)
             self._collect()
         if self._ranks is not None:
             self._ranks.exchange("stop")
@@ -647,11 +681,18 @@ class session:
         except Exception as exc:
             report_internal("write", f"could not write the trace to {path} ({type(exc).__name__}: {exc}).")
 
-    def _calibrate(self) -> None:
+    def _calibrate(self, final: bool = False) -> None:
+        """Take calibration samples; at stop (``final``) until the clock fit rests on some of
+        them too (``gputrace.stopcal``)."""
         rec = self._recorder
         assert rec is not None
         try:
-            self._raw.samples.extend(rec.backend.calibrate())
+            if final:
+                from gputrace.stopcal import stop_samples
+
+                self._raw.samples.extend(stop_samples(rec.backend, self._raw.samples))
+            else:
+                self._raw.samples.extend(rec.backend.calibrate())
         except Exception as exc:
             reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
             report_internal("calibrate", f"{reason}.")
@@ -696,6 +737,32 @@ class session:
     ) -> None:
         self._load_at_stop = False
         self.stop()
+
+
+TIMINGS = ("auto", "cupti", "events")
+
+
+def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -> dict[str, Any]:
+    """``options`` with ``timing`` in them, for a backend that has timing sources (cuda)."""
+    if timing not in TIMINGS:
+        raise GputraceError(f"unknown timing {timing!r}; choose one of {', '.join(TIMINGS)}.")
+    if timing == "auto":
+        return options
+    if options.get("timing", timing) != timing:
+        raise GputraceError(
+            f"timing={timing!r} and backend_options={{'timing': {options['timing']!r}}} disagree; give one."
+        )
+    name = backend if isinstance(backend, str) else getattr(backend, "name", "given")
+    if name not in ("auto", "cuda"):
+        raise GputraceError(
+            f"timing={timing!r} chooses how the cuda backend times GPU work; the {name} backend "
+            "has no such choice (leave timing as 'auto')."
+        )
+    if not isinstance(backend, str):
+        raise GputraceError(
+            f"timing={timing!r} applies to a backend gputrace creates, not to one given ready-made."
+        )
+    return {**options, "timing": timing}
 
 
 def _complete_queues(

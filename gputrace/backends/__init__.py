@@ -49,15 +49,45 @@ def _probe(name: str, auto: bool) -> tuple[str | None, bool]:
     return reason, False
 
 
+def option_names(name: str) -> tuple[str, ...]:
+    """The ``backend_options`` keys backend ``name`` takes: its module's ``OPTIONS``, or else the
+    keyword-only parameters of its class."""
+    modname, clsname = BACKENDS[name]
+    mod = importlib.import_module(modname)
+    names = getattr(mod, "OPTIONS", None)
+    if names is None:
+        params = inspect.signature(getattr(mod, clsname)).parameters.values()
+        names = tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    return tuple(names)
+
+
+def check_options(name: str, options: dict[str, Any], valid: tuple[str, ...] | None = None) -> None:
+    """A ``GputraceError`` naming the valid keys when ``options`` holds one that backend ``name``
+    (or ``valid``, for "auto") does not take: a typo must not quietly record CPU times only."""
+    valid = option_names(name) if valid is None else valid
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        what = ", ".join(repr(k) for k in unknown)
+        takes = f"its options are {', '.join(sorted(valid))}" if valid else "it takes none"
+        which = "backend auto (cuda or wgpu)" if name == "auto" else f"the {name} backend"
+        raise GputraceError(f"unknown backend option {what} for {which}; {takes}.")
+
+
 def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> Backend:
-    """Create backend ``name`` ("auto", "cuda", "wgpu", "cpu" or "fake")."""
+    """Create backend ``name`` ("auto", "cuda", "wgpu", "cpu" or "fake").
+
+    ``options`` must be ones the backend takes; for "auto", ones that cuda or wgpu takes, each
+    candidate given its own."""
     if name == "auto":
+        takes = {cand: option_names(cand) for cand in AUTO_ORDER}
+        check_options(name, options, tuple(sorted({k for ks in takes.values() for k in ks})))
         reasons = []
         for cand in AUTO_ORDER:
             why = probe(cand, auto=True)
             if why is None:
                 try:
-                    backend = _instantiate(cand, clock, **options)
+                    mine = {k: v for k, v in options.items() if k in takes[cand]}
+                    backend = _instantiate(cand, clock, **mine)
                 except GputraceError as exc:
                     reasons.append(f"{cand}: {exc}")
                     continue
@@ -70,6 +100,7 @@ def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> B
         return _instantiate("cpu", clock)
     if name not in BACKENDS:
         raise GputraceError(f"unknown backend {name!r}; choose one of auto, {', '.join(BACKENDS)}.")
+    check_options(name, options)
     why, faulted = _probe(name, False)
     if faulted:  # the session starts with the cpu backend instead, and says why once
         raise RuntimeError(f"backend {name!r}: {why}")

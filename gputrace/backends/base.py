@@ -31,6 +31,10 @@ class Backend:
     # True where a timing source sees every operation by itself (CUPTI): scopes need no token, and
     # their GPU work arrives at a sync (the streamed file writes them then, not on its timer).
     ops_timing = False
+    # The half-width (ns) a calibration window normally reaches on an idle machine; where the
+    # tightest taken is wider (a thread woken late under load), more are taken at start and at
+    # stop, so the clock fit has tight samples at both ends of the session. 0: no such target.
+    calibration_target_ns = 0
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock

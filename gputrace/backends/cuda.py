@@ -52,6 +52,8 @@ __all__ = [
 TIMINGS = ("auto", "cupti", "events")
 _CUPTI_OPTIONS = ("buffer_bytes", "flush_period_ms", "api_filter")
 _EVENTS_OPTIONS = ("sync_timeout_s", "anchor_every_ns")
+# every backend_options key the cuda backend takes, whichever timing source it picks
+OPTIONS = ("timing", "samples", *_CUPTI_OPTIONS, *_EVENTS_OPTIONS)
 
 
 def CudaBackend(clock: Clock, *, timing: str = "auto", **options: Any) -> Backend:

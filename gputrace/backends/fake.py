@@ -4,7 +4,10 @@ The fake GPU is an in-order queue per stream. A scope submitted at CPU time ``t`
 ``max(t + delay, queue free)`` and runs for ``duration``, both taken from ``script(name, call)``;
 those true times (on the session clock) are kept in ``truth`` so tests can check the resolver.
 The GPU clock reads ``gpu = (cpu - offset_ns) · (1 + drift_ppm·1e-6)``. A calibration sample
-brackets a GPU read between two clock reads, at a point inside the window chosen by a seeded RNG.
+brackets a GPU read between two clock reads, at a point inside the window chosen by a seeded RNG;
+``windows(k)`` instead scripts the ``k``-th sample of the session: ``(lead, lag)``, the GPU read
+``lead`` ns after the first clock read and the second read ``lag`` ns after it (a GPU that is late
+to wake, a callback that runs late), the clock advanced by both.
 
 >>> from gputrace.clock import FakeClock
 >>> fb = FakeBackend(FakeClock(0, 100), offset_ns=5_000, script=lambda name, i: (1_000, 2_000))
@@ -49,6 +52,7 @@ class FakeBackend(Backend):
         samples_per_calibration: int = 1,
         spans_cover_children: bool = False,
         device_name: str = "Fake GPU",
+        windows: Callable[[int], tuple[int, int]] | None = None,
     ) -> None:
         super().__init__(clock)
         self.offset_ns = offset_ns
@@ -59,6 +63,7 @@ class FakeBackend(Backend):
         self.samples_per_calibration = samples_per_calibration
         self.spans_cover_children = spans_cover_children
         self.device_name = device_name
+        self.windows = windows
         self._next = 0
         self._calls: dict[str, int] = {}
         self._streams: dict[Hashable, int] = {}
@@ -105,12 +110,24 @@ class FakeBackend(Backend):
     def calibrate(self) -> list[CalibrationSample]:
         out = []
         for _ in range(self.samples_per_calibration):
-            before = self.clock()
-            after = self.clock()
-            true = before + self.rng.randint(0, after - before)
+            if self.windows is not None:
+                lead, lag = self.windows(len(self.truth_samples))
+                before = self.clock()
+                self._advance(lead + lag)
+                after = self.clock()
+                true = min(before + lead, after)
+            else:
+                before = self.clock()
+                after = self.clock()
+                true = before + self.rng.randint(0, after - before)
             self.truth_samples.append(true)
             out.append(CalibrationSample(before, self.to_gpu(true), after, 0))
         return out
+
+    def _advance(self, ns: int) -> None:
+        advance = getattr(self.clock, "advance", None)
+        if advance is not None and ns > 0:
+            advance(ns)
 
     def collect(self) -> Collected:
         done_by = self.clock()

@@ -84,6 +84,7 @@ class DeviceTracer:
         self.degraded: dict[int, str] = {}
         self.closed = False
         self.passes = 0
+        self.outside = 0  # passes begun outside every scope (never timed)
         self.pages_made = 0
         if timed:
             # Pages outlive sessions (kept on the device), and the first one is made now, at
@@ -96,6 +97,8 @@ class DeviceTracer:
         """``timestamp_writes`` for a pass the user is beginning, or None to leave it untimed."""
         token = innermost_token()
         if not token or self.closed:
+            if not token:
+                self.outside += 1  # counted, so "nothing was timed" can say why
             return None
         n = self.pass_counts[token] = self.pass_counts.get(token, 0) + 1
         if not self.timed:

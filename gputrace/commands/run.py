@@ -6,6 +6,8 @@
     gputrace run --trace-function __main__:step train.py
     gputrace run --ring 30 -o last.json.gz train.py  # flight recorder: kill -USR1 <pid> writes it
     gputrace run --steps 100:110 train.py            # only steps 100..109 (gputrace.step())
+    gputrace run --schedule wait=5,warmup=1,active=3,repeat=2 train.py   # torch.profiler's schedule
+    gputrace run --timing events train.py            # CUDA events instead of CUPTI
     python -m gputrace run train.py
 
 Options go before the script; everything after it belongs to the program. The program's exit
@@ -66,6 +68,19 @@ from gputrace.errors import GputraceError
 @click.option(
     "--steps", default=None, metavar="START:STOP", help="Record only steps START..STOP-1 (gputrace.step())."
 )
+@click.option(
+    "--schedule",
+    default=None,
+    metavar="wait=W,warmup=U,active=A,repeat=R",
+    help="Record only the active steps of each cycle, as torch.profiler's schedule counts them.",
+)
+@click.option(
+    "--timing",
+    type=click.Choice(["auto", "cupti", "events"]),
+    default="auto",
+    show_default=True,
+    help="How the cuda backend times GPU work: CUPTI (every kernel) or CUDA events (per scope).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No notices from gputrace on stderr.")
 @click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -77,6 +92,8 @@ def run(
     nvtx: bool,
     ring_s: float | None,
     steps: str | None,
+    schedule: str | None,
+    timing: str,
     quiet: bool,
     script: Path,
     args: tuple[str, ...],
@@ -99,6 +116,8 @@ def run(
                 nvtx=nvtx,
                 ring_s=ring_s,
                 steps=steps,
+                timing=timing,
+                schedule=schedule,
             )
         )
     except GputraceError as exc:
