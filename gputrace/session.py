@@ -399,7 +399,7 @@ class session:
         assert rec is not None
         try:
             queues = _complete_queues(
-                _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops
+                _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops, self._raw.batches
             )
             self._streamer.write(taken, complete=True, queues=queues)
         except Exception as exc:
@@ -481,7 +481,7 @@ class session:
         raw.header["host"]["loadavg_end"] = _loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = _complete_queues(_safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops)
+        raw.queues = _complete_queues(_safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops, raw.batches)
         try:
             rec.backend.close()
         except Exception as exc:
@@ -599,12 +599,13 @@ class session:
 
 
 def _complete_queues(
-    queues: Any, spans: list[Any], backend: str, ops: list[Any] | None = None
+    queues: Any, spans: list[Any], backend: str, ops: list[Any] | None = None, batches: list[Any] | None = None
 ) -> list[QueueInfo]:
     """The backend's queues, with a stand-in for every queue a span or operation names that it
     did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
     out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
-    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []], default=-1) + 1
+    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []]
+               + [int(b.rows["queue"].max()) for b in batches or [] if len(b)], default=-1) + 1  # fmt: skip
     for i in range(len(out), need):
         out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
     return out

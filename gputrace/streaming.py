@@ -35,6 +35,7 @@ from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
 from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, ThrottledLog, raw_thread
 from gputrace.resolver import RawRecording, anomaly_report, resolve
+from gputrace.records import OpBatch, all_ops
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
 MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
@@ -274,6 +275,7 @@ class Streamer:
         raw = self.raw
         spans, raw.spans = raw.spans, []
         ops, raw.ops = raw.ops, []
+        batches, raw.batches = raw.batches, []
         blind, raw.blind = raw.blind, []
         untimed, raw.untimed = raw.untimed, set()
         degraded, raw.degraded = raw.degraded, {}
@@ -292,10 +294,11 @@ class Streamer:
             blind=blind,
             ops_timing=raw.ops_timing,
             problem=raw.problem,
+            batches=batches,
         )
         chunk = resolve(chunk_raw, report=False)
-        if ops and not self.final:
-            chunk = self._carry_ops(chunk, ops)
+        if (ops or batches) and not self.final:
+            chunk = self._carry_ops(chunk, all_ops(ops, batches))
         self._session_flags(chunk)
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them)
         tokens = {int(t) for th in threads for t in th.times[:, 2].tolist() if t > 0}
@@ -313,7 +316,7 @@ class Streamer:
         self.chunks += 1
         self.last_write = time.monotonic()
 
-    def _carry_ops(self, chunk: Trace, ops: list[Any]) -> Trace:
+    def _carry_ops(self, chunk: Trace, ops: OpBatch) -> Trace:
         """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
         them) wait for it in the session's pending operations; the chunk goes out without them."""
         o = chunk.ops
@@ -322,13 +325,14 @@ class Streamer:
             return chunk
         with self.recorder._buffers_lock:
             buffers = list(self.recorder.buffers)
-        open_tids = {b.tid for b in buffers if b.stack}
-        corr = set(o.correlation[loose].tolist())
-        carried = [op for op in ops if op.correlation in corr and op.call_tid in open_tids]
-        if not carried:
+        open_tids = [b.tid for b in buffers if b.stack]
+        rows = ops.rows
+        wait = np.isin(rows["correlation"], o.correlation[loose]) & np.isin(rows["call_tid"], open_tids)
+        if not wait.any():
             return chunk
-        keep = ~(loose & np.isin(o.correlation, [op.correlation for op in carried]))
-        self.raw.ops = carried[-MAX_CARRIED_SPANS:] + self.raw.ops
+        carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_SPANS:])
+        keep = ~(loose & np.isin(o.correlation, carried.rows["correlation"]))
+        self.raw.batches.insert(0, carried)
         chunk.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
         return chunk
 

@@ -148,13 +148,13 @@ def test_work_launched_outside_every_scope_is_kept() -> None:
     with s:
         src.launch("loose", gpu_ns=700)
         with gputrace.trace("step"):
-            src.launch("k", kind=OP_MEMCPY, nbytes=4096)
+            src.launch("Memcpy DtoH", kind=OP_MEMCPY, nbytes=4096)
     t = s.trace
     assert t is not None
     (loose,) = _ops_named(t, "loose")
     assert int(t.ops.scope[loose]) == -1
     assert t.header["ops"] == {"count": 2, "unattributed": 1}
-    (cp,) = _ops_named(t, "k")
+    (cp,) = _ops_named(t, "Memcpy DtoH")
     assert int(t.ops.kind[cp]) == OP_MEMCPY and int(t.ops.bytes[cp]) == 4096
 
 
@@ -294,7 +294,7 @@ def test_round_trip_layout_and_hta_fields(tmp_path: Path) -> None:
     with s:
         with gputrace.trace("step"):
             src.launch("k", gpu_ns=2_000)
-            src.launch("copy", kind=OP_MEMCPY, nbytes=1 << 20)
+            src.launch("Memcpy HtoD", kind=OP_MEMCPY, nbytes=1 << 20)
         src.launch("loose")
     t = s.trace
     assert t is not None

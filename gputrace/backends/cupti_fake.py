@@ -3,7 +3,10 @@
 Code under test calls ``launch`` (or ``launch_graph``) where it would launch GPU work; the source
 records the launch call on the calling thread at the current time and schedules the operation on
 its stream (after the stream's previous work and ``latency_ns``). Records are delivered at the
-next ``drain``, as CUPTI delivers them at a flush. ``take_over()`` plays another CUPTI client
+next ``drain``, as CUPTI delivers them at a flush: written as CUPTI 13's record bytes
+(``gputrace.backends.cupti_records`` layouts) into one buffer per drain and decoded by the same
+bulk decoder as libcupti's buffers, so the whole CUPTI path below the C library is under test.
+``cut_next_buffer(n)`` drops the last ``n`` bytes of the next buffer (a short buffer). ``take_over()`` plays another CUPTI client
 (torch.profiler) taking the callbacks: records are lost until ``release()``. ``lose_ops`` plays
 the other way records go missing: API calls keep arriving, their GPU operations do not (Kineto
 tearing activity tracing down under a session, full buffers).
@@ -23,13 +26,23 @@ tearing activity tracing down under a session, full buffers).
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from gputrace.backends import cupti_records as cr
 from gputrace.backends.base import Clock
-from gputrace.backends.cupti import CallTuple, OpTuple
-from gputrace.records import OP_KERNEL
+from gputrace.errors import report_internal
+from gputrace.records import OP_KERNEL, OP_MEMCPY
+
+# (kind, name, device, stream_id, correlation, gpu_start, gpu_end, bytes,
+#   grid_x, grid_y, grid_z, block_x, block_y, block_z, graph_id, graph_node_id)
+OpTuple = tuple[int, str, int, int, int, int, int, int, int, int, int, int, int, int, int, int]
+# (correlation, tid, start, end, domain, cbid); domain 0 driver, 1 runtime
+CallTuple = tuple[int, int, int, int, int, int]
 
 # CUPTI's clock is CLOCK_REALTIME: a long way from the session clock's zero.
 REALTIME_OFFSET_NS = 1_764_000_000_000_000_000
@@ -72,6 +85,11 @@ class FakeActivitySource:
         self.other: str | None = None  # what other_client_active() answers
         self.started = 0
         self.lost = 0
+        self.names = cr.NameTable()
+        self.decoder = cr.BufferDecoder()
+        self._name_bufs: dict[str, Any] = {}  # C strings the kernel records point at
+        self._cut = 0
+        self.problem = ""
 
     def timestamp(self) -> int:
         return round(self.clock() * self.rate) + self.offset_ns
@@ -167,11 +185,59 @@ class FakeActivitySource:
         t1 = self.timestamp()
         return threading.get_native_id(), t0, t1
 
-    def drain(self) -> tuple[list[OpTuple], list[CallTuple]]:
+    def cut_next_buffer(self, nbytes: int) -> None:
+        """The next drained buffer loses its last ``nbytes`` bytes (a short buffer)."""
+        self._cut = int(nbytes)
+
+    def drain(self) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
             ops, self._ops = self._ops, []
             calls, self._calls = self._calls, []
-        return ops, calls
+        buf = self.encode(ops, calls)
+        if self._cut:
+            buf, self._cut = buf[: max(len(buf) - self._cut, 0)], 0
+        got = self.decoder.decode(buf)
+        if got.problem:
+            self.problem = self.problem or got.problem
+            report_internal("cupti:decode", f"a CUPTI buffer could not be read whole: {got.problem}.")
+        return cr.columns([got], self.names, lambda p: ctypes.string_at(p).decode())
+
+    def _name_ptr(self, name: str) -> int:
+        b = self._name_bufs.get(name)
+        if b is None:
+            b = self._name_bufs[name] = ctypes.create_string_buffer(name.encode())
+        return ctypes.addressof(b)
+
+    def encode(self, ops: list[OpTuple], calls: list[CallTuple]) -> np.ndarray:
+        """The records as CUPTI writes them into an activity buffer: each launch call followed by
+        the operations it launched (in correlation order)."""
+        parts: list[tuple[int, int, bytes]] = []  # (correlation, 0 call / 1 op, record)
+        for c in calls:
+            r = np.zeros(1, cr.API)
+            r["kind"] = cr.KIND_RUNTIME if c[4] == 1 else cr.KIND_DRIVER
+            r["cbid"], r["start"], r["end"], r["threadId"], r["correlationId"] = c[5], c[2], c[3], c[1], c[0]
+            parts.append((c[0], 0, r.tobytes()))
+        for o in ops:
+            kind, name, dev, sid, corr, g0, g1, nbytes, gx, gy, gz, bx, by, bz, gid, nid = o
+            if kind == OP_KERNEL:
+                r = np.zeros(1, cr.KERNEL)
+                r["kind"] = cr.KIND_CONCURRENT_KERNEL
+                r["name"] = self._name_ptr(name)
+                r["gridX"], r["gridY"], r["gridZ"], r["blockX"], r["blockY"], r["blockZ"] = gx, gy, gz, bx, by, bz
+            elif kind == OP_MEMCPY:
+                r = np.zeros(1, cr.MEMCPY)
+                r["kind"] = cr.KIND_MEMCPY
+                r["copyKind"] = {v: k for k, v in cr.MEMCPY_NAMES.items()}.get(name, 0)
+                r["bytes"] = nbytes
+            else:
+                r = np.zeros(1, cr.MEMSET)
+                r["kind"] = cr.KIND_MEMSET
+                r["bytes"] = nbytes
+            r["start"], r["end"], r["deviceId"], r["streamId"], r["correlationId"] = g0, g1, dev, sid, corr
+            r["graphId"], r["graphNodeId"] = gid, nid
+            parts.append((corr, 1, r.tobytes()))
+        parts.sort(key=lambda p: (p[0], p[1]))
+        return np.frombuffer(b"".join(p[2] for p in parts), np.uint8)
 
     def call_name(self, domain: int, cbid: int) -> str:
         return {

@@ -137,14 +137,17 @@ class LibCuptiSource:
         flush_period_ms: int = FLUSH_PERIOD_MS,
         api_filter: bool = True,
         lib_path: str | None = None,
+        lib: Any = None,
     ) -> None:
-        path = lib_path or find_libcupti()
-        if not path:
-            raise GputraceError("libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)")
-        try:
-            self.lib = LibCupti(path)
-        except (OSError, AttributeError) as exc:
-            raise GputraceError(f"libcupti at {path} could not be loaded ({exc})") from None
+        if lib is None:  # ``lib``: a stand-in with LibCupti's methods (tests)
+            path = lib_path or find_libcupti()
+            if not path:
+                raise GputraceError("libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)")
+            try:
+                lib = LibCupti(path)
+            except (OSError, AttributeError) as exc:
+                raise GputraceError(f"libcupti at {path} could not be loaded ({exc})") from None
+        self.lib = lib
         self.version = self.lib.version()
         sizes: dict[int, int] = {}
         if 130000 <= self.version < 140000:
@@ -297,8 +300,8 @@ class LibCuptiSource:
             parts.append(got)
         self.buffers += len(bufs)
         ops, calls = cr.columns(parts, self.names, _read_c_string)
-        with self._lock:
-            self._free.extend(arr for arr, _ in bufs[:8])  # keep a few for reuse, free the rest
+        with self._lock:  # keep a few buffers for reuse, free the rest
+            self._free.extend(arr for arr, _ in bufs[: max(0, 8 - len(self._free))])
         self.api_records += len(calls)
         return ops, calls
 

@@ -118,12 +118,13 @@ class BufferDecoder:
         if n == 0:
             return np.zeros(0, np.int64), ("" if len(buf) == 0 else f"a {len(buf)} B buffer holds no record")
         words = buf[: n * RECORD_ALIGN].view("<u4")[0::2]  # the first word of every slot
-        slots = self._slots[np.minimum(words, self._top)]
-        cand = np.flatnonzero(slots)
+        small = np.flatnonzero((words - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
+        cand = small[self._slots[words[small]] > 0]
+        slots = self._slots[words[cand]]
         m = len(cand)
         if m == 0 or cand[0] != 0:
             return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
-        after = cand + slots[cand]
+        after = cand + slots
         j = np.searchsorted(cand, after)
         jc = np.minimum(j, m - 1)
         end, bad = m, m + 1
@@ -163,17 +164,20 @@ class BufferDecoder:
         n = len(buf) // RECORD_ALIGN
         kind_at = buf[: n * RECORD_ALIGN].view("<u4")[0::2][starts // RECORD_ALIGN]
 
+        whole = buf[: n * RECORD_ALIGN]
+        by_width = {1: whole, 2: whole.view("<u2"), 4: whole.view("<u4"), 8: whole.view("<u8")}
+
         def take(which: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
             at = starts[np.isin(kind_at, which)]
+            out = np.zeros(len(at), dtype)
             if not len(at):
-                return np.zeros(0, dtype)
-            size = self.sizes[which[0]]
-            if np.all(np.diff(at) == size) and at[0] + len(at) * size <= len(buf):
-                # one run of records of one kind: a strided view, copied in one go
-                view = np.ndarray((len(at),), dtype, buf, int(at[0]), (size,))
-                return np.array(view)
-            rows = buf[(at[:, None] + np.arange(dtype.itemsize)).clip(max=len(buf) - 1)]
-            return rows.view(dtype).reshape(-1).copy()
+                return out
+            # one gather per field: every field is naturally aligned inside its 8-aligned record
+            for field in dtype.names:
+                ftype, off = dtype.fields[field][:2]
+                w = ftype.itemsize
+                out[field] = by_width[w][(at + off) // w]
+            return out
 
         return Decoded(
             kernels=take((KIND_CONCURRENT_KERNEL,), KERNEL),
