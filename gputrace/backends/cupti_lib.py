@@ -34,7 +34,7 @@ FLUSH_PERIOD_MS = 200  # CUPTI hands full buffers over at least this often
 SETTLE_S = 1.0  # a drain waits at most this long for a buffer callback in flight
 KEEP_CALLS = re.compile(r"Launch|Memcpy|Memset|Synchronize")  # the API records attribution needs
 _CB_DOMAIN = {cr.DOMAIN_DRIVER: 1, cr.DOMAIN_RUNTIME: 2}  # CUpti_CallbackDomain
-_CBID_TOP = {cr.DOMAIN_DRIVER: 1024, cr.DOMAIN_RUNTIME: 768}  # beyond CUPTI 13.4's SIZE (868, 566)
+_CBID_TOP = {cr.DOMAIN_DRIVER: 1024, cr.DOMAIN_RUNTIME: 768}  # ids looked up past the table's
 
 _REQUESTED = ctypes.CFUNCTYPE(
     None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
@@ -236,15 +236,17 @@ class LibCuptiSource:
         """Record only the API calls that launch GPU work or synchronize (the canary): each
         recorded call costs CUPTI time in the program (~1 µs, measured from C on the H200)."""
         if not self._kept:
-            for dom in (cr.DOMAIN_DRIVER, cr.DOMAIN_RUNTIME):
-                keep = []
-                for cbid in range(1, _CBID_TOP[dom]):
+            from gputrace.backends import cupti_cbids as ids
+
+            for dom, known, top in ((cr.DOMAIN_DRIVER, ids.DRIVER, ids.DRIVER_SIZE), (cr.DOMAIN_RUNTIME, ids.RUNTIME, ids.RUNTIME_SIZE)):
+                keep = list(known)
+                self._call_names.update({(dom, k): v for k, v in known.items()})
+                for cbid in range(top, _CBID_TOP[dom]):  # ids newer than the table: asked of libcupti
                     name = self.lib.callback_name(dom, cbid)
-                    if name is None:
-                        continue
-                    self._call_names[(dom, cbid)] = re.sub(r"_v\d+$", "", name)
-                    if KEEP_CALLS.search(name):
-                        keep.append(cbid)
+                    if name is not None:
+                        self._call_names[(dom, cbid)] = re.sub(r"_v\d+$", "", name)
+                        if KEEP_CALLS.search(name):
+                            keep.append(cbid)
                 self._kept[dom] = keep
         for dom, fn in ((cr.DOMAIN_DRIVER, "cuptiActivityEnableDriverApi"), (cr.DOMAIN_RUNTIME, "cuptiActivityEnableRuntimeApi")):
             for cbid in self._kept[dom]:
