@@ -242,10 +242,13 @@ class Streamer:
         """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
-            for piece in _pieces(taken):
+            pieces = _pieces(taken)
+            for i, piece in enumerate(pieces):
+                self._more_pieces = i + 1 < len(pieces)  # ops of later pieces' scopes wait for them
                 self._write(piece, complete, queues)
                 if timer and not self.throttling and self.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
+            self._more_pieces = False
 
     def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
         if self.writer.closed:
@@ -297,7 +300,7 @@ class Streamer:
             batches=batches,
         )
         chunk = resolve(chunk_raw, report=False)
-        if (ops or batches) and not self.final:
+        if (ops or batches) and (not self.final or getattr(self, "_more_pieces", False)):
             chunk = self._carry_ops(chunk, all_ops(ops, batches))
         self._session_flags(chunk)
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them)
@@ -327,7 +330,9 @@ class Streamer:
             buffers = list(self.recorder.buffers)
         open_tids = [b.tid for b in buffers if b.stack]
         rows = ops.rows
-        wait = np.isin(rows["correlation"], o.correlation[loose]) & np.isin(rows["call_tid"], open_tids)
+        wait = np.isin(rows["correlation"], o.correlation[loose])
+        if not getattr(self, "_more_pieces", False):  # else any thread's scope may come next
+            wait &= np.isin(rows["call_tid"], open_tids)
         if not wait.any():
             return chunk
         carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_SPANS:])

@@ -481,3 +481,26 @@ def test_stated_uncertainty_includes_the_sources_own_error() -> None:
     with_error, without = run(1_000), run(0)
     assert [u - w for u, w in zip(with_error, without, strict=True)] == [1_000] * 3
     assert CuptiBackend.source_error_ns == 1_000
+
+
+def test_operations_find_their_scopes_across_the_pieces_of_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write of many scopes goes out in pieces; a kernel whose scope is in a later piece waits
+    for it (at 100k scopes, half of the kernels were written without their scope)."""
+    from gputrace import streaming
+
+    monkeypatch.setattr(streaming, "PIECE", 7)
+    path = tmp_path / "pieces.json"
+    s, src, _ = _session(path)
+    with s:
+        for i in range(30):
+            with gputrace.trace("tiny", i=i):
+                src.launch("k", gpu_ns=100)
+        src.launch("loose")
+    back = gputrace.load(path)
+    assert len(back) == 30 and len(back.ops) == 31
+    (loose,) = _ops_named(back, "loose")
+    assert int(back.ops.scope[loose]) == -1
+    owners = [int(back.ops.scope[r]) for r in _ops_named(back, "k")]
+    assert sorted(owners) == sorted(sc.index for sc in back.find("tiny"))
