@@ -286,6 +286,8 @@ class session:
             )
             self.stream = False
             return
+        if callable(getattr(self._recorder.backend, "collect_background", None)):
+            self._streamer.collect_ops = self._collect_background  # CUPTI: streamed as it arrives
         self._streamer.start_timer(self.flush_s)
         if self.ring_s is not None:
             self._install_ring_triggers()
@@ -556,6 +558,20 @@ class session:
             reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
             report_internal("calibrate", f"{reason}.")
             self._raw.problem = self._raw.problem or reason
+
+    def _collect_background(self) -> tuple[int | None, list[QueueInfo]]:
+        """The streamer's collect without a sync (CUPTI); returns the time before which scopes
+        are complete (``CuptiBackend.collect_background``; None when nothing can be said) and
+        the queues known now."""
+        rec = self._recorder
+        assert rec is not None
+        with self._lock:
+            got, horizon = rec.backend.collect_background()
+            self._raw.add_ops(got)
+            self._calibrate()
+            queues = _complete_queues(_safe(rec.backend.queues), self._raw.spans, rec.backend.name,
+                                      self._raw.ops, self._raw.batches)  # fmt: skip
+        return horizon, queues
 
     def _collect(self) -> None:
         rec = self._recorder

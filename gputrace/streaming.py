@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -127,6 +128,8 @@ class Streamer:
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
+        # set by the session (CUPTI): collect without a sync -> (horizon, queues)
+        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
 
     # -- the timer -----------------------------------------------------------------------------
     def start_timer(self, interval_s: float) -> None:
@@ -136,8 +139,17 @@ class Streamer:
             while not self._stop.wait(wait_s):
                 wait_s = check_s
                 if getattr(self.recorder.backend, "ops_timing", False):
-                    # CUPTI: a scope's kernels arrive at a sync; written then, not before (and no
-                    # backpressure: a scope written before its kernels arrive would lose them)
+                    # CUPTI: the kernels that arrived are collected, and the scopes that ended
+                    # before every launch still waiting for its kernels are written (the others
+                    # wait); no backpressure: a scope written before its kernels would lose them
+                    if self.collect_ops is not None and time.monotonic() - self.last_write >= interval_s:
+                        try:
+                            horizon, queues = self.collect_ops()
+                            if horizon is not None:
+                                with self.lock:
+                                    self.write(self.take(), False, queues, horizon)
+                        except Exception as exc:  # never let the timer die silently
+                            report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
                     continue
                 try:
                     behind = self.backlog() >= BACKLOG_SCOPES
@@ -238,8 +250,12 @@ class Streamer:
         with self.lock:
             self.write(self.take(), complete, None)
 
-    def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
-        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory)."""
+    def write(
+        self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None, horizon: int | None = None
+    ) -> None:
+        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory).
+        ``horizon``: only scopes that ended before it are complete (CUPTI without a sync)."""
+        self._horizon = horizon
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
             pieces = _pieces(taken)
@@ -263,9 +279,20 @@ class Streamer:
                 ready = held + rich
             else:  # scopes whose GPU work may still be running wait for a sync
                 ready, wait = [], list(held)
+                horizon = getattr(self, "_horizon", None)
+                if horizon is not None:  # CUPTI: what ended after the horizon waits, plain scopes too
+                    held, wait = wait, []
+                    for i in range(0, len(plain) - 2, 3):
+                        if plain[i + 2] > horizon:
+                            wait.extend((plain[i], plain[i + 1], plain[i + 2], 0, 0, None))
+                        else:
+                            ready.extend((plain[i], plain[i + 1], plain[i + 2], 0, 0, None))
+                    plain = []
+                    rich = held + rich
                 for i in range(0, len(rich), RICH):
                     item = rich[i : i + RICH]
-                    (wait if item[3] > 0 else ready).extend(item)
+                    late = item[2] > horizon if horizon is not None else item[3] > 0
+                    (wait if late else ready).extend(item)
                 if wait:
                     self.pending[key] = (buf, wait)
             threads.append(raw_thread(buf, plain, ready, marks))
@@ -328,7 +355,7 @@ class Streamer:
             return chunk
         with self.recorder._buffers_lock:
             buffers = list(self.recorder.buffers)
-        open_tids = [b.tid for b in buffers if b.stack]
+        open_tids = [b.tid for b in buffers if b.stack] + [buf.tid for buf, _ in self.pending.values()]
         rows = ops.rows
         wait = np.isin(rows["correlation"], o.correlation[loose])
         if not getattr(self, "_more_pieces", False):  # else any thread's scope may come next

@@ -8,6 +8,7 @@ every aligned time is known to the nanosecond.
 from __future__ import annotations
 
 import random
+import time
 import threading
 import warnings
 from pathlib import Path
@@ -504,3 +505,39 @@ def test_operations_find_their_scopes_across_the_pieces_of_one_write(
     assert int(back.ops.scope[loose]) == -1
     owners = [int(back.ops.scope[r]) for r in _ops_named(back, "k")]
     assert sorted(owners) == sorted(sc.index for sc in back.find("tiny"))
+
+
+def test_cupti_streams_without_syncs_and_no_kernel_loses_its_scope(tmp_path: Path) -> None:
+    """No sync at all: the streamer's timer collects what CUPTI delivered and writes the scopes
+    that ended before every launch still waiting for its kernel; one scope whose kernel has not
+    arrived (held back by the fake, like a kernel still queued) waits, and is written with it."""
+    path = tmp_path / "bg.json"
+    clock = FakeClock(1_000_000, 1_000)
+    src = FakeActivitySource(clock)
+    s = gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True, flush_s=0.05)
+    with s:
+        for i in range(20):
+            with gputrace.trace("early", i=i):
+                src.launch("k", gpu_ns=100)
+        with gputrace.trace("late"):
+            src.launch("slow", gpu_ns=100)
+            held = src._ops.pop()  # its kernel has not finished: not delivered yet
+        for i in range(5):
+            with gputrace.trace("after", i=i):
+                src.launch("k", gpu_ns=100)
+        deadline = time.monotonic() + 10
+        early: list[int] = []
+        while len(early) < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            got = gputrace.load(path)  # the file as it stands while the program runs
+            early = [int(got.ops.scope[r]) for r in _ops_named(got, "k")] if "k" in got.names else []
+        # written in the background (all but the last few, within the horizon's margin), each
+        # kernel under its scope
+        assert len(early) >= 10 and min(early) >= 0
+        assert not got.find("late")  # its kernel has not arrived: it waits
+        src._ops.append(held)  # the kernel finishes
+    back = gputrace.load(path)
+    assert len(back) == 26 and len(back.ops) == 26
+    assert int((back.ops.scope < 0).sum()) == 0  # every kernel under its scope
+    (slow,) = _ops_named(back, "slow")
+    assert back.scope(int(back.ops.scope[slow])).name == "late"

@@ -1,11 +1,12 @@
 """The cuda backend (CuPy), with two timing sources behind one name.
 
-- ``timing="cupti"``: NVIDIA's CUPTI through ``cupti-python`` (``gputrace.backends.cupti``):
+- ``timing="cupti"``: NVIDIA's CUPTI, libcupti driven through ctypes and its activity buffers
+  decoded in bulk (``gputrace.backends.cupti``, ``cupti_lib``, ``cupti_records``):
   every kernel, memcpy and memset with its launch call and exact GPU start/end, attributed to the
   innermost scope open on the launching thread; graph replays included.
 - ``timing="events"``: a pooled CUDA event pair per scope (``gputrace.backends.cuda_events``):
   one span per scope; the fallback, and the path that coexists with other CUPTI clients.
-- ``timing="auto"`` (the default): CUPTI where it can be used (cupti-python installed, no
+- ``timing="auto"`` (the default): CUPTI where it can be used (libcupti 13.x found, no
   torch.profiler recording), else events; one notice when another profiler is the reason.
 
 >>> import cupy, gputrace                                     # doctest: +SKIP

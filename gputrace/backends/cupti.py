@@ -51,6 +51,7 @@ RATE_SPAN_NS = 20_000_000  # and the measurement, when it does not count ns
 # 0.67 µs. Stated uncertainties of CUPTI GPU times include this allowance (docs/cupti.md).
 SOURCE_ERROR_NS = 1_000
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
+HORIZON_MARGIN_NS = 10_000  # a streamed scope ends at least this long before the horizon
 MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
 
 
@@ -165,6 +166,8 @@ class CuptiBackend(Backend):
         self.samples = max(1, int(samples))
         self._queues: dict[tuple[int, int], int] = {}
         self._queue_list: list[QueueInfo] = []
+        self._collect_lock = threading.Lock()  # a sync's collect and the streamer's, one at a time
+        self._prev_pending_starts = np.zeros(0, np.int64)  # launch calls still waiting for operations
         self._calls_prev = np.zeros(0, CALLS)  # the previous collect's API calls
         self._prev_matched = np.zeros(0, bool)  # which of them had their operations arrive
         self._canary: tuple[int, int, int] | None = None
@@ -283,6 +286,24 @@ class CuptiBackend(Backend):
         self._canary = (tid, self._source_ns(t0), self._source_ns(t1))
 
     def collect(self) -> Collected:
+        with self._collect_lock:
+            return self._collect(background=False)
+
+    def collect_background(self) -> tuple[Collected, int | None]:
+        """A collect without a sync (the streamer's timer), and the session-clock time before
+        which every launch call's operations have arrived (scopes that ended before it are
+        complete and can be written), or None when there is no such time yet."""
+        with self._collect_lock:
+            mark = self._brackets(1)[0]  # before the drain: records up to here are flushed
+            got = self._collect(background=True)
+            pending = self._prev_pending_starts
+            until_src = min(mark[1], int(pending.min())) if len(pending) else mark[1]
+            # onto the session clock through the bracket (CUPTI's clock counts ns); the margin
+            # covers the bracket's width and the two clocks' drift since (NTP slews ≤ 500 ppm)
+            margin = (mark[2] - mark[0]) + (mark[1] - until_src) // 2000 + HORIZON_MARGIN_NS
+            return got, mark[0] + (until_src - mark[1]) - margin
+
+    def _collect(self, *, background: bool) -> Collected:
         got = Collected(ops_timing=True)
         ops, calls = self.source.drain()
         if self._rate_map is not None:
@@ -301,13 +322,22 @@ class CuptiBackend(Backend):
         # A call's operations arrive by the collect after it at the latest, and by this one when
         # a sync came after the call: a launch call whose operations did not arrive by then lost
         # them (another CUPTI client tore activity tracing down, or buffers overflowed).
-        due = [prev[~prev_matched]]
-        if synced is not None:
-            ended = (now["end"] <= synced[1]) & ~now_matched
-            due.append(now[ended])
-            now_matched |= ended  # counted once
-        self._lost_operations(np.concatenate(due), got)
+        if background:
+            # no sync came: a launch whose operations have not arrived may still be queued on
+            # the GPU; it waits for a later collect (at the latest the next sync's) to be judged
+            keep = ~prev_matched & self._launches(prev)
+            now = np.concatenate([now, prev[keep]])
+            now_matched = np.concatenate([now_matched, np.zeros(int(keep.sum()), bool)])
+        else:
+            due = [prev[~prev_matched]]
+            if synced is not None:
+                ended = (now["end"] <= synced[1]) & ~now_matched
+                due.append(now[ended])
+                now_matched |= ended  # counted once
+            self._lost_operations(np.concatenate(due), got)
         self._calls_prev, self._prev_matched = now, now_matched
+        waiting = ~now_matched & self._launches(now)
+        self._prev_pending_starts = now["start"][waiting]
         self._ops_total += len(ops)
         return got
 
@@ -326,14 +356,20 @@ class CuptiBackend(Backend):
             self._launch_kind[key] = got
         return got
 
+    def _launches(self, calls: np.ndarray) -> np.ndarray:
+        """Which calls launch GPU work (their operations are expected)."""
+        if not len(calls):
+            return np.zeros(0, bool)
+        keys, inv = np.unique(calls["domain"].astype(np.int64) << 32 | calls["cbid"], return_inverse=True)
+        launch = np.array([self._is_launch(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], bool)
+        return launch[inv.reshape(-1)]
+
     def _lost_operations(self, due: np.ndarray, got: Collected) -> None:
         """Launch calls whose operations never arrived: their stretches of time are blind (scopes
         there with no GPU work are flagged untimed, not empty), counted, and noticed once."""
         if not len(due):
             return
-        keys, inv = np.unique(due["domain"].astype(np.int64) << 32 | due["cbid"], return_inverse=True)
-        launch = np.array([self._is_launch(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], bool)
-        lost = due[launch[inv.reshape(-1)]]
+        lost = due[self._launches(due)]
         if not len(lost):
             return
         lost = lost[np.argsort(lost["start"], kind="stable")]
@@ -422,7 +458,8 @@ class CuptiBackend(Backend):
             return
         tid, t0, t1 = canary
         inside = calls[(calls["start"] >= t0) & (calls["start"] <= t1)]
-        if any(tid in self._os_tids(int(t)) for t in np.unique(inside["tid"]).tolist()):
+        # (a set, not np.unique: that would import numpy.ma, 26 ms)
+        if any(tid in self._os_tids(t) for t in set(inside["tid"].tolist())):
             self._good_until = t1
             return
         since = self._good_until if self._good_until is not None else t0

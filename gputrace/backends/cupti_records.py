@@ -66,6 +66,8 @@ MEMSET = _layout(
 LAYOUTS = {KIND_CONCURRENT_KERNEL: KERNEL, KIND_DRIVER: API, KIND_RUNTIME: API,
            KIND_MEMCPY: MEMCPY, KIND_MEMSET: MEMSET}  # fmt: skip
 CUPTI_13_SIZES = {k: d.itemsize for k, d in LAYOUTS.items()}
+# the same fields, packed (what decoding returns: no copy of the bytes gputrace does not read)
+COMPACT = {k: np.dtype([(f, d.fields[f][0]) for f in d.names]) for k, d in LAYOUTS.items()}
 
 
 def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
@@ -89,7 +91,7 @@ def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
 
 @dataclass
 class Decoded:
-    """One buffer's records by kind (structured arrays with the dtypes above, copies)."""
+    """One buffer's records by kind (structured arrays of the fields above, ``COMPACT``)."""
 
     kernels: np.ndarray
     memcpys: np.ndarray
@@ -169,7 +171,7 @@ class BufferDecoder:
 
         def take(which: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
             at = starts[np.isin(kind_at, which)]
-            out = np.zeros(len(at), dtype)
+            out = np.zeros(len(at), COMPACT[which[0]])
             if not len(at):
                 return out
             # one gather per field: every field is naturally aligned inside its 8-aligned record
@@ -239,7 +241,10 @@ def columns(parts: list[Decoded], names: NameTable, read_name: Callable[[int], s
 
     def cat(field: str) -> np.ndarray:
         got = [getattr(p, field) for p in parts if len(getattr(p, field))]
-        return np.concatenate(got) if got else np.zeros(0, LAYOUTS[KIND_MEMCPY if field == "memcpys" else KIND_MEMSET if field == "memsets" else KIND_DRIVER if field == "calls" else KIND_CONCURRENT_KERNEL])
+        if len(got) == 1:
+            return got[0]
+        kind = {"memcpys": KIND_MEMCPY, "memsets": KIND_MEMSET, "calls": KIND_DRIVER}.get(field, KIND_CONCURRENT_KERNEL)
+        return np.concatenate(got) if got else np.zeros(0, COMPACT[kind])
 
     k, mc, ms, c = cat("kernels"), cat("memcpys"), cat("memsets"), cat("calls")
     ops = np.zeros(len(k) + len(mc) + len(ms), OPS)
