@@ -114,6 +114,9 @@ class Streamer:
         self._gate.set()
         self.throttling = False
         self.throttled = 0  # backlogs that made recording threads wait
+        # set by the session (CUPTI): collect without a sync -> (horizon, queues)
+        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
+        self.last_collect = time.monotonic()
         _live.add(self)
 
     def detach(self) -> None:
@@ -128,8 +131,7 @@ class Streamer:
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
-        # set by the session (CUPTI): collect without a sync -> (horizon, queues)
-        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
+        self.collect_ops = None
 
     # -- the timer -----------------------------------------------------------------------------
     def start_timer(self, interval_s: float) -> None:
@@ -142,7 +144,8 @@ class Streamer:
                     # CUPTI: the kernels that arrived are collected, and the scopes that ended
                     # before every launch still waiting for its kernels are written (the others
                     # wait); no backpressure: a scope written before its kernels would lose them
-                    if self.collect_ops is not None and time.monotonic() - self.last_write >= interval_s:
+                    if self.collect_ops is not None and time.monotonic() - self.last_collect >= interval_s:
+                        self.last_collect = time.monotonic()
                         try:
                             horizon, queues = self.collect_ops()
                             if horizon is not None:
