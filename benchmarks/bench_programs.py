@@ -143,8 +143,13 @@ t2 = clock()
 if stop is not None:
     stop()
 t3 = clock()
+extra = {}
+if variant.startswith("cupti_"):
+    info = session.trace.header.get("backend_info", {})
+    extra = {"cupti_start_ms": info.get("cupti_start_ms"), "timing": info.get("timing"),
+             "dropped": info.get("cupti_dropped_records"), "ops": session.trace.header.get("ops")}
 print(json.dumps({"import": (t0 - t_import) / 1e6, "start": (t1 - t0) / 1e6, "loop": (t2 - t1) / 1e6,
-                  "stop": (t3 - t2) / 1e6}))
+                  "stop": (t3 - t2) / 1e6, **extra}))
 """
 
 SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".pftrace", "events": ".json.gz",
@@ -203,6 +208,10 @@ def main() -> None:
             cells.append(f"{r['start']:>7.1f}/{r['loop']:>8.1f}/{r['stop']:>7.1f} {ratio:>6.2f}×")
         print(f"{v:<14}" + "".join(cells))
     print("import ms: " + ", ".join(f"{v} {best[(progs[0], v)]['import']:.0f}" for v in variants if (progs[0], v) in best))
+    for (p, v), r in sorted(best.items()):
+        if "cupti_start_ms" in r:
+            print(f"{p}/{v}: timing {r.get('timing')}, start parts {r.get('cupti_start_ms')}, ops {r.get('ops')}, "
+                  f"dropped {r.get('dropped')}")
 
 
 if __name__ == "__main__":

@@ -114,5 +114,5 @@ def test_kernel_counts_equal_torch_profilers() -> None:
                              timeout=300)  # fmt: skip
         assert out.returncode == 0, out.stderr[-2000:]
         got[who] = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["gputrace"]["timing"] == "cupti"
-    assert got["gputrace"]["kernels"] == got["torch"]["kernels"] == 1200
+    assert got["gputrace"]["timing"] == "cupti", got
+    assert got["gputrace"]["kernels"] == got["torch"]["kernels"] == 1200, got
