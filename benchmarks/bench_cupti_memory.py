@@ -35,7 +35,8 @@ else:
                     x += 1
         cupy.cuda.runtime.deviceSynchronize()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": time.perf_counter() - t0}))
+s = time.perf_counter() - t0
+print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": s}))
 """
 
 
@@ -46,14 +47,19 @@ def main() -> None:
     rows = []
     for v in ("bare", "cupti_jsongz"):
         out = f"/tmp/mem-{v}.json.gz"
-        p = subprocess.run([sys.executable, "-c", CHILD, str(n), v, out], capture_output=True, text=True, env=env)
+        p = subprocess.run(
+            [sys.executable, "-c", CHILD, str(n), v, out], capture_output=True, text=True, env=env
+        )
         if p.returncode:
             print(v, "failed:", p.stderr.strip().splitlines()[-1:])
             continue
         rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
     print(f"{n:,} kernels, 1,000 per scope, no sync")
     for r in rows:
-        print(f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB (at loop start {r['before_mb']:7.1f})  {r['s']:6.2f} s")
+        print(
+            f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB "
+            f"(at loop start {r['before_mb']:7.1f})  {r['s']:6.2f} s"
+        )
     if len(rows) == 2:
         print(f"peak over bare: {rows[1]['peak_mb'] - rows[0]['peak_mb']:.1f} MB")
 

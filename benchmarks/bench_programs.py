@@ -33,7 +33,17 @@ import tempfile
 from pathlib import Path
 
 PROGRAMS = ("tiny20k", "tiny100k", "solver", "matmul")
-VARIANTS = ("bare", "cupti_jsongz", "cupti_json", "cupti_pftrace", "events", "proton", "rawcupti", "torch", "nvtx")
+VARIANTS = (
+    "bare",
+    "cupti_jsongz",
+    "cupti_json",
+    "cupti_pftrace",
+    "events",
+    "proton",
+    "rawcupti",
+    "torch",
+    "nvtx",
+)
 
 CHILD = r"""
 import json, sys, time
@@ -152,7 +162,8 @@ print(json.dumps({"import": (t0 - t_import) / 1e6, "start": (t1 - t0) / 1e6, "lo
                   "stop": (t3 - t2) / 1e6, **extra}))
 """
 
-SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".pftrace", "events": ".json.gz",
+SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".pftrace",
+          "events": ".json.gz",
           "proton": "", "torch": ".json"}  # fmt: skip
 
 
@@ -207,11 +218,17 @@ def main() -> None:
             ratio = (r["start"] + r["loop"] + r["stop"]) / b["loop"] if b else float("nan")
             cells.append(f"{r['start']:>7.1f}/{r['loop']:>8.1f}/{r['stop']:>7.1f} {ratio:>6.2f}×")
         print(f"{v:<14}" + "".join(cells))
-    print("import ms: " + ", ".join(f"{v} {best[(progs[0], v)]['import']:.0f}" for v in variants if (progs[0], v) in best))
+    print(
+        "import ms: "
+        + ", ".join(f"{v} {best[(progs[0], v)]['import']:.0f}" for v in variants if (progs[0], v) in best)
+    )
     for (p, v), r in sorted(best.items()):
         if "cupti_start_ms" in r:
-            print(f"{p}/{v}: timing {r.get('timing')}, start parts {r.get('cupti_start_ms')}, ops {r.get('ops')}, "
-                  f"dropped {r.get('dropped')}")
+            print(
+                f"{p}/{v}: timing {r.get('timing')}, start parts {r.get('cupti_start_ms')}, "
+                f"ops {r.get('ops')}, "
+                f"dropped {r.get('dropped')}"
+            )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,10 @@ src = LibCuptiSource()
 t2 = time.perf_counter_ns()
 src.start()
 t3 = time.perf_counter_ns()
-print(f"import {(t1 - t0) / 1e6:.1f} ms (with cupy warm-up); construct {(t2 - t1) / 1e6:.2f} ms; "
-      f"start {(t3 - t2) / 1e6:.2f} ms; version {src.version}; sizes {src.decoder.sizes}")
+print(
+    f"import {(t1 - t0) / 1e6:.1f} ms (with cupy warm-up); construct {(t2 - t1) / 1e6:.2f} ms; "
+    f"start {(t3 - t2) / 1e6:.2f} ms; version {src.version}; sizes {src.decoder.sizes}"
+)
 N = int(os.environ.get("N", "5000"))
 for _ in range(N):
     x += 1
@@ -47,18 +49,59 @@ lib.cuptiActivityGetNextRecord.argtypes = [ctypes.c_void_p, ctypes.c_size_t, cty
 lib.cuptiActivityGetNextRecord.restype = ctypes.c_int
 from cupti import cupti as cp  # noqa: E402
 
-cls = {10: cp.ActivityKernel13, 4: cp.ActivityAPI, 5: cp.ActivityAPI, 1: cp.ActivityMemcpy7, 2: cp.ActivityMemset5}
+cls = {
+    10: cp.ActivityKernel13,
+    4: cp.ActivityAPI,
+    5: cp.ActivityAPI,
+    1: cp.ActivityMemcpy7,
+    2: cp.ActivityMemset5,
+}
 fields = {
-    10: [("start", "start"), ("end", "end"), ("deviceId", "device_id"), ("streamId", "stream_id"),
-         ("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"), ("blockX", "block_x"),
-         ("blockY", "block_y"), ("blockZ", "block_z"), ("correlationId", "correlation_id"),
-         ("graphNodeId", "graph_node_id"), ("graphId", "graph_id")],
-    4: [("cbid", "cbid"), ("start", "start"), ("end", "end"), ("processId", "process_id"),
-        ("threadId", "thread_id"), ("correlationId", "correlation_id"), ("returnValue", "return_value")],
-    1: [("copyKind", "copy_kind"), ("bytes", "bytes"), ("start", "start"), ("end", "end"), ("deviceId", "device_id"),
-        ("streamId", "stream_id"), ("correlationId", "correlation_id"), ("graphNodeId", "graph_node_id"), ("graphId", "graph_id")],
-    2: [("bytes", "bytes"), ("start", "start"), ("end", "end"), ("deviceId", "device_id"), ("streamId", "stream_id"),
-        ("correlationId", "correlation_id"), ("graphNodeId", "graph_node_id"), ("graphId", "graph_id")],
+    10: [
+        ("start", "start"),
+        ("end", "end"),
+        ("deviceId", "device_id"),
+        ("streamId", "stream_id"),
+        ("gridX", "grid_x"),
+        ("gridY", "grid_y"),
+        ("gridZ", "grid_z"),
+        ("blockX", "block_x"),
+        ("blockY", "block_y"),
+        ("blockZ", "block_z"),
+        ("correlationId", "correlation_id"),
+        ("graphNodeId", "graph_node_id"),
+        ("graphId", "graph_id"),
+    ],
+    4: [
+        ("cbid", "cbid"),
+        ("start", "start"),
+        ("end", "end"),
+        ("processId", "process_id"),
+        ("threadId", "thread_id"),
+        ("correlationId", "correlation_id"),
+        ("returnValue", "return_value"),
+    ],
+    1: [
+        ("copyKind", "copy_kind"),
+        ("bytes", "bytes"),
+        ("start", "start"),
+        ("end", "end"),
+        ("deviceId", "device_id"),
+        ("streamId", "stream_id"),
+        ("correlationId", "correlation_id"),
+        ("graphNodeId", "graph_node_id"),
+        ("graphId", "graph_id"),
+    ],
+    2: [
+        ("bytes", "bytes"),
+        ("start", "start"),
+        ("end", "end"),
+        ("deviceId", "device_id"),
+        ("streamId", "stream_id"),
+        ("correlationId", "correlation_id"),
+        ("graphNodeId", "graph_node_id"),
+        ("graphId", "graph_id"),
+    ],
 }
 fields[5] = fields[4]
 dtype = {10: cr.KERNEL, 4: cr.API, 5: cr.API, 1: cr.MEMCPY, 2: cr.MEMSET}
@@ -84,11 +127,12 @@ for bi, (arr, valid) in enumerate(bufs):
         stats["offset_mismatch"] += 1
         print("offsets differ", bi, len(starts), len(walk))
     for off in walk:
-        kind = int(buf[off:off + 4].view("<u4")[0])
+        kind = int(buf[off : off + 4].view("<u4")[0])
         if kind not in cls:
-            stats["compared"]["other kind %d" % kind] = stats["compared"].get("other kind %d" % kind, 0) + 1
+            key = f"other kind {kind}"
+            stats["compared"][key] = stats["compared"].get(key, 0) + 1
             continue
-        ours = buf[off:off + dtype[kind].itemsize].view(dtype[kind])[0]
+        ours = buf[off : off + dtype[kind].itemsize].view(dtype[kind])[0]
         theirs = cls[kind].from_ptr(base + off)
         stats["compared"][kind] = stats["compared"].get(kind, 0) + 1
         for a, b in fields[kind]:
@@ -98,11 +142,25 @@ for bi, (arr, valid) in enumerate(bufs):
                     print("field", kind, a, int(ours[a]), int(getattr(theirs, b)))
         if kind == 10 and ctypes.string_at(int(ours["name"])).decode() != theirs.name:
             stats["name_mismatch"] += 1
-ops, calls = cr.columns([src.decoder.decode(a[:v]) for a, v in bufs], src.names, lambda p: ctypes.string_at(p).decode())
+ops, calls = cr.columns(
+    [src.decoder.decode(a[:v]) for a, v in bufs], src.names, lambda p: ctypes.string_at(p).decode()
+)
 print(stats)
 print(f"decode {decode_ns / max(stats['records'], 1):.3f} ns/record over {stats['records']} records")
 print("ops", len(ops), "calls", len(calls), "names", src.names.names[:6])
-print("kernels", int((ops["kind"] == 0).sum()), "memcpy", int((ops["kind"] == 1).sum()), "memset", int((ops["kind"] == 2).sum()))
-np.savez_compressed(os.path.join(outdir, "cupti_buffers_h200.npz"), version=src.version,
-                    sizes=np.array(sorted(src.decoder.sizes.items())), names=np.array(src.names.names), **saved)
+print(
+    "kernels",
+    int((ops["kind"] == 0).sum()),
+    "memcpy",
+    int((ops["kind"] == 1).sum()),
+    "memset",
+    int((ops["kind"] == 2).sum()),
+)
+np.savez_compressed(
+    os.path.join(outdir, "cupti_buffers_h200.npz"),
+    version=src.version,
+    sizes=np.array(sorted(src.decoder.sizes.items())),
+    names=np.array(src.names.names),
+    **saved,
+)
 src.stop()

@@ -208,4 +208,8 @@ class RawRecording:
 
 def all_ops(ops: list[RawOp], batches: list[OpBatch]) -> OpBatch:
     """Every operation of a recording (objects and batches) as one batch."""
-    return OpBatch.concat(([OpBatch.of(ops)] if ops else []) + list(batches)) if ops or batches else OpBatch.of([])
+    return (
+        OpBatch.concat(([OpBatch.of(ops)] if ops else []) + list(batches))
+        if ops or batches
+        else OpBatch.of([])
+    )

@@ -469,7 +469,9 @@ def _place_ops(
     r = batch.rows
     name_rank = np.zeros(max(len(batch.names), 1), np.int64)
     name_rank[np.argsort(np.array(batch.names, dtype=object))] = np.arange(len(batch.names))
-    order = np.lexsort((name_rank[r["name"]], r["correlation"], r["queue"], r["device"], r["gpu_end_ns"], r["gpu_start_ns"]))
+    order = np.lexsort(
+        (name_rank[r["name"]], r["correlation"], r["queue"], r["device"], r["gpu_end_ns"], r["gpu_start_ns"])
+    )
     r = r[order]
     ids = _intern_all(batch.names, intern) if batch.names else np.zeros(1, np.int32)
     ops = OpTable.empty(n_ops)

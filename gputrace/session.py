@@ -483,7 +483,9 @@ class session:
         raw.header["host"]["loadavg_end"] = _loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = _complete_queues(_safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops, raw.batches)
+        raw.queues = _complete_queues(
+            _safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops, raw.batches
+        )
         try:
             rec.backend.close()
         except Exception as exc:
@@ -566,7 +568,7 @@ class session:
         rec = self._recorder
         assert rec is not None
         with self._lock:
-            got, horizon = rec.backend.collect_background()
+            got, horizon = rec.backend.collect_background()  # type: ignore[attr-defined]
             self._raw.add_ops(got)
             self._calibrate()
             queues = _complete_queues(_safe(rec.backend.queues), self._raw.spans, rec.backend.name,
@@ -615,7 +617,11 @@ class session:
 
 
 def _complete_queues(
-    queues: Any, spans: list[Any], backend: str, ops: list[Any] | None = None, batches: list[Any] | None = None
+    queues: Any,
+    spans: list[Any],
+    backend: str,
+    ops: list[Any] | None = None,
+    batches: list[Any] | None = None,
 ) -> list[QueueInfo]:
     """The backend's queues, with a stand-in for every queue a span or operation names that it
     did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""

@@ -35,8 +35,8 @@ from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
 from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, ThrottledLog, raw_thread
-from gputrace.resolver import RawRecording, anomaly_report, resolve
 from gputrace.records import OpBatch, all_ops
+from gputrace.resolver import RawRecording, anomaly_report, resolve
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
 MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
@@ -152,7 +152,9 @@ class Streamer:
                                 with self.lock:
                                     self.write(self.take(), False, queues, horizon)
                         except Exception as exc:  # never let the timer die silently
-                            report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
+                            report_internal(
+                                "stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc})."
+                            )
                     continue
                 try:
                     behind = self.backlog() >= BACKLOG_SCOPES

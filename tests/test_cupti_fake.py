@@ -8,8 +8,8 @@ every aligned time is known to the nanosecond.
 from __future__ import annotations
 
 import random
-import time
 import threading
+import time
 import warnings
 from pathlib import Path
 

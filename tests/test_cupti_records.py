@@ -39,8 +39,9 @@ class Kernel13(ctypes.Structure):
                 ("blockY", i32), ("blockZ", i32), ("staticSharedMemory", i32), ("dynamicSharedMemory", i32),
                 ("localMemoryPerThread", u32), ("localMemoryTotal", u32), ("correlationId", u32),
                 ("gridId", i64), ("name", ptr), ("reserved0", ptr), ("queued", u64), ("submitted", u64),
-                ("launchType", u8), ("isSharedMemoryCarveoutRequested", u8), ("sharedMemoryCarveoutRequested", u8),
-                ("padding", u8), ("sharedMemoryExecuted", u32), ("graphNodeId", u64), ("shmemLimitConfig", u32),
+                ("launchType", u8), ("isSharedMemoryCarveoutRequested", u8),
+                ("sharedMemoryCarveoutRequested", u8), ("padding", u8), ("sharedMemoryExecuted", u32),
+                ("graphNodeId", u64), ("shmemLimitConfig", u32),
                 ("graphId", u32), ("pAccessPolicyWindow", ptr), ("channelID", u32), ("channelType", u32),
                 ("clusterX", u32), ("clusterY", u32), ("clusterZ", u32), ("clusterSchedulingPolicy", u32),
                 ("localMemoryTotal_v2", u64), ("maxPotentialClusterSize", u32), ("maxActiveClusters", u32),
@@ -71,7 +72,8 @@ class Memset5(ctypes.Structure):
                 ("deviceId", u32), ("contextId", u32), ("streamId", u32), ("correlationId", u32),
                 ("flags", u16), ("memoryKind", u16), ("pad", u32), ("reserved0", ptr), ("graphNodeId", u64),
                 ("graphId", u32), ("channelID", u32), ("channelType", u32), ("isDeviceLaunched", u8),
-                ("pad2", u8 * 3), ("sourceGraphId", u32), ("pad3", u32), ("sourceGraphNodeId", u64)]  # fmt: skip
+                ("pad2", u8 * 3), ("sourceGraphId", u32), ("pad3", u32),
+                ("sourceGraphNodeId", u64)]  # fmt: skip
 
 
 ORACLE: dict[int, Any] = {cr.KIND_CONCURRENT_KERNEL: Kernel13, cr.KIND_DRIVER: Api, cr.KIND_RUNTIME: Api,
@@ -89,7 +91,9 @@ def test_the_layouts_are_the_headers_structs() -> None:
     assert (ctypes.sizeof(Kernel13), ctypes.sizeof(Api)) == (248, 40)  # measured on the H200 (FACTS)
 
 
-def _random_buffer(rng: np.random.Generator, n: int, name_ptr: int = 0) -> tuple[bytes, list[tuple[int, Any]]]:
+def _random_buffer(
+    rng: np.random.Generator, n: int, name_ptr: int = 0
+) -> tuple[bytes, list[tuple[int, Any]]]:
     """n records of random kinds with random field values, packed as CUPTI packs them (kernel
     names pointing at ``name_ptr`` when given)."""
     out, recs = bytearray(), []

@@ -5,7 +5,8 @@ An *activity source* (libcupti through ctypes, ``gputrace.backends.cupti_lib``; 
 records as arrays, decoded in bulk from CUPTI's buffers: per GPU operation its name, device,
 stream, GPU start/end and the correlation id of the API call that launched it; per API call its
 thread and CPU start/end. This backend joins operations to their launch calls by correlation id
-with numpy (no Python object per record) and hands them to the resolver as one batch, which attributes each to the innermost scope open on the launching thread when the call
+with numpy (no Python object per record) and hands them to the resolver as one batch, which
+attributes each to the innermost scope open on the launching thread when the call
 started (the call's start inside the scope's CPU window). The recorder's hot path is untouched:
 this backend is not ``timed``, so scopes cost what CPU-only scopes cost, and nothing is pushed or
 popped per scope (measured against CUPTI's external-correlation push/pop in
@@ -53,7 +54,6 @@ SOURCE_ERROR_NS = 1_000
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
 HORIZON_MARGIN_NS = 10_000  # a streamed scope ends at least this long before the horizon
 MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
-
 
 
 class ActivitySource(Protocol):
@@ -383,7 +383,10 @@ class CuptiBackend(Backend):
         cut = np.flatnonzero(lost["start"][1:] - end[:-1] > LOST_GAP_NS) + 1
         first = np.concatenate([[0], cut])
         last = np.concatenate([cut - 1, [len(lost) - 1]])
-        stretches = [Blind(int(lost["start"][i]), int(end[j]), why) for i, j in zip(first.tolist(), last.tolist(), strict=True)]
+        stretches = [
+            Blind(int(lost["start"][i]), int(end[j]), why)
+            for i, j in zip(first.tolist(), last.tolist(), strict=True)
+        ]
         got.blind.extend(stretches)
         self._blind.extend(stretches[-MAX_BLIND_LISTED:])
         del self._blind[:-MAX_BLIND_LISTED]
@@ -422,11 +425,17 @@ class CuptiBackend(Backend):
         which = np.concatenate([np.arange(len(now)), -1 - np.arange(len(prev))])
         order = np.argsort(pool["correlation"], kind="stable")
         corr_sorted = pool["correlation"][order]
-        first = np.concatenate([[True], corr_sorted[1:] != corr_sorted[:-1]]) if len(order) else np.zeros(0, bool)
+        first = (
+            np.concatenate([[True], corr_sorted[1:] != corr_sorted[:-1]]) if len(order) else np.zeros(0, bool)
+        )
         order, corr_sorted = order[first], corr_sorted[first]
         j = np.searchsorted(corr_sorted, ops["correlation"])
         jc = np.minimum(j, max(len(corr_sorted) - 1, 0))
-        hit = (j < len(corr_sorted)) & (corr_sorted[jc] == ops["correlation"]) if len(corr_sorted) else np.zeros(n, bool)
+        hit = (
+            (j < len(corr_sorted)) & (corr_sorted[jc] == ops["correlation"])
+            if len(corr_sorted)
+            else np.zeros(n, bool)
+        )
         rows["call_tid"] = -1
         rows["call_name"] = names.index("")
         if hit.any():
@@ -438,7 +447,13 @@ class CuptiBackend(Backend):
             rows["call_end_ns"][hit] = c["end"]
             key = c["domain"].astype(np.int64) << 32 | c["cbid"]
             ukey, kinv = np.unique(key, return_inverse=True)
-            cname = np.array([names.index(self.source.call_name(int(k >> 32), int(k & 0xFFFFFFFF))) for k in ukey.tolist()], np.int32)
+            cname = np.array(
+                [
+                    names.index(self.source.call_name(int(k >> 32), int(k & 0xFFFFFFFF)))
+                    for k in ukey.tolist()
+                ],
+                np.int32,
+            )
             rows["call_name"][hit] = cname[kinv.reshape(-1)]
             utid, tinv = np.unique(c["tid"], return_inverse=True)
             primary = np.empty(len(utid), np.int64)
@@ -561,4 +576,5 @@ def _last_per_correlation(calls: np.ndarray) -> np.ndarray:
         return calls
     rev = calls[::-1]
     _, first = np.unique(rev["correlation"], return_index=True)
-    return rev[np.sort(first)][::-1].copy()
+    out: np.ndarray = rev[np.sort(first)][::-1].copy()
+    return out

@@ -6,7 +6,8 @@ its stream (after the stream's previous work and ``latency_ns``). Records are de
 next ``drain``, as CUPTI delivers them at a flush: written as CUPTI 13's record bytes
 (``gputrace.backends.cupti_records`` layouts) into one buffer per drain and decoded by the same
 bulk decoder as libcupti's buffers, so the whole CUPTI path below the C library is under test.
-``cut_next_buffer(n)`` drops the last ``n`` bytes of the next buffer (a short buffer). ``take_over()`` plays another CUPTI client
+``cut_next_buffer(n)`` drops the last ``n`` bytes of the next buffer (a short buffer).
+``take_over()`` plays another CUPTI client
 (torch.profiler) taking the callbacks: records are lost until ``release()``. ``lose_ops`` plays
 the other way records go missing: API calls keep arriving, their GPU operations do not (Kineto
 tearing activity tracing down under a session, full buffers).
@@ -217,12 +218,19 @@ class FakeActivitySource:
             c = np.array(calls, np.int64).reshape(-1, 6)
             r = np.zeros(len(c), cr.API)
             r["kind"] = np.where(c[:, 4] == 1, cr.KIND_RUNTIME, cr.KIND_DRIVER)
-            r["cbid"], r["start"], r["end"], r["threadId"], r["correlationId"] = c[:, 5], c[:, 2], c[:, 3], c[:, 1], c[:, 0]
+            r["cbid"], r["start"], r["end"], r["threadId"], r["correlationId"] = (
+                c[:, 5],
+                c[:, 2],
+                c[:, 3],
+                c[:, 1],
+                c[:, 0],
+            )
             groups.append((r, c[:, 0], np.zeros(len(c), np.int64)))
         if ops:
             kinds = np.array([o[0] for o in ops], np.int64)
             num = np.array([o[2:] for o in ops], np.int64).reshape(-1, 14)  # device ... graph_node_id
-            for kind, dtype, ck in ((OP_KERNEL, cr.KERNEL, cr.KIND_CONCURRENT_KERNEL), (OP_MEMCPY, cr.MEMCPY, cr.KIND_MEMCPY),
+            for kind, dtype, ck in ((OP_KERNEL, cr.KERNEL, cr.KIND_CONCURRENT_KERNEL),
+                                    (OP_MEMCPY, cr.MEMCPY, cr.KIND_MEMCPY),
                                     (2, cr.MEMSET, cr.KIND_MEMSET)):  # fmt: skip
                 sel = np.flatnonzero(kinds == kind)
                 if not len(sel):
@@ -230,7 +238,13 @@ class FakeActivitySource:
                 v = num[sel]
                 r = np.zeros(len(sel), dtype)
                 r["kind"] = ck
-                r["start"], r["end"], r["deviceId"], r["streamId"], r["correlationId"] = v[:, 3], v[:, 4], v[:, 0], v[:, 1], v[:, 2]
+                r["start"], r["end"], r["deviceId"], r["streamId"], r["correlationId"] = (
+                    v[:, 3],
+                    v[:, 4],
+                    v[:, 0],
+                    v[:, 1],
+                    v[:, 2],
+                )
                 r["graphId"], r["graphNodeId"] = v[:, 12], v[:, 13]
                 if kind == OP_KERNEL:
                     r["name"] = [self._name_ptr(ops[i][1]) for i in sel.tolist()]

@@ -39,7 +39,9 @@ _CBID_TOP = {cr.DOMAIN_DRIVER: 1024, cr.DOMAIN_RUNTIME: 768}  # ids looked up pa
 _REQUESTED = ctypes.CFUNCTYPE(
     None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
 )
-_COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+_COMPLETED = ctypes.CFUNCTYPE(
+    None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t
+)
 
 
 def find_libcupti() -> str | None:
@@ -58,7 +60,7 @@ def find_libcupti() -> str | None:
                 if got:
                     return got[-1]
     with contextlib.suppress(Exception):
-        from cuda.pathfinder import load_nvidia_dynamic_lib
+        from cuda.pathfinder import load_nvidia_dynamic_lib  # type: ignore[import-not-found]
 
         return str(load_nvidia_dynamic_lib("cupti").abs_path)
     import ctypes.util
@@ -142,7 +144,9 @@ class LibCuptiSource:
         if lib is None:  # ``lib``: a stand-in with LibCupti's methods (tests)
             path = lib_path or find_libcupti()
             if not path:
-                raise GputraceError("libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)")
+                raise GputraceError(
+                    "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
+                )
             try:
                 lib = LibCupti(path)
             except (OSError, AttributeError) as exc:
@@ -238,7 +242,10 @@ class LibCuptiSource:
         if not self._kept:
             from gputrace.backends import cupti_cbids as ids
 
-            for dom, known, top in ((cr.DOMAIN_DRIVER, ids.DRIVER, ids.DRIVER_SIZE), (cr.DOMAIN_RUNTIME, ids.RUNTIME, ids.RUNTIME_SIZE)):
+            for dom, known, top in (
+                (cr.DOMAIN_DRIVER, ids.DRIVER, ids.DRIVER_SIZE),
+                (cr.DOMAIN_RUNTIME, ids.RUNTIME, ids.RUNTIME_SIZE),
+            ):
                 keep = list(known)
                 self._call_names.update({(dom, k): v for k, v in known.items()})
                 for cbid in range(top, _CBID_TOP[dom]):  # ids newer than the table: asked of libcupti
@@ -248,7 +255,10 @@ class LibCuptiSource:
                         if KEEP_CALLS.search(name):
                             keep.append(cbid)
                 self._kept[dom] = keep
-        for dom, fn in ((cr.DOMAIN_DRIVER, "cuptiActivityEnableDriverApi"), (cr.DOMAIN_RUNTIME, "cuptiActivityEnableRuntimeApi")):
+        for dom, fn in (
+            (cr.DOMAIN_DRIVER, "cuptiActivityEnableDriverApi"),
+            (cr.DOMAIN_RUNTIME, "cuptiActivityEnableRuntimeApi"),
+        ):
             for cbid in self._kept[dom]:
                 with contextlib.suppress(GputraceError):
                     self.lib.call(fn, cbid, 1 if on else 0)
@@ -257,7 +267,7 @@ class LibCuptiSource:
         self.start()
 
     def timestamp(self) -> int:
-        return self.lib.timestamp()
+        return int(self.lib.timestamp())
 
     def sync(self) -> tuple[int, int, int]:
         import cupy
@@ -298,7 +308,7 @@ class LibCuptiSource:
                 if not self.problem:
                     self.problem = got.problem
                     report_internal("cupti:decode", f"a CUPTI buffer could not be read whole: {got.problem}; "
-                                    "the records after the break are lost (counted in the header).")  # fmt: skip
+                                    "the records after it are lost (counted in the header).")  # fmt: skip
             parts.append(got)
         self.buffers += len(bufs)
         ops, calls = cr.columns(parts, self.names, _read_c_string)
@@ -312,7 +322,9 @@ class LibCuptiSource:
         name = self._call_names.get(key)
         if name is None:
             got = self.lib.callback_name(domain, cbid)
-            name = re.sub(r"_v\d+$", "", got) if got else f"{'runtime' if domain == 1 else 'driver'} api {cbid}"
+            name = (
+                re.sub(r"_v\d+$", "", got) if got else f"{'runtime' if domain == 1 else 'driver'} api {cbid}"
+            )
             self._call_names[key] = name
         return name
 

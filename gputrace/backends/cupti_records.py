@@ -66,8 +66,16 @@ MEMSET = _layout(
 LAYOUTS = {KIND_CONCURRENT_KERNEL: KERNEL, KIND_DRIVER: API, KIND_RUNTIME: API,
            KIND_MEMCPY: MEMCPY, KIND_MEMSET: MEMSET}  # fmt: skip
 CUPTI_13_SIZES = {k: d.itemsize for k, d in LAYOUTS.items()}
+
+
+def fields_of(dtype: np.dtype) -> list[tuple[str, np.dtype, int]]:
+    """(name, type, offset) of each field of a record layout."""
+    assert dtype.names is not None and dtype.fields is not None
+    return [(f, dtype.fields[f][0], int(dtype.fields[f][1])) for f in dtype.names]
+
+
 # the same fields, packed (what decoding returns: no copy of the bytes gputrace does not read)
-COMPACT = {k: np.dtype([(f, d.fields[f][0]) for f in d.names]) for k, d in LAYOUTS.items()}
+COMPACT = {k: np.dtype([(f, t) for f, t, _ in fields_of(d)]) for k, d in LAYOUTS.items()}
 
 
 def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
@@ -82,7 +90,7 @@ def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
     out = {}
     for kind, dtype in LAYOUTS.items():
         got = sizes.get(kind, 0)
-        need = max(dtype.fields[f][1] + dtype.fields[f][0].itemsize for f in dtype.names)
+        need = max(off + t.itemsize for _, t, off in fields_of(dtype))
         if got < need or got % RECORD_ALIGN:
             return f"CUPTI {version} reports {got} B records of kind {kind}; the layout needs {need} B"
         out[kind] = got
@@ -146,9 +154,9 @@ class BufferDecoder:
             k = int(words[last // RECORD_ALIGN])
             tail = last + int(self.sizes.get(k, 0))
             problem = (
-                f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown record kind)"
+                f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
                 if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
-                else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail} of {len(buf)}"
+                else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
             )
         elif len(buf) % RECORD_ALIGN:
             problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
@@ -175,8 +183,7 @@ class BufferDecoder:
             if not len(at):
                 return out
             # one gather per field: every field is naturally aligned inside its 8-aligned record
-            for field in dtype.names:
-                ftype, off = dtype.fields[field][:2]
+            for field, ftype, off in fields_of(dtype):
                 w = ftype.itemsize
                 out[field] = by_width[w][(at + off) // w]
             return out
@@ -194,7 +201,8 @@ class BufferDecoder:
 # What a source hands the backend, whatever made the records (libcupti or the test fake).
 OPS = np.dtype([("kind", "<i4"), ("name", "<i4"), ("device", "<i4"), ("stream", "<i8"),
                 ("correlation", "<i8"), ("start", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
-                ("grid", "<i8", (3,)), ("block", "<i8", (3,)), ("graph_id", "<i8"), ("graph_node_id", "<i8")])  # fmt: skip
+                ("grid", "<i8", (3,)), ("block", "<i8", (3,)), ("graph_id", "<i8"),
+                ("graph_node_id", "<i8")])  # fmt: skip
 CALLS = np.dtype([("correlation", "<i8"), ("tid", "<i8"), ("start", "<i8"), ("end", "<i8"),
                   ("domain", "<i4"), ("cbid", "<i4")])  # fmt: skip
 DOMAIN_DRIVER, DOMAIN_RUNTIME = 0, 1  # CallTuple's domain: 0 driver, 1 runtime
@@ -235,15 +243,20 @@ class NameTable:
         return idx[inv.reshape(-1)]
 
 
-def columns(parts: list[Decoded], names: NameTable, read_name: Callable[[int], str]) -> tuple[np.ndarray, np.ndarray]:
+def columns(
+    parts: list[Decoded], names: NameTable, read_name: Callable[[int], str]
+) -> tuple[np.ndarray, np.ndarray]:
     """The decoded buffers as one operations array (``OPS``) and one API-call array (``CALLS``)."""
     from gputrace.records import OP_KERNEL, OP_MEMCPY, OP_MEMSET
 
     def cat(field: str) -> np.ndarray:
         got = [getattr(p, field) for p in parts if len(getattr(p, field))]
         if len(got) == 1:
-            return got[0]
-        kind = {"memcpys": KIND_MEMCPY, "memsets": KIND_MEMSET, "calls": KIND_DRIVER}.get(field, KIND_CONCURRENT_KERNEL)
+            one: np.ndarray = got[0]
+            return one
+        kind = {"memcpys": KIND_MEMCPY, "memsets": KIND_MEMSET, "calls": KIND_DRIVER}.get(
+            field, KIND_CONCURRENT_KERNEL
+        )
         return np.concatenate(got) if got else np.zeros(0, COMPACT[kind])
 
     k, mc, ms, c = cat("kernels"), cat("memcpys"), cat("memsets"), cat("calls")
@@ -269,7 +282,9 @@ def columns(parts: list[Decoded], names: NameTable, read_name: Callable[[int], s
             o["bytes"] = rec["bytes"]
             if kind == OP_MEMCPY:
                 ck, inv = np.unique(rec["copyKind"], return_inverse=True)
-                idx = np.array([names.index(MEMCPY_NAMES.get(int(x), "Memcpy")) for x in ck.tolist()], np.int32)
+                idx = np.array(
+                    [names.index(MEMCPY_NAMES.get(int(x), "Memcpy")) for x in ck.tolist()], np.int32
+                )
                 o["name"] = idx[inv.reshape(-1)]
             else:
                 o["name"] = names.index("Memset")

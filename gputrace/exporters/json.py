@@ -270,7 +270,7 @@ def servable(path: str | os.PathLike[str]) -> bytes:
         return data
     if gz:
         z = _gzip_compressor()
-        return z.compress(fixed) + z.flush()
+        return bytes(z.compress(fixed) + z.flush())
     return fixed
 
 

@@ -19,8 +19,13 @@ import cupy
 import gputrace
 
 out = sys.argv[1] if len(sys.argv) > 1 else "cuda_h200_cold.json.gz"
-with gputrace.session(out, backend="cuda", backend_options={"timing": "cupti"}, quiet=True,
-                      metadata={"program": "tests/data/record_cuda_cold.py", "cupy": cupy.__version__}):
+with gputrace.session(
+    out,
+    backend="cuda",
+    backend_options={"timing": "cupti"},
+    quiet=True,
+    metadata={"program": "tests/data/record_cuda_cold.py", "cupy": cupy.__version__},
+):
     with gputrace.trace("setup"):
         a = cupy.random.rand(1024, 1024, dtype=cupy.float32)
         b = cupy.random.rand(1024, 1024, dtype=cupy.float32)

@@ -39,12 +39,16 @@ with open(raw, "rb") as f, gzip.open(raw + ".gz", "wb") as g:
 os.remove(raw)
 rows = []
 for e in prof.key_averages():
-    rows.append({
-        "key": e.key, "count": e.count,
-        "self_cpu_time_total_us": e.self_cpu_time_total, "cpu_time_total_us": e.cpu_time_total,
-        "self_device_time_total_us": getattr(e, "self_device_time_total", 0.0),
-        "device_time_total_us": getattr(e, "device_time_total", 0.0),
-    })
+    rows.append(
+        {
+            "key": e.key,
+            "count": e.count,
+            "self_cpu_time_total_us": e.self_cpu_time_total,
+            "cpu_time_total_us": e.cpu_time_total,
+            "self_device_time_total_us": getattr(e, "self_device_time_total", 0.0),
+            "device_time_total_us": getattr(e, "device_time_total", 0.0),
+        }
+    )
 with open(os.path.join(outdir, "torch_h200_key_averages.json"), "w") as f:
     json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))
