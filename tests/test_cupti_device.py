@@ -79,6 +79,7 @@ import cupy
 x = cupy.zeros(1024, cupy.float32); y = cupy.ones(1024, cupy.float32)
 x += 1; x *= y; cupy.cuda.runtime.deviceSynchronize()
 def work():
+    global x
     for i in range(600):
         x += 1
         x *= y
