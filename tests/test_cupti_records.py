@@ -265,3 +265,25 @@ def test_a_short_buffer_in_a_session_is_counted_and_said() -> None:
     names = [t.names[int(i)] for i in t.ops.name]
     assert names == ["k1"]
     assert any("could not be read whole" in str(p) for p in t.header.get("problems", []))
+
+
+def test_auto_timing_falls_back_to_events_with_one_notice_when_cupti_refuses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """libcupti found, but of a version whose layout gputrace does not know: events, said once."""
+    from gputrace.backends import cuda, cupti
+    from gputrace.backends.cpu import CpuBackend
+
+    def refuse(clock: Any, **options: Any) -> Any:
+        return LibCuptiSource(lib=StandInLib(140000))  # raises: no known record layout
+
+    monkeypatch.setattr(cuda, "probe", lambda: None)  # as on a GPU machine
+    monkeypatch.setattr(cupti, "probe", lambda: None)
+    monkeypatch.setattr(cupti, "create", refuse)
+    monkeypatch.setattr(cuda, "CudaEventsBackend", lambda clock, **o: CpuBackend(clock))  # events' stand-in
+    backend = cuda.CudaBackend(FakeClock(0, 1), timing="auto")
+    err = capsys.readouterr().err
+    assert err.count("no known record layout") == 1 and "CUDA events instead" in err
+    assert "CUPTI API version 140000" in backend.timing_note  # type: ignore[attr-defined]
+    with pytest.raises(GputraceError, match="timing='cupti' is not usable here: CUPTI API version 140000"):
+        cuda.CudaBackend(FakeClock(0, 1), timing="cupti")

@@ -73,16 +73,17 @@ def CudaBackend(clock: Clock, *, timing: str = "auto", **options: Any) -> Backen
         no_cupti = cupti.probe()
         if no_cupti is None and timing == "auto":
             no_cupti = cupti.torch_loaded()
+        refused = False  # libcupti is there but CUPTI could not be used (version, start-up)
         if no_cupti is None:
             try:
                 opts = {k: v for k, v in options.items() if k not in _EVENTS_OPTIONS}
                 return cupti.create(clock, **opts)
             except GputraceError as exc:
-                no_cupti = str(exc)
+                no_cupti, refused = str(exc), True
         why = no_cupti
         if timing == "cupti":
             raise GputraceError(f"timing='cupti' is not usable here: {why}.")
-        if "holds CUPTI" in why or "torch is loaded" in why:
+        if refused or "holds CUPTI" in why or "torch is loaded" in why:
             notice(f"{why}; timing the cuda backend with CUDA events instead.")
     opts = {k: v for k, v in options.items() if k not in _CUPTI_OPTIONS}
     backend = CudaEventsBackend(clock, **opts)
