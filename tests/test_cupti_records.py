@@ -279,6 +279,7 @@ def test_auto_timing_falls_back_to_events_with_one_notice_when_cupti_refuses(
 
     monkeypatch.setattr(cuda, "probe", lambda: None)  # as on a GPU machine
     monkeypatch.setattr(cupti, "probe", lambda: None)
+    monkeypatch.setattr(cupti, "torch_loaded", lambda: None)  # (other tests may have imported torch)
     monkeypatch.setattr(cupti, "create", refuse)
     monkeypatch.setattr(cuda, "CudaEventsBackend", lambda clock, **o: CpuBackend(clock))  # events' stand-in
     backend = cuda.CudaBackend(FakeClock(0, 1), timing="auto")
