@@ -91,12 +91,12 @@ if mode == "bare":
     print(json.dumps({"mode": mode, "start": 0, "loop": (t1-t0)/1e6, "stop": 0, **stalls(gaps)}))
     sys.exit(0)
 import gputrace
-from gputrace.backends import cupti as cupti_backend
+from gputrace.backends import cupti_lib
 bufs = []
-_done = cupti_backend.CuptiSource._completed
-def _timed_done(self, acts):
-    t = time.perf_counter_ns(); _done(self, acts); bufs.append((time.perf_counter_ns() - t) / 1e3)
-cupti_backend.CuptiSource._completed = _timed_done
+_done = cupti_lib.LibCuptiSource._completed
+def _timed_done(self, *args):
+    t = time.perf_counter_ns(); _done(self, *args); bufs.append((time.perf_counter_ns() - t) / 1e3)
+cupti_lib.LibCuptiSource._completed = _timed_done
 out = os.path.join(tempfile.mkdtemp(), "t.json")
 t0 = time.perf_counter_ns()
 opts = {"timing": mode.split("_")[0]}

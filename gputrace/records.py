@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
+
 from gputrace.model import QueueInfo
 
 if TYPE_CHECKING:
@@ -87,6 +89,67 @@ class RawOp(NamedTuple):
     call_tid_alt: tuple[int, ...] = ()
 
 
+# One row per GPU operation, the columns of ``RawOp`` (names as indices into ``OpBatch.names``).
+OP_ROWS = np.dtype([("kind", "<i4"), ("name", "<i4"), ("device", "<i4"), ("queue", "<i4"),
+                    ("correlation", "<i8"), ("gpu_start_ns", "<i8"), ("gpu_end_ns", "<i8"),
+                    ("call_tid", "<i8"), ("call_start_ns", "<i8"), ("call_end_ns", "<i8"),
+                    ("call_name", "<i4"), ("bytes", "<i8"), ("grid", "<i8", (3,)), ("block", "<i8", (3,)),
+                    ("graph_id", "<i8"), ("graph_node_id", "<i8"), ("done_by_ns", "<i8")])  # fmt: skip
+
+
+@dataclass
+class OpBatch:
+    """GPU operations as columns (what a bulk timing source hands over: no object per operation).
+
+    ``rows`` has the fields of ``RawOp`` (dtype ``OP_ROWS``); ``name`` and ``call_name`` index
+    ``names``; ``tid_alt`` maps a launching thread to the other OS threads it may have been.
+    """
+
+    rows: np.ndarray
+    names: list[str]
+    tid_alt: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @staticmethod
+    def of(ops: list[RawOp]) -> OpBatch:
+        """Operation objects (tests, a source that makes them) as one batch."""
+        rows = np.zeros(len(ops), OP_ROWS)
+        names: dict[str, int] = {}
+        alt: dict[int, tuple[int, ...]] = {}
+        if ops:
+            col = list(zip(*ops, strict=True))
+            for i, f in enumerate(RawOp._fields):
+                if f in ("name", "call_name"):
+                    rows[f] = [names.setdefault(n, len(names)) for n in col[i]]
+                elif f != "call_tid_alt":
+                    rows[f] = col[i]
+            alt = {o.call_tid: o.call_tid_alt for o in ops if o.call_tid_alt}
+        return OpBatch(rows, list(names), alt)
+
+    @staticmethod
+    def concat(batches: list[OpBatch]) -> OpBatch:
+        """One batch of several; names merged."""
+        batches = [b for b in batches if len(b)]
+        if len(batches) == 1:
+            return batches[0]
+        names: dict[str, int] = {}
+        parts, alt = [], {}
+        for b in batches:
+            remap = np.array([names.setdefault(n, len(names)) for n in b.names] or [0], np.int32)
+            r = b.rows.copy()
+            r["name"] = remap[r["name"]]
+            r["call_name"] = remap[r["call_name"]]
+            parts.append(r)
+            alt.update(b.tid_alt)
+        rows = np.concatenate(parts) if parts else np.zeros(0, OP_ROWS)
+        return OpBatch(rows, list(names), alt)
+
+    def take(self, keep: np.ndarray) -> OpBatch:
+        return OpBatch(self.rows[keep], self.names, self.tid_alt)
+
+
 @dataclass(frozen=True)
 class Blind:
     """A stretch of the source's clock during which it saw nothing (another tool held it)."""
@@ -106,6 +169,7 @@ class Collected:
     ops: list[RawOp] = field(default_factory=list)
     blind: list[Blind] = field(default_factory=list)
     ops_timing: bool = False  # a timing source that observes every scope made this collect
+    batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
 
 
 @dataclass
@@ -132,9 +196,20 @@ class RawRecording:
     # Why GPU times may be missing (collection or calibration failed): a timed scope without a
     # GPU span is then flagged degraded with this reason, not empty.
     problem: str = ""
+    batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
 
     def add_ops(self, got: Collected) -> None:
         """Take the per-operation records of one ``collect()``."""
         self.ops.extend(got.ops)
+        self.batches.extend(b for b in got.batches if len(b))
         self.blind.extend(got.blind)
         self.ops_timing |= got.ops_timing
+
+
+def all_ops(ops: list[RawOp], batches: list[OpBatch]) -> OpBatch:
+    """Every operation of a recording (objects and batches) as one batch."""
+    return (
+        OpBatch.concat(([OpBatch.of(ops)] if ops else []) + list(batches))
+        if ops or batches
+        else OpBatch.of([])
+    )

@@ -57,7 +57,7 @@ from gputrace.model import (
 )
 from gputrace.npstats import distinct
 from gputrace.recorder import RawThread
-from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan
+from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan, all_ops
 
 __all__ = [
     "DEFAULT_DRIFT_PPM",
@@ -511,43 +511,39 @@ def _place_ops(
     the time by which its work was known complete, and per scope whether a blind stretch of the
     source (another tool held it) overlaps its CPU window.
     """
-    n_ops = len(raw.ops)
+    batch = all_ops(raw.ops, raw.batches)
+    n_ops = len(batch)
     blind = None
     if raw.blind and len(s):
         blind = _blind_scopes(s, raw.blind, _fit_for(fitted, 0))
     if not n_ops:
         return OpTable.empty(0), None, blind
-    # columns in one C-level transpose; sorted by GPU start (ties: end, device, queue,
-    # correlation, name), whatever order the records came in
-    col = list(zip(*raw.ops, strict=True))
-    names_in = col[1]
-    name_rank = {n: i for i, n in enumerate(sorted(set(names_in)))}
-    dev_in = np.array(col[2], np.int64)
-    g0_in, g1_in = np.array(col[5], np.int64), np.array(col[6], np.int64)
-    queue_in, corr_in = np.array(col[3], np.int64), np.array(col[4], np.int64)
-    rank_in = np.fromiter((name_rank[n] for n in names_in), np.int64, n_ops)
-    order = np.lexsort((rank_in, corr_in, queue_in, dev_in, g1_in, g0_in))
-    order_l = order.tolist()
-
-    def pick(i: int, dtype: Any) -> np.ndarray:
-        return np.array(col[i], dtype)[order]
-
+    # sorted by GPU start (ties: end, device, queue, correlation, name), whatever order the
+    # records came in; names interned once per distinct name
+    r = batch.rows
+    name_rank = np.zeros(max(len(batch.names), 1), np.int64)
+    name_rank[np.argsort(np.array(batch.names, dtype=object))] = np.arange(len(batch.names))
+    order = np.lexsort(
+        (name_rank[r["name"]], r["correlation"], r["queue"], r["device"], r["gpu_end_ns"], r["gpu_start_ns"])
+    )
+    r = r[order]
+    ids = _intern_all(batch.names, intern) if batch.names else np.zeros(1, np.int32)
     ops = OpTable.empty(n_ops)
-    ops.kind = pick(0, np.int32)
-    ops.name = _intern_all([names_in[k] for k in order_l], intern)
-    ops.call_name = _intern_all([col[10][k] for k in order_l], intern)
-    ops.queue = queue_in[order].astype(np.int32)
-    ops.correlation = corr_in[order]
-    ops.bytes = pick(11, np.int64)
-    ops.grid = pick(12, np.int64).reshape(n_ops, 3)
-    ops.block = pick(13, np.int64).reshape(n_ops, 3)
-    ops.graph_id = pick(14, np.int64)
-    ops.graph_node_id = pick(15, np.int64)
-    dev = dev_in[order]
-    g0, g1 = g0_in[order], g1_in[order]
-    c0, c1 = pick(8, np.int64), pick(9, np.int64)
-    tid = pick(7, np.int64)
-    done = pick(16, np.int64)
+    ops.kind = r["kind"].astype(np.int32)
+    ops.name = ids[r["name"]].astype(np.int32)
+    ops.call_name = ids[r["call_name"]].astype(np.int32)
+    ops.queue = r["queue"].astype(np.int32)
+    ops.correlation = r["correlation"].astype(np.int64)
+    ops.bytes = r["bytes"].astype(np.int64)
+    ops.grid = np.ascontiguousarray(r["grid"], np.int64)
+    ops.block = np.ascontiguousarray(r["block"], np.int64)
+    ops.graph_id = r["graph_id"].astype(np.int64)
+    ops.graph_node_id = r["graph_node_id"].astype(np.int64)
+    dev = r["device"].astype(np.int64)
+    g0, g1 = r["gpu_start_ns"], r["gpu_end_ns"]
+    c0, c1 = r["call_start_ns"], r["call_end_ns"]
+    tid = r["call_tid"]
+    done = r["done_by_ns"]
     seen = tid >= 0
     for d in distinct(dev).tolist():
         fit = _fit_for(fitted, d)
@@ -565,15 +561,16 @@ def _place_ops(
     ops.thread = np.array([by_tid.get(t, -1) for t in uniq_tid.tolist()], np.int32)[tid_inv.reshape(-1)]
     ops.scope = _attribute(s, ops.thread, ops.call_start_ns)
     # a reused pthread id: try the other threads that had it
-    for k in np.flatnonzero(ops.scope < 0).tolist():
-        for alt in raw.ops[order_l[k]].call_tid_alt:
-            th = by_tid.get(alt, -1)
-            if th < 0:
-                continue
-            got = _attribute(s, np.array([th], np.int32), ops.call_start_ns[k : k + 1])
-            if got[0] >= 0:
-                ops.thread[k], ops.scope[k] = th, got[0]
-                break
+    if batch.tid_alt:
+        for k in np.flatnonzero((ops.scope < 0) & np.isin(tid, list(batch.tid_alt))).tolist():
+            for alt in batch.tid_alt.get(int(tid[k]), ()):
+                th = by_tid.get(alt, -1)
+                if th < 0:
+                    continue
+                got = _attribute(s, np.array([th], np.int32), ops.call_start_ns[k : k + 1])
+                if got[0] >= 0:
+                    ops.thread[k], ops.scope[k] = th, got[0]
+                    break
     # hull per scope over its subtree
     owners: list[np.ndarray] = []
     idx: list[np.ndarray] = []

@@ -348,6 +348,8 @@ class session:
             )
             self.stream = False
             return
+        if callable(getattr(self._recorder.backend, "collect_background", None)):
+            self._streamer.collect_ops = self._collect_background  # CUPTI: streamed as it arrives
         try:
             self._streamer.start_timer(self.flush_s)
         except Exception as exc:  # chunks are still written at each sync and at stop
@@ -496,7 +498,7 @@ class session:
         assert rec is not None
         try:
             queues = _complete_queues(
-                _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops
+                _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops, self._raw.batches
             )
             self._streamer.write(taken, complete=True, queues=queues)
         except Exception as exc:  # (``write`` itself never raises: this is a fault at its call)
@@ -603,7 +605,9 @@ class session:
         raw.header["host"]["loadavg_end"] = _loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = _complete_queues(_safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops)
+        raw.queues = _complete_queues(
+            _safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops, raw.batches
+        )
         try:
             rec.backend.close()
         except Exception as exc:
@@ -698,6 +702,20 @@ class session:
             report_internal("calibrate", f"{reason}.")
             self._raw.problem = self._raw.problem or reason
 
+    def _collect_background(self) -> tuple[int | None, list[QueueInfo]]:
+        """The streamer's collect without a sync (CUPTI); returns the time before which scopes
+        are complete (``CuptiBackend.collect_background``; None when nothing can be said) and
+        the queues known now."""
+        rec = self._recorder
+        assert rec is not None
+        with self._lock:
+            got, horizon = rec.backend.collect_background()  # type: ignore[attr-defined]
+            self._raw.add_ops(got)
+            self._calibrate()
+            queues = _complete_queues(_safe(rec.backend.queues), self._raw.spans, rec.backend.name,
+                                      self._raw.ops, self._raw.batches)  # fmt: skip
+        return horizon, queues
+
     def _collect(self) -> None:
         rec = self._recorder
         assert rec is not None
@@ -766,12 +784,17 @@ def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -
 
 
 def _complete_queues(
-    queues: Any, spans: list[Any], backend: str, ops: list[Any] | None = None
+    queues: Any,
+    spans: list[Any],
+    backend: str,
+    ops: list[Any] | None = None,
+    batches: list[Any] | None = None,
 ) -> list[QueueInfo]:
     """The backend's queues, with a stand-in for every queue a span or operation names that it
     did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
     out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
-    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []], default=-1) + 1
+    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []]
+               + [int(b.rows["queue"].max()) for b in batches or [] if len(b)], default=-1) + 1  # fmt: skip
     for i in range(len(out), need):
         out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
     return out

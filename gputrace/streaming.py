@@ -31,6 +31,7 @@ import threading
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
 from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, ThrottledLog, raw_thread
+from gputrace.records import OpBatch, all_ops
 from gputrace.resolver import RawRecording, anomaly_report, resolve
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
@@ -128,6 +130,9 @@ class Streamer:
         self.lost_chunks = 0
         self.degraded_chunks = 0  # chunks written with CPU times only
         self.rows_out = 0  # scopes written or held: the file row of the next chunk's first scope
+        # set by the session (CUPTI): collect without a sync -> (horizon, queues)
+        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
+        self.last_collect = time.monotonic()
         _live.add(self)
 
     def detach(self) -> None:
@@ -142,6 +147,7 @@ class Streamer:
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
+        self.collect_ops = None
 
     # -- the timer -----------------------------------------------------------------------------
     def start_timer(self, interval_s: float) -> None:
@@ -158,8 +164,20 @@ class Streamer:
             while not self._stop.wait(wait_s):
                 wait_s = check_s
                 if getattr(self.recorder.backend, "ops_timing", False):
-                    # CUPTI: a scope's kernels arrive at a sync; written then, not before (and no
-                    # backpressure: a scope written before its kernels arrive would lose them)
+                    # CUPTI: the kernels that arrived are collected, and the scopes that ended
+                    # before every launch still waiting for its kernels are written (the others
+                    # wait); no backpressure: a scope written before its kernels would lose them
+                    if self.collect_ops is not None and time.monotonic() - self.last_collect >= interval_s:
+                        self.last_collect = time.monotonic()
+                        try:
+                            horizon, queues = self.collect_ops()
+                            if horizon is not None:
+                                with self.lock:
+                                    self.write(self.take(), False, queues, horizon)
+                        except Exception as exc:  # never let the timer die silently
+                            report_internal(
+                                "stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc})."
+                            )
                     continue
                 try:
                     behind = self.backlog() >= BACKLOG_SCOPES
@@ -260,9 +278,13 @@ class Streamer:
         with self.lock:
             self.write(self.take(), complete, None)
 
-    def write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None) -> None:
+    def write(
+        self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None, horizon: int | None = None
+    ) -> None:
         """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory).
+        ``horizon``: only scopes that ended before it are complete (CUPTI without a sync).
         Never raises: what a fault costs is flagged ``degraded`` or counted as lost."""
+        self._horizon = horizon
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
             try:
@@ -270,13 +292,15 @@ class Streamer:
             except Exception as exc:
                 self._lose(scopes_in(taken.threads), "cutting recorded scopes into chunks", exc)
                 return
-            for piece in pieces:
+            for i, piece in enumerate(pieces):
+                self._more_pieces = i + 1 < len(pieces)  # ops of later pieces' scopes wait for them
                 try:
                     self._write(piece, complete, queues)
                 except Exception as exc:
                     self._lose(scopes_in(piece.threads), "writing a trace chunk", exc)
                 if timer and not self.throttling and self.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
+            self._more_pieces = False
 
     def _lose(self, scopes: int, what: str, exc: BaseException) -> None:
         """``scopes`` never reach the file: counted (the final header says so) and reported."""
@@ -302,9 +326,20 @@ class Streamer:
                 ready = held + rich
             else:  # scopes whose GPU work may still be running wait for a sync
                 ready, wait = [], list(held)
+                horizon = getattr(self, "_horizon", None)
+                if horizon is not None:  # CUPTI: what ended after the horizon waits, plain scopes too
+                    held, wait = wait, []
+                    for i in range(0, len(plain) - 2, 3):
+                        if plain[i + 2] > horizon:
+                            wait.extend((plain[i], plain[i + 1], plain[i + 2], 0, 0, None))
+                        else:
+                            ready.extend((plain[i], plain[i + 1], plain[i + 2], 0, 0, None))
+                    plain = []
+                    rich = held + rich
                 for i in range(0, len(rich), RICH):
                     item = rich[i : i + RICH]
-                    (wait if item[3] > 0 else ready).extend(item)
+                    late = item[2] > horizon if horizon is not None else item[3] > 0
+                    (wait if late else ready).extend(item)
                 if wait:
                     self.pending[key] = (buf, wait)
             self._add_thread(threads, buf, plain, ready, marks)
@@ -317,6 +352,7 @@ class Streamer:
         raw = self.raw
         spans, raw.spans = raw.spans, []
         ops, raw.ops = raw.ops, []
+        batches, raw.batches = raw.batches, []
         blind, raw.blind = raw.blind, []
         untimed, raw.untimed = raw.untimed, set()
         degraded, raw.degraded = raw.degraded, {}
@@ -335,6 +371,7 @@ class Streamer:
             blind=blind,
             ops_timing=raw.ops_timing,
             problem=raw.problem,
+            batches=batches,
         )
         try:
             chunk = resolve(chunk_raw, report=False)
@@ -343,9 +380,9 @@ class Streamer:
             report_internal("stream-resolve", f"{reason}; its scopes keep CPU times only, flagged degraded.")
             chunk = cpu_scopes(self.header, threads, reason)
             self.degraded_chunks += 1
-        if ops and not self.final:
+        if (ops or batches) and (not self.final or getattr(self, "_more_pieces", False)):
             try:
-                chunk = self._carry_ops(chunk, ops)
+                chunk = self._carry_ops(chunk, all_ops(ops, batches))
             except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 report_internal("stream-ops", f"carrying GPU operations failed ({why}).")
@@ -480,7 +517,7 @@ class Streamer:
         self.rows_out -= n
         self._lose(n, "appending a trace chunk", exc)
 
-    def _carry_ops(self, chunk: Trace, ops: list[Any]) -> Trace:
+    def _carry_ops(self, chunk: Trace, ops: OpBatch) -> Trace:
         """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
         them) wait for it in the session's pending operations; the chunk goes out without them."""
         o = chunk.ops
@@ -489,13 +526,16 @@ class Streamer:
             return chunk
         with self.recorder._buffers_lock:
             buffers = list(self.recorder.buffers)
-        open_tids = {b.tid for b in buffers if b.stack}
-        corr = set(o.correlation[loose].tolist())
-        carried = [op for op in ops if op.correlation in corr and op.call_tid in open_tids]
-        if not carried:
+        open_tids = [b.tid for b in buffers if b.stack] + [buf.tid for buf, _ in self.pending.values()]
+        rows = ops.rows
+        wait = np.isin(rows["correlation"], o.correlation[loose])
+        if not getattr(self, "_more_pieces", False):  # else any thread's scope may come next
+            wait &= np.isin(rows["call_tid"], open_tids)
+        if not wait.any():
             return chunk
-        keep = ~(loose & np.isin(o.correlation, [op.correlation for op in carried]))
-        self.raw.ops = carried[-MAX_CARRIED_SPANS:] + self.raw.ops
+        carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_SPANS:])
+        keep = ~(loose & np.isin(o.correlation, carried.rows["correlation"]))
+        self.raw.batches.insert(0, carried)
         chunk.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
         return chunk
 

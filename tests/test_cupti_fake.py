@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -149,13 +150,13 @@ def test_work_launched_outside_every_scope_is_kept() -> None:
     with s:
         src.launch("loose", gpu_ns=700)
         with gputrace.trace("step"):
-            src.launch("k", kind=OP_MEMCPY, nbytes=4096)
+            src.launch("Memcpy DtoH", kind=OP_MEMCPY, nbytes=4096)
     t = s.trace
     assert t is not None
     (loose,) = _ops_named(t, "loose")
     assert int(t.ops.scope[loose]) == -1
     assert t.header["ops"] == {"count": 2, "unattributed": 1}
-    (cp,) = _ops_named(t, "k")
+    (cp,) = _ops_named(t, "Memcpy DtoH")
     assert int(t.ops.kind[cp]) == OP_MEMCPY and int(t.ops.bytes[cp]) == 4096
 
 
@@ -295,7 +296,7 @@ def test_round_trip_layout_and_hta_fields(tmp_path: Path) -> None:
     with s:
         with gputrace.trace("step"):
             src.launch("k", gpu_ns=2_000)
-            src.launch("copy", kind=OP_MEMCPY, nbytes=1 << 20)
+            src.launch("Memcpy HtoD", kind=OP_MEMCPY, nbytes=1 << 20)
         src.launch("loose")
     t = s.trace
     assert t is not None
@@ -482,3 +483,62 @@ def test_stated_uncertainty_includes_the_sources_own_error() -> None:
     with_error, without = run(1_000), run(0)
     assert [u - w for u, w in zip(with_error, without, strict=True)] == [1_000] * 3
     assert CuptiBackend.source_error_ns == 1_000
+
+
+def test_operations_find_their_scopes_across_the_pieces_of_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write of many scopes goes out in pieces; a kernel whose scope is in a later piece waits
+    for it (at 100k scopes, half of the kernels were written without their scope)."""
+    from gputrace import streaming
+
+    monkeypatch.setattr(streaming, "PIECE", 7)
+    path = tmp_path / "pieces.json"
+    s, src, _ = _session(path)
+    with s:
+        for i in range(30):
+            with gputrace.trace("tiny", i=i):
+                src.launch("k", gpu_ns=100)
+        src.launch("loose")
+    back = gputrace.load(path)
+    assert len(back) == 30 and len(back.ops) == 31
+    (loose,) = _ops_named(back, "loose")
+    assert int(back.ops.scope[loose]) == -1
+    owners = [int(back.ops.scope[r]) for r in _ops_named(back, "k")]
+    assert sorted(owners) == sorted(sc.index for sc in back.find("tiny"))
+
+
+def test_cupti_streams_without_syncs_and_no_kernel_loses_its_scope(tmp_path: Path) -> None:
+    """No sync at all: the streamer's timer collects what CUPTI delivered and writes the scopes
+    that ended before every launch still waiting for its kernel; one scope whose kernel has not
+    arrived (held back by the fake, like a kernel still queued) waits, and is written with it."""
+    path = tmp_path / "bg.json"
+    clock = FakeClock(1_000_000, 1_000)
+    src = FakeActivitySource(clock)
+    s = gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True, flush_s=0.05)
+    with s:
+        for i in range(20):
+            with gputrace.trace("early", i=i):
+                src.launch("k", gpu_ns=100)
+        with gputrace.trace("late"):
+            src.launch("slow", gpu_ns=100)
+            held = src._ops.pop()  # its kernel has not finished: not delivered yet
+        for i in range(5):
+            with gputrace.trace("after", i=i):
+                src.launch("k", gpu_ns=100)
+        deadline = time.monotonic() + 10
+        early: list[int] = []
+        while len(early) < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            got = gputrace.load(path)  # the file as it stands while the program runs
+            early = [int(got.ops.scope[r]) for r in _ops_named(got, "k")] if "k" in got.names else []
+        # written in the background (all but the last few, within the horizon's margin), each
+        # kernel under its scope
+        assert len(early) >= 10 and min(early) >= 0
+        assert not got.find("late")  # its kernel has not arrived: it waits
+        src._ops.append(held)  # the kernel finishes
+    back = gputrace.load(path)
+    assert len(back) == 26 and len(back.ops) == 26
+    assert int((back.ops.scope < 0).sum()) == 0  # every kernel under its scope
+    (slow,) = _ops_named(back, "slow")
+    assert back.scope(int(back.ops.scope[slow])).name == "late"

