@@ -121,7 +121,7 @@ class session:
         self.backend_spec = backend
         self.clock: Clock = clock or session_clock
         self.backend_options = backend_options or {}
-        self.metadata = metadata or {}
+        self.metadata = {} if metadata is None else metadata  # converted at start (_safe_metadata)
         self.quiet = quiet
         self._trace: Trace | None = None
         self.written: Path | None = None
@@ -197,7 +197,7 @@ class session:
                 "cpu_count": os.cpu_count(),
                 "loadavg_start": _loadavg(),
             },
-            "metadata": dict(self.metadata),
+            "metadata": _safe_metadata(self.metadata),
         }
         calibration = _calibration(backend.name)
         if calibration is not None:
@@ -692,6 +692,20 @@ def _plain_json(trace: Trace, reason: str) -> bytes:
             }
         )  # fmt: skip
     return orjson.dumps({"traceEvents": ev, "displayTimeUnit": "ms", "gputrace": header})
+
+
+def _safe_metadata(metadata: Any) -> dict[str, Any]:
+    """``metadata`` as JSON data for the header; a value that fails to convert (a broken
+    ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
+    failures: list[str] = []
+    got = jsonsafe(metadata, failures=failures)
+    if failures:
+        report_internal(
+            "metadata",
+            f"a metadata value could not be converted ({failures[0]}); "
+            "the trace holds a placeholder for it.",
+        )
+    return got if isinstance(got, dict) else {"value": got}
 
 
 def _safe(fn: Any) -> Any:
