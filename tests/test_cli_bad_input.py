@@ -7,6 +7,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +249,73 @@ def test_view_unreadable_file_gives_the_sentence_summarize_gives(tmp_path: Path,
     assert (res.exit_code, res.output) == (2, want)
     res = CliRunner().invoke(cli, ["view", "--no-browser", str(path)])
     assert (res.exit_code, res.output) == (2, want)
+
+
+# --- line breaks in names: every text output keeps one row per line ----------------------------------
+# Every character at which str.splitlines (and terminals, editors, pagers) may end a line, besides \n.
+LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+BROKEN = "row" + "".join(f"{c}{i}" for i, c in enumerate(LINE_BREAKS))  # 'row\r0\x0b1…\u20298'
+RAW_BREAK = re.compile(f"[{LINE_BREAKS}]")
+ROOT = Path(__file__).parent.parent
+
+
+def broken_trace(path: Path) -> Path:
+    doc = orjson.loads(orjson.dumps(STORY))
+    for e in doc["traceEvents"]:
+        if e.get("name") == "a":
+            e["name"] = BROKEN
+    doc["gputrace"]["backend"] = BROKEN
+    doc["gputrace"]["host"] = {"name": BROKEN, "cpu_count": 2}
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+def gputrace_cli(*args: str | Path, cwd: Path | None = None) -> tuple[int, str]:
+    """The real command in its own process: stdout and stderr as the terminal gets them (warnings,
+    notices and the program's output included)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    res = subprocess.run([sys.executable, "-m", "gputrace", *map(str, args)], capture_output=True,
+                         cwd=cwd, env=env, timeout=120)  # fmt: skip
+    return res.returncode, (res.stdout + res.stderr).decode("utf-8", "surrogateescape")
+
+
+def outputs(tmp_path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Each text output of each command, with a name or file name holding every line break."""
+    trace = broken_trace(tmp_path / f"t_bad{BROKEN}.json")  # hand-made: not held to the Perfetto rules
+    plain = DATA / "handmade.json"
+    bad = tmp_path / f"bad{BROKEN}.json"
+    bad.write_bytes(b"{")
+    prog = tmp_path / f"prog{BROKEN}.py"
+    prog.write_text("import gputrace\nwith gputrace.trace('x'):\n    pass\nprint('done')\n")
+    runs: dict[str, tuple[tuple[int, ...], tuple[str | Path, ...]]] = {
+        **{f"summarize {f}": ((0,), ("summarize", trace, "-f", f)) for f in ("table", "markdown", "csv")},
+        "summarize json": ((0,), ("summarize", trace, "-f", "json")),
+        "summarize --group": ((0,), ("summarize", trace, "--group")),
+        **{f"diff {f}": ((0,), ("diff", plain, trace, "-f", f)) for f in ("table", "markdown", "json")},
+        "diff --fail-above": ((0, 1), ("diff", trace, plain, "--fail-above", "0")),
+        "summarize error": ((2,), ("summarize", bad)),
+        "diff error": ((2,), ("diff", bad, plain)),
+        "merge": ((0,), ("merge", tmp_path / f"m{BROKEN}.json", trace, plain)),
+        "merge error": ((2,), ("merge", tmp_path / "m2.json", bad)),
+        "view --check": ((0,), ("view", "--check", trace)),
+        "view error": ((2,), ("view", "--check", bad)),
+        "calibrate": ((0,), ("calibrate", "--backend", "cpu", "--quick", "--no-save", "-o",
+                             tmp_path / f"cal{BROKEN}.json")),
+        "run": ((0,), ("run", "--backend", "cpu", "-o", tmp_path / f"r{BROKEN}.json", prog)),
+        "run warning": ((0,), ("run", "--backend", "cpu", "-o", tmp_path / f"no{BROKEN}" / "r.json", prog)),
+        "run error": ((2,), ("run", "--backend", "cpu", tmp_path / f"none{BROKEN}.py")),
+    }  # fmt: skip
+    return {k: (codes, gputrace_cli(*cmd, cwd=tmp_path)) for k, (codes, cmd) in runs.items()}  # type: ignore[misc]
+
+
+def test_line_breaks_in_names_never_reach_the_terminal_raw(tmp_path: Path) -> None:
+    """A name holding U+2028, U+2029, \\x85, \\x0b, \\x0c, \\x1c-\\x1e or \\r is shown escaped in every
+    text output, so a table row stays one line and a message stays one sentence."""
+    got = outputs(tmp_path)
+    for what, (codes, (rc, text)) in got.items():
+        assert rc in codes, (what, rc, text[-2000:])
+        assert "Traceback" not in text, (what, text[-2000:])
+    raw = {what: sorted(set(RAW_BREAK.findall(text))) for what, (_, (_, text)) in got.items()}
+    assert not {k: v for k, v in raw.items() if v}, f"{sum(map(bool, raw.values()))} of {len(raw)}: {raw}"
+    unseen = [what for what, (_, (_, text)) in got.items() if "\\u2028" not in text]
+    assert not unseen, unseen  # each output did print the name (escaped)
