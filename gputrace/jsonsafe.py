@@ -210,7 +210,8 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
                     items = sorted(value)
                 except Exception:
                     items = list(value)
-            lst = [_child(v, depth + 1, seen, failures) for _, v in zip(range(MAX_ITEMS), items, strict=False)]
+            kept = zip(range(MAX_ITEMS), items, strict=False)
+            lst = [_child(v, depth + 1, seen, failures) for _, v in kept]
             if len(value) > MAX_ITEMS:
                 lst.append(f"… {len(value) - MAX_ITEMS} more items")
             return lst

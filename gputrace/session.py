@@ -41,6 +41,7 @@ from gputrace.model import (
     flag_names,
     nest,
 )
+from gputrace.outpath import check_output
 from gputrace.ranks import RankClock, rank_path, transport_for
 from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import RawThread, Recorder, active_recorder, drain
@@ -160,6 +161,8 @@ class session:
     def start(self) -> session:
         if self._recorder is not None:
             raise GputraceError("this session was already started; create a new one.")
+        if self.path is not None:
+            check_output(self.path)  # a device node, FIFO or folder: refused before anything starts
         outer = active_recorder()
         if outer is not None and not getattr(outer, "yields_to_inner", False):
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
@@ -378,6 +381,7 @@ class session:
                 header["problems"] = problems
             st.close(jsonsafe(header))
             if self.path is not None and streamed is not None and Path(self.path) != streamed:
+                check_output(self.path)
                 os.replace(streamed, self.path)  # the rank became known after the file was opened
             self.written = self.path
         except OSError as exc:
@@ -517,6 +521,9 @@ class session:
         try:
             exporters.write(trace, path)
             self.written = path
+            return
+        except GputraceError as exc:  # the path became a device node, FIFO or folder: leave it be
+            report_internal("write", f"{exc} The trace is still available as session.trace.")
             return
         except OSError as exc:
             # The user's program must not die at exit over a file: say so once; keep the trace.
@@ -702,8 +709,7 @@ def _safe_metadata(metadata: Any) -> dict[str, Any]:
     if failures:
         report_internal(
             "metadata",
-            f"a metadata value could not be converted ({failures[0]}); "
-            "the trace holds a placeholder for it.",
+            f"a metadata value could not be converted ({failures[0]}); the trace holds a placeholder for it.",
         )
     return got if isinstance(got, dict) else {"value": got}
 
