@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -319,3 +320,67 @@ def test_line_breaks_in_names_never_reach_the_terminal_raw(tmp_path: Path) -> No
     assert not {k: v for k, v in raw.items() if v}, f"{sum(map(bool, raw.values()))} of {len(raw)}: {raw}"
     unseen = [what for what, (_, (_, text)) in got.items() if "\\u2028" not in text]
     assert not unseen, unseen  # each output did print the name (escaped)
+
+
+# --- output paths that are not regular files: refused before anything is written ---------------------
+def not_a_file(tmp_path: Path, kind: str) -> Path:
+    """A FIFO, a folder, a character device (a copy of /dev/null's node, made here: the real
+    device nodes are never touched) or a symbolic link to that device, inside ``tmp_path``."""
+    path = tmp_path / f"bad_out_{kind}.json"  # "bad": the shared fixture never opens it to check it
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        node = tmp_path / "null_copy"
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+        if kind == "device":
+            path = node
+        else:
+            path.symlink_to(node)
+    return path
+
+
+def still_there(path: Path, kind: str) -> bool:
+    mode = os.stat(path).st_mode
+    return {"fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR}.get(kind, stat.S_ISCHR)(mode)
+
+
+OUT_KINDS = ["fifo", "directory", "device", "link-to-device"]
+KIND_WORDS = {"fifo": "a FIFO (named pipe)", "directory": "a directory", "device": "a character device",
+              "link-to-device": "a character device"}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", OUT_KINDS)
+@pytest.mark.parametrize("command", ["merge", "calibrate", "run"])
+def test_every_writing_command_refuses_an_output_that_is_not_a_regular_file(
+    tmp_path: Path, command: str, kind: str
+) -> None:
+    out = not_a_file(tmp_path, kind)
+    prog = tmp_path / "prog.py"
+    prog.write_text("print('the program ran')\n")
+    args: dict[str, tuple[str | Path, ...]] = {
+        "merge": ("merge", out, DATA / "handmade.json", DATA / "story.json"),
+        "calibrate": ("calibrate", "--backend", "cpu", "--quick", "--no-save", "-o", out),
+        "run": ("run", "--backend", "cpu", "-o", out, prog),
+    }
+    rc, text = gputrace_cli(*args[command], cwd=tmp_path)  # a FIFO opened for writing would hang: timeout
+    assert rc == 2, text
+    why = f"is {KIND_WORDS[kind]}, not a regular file; choose a regular file or a new path."
+    assert text == f"gputrace: {out}: {why}\n"
+    assert still_there(out, kind)
+    if kind == "directory":
+        assert os.listdir(out) == []  # nothing was written into it either
+
+
+@pytest.mark.parametrize("kind", OUT_KINDS)
+def test_merge_files_refuses_too(tmp_path: Path, kind: str) -> None:
+    from gputrace.errors import GputraceError
+    from gputrace.merge import merge_files
+
+    out = not_a_file(tmp_path, kind)
+    with pytest.raises(GputraceError, match="not a regular file"):
+        merge_files(out, [str(DATA / "handmade.json"), str(DATA / "story.json")])
+    assert still_there(out, kind)

@@ -72,7 +72,7 @@ def _auto_backend() -> str:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # not a regular file: refused by check_output, in one sentence
     help="Also save the results (JSON) to this file.",
 )
 @click.option("--no-save", is_flag=True, help="Do not save to this machine's default location.")

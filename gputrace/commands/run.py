@@ -29,7 +29,7 @@ from gputrace.safetext import path_text, printable
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # not a regular file: refused by check_output, in one sentence
     help="Where to write the trace (default: <script>.run.trace.json here; .gz to compress).",
 )
 @click.option(
