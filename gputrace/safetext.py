@@ -47,6 +47,16 @@ def printable_lines(text: str) -> str:
     return "\n".join(map(printable, text.split("\n")))
 
 
+NAME_CHARS = 1000  # the longest name the recorder keeps; longer ones come from hand-made files
+
+
+def printable_cut(text: str, limit: int = NAME_CHARS) -> str:
+    """``text`` made ``printable``, at most ``limit`` characters (``…`` marks a cut), for a table
+    cell: a name of megabytes is unreadable there, and each copy of a row would hold it."""
+    shown = printable(text[: limit + 1])  # escaping only what can be shown
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
 def json_safe_text(text: str) -> str:
     """JSON text with the characters ``printable`` escapes written as ``\\uNNNN`` (same value)."""
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -384,3 +384,55 @@ def test_merge_files_refuses_too(tmp_path: Path, kind: str) -> None:
     with pytest.raises(GputraceError, match="not a regular file"):
         merge_files(out, [str(DATA / "handmade.json"), str(DATA / "story.json")])
     assert still_there(out, kind)
+
+
+# --- a name of 10 MiB: memory stays a small multiple of the file -------------------------------------
+PEAK_CHILD = """
+import sys
+sys.argv = ["gputrace", *sys.argv[1:]]
+from gputrace.cli import cli
+try:
+    cli(prog_name="gputrace")
+except SystemExit as exc:
+    code = exc.code
+print("exit", code, "VmHWM", [x for x in open("/proc/self/status") if x.startswith("VmHWM")][0].split()[1],
+      file=sys.stderr)
+"""  # VmHWM, not ru_maxrss: that one inherits the high-water mark of pytest's process through exec
+
+
+def peak_kib(args: list[str], folder: Path) -> int:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with (folder / "stdout").open("wb") as out:  # not into this process
+        res = subprocess.run([sys.executable, "-c", PEAK_CHILD, *args], stdout=out, stderr=subprocess.PIPE,
+                             cwd=folder, env=env, timeout=300)  # fmt: skip
+    last = res.stderr.decode().strip().splitlines()[-1].split()
+    assert last[:2] == ["exit", "0"], res.stderr.decode()[-2000:]
+    return int(last[3])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak memory from /proc")
+def test_a_name_of_10_mib_costs_a_small_multiple_of_the_file(tmp_path: Path) -> None:
+    doc = orjson.loads(orjson.dumps(STORY))
+    doc["traceEvents"][6]["name"] = "n" * (10 << 20)  # the CPU scope "b"
+    big = tmp_path / "long_name_bad.json"
+    big.write_bytes(orjson.dumps(doc))
+    small = DATA / "handmade.json"
+    runs = {
+        "diff": ["diff", str(small), "{}"],
+        "diff markdown": ["diff", str(small), "{}", "-f", "markdown"],
+        "diff json": ["diff", "{}", str(small), "-f", "json"],
+        "summarize": ["summarize", "{}"],
+        "summarize markdown": ["summarize", "{}", "-f", "markdown"],
+        "summarize csv": ["summarize", "{}", "-f", "csv"],
+        "summarize json": ["summarize", "{}", "-f", "json"],
+        "merge": ["merge", str(tmp_path / "merged_bad.json"), "{}", str(DATA / "story.json")],
+    }
+    file_kib = big.stat().st_size / 1024
+    over = {}
+    for what, args in runs.items():
+        base = peak_kib([a.format(small) for a in args], tmp_path)
+        over[what] = round((peak_kib([a.format(big) for a in args], tmp_path) - base) / file_kib, 1)
+        if what == "diff":  # the table shows the name cut, as summarize's table does
+            row = (tmp_path / "stdout").read_text().splitlines()[-1]
+            assert row.startswith("n" * 39 + "…") and len(row) < 200, row[:300]
+    assert max(over.values()) <= 8, over  # diff's table was 28× (each row padded to the name)
