@@ -280,7 +280,7 @@ def gputrace_cli(*args: str | Path, cwd: Path | None = None) -> tuple[int, str]:
     return res.returncode, (res.stdout + res.stderr).decode("utf-8", "surrogateescape")
 
 
-def outputs(tmp_path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+def outputs(tmp_path: Path) -> dict[str, tuple[tuple[int, ...], tuple[int, str]]]:
     """Each text output of each command, with a name or file name holding every line break."""
     trace = broken_trace(tmp_path / f"t_bad{BROKEN}.json")  # hand-made: not held to the Perfetto rules
     plain = DATA / "handmade.json"
@@ -306,7 +306,7 @@ def outputs(tmp_path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
         "run warning": ((0,), ("run", "--backend", "cpu", "-o", tmp_path / f"no{BROKEN}" / "r.json", prog)),
         "run error": ((2,), ("run", "--backend", "cpu", tmp_path / f"none{BROKEN}.py")),
     }  # fmt: skip
-    return {k: (codes, gputrace_cli(*cmd, cwd=tmp_path)) for k, (codes, cmd) in runs.items()}  # type: ignore[misc]
+    return {k: (codes, gputrace_cli(*cmd, cwd=tmp_path)) for k, (codes, cmd) in runs.items()}
 
 
 def test_line_breaks_in_names_never_reach_the_terminal_raw(tmp_path: Path) -> None:
