@@ -296,7 +296,8 @@ def outputs(tmp_path: Path) -> dict[str, tuple[tuple[int, ...], tuple[int, str]]
         "diff --fail-above": ((0, 1), ("diff", trace, plain, "--fail-above", "0")),
         "summarize error": ((2,), ("summarize", bad)),
         "diff error": ((2,), ("diff", bad, plain)),
-        "merge": ((0,), ("merge", tmp_path / f"m{BROKEN}.json", trace, plain)),
+        "merge": ((0,), ("merge", tmp_path / f"m_bad{BROKEN}.json", trace, plain)),
+        "summarize merged": ((0,), ("summarize", tmp_path / f"m_bad{BROKEN}.json")),  # the per-rank view
         "merge error": ((2,), ("merge", tmp_path / "m2.json", bad)),
         "view --check": ((0,), ("view", "--check", trace)),
         "view error": ((2,), ("view", "--check", bad)),
@@ -305,6 +306,8 @@ def outputs(tmp_path: Path) -> dict[str, tuple[tuple[int, ...], tuple[int, str]]
         "run": ((0,), ("run", "--backend", "cpu", "-o", tmp_path / f"r{BROKEN}.json", prog)),
         "run warning": ((0,), ("run", "--backend", "cpu", "-o", tmp_path / f"no{BROKEN}" / "r.json", prog)),
         "run error": ((2,), ("run", "--backend", "cpu", tmp_path / f"none{BROKEN}.py")),
+        "run option error": ((2,), ("run", "--backend", "cpu", "--trace-function", f"__main__:f{BROKEN}",
+                                    prog)),
     }  # fmt: skip
     return {k: (codes, gputrace_cli(*cmd, cwd=tmp_path)) for k, (codes, cmd) in runs.items()}
 
