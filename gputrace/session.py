@@ -38,6 +38,7 @@ from gputrace.model import (
     Trace,
     flag_names,
 )
+from gputrace.outpath import check_output
 from gputrace.ranks import RankClock, rank_path, transport_for
 from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import RawThread, Recorder, active_recorder, drain
@@ -127,7 +128,7 @@ class session:
         self.backend_spec = backend
         self.clock: Clock = clock or session_clock
         self.backend_options = _with_timing(backend, dict(backend_options or {}), timing)
-        self.metadata = metadata or {}
+        self.metadata = {} if metadata is None else metadata  # converted at start (_safe_metadata)
         self.quiet = quiet
         self._trace: Trace | None = None
         self.written: Path | None = None
@@ -173,6 +174,8 @@ class session:
         GPU the user must fix) is raised after the same undoing."""
         if self._recorder is not None or self._start_failed:
             raise GputraceError("this session was already started; create a new one.")
+        if self.path is not None:
+            check_output(self.path)  # a device node, FIFO or folder: refused before anything starts
         outer = active_recorder()
         if outer is not None and not getattr(outer, "yields_to_inner", False):
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
@@ -244,7 +247,7 @@ class session:
                 "cpu_count": os.cpu_count(),
                 "loadavg_start": _loadavg(),
             },
-            "metadata": dict(self.metadata),
+            "metadata": _safe_metadata(self.metadata),
         }
         calibration = _calibration(backend.name)
         if calibration is not None:
@@ -477,6 +480,7 @@ class session:
         try:
             st.close(_safe_header(header))
             if self.path is not None and streamed is not None and Path(self.path) != streamed:
+                check_output(self.path)
                 os.replace(streamed, self.path)  # the rank became known after the file was opened
             self.written = self.path
         except OSError as exc:
@@ -655,6 +659,9 @@ class session:
         try:
             exporters.write(trace, path)
             self.written = path
+            return
+        except GputraceError as exc:  # the path became a device node, FIFO or folder: leave it be
+            report_internal("write", f"{exc} The trace is still available as session.trace.")
             return
         except OSError as exc:
             # The user's program must not die at exit over a file: say so once; keep the trace.
@@ -908,6 +915,19 @@ def _plain_json(trace: Trace, reason: str) -> bytes:
             }
         )  # fmt: skip
     return orjson.dumps({"traceEvents": ev, "displayTimeUnit": "ms", "gputrace": header})
+
+
+def _safe_metadata(metadata: Any) -> dict[str, Any]:
+    """``metadata`` as JSON data for the header; a value that fails to convert (a broken
+    ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
+    failures: list[str] = []
+    got = jsonsafe(metadata, failures=failures)
+    if failures:
+        report_internal(
+            "metadata",
+            f"a metadata value could not be converted ({failures[0]}); the trace holds a placeholder for it.",
+        )
+    return got if isinstance(got, dict) else {"value": got}
 
 
 def _safe(fn: Any) -> Any:
