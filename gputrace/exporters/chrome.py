@@ -144,104 +144,17 @@ def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return label, k[~same]
 
 
-def lean_header(header: dict[str, Any], *, cap: bool = True, explain: bool = True) -> dict[str, Any]:
-    """The header as written: anomaly counts stay exact, examples are capped (the per-scope flags
-    in the events carry every anomaly; the reader rebuilds the full list from them). With
-    ``explain=False`` (files only gputrace reads) an example's explanation, which follows from its
-    kinds, is left out; ``full_header`` puts it back."""
+def capped_header(header: dict[str, Any]) -> dict[str, Any]:
+    """The header as written: anomaly counts stay exact, examples are capped at
+    ``EXAMPLES_IN_HEADER`` (each flagged slice carries its own flags; a reader that wants every
+    example rebuilds the list from them)."""
     out = dict(header)
     an = out.get("anomalies")
-    if isinstance(an, dict) and isinstance(an.get("items"), list):
+    if isinstance(an, dict) and isinstance(an.get("items"), list) and len(an["items"]) > EXAMPLES_IN_HEADER:
         items = an["items"]
-        extra = {}
-        if cap and len(items) > EXAMPLES_IN_HEADER:
-            extra["truncated"] = int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER
-            items = items[:EXAMPLES_IN_HEADER]
-        if not explain:
-            items = [_unexplained(i) for i in items]
-        out["anomalies"] = dict(an, items=items, **extra)
+        extra = int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER
+        out["anomalies"] = dict(an, items=items[:EXAMPLES_IN_HEADER], truncated=extra)
     return out
-
-
-def _explain(kinds: Any) -> list[str] | None:
-    from gputrace.flags import EXPLAIN
-
-    if not isinstance(kinds, list):
-        return None
-    return [EXPLAIN[k] for k in kinds if isinstance(k, str) and k in EXPLAIN]
-
-
-def _unexplained(item: Any) -> Any:
-    if isinstance(item, dict) and "explain" in item and item["explain"] == _explain(item.get("kinds")):
-        return {k: v for k, v in item.items() if k != "explain"}
-    return item
-
-
-def anomaly_example(trace: Trace, row: int, kinds: list[str]) -> dict[str, Any]:
-    """A header's anomaly example for scope ``row``, as the resolver writes it."""
-    sc = trace.scope(row)
-    return {
-        "scope": row,
-        "name": sc.name,
-        "kinds": kinds,
-        "cpu_start_ns": sc.cpu_start_ns,
-        "cpu_ns": sc.cpu_ns,
-        "gpu_ns": sc.gpu_ns,
-        "queue_gap_ns": sc.queue_gap_ns,
-        "uncertainty_ns": sc.uncertainty_ns,
-        "explain": _explain(kinds),
-    }
-
-
-def referenced(header: dict[str, Any], trace: Trace) -> dict[str, Any]:
-    """The header with each anomaly example that says only what ``trace`` says of its scope cut
-    to ``{"scope", "kinds"}`` (``completed`` gives it back from the trace read)."""
-    an = header.get("anomalies")
-    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
-        return header
-    items = []
-    for it in an["items"]:
-        row = it.get("scope") if isinstance(it, dict) else None
-        same = (
-            isinstance(row, int)
-            and 0 <= row < len(trace)
-            and isinstance(it.get("kinds"), list)
-            and it == anomaly_example(trace, row, it["kinds"])
-        )
-        items.append({"scope": row, "kinds": it["kinds"]} if same else it)
-    return dict(header, anomalies=dict(an, items=items))
-
-
-def completed(header: dict[str, Any], trace: Trace, row_of: Any = None) -> dict[str, Any]:
-    """The header with each example cut by ``referenced`` whole again; ``row_of`` maps the
-    scope numbers of the file to the trace's rows where they differ."""
-    an = header.get("anomalies")
-    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
-        return header
-    items = []
-    for it in an["items"]:
-        short = isinstance(it, dict) and set(it) in ({"scope", "kinds"}, {"scope", "kinds", "explain"})
-        if short and isinstance(it["scope"], int):
-            row = it["scope"] if row_of is None else int(row_of[it["scope"]])
-            if 0 <= row < len(trace) and isinstance(it["kinds"], list):
-                it = dict(anomaly_example(trace, row, it["kinds"]), scope=it["scope"])
-        items.append(it)
-    return dict(header, anomalies=dict(an, items=items))
-
-
-def full_header(header: dict[str, Any]) -> dict[str, Any]:
-    """A header as read (a copy): each anomaly example with its explanation (see ``lean_header``)."""
-    header = dict(header)
-    an = header.get("anomalies")
-    if isinstance(an, dict) and isinstance(an.get("items"), list):
-        items = [
-            dict(i, explain=_explain(i.get("kinds")))
-            if isinstance(i, dict) and "explain" not in i and _explain(i.get("kinds")) is not None
-            else i
-            for i in an["items"]
-        ]
-        header = dict(header, anomalies=dict(an, items=items))
-    return header
 
 
 def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
@@ -250,7 +163,7 @@ def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
     header["base_ns"] = export_base_ns(trace) if base_ns is None else base_ns
     header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
     header["queues"] = [queue_dict(q) for q in trace.queues]
-    return lean_header(header)
+    return capped_header(header)
 
 
 class Encoder:
@@ -370,7 +283,7 @@ class Encoder:
         jnames = [_j(nm) for nm in trace.names] or ['""']  # JSON-quoted once per name
         has_gpu = s.gpu_start_ns != NO_TIME
         if n:
-            cpu = Rows(n).lit('{"ph":"X","name":').pick(jnames, s.name).lit(',"pid":')
+            cpu = Rows(n).lit('{"ph":"X","cat":"cpu","name":').pick(jnames, s.name).lit(',"pid":')
             if self.pid_of_tid:
                 cpu.num(np.array([self._cpu_pid(int(t)) for t in cpu_tid.tolist()], np.int64))
             else:
@@ -448,26 +361,26 @@ class Encoder:
         uflags, finv = np.unique(flags, return_inverse=True)
         flag_text = [_j(_flag_list(f)) for f in uflags.tolist()]
         finv = finv.reshape(-1)
-        uc = s.uncertainty_ns[rows]
-        changed = np.ones(k, bool)  # written where it changes; a reader carries it forward
-        changed[1:] = uc[1:] != uc[:-1]
         timing = (trace.header.get("backend_info") or {}).get("timing")  # which source timed the GPU
-        early = (sb != NO_TIME) & (g0 < sb)  # a start before submission: no wait slice
-        waited = (sb != NO_TIME) & (g0 >= sb)
-        members: list[tuple[str, str, Any, Any]] = [('"uncertainty_us":', "us", uc, changed)]
-        if isinstance(timing, str):
-            members.append(('"timing":', "lit", _j(timing), None))
+        known_sub = sb != NO_TIME
+        waited = known_sub & (g0 >= sb)
+        # every field on every GPU slice (docs/trace-format.md): what Perfetto shows when clicked
+        members: list[tuple[str, str, Any, Any]] = [
+            ('"submit_ts":', "us", sb - base, known_sub),
+            ('"submit_to_start_us":', "us", g0 - sb, known_sub),
+            # kept as measured (and flagged); the slice itself cannot be negative
+            ('"gpu_us":', "us", g1 - g0, None),
+            ('"cpu_enqueue_us":', "us", s.cpu_end_ns[rows] - s.cpu_start_ns[rows], None),
+            ('"uncertainty_us":', "us", s.uncertainty_ns[rows], None),
+            ('"flags":', "pick", (flag_text, finv), None),
+        ]
         if len(trace.ops):  # summed operation time per scope
             members.append(('"gpu_busy_us":', "us", trace.busy_ns()[rows], None))
+        if isinstance(timing, str):
+            members.append(('"timing":', "lit", _j(timing), None))
         fold, passes = fold_passes(trace, rows)
-        members += [
-            ('"submit_ts":', "us", sb - base, early),
-            # kept as measured (and flagged); the slice itself cannot be negative
-            ('"gpu_us":', "us", g1 - g0, g1 < g0),
-            ('"flags":', "pick", (flag_text, finv), flags != 0),
-            ('"pass":', "pick", (jnames, np.maximum(fold, 0)), fold >= 0),
-        ]
-        gpu = Rows(k).lit('{"ph":"X","name":').pick(jnames, s.name[rows]).lit(',"pid":').num(gpid)
+        members.append(('"pass":', "pick", (jnames, np.maximum(fold, 0)), fold >= 0))
+        gpu = Rows(k).lit('{"ph":"X","cat":"gpu","name":').pick(jnames, s.name[rows]).lit(',"pid":').num(gpid)
         gpu.lit(',"tid":').num(gtid).lit(',"ts":').us(g0 - base).lit(',"dur":').us(np.maximum(g1 - g0, 0))
         gpu.lit(',"bind_id":').num(b).lit(',"flow_in":true').members(',"args":{', members)
         parts = gpu.lit("}").buffers()
@@ -493,6 +406,7 @@ class Encoder:
             t[0::2], t[1::2] = sb[w], g0[w]
             wr = Rows(2 * len(w)).pick(heads, head).lit(',"id2":{"local":').num(b[two])
             parts += wr.lit('},"pid":').num(gpid[two]).lit(',"ts":').us(t - base).lit("}").buffers()
+        parts += self._depth(trace, rows, gpid, qn_idx, [_j(q.label) for q in queues] + ['"queue"'])
         an = flags & int(ANOMALY_FLAGS)
         a = np.flatnonzero(an)
         if len(a):
@@ -502,6 +416,34 @@ class Encoder:
             inst.lit(',"pid":').num(gpid[a]).lit(',"tid":').num(gtid[a]).lit(',"ts":').us(g0[a] - base)
             parts += inst.lit("}").buffers()
         return parts
+
+    def _depth(
+        self, trace: Trace, rows: np.ndarray, gpid: np.ndarray, qn_idx: np.ndarray, labels: list[str]
+    ) -> list[Any]:
+        """The queue-depth counter of each stream (work submitted, not yet finished): +1 at a
+        scope's submission, -1 at its GPU end; a nested scope's work is its parent's, counted
+        once. Exact within a chunk: work of an earlier chunk still queued is not added."""
+        s = trace.scopes
+        q = s.queue[rows]
+        par = s.parent[rows]
+        sb, g1 = s.submit_ns[rows], s.gpu_end_ns[rows]
+        pr = np.maximum(par, 0)
+        nested = (par >= 0) & (s.gpu_start_ns[pr] != NO_TIME) & (s.queue[pr] == q)
+        top = np.flatnonzero((sb != NO_TIME) & ~nested)
+        if not len(top):
+            return []
+        t = np.concatenate([sb[top], np.maximum(g1[top], sb[top])])
+        step = np.concatenate([np.ones(len(top), np.int64), -np.ones(len(top), np.int64)])
+        at = np.concatenate([top, top])
+        qk = qn_idx[at]
+        order = np.lexsort((step, t, qk))  # per stream, in time order, an end before a start
+        t, step, at, qk = t[order], step[order], at[order], qk[order]
+        depth = np.cumsum(step)
+        first = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]])
+        depth -= np.repeat(depth[first] - step[first], np.diff(np.r_[first, len(qk)]))
+        c = Rows(len(t)).lit('{"ph":"C","name":').pick(labels, qk).lit(',"pid":').num(gpid[at])
+        c.lit(',"ts":').us(t - self.base).lit(',"args":{"queue depth":').num(depth)
+        return c.lit("}}").buffers()
 
     def _passes(
         self,

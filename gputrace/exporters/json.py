@@ -41,11 +41,9 @@ from gputrace.exporters.chrome import (
     OP_CATS,
     OVERLAP_TID_STEP,
     Encoder,
-    completed,
     file_header,
-    lean_header,
+    capped_header,
     queue_dict,
-    referenced,
 )
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
@@ -98,7 +96,7 @@ class StreamWriter:
         self._enc = Encoder(header)
         self.closed = False
         try:
-            start = lean_header(header) if start_header is None else start_header
+            start = capped_header(header) if start_header is None else start_header
             self._write(PREFIX + dumps(start) + EVENTS_OPEN)
         except BaseException:
             self.closed = True
@@ -141,14 +139,9 @@ class StreamWriter:
             return
         self.closed = True
         enc = self._enc
-        header = lean_header(header)
-        named_threads = [{"tid": t.tid, "name": t.name} for t in enc.threads.values()]
-        named_queues = [queue_dict(q) for q in enc.queues]
-        header.setdefault("threads", named_threads)
-        header.setdefault("queues", named_queues)
-        if header["threads"] == named_threads and header["queues"] == named_queues:
-            # the name events list them, in this order: readers take them from there
-            del header["threads"], header["queues"]
+        header = capped_header(header)
+        header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in enc.threads.values()])
+        header.setdefault("queues", [queue_dict(q) for q in enc.queues])
         header["base_ns"] = enc.base
         if enc.ops_not_drawn:
             header["ops_not_drawn"] = enc.ops_not_drawn
@@ -179,8 +172,7 @@ def start_stub(header: dict[str, Any]) -> dict[str, Any]:
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write the whole ``trace`` (gzip when the name ends in ``.gz``); atomic: temp file + rename."""
     p = Path(path)
-    # an anomaly example that only repeats its scope is written as the scope and its kinds
-    header = referenced(file_header(trace), trace)
+    header = file_header(trace)
     tmp = p.with_name(p.name + ".partial")
     try:
         # the whole header follows the events; the one before them is what a cut file needs
@@ -879,8 +871,6 @@ def _build(events: list[Any], header: dict[str, Any]) -> Trace:
         from gputrace.resolver import anomaly_report  # the file keeps a few examples; rebuild them
 
         header["anomalies"] = anomaly_report(trace)
-    elif isinstance(an, dict) and an.get("items"):  # examples written as their scope and kinds
-        header["anomalies"] = completed(header, trace, row_of)["anomalies"]
     return trace
 
 

@@ -58,12 +58,8 @@ from gputrace.exporters.chrome import (
     OVERLAP_TID_STEP,
     LaneCarry,
     _distinct_rows,
-    completed,
     export_base_ns,
     fold_passes,
-    full_header,
-    lean_header,
-    referenced,
 )
 from gputrace.jsonsafe import dumps as json_bytes
 from gputrace.model import (
@@ -468,7 +464,7 @@ class _Encoder:
         # threads and queues: the chunk indexes list them; explanations follow from the kinds
         header = {
             k: v
-            for k, v in lean_header(header, cap=False, explain=False).items()
+            for k, v in dict(header).items()
             if k not in ("threads", "queues")
         }
         head = FINAL_TAG + zlib.compress(json_bytes(header), 6)
@@ -1342,7 +1338,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     try:
         for chunk in _chunks(trace):
             w.append(chunk)
-        w.close(referenced(header, trace))  # anomaly examples: the scope and kinds; the reader has the rest
+        w.close(header)  # anomaly examples: the scope and kinds; the reader has the rest
     except BaseException:
         w.abandon()
         tmp.unlink(missing_ok=True)
@@ -1358,7 +1354,7 @@ def dumps(trace: Trace) -> bytes:
     return (
         enc.preamble()
         + b"".join(enc.chunk(c) for c in _chunks(trace))
-        + enc.ending(referenced(header, trace))
+        + enc.ending(header)
     )
 
 
@@ -1836,7 +1832,7 @@ def _read(data: memoryview, progress: Progress | None) -> Trace:
         )
     if progress is not None:
         progress("parsed")
-    header = full_header(header)
+    header = dict(header)
     if truncated or not final:
         header["truncated"] = True
     return _build(header, pk, names, cats, ann_names, strs, tracks, threads, queues, user_args)
@@ -2136,7 +2132,6 @@ def _build(
     else:
         trace = Trace(header, final_names, threads, queues, s, spans, marks, fits)
     # anomaly examples written as their scope and kinds: the rest is the scope's
-    trace.header = completed(header, trace, w2r if len(w2r) > 1 else None)
     return trace
 
 
