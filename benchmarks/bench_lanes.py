@@ -62,7 +62,9 @@ def main() -> None:
     assert trace is not None
     print(f"{a.threads} threads x {a.scopes} scopes (2 per iteration): {len(trace)} scopes, "
           f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"{'format':<8} {'write s':>8} {'cpu s':>7} {'x json':>7} {'session s':>10} {'x json':>7} {'MB':>7}")
+    print(
+        f"{'format':<8} {'write s':>8} {'cpu s':>7} {'x json':>7} {'session s':>10} {'x json':>7} {'MB':>7}"
+    )
     base_w = base_s = 0.0
     with tempfile.TemporaryDirectory() as d:
         for fmt in FORMATS:

@@ -12,7 +12,7 @@ import pytest
 import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
-from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP, LaneCarry
+from gputrace.exporters.plan import GPU_PID_BASE, OVERLAP_TID_STEP, LaneCarry
 from tests import perfetto_rules
 
 
@@ -102,7 +102,8 @@ def test_layout(tmp_path: Path) -> None:
     assert round((g["ts"] - wait["ts"]) * 1000) == sc.queue_gap_ns
     # every field on every GPU slice, none left for a reader to derive
     assert all(
-        {"submit_ts", "submit_to_start_us", "gpu_us", "cpu_enqueue_us", "uncertainty_us", "flags"} <= set(e["args"])
+        {"submit_ts", "submit_to_start_us", "gpu_us", "cpu_enqueue_us", "uncertainty_us", "flags"}
+        <= set(e["args"])
         for e in gpu
     )
     a = g["args"]
@@ -113,7 +114,10 @@ def test_layout(tmp_path: Path) -> None:
     depth = [e for e in ev if e["ph"] == "C"]
     assert {e["name"] for e in depth} == {"stream 0", "stream a", "stream b"}
     assert {k for e in depth for k in e["args"]} == {"queue depth"}
-    assert min(e["args"]["queue depth"] for e in depth) == 0 and max(e["args"]["queue depth"] for e in depth) >= 1
+    assert (
+        min(e["args"]["queue depth"] for e in depth) == 0
+        and max(e["args"]["queue depth"] for e in depth) >= 1
+    )
     # processes: Python first, then the GPU
     sort = {
         e["pid"]: e["args"]["sort_index"] for e in ev if e["ph"] == "M" and e["name"] == "process_sort_index"
@@ -204,7 +208,7 @@ def test_cpu_trace_round_trip_and_interleaved_lanes(tmp_path: Path) -> None:
         (b'{"traceEvents": []}', "not one written by gputrace"),
         (b'{"traceEvents": [], "gputrace": {"format_version": 99}}', "format version 99"),
         (
-            b'{"traceEvents": [{"ph":"X","cat":"cpu"}], "gputrace": {"format_version": 1, "base_ns": 0}}',
+            b'{"traceEvents": [{"ph":"X","cat":"cpu"}], "gputrace": {"format_version": 2, "base_ns": 0}}',
             "malformed",
         ),
         (gzip.compress(b'{"traceEvents": [')[:-6], "gzip data is truncated"),

@@ -30,7 +30,7 @@ print(len(t.spans), heavy)
 """
 
 
-@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".pftrace"])
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_a_streamed_session_its_load_and_summary_never_import_numpy_ma(tmp_path: Path, suffix: str) -> None:
     """``numpy.ma`` costs 12-17 ms to import (73 ms without bytecode); numpy 2 loads it lazily from
     ``np.unique``, ``np.median`` and ``np.percentile``. A session start once paid it up front."""

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gputrace.loader import TraceFileError, load
-from gputrace.readlimits import human_bytes, parse_size, read_trace_bytes
+from gputrace.exporters import TraceFileError, load
+from gputrace.exporters.opener import human_bytes, parse_size, read_trace
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -158,7 +158,7 @@ def test_gzip_members_and_corruption(tmp_path: Path) -> None:
     assert len(load(two)) == len(load(DATA / "handmade.json"))  # concatenated members, as gzip(1)
     padded = tmp_path / "padded_bad.json.gz"
     padded.write_bytes(gz + b"\0" * 64)
-    assert read_trace_bytes(padded) == raw
+    assert read_trace(padded)[0] == raw
     for name, content in (("cut_bad.json.gz", gz[:-9]), ("junk_bad.json.gz", gz + b"junk")):
         p = tmp_path / name
         p.write_bytes(content)
@@ -171,10 +171,10 @@ def test_a_real_sized_trace_reads_whole(tmp_path: Path) -> None:
     raw = b'{"traceEvents": [' + b",".join([b'{"ph": "i", "ts": 1}'] * 2_000_000) + b"]}"
     path = tmp_path / "many_bad.json"
     path.write_bytes(raw)
-    assert read_trace_bytes(path) == raw
+    assert read_trace(path)[0] == raw
     z = zlib.compressobj(6, zlib.DEFLATED, 31)
     path.write_bytes(z.compress(raw) + z.flush())
-    assert read_trace_bytes(path) == raw
+    assert read_trace(path)[0] == raw
 
 
 def test_sizes_parse() -> None:

@@ -31,7 +31,7 @@ import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
 from gputrace.durations import fmt_ns
-from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP
+from gputrace.exporters.plan import GPU_PID_BASE, OVERLAP_TID_STEP
 from gputrace.viewer_server import ViewerServer, viewer_dir
 
 ROOT = Path(__file__).resolve().parents[1]
