@@ -34,8 +34,7 @@ def program(threads: int, scopes: int) -> None:
     def work() -> None:
         for i in range(scopes):
             with gputrace.trace("step", i=i % 3):
-                with gputrace.trace("inner"):
-                    pass
+                pass
 
     ts = [threading.Thread(target=work) for _ in range(threads)]
     for t in ts:
@@ -60,7 +59,7 @@ def main() -> None:
         program(a.threads, a.scopes)
     trace = s.trace
     assert trace is not None
-    print(f"{a.threads} threads x {a.scopes} scopes (2 per iteration): {len(trace)} scopes, "
+    print(f"{a.threads} threads x {a.scopes} scopes: {len(trace)} scopes, "
           f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(
         f"{'format':<8} {'write s':>8} {'cpu s':>7} {'x json':>7} {'session s':>10} {'x json':>7} {'MB':>7}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +20,63 @@ def read(path: Path) -> Any:
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     return orjson.loads(raw)
+
+
+def check_file(path: Path) -> list[str]:
+    """The rules ``path`` breaks, for a file gputrace wrote (JSON whole or cut short, or
+    ``.pftrace``); other files (deliberately broken inputs, other tools' traces) are left out.
+    A file gputrace wrote that does not parse breaks the first rule."""
+    raw = path.read_bytes()
+    if path.name.endswith((".pftrace", ".perfetto-trace")) and not path.name.endswith(".partial"):
+        return check_pftrace(raw)
+    if raw[:2] == b"\x1f\x8b":
+        d = zlib.decompressobj(31)
+        raw = d.decompress(raw)
+    if not raw.startswith(b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'):
+        return []  # not written by gputrace
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        from gputrace.exporters.json import repair
+
+        fixed = repair(raw)  # a streamed file cut short (a killed program): what view serves
+        if fixed is None:
+            return ["written by gputrace, but neither valid JSON nor a streamed file cut short"]
+        doc = orjson.loads(fixed)
+    return check(doc)
+
+
+def check_pftrace(raw: bytes) -> list[str]:
+    """Through Perfetto's own .proto: every event on a described track, begins and ends
+    balanced per track, every flow bound at both ends."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    msg = pb.Trace()
+    try:
+        msg.ParseFromString(raw)
+    except Exception as exc:  # a message that does not parse
+        return [f"not a Perfetto trace ({type(exc).__name__})"]
+    described = {p.track_descriptor.uuid for p in msg.packet if p.HasField("track_descriptor")}
+    depth: dict[int, int] = {}
+    outs: list[int] = []
+    ins: list[int] = []
+    bad: list[str] = []
+    for p in msg.packet:
+        if not p.HasField("track_event"):
+            continue
+        te = p.track_event
+        if te.track_uuid not in described:
+            bad.append(f"an event on track {te.track_uuid}, which no descriptor names")
+        depth[te.track_uuid] = depth.get(te.track_uuid, 0) + (te.type == 1) - (te.type == 2)
+        if depth[te.track_uuid] < 0:
+            bad.append(f"an end with no begin on track {te.track_uuid}")
+        outs += te.flow_ids
+        ins += te.terminating_flow_ids
+    if any(depth.values()):
+        bad.append("a begin with no end")
+    if sorted(outs) != sorted(ins):
+        bad.append("a flow not bound at both ends")
+    return bad
 
 
 def check(doc: Any) -> list[str]:
