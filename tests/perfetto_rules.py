@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import gzip
-import zlib
 import math
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any

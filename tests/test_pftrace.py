@@ -147,3 +147,16 @@ def test_gputrace_reads_the_json_gz_and_says_so_for_a_pftrace(tmp_path: Path) ->
             gputrace.load(path)
         res = CliRunner().invoke(cli, ["summarize", str(path)])
         assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+
+
+def test_convert_writes_the_format_the_name_asks_for_with_the_same_numbers(tmp_path: Path) -> None:
+    src = Path(__file__).parent / "data" / "story.json"
+    for out in (tmp_path / "s.json.gz", tmp_path / "s.pftrace"):
+        res = CliRunner().invoke(cli, ["convert", str(src), str(out)])
+        assert res.exit_code == 0 and "wrote" in res.output, res.output
+    a = CliRunner().invoke(cli, ["summarize", str(src)]).output
+    b = CliRunner().invoke(cli, ["summarize", str(tmp_path / "s.json.gz")]).output
+    assert a.replace(str(src), "X") == b.replace(str(tmp_path / "s.json.gz"), "X")
+    assert perfetto_rules.check_file(tmp_path / "s.pftrace") == []
+    same = CliRunner().invoke(cli, ["convert", str(src), str(src)])
+    assert same.exit_code == 2 and len(same.output.strip().splitlines()) == 1

@@ -183,3 +183,31 @@ def test_sizes_parse() -> None:
     for bad in ("", "-1", "G", "1Q", "nan"):
         with pytest.raises(Exception, match="must be a size"):
             parse_size(bad)
+
+
+def test_the_viewers_path_caps_a_gzip_bomb_as_load_does(tmp_path: Path) -> None:
+    """A ~600 KB gzip file that starts like a trace and inflates to 600 MB: the viewer's server
+    reads it through the same opener as ``load``, so it is refused at the cap (it once took the
+    viewer's path to 1.26 GB)."""
+    import subprocess
+    import sys
+    import zlib
+
+    bomb = tmp_path / "bomb.json.gz"
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = b" " * (1 << 20)
+    bomb.write_bytes(
+        z.compress(b'{"traceEvents":[') + b"".join(z.compress(block) for _ in range(600)) + z.flush()
+    )
+    assert bomb.stat().st_size < 1 << 20
+    code = (
+        "import resource, sys\nfrom gputrace.errors import GputraceError\n"
+        "from gputrace.exporters.json import servable\n"
+        "try:\n    servable(sys.argv[1])\nexcept GputraceError as exc:\n    print('refused:', exc)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(bomb)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("refused:") and "too large" in lines[0]
+    assert int(lines[-1]) * 1024 < 400 << 20  # peak memory: the 256 MiB cap, not the 600 MB inside

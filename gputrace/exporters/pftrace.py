@@ -109,10 +109,10 @@ class StreamWriter:
 
 # -- protobuf --------------------------------------------------------------------------------------
 def _varint(n: int) -> bytes:
+    if 0 <= n < _SMALL_N:
+        return _SMALL[n]
     if n < 0:
         n += 1 << 64
-    if n < 0x80:
-        return bytes((n,))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -121,16 +121,20 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_N = 1 << 14  # varints of small values (tags, lengths, ids), made once
+_SMALL = [bytes((n,)) if n < 0x80 else bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(_SMALL_N)]
+
+
 def _key(field: int, wire: int) -> bytes:
-    return _varint(field << 3 | wire)
+    return _SMALL[field << 3 | wire]
 
 
 def _int(field: int, n: int) -> bytes:
-    return _key(field, 0) + _varint(int(n))
+    return _SMALL[field << 3] + _varint(n)
 
 
 def _len(field: int, payload: bytes) -> bytes:
-    return _key(field, 2) + _varint(len(payload)) + payload
+    return _SMALL[field << 3 | 2] + _varint(len(payload)) + payload
 
 
 def _str(field: int, text: str) -> bytes:
