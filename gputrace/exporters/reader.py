@@ -282,7 +282,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
             **{c: getattr(s, c)[order] for c in ScopeTable.COLUMNS},
             args=dict(sorted((int(new_row[k]), v) for k, v in s.args.items())),
         )
-        passes = [(int(new_row[r]), *rest) for r, *rest in passes]
+        passes = [(int(new_row[r]), lb, g0, g1, sb) for r, lb, g0, g1, sb in passes]
     nest(s)
     spans = _span_table(s, passes, bool(header.get("spans_cover_children")), intern)
     procs = header.get("processes")  # a merged trace keeps each process's threads under its pid
