@@ -46,6 +46,61 @@ def check_file(path: Path) -> list[str]:
     return check(doc)
 
 
+def expected_counts(path: Path) -> dict[str, Any] | None:
+    """What Perfetto's importer must build from a file gputrace wrote: slices per pid (X events,
+    instants and waits; for .pftrace its begins and instants) and flows bound at both ends; None
+    for a file gputrace did not write."""
+    raw = path.read_bytes()
+    slices: dict[int, int] = defaultdict(int)
+    if path.name.endswith((".pftrace", ".perfetto-trace")):
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+        msg = pb.Trace()
+        msg.ParseFromString(raw)
+        desc = {
+            p.track_descriptor.uuid: p.track_descriptor for p in msg.packet if p.HasField("track_descriptor")
+        }
+
+        def pid(u: int) -> int:
+            t = desc[u]
+            return int(
+                t.thread.pid
+                if t.HasField("thread")
+                else t.process.pid
+                if t.HasField("process")
+                else pid(t.parent_uuid)
+            )
+
+        outs, ins = set(), set()
+        for p in msg.packet:
+            if p.HasField("track_event") and p.track_event.type in (1, 3):
+                slices[pid(p.track_event.track_uuid)] += 1
+                outs |= set(p.track_event.flow_ids)
+                ins |= set(p.track_event.terminating_flow_ids)
+        return {"slices": dict(slices), "flows": len(outs & ins)}
+    if raw[:2] == b"\x1f\x8b":
+        raw = zlib.decompressobj(31).decompress(raw)
+    if not raw.startswith(b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'):
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        from gputrace.exporters.json import repair
+
+        doc = orjson.loads(repair(raw) or b"{}")
+    outs: dict[int, float] = {}
+    ins: dict[int, float] = {}
+    for e in doc.get("traceEvents", []):
+        if e.get("ph") in ("X", "i", "b"):
+            slices[int(e["pid"])] += 1
+        if e.get("ph") == "X" and "bind_id" in e:
+            (outs if e.get("flow_out") else ins)[e["bind_id"]] = e["ts"]
+    # Perfetto draws no flow into the past (a GPU start before its CPU slice, flagged
+    # start_before_submit): counted as it draws them
+    flows = sum(1 for k, t in outs.items() if k in ins and ins[k] >= t)
+    return {"slices": dict(slices), "flows": flows}
+
+
 def check_pftrace(raw: bytes) -> list[str]:
     """Through Perfetto's own .proto: every event on a described track, begins and ends
     balanced per track, every flow bound at both ends."""

@@ -43,7 +43,9 @@ Progress = Callable[[str], None]
 PREFIX = b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'
 EVENTS_OPEN = b'},"traceEvents":[\n'
 CLOSE = b'\n],"gputrace":'
-GZIP_LEVEL = 1  # speed first: level 1 already gives most of the ratio on trace events
+GZIP_LEVEL = (
+    6  # zlib's default: 64 B per tiny GPU scope against 77 at level 1, for ~0.1 s more per 20k scopes
+)
 
 
 class StreamWriter:
