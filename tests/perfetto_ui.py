@@ -18,7 +18,7 @@ import os
 import threading
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -70,7 +70,7 @@ def skip_reason() -> str | None:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    traces: dict[str, Path] = {}
+    traces: ClassVar[dict[str, Path]] = {}
 
     def do_GET(self) -> None:
         route = urllib.parse.urlparse(self.path).path
@@ -146,7 +146,8 @@ class PerfettoUI:
                 const r = await window.app.trace.engine.query(sql);
                 const out = []; const cols = r.columns();
                 for (const it = r.iter({}); it.valid(); it.next()) {
-                    const row = {}; for (const c of cols) row[c] = typeof it.get(c) === 'bigint' ? Number(it.get(c)) : it.get(c);
+                    const row = {};
+                    for (const c of cols) { const v = it.get(c); row[c] = typeof v === 'bigint' ? Number(v) : v; }
                     out.push(row);
                 }
                 return out;

@@ -102,7 +102,7 @@ def test_tracks_read_as_a_person_names_them_and_each_stream_keeps_its_tracks_tog
     trace = ops_trace(tmp_path)
     got = parsed(gputrace.exporters.write(trace, tmp_path / "t.pftrace"))
     tracks = got["tracks"]
-    gpu = [t for t in tracks.values() if t.HasField("process") and t.process.pid >= 1 << 30][0]
+    gpu = next(t for t in tracks.values() if t.HasField("process") and t.process.pid >= 1 << 30)
     children = sorted((t.sibling_order_rank, t.name) for t in tracks.values() if t.parent_uuid == gpu.uuid)
     names = [n for _, n in children]
     assert not [n for n in names if str(1 << 20) in n or str(1 << 24) in n]  # no track numbering shown
