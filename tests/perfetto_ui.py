@@ -147,7 +147,10 @@ class PerfettoUI:
                 const out = []; const cols = r.columns();
                 for (const it = r.iter({}); it.valid(); it.next()) {
                     const row = {};
-                    for (const c of cols) { const v = it.get(c); row[c] = typeof v === 'bigint' ? Number(v) : v; }
+                    for (const c of cols) {
+                        const v = it.get(c);
+                        row[c] = typeof v === 'bigint' ? Number(v) : v;
+                    }
                     out.push(row);
                 }
                 return out;
