@@ -231,28 +231,38 @@ class _Packets:
         recs.sort(key=lambda r: r[0])  # stable: each track's own order kept at equal times
         first = _packet(_int(13, 1))  # SEQ_INCREMENTAL_STATE_CLEARED
         yield first + b"".join(_packet(t) for t in self.tracks.values())
+        head: dict[tuple[int, int, Any, Any], bytes] = {}  # (type, track, name, cat) -> their fields
+        arg_name: dict[str, bytes] = {}  # an annotation's interned name field
+        tail = _int(13, 2) + _int(10, SEQ)  # SEQ_NEEDS_INCREMENTAL_STATE; the sequence
         out: list[bytes] = []
         for ts, track, typ, name, cat, args, flows_out, flows_in, value in recs:
-            ev = _int(9, typ) + _int(11, track)
-            if name is not None:
-                ev += _int(10, self._iid(2, name))
-            if cat:
-                ev += _int(3, self._iid(1, cat))
+            ev = head.get((typ, track, name, cat))
+            if ev is None:
+                ev = _int(9, typ) + _int(11, track)
+                if name is not None:
+                    ev += _int(10, self._iid(2, name))
+                if cat:
+                    ev += _int(3, self._iid(1, cat))
+                head[(typ, track, name, cat)] = ev
             if args:
-                ev += b"".join(
-                    _len(4, _annotation(v, _int(1, self._iid(3, str(k))))) for k, v in args.items()
-                )
+                parts = []
+                for k, v in args.items():
+                    nm = arg_name.get(k)
+                    if nm is None:
+                        nm = arg_name[k] = _int(1, self._iid(3, str(k)))
+                    parts.append(_len(4, _annotation(v, nm)))
+                ev += b"".join(parts)
             for f in flows_out:
                 ev += _fixed64(47, f)
             for f in flows_in:
                 ev += _fixed64(48, f)
             if value is not None:
                 ev += _int(30, value) if isinstance(value, int) else _key(44, 1) + _DOUBLE.pack(float(value))
-            body = _int(8, ts) + _len(11, ev) + _int(13, 2)  # SEQ_NEEDS_INCREMENTAL_STATE
+            body = _SMALL[8 << 3] + _varint(ts) + _SMALL[11 << 3 | 2] + _varint(len(ev)) + ev + tail
             if self.new:
                 body += _len(12, b"".join(b"".join(v) for v in self.new.values()))
                 self.new = {}
-            out.append(_packet(body))
+            out.append(_SMALL[1 << 3 | 2] + _varint(len(body)) + body)
             if len(out) >= 4096:
                 yield b"".join(out)
                 out = []
