@@ -27,13 +27,18 @@ def _perfetto_imports_every_format() -> Iterator[None]:
         return
     picked: dict[str, list[tuple[Path, dict, str]]] = {}  # type: ignore[type-arg]
     seen: set[tuple[str, str]] = set()
-    for f, expected, test in sorted(WRITTEN, key=lambda w: w[0].stat().st_size if w[0].exists() else 1 << 62):
-        fmt = ".pftrace" if f.name.endswith(".pftrace") else ".json.gz" if f.name.endswith(".gz") else ".json"
-        module = test.split("::")[0]
-        small = f.exists() and f.stat().st_size <= MAX_BYTES
-        if small and (fmt, module) not in seen and len(picked.setdefault(fmt, [])) < PER_FORMAT:
-            seen.add((fmt, module))
-            picked[fmt].append((f, expected, test))
+    by_size = sorted(
+        (w for w in WRITTEN if w[0].exists() and w[0].stat().st_size <= MAX_BYTES),
+        key=lambda w: w[0].stat().st_size,
+    )
+    for spread in (True, False):  # one file per test module first, then the next smallest
+        for f, expected, test in by_size:
+            fmt = next((x for x in (".pftrace", ".gz") if f.name.endswith(x)), ".json")
+            group = picked.setdefault(fmt, [])
+            key = (fmt, test.split("::")[0] if spread else str(f))
+            if len(group) < PER_FORMAT and key not in seen and all(f != g[0] for g in group):
+                seen.add(key)
+                group.append((f, expected, test))
     failures = []
     listing = os.environ.get("GPUTRACE_PERFETTO_UI_LIST")  # (a file to note what was opened)
     if listing:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import math
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +71,14 @@ def expected_counts(path: Path) -> dict[str, Any] | None:
                 else pid(t.parent_uuid)
             )
 
-        outs, ins = set(), set()
+        outs: Counter[int] = Counter()
+        ins: Counter[int] = Counter()
         for p in msg.packet:
             if p.HasField("track_event") and p.track_event.type in (1, 3):
                 slices[pid(p.track_event.track_uuid)] += 1
-                outs |= set(p.track_event.flow_ids)
-                ins |= set(p.track_event.terminating_flow_ids)
-        return {"slices": dict(slices), "flows": len(outs & ins)}
+                outs.update(p.track_event.flow_ids)
+                ins.update(p.track_event.terminating_flow_ids)
+        return {"slices": dict(slices), "flows": sum((outs & ins).values())}
     if raw[:2] == b"\x1f\x8b":
         raw = zlib.decompressobj(31).decompress(raw)
     if not raw.startswith(b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'):
