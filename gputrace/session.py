@@ -311,9 +311,9 @@ class session:
     def trace(self) -> Trace | None:
         """The resolved trace once stopped (a streamed one is read back from its file)."""
         if self._trace is None and self._streamer is not None and self.written is not None:
-            from gputrace.exporters import read
+            from gputrace.exporters import canonical, read
 
-            self._trace = read(self.written)
+            self._trace = read(canonical(self.written))
         return self._trace
 
     @trace.setter
@@ -657,7 +657,7 @@ class session:
         from gputrace import exporters
 
         try:
-            exporters.write(trace, path)
+            exporters.write_session(trace, path)
             self.written = path
             return
         except GputraceError as exc:  # the path became a device node, FIFO or folder: leave it be

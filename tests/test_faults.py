@@ -424,10 +424,8 @@ PIPELINE = (
     "gputrace.exporters.chrome",
     "gputrace.exporters.json",
     "gputrace.exporters.pftrace",
-    "gputrace.exporters._protowire",
+    "gputrace.exporters.plan",
     "gputrace.exporters._text",
-    "gputrace.exporters._json_structs",
-    "gputrace.exporters._reading",
     "gputrace.exporters._undo",
 )
 # A fault at the very entry of a thread's target has no caller inside gputrace that could catch it

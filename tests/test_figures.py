@@ -21,7 +21,7 @@ from gputrace.backends.cupti import CuptiBackend
 from gputrace.backends.cupti_fake import FakeActivitySource
 from gputrace.calstore import save
 from gputrace.clock import FakeClock
-from gputrace.foreign import from_chrome
+from gputrace.exporters.foreign import from_chrome
 from gputrace.render import distinct_names, render
 from gputrace.summary import summarize
 

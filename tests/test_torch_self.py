@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gputrace.foreign import from_chrome
+from gputrace.exporters.foreign import from_chrome
 from gputrace.summary import summarize
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.loader import TraceFileError
+from gputrace.exporters.opener import TraceFileError
 from gputrace.model import (
     FORMAT_VERSION,
     NO_TIME,
