@@ -148,7 +148,9 @@ def from_chrome(doc: Any, where: str) -> Trace:
         "calls and outliers only."
     )
     if ranges:
-        note += f" Its {ranges} GPU spans of record_function ranges (gpu_user_annotation) are not read as work."
+        note += (
+            f" Its {ranges} GPU spans of record_function ranges (gpu_user_annotation) are not read as work."
+        )
     header: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "backend": "other tool",

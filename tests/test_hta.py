@@ -209,8 +209,8 @@ def test_cold_calls_are_queued_from_their_launch_call_in_summarize_and_in_the_fi
         (begin,) = [e for e in doc["traceEvents"] if e["ph"] == "b" and e["id2"]["local"] == sc]
         (gpu,) = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("bind_id") == sc
                   and e["pid"] >= 2**30]  # fmt: skip
-        first_op = min((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["args"]["scope"] == sc),
-                       key=lambda e: e["ts"])  # fmt: skip
+        ops = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["args"]["scope"] == sc]
+        first_op = min(ops, key=lambda e: e["ts"])
         assert begin["ts"] == first_op["args"]["call_ts"]
         assert round(gpu["ts"] - begin["ts"], 3) == wait
     assert np.array_equal(gputrace.load(again).scopes.submit_ns, t.scopes.submit_ns)

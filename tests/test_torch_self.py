@@ -85,7 +85,9 @@ def test_self_cpu_time_matches_key_averages_on_a_cuda_run() -> None:
     for name, t in theirs.items():
         assert ours[name] == pytest.approx(t["self_cpu_time_total_us"], rel=0.01, abs=0.01), name
     # Kineto's own overhead inside aten::mm (CUPTI asking for a buffer, 2.86 ms) is not aten::mm's
-    assert ours["aten::mm"] == pytest.approx(410.706) and ours["Activity Buffer Request"] == pytest.approx(2863.483)
+    assert ours["aten::mm"] == pytest.approx(410.706) and ours["Activity Buffer Request"] == pytest.approx(
+        2863.483
+    )
     # the GPU-side spans of the record_function ranges are not CPU time, nor work
     assert "10 GPU spans of record_function ranges" in s["note"]  # type: ignore[index]
 
@@ -98,7 +100,9 @@ def test_kernel_device_times_equal_key_averages_on_a_cuda_run() -> None:
     assert len(kernels) == 5  # two gemms, a relu, a sum, a memset
     for name, r in kernels.items():
         assert r["calls"] == theirs[name]["count"] == 5
-        assert r["gpu_ns"]["total"] / 1e3 == pytest.approx(theirs[name]["self_device_time_total_us"], abs=0.0005 * 5)
+        assert r["gpu_ns"]["total"] / 1e3 == pytest.approx(
+            theirs[name]["self_device_time_total_us"], abs=0.0005 * 5
+        )
         assert r["self_ns"]["gpu_total"] == r["gpu_ns"]["total"]
     # a range: torch's self device is its span on the stream, gputrace's busy is its kernels' union
     assert theirs["act"]["self_device_time_total_us"] == pytest.approx(540.059)

@@ -36,10 +36,36 @@ var GT = window.GT || (window.GT = {});
         stack.push(id);
       });
     });
+    if (only < 0) chargeOverhead(m, self);
     for (var i = 0; i < S.n; i++) if (!isNaN(self[i])) self[i] = Math.max(0, Math.round(self[i] * 1000) / 1000);
     m.selfCpu = self;
     return self;
   };
+
+  // Kineto writes the profiler's own overhead (CUPTI asking for a buffer inside an op) on a
+  // process of its own (pid -1), without the thread it stalled; key_averages, and gputrace's
+  // reader (gputrace/foreign.py), count it as a child of the innermost slice enclosing it on the
+  // one thread whose slices enclose it.
+  function chargeOverhead(m, self) {
+    var S = m.slices, cpuLanes = m.lanes.filter(function (l) { return l.kind === 'cpu' && l.pid !== -1; });
+    m.lanes.forEach(function (l) {
+      if (l.kind !== 'cpu' || l.pid !== -1) return;
+      l.slices.forEach(function (id) {
+        var ev = m.events[S.ev[id]];
+        if (!ev || ev.cat !== 'overhead') return;
+        var st = S.start[id], en = st + S.dur[id], found = [];
+        cpuLanes.forEach(function (cl) {
+          var best = -1;
+          cl.slices.forEach(function (o) {
+            if (isNaN(self[o]) || S.start[o] > st || S.start[o] + S.dur[o] < en) return;
+            if (best < 0 || S.start[o] >= S.start[best]) best = o; // start order: the innermost
+          });
+          if (best >= 0) found.push(best);
+        });
+        if (found.length === 1) self[found[0]] -= S.dur[id];
+      });
+    });
+  }
 
   // m: { events, cpuOfScope, gpuOfScope, queuedOfScope, start, dur, lane, ev } (plain arrays and
   // maps, before the model freezes them); changes the GPU slices' args and the queued slices.

@@ -179,9 +179,12 @@ var GT = window.GT || (window.GT = {});
     this.rows = []; this.sortKey = 'gpuTotal'; this.desc = true; this.active = -1;
   };
 
-  GT.SummaryTable.prototype.setRows = function (rows) {
+  // foreign: another tool's trace (PyTorch's), ordered by self CPU time as key_averages and
+  // `gputrace summarize` order it
+  GT.SummaryTable.prototype.setRows = function (rows, foreign) {
     this.rows = rows;
-    if (!rows.some(function (r) { return r.gpuTotal !== null; })) this.sortKey = 'calls';
+    if (foreign && rows.some(function (r) { return r.selfCpuTotal !== null; })) this.sortKey = 'selfCpuTotal';
+    else if (!rows.some(function (r) { return r.gpuTotal !== null; })) this.sortKey = 'calls';
     this.render();
   };
 
