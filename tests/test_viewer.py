@@ -913,3 +913,22 @@ def test_self_cpu_time_of_a_torch_trace_reads_as_summarize_says(browser: Any) ->
             assert p.errors == []
         finally:
             p.close()
+
+
+@pytest.mark.browser
+def test_a_weak_clock_fit_says_why_in_the_trace_facts(browser: Any, tmp_path: Path) -> None:
+    from gputrace import exporters
+    from tests.test_clock_spread import SAMPLES, TIGHT, WIDE, record
+
+    trace, _ = record(lambda k: TIGHT if k < SAMPLES else WIDE)
+    path = exporters.write(trace, tmp_path / "weak.json")
+    with ViewerServer(path) as srv:
+        srv.start_background()
+        p = Page(browser, srv.origin)
+        try:
+            p.open(srv.url)
+            text = p.page.locator("#info").inner_text()
+            assert "(4 samples). Weak fit: the clock fit rests on 4 calibration samples from 0.347 ms" in text
+            assert p.errors == []
+        finally:
+            p.close()
