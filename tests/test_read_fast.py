@@ -20,6 +20,7 @@ from gputrace.backends.cupti import CuptiBackend
 from gputrace.backends.cupti_fake import FakeActivitySource
 from gputrace.clock import FakeClock
 from gputrace.exporters import json as json_format
+from gputrace.figures import with_launch_submissions
 from gputrace.loader import TraceFileError
 from gputrace.model import OpTable, ScopeTable
 from gputrace.records import OP_MEMCPY
@@ -31,15 +32,17 @@ GOLDEN = sorted(p for p in DATA.glob("*.json*") if p.name not in FOREIGN)
 
 
 def plain(path: Path) -> gputrace.Trace:
+    """The plain path, finished as ``gputrace.load`` finishes every format's reading."""
     raw, cut = json_format.read_raw(path)
     doc, truncated = json_format._document(raw, cut, path, None)
-    return json_format.from_document(doc, str(path), truncated=truncated)
+    return with_launch_submissions(json_format.from_document(doc, str(path), truncated=truncated))
 
 
 def fast(path: Path) -> gputrace.Trace | None:
     raw, cut = json_format.read_raw(path)
     assert not cut
-    return json_format._read_fast(raw, str(path), None)
+    got = json_format._read_fast(raw, str(path), None)
+    return None if got is None else with_launch_submissions(got)
 
 
 def assert_identical(a: gputrace.Trace, b: gputrace.Trace) -> None:
