@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gputrace import figures
 from gputrace.model import NO_TIME, OpTable, Trace, canonical_names
 from tests.test_exporter import record_story
 
@@ -52,4 +53,11 @@ def ops_trace(tmp_path: Path) -> Trace:
     ops.block = np.array([x[12] for x in recs], np.int64)
     spans = base.spans
     names = canonical_names(names, s, spans, ops)  # type: ignore[call-arg]
-    return Trace(base.header, names, base.threads, base.queues, s, spans, base.marks, base.clock_fits, ops)  # type: ignore[call-arg]
+    trace = Trace(base.header, names, base.threads, base.queues, s, spans, base.marks, base.clock_fits, ops)  # type: ignore[call-arg]
+    # each scope submitted at its first launch call, as the resolver (and every reader) sets it;
+    # a pass submitted with its scope moves with it (the file says nothing of its own submission)
+    before = s.submit_ns.copy()
+    figures.with_launch_submissions(trace)
+    along = spans.submit_ns == before[spans.scope]
+    spans.submit_ns[along] = s.submit_ns[spans.scope[along]]
+    return trace

@@ -362,11 +362,13 @@ var GT = window.GT || (window.GT = {});
       if (!r) {
         r = { name: m.names[nameIdx], nameId: nameIdx, calls: 0, cold: 0, anomalies: 0,
               gpuTotal: 0, gpuTimed: 0, cpu: [], gpu: [], queued: [], cpuAll: [], gpuAll: [], queuedAll: [],
-              busy: [], selfTotal: null, free: [] };
+              busy: [], selfTotal: null, free: [], selfCpuTotal: null };
         byName.set(nameIdx, r);
       }
       return r;
     }
+    var selfCpu = GT.selfCpu ? GT.selfCpu(m) : null; // viewer/figures.js
+    function addSelf(r, id) { if (selfCpu && !isNaN(selfCpu[id])) r.selfCpuTotal = (r.selfCpuTotal || 0) + selfCpu[id]; }
     if (m.nScopes > 0) {
       for (var sc = 0; sc < m.nScopes; sc++) {
         var c = m.scopeCpu[sc], g = m.scopeGpu[sc];
@@ -378,6 +380,7 @@ var GT = window.GT || (window.GT = {});
         if (flags & ANOMALY) r.anomalies++;
         r.cpuAll.push(S.dur[c]);
         if (!cold) r.cpu.push(S.dur[c]);
+        addSelf(r, c);
         if (g >= 0) {
           var a = m.events[S.ev[g]].args || {};
           var gus = num(a.gpu_us) !== null ? a.gpu_us : S.dur[g];
@@ -400,6 +403,7 @@ var GT = window.GT || (window.GT = {});
         var rr = row(S.name[s]);
         rr.calls++;
         rr.cpuAll.push(S.dur[s]); rr.cpu.push(S.dur[s]);
+        addSelf(rr, s);
       }
     }
     var out = [];
@@ -413,6 +417,7 @@ var GT = window.GT || (window.GT = {});
         gpuMedian: median(gpu), gpuMax: gpu.length ? Math.max.apply(null, gpu) : null,
         cpuMedian: median(cpu), queuedMedian: median(q),
         busyMedian: median(r.busy), selfTotal: r.selfTotal, freeMedian: median(r.free),
+        selfCpuTotal: r.selfCpuTotal === null ? null : Math.round(r.selfCpuTotal * 1000) / 1000,
       });
     });
     return out;

@@ -101,8 +101,10 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
     """Read a trace file gputrace wrote, in any registered format."""
+    from gputrace.figures import with_launch_submissions
+
     trace: Trace = _format_of_file(path).read(path, progress=progress)
-    return trace
+    return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
 
 
 def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
