@@ -2,13 +2,163 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
+import gputrace
 from gputrace import figures
+from gputrace.backends.cupti import CuptiBackend
+from gputrace.backends.cupti_fake import FakeActivitySource
+from gputrace.backends.fake import FakeBackend
+from gputrace.calstore import save
+from gputrace.clock import FakeClock
 from gputrace.model import NO_TIME, OpTable, Trace, canonical_names
-from tests.test_exporter import record_story
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+
+
+def gputrace_run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "gputrace", "run", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def waits(doc: Any, ph: str) -> list[dict[str, Any]]:
+    return [e for e in doc["traceEvents"] if e["ph"] == ph]
+
+
+def with_named_ends(doc: Any) -> Any:
+    """``doc`` as older gputrace wrote it: both ends of a wait with ``cat`` and ``name``."""
+    name = {(e["pid"], e["id2"]["local"]): e["name"] for e in waits(doc, "b")}
+    events = [
+        dict(e, cat="queued", name=name[e["pid"], e["id2"]["local"]]) if e["ph"] in "be" else e
+        for e in doc["traceEvents"]
+    ]
+    return dict(doc, traceEvents=events)
+
+
+def read_both_ways(path: Path) -> tuple[gputrace.Trace, ...]:
+    """The trace as gputrace reads it."""
+    return (gputrace.load(path),)
+
+
+LATENCY = 2_000
+
+
+CAL = {"launch_cpu_ns": 5_000, "launch_gpu_ns": 1_000, "graph_launch_ns": 3_000}
+
+
+def step_kernels(src: FakeActivitySource, clock: FakeClock) -> None:
+    """One step; times relative to its entry (0). GPU (stream 7): k1 3000–3500, k1b 4000–4500,
+    k2 13000–13500, u 14500–14700, m 115000–165000, m2 165000–166000."""
+    with gputrace.trace("step"):  # 0 … 114000
+        clock.advance(1_000)
+        with gputrace.trace("tiny"):  # 1000 … 12000
+            src.launch("k1", gpu_ns=500)  # call 1000
+            clock.advance(1_000)
+            src.launch("k1b", gpu_ns=500)  # call 2000, queued behind k1: a gap between queued work
+            clock.advance(9_000)
+            src.launch("k2", gpu_ns=500)  # call 11000, after k1b ended: the GPU waited for the host
+            clock.advance(1_000)
+        clock.advance(500)
+        src.launch("u", gpu_ns=200)  # call 12500, the step's own operation
+        clock.advance(99_500)  # CPU work between launches (a compile, say)
+        with gputrace.trace("big"):  # 112000 … 114000
+            clock.advance(1_000)
+            src.launch("m", gpu_ns=50_000)  # call 113000
+            src.launch("m2", gpu_ns=1_000)  # call 113000, runs right after m
+            clock.advance(1_000)
+
+
+T0 = 100_000_000  # where the first step starts, on the fake clock
+
+
+def cupti_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path | None = None) -> gputrace.Trace:
+    cal = tmp_path / "cal.json"
+    save({"backend": "cuda", "summary": CAL}, cal)
+    monkeypatch.setenv("GPUTRACE_CALIBRATION", str(cal))
+    clock = FakeClock(1_000_000, 1_000)  # moving while the backend measures its clock's rate
+    src = FakeActivitySource(clock, latency_ns=LATENCY)
+    backend = CuptiBackend(clock, source=src)
+    clock.step_ns = 0  # from here on, only the test moves it
+    with gputrace.session(path, backend=backend, clock=clock, quiet=True) as s:
+        clock.advance(T0 - clock.now_ns)
+        step_kernels(src, clock)  # cold: starts at T0
+        clock.advance(T0 + 200_000 - clock.now_ns)
+        step_kernels(src, clock)  # warm: starts at T0 + 200000
+    assert s.trace is not None
+    return s.trace
+
+
+def gpu_session(path: Path, script, *, in_order: bool = True, **kw):  # type: ignore[no-untyped-def]
+    clock = FakeClock(5_000_000_000, 1_000)
+    fb = FakeBackend(clock, offset_ns=-7_654_321, drift_ppm=4.0, script=script, in_order=in_order, **kw)
+    return gputrace.session(path, backend=fb, clock=clock, quiet=True), clock
+
+
+def record_story(path: Path) -> gputrace.Trace:
+    s, _clock = gpu_session(path, lambda n, i: (2_000 + 500 * i, 0 if n == "noop" else 30_000))
+    with s:
+        for i in range(5):
+            with gputrace.trace("step", i=i):
+                with gputrace.trace("matmul", stream="a"):
+                    pass
+                with gputrace.trace("copy", stream="b"):
+                    pass
+            gputrace.mark("tick", i=i)
+            if i % 2:
+                gputrace.sync()
+        with gputrace.trace("noop"):
+            pass
+    assert s.trace is not None
+    return s.trace
+
+
+def assert_same(a: gputrace.Trace, b: gputrace.Trace) -> None:
+    assert a.names == b.names and a.threads == b.threads and a.queues == b.queues
+    for col in a.scopes.COLUMNS:
+        assert np.array_equal(getattr(a.scopes, col), getattr(b.scopes, col)), col
+    assert a.scopes.args == b.scopes.args
+    for col in ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
+        assert np.array_equal(getattr(a.spans, col), getattr(b.spans, col)), col
+    assert a.marks == b.marks and a.clock_fits == b.clock_fits
+
+
+TIGHT = (25_000, 60_000)  # the GPU read 25 µs after the first clock read, 60 µs before the second
+
+
+WIDE = (2_000_000, 60_000)  # a worker thread woken 2 ms late
+
+
+SAMPLES = 4  # per calibration
+
+
+def record(windows, delay_ns: int = 50_000, scopes: int = 100):  # type: ignore[no-untyped-def]
+    clock = FakeClock(start_ns=10**9, step_ns=1_000)
+    backend = FakeBackend(
+        clock, samples_per_calibration=SAMPLES, windows=windows, script=lambda name, i: (delay_ns, 20_000)
+    )
+    with gputrace.session(backend=backend, clock=clock, quiet=True) as s:
+        for _ in range(scopes):
+            with gputrace.trace("frame"):
+                pass
+            clock.advance(23_000_000)
+    assert s.trace is not None
+    return s.trace, backend
 
 
 def ops_trace(tmp_path: Path) -> Trace:

@@ -6,7 +6,7 @@ structural edits of the JSON (wrong types, huge and non-finite numbers, deep nes
 keys, repeated events, control characters and line breaks, huge strings and a 10 MiB name, events
 that are not objects).
 
-``python -m tests.fuzz_mutants DIR`` (the worker, run by ``tests/test_fuzz.py`` in a subprocess
+``python -m tests.fuzz_mutants DIR`` (the worker, run by ``tests/cli/test_fuzz.py`` in a subprocess
 with 1 GiB of address space) runs summarize, diff, merge and view's load path on every mutant in
 DIR, each under a 20 s alarm, and prints one JSON line per run plus a last line with its peak
 memory.

@@ -36,7 +36,7 @@ if ! python3 -c 'import torch' >/dev/null 2>&1; then
   python3 -m pip install -q --disable-pip-version-check 'torch==2.13.0+cpu' >/dev/null 2>&1 ||
     echo "tests/setup.sh: note: no CPU build of torch 2.13.0 offered here; the gloo rank test will be skipped." >&2
 fi
-# Holistic Trace Analysis (~30 s, no torch): tests/test_hta.py runs its analyses on a gputrace trace.
+# Holistic Trace Analysis (~30 s, no torch): tests/resolve/test_hta.py runs its analyses on a gputrace trace.
 # Kept out of the test extra (it brings jupyterlab); if it cannot be installed, that test is skipped.
 python3 -m pip install -q --disable-pip-version-check 'holistictraceanalysis==0.5.0' psutil ||
-  echo "tests/setup.sh: WARNING: could not install holistictraceanalysis; tests/test_hta.py will be skipped." >&2
+  echo "tests/setup.sh: WARNING: could not install holistictraceanalysis; tests/resolve/test_hta.py will be skipped." >&2

@@ -1,0 +1,290 @@
+"""CUPTI activity buffers decoded in bulk, against independent oracles (no GPU needed).
+
+Oracles: ``ctypes.Structure`` copies of the CUPTI 13.4 structs, written field by field from
+``cupti_activity.h`` (every field, packed, 8-byte aligned as ``PACKED_ALIGNMENT`` makes them),
+and a walk over real H200 buffers (``tests/data/cupti_buffers_h200.npz``, raw bytes CUPTI 13.4
+wrote on the H200; on the device the same walk matched ``cuptiActivityGetNextRecord`` and
+cupti-python's field values on every record: ``benchmarks/probe_libcupti.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gputrace
+from gputrace.backends import cupti_records as cr
+from gputrace.backends.cupti import CuptiBackend
+from gputrace.backends.cupti_fake import FakeActivitySource
+from gputrace.backends.cupti_lib import LibCuptiSource
+from gputrace.clock import FakeClock
+from gputrace.errors import GputraceError, reported, reset_reports
+
+DATA = Path(__file__).parents[1] / "data"
+u8, u16, u32, i32, u64, i64, ptr = (ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_int32,
+                                    ctypes.c_uint64, ctypes.c_int64, ctypes.c_void_p)  # fmt: skip
+
+
+class Kernel13(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("kind", u32), ("cacheConfig", u8), ("sharedMemoryConfig", u8), ("registersPerThread", u16),
+                ("partitionedGlobalCacheRequested", u32), ("partitionedGlobalCacheExecuted", u32),
+                ("start", u64), ("end", u64), ("completed", u64), ("deviceId", u32), ("contextId", u32),
+                ("streamId", u32), ("gridX", i32), ("gridY", i32), ("gridZ", i32), ("blockX", i32),
+                ("blockY", i32), ("blockZ", i32), ("staticSharedMemory", i32), ("dynamicSharedMemory", i32),
+                ("localMemoryPerThread", u32), ("localMemoryTotal", u32), ("correlationId", u32),
+                ("gridId", i64), ("name", ptr), ("reserved0", ptr), ("queued", u64), ("submitted", u64),
+                ("launchType", u8), ("isSharedMemoryCarveoutRequested", u8),
+                ("sharedMemoryCarveoutRequested", u8), ("padding", u8), ("sharedMemoryExecuted", u32),
+                ("graphNodeId", u64), ("shmemLimitConfig", u32),
+                ("graphId", u32), ("pAccessPolicyWindow", ptr), ("channelID", u32), ("channelType", u32),
+                ("clusterX", u32), ("clusterY", u32), ("clusterZ", u32), ("clusterSchedulingPolicy", u32),
+                ("localMemoryTotal_v2", u64), ("maxPotentialClusterSize", u32), ("maxActiveClusters", u32),
+                ("isDeviceLaunched", u8), ("padding3", u8 * 7), ("priority", i32), ("padding4", u32),
+                ("executionModel", u32), ("padding5", u32), ("sourceGraphId", u32), ("padding6", u32),
+                ("sourceGraphNodeId", u64)]  # fmt: skip
+
+
+class Api(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("kind", u32), ("cbid", u32), ("start", u64), ("end", u64), ("processId", u32),
+                ("threadId", u32), ("correlationId", u32), ("returnValue", u32)]  # fmt: skip
+
+
+class Memcpy7(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("kind", u32), ("copyKind", u8), ("srcKind", u8), ("dstKind", u8), ("flags", u8),
+                ("bytes", u64), ("start", u64), ("end", u64), ("deviceId", u32), ("contextId", u32),
+                ("streamId", u32), ("correlationId", u32), ("runtimeCorrelationId", u32), ("pad", u32),
+                ("reserved0", ptr), ("graphNodeId", u64), ("graphId", u32), ("channelID", u32),
+                ("channelType", u32), ("isDeviceLaunched", u8), ("pad2", u8 * 3), ("copyCount", u64),
+                ("sourceGraphId", u32), ("pad3", u32), ("sourceGraphNodeId", u64)]  # fmt: skip
+
+
+class Memset5(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("kind", u32), ("value", u32), ("bytes", u64), ("start", u64), ("end", u64),
+                ("deviceId", u32), ("contextId", u32), ("streamId", u32), ("correlationId", u32),
+                ("flags", u16), ("memoryKind", u16), ("pad", u32), ("reserved0", ptr), ("graphNodeId", u64),
+                ("graphId", u32), ("channelID", u32), ("channelType", u32), ("isDeviceLaunched", u8),
+                ("pad2", u8 * 3), ("sourceGraphId", u32), ("pad3", u32),
+                ("sourceGraphNodeId", u64)]  # fmt: skip
+
+
+ORACLE: dict[int, Any] = {cr.KIND_CONCURRENT_KERNEL: Kernel13, cr.KIND_DRIVER: Api, cr.KIND_RUNTIME: Api,
+                          cr.KIND_MEMCPY: Memcpy7, cr.KIND_MEMSET: Memset5}  # fmt: skip
+
+
+def test_the_layouts_are_the_headers_structs() -> None:
+    """Every field gputrace reads sits where the header's struct has it; sizes are CUPTI 13.4's."""
+    for kind, dtype in cr.LAYOUTS.items():
+        st = ORACLE[kind]
+        assert dtype.itemsize == ctypes.sizeof(st) == cr.CUPTI_13_SIZES[kind]
+        for name in dtype.names:
+            assert dtype.fields[name][1] == getattr(st, name).offset, (kind, name)
+            assert dtype.fields[name][0].itemsize == ctypes.sizeof(dict(st._fields_)[name]), (kind, name)
+    assert (ctypes.sizeof(Kernel13), ctypes.sizeof(Api)) == (248, 40)  # measured on the H200 (FACTS)
+
+
+def _random_buffer(
+    rng: np.random.Generator, n: int, name_ptr: int = 0
+) -> tuple[bytes, list[tuple[int, Any]]]:
+    """n records of random kinds with random field values, packed as CUPTI packs them (kernel
+    names pointing at ``name_ptr`` when given)."""
+    out, recs = bytearray(), []
+    for _ in range(n):
+        kind = int(rng.choice(list(ORACLE)))
+        st = ORACLE[kind]()
+        for name, ctype in st._fields_:
+            if name == "kind" or hasattr(ctype, "_length_"):
+                continue
+            bits = 8 * ctypes.sizeof(ctype)
+            setattr(st, name, int(rng.integers(0, 1 << min(bits, 62))))
+        st.kind = kind
+        if name_ptr and kind == cr.KIND_CONCURRENT_KERNEL:
+            st.name = name_ptr
+        recs.append((kind, st))
+        out += bytes(st)
+    return bytes(out), recs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_buffers_decode_field_by_field(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    raw, recs = _random_buffer(rng, int(rng.integers(1, 400)))
+    got = cr.BufferDecoder().decode(np.frombuffer(raw, np.uint8))
+    assert got.problem == "" and got.records == len(recs)
+    by_kind = {"kernels": (cr.KIND_CONCURRENT_KERNEL,), "memcpys": (cr.KIND_MEMCPY,),
+               "memsets": (cr.KIND_MEMSET,), "calls": (cr.KIND_DRIVER, cr.KIND_RUNTIME)}  # fmt: skip
+    for attr, kinds in by_kind.items():
+        want = [st for k, st in recs if k in kinds]
+        arr = getattr(got, attr)
+        assert len(arr) == len(want)
+        for row, st in zip(arr, want, strict=True):
+            for name in arr.dtype.names:
+                assert int(row[name]) == int(getattr(st, name) or 0), (attr, name)
+
+
+def _walk_one_by_one(buf: np.ndarray, sizes: dict[int, int]) -> list[int]:
+    """The plain walk CUPTI's GetNextRecord does: kind, size, next."""
+    out, off = [], 0
+    while off < len(buf):
+        out.append(off)
+        off += sizes[int(buf[off : off + 4].view("<u4")[0])]
+    assert off == len(buf)
+    return out
+
+
+def test_real_h200_buffers() -> None:
+    z = np.load(DATA / "cupti_buffers_h200.npz")
+    sizes = {int(k): int(v) for k, v in z["sizes"].tolist()}
+    assert int(z["version"]) == 130401 and cr.layout_for(130401, sizes) == sizes
+    dec = cr.BufferDecoder(sizes)
+    kernels = calls = 0
+    for key in sorted(k for k in z.files if k.startswith("buf")):
+        buf = z[key]
+        starts, problem = dec.starts(buf)
+        assert problem == "" and starts.tolist() == _walk_one_by_one(buf, sizes)
+        got = dec.decode(buf)
+        for row, off in zip(got.kernels, starts[buf[starts] == cr.KIND_CONCURRENT_KERNEL], strict=True):
+            st = Kernel13.from_buffer_copy(buf[off : off + 248].tobytes())
+            assert (int(row["start"]), int(row["end"]), int(row["correlationId"]), int(row["gridX"])) == (
+                st.start, st.end, st.correlationId, st.gridX)  # fmt: skip
+            assert st.end > st.start > 1_700_000_000 * 10**9  # CLOCK_REALTIME ns
+        kernels += len(got.kernels)
+        calls += len(got.calls)
+    assert (kernels, calls) == (5000, 5005)  # the probe's 5,000 launches + a memset and two copies' calls
+
+
+def test_a_short_buffer_keeps_what_precedes_the_cut_and_says_so() -> None:
+    raw, recs = _random_buffer(np.random.default_rng(7), 50)
+    buf = np.frombuffer(raw, np.uint8)
+    ends = set(np.cumsum([ctypes.sizeof(st) for _, st in recs]).tolist())
+    for cut in (1, 8, 40, 100, 333):
+        if len(buf) - cut in ends:
+            continue  # a cut at a record's end leaves a whole, shorter buffer
+        got = cr.BufferDecoder().decode(buf[:-cut])
+        assert got.problem  # said
+        assert got.records < len(recs)
+        kept = sum(len(getattr(got, a)) for a in ("kernels", "memcpys", "memsets", "calls"))
+        assert kept == got.records  # never a record read past the end
+
+
+def test_an_unknown_kind_stops_the_chain_there() -> None:
+    raw, recs = _random_buffer(np.random.default_rng(8), 30)
+    buf = np.frombuffer(raw, np.uint8).copy()
+    offs = np.cumsum([0] + [ctypes.sizeof(st) for _, st in recs])
+    buf[offs[12] : offs[12] + 4] = np.frombuffer(np.uint32(99).tobytes(), np.uint8)
+    got = cr.BufferDecoder().decode(buf)
+    assert got.records == 12 and "unknown kind 99" in got.problem
+    assert cr.BufferDecoder().decode(np.zeros(0, np.uint8)).records == 0
+
+
+def test_unknown_versions_and_short_structs_are_refused() -> None:
+    assert "no known record layout" in str(cr.layout_for(120800, cr.CUPTI_13_SIZES))
+    assert "no known record layout" in str(cr.layout_for(140000, cr.CUPTI_13_SIZES))
+    small = {**cr.CUPTI_13_SIZES, cr.KIND_CONCURRENT_KERNEL: 144}
+    assert "needs" in str(cr.layout_for(130000, small))
+    grown = {**cr.CUPTI_13_SIZES, cr.KIND_CONCURRENT_KERNEL: 256}  # a later 13.x appended fields
+    assert cr.layout_for(130600, grown) == grown
+
+
+class StandInLib:
+    """libcupti's answers without a GPU (what LibCuptiSource asks at construction)."""
+
+    def __init__(self, version: int) -> None:
+        self._v = version
+        self.path = "stand-in"
+        self.calls: list[tuple[Any, ...]] = []
+
+    def version(self) -> int:
+        return self._v
+
+    def struct_size(self, kind: int) -> int:
+        return cr.CUPTI_13_SIZES[kind]
+
+    def call(self, name: str, *args: Any) -> None:
+        self.calls.append((name, *args))
+
+    def timestamp(self) -> int:
+        return 0
+
+    def callback_name(self, domain: int, cbid: int) -> str | None:
+        return None
+
+
+def test_an_unknown_cupti_version_is_refused_with_one_sentence() -> None:
+    with pytest.raises(GputraceError, match="CUPTI API version 120800 has no known record layout"):
+        LibCuptiSource(lib=StandInLib(120800))
+
+
+def test_buffer_callbacks_hand_buffers_over_and_never_raise() -> None:
+    """CUPTI's two callbacks, called as CUPTI calls them: a buffer is lent, filled with records,
+    handed back; a failing hook inside the completed callback is reported, not raised."""
+    src = LibCuptiSource(lib=StandInLib(130401), buffer_bytes=4096)
+    bufp, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+    src._requested(ctypes.pointer(bufp), ctypes.pointer(size), ctypes.pointer(maxrec))
+    assert bufp.value and size.value == 4096
+    kname = ctypes.create_string_buffer(b"my_kernel")
+    raw, recs = _random_buffer(np.random.default_rng(3), 10, ctypes.addressof(kname))
+    ctypes.memmove(bufp.value, raw, len(raw))
+
+    def broken() -> None:
+        raise RuntimeError("hook failed")
+
+    src._on_buffer = broken
+    reset_reports()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        src._completed(None, 0, bufp.value, 4096, len(raw))  # must not raise into CUPTI
+    assert any("hook failed" in m for m in reported())
+    ops, calls = src.drain()
+    n_ops = sum(1 for k, _ in recs if k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET))
+    assert len(ops) + len(calls) == len(recs) and len(ops) == n_ops
+    assert src.buffers == 1 and src.undecoded == 0
+    assert {src.names.names[i] for i in ops["name"][ops["kind"] == 0]} <= {"my_kernel"}
+
+
+def test_a_short_buffer_in_a_session_is_counted_and_said() -> None:
+    clock = FakeClock(0, 1_000)
+    src = FakeActivitySource(clock)
+    with gputrace.session(backend=CuptiBackend(clock, source=src), clock=clock, quiet=True) as s:
+        with gputrace.trace("a"):
+            src.launch("k1")
+            src.launch("k2")
+        # the stop's drain: k1's call and kernel, k2's call and kernel, the stop's sync call (40 B);
+        # the cut takes the sync call and the tail of k2's kernel record
+        src.cut_next_buffer(40 + 8)
+    t = s.trace
+    assert t is not None
+    names = [t.names[int(i)] for i in t.ops.name]
+    assert names == ["k1"]
+    assert any("could not be read whole" in str(p) for p in t.header.get("problems", []))
+
+
+def test_auto_timing_falls_back_to_events_with_one_notice_when_cupti_refuses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """libcupti found, but of a version whose layout gputrace does not know: events, said once."""
+    from gputrace.backends import cuda, cupti
+    from gputrace.backends.cpu import CpuBackend
+
+    def refuse(clock: Any, **options: Any) -> Any:
+        return LibCuptiSource(lib=StandInLib(140000))  # raises: no known record layout
+
+    monkeypatch.setattr(cuda, "probe", lambda: None)  # as on a GPU machine
+    monkeypatch.setattr(cupti, "probe", lambda: None)
+    monkeypatch.setattr(cupti, "torch_loaded", lambda: None)  # (other tests may have imported torch)
+    monkeypatch.setattr(cupti, "create", refuse)
+    monkeypatch.setattr(cuda, "CudaEventsBackend", lambda clock, **o: CpuBackend(clock))  # events' stand-in
+    backend = cuda.CudaBackend(FakeClock(0, 1), timing="auto")
+    err = capsys.readouterr().err
+    assert err.count("no known record layout") == 1 and "CUDA events instead" in err
+    assert "CUPTI API version 140000" in backend.timing_note  # type: ignore[attr-defined]
+    with pytest.raises(GputraceError, match="timing='cupti' is not usable here: CUPTI API version 140000"):
+        cuda.CudaBackend(FakeClock(0, 1), timing="cupti")
