@@ -82,6 +82,10 @@ class ActivitySource(Protocol):
 
     def call_name(self, domain: int, cbid: int) -> str: ...
 
+    def waiting_bytes(self) -> int:
+        """Bytes of records delivered and not yet drained."""
+        ...
+
     def dropped(self) -> int:
         """Records the source dropped so far (full buffers)."""
         ...
@@ -284,6 +288,11 @@ class CuptiBackend(Backend):
         self._learn_threads()
         tid, t0, t1 = self.source.sync()
         self._canary = (tid, self._source_ns(t0), self._source_ns(t1))
+
+    def waiting_bytes(self) -> int:
+        """Bytes of activity records delivered by the source and not yet collected (the streamer
+        collects early when they pile up, so memory stays flat)."""
+        return int(self.source.waiting_bytes())
 
     def collect(self) -> Collected:
         with self._collect_lock:

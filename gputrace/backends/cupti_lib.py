@@ -298,6 +298,9 @@ class LibCuptiSource:
             out = [(self._owned.pop(addr), valid) for addr, valid in filled if addr in self._owned]
         return out
 
+    def waiting_bytes(self) -> int:
+        return sum(valid for _, valid in list(self._filled))
+
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
         bufs = self.take_buffers()
         parts = []
