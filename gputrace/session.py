@@ -584,6 +584,8 @@ class session:
             return self.trace
         if outer is not None and active_recorder() is None:
             outer.activate()
+        if self._streamer is not None:
+            self._streamer.halt_timer()
         with self._lock:
             try:
                 rec.backend.sync()

@@ -184,8 +184,12 @@ class Streamer:
                         self.last_collect = time.monotonic()
                         try:
                             horizon, queues = self.collect_ops()
-                            # records piled up past two collects' worth, or the writer is behind
-                            behind = waiting >= 2 * COLLECT_BYTES or self.ops_backlog() >= OPS_BACKLOG
+                            # records piled up past two collects' worth, or the writer is behind;
+                            # once throttled, until both are down to half their bounds
+                            k = 2 if self.throttling else 1
+                            behind = (
+                                waiting * k >= 2 * COLLECT_BYTES or self.ops_backlog() * k >= OPS_BACKLOG
+                            )
                             if behind != self.throttling:
                                 self._throttle(behind)
                             if behind:
@@ -254,6 +258,11 @@ class Streamer:
                 while len(olds) > MAX_OLD_LOGS and not olds[0]:
                     olds.pop(0)
                 buf.old_logs = olds
+
+    def halt_timer(self) -> None:
+        """No new timer chunk from now (the stop's final collect would otherwise wait for one
+        started meanwhile); ``stop_timer`` waits for one in progress."""
+        self._stop.set()
 
     def stop_timer(self) -> None:
         self._gate.set()

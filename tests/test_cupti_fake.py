@@ -12,6 +12,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -578,3 +579,39 @@ def test_a_long_cupti_run_without_syncs_holds_a_bounded_number_of_operations(
     assert len(back) == total // per and len(back.ops) == total
     assert int((back.ops.scope < 0).sum()) == 0
     assert back.header["streamed"]["chunks"] >= 10
+
+
+def test_the_start_up_self_check_accepts_a_known_memset_and_refuses_one_decoded_wrong() -> None:
+    """At start, one memset of a known odd size is launched and its records must decode to what
+    was launched; a layout read wrong (a field at the wrong offset) fails the check, and the cuda
+    backend then falls back to events."""
+    import threading as th
+
+    from gputrace.backends.cupti import SELF_CHECK_BYTES, self_check_problem
+    from gputrace.records import OP_MEMSET
+
+    clock = FakeClock(0, 1_000)
+    src = FakeActivitySource(clock)
+    src.launch("k", gpu_ns=100)  # other work before it is no concern
+    t0 = src.timestamp()
+    src.launch("Memset", kind=OP_MEMSET, nbytes=SELF_CHECK_BYTES, gpu_ns=300)
+    src.sync()
+    t1 = src.timestamp() + 10_000
+    ops, calls = src.drain()
+    tids = (th.get_ident(), th.get_native_id())
+
+    def check(o: np.ndarray, c: np.ndarray, **kw: Any) -> str | None:
+        args: dict[str, Any] = dict(nbytes=SELF_CHECK_BYTES, device=0, tids=tids, t0=t0, t1=t1)
+        return self_check_problem(o, c, **{**args, **kw})
+
+    assert check(ops, calls) is None
+    assert "0 memset records" in str(check(ops, calls, nbytes=SELF_CHECK_BYTES + 1))
+    assert "device" in str(check(ops, calls, device=1))
+    assert "thread" in str(check(ops, calls, tids=(12345,)))
+    shifted = ops.copy()
+    shifted["correlation"] += 1_000  # the correlation field read at the wrong offset
+    assert "without its launch call" in str(check(shifted, calls))
+    late = ops.copy()
+    late["start"], late["end"] = ops["end"], ops["start"]  # start and end swapped
+    assert "times" in str(check(late, calls))
+    assert "another API call" in str(check(ops, calls, call_name=src.call_name))  # cuLaunchKernel
