@@ -58,10 +58,10 @@ BACKLOG_CHECK_S = 0.1
 MAX_OLD_LOGS = 4
 EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 # CUPTI timing (an ``ops_timing`` backend): collect once this many bytes of activity records wait
-# (about 28,000 kernels with their launch calls), and make recording threads wait while more
+# (about 14,000 kernels with their launch calls), and make recording threads wait while more
 # than OPS_BACKLOG collected operations are not yet written (docs/cupti.md, "Memory").
-COLLECT_BYTES = 8 << 20
-OPS_BACKLOG = 100_000
+COLLECT_BYTES = 4 << 20
+OPS_BACKLOG = 30_000
 MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
 _COLD = int(Flag.COLD)
 _DEGRADED = int(Flag.DEGRADED)
