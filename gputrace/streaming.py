@@ -187,9 +187,7 @@ class Streamer:
                             # records piled up past two collects' worth, or the writer is behind;
                             # once throttled, until both are down to half their bounds
                             k = 2 if self.throttling else 1
-                            behind = (
-                                waiting * k >= 2 * COLLECT_BYTES or self.ops_backlog() * k >= OPS_BACKLOG
-                            )
+                            behind = waiting * k >= 2 * COLLECT_BYTES or self.ops_backlog() * k >= OPS_BACKLOG
                             if behind != self.throttling:
                                 self._throttle(behind)
                             if behind:

@@ -587,13 +587,14 @@ SELF_CHECK_BYTES = 4_099  # the start-up check's memset: an odd size no other op
 
 
 def self_check_problem(
-    ops: np.ndarray, calls: np.ndarray, *, nbytes: int, device: int, tids: tuple[int, ...], t0: int, t1: int,
-    call_name: Any = None,
+    ops: np.ndarray, calls: np.ndarray, *, nbytes: int, device: int, tids: tuple[int, ...],
+    t0: int, t1: int, call_name: Any = None,
 ) -> str | None:  # fmt: skip
     """What is wrong with the records of the start-up check, or None: one memset of ``nbytes`` on
-    ``device``, launched by this thread (``tids``: its pthread and OS ids) between ``t0`` and ``t1`` (source clock) and synced,
-    must come back decoded with exactly those values, joined to its launch call by correlation,
-    inside the window and in order (start ≤ end). A layout read wrong fails one of these."""
+    ``device``, launched by this thread (``tids``: its pthread and OS ids) between ``t0`` and
+    ``t1`` (source clock) and synced, must come back decoded with exactly those values, joined to
+    its launch call by correlation, inside the window and in order (start ≤ end). A layout read
+    wrong fails one of these."""
     from gputrace.records import OP_MEMSET
 
     mine = ops[(ops["kind"] == OP_MEMSET) & (ops["bytes"] == nbytes)]
