@@ -183,14 +183,17 @@ class Streamer:
                     ):
                         self.last_collect = time.monotonic()
                         try:
-                            horizon, queues = self.collect_ops()
                             # records piled up past two collects' worth, or the writer is behind;
-                            # once throttled, until both are down to half their bounds
+                            # once throttled, until both are down to half their bounds. Decided
+                            # before the collect too, so the program waits while a big one runs.
                             k = 2 if self.throttling else 1
                             behind = waiting * k >= 2 * COLLECT_BYTES or self.ops_backlog() * k >= OPS_BACKLOG
                             if behind != self.throttling:
                                 self._throttle(behind)
-                            if behind:
+                            horizon, queues = self.collect_ops()
+                            if not self.throttling and self.ops_backlog() >= OPS_BACKLOG:
+                                self._throttle(True)
+                            if self.throttling:
                                 wait_s = 0.0
                             if horizon is not None:
                                 with self.lock:

@@ -558,7 +558,7 @@ def test_a_long_cupti_run_without_syncs_holds_a_bounded_number_of_operations(
     monkeypatch.setattr(streaming, "COLLECT_BYTES", 1 << 20)  # ~3,500 kernels with their calls
     monkeypatch.setattr(streaming, "OPS_BACKLOG", 5_000)
     monkeypatch.setattr(streaming, "BACKLOG_CHECK_S", 0.01)
-    total, per = 300_000, 100
+    total, per = 400_000, 100
     path = tmp_path / "long.json.gz"
     from gputrace.clock import session_clock
 
@@ -574,7 +574,8 @@ def test_a_long_cupti_run_without_syncs_holds_a_bounded_number_of_operations(
                     src.launch("k", gpu_ns=200)
             peak_waiting = max(peak_waiting, backend.waiting_bytes())
     bytes_per_op = streaming.COLLECT_BYTES / 3_500
-    assert peak_waiting / bytes_per_op < total / 3  # (unbounded: all of it by the end)
+    # (unbounded: nearly all of it by the end; bounded: 2-40k ops seen on a loaded 2-core machine)
+    assert peak_waiting / bytes_per_op < total / 2
     back = gputrace.load(path)
     assert len(back) == total // per and len(back.ops) == total
     assert int((back.ops.scope < 0).sum()) == 0
