@@ -139,6 +139,8 @@ class Streamer:
         self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
         self.last_collect = time.monotonic()
         self.carried_ops = 0  # operations waiting in raw.batches for a scope still open
+        self.last_horizon: int | None = None  # CUPTI: the latest horizon, and whether it moved
+        self.horizon_moves = True
         _live.add(self)
 
     def detach(self) -> None:
@@ -186,12 +188,26 @@ class Streamer:
                             # records piled up past two collects' worth, or the writer is behind;
                             # once throttled, until both are down to half their bounds. Decided
                             # before the collect too, so the program waits while a big one runs.
+                            # Never while the horizon stands still (a launch whose kernels never
+                            # came): waiting would not let the writer catch up, only slow the program.
                             k = 2 if self.throttling else 1
-                            behind = waiting * k >= 2 * COLLECT_BYTES or self.ops_backlog() * k >= OPS_BACKLOG
+                            behind = waiting * k >= 2 * COLLECT_BYTES or (
+                                self.horizon_moves and self.ops_backlog() * k >= OPS_BACKLOG
+                            )
                             if behind != self.throttling:
                                 self._throttle(behind)
                             horizon, queues = self.collect_ops()
-                            if not self.throttling and self.ops_backlog() >= OPS_BACKLOG:
+                            last = self.last_horizon
+                            self.horizon_moves = horizon is not None and (last is None or horizon > last)
+                            if self.horizon_moves:
+                                self.last_horizon = horizon
+                            elif self.throttling and waiting * 2 < 2 * COLLECT_BYTES:
+                                self._throttle(False)
+                            if (
+                                not self.throttling
+                                and self.horizon_moves
+                                and self.ops_backlog() >= OPS_BACKLOG
+                            ):
                                 self._throttle(True)
                             if self.throttling:
                                 wait_s = 0.0
