@@ -278,8 +278,10 @@ class Streamer:
 
     def halt_timer(self) -> None:
         """No new timer chunk from now (the stop's final collect would otherwise wait for one
-        started meanwhile); ``stop_timer`` waits for one in progress."""
+        started meanwhile), and no recording thread waits for it; ``stop_timer`` waits for one
+        in progress."""
         self._stop.set()
+        self._gate.set()
 
     def stop_timer(self) -> None:
         self._gate.set()
