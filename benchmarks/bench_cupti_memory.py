@@ -16,6 +16,11 @@ from pathlib import Path
 CHILD = r"""
 import json, resource, sys, time
 import cupy
+def rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+started = 0.0
 n, variant, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 x = cupy.zeros(256, cupy.float32); x += 1; cupy.cuda.runtime.deviceSynchronize()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -28,6 +33,7 @@ if variant == "bare":
 else:
     import gputrace
     with gputrace.session(out, backend="cuda", backend_options={"timing": "cupti"}, quiet=True) as s:
+        started = rss_mb()  # what starting costs (imports, libcupti, CUPTI's own state), not held
         tr = gputrace.trace("block")
         for i in range(n // 1000):
             with tr:
@@ -36,7 +42,8 @@ else:
         cupy.cuda.runtime.deviceSynchronize()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 s = time.perf_counter() - t0
-print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": s}))
+print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": s,
+                  "started_mb": started}))
 """
 
 
@@ -58,7 +65,8 @@ def main() -> None:
     for r in rows:
         print(
             f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB "
-            f"(at loop start {r['before_mb']:7.1f})  {r['s']:6.2f} s"
+            f"(at loop start {r['before_mb']:7.1f}, RSS after the session's start "
+            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s"
         )
     if len(rows) == 2:
         print(f"peak over bare: {rows[1]['peak_mb'] - rows[0]['peak_mb']:.1f} MB")

@@ -71,3 +71,5 @@ print(
 st = pstats.Stats(pr)
 st.sort_stats("cumtime").print_stats(r"gputrace", 22)
 st.sort_stats("tottime").print_stats(12)
+st.print_callers(r"acquire|join|sleep")  # who waited (a lock wait is a thread's work elsewhere)
+print("start ms:", s.backend_info.get("cupti_start_ms"))

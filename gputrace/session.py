@@ -588,6 +588,13 @@ class session:
             return self.trace
         if outer is not None and active_recorder() is None:
             outer.activate()
+        if self._streamer is not None:
+            try:  # no timer chunk starts during the final collect (it would wait for that chunk)
+                self._streamer.halt_timer()
+            except Exception as exc:
+                report_internal(
+                    "stream-timer", f"halting the trace's timer failed ({type(exc).__name__}: {exc})."
+                )
         with self._lock:
             try:
                 rec.backend.sync()

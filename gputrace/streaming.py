@@ -56,6 +56,11 @@ BACKLOG_SCOPES = 500_000
 BACKLOG_CHECK_S = 0.1
 MAX_OLD_LOGS = 4
 EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
+# CUPTI timing (an ``ops_timing`` backend): collect once this many bytes of activity records wait
+# (about 14,000 kernels with their launch calls), and make recording threads wait while more
+# than OPS_BACKLOG collected operations are not yet written (docs/cupti.md, "Memory").
+COLLECT_BYTES = 4 << 20
+OPS_BACKLOG = 30_000
 MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
 _COLD = int(Flag.COLD)
 _DEGRADED = int(Flag.DEGRADED)
@@ -132,6 +137,9 @@ class Streamer:
         # set by the session (CUPTI): collect without a sync -> (horizon, queues)
         self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
         self.last_collect = time.monotonic()
+        self.carried_ops = 0  # operations waiting in raw.batches for a scope still open
+        self.last_horizon: int | None = None  # CUPTI: the latest horizon, and whether it moved
+        self.horizon_moves = True
         _live.add(self)
 
     def detach(self) -> None:
@@ -165,15 +173,48 @@ class Streamer:
                 if getattr(self.recorder.backend, "ops_timing", False):
                     # CUPTI: the kernels that arrived are collected, and the scopes that ended
                     # before every launch still waiting for its kernels are written (the others
-                    # wait); no backpressure: a scope written before its kernels would lose them
-                    if self.collect_ops is not None and time.monotonic() - self.last_collect >= interval_s:
+                    # wait). Memory stays flat: records are collected as soon as a few MB of
+                    # them wait, and while the operations collected outrun the writer, recording
+                    # threads wait at scope exits (``_throttle``) until it has caught up.
+                    waiting = _waiting_bytes(self.recorder.backend)
+                    if self.collect_ops is not None and (
+                        self.throttling
+                        or time.monotonic() - self.last_collect >= interval_s
+                        or waiting >= COLLECT_BYTES
+                    ):
                         self.last_collect = time.monotonic()
                         try:
+                            # records piled up past two collects' worth, or the writer is behind;
+                            # once throttled, until both are down to half their bounds. Decided
+                            # before the collect too, so the program waits while a big one runs.
+                            # Never while the horizon stands still (a launch whose kernels never
+                            # came): waiting would not let the writer catch up, only slow the program.
+                            k = 2 if self.throttling else 1
+                            behind = waiting * k >= 2 * COLLECT_BYTES or (
+                                self.horizon_moves and self.ops_backlog() * k >= OPS_BACKLOG
+                            )
+                            if behind != self.throttling:
+                                self._throttle(behind)
                             horizon, queues = self.collect_ops()
+                            last = self.last_horizon
+                            self.horizon_moves = horizon is not None and (last is None or horizon > last)
+                            if self.horizon_moves:
+                                self.last_horizon = horizon
+                            elif self.throttling and waiting * 2 < 2 * COLLECT_BYTES:
+                                self._throttle(False)
+                            if (
+                                not self.throttling
+                                and self.horizon_moves
+                                and self.ops_backlog() >= OPS_BACKLOG
+                            ):
+                                self._throttle(True)
+                            if self.throttling:
+                                wait_s = 0.0
                             if horizon is not None:
                                 with self.lock:
                                     self.write(self.take(), False, queues, horizon)
                         except Exception as exc:  # never let the timer die silently
+                            self._throttle(False)
                             report_internal(
                                 "stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc})."
                             )
@@ -194,6 +235,11 @@ class Streamer:
 
         self._timer = threading.Thread(target=loop, name="gputrace-stream", daemon=True)
         self._timer.start()
+
+    def ops_backlog(self) -> int:
+        """GPU operations collected and not yet written, less those carried for a scope still
+        open (which only that scope's end lets go)."""
+        return sum(len(b) for b in list(self.raw.batches)) + len(self.raw.ops) - self.carried_ops
 
     def backlog(self) -> int:
         """Plain scopes recorded and not yet written (read without stopping anyone)."""
@@ -228,6 +274,13 @@ class Streamer:
                 while len(olds) > MAX_OLD_LOGS and not olds[0]:
                     olds.pop(0)
                 buf.old_logs = olds
+
+    def halt_timer(self) -> None:
+        """No new timer chunk from now (the stop's final collect would otherwise wait for one
+        started meanwhile), and no recording thread waits for it; ``stop_timer`` waits for one
+        in progress."""
+        self._stop.set()
+        self._gate.set()
 
     def stop_timer(self) -> None:
         self._gate.set()
@@ -352,6 +405,7 @@ class Streamer:
         spans, raw.spans = raw.spans, []
         ops, raw.ops = raw.ops, []
         batches, raw.batches = raw.batches, []
+        self.carried_ops = 0
         blind, raw.blind = raw.blind, []
         untimed, raw.untimed = raw.untimed, set()
         degraded, raw.degraded = raw.degraded, {}
@@ -535,6 +589,7 @@ class Streamer:
         carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_SPANS:])
         keep = ~(loose & np.isin(o.correlation, carried.rows["correlation"]))
         self.raw.batches.insert(0, carried)
+        self.carried_ops = len(carried)
         chunk.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
         return chunk
 
@@ -585,6 +640,14 @@ class Streamer:
                 self.writer.close(header)
             finally:
                 _live.discard(self)
+
+
+def _waiting_bytes(backend: Any) -> int:
+    """Bytes of activity records the backend's source holds, not yet collected (0: unknown)."""
+    try:
+        return int(backend.waiting_bytes())
+    except Exception:
+        return 0
 
 
 def _pieces(taken: Taken) -> list[Taken]:

@@ -82,6 +82,10 @@ class ActivitySource(Protocol):
 
     def call_name(self, domain: int, cbid: int) -> str: ...
 
+    def waiting_bytes(self) -> int:
+        """Bytes of records delivered and not yet drained."""
+        ...
+
     def dropped(self) -> int:
         """Records the source dropped so far (full buffers)."""
         ...
@@ -284,6 +288,11 @@ class CuptiBackend(Backend):
         self._learn_threads()
         tid, t0, t1 = self.source.sync()
         self._canary = (tid, self._source_ns(t0), self._source_ns(t1))
+
+    def waiting_bytes(self) -> int:
+        """Bytes of activity records delivered by the source and not yet collected (the streamer
+        collects early when they pile up, so memory stays flat)."""
+        return int(self.source.waiting_bytes())
 
     def collect(self) -> Collected:
         with self._collect_lock:
@@ -562,9 +571,51 @@ def create(clock: Clock, **options: Any) -> CuptiBackend:
     source = LibCuptiSource(**src_opts)
     t1 = time.perf_counter_ns()
     backend = CuptiBackend(clock, source=source, **options)
+    try:
+        problem = source.self_check()
+    except Exception as exc:
+        problem = f"it raised {type(exc).__name__}: {exc}"
+    if problem is not None:
+        backend.close()
+        raise GputraceError(f"CUPTI's start-up self-check failed ({problem})")
     source._on_buffer = backend.background_sample
     source.start_ms.update({"load": (t1 - t0) / 1e6, "total": (time.perf_counter_ns() - t0) / 1e6})
     return backend
+
+
+SELF_CHECK_BYTES = 4_099  # the start-up check's memset: an odd size no other operation has
+
+
+def self_check_problem(
+    ops: np.ndarray, calls: np.ndarray, *, nbytes: int, device: int, tids: tuple[int, ...],
+    t0: int, t1: int, call_name: Any = None,
+) -> str | None:  # fmt: skip
+    """What is wrong with the records of the start-up check, or None: one memset of ``nbytes`` on
+    ``device``, launched by this thread (``tids``: its pthread and OS ids) between ``t0`` and
+    ``t1`` (source clock) and synced, must come back decoded with exactly those values, joined to
+    its launch call by correlation, inside the window and in order (start ≤ end). A layout read
+    wrong fails one of these."""
+    from gputrace.records import OP_MEMSET
+
+    mine = ops[(ops["kind"] == OP_MEMSET) & (ops["bytes"] == nbytes)]
+    if len(mine) != 1:
+        return f"{len(mine)} memset records of the {nbytes}-byte check came back, not 1"
+    op = mine[0]
+    if int(op["device"]) != device:
+        return f"the check's memset came back on device {int(op['device'])}, not {device}"
+    if not t0 <= int(op["start"]) <= int(op["end"]) <= t1:
+        return "the check's memset came back with times outside its launch and sync"
+    call = calls[calls["correlation"] == op["correlation"]]
+    if not len(call):
+        return "the check's memset came back without its launch call (correlation ids disagree)"
+    c = call[-1]
+    if not (t0 <= int(c["start"]) <= int(c["end"]) <= int(op["end"]) + 1_000_000):
+        return "the check's launch call came back with times outside its window"
+    if int(c["tid"]) & 0xFFFFFFFF not in {t & 0xFFFFFFFF for t in tids}:
+        return "the check's launch call came back on another thread"
+    if call_name is not None and "Memset" not in call_name(int(c["domain"]), int(c["cbid"])):
+        return "the check's launch call came back as another API call"
+    return None
 
 
 def _last_per_correlation(calls: np.ndarray) -> np.ndarray:

@@ -190,6 +190,10 @@ class FakeActivitySource:
         """The next drained buffer loses its last ``nbytes`` bytes (a short buffer)."""
         self._cut = int(nbytes)
 
+    def waiting_bytes(self) -> int:
+        """What the records waiting would take in CUPTI's buffers."""
+        return len(self._ops) * cr.KERNEL.itemsize + len(self._calls) * cr.API.itemsize
+
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
             ops, self._ops = self._ops, []

@@ -298,6 +298,33 @@ class LibCuptiSource:
             out = [(self._owned.pop(addr), valid) for addr, valid in filled if addr in self._owned]
         return out
 
+    def self_check(self) -> str | None:
+        """Launch one memset of a known odd size, sync, and check that its records decode to
+        exactly what was launched (``cupti.self_check_problem``); the records drained here were
+        all made before the session. What is wrong, or None. Measured cost: ``start_ms``."""
+        import cupy
+
+        from gputrace.backends.cupti import SELF_CHECK_BYTES, self_check_problem
+
+        t_ns = time.perf_counter_ns()
+        mem = cupy.cuda.alloc(SELF_CHECK_BYTES)
+        stream = cupy.cuda.get_current_stream()
+        t0 = self.lib.timestamp()
+        cupy.cuda.runtime.memsetAsync(mem.ptr, 0x5A, SELF_CHECK_BYTES, stream.ptr)
+        stream.synchronize()
+        t1 = self.lib.timestamp()
+        ops, calls = self.drain()
+        self.api_records -= len(calls)
+        got = self_check_problem(
+            ops, calls, nbytes=SELF_CHECK_BYTES, device=cupy.cuda.runtime.getDevice(),
+            tids=(threading.get_ident(), threading.get_native_id()), t0=t0, t1=t1, call_name=self.call_name,
+        )  # fmt: skip
+        self.start_ms["self_check"] = (time.perf_counter_ns() - t_ns) / 1e6
+        return got
+
+    def waiting_bytes(self) -> int:
+        return sum(valid for _, valid in list(self._filled))
+
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
         bufs = self.take_buffers()
         parts = []

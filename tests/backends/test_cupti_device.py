@@ -117,3 +117,30 @@ def test_kernel_counts_equal_torch_profilers() -> None:
         got[who] = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["gputrace"]["timing"] == "cupti", got
     assert got["gputrace"]["kernels"] == got["torch"]["kernels"] == 1200, got
+
+
+def test_the_start_up_self_check_passes_and_a_failing_one_falls_back_to_events(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("gputrace.backends.cupti_lib")
+    from gputrace.backends import cupti
+
+    if cupti.probe() is not None:
+        pytest.skip(f"needs CUPTI: {cupti.probe()}")
+    import gputrace
+
+    x = cupy.zeros(256, cupy.float32)
+    with gputrace.session(backend="cuda", backend_options={"timing": "cupti"}, quiet=True) as s:
+        with gputrace.trace("k"):
+            x += 1
+    info = s.trace.header["backend_info"]
+    assert info["timing"] == "cupti" and "self_check" in info["cupti_start_ms"]
+    print("self-check ms:", info["cupti_start_ms"])
+    monkeypatch.setattr(cupti, "self_check_problem", lambda *a, **k: "a field decoded wrong")
+    monkeypatch.setattr(cupti, "torch_loaded", lambda: None)  # (pytest's process may hold torch)
+    with gputrace.session(backend="cuda", backend_options={"timing": "auto"}) as s2:
+        with gputrace.trace("k"):
+            x += 1
+    assert s2.trace.header["backend_info"]["timing"] == "events"
+    err = capsys.readouterr().err
+    assert err.count("self-check failed") == 1, err

@@ -12,6 +12,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -542,3 +543,76 @@ def test_cupti_streams_without_syncs_and_no_kernel_loses_its_scope(tmp_path: Pat
     assert int((back.ops.scope < 0).sum()) == 0  # every kernel under its scope
     (slow,) = _ops_named(back, "slow")
     assert back.scope(int(back.ops.scope[slow])).name == "late"
+
+
+def test_a_long_cupti_run_without_syncs_holds_a_bounded_number_of_operations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory stays flat over a run of any length: no sync, so only the streamer's timer collects;
+    it collects as soon as a few buffers' worth of records wait, and while the operations outrun
+    the writer the program waits at its scope exits. What is held (records waiting in the source,
+    operations collected and not written) stays a small fraction of the run, and nothing is lost.
+    (Before: collected once a second, the records waiting grew with the run.)"""
+    from gputrace import streaming
+
+    monkeypatch.setattr(streaming, "COLLECT_BYTES", 1 << 20)  # ~3,500 kernels with their calls
+    monkeypatch.setattr(streaming, "OPS_BACKLOG", 5_000)
+    monkeypatch.setattr(streaming, "BACKLOG_CHECK_S", 0.01)
+    total, per = 400_000, 100
+    path = tmp_path / "long.json.gz"
+    from gputrace.clock import session_clock
+
+    src = FakeActivitySource(session_clock, latency_ns=500)
+    backend = CuptiBackend(session_clock, source=src)
+    s = gputrace.session(path, backend=backend, quiet=True)
+    peak_waiting = 0
+    with s:
+        tr = gputrace.trace("block")
+        for _ in range(total // per):
+            with tr:
+                for _ in range(per):
+                    src.launch("k", gpu_ns=200)
+            peak_waiting = max(peak_waiting, backend.waiting_bytes())
+    bytes_per_op = streaming.COLLECT_BYTES / 3_500
+    # (unbounded: nearly all of it by the end; bounded: 2-40k ops seen on a loaded 2-core machine)
+    assert peak_waiting / bytes_per_op < total / 2
+    back = gputrace.load(path)
+    assert len(back) == total // per and len(back.ops) == total
+    assert int((back.ops.scope < 0).sum()) == 0
+    assert back.header["streamed"]["chunks"] >= 10
+
+
+def test_the_start_up_self_check_accepts_a_known_memset_and_refuses_one_decoded_wrong() -> None:
+    """At start, one memset of a known odd size is launched and its records must decode to what
+    was launched; a layout read wrong (a field at the wrong offset) fails the check, and the cuda
+    backend then falls back to events."""
+    import threading as th
+
+    from gputrace.backends.cupti import SELF_CHECK_BYTES, self_check_problem
+    from gputrace.records import OP_MEMSET
+
+    clock = FakeClock(0, 1_000)
+    src = FakeActivitySource(clock)
+    src.launch("k", gpu_ns=100)  # other work before it is no concern
+    t0 = src.timestamp()
+    src.launch("Memset", kind=OP_MEMSET, nbytes=SELF_CHECK_BYTES, gpu_ns=300)
+    src.sync()
+    t1 = src.timestamp() + 10_000
+    ops, calls = src.drain()
+    tids = (th.get_ident(), th.get_native_id())
+
+    def check(o: np.ndarray, c: np.ndarray, **kw: Any) -> str | None:
+        args: dict[str, Any] = dict(nbytes=SELF_CHECK_BYTES, device=0, tids=tids, t0=t0, t1=t1)
+        return self_check_problem(o, c, **{**args, **kw})
+
+    assert check(ops, calls) is None
+    assert "0 memset records" in str(check(ops, calls, nbytes=SELF_CHECK_BYTES + 1))
+    assert "device" in str(check(ops, calls, device=1))
+    assert "thread" in str(check(ops, calls, tids=(12345,)))
+    shifted = ops.copy()
+    shifted["correlation"] += 1_000  # the correlation field read at the wrong offset
+    assert "without its launch call" in str(check(shifted, calls))
+    late = ops.copy()
+    late["start"], late["end"] = ops["end"], ops["start"]  # start and end swapped
+    assert "times" in str(check(late, calls))
+    assert "another API call" in str(check(ops, calls, call_name=src.call_name))  # cuLaunchKernel
