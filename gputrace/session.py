@@ -938,7 +938,7 @@ def _plain_json(trace: Trace, reason: str) -> bytes:
 def _safe_metadata(metadata: Any) -> dict[str, Any]:
     """``metadata`` as JSON data for the header; a value that fails to convert (a broken
     ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
-    if isinstance(metadata, dict) and not metadata:
+    if type(metadata) is dict and not metadata:  # (a subclass's own __len__ may fail)
         return {}
     failures: list[str] = []
     try:
