@@ -571,18 +571,22 @@ def create(clock: Clock, **options: Any) -> CuptiBackend:
     source = LibCuptiSource(**src_opts)
     t1 = time.perf_counter_ns()
     backend = CuptiBackend(clock, source=source, **options)
-    try:
-        problem = source.self_check()
-    except Exception as exc:
-        problem = f"it raised {type(exc).__name__}: {exc}"
-    if problem is not None:
-        backend.close()
-        raise GputraceError(f"CUPTI's start-up self-check failed ({problem})")
+    global _self_checked
+    if not _self_checked:  # once per process: the library and its layouts do not change
+        try:
+            problem = source.self_check()
+        except Exception as exc:
+            problem = f"it raised {type(exc).__name__}: {exc}"
+        if problem is not None:
+            backend.close()
+            raise GputraceError(f"CUPTI's start-up self-check failed ({problem})")
+        _self_checked = True
     source._on_buffer = backend.background_sample
     source.start_ms.update({"load": (t1 - t0) / 1e6, "total": (time.perf_counter_ns() - t0) / 1e6})
     return backend
 
 
+_self_checked = False  # the start-up self-check passed in this process
 SELF_CHECK_BYTES = 4_099  # the start-up check's memset: an odd size no other operation has
 
 

@@ -130,6 +130,7 @@ def test_the_start_up_self_check_passes_and_a_failing_one_falls_back_to_events(
     import gputrace
 
     x = cupy.zeros(256, cupy.float32)
+    monkeypatch.setattr(cupti, "_self_checked", False)  # (once per process: an earlier test ran it)
     with gputrace.session(backend="cuda", backend_options={"timing": "cupti"}, quiet=True) as s:
         with gputrace.trace("k"):
             x += 1
@@ -137,6 +138,7 @@ def test_the_start_up_self_check_passes_and_a_failing_one_falls_back_to_events(
     assert info["timing"] == "cupti" and "self_check" in info["cupti_start_ms"]
     print("self-check ms:", info["cupti_start_ms"])
     monkeypatch.setattr(cupti, "self_check_problem", lambda *a, **k: "a field decoded wrong")
+    monkeypatch.setattr(cupti, "_self_checked", False)
     monkeypatch.setattr(cupti, "torch_loaded", lambda: None)  # (pytest's process may hold torch)
     with gputrace.session(backend="cuda", backend_options={"timing": "auto"}) as s2:
         with gputrace.trace("k"):
