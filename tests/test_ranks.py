@@ -22,6 +22,7 @@ import gputrace
 from gputrace import ranks
 from gputrace.clock import FakeClock
 from gputrace.errors import GputraceWarning, reset_reports
+from gputrace.host import rank_path
 from gputrace.loader import load
 from gputrace.merge import merge, merge_files
 
@@ -164,10 +165,10 @@ def test_a_silent_peer_costs_one_timeout_and_one_notice() -> None:
 
 
 def test_rank_path() -> None:
-    assert ranks.rank_path("run.trace.json", 3) == "run.rank3.trace.json"
-    assert ranks.rank_path("/a/b/run.json.gz", 0) == os.path.join("/a/b", "run.rank0.json.gz")
-    assert ranks.rank_path("run", 2) == "run.rank2"
-    assert ranks.rank_path("run.rank2.json", 2) == "run.rank2.json"
+    assert rank_path("run.trace.json", 3) == "run.rank3.trace.json"
+    assert rank_path("/a/b/run.json.gz", 0) == os.path.join("/a/b", "run.rank0.json.gz")
+    assert rank_path("run", 2) == "run.rank2"
+    assert rank_path("run.rank2.json", 2) == "run.rank2.json"
 
 
 def test_without_a_group_nothing_changes_and_nothing_is_sent(
