@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -26,7 +27,15 @@ from gputrace.backends.base import Backend, Clock
 from gputrace.clock import clock_pair, session_clock
 from gputrace.errors import GputraceError, report_internal, reported, reset_reports
 from gputrace.fallback import complete_queues, cpu_scopes, without_gpu
-from gputrace.flight import RingTriggers, set_stepper, start_steps, stop_steps
+from gputrace.flight import (
+    RingTriggers,
+    RingWriter,
+    parse_schedule,
+    parse_steps,
+    set_stepper,
+    start_steps,
+    stop_steps,
+)
 from gputrace.gcpause import gc_paused
 from gputrace.host import host_facts, launcher_rank, loadavg, rank_file
 from gputrace.jsonsafe import jsonsafe
@@ -111,8 +120,6 @@ class session:
         if steps is not None and schedule is not None:
             raise GputraceError("give steps= or schedule=, not both (steps='a:b' is a one-window schedule).")
         if steps is not None or schedule is not None:
-            from gputrace.flight import parse_schedule, parse_steps
-
             self._steps = parse_steps(steps) if steps is not None else parse_schedule(schedule)
         self._stepper: Any = None
         self._ring_triggers: RingTriggers | None = None
@@ -294,8 +301,6 @@ class session:
         try:
             writer = None
             if self.ring_s is not None:
-                from gputrace.flight import RingWriter
-
                 writer = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock)
             self._streamer = Streamer(self.path, header, self._recorder, self._raw, writer)
             self._stream_path = Path(self.path)
@@ -303,6 +308,10 @@ class session:
             self.stream = False  # fall back to writing at stop, where the error is reported once
             return
         except Exception as exc:
+            with contextlib.suppress(OSError):  # an empty file the failed open left: not a trace
+                st = os.stat(self.path)
+                if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                    os.unlink(self.path)
             report_internal(
                 "stream", f"opening the streamed trace failed ({type(exc).__name__}: {exc}); written at stop."
             )
