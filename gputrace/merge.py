@@ -405,6 +405,7 @@ def placement_lines(header: dict[str, Any]) -> list[str]:
 def expand_inputs(inputs: Sequence[str]) -> list[str]:
     """Inputs with glob patterns (``'run.rank*.trace.json'``, quoted past the shell) expanded, in
     rank order where the names carry ranks; a pattern matching nothing stays as given."""
+
     def key(p: str) -> tuple[int, str]:
         m = re.search(r"\.rank(\d+)\.", os.path.basename(p) + ".")
         return (int(m.group(1)) if m else 1 << 30, p)

@@ -425,9 +425,7 @@ class session:
         rec = self._recorder
         assert rec is not None
         try:
-            queues = complete_queues(
-                _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops, self._raw.batches
-            )
+            queues = self._queues(rec)
             self._streamer.write(taken, complete=True, queues=queues)
         except Exception as exc:  # (``write`` itself never raises: this is a fault at its call)
             self._streamer.count_lost(taken)
@@ -527,9 +525,7 @@ class session:
         raw.header["host"]["loadavg_end"] = loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = complete_queues(
-            _safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops, raw.batches
-        )
+        raw.queues = self._queues(rec)
         try:
             rec.backend.close()
         except Exception as exc:
@@ -657,9 +653,18 @@ class session:
             got, horizon = rec.backend.collect_background()  # type: ignore[attr-defined]
             self._raw.add_ops(got)
             self._calibrate()
-            queues = complete_queues(_safe(rec.backend.queues), self._raw.spans, rec.backend.name,
-                                     self._raw.ops, self._raw.batches)  # fmt: skip
+            queues = self._queues(rec)
         return horizon, queues
+
+    def _queues(self, rec: Recorder) -> list[QueueInfo]:
+        """The backend's queues, with stand-ins for those it did not list (``complete_queues``);
+        if even that fails, none (reported once; later stages tolerate spans on unlisted queues)."""
+        raw, listed = self._raw, _safe(rec.backend.queues)
+        try:
+            return complete_queues(listed, raw.spans, rec.backend.name, raw.ops, raw.batches)
+        except Exception as exc:
+            report_internal("queues", f"listing the GPU queues failed ({type(exc).__name__}: {exc}).")
+            return []
 
     def _collect(self) -> None:
         rec = self._recorder

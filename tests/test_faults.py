@@ -228,7 +228,8 @@ def test_a_format_writer_failing_at_every_call_leaves_the_cpu_scopes_as_json(tmp
         with inject(pftrace, "write", "every") as fault:
             with gputrace.session(out, backend="fake", quiet=True, stream=False):
                 _cpu_program()
-    assert fault.fired == 2 and len([w for w in caught if issubclass(w.category, gputrace.GputraceWarning)]) == 1
+    warned = [w for w in caught if issubclass(w.category, gputrace.GputraceWarning)]
+    assert fault.fired == 2 and len(warned) == 1
     assert out.read_bytes().startswith(b"{")
     steps = gputrace.load(out).find("step")
     assert len(steps) == STEPS and all(sc.flags & Flag.DEGRADED for sc in steps)
