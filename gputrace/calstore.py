@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gputrace.outpath import check_output
+
 ENV_VAR = "GPUTRACE_CALIBRATION"
 # The summary keys a trace header carries (when the calibration measured them).
 HEADER_KEYS = (
@@ -49,7 +51,9 @@ def default_path(backend: str, *, host: str | None = None, env: Mapping[str, str
 
 
 def save(doc: Mapping[str, Any], path: Path) -> None:
-    """Write a calibration document atomically (a reader never sees half a file)."""
+    """Write a calibration document atomically (a reader never sees half a file); a path that is
+    not a regular file (a device node, a FIFO, a folder) is refused with ``GputraceError``."""
+    check_output(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")

@@ -130,15 +130,16 @@ def diff(
 def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
     """The comparison as an aligned table (or markdown), in human units."""
     from gputrace.render import human_ns
-    from gputrace.safetext import printable
+    from gputrace.safetext import NAME_CHARS, printable, printable_cut
 
     head = ["name", "metric", "calls A", "calls B", "median A", "median B", "change", "noise A",
             "noise B", "verdict"]  # fmt: skip
     body = []
+    name_chars = NAME_CHARS if markdown else TABLE_NAME_CHARS
     for r in result["rows"]:
         pct = r["change_pct"]
         body.append([
-            r["name"], r["metric"] or "—", _s(r["calls_a"]), _s(r["calls_b"]),
+            printable_cut(r["name"], name_chars), r["metric"] or "—", _s(r["calls_a"]), _s(r["calls_b"]),
             human_ns(r["median_a_ns"]), human_ns(r["median_b_ns"]),
             "—" if pct is None else f"{pct:+.1f}%",
             human_ns(r["iqr_a_ns"]), human_ns(r["iqr_b_ns"]), r["verdict"],
@@ -165,11 +166,16 @@ def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
     if result["fail_above_pct"] is not None:
         lines.append("")
         if result["regressions"]:
-            lines.append(f"FAIL: slower by more than {result['fail_above_pct']:g}% beyond the noise: "
-                         + ", ".join(result["regressions"]))  # fmt: skip
+            names = ", ".join([printable_cut(n, name_chars) for n in result["regressions"]])
+            lines.append(f"FAIL: slower by more than {result['fail_above_pct']:g}% beyond the noise: {names}")
         else:
             lines.append(f"OK: nothing slower by more than {result['fail_above_pct']:g}% beyond the noise.")
     return "\n".join(map(printable, lines)) + "\n"
+
+
+# A name in a table is shortened (the JSON keeps it whole): a row padded to a name of megabytes
+# (a hand-made or foreign file) is unreadable, and held it in memory once per row and copy.
+TABLE_NAME_CHARS = 40  # as ``gputrace summarize``'s table
 
 
 def _s(x: int | None) -> str:

@@ -13,6 +13,8 @@ import sys
 import threading
 import warnings
 
+from gputrace.safetext import printable
+
 
 class GputraceError(Exception):
     """A problem the user can fix: a bad trace file, a missing GPU, a wrong option."""
@@ -45,7 +47,7 @@ def report_internal(kind: str, message: str) -> bool:
     if not first:
         return False
     with contextlib.suppress(Exception):
-        warnings.warn(f"gputrace: {message}", GputraceWarning, stacklevel=3)
+        warnings.warn(f"gputrace: {printable(message)}", GputraceWarning, stacklevel=3)
     return True
 
 
@@ -73,4 +75,4 @@ if hasattr(os, "register_at_fork"):
 
 def notice(message: str) -> None:
     """A one-line notice on stderr (e.g. which backend ``auto`` chose)."""
-    print(f"gputrace: {message}", file=sys.stderr)
+    print(f"gputrace: {printable(message)}", file=sys.stderr)

@@ -35,6 +35,7 @@ from gputrace import exporters
 from gputrace.backends.base import Clock
 from gputrace.errors import GputraceError
 from gputrace.model import ANOMALY_FLAGS, Flag, Trace, flag_names
+from gputrace.outpath import check_output
 from gputrace.recorder import Recorder, active_recorder
 
 
@@ -86,6 +87,7 @@ class RingWriter:
         header["anomalies"] = {"counts": dict(counts), "items": [], "truncated": anomalous}
         header["ring"] = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
         tmp = self.path.with_name(".partial-" + self.path.name)  # same extension: same format
+        check_output(self.path)  # the rename would replace a device node, FIFO or folder put there
         w = exporters.stream_writer(tmp, header)
         try:
             for c in chunks:

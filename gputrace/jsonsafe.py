@@ -74,6 +74,13 @@ def _key(k: Any) -> str:
     return short_repr(k)
 
 
+def _child_key(k: Any, failures: list[str] | None) -> str:
+    try:
+        return _key(k)
+    except Exception as exc:
+        return _failed(k, exc, failures)
+
+
 def _numpy(value: Any) -> tuple[bool, Any]:
     """numpy scalars become Python numbers, arrays a short summary, dtypes their name."""
     np = __import__("sys").modules.get("numpy")
@@ -120,15 +127,59 @@ def is_plain(d: dict[Any, Any]) -> bool:
     return True
 
 
-def jsonsafe(value: Any, depth: int = 0) -> Any:
-    """``value`` as plain JSON data (see the module doc). Never raises."""
+def jsonsafe(value: Any, depth: int = 0, failures: list[str] | None = None) -> Any:
+    """``value`` as plain JSON data (see the module doc). Never raises.
+
+    A value whose conversion fails (a ``str`` subclass whose ``__str__`` raises, a list or dict
+    subclass whose ``__iter__``, ``items`` or ``__len__`` raises) becomes a placeholder naming
+    its type; the values beside it are kept. Each failure is described in ``failures`` if given.
+
+    >>> class Broken(list):
+    ...     def __iter__(self): raise RuntimeError("no")
+    >>> why: list[str] = []
+    >>> jsonsafe({"ok": 1, "bad": Broken([1])}, failures=why), why
+    ({'ok': 1, 'bad': '<Broken object (conversion failed)>'}, ['Broken (RuntimeError: no)'])
+    """
     try:
-        return _convert(value, depth, set())
+        return _convert(value, depth, set(), failures)
+    except Exception as exc:
+        return _failed(value, exc, failures)
+
+
+MAX_FAILURES = 10  # failures described per call; the placeholders mark every one
+
+
+def placeholder(value: Any) -> str:
+    """What stands in a trace file for a value that could not be converted."""
+    return f"<{_type_name(value)} object (conversion failed)>"
+
+
+def _type_name(value: Any) -> str:
+    try:
+        return clean_str(str(type(value).__qualname__), 80)
     except Exception:
-        return short_repr(value)
+        return "object"
 
 
-def _convert(value: Any, depth: int, seen: set[int]) -> Any:
+def _failed(value: Any, exc: Exception, failures: list[str] | None) -> str:
+    if failures is not None and len(failures) < MAX_FAILURES:
+        try:
+            text = clean_str(str(exc), 120)
+        except Exception:
+            text = ""
+        why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        failures.append(f"{_type_name(value)} ({why})")
+    return placeholder(value)
+
+
+def _child(value: Any, depth: int, seen: set[int], failures: list[str] | None) -> Any:
+    try:
+        return _convert(value, depth, seen, failures)
+    except Exception as exc:  # one bad item must not cost its siblings
+        return _failed(value, exc, failures)
+
+
+def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None = None) -> Any:
     t = type(value)
     if t is str:
         return clean_str(value)
@@ -151,7 +202,7 @@ def _convert(value: Any, depth: int, seen: set[int]) -> Any:
                     if i >= MAX_ITEMS:
                         out["…"] = f"{len(value) - MAX_ITEMS} more items"
                         break
-                    out[_key(k)] = _convert(v, depth + 1, seen)
+                    out[_child_key(k, failures)] = _child(v, depth + 1, seen, failures)
                 return out
             items = value
             if isinstance(value, (set, frozenset)):
@@ -159,7 +210,8 @@ def _convert(value: Any, depth: int, seen: set[int]) -> Any:
                     items = sorted(value)
                 except Exception:
                     items = list(value)
-            lst = [_convert(v, depth + 1, seen) for _, v in zip(range(MAX_ITEMS), items, strict=False)]
+            kept = zip(range(MAX_ITEMS), items, strict=False)
+            lst = [_child(v, depth + 1, seen, failures) for _, v in kept]
             if len(value) > MAX_ITEMS:
                 lst.append(f"… {len(value) - MAX_ITEMS} more items")
             return lst

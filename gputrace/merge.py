@@ -49,6 +49,7 @@ from gputrace.model import (
     Trace,
     canonical_names,
 )
+from gputrace.outpath import check_output
 from gputrace.ranks import to_reference, uncertainty
 from gputrace.safetext import path_text
 
@@ -57,11 +58,13 @@ MAX_PID = 1 << 22
 
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
-    """Refuse an output that is one of the inputs, and an input given twice (same file).
+    """Refuse an output that is one of the inputs or not a regular file (``check_output``), and
+    an input given twice (same file).
 
     Files are compared by device and inode, so ``a.json``, ``./a.json``, a symbolic link and a
     hard link to it are one file. Inputs that do not exist are left for loading to report.
     """
+    check_output(out)  # never onto a device node, a FIFO or a folder
     seen: dict[tuple[int, int], str] = {}
     for f in inputs:
         try:

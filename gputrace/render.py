@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from gputrace.durations import fmt_ns
-from gputrace.safetext import json_safe_text, printable
+from gputrace.safetext import json_safe_text, printable, printable_cut
 
 FORMATS = ("table", "json", "csv", "markdown")
 human_ns = fmt_ns  # the one duration format, under the name the renderers use
@@ -254,7 +254,9 @@ def to_markdown(summary: dict[str, Any]) -> str:
     lines.append("| " + " | ".join(COLUMNS) + " |")
     lines.append("|" + "|".join("---" if i in TEXT_COLUMNS else "--:" for i in range(len(COLUMNS))) + "|")
     for r in summary["rows"]:
-        lines.append("| " + " | ".join(esc(c) for c in _cells(r)) + " |")
+        cells = _cells(r)
+        cells[0] = printable_cut(cells[0])  # a name of megabytes (a hand-made file) is cut
+        lines.append("| " + " | ".join(esc(c) for c in cells) + " |")
     for title, body in _sections(summary):
         lines += ["", f"### {title}", ""]
         lines += [f"- {esc(b.strip())}" if not b.startswith("    ") else f"  - {esc(b.strip())}"

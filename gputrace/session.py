@@ -40,6 +40,7 @@ from gputrace.gcpause import gc_paused
 from gputrace.host import host_facts, launcher_rank, loadavg, rank_file
 from gputrace.jsonsafe import jsonsafe
 from gputrace.model import FORMAT_VERSION, QueueInfo, Trace
+from gputrace.outpath import check_output
 from gputrace.ranks import RankClock, transport_for
 from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import Recorder, active_recorder, drain
@@ -105,7 +106,7 @@ class session:
         self.backend_spec = backend
         self.clock: Clock = clock or session_clock
         self.backend_options = _with_timing(backend, dict(backend_options or {}), timing)
-        self.metadata = metadata or {}
+        self.metadata = {} if metadata is None else metadata  # converted at start (_safe_metadata)
         self.quiet = quiet
         self._trace: Trace | None = None
         self.written: Path | None = None
@@ -149,6 +150,8 @@ class session:
         GPU the user must fix) is raised after the same undoing."""
         if self._recorder is not None or self._start_failed:
             raise GputraceError("this session was already started; create a new one.")
+        if self.path is not None:
+            check_output(self.path)  # a device node, FIFO or folder: refused before anything starts
         outer = active_recorder()
         if outer is not None and not getattr(outer, "yields_to_inner", False):
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
@@ -216,7 +219,7 @@ class session:
             "rank": launcher_rank(),
             "argv": list(sys.argv),
             "host": host_facts(),
-            "metadata": dict(self.metadata),
+            "metadata": _safe_metadata(self.metadata),
         }
         calibration = _calibration(backend.name)
         if calibration is not None:
@@ -405,6 +408,7 @@ class session:
         try:
             st.close(_safe_header(header))
             if self.path is not None and streamed is not None and Path(self.path) != streamed:
+                check_output(self.path)
                 os.replace(streamed, self.path)  # the rank became known after the file was opened
             self.written = self.path
         except OSError as exc:
@@ -573,6 +577,9 @@ class session:
         try:
             exporters.write(trace, path)
             self.written = path
+            return
+        except GputraceError as exc:  # the path became a device node, FIFO or folder: leave it be
+            report_internal("write", f"{exc} The trace is still available as session.trace.")
             return
         except OSError as exc:
             # The user's program must not die at exit over a file: say so once; keep the trace.
@@ -765,6 +772,19 @@ def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
         why = f"header fields left out (they could not be converted): {', '.join(left_out)}"
         out["problems"] = [*problems, why]
     return out
+
+
+def _safe_metadata(metadata: Any) -> dict[str, Any]:
+    """``metadata`` as JSON data for the header; a value that fails to convert (a broken
+    ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
+    failures: list[str] = []
+    got = jsonsafe(metadata, failures=failures)
+    if failures:
+        report_internal(
+            "metadata",
+            f"a metadata value could not be converted ({failures[0]}); the trace holds a placeholder for it.",
+        )
+    return got if isinstance(got, dict) else {"value": got}
 
 
 def _safe(fn: Any) -> Any:

@@ -3,7 +3,8 @@
 ``mutant(seed)`` turns one of the golden traces into a hostile file, the same bytes for the same
 seed: byte flips, truncation, inserted or repeated bytes, gzip (then maybe corrupted), and
 structural edits of the JSON (wrong types, huge and non-finite numbers, deep nesting, missing
-keys, repeated events, control characters, huge strings, events that are not objects).
+keys, repeated events, control characters and line breaks, huge strings and a 10 MiB name, events
+that are not objects).
 
 ``python -m tests.fuzz_mutants DIR`` (the worker, run by ``tests/test_fuzz.py`` in a subprocess
 with 1 GiB of address space) runs summarize, diff, merge and view's load path on every mutant in
@@ -44,6 +45,9 @@ HEADER_KEYS = ["format_version", "base_ns", "start_ns", "end_ns", "pid", "rank",
                "clock", "clock_pair", "host", "calibration", "spans_cover_children", "processes",
                "backend", "anomalies", "devices"]  # fmt: skip
 DEEP = "__DEEP__"
+# names that end a line for str.splitlines and terminals: every output must show them escaped
+LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+LINE_BREAK_NAMES = ["a\u2028b", "a\u2029b", "a\x85b", "a\x0b\x0cb", "a\x1c\x1d\x1eb", "a\rb"]
 
 
 def _weird(rng: random.Random) -> Any:
@@ -102,7 +106,7 @@ def _structural(rng: random.Random, doc: Any) -> None:
             ev["args"]["deep"] = DEEP
     elif kind == "name" and isinstance(ev, dict):
         ev["name"] = rng.choice(["\x1b]0;title\x07", "\x9b31m", "a\u202eb", "\ud800", "x" * 100_000,
-                                 "\x00", "", "名前"])  # fmt: skip
+                                 "\x00", "", "名前", *LINE_BREAK_NAMES, "n" * (10 << 20)])  # fmt: skip
     elif kind == "drop" and isinstance(events, list) and events:
         del events[rng.randrange(len(events)) :]
     elif kind == "shuffle" and isinstance(events, list):

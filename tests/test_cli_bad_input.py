@@ -7,6 +7,9 @@ import io
 import json
 import os
 import re
+import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +250,192 @@ def test_view_unreadable_file_gives_the_sentence_summarize_gives(tmp_path: Path,
     assert (res.exit_code, res.output) == (2, want)
     res = CliRunner().invoke(cli, ["view", "--no-browser", str(path)])
     assert (res.exit_code, res.output) == (2, want)
+
+
+# --- line breaks in names: every text output keeps one row per line ----------------------------------
+# Every character at which str.splitlines (and terminals, editors, pagers) may end a line, besides \n.
+LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+BROKEN = "row" + "".join(f"{c}{i}" for i, c in enumerate(LINE_BREAKS))  # 'row\r0\x0b1…\u20298'
+RAW_BREAK = re.compile(f"[{LINE_BREAKS}]")
+ROOT = Path(__file__).parent.parent
+
+
+def broken_trace(path: Path) -> Path:
+    doc = orjson.loads(orjson.dumps(STORY))
+    for e in doc["traceEvents"]:
+        if e.get("name") == "a":
+            e["name"] = BROKEN
+    doc["gputrace"]["backend"] = BROKEN
+    doc["gputrace"]["host"] = {"name": BROKEN, "cpu_count": 2}
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+def gputrace_cli(*args: str | Path, cwd: Path | None = None) -> tuple[int, str]:
+    """The real command in its own process: stdout and stderr as the terminal gets them (warnings,
+    notices and the program's output included)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    res = subprocess.run([sys.executable, "-m", "gputrace", *map(str, args)], capture_output=True,
+                         cwd=cwd, env=env, timeout=120)  # fmt: skip
+    return res.returncode, (res.stdout + res.stderr).decode("utf-8", "surrogateescape")
+
+
+def outputs(tmp_path: Path) -> dict[str, tuple[tuple[int, ...], tuple[int, str]]]:
+    """Each text output of each command, with a name or file name holding every line break."""
+    trace = broken_trace(tmp_path / f"t_bad{BROKEN}.json")  # hand-made: not held to the Perfetto rules
+    plain = DATA / "handmade.json"
+    bad = tmp_path / f"bad{BROKEN}.json"
+    bad.write_bytes(b"{")
+    prog = tmp_path / f"prog{BROKEN}.py"
+    prog.write_text("import gputrace\nwith gputrace.trace('x'):\n    pass\nprint('done')\n")
+    runs: dict[str, tuple[tuple[int, ...], tuple[str | Path, ...]]] = {
+        **{f"summarize {f}": ((0,), ("summarize", trace, "-f", f)) for f in ("table", "markdown", "csv")},
+        "summarize json": ((0,), ("summarize", trace, "-f", "json")),
+        "summarize --group": ((0,), ("summarize", trace, "--group")),
+        **{f"diff {f}": ((0,), ("diff", plain, trace, "-f", f)) for f in ("table", "markdown", "json")},
+        "diff --fail-above": ((0, 1), ("diff", trace, plain, "--fail-above", "0")),
+        "summarize error": ((2,), ("summarize", bad)),
+        "diff error": ((2,), ("diff", bad, plain)),
+        "merge": ((0,), ("merge", tmp_path / f"m_bad{BROKEN}.json", trace, plain)),
+        "summarize merged": ((0,), ("summarize", tmp_path / f"m_bad{BROKEN}.json")),  # the per-rank view
+        "merge error": ((2,), ("merge", tmp_path / "m2.json", bad)),
+        "view --check": ((0,), ("view", "--check", trace)),
+        "view error": ((2,), ("view", "--check", bad)),
+        "calibrate": ((0,), ("calibrate", "--backend", "cpu", "--quick", "--no-save", "-o",
+                             tmp_path / f"cal{BROKEN}.json")),
+        "run": ((0,), ("run", "--backend", "cpu", "-o", tmp_path / f"r{BROKEN}.json", prog)),
+        "run warning": ((0,), ("run", "--backend", "cpu", "-o", tmp_path / f"no{BROKEN}" / "r.json", prog)),
+        "run error": ((2,), ("run", "--backend", "cpu", tmp_path / f"none{BROKEN}.py")),
+        "run option error": ((2,), ("run", "--backend", "cpu", "--trace-function", f"__main__:f{BROKEN}",
+                                    prog)),
+    }  # fmt: skip
+    return {k: (codes, gputrace_cli(*cmd, cwd=tmp_path)) for k, (codes, cmd) in runs.items()}
+
+
+def test_line_breaks_in_names_never_reach_the_terminal_raw(tmp_path: Path) -> None:
+    """A name holding U+2028, U+2029, \\x85, \\x0b, \\x0c, \\x1c-\\x1e or \\r is shown escaped in every
+    text output, so a table row stays one line and a message stays one sentence."""
+    got = outputs(tmp_path)
+    for what, (codes, (rc, text)) in got.items():
+        assert rc in codes, (what, rc, text[-2000:])
+        assert "Traceback" not in text, (what, text[-2000:])
+    raw = {what: sorted(set(RAW_BREAK.findall(text))) for what, (_, (_, text)) in got.items()}
+    assert not {k: v for k, v in raw.items() if v}, f"{sum(map(bool, raw.values()))} of {len(raw)}: {raw}"
+    unseen = [what for what, (_, (_, text)) in got.items() if "\\u2028" not in text]
+    assert not unseen, unseen  # each output did print the name (escaped)
+
+
+# --- output paths that are not regular files: refused before anything is written ---------------------
+def not_a_file(tmp_path: Path, kind: str) -> Path:
+    """A FIFO, a folder, a character device (a copy of /dev/null's node, made here: the real
+    device nodes are never touched) or a symbolic link to that device, inside ``tmp_path``."""
+    path = tmp_path / f"bad_out_{kind}.json"  # "bad": the shared fixture never opens it to check it
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        node = tmp_path / "null_copy"
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+        if kind == "device":
+            path = node
+        else:
+            path.symlink_to(node)
+    return path
+
+
+def still_there(path: Path, kind: str) -> bool:
+    mode = os.stat(path).st_mode
+    return {"fifo": stat.S_ISFIFO, "directory": stat.S_ISDIR}.get(kind, stat.S_ISCHR)(mode)
+
+
+OUT_KINDS = ["fifo", "directory", "device", "link-to-device"]
+KIND_WORDS = {"fifo": "a FIFO (named pipe)", "directory": "a directory", "device": "a character device",
+              "link-to-device": "a character device"}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", OUT_KINDS)
+@pytest.mark.parametrize("command", ["merge", "calibrate", "run"])
+def test_every_writing_command_refuses_an_output_that_is_not_a_regular_file(
+    tmp_path: Path, command: str, kind: str
+) -> None:
+    out = not_a_file(tmp_path, kind)
+    prog = tmp_path / "prog.py"
+    prog.write_text("print('the program ran')\n")
+    args: dict[str, tuple[str | Path, ...]] = {
+        "merge": ("merge", out, DATA / "handmade.json", DATA / "story.json"),
+        "calibrate": ("calibrate", "--backend", "cpu", "--quick", "--no-save", "-o", out),
+        "run": ("run", "--backend", "cpu", "-o", out, prog),
+    }
+    rc, text = gputrace_cli(*args[command], cwd=tmp_path)  # a FIFO opened for writing would hang: timeout
+    assert rc == 2, text
+    why = f"is {KIND_WORDS[kind]}, not a regular file; choose a regular file or a new path."
+    assert text == f"gputrace: {out}: {why}\n"
+    assert still_there(out, kind)
+    if kind == "directory":
+        assert os.listdir(out) == []  # nothing was written into it either
+
+
+@pytest.mark.parametrize("kind", OUT_KINDS)
+def test_merge_files_refuses_too(tmp_path: Path, kind: str) -> None:
+    from gputrace.errors import GputraceError
+    from gputrace.merge import merge_files
+
+    out = not_a_file(tmp_path, kind)
+    with pytest.raises(GputraceError, match="not a regular file"):
+        merge_files(out, [str(DATA / "handmade.json"), str(DATA / "story.json")])
+    assert still_there(out, kind)
+
+
+# --- a name of 10 MiB: memory stays a small multiple of the file -------------------------------------
+PEAK_CHILD = """
+import sys
+sys.argv = ["gputrace", *sys.argv[1:]]
+from gputrace.cli import cli
+try:
+    cli(prog_name="gputrace")
+except SystemExit as exc:
+    code = exc.code
+print("exit", code, "VmHWM", [x for x in open("/proc/self/status") if x.startswith("VmHWM")][0].split()[1],
+      file=sys.stderr)
+"""  # VmHWM, not ru_maxrss: that one inherits the high-water mark of pytest's process through exec
+
+
+def peak_kib(args: list[str], folder: Path) -> int:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with (folder / "stdout").open("wb") as out:  # not into this process
+        res = subprocess.run([sys.executable, "-c", PEAK_CHILD, *args], stdout=out, stderr=subprocess.PIPE,
+                             cwd=folder, env=env, timeout=300)  # fmt: skip
+    last = res.stderr.decode().strip().splitlines()[-1].split()
+    assert last[:2] == ["exit", "0"], res.stderr.decode()[-2000:]
+    return int(last[3])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak memory from /proc")
+def test_a_name_of_10_mib_costs_a_small_multiple_of_the_file(tmp_path: Path) -> None:
+    doc = orjson.loads(orjson.dumps(STORY))
+    doc["traceEvents"][6]["name"] = "n" * (10 << 20)  # the CPU scope "b"
+    big = tmp_path / "long_name_bad.json"
+    big.write_bytes(orjson.dumps(doc))
+    small = DATA / "handmade.json"
+    runs = {
+        "diff": ["diff", str(small), "{}"],
+        "diff markdown": ["diff", str(small), "{}", "-f", "markdown"],
+        "diff json": ["diff", "{}", str(small), "-f", "json"],
+        "summarize": ["summarize", "{}"],
+        "summarize markdown": ["summarize", "{}", "-f", "markdown"],
+        "summarize csv": ["summarize", "{}", "-f", "csv"],
+        "summarize json": ["summarize", "{}", "-f", "json"],
+        "merge": ["merge", str(tmp_path / "merged_bad.json"), "{}", str(DATA / "story.json")],
+    }
+    file_kib = big.stat().st_size / 1024
+    over = {}
+    for what, args in runs.items():
+        base = peak_kib([a.format(small) for a in args], tmp_path)
+        over[what] = round((peak_kib([a.format(big) for a in args], tmp_path) - base) / file_kib, 1)
+        if what == "diff":  # the table shows the name cut, as summarize's table does
+            row = (tmp_path / "stdout").read_text().splitlines()[-1]
+            assert row.startswith("n" * 39 + "…") and len(row) < 200, row[:300]
+    assert max(over.values()) <= 8, over  # diff's table was 28× (each row padded to the name)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.fuzz_mutants import mutant
+from tests.fuzz_mutants import LINE_BREAKS, mutant
 
 ROOT = Path(__file__).parent.parent
 MEMORY_LIMIT = 1 << 30
@@ -41,6 +41,8 @@ def _problems(r: dict[str, Any]) -> list[str]:
         out.append("traceback")
     if r["exit"] not in (0, 2):
         out.append(f"exit {r['exit']}")
+    if any(c in r["output"] for c in LINE_BREAKS):
+        out.append("raw line break")  # a name's line break reached the terminal unescaped
     lines = r["output"].strip().splitlines()
     if r["exit"] == 2 and not (len(lines) == 1 and lines[0].startswith("gputrace: ")):
         out.append("not one line")

@@ -157,7 +157,8 @@ def test_merge_into_a_directory_leaves_no_partial(ranks: tuple[Path, Path], tmp_
     target = tmp_path / "out.json"
     target.mkdir()
     line = one_line_failure(merge(target, a, b))
-    assert line == f"gputrace: {target}: cannot be written (Is a directory)."
+    why = "is a directory, not a regular file; choose a regular file or a new path."
+    assert line == f"gputrace: {target}: {why}"
     assert not list(tmp_path.rglob("*.partial"))
 
 
@@ -232,8 +233,8 @@ def test_tiny_tmpfs_full_disk(tmp_path: Path) -> None:
 def test_session_writing_onto_a_directory_leaves_no_partial(tmp_path: Path) -> None:
     target = tmp_path / "t.json"
     target.mkdir()
-    with pytest.warns(gputrace.GputraceWarning, match="could not write the trace"):
-        with gputrace.session(target, backend="fake", quiet=True):
+    with pytest.raises(gputrace.GputraceError, match="is a directory, not a regular file"):
+        with gputrace.session(target, backend="fake", quiet=True):  # refused before it starts
             for _ in range(1000):
                 with gputrace.trace("s"):
                     pass

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from gputrace.errors import GputraceError
+from gputrace.safetext import path_text, printable, printable_lines
 
 STEP_NAMES = {
     "first_use": "first use in fresh processes",
@@ -71,7 +72,7 @@ def _auto_backend() -> str:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # not a regular file: refused by check_output, in one sentence
     help="Also save the results (JSON) to this file.",
 )
 @click.option("--no-save", is_flag=True, help="Do not save to this machine's default location.")
@@ -80,31 +81,37 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
     from gputrace.calibrate import measure, steps
     from gputrace.calibrate.report import render
     from gputrace.calstore import default_path, save
+    from gputrace.outpath import check_output
     from gputrace.progress import Progress
 
     try:
         chosen = _auto_backend() if backend == "auto" else backend
+        targets = [] if no_save else [default_path(chosen)]
+        if output is not None:
+            targets.insert(0, output)
+        for path in targets:  # a device node, FIFO or folder: refused before measuring
+            check_output(path)
         if backend == "auto":
             click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
         with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps(chosen))) as bar:
             cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
     except GputraceError as exc:
-        click.echo(f"gputrace: {exc}", err=True)
+        click.echo(f"gputrace: {printable(str(exc))}", err=True)
         sys.exit(2)
     doc = cal.to_json()
-    targets = [] if no_save else [default_path(chosen)]
-    if output is not None:
-        targets.insert(0, output)
     for path in targets:
         try:
             save(doc, path)
+        except GputraceError as exc:
+            click.echo(f"gputrace: {printable(str(exc))}", err=True)
+            sys.exit(2)
         except OSError as exc:
             why = exc.strerror or exc
-            click.echo(f"gputrace: could not save the calibration to {path} ({why}).", err=True)
+            click.echo(f"gputrace: could not save the calibration to {path_text(path)} ({why}).", err=True)
             sys.exit(2)
     if fmt == "json":
         click.echo(json.dumps(doc, indent=1))
     else:
-        click.echo(render(cal))
+        click.echo(printable_lines(render(cal)))  # device names come from drivers: shown escaped
     for path in targets:
-        click.echo(f"gputrace: calibration saved to {path}", err=True)
+        click.echo(f"gputrace: calibration saved to {path_text(path)}", err=True)

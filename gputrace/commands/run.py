@@ -24,13 +24,14 @@ from pathlib import Path
 import click
 
 from gputrace.errors import GputraceError
+from gputrace.safetext import path_text, printable
 
 
 @click.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # not a regular file: refused by check_output, in one sentence
     help="Where to write the trace (default: <script>.run.trace.json here; .gz to compress).",
 )
 @click.option(
@@ -121,20 +122,20 @@ def run(
             )
         )
     except GputraceError as exc:
-        click.echo(f"gputrace: {exc}", err=True)
+        click.echo(f"gputrace: {printable(str(exc))}", err=True)
         sys.exit(2)
     if result.session is not None:
         if result.written is not None:
             click.echo(
-                f"gputrace: trace written to {result.written} ({result.scopes} scopes, "
-                f"backend {result.backend})",
+                f"gputrace: trace written to {path_text(result.written)} ({result.scopes} scopes, "
+                f"backend {printable(str(result.backend))})",
                 err=True,
             )
         else:
             click.echo("gputrace: no trace file was written (see the warning above).", err=True)
     if not quiet:
         for note in result.notes:
-            click.echo(f"gputrace: {note}", err=True)
+            click.echo(f"gputrace: {printable(note)}", err=True)
     sys.stdout.flush()
     sys.stderr.flush()
     if result.signal is not None:  # end the way the signal would have ended the program

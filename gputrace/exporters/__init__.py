@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from gputrace.model import Trace
+from gputrace.outpath import check_output
 
 # extension -> module; modules are imported on first use
 FORMATS: dict[str, str] = {
@@ -77,7 +78,8 @@ def _format_of_file(path: str | os.PathLike[str]) -> ModuleType:
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write ``trace`` in the format its name asks for."""
+    """Write ``trace`` in the format its name asks for (never onto a device, FIFO or folder)."""
+    check_output(path)
     written: Path = format_for(path).write(trace, path)
     return written
 
@@ -90,6 +92,7 @@ def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
 
 def stream_writer(path: str | os.PathLike[str], header: dict[str, Any]) -> Any:
     """A ``StreamWriter`` for ``path`` in the format its name asks for."""
+    check_output(path)
     return format_for(path).StreamWriter(path, header)
 
 

@@ -1,0 +1,47 @@
+"""Where gputrace may write: a regular file (replaced) or a path that does not exist yet.
+
+Everything gputrace writes (trace files, merged traces, calibrations) is written to a temporary
+file and renamed over the target, or opened for writing in place while a session streams. Onto
+a device node that rename would replace the node itself (``/dev/full`` becoming a regular file,
+as root); opening a FIFO for writing blocks until someone reads it; a directory cannot hold a
+file's content. So every writer asks ``check_output`` first, and refuses anything else with one
+sentence:
+
+>>> try:
+...     check_output("/dev/null")
+... except GputraceError as exc:
+...     print(exc)
+/dev/null: is a character device, not a regular file; choose a regular file or a new path.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from gputrace.errors import GputraceError
+from gputrace.safetext import path_text
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_output(path: str | os.PathLike[str]) -> None:
+    """Raise ``GputraceError`` unless ``path`` is a regular file (a symbolic link to one counts)
+    or does not exist. Paths that cannot be inspected (no permission, a missing folder) are left
+    to the writer, which reports them."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "of another kind")
+    raise GputraceError(
+        f"{path_text(path)}: is {kind}, not a regular file; choose a regular file or a new path."
+    )
