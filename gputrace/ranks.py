@@ -10,7 +10,8 @@ the lowest round trips kept; exchanges happen at session start, at ``gputrace.sy
 every ``refresh_s`` seconds) and at stop, and the offset and drift are fitted over all of them with
 the same rigorous fit the resolver uses for GPU clocks (``gputrace.resolver.fit_clock`` and the
 feasible-set band of ``gputrace.clockbound``). The trace header records, per rank, the kept samples
-and the fit with its uncertainty; ``gputrace merge`` then places each rank by its fit.
+and the fit with its uncertainty; ``gputrace merge`` then places each rank by its fit
+(``gputrace.merge.place_ranks``).
 
 Nothing here opens a socket or imports torch or mpi4py: a group is only used when the program
 already imported its engine. An exchange that fails or takes longer than ``timeout_s`` is given up
