@@ -19,7 +19,7 @@ import tracemalloc
 from pathlib import Path
 
 import gputrace
-from gputrace.exporters.chrome import write
+from gputrace.exporters.json import write
 from gputrace.recorder import active_recorder
 
 LOOP = 200_000

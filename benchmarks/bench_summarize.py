@@ -21,8 +21,8 @@ import orjson
 from click.testing import CliRunner
 
 from gputrace.cli import cli
-from gputrace.exporters.chrome import write
-from gputrace.loader import load
+from gputrace.exporters import load
+from gputrace.exporters.json import write
 from gputrace.model import NO_TIME, Flag, QueueInfo, ScopeTable, SpanTable, ThreadInfo, Trace, nest
 from gputrace.summary import summarize
 

@@ -29,7 +29,7 @@ import gputrace  # noqa: E402
 from gputrace import jsonsafe, resolver, streaming  # noqa: E402
 from gputrace.backends.fake import FakeBackend  # noqa: E402
 from gputrace.clock import session_clock  # noqa: E402
-from gputrace.exporters import _json_structs, _protowire, _reading, _text, chrome, pftrace  # noqa: E402
+from gputrace.exporters import _text, chrome, pftrace, plan  # noqa: E402
 from gputrace.exporters import json as json_format  # noqa: E402
 from gputrace.recorder import active_recorder  # noqa: E402
 from tests.faults import CallFaults, code_name, functions_of  # noqa: E402
@@ -46,10 +46,8 @@ MODULES = (
     chrome,
     json_format,
     pftrace,
-    _protowire,
+    plan,
     _text,
-    _json_structs,
-    _reading,
 )
 
 

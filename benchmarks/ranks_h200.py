@@ -104,7 +104,7 @@ def _truth(rank: int, local_ns: int, t0_ns: int) -> float:
 def report(out: str, t0_ns: int) -> None:
     import numpy as np
 
-    from gputrace.loader import load
+    from gputrace.exporters import load
     from gputrace.merge import merge_files
     from gputrace.model import NO_TIME
     from gputrace.summary import summarize

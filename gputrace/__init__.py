@@ -16,8 +16,8 @@ Wrap regions in ``trace``; run them inside a ``session``; open the written file 
 
 from gputrace._version import __version__
 from gputrace.errors import GputraceError, GputraceWarning
+from gputrace.exporters import TraceFileError, load
 from gputrace.flight import schedule, step
-from gputrace.loader import TraceFileError, load
 from gputrace.model import Flag, Scope, Trace
 from gputrace.recorder import mark, trace
 from gputrace.session import session, sync

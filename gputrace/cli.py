@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "summarize": ("gputrace.commands.summarize", "summarize"),
     "diff": ("gputrace.commands.diff", "diff"),
     "merge": ("gputrace.commands.merge", "merge"),
+    "convert": ("gputrace.commands.convert", "convert"),
     "calibrate": ("gputrace.commands.calibrate", "calibrate"),
     "run": ("gputrace.commands.run", "run"),
     "view": ("gputrace.commands.view", "view"),

@@ -195,6 +195,16 @@ def first_submission_ns(s: ScopeTable, iv: Intervals) -> I64:
     return np.where(s.gpu_start_ns != NO_TIME, out, NO_TIME)
 
 
+def with_launch_submissions(trace: Trace) -> Trace:
+    """``trace`` with each scope's submission as ``submission_ns`` defines it, where the trace
+    has operations. A file written when a scope's submission was its entry (before the launch
+    calls were the submission) then reads, and is written again, as gputrace computes it today;
+    for a later file nothing changes."""
+    if len(trace.ops):
+        trace.scopes.submit_ns = submission_ns(trace)
+    return trace
+
+
 def queued_ns(trace: Trace, iv: Intervals | None = None) -> I64:
     """Per scope, GPU start − submission (``NO_TIME`` where either is unknown)."""
     sub = submission_ns(trace, iv)

@@ -37,7 +37,7 @@ import numpy as np
 
 from gputrace import exporters
 from gputrace.errors import GputraceError
-from gputrace.loader import load
+from gputrace.exporters import load
 from gputrace.model import (
     NO_TIME,
     ClockFit,

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from gputrace.npstats import ended_before
 
 NO_TIME = int(np.iinfo(np.int64).min)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every field on every slice (no lean variant)
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]

@@ -142,6 +142,8 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
                   f"{f.get('drift_ppm', 0.0):.2f} ppm, residual {human_ns(f.get('residual_ns'))}, "
                   f"uncertainty ±{human_ns(f.get('uncertainty_ns'))} from {f.get('samples')} "
                   "samples")  # fmt: skip
+        if f.get("note"):  # a weak fit (one sample, or a corner of the session) says why
+            cl.append(f"GPU {f.get('device')}: WARNING: {f['note']}.")
     cl.append(clock["note"])
     out.append(("Clock alignment", cl))
     if summary.get("ranks"):

@@ -278,9 +278,9 @@ class session:
     def trace(self) -> Trace | None:
         """The resolved trace once stopped (a streamed one is read back from its file)."""
         if self._trace is None and self._streamer is not None and self.written is not None:
-            from gputrace.exporters import read
+            from gputrace.exporters import canonical, read
 
-            self._trace = read(self.written)
+            self._trace = read(canonical(self.written))
         return self._trace
 
     @trace.setter
@@ -529,7 +529,11 @@ class session:
         raw.header["host"]["loadavg_end"] = loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = self._queues(rec)
+        queues = self._queues(rec)
+        if queues is None:  # GPU times on queues no stage could name: left out, and said so
+            raw.problem = raw.problem or "listing the GPU queues failed"
+            raw.spans, raw.ops, raw.batches = [], [], []
+        raw.queues = queues or []
         try:
             rec.backend.close()
         except Exception as exc:
@@ -575,7 +579,7 @@ class session:
         from gputrace import exporters
 
         try:
-            exporters.write(trace, path)
+            exporters.write_session(trace, path)
             self.written = path
             return
         except GputraceError as exc:  # the path became a device node, FIFO or folder: leave it be
@@ -595,7 +599,7 @@ class session:
         trace.header["problems"] = _safe_header({"p": reported()}).get("p", [])
         cpu = without_gpu(trace, reason)
         try:  # again without the GPU part (where exporter faults are most likely)
-            exporters.write(cpu, path)
+            exporters.write_session(cpu, path)
             self.written = path
             return
         except Exception:
@@ -610,24 +614,24 @@ class session:
             )
 
     def _write_plain(self, cpu: Trace, path: Path) -> None:
-        """The last resort once ``path``'s own format failed on the CPU scopes too: them as Chrome
-        JSON (the canonical format, which every reader opens whatever the name) under that name;
-        failing that, the header alone, which counts them as lost. Both come from the exporters:
-        nothing else writes trace files."""
+        """The last resort once ``path`` failed with the CPU scopes too: for an export (``.pftrace``)
+        them in its canonical JSON file alone; failing that, or for JSON itself, the header alone,
+        which counts them as lost. Both come from the exporters: nothing else writes trace files."""
         from gputrace import exporters
 
-        tmp = path.with_name(f"{path.name}.partial.json" + (".gz" if path.name.endswith(".gz") else ""))
+        canonical = exporters.canonical(path)
+        if canonical != path:
+            with contextlib.suppress(Exception):  # the export failed; JSON may not
+                self.written = exporters.write(cpu, canonical)
+                return
+        tmp = canonical.with_name(
+            f"{canonical.name}.partial.json" + (".gz" if canonical.suffix == ".gz" else "")
+        )
         try:
-            if exporters.format_for(tmp) is not exporters.format_for(path):
-                with contextlib.suppress(Exception):  # (the same writer would only fail again)
-                    exporters.write(cpu, tmp)
-                    tmp.replace(path)
-                    self.written = path
-                    return
             header = dict(cpu.header, lost={"scopes": len(cpu), "chunks": 1})
             exporters.stream_writer(tmp, header).close(header)
-            tmp.replace(path)
-            self.written = path
+            tmp.replace(canonical)
+            self.written = canonical
             report_internal("write", f"the trace's {len(cpu)} scopes could not be written to {path}; "
                             "the file says so, and session.trace holds them.")  # fmt: skip
         finally:
@@ -650,7 +654,7 @@ class session:
             report_internal("calibrate", f"{reason}.")
             self._raw.problem = self._raw.problem or reason
 
-    def _collect_background(self) -> tuple[int | None, list[QueueInfo]]:
+    def _collect_background(self) -> tuple[int | None, list[QueueInfo] | None]:
         """The streamer's collect without a sync (CUPTI); returns the time before which scopes
         are complete (``CuptiBackend.collect_background``; None when nothing can be said) and
         the queues known now."""
@@ -663,15 +667,15 @@ class session:
             queues = self._queues(rec)
         return horizon, queues
 
-    def _queues(self, rec: Recorder) -> list[QueueInfo]:
+    def _queues(self, rec: Recorder) -> list[QueueInfo] | None:
         """The backend's queues, with stand-ins for those it did not list (``complete_queues``);
-        if even that fails, none (reported once; later stages tolerate spans on unlisted queues)."""
+        None if even that fails (reported once): a chunk then keeps the queues known before."""
         raw, listed = self._raw, _safe(rec.backend.queues)
         try:
             return complete_queues(listed, raw.spans, rec.backend.name, raw.ops, raw.batches)
         except Exception as exc:
             report_internal("queues", f"listing the GPU queues failed ({type(exc).__name__}: {exc}).")
-            return []
+            return None
 
     def _collect(self) -> None:
         rec = self._recorder

@@ -39,7 +39,6 @@ import numpy as np
 from gputrace import exporters
 from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.errors import report_internal
-from gputrace.exporters.chrome import referenced
 from gputrace.fallback import cpu_scopes, scopes_in, without_gpu
 from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
@@ -131,7 +130,7 @@ class Streamer:
         self.degraded_chunks = 0  # chunks written with CPU times only
         self.rows_out = 0  # scopes written or held: the file row of the next chunk's first scope
         # set by the session (CUPTI): collect without a sync -> (horizon, queues)
-        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
+        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo] | None]] | None = None
         self.last_collect = time.monotonic()
         _live.add(self)
 
@@ -557,8 +556,7 @@ class Streamer:
             self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
         if len(self.examples) < EXAMPLES:
             rows0 = self.rows_out  # the rows written, and held to be written, before this chunk
-            # an example that only repeats its scope is kept as the scope and its kinds
-            report = referenced({"anomalies": anomaly_report(chunk)}, chunk)["anomalies"]
+            report = anomaly_report(chunk)
             for item in report["items"][: EXAMPLES - len(self.examples)]:
                 self.examples.append(dict(item, scope=rows0 + int(item["scope"])))
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gputrace.errors import GputraceError
-from gputrace.readlimits import read_trace_bytes
+from gputrace.exporters.opener import read_file
 
 HOST = "127.0.0.1"
 LISTEN_BACKLOG = 128
@@ -82,7 +82,7 @@ class ViewerServer:
         self.trace_path = Path(trace_path)
         self.idle_timeout_s = idle_timeout_s
         # bounded and regular files only (a FIFO would block here); the sentence names the problem
-        gz = read_trace_bytes(self.trace_path, decompress=False)[:2] == b"\x1f\x8b"
+        gz = read_file(self.trace_path)[:2] == b"\x1f\x8b"
         self.trace_route = "/trace.json.gz" if gz else "/trace.json"
         self.routes: dict[str, tuple[bytes | None, str]] = {}
         vdir = viewer_dir()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,7 +8,52 @@ import pytest
 
 from gputrace.errors import reset_reports
 from gputrace.recorder import active_recorder
-from tests import perfetto_rules
+from tests import perfetto_rules, perfetto_ui
+
+# files the tests wrote, for Perfetto's real importer at the end of the run: (path, expected, test)
+WRITTEN: list[tuple[Path, dict, str]] = []  # type: ignore[type-arg]
+PER_FORMAT = 15  # files per format opened in the real importer (about 1.5 s each)
+MAX_BYTES = 2 << 20  # larger files (hundreds of thousands of slices) take the UI minutes
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _perfetto_imports_every_format() -> Iterator[None]:
+    """At the end of the run, a sample of the files the tests wrote (every format, as many
+    different tests as the cap allows) is opened in Perfetto's own importer (its UI v52 in
+    headless chromium): no import error or data loss, and the slices per process and the flows
+    the file holds. The project's rule check (``perfetto_rules``) stays the fast path."""
+    yield
+    if not WRITTEN or perfetto_ui.skip_reason() or os.environ.get("GPUTRACE_SKIP_PERFETTO_UI"):
+        return
+    picked: dict[str, list[tuple[Path, dict, str]]] = {}  # type: ignore[type-arg]
+    seen: set[tuple[str, str]] = set()
+    by_size = sorted(
+        (w for w in WRITTEN if w[0].exists() and w[0].stat().st_size <= MAX_BYTES),
+        key=lambda w: w[0].stat().st_size,
+    )
+    for spread in (True, False):  # one file per test module first, then the next smallest
+        for f, expected, test in by_size:
+            fmt = next((x for x in (".pftrace", ".gz") if f.name.endswith(x)), ".json")
+            group = picked.setdefault(fmt, [])
+            key = (fmt, test.split("::")[0] if spread else str(f))
+            if len(group) < PER_FORMAT and key not in seen and all(f != g[0] for g in group):
+                seen.add(key)
+                group.append((f, expected, test))
+    failures = []
+    listing = os.environ.get("GPUTRACE_PERFETTO_UI_LIST")  # (a file to note what was opened)
+    if listing:
+        Path(listing).write_text("\n".join(f"{t} {f}" for g in picked.values() for f, _, t in g))
+    ui = perfetto_ui.PerfettoUI()
+    try:
+        for f, expected, test in (x for group in picked.values() for x in group):
+            got = ui.report(f)
+            slices = {pid: r["slices"] for pid, r in got["processes"].items()}
+            if got["problems"] or slices != expected["slices"] or got["flows"] != expected["flows"]:
+                failures.append(f"{test}: {f.name}: {got['problems']} slices {slices} flows {got['flows']}, "
+                                f"expected {expected}")  # fmt: skip
+    finally:
+        ui.close()
+    assert not failures, "Perfetto's importer disagrees:\n" + "\n".join(failures)
 
 
 @pytest.fixture(autouse=True)
@@ -20,14 +66,11 @@ def _no_leaks_and_valid_files(request: pytest.FixtureRequest) -> Iterator[None]:
     if rec is not None:
         rec.deactivate()
         pytest.fail("a gputrace session was left active by this test")
-    if tmp is not None:
-        for f in sorted(tmp.rglob("*.json")) + sorted(tmp.rglob("*.json.gz")):
-            if request.node.get_closest_marker("not_a_trace") or "bad" in f.name:
-                continue
-            try:
-                doc = perfetto_rules.read(f)
-            except Exception:
-                continue  # deliberately broken inputs in bad-input tests
-            if isinstance(doc, dict) and "gputrace" in doc:
-                problems = perfetto_rules.check(doc)
+    if tmp is not None and not request.node.get_closest_marker("not_a_trace"):
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file() and "bad" not in f.name:
+                problems = perfetto_rules.check_file(f)
                 assert not problems, f"{f.name} breaks Perfetto rules: {problems[:5]}"
+                expected = perfetto_rules.expected_counts(f) if not f.name.endswith(".partial") else None
+                if expected is not None and expected["slices"]:  # (nothing to draw: nothing to check)
+                    WRITTEN.append((f, expected, request.node.nodeid))

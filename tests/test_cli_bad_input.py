@@ -78,14 +78,17 @@ def repeated(*indices: int) -> bytes:
         (with_event(A_SLICE, dur=-5), "negative"),
         (with_event(A_SLICE, ts=1e300), "absurd value"),
         (with_event(A_SLICE, tid=99), "thread 99, which the header does not list"),
-        (with_event(A_GPU, args={"scope": 40, "gpu_us": 1}), "names scope 40, but the trace has 6"),
-        (with_event(A_GPU, args={"scope": -1, "gpu_us": 1}), "names scope -1"),
-        (with_event(A_GPU, args={"scope": 0, "gpu_us": [1]}), "gpu_us must be a number"),
+        (with_event(A_GPU, bind_id=40), "names scope 40, but the trace has 6"),
+        (with_event(A_GPU, bind_id=-1), "names scope -1"),
+        (
+            with_event(A_GPU, args={"gpu_us": [1], "uncertainty_us": 0, "flags": []}),
+            "gpu_us must be a number",
+        ),
         (with_event(A_GPU, tid=9), "stream track that the header does not list"),
         (with_event(A_SLICE, args={"flags": ["bogus"]}), "malformed"),
         (with_event(A_SLICE, name=["unhashable"]), "malformed"),
         (
-            with_event(A_GPU, args={"scope": 0, "gpu_us": -20}),
+            with_event(A_GPU, args={"gpu_us": -20, "uncertainty_us": 0, "flags": []}),
             "gpu_us holds a negative value (-20) for scope 0",
         ),
         (repeated(A_SLICE), "the cpu slice 'a' at ts 10 appears twice"),
@@ -168,7 +171,9 @@ def test_fuzzed_traces_never_raise(tmp_path: Path, data: st.DataObject, source: 
 def test_negative_gpu_time_that_gputrace_flagged_is_kept(tmp_path: Path) -> None:
     """gputrace writes a broken timer's value as measured, flagged: such a file still loads."""
     path = tmp_path / "flagged_bad.json"
-    path.write_bytes(with_event(A_GPU, args={"scope": 0, "gpu_us": -20, "flags": ["empty_gpu_span"]}))
+    path.write_bytes(
+        with_event(A_GPU, args={"gpu_us": -20, "uncertainty_us": 0, "flags": ["empty_gpu_span"]})
+    )
     res = summarize(path, "-f", "json")
     assert res.exit_code == 0, res.output
     row = next(r for r in orjson.loads(res.output)["rows"] if r["name"] == "a")

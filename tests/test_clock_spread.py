@@ -98,3 +98,29 @@ def test_one_sample_is_a_weak_fit(n: int) -> None:
     (fit,) = trace.clock_fits.values()
     assert "rests on 1 calibration sample" in fit.note
     assert fit_clock(samples) is not None
+
+
+def test_summarize_prints_why_a_fit_is_weak(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from gputrace import exporters
+
+    trace, _ = record(lambda k: TIGHT if k < SAMPLES else WIDE)
+    path = exporters.write(trace, tmp_path / "weak.json")
+    out = subprocess.run(
+        [sys.executable, "-m", "gputrace", "summarize", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    section = out[out.index("Clock alignment") :].splitlines()[1:4]
+    assert section == [
+        "  GPU 0: offset 18.0 µs, drift 0.00 ppm, residual 0 ns, uncertainty ±43.0 µs from 4 samples",
+        "  GPU 0: WARNING: the clock fit rests on 4 calibration samples from 0.347 ms of the 2375 ms it "
+        "should cover (the other samples' windows were too wide): its uncertainty grows away from them.",
+        "  GPU times are placed on the CPU clock within ±157 µs.",
+    ]
+    honest, _ = record(lambda k: TIGHT)
+    out = subprocess.run(
+        [sys.executable, "-m", "gputrace", "summarize", str(exporters.write(honest, tmp_path / "ok.json"))],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "WARNING: the clock fit" not in out

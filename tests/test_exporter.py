@@ -12,7 +12,7 @@ import pytest
 import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
-from gputrace.exporters.chrome import GPU_PID_BASE, OVERLAP_TID_STEP, LaneCarry
+from gputrace.exporters.plan import GPU_PID_BASE, OVERLAP_TID_STEP, LaneCarry
 from tests import perfetto_rules
 
 
@@ -66,8 +66,8 @@ def test_layout(tmp_path: Path) -> None:
     assert perfetto_rules.check(doc) == []
     ev = doc["traceEvents"]
     pid = doc["gputrace"]["pid"]
-    # a scope's slices carry no cat (the process says which side they are on)
-    assert not [e for e in ev if e["ph"] == "X" and "cat" in e and e["cat"] != "gpu.pass"]
+    # every slice says which side it is on
+    assert {e["cat"] for e in ev if e["ph"] == "X"} <= {"cpu", "gpu", "gpu.pass"}
     cpu = [e for e in ev if e["ph"] == "X" and e["pid"] < GPU_PID_BASE]
     gpu = [e for e in ev if e["ph"] == "X" and e["pid"] >= GPU_PID_BASE]
     assert len(cpu) == len(trace) == 16 and {e["pid"] for e in cpu} == {pid}
@@ -97,14 +97,27 @@ def test_layout(tmp_path: Path) -> None:
     # args carry the numbers, exactly
     sc = trace.find("matmul")[2]
     g = next(e for e in gpu if e["bind_id"] == sc.index)
-    wait = next(e for e in b if e["id2"]["local"] == sc.index)  # the wait carries the submission
+    wait = next(e for e in b if e["id2"]["local"] == sc.index)
     assert g["dur"] == sc.gpu_ns / 1000  # type: ignore[operator]
     assert round((g["ts"] - wait["ts"]) * 1000) == sc.queue_gap_ns
-    assert set(g.get("args", {})) <= {"uncertainty_us"}  # the rest is derivable or carried forward
-    assert "gpu_us" not in g["args"] and "cpu_enqueue_us" not in g["args"]  # derivable: not written
-    # counters per stream, named so that Perfetto's "<name> <key>" reads once: "stream a queue depth"
-    # no per-scope queue-depth counters: the stacked waits on the "queued" tracks show the depth
-    assert not [e for e in ev if e["ph"] == "C"]
+    # every field on every GPU slice, none left for a reader to derive
+    assert all(
+        {"submit_ts", "submit_to_start_us", "gpu_us", "cpu_enqueue_us", "uncertainty_us", "flags"}
+        <= set(e["args"])
+        for e in gpu
+    )
+    a = g["args"]
+    assert round(a["submit_to_start_us"] * 1000) == sc.queue_gap_ns and a["gpu_us"] * 1000 == sc.gpu_ns
+    assert round(a["cpu_enqueue_us"] * 1000) == sc.cpu_ns and round(a["submit_ts"], 3) == wait["ts"]
+    assert a["flags"] == sc.flag_names
+    # a queue-depth counter per stream, named so that Perfetto's "<name> <key>" reads once
+    depth = [e for e in ev if e["ph"] == "C"]
+    assert {e["name"] for e in depth} == {"stream 0", "stream a", "stream b"}
+    assert {k for e in depth for k in e["args"]} == {"queue depth"}
+    assert (
+        min(e["args"]["queue depth"] for e in depth) == 0
+        and max(e["args"]["queue depth"] for e in depth) >= 1
+    )
     # processes: Python first, then the GPU
     sort = {
         e["pid"]: e["args"]["sort_index"] for e in ev if e["ph"] == "M" and e["name"] == "process_sort_index"
@@ -195,7 +208,7 @@ def test_cpu_trace_round_trip_and_interleaved_lanes(tmp_path: Path) -> None:
         (b'{"traceEvents": []}', "not one written by gputrace"),
         (b'{"traceEvents": [], "gputrace": {"format_version": 99}}', "format version 99"),
         (
-            b'{"traceEvents": [{"ph":"X","cat":"cpu"}], "gputrace": {"format_version": 1, "base_ns": 0}}',
+            b'{"traceEvents": [{"ph":"X","cat":"cpu"}], "gputrace": {"format_version": 2, "base_ns": 0}}',
             "malformed",
         ),
         (gzip.compress(b'{"traceEvents": [')[:-6], "gzip data is truncated"),

@@ -218,22 +218,22 @@ def test_a_writer_failing_at_every_call_leaves_every_scope_in_session_trace(
     assert s.trace is not None and len(s.trace.find("step")) == STEPS
 
 
-def test_a_format_writer_failing_at_every_call_leaves_the_cpu_scopes_as_json(tmp_path: Path) -> None:
-    """The last resort for another format is the canonical one, under the same name."""
+def test_an_export_failing_at_every_call_leaves_the_cpu_scopes_in_the_canonical_file(tmp_path: Path) -> None:
+    """The last resort for an export (``.pftrace``) is its canonical JSON file alone."""
     from gputrace.exporters import pftrace
 
     out = tmp_path / "t.pftrace"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with inject(pftrace, "write", "every") as fault:
-            with gputrace.session(out, backend="fake", quiet=True, stream=False):
+            with gputrace.session(out, backend="fake", quiet=True, stream=False) as s:
                 _cpu_program()
     warned = [w for w in caught if issubclass(w.category, gputrace.GputraceWarning)]
     assert fault.fired == 2 and len(warned) == 1
-    assert out.read_bytes().startswith(b"{")
-    steps = gputrace.load(out).find("step")
+    assert not out.exists() and s.written == tmp_path / "t.json.gz"
+    steps = gputrace.load(tmp_path / "t.json.gz").find("step")
     assert len(steps) == STEPS and all(sc.flags & Flag.DEGRADED for sc in steps)
-    assert not list(tmp_path.glob("*partial*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]
 
 
 def _lost(t: gputrace.Trace) -> int:
@@ -476,10 +476,8 @@ PIPELINE = (
     "gputrace.exporters.chrome",
     "gputrace.exporters.json",
     "gputrace.exporters.pftrace",
-    "gputrace.exporters._protowire",
+    "gputrace.exporters.plan",
     "gputrace.exporters._text",
-    "gputrace.exporters._json_structs",
-    "gputrace.exporters._reading",
     "gputrace.exporters._undo",
 )
 # A fault at the very entry of a thread's target has no caller inside gputrace that could catch it

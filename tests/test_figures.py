@@ -21,7 +21,8 @@ from gputrace.backends.cupti import CuptiBackend
 from gputrace.backends.cupti_fake import FakeActivitySource
 from gputrace.calstore import save
 from gputrace.clock import FakeClock
-from gputrace.foreign import from_chrome
+from gputrace.exporters.foreign import from_chrome
+from gputrace.model import NO_TIME as NO_TIME
 from gputrace.render import distinct_names, render
 from gputrace.summary import summarize
 
@@ -234,3 +235,96 @@ def test_distinct_kernels_keep_distinct_names_in_text() -> None:
     assert short[0] == short[2] != short[1] and all(len(x) <= 40 for x in short)
     same_tail = distinct_names(["x" * 50 + "1" + "y" * 50, "x" * 50 + "2" + "y" * 50], 20)
     assert same_tail[0] != same_tail[1] and same_tail[0].endswith("#1")
+
+
+def _spans_session(script: dict[str, tuple[int, int]], body: Any) -> gputrace.Trace:
+    """A fake-GPU session (the GPU times whole scopes, as wgpu passes and CUDA events do) whose
+    clock only ``body`` moves; ``script``: name -> (delay after submission, GPU duration)."""
+    clock = FakeClock(1_000_000, 0)
+    opts = {"script": lambda name, i: script[name]}
+    with gputrace.session(backend="fake", clock=clock, quiet=True, backend_options=opts) as s:
+        clock.advance(T0 - clock.now_ns)
+        body(clock)
+    assert s.trace is not None
+    return s.trace
+
+
+def test_spans_self_gpu_is_busy_less_the_childrens() -> None:
+    def body(clock: FakeClock) -> None:
+        with gputrace.trace("outer"):  # 0 … 7000
+            clock.advance(5_000)
+            with gputrace.trace("inner"):  # 5000 … 6000
+                clock.advance(1_000)
+            clock.advance(1_000)
+
+    t = _spans_session({"outer": (1_000, 30_000), "inner": (2_000, 10_000)}, body)
+    # GPU: inner 7000–17000 (2 µs after its submission), outer behind it 17000–47000
+    assert _by_name(t, t.scopes.gpu_start_ns - T0) == {"outer": [17_000], "inner": [7_000]}
+    assert _by_name(t, figures.busy_ns(t)) == {"outer": [40_000], "inner": [10_000]}
+    assert _by_name(t, figures.self_gpu_ns(t)) == {"outer": [30_000], "inner": [10_000]}
+    assert _by_name(t, figures.self_cpu_ns(t)) == {"outer": [6_000], "inner": [1_000]}
+
+
+def test_spans_launch_bound_only_for_short_work_the_gpu_waited_for_with_webgpu_advice() -> None:
+    """Five 1 µs passes 20 µs apart (the GPU waits 19 µs on the host before each), then three
+    36 ms passes submitted back to back: only the short ones are launch-bound, and the advice
+    is WebGPU's (the issue's 36 ms kernel got CUDA advice)."""
+
+    def body(clock: FakeClock) -> None:
+        for i in range(5):
+            clock.advance(T0 + i * 20_000 - clock.now_ns)
+            with gputrace.trace("tiny"):
+                clock.advance(1_000)
+        clock.advance(T0 + 200_000 - clock.now_ns)
+        for _ in range(3):
+            with gputrace.trace("big"):
+                clock.advance(1_000)
+
+    t = _spans_session({"tiny": (2_000, 1_000), "big": (3_000, 36_000_000)}, body)
+    assert _by_name(t, figures.host_wait_ns(t)) == {"tiny": [0] + [19_000] * 4, "big": [120_000, 0, 0]}
+    t.header["backend"] = "wgpu"
+    t.header["calibration"] = {"backend": "wgpu", "launch_cpu_ns": 5_000, "launch_gpu_ns": 1_000}
+    s = summarize(t)
+    tiny, big = _row(s, "tiny"), _row(s, "big")
+    assert (tiny["launch_bound"], big["launch_bound"]) == (True, False)
+    assert (tiny["host_wait_ns"], big["host_wait_ns"]) == (76_000, 0)  # warm calls
+    (lb,) = [a for a in s["anomalies"] if a["kind"] == "launch_bound"]
+    assert lb["name"] == "tiny" and lb["what_to_do"] == figures.ADVICE["wgpu"]
+    # busy 1 µs + one 5 µs submit is no faster than the 1 µs span: no estimate
+    assert tiny["if_launches_free"] is None and big["if_launches_free"] is None
+
+
+def test_cuda_without_a_graph_launch_calibrated_estimates_with_one_kernel_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = _cupti_trace(tmp_path, monkeypatch)
+    del t.header["calibration"]["graph_launch_ns"]
+    s = summarize(t)
+    tiny, step, big = _row(s, "tiny"), _row(s, "step"), _row(s, "big")
+    assert tiny["if_launches_free"]["median_ns"] == 1_500 + 5_000
+    assert step["if_launches_free"]["median_ns"] == 52_700 + 5_000
+    assert "one launch (no graph launch calibrated)" in tiny["if_launches_free"]["assumes"]
+    assert big["if_launches_free"] is None  # 51 µs + 5 µs is slower than its 51 µs span
+
+
+def test_idle_closed_by_work_of_unknown_submission_is_unknown() -> None:
+    """Another tool's trace: kernel a (launched at 0, ran 10–20 µs), kernel b (no launch seen,
+    30–40 µs), kernel c (launched at 45, ran 50–60 µs): the 10 µs before b are unknown, the
+    10 µs before c a host wait."""
+    ev: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "launch", "pid": 1, "tid": 1, "ts": 0.0, "dur": 2.0,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "launch", "pid": 1, "tid": 1, "ts": 45.0, "dur": 2.0,
+         "args": {"correlation": 3}},
+    ]  # fmt: skip
+    for name, ts, corr in (("a", 10.0, 1), ("b", 30.0, 2), ("c", 50.0, 3)):
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 10.0,
+                   "args": {"correlation": corr, "device": 0, "stream": 7}})  # fmt: skip
+    t = from_chrome({"traceEvents": ev}, "other.json")
+    (q,) = figures.stream_idle(t)
+    assert {k: q[k] for k in ("window_ns", "busy_ns", "idle_ns", "waiting_for_host_ns",
+                              "between_queued_work_ns", "unknown_ns")} == {
+        "window_ns": 50_000, "busy_ns": 30_000, "idle_ns": 20_000, "waiting_for_host_ns": 10_000,
+        "between_queued_work_ns": 0, "unknown_ns": 10_000}  # fmt: skip
+    assert _by_name(t, figures.queued_ns(t)) == {"launch": [NO_TIME] * 2, "a": [10_000], "b": [NO_TIME],
+                                                 "c": [5_000]}  # fmt: skip

@@ -30,7 +30,7 @@ print(len(t.spans), heavy)
 """
 
 
-@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".pftrace"])
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_a_streamed_session_its_load_and_summary_never_import_numpy_ma(tmp_path: Path, suffix: str) -> None:
     """``numpy.ma`` costs 12-17 ms to import (73 ms without bytecode); numpy 2 loads it lazily from
     ``np.unique``, ``np.median`` and ``np.percentile``. A session start once paid it up front."""
@@ -42,3 +42,37 @@ def test_a_streamed_session_its_load_and_summary_never_import_numpy_ma(tmp_path:
         check=True,
     )
     assert out.stdout.split() == ["600", "[]"], out.stdout + out.stderr
+
+
+def test_the_output_layer_has_no_import_cycle() -> None:
+    """Every import between the modules of gputrace/exporters (lazy ones inside functions
+    included) points one way: the opener and the plan at the bottom, the formats above them."""
+    import ast
+
+    folder = Path(__file__).resolve().parents[1] / "gputrace" / "exporters"
+    mods = {p.stem if p.stem != "__init__" else "": p for p in folder.glob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("gputrace.exporters")
+            ):
+                sub = node.module.removeprefix("gputrace.exporters").lstrip(".")
+                if sub:
+                    edges[m].add(sub.split(".")[0])
+                else:  # from gputrace.exporters import x: a submodule, or a name of __init__
+                    edges[m] |= {a.name if a.name in mods else "" for a in node.names}
+    edges = {m: {d for d in ds if d != m} for m, ds in edges.items()}
+    done: set[str] = set()
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        assert m not in path, f"import cycle: {' -> '.join((*path, m))}"
+        if m not in done:
+            for d in edges.get(m, ()):
+                visit(d, (*path, m))
+            done.add(m)
+
+    for m in mods:
+        visit(m, ())

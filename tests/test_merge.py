@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import gputrace
 from gputrace.cli import cli
-from gputrace.exporters.chrome import GPU_PID_BASE
+from gputrace.exporters.plan import GPU_PID_BASE
 from gputrace.merge import merge
 from tests import perfetto_rules
 from tests.test_exporter import assert_same

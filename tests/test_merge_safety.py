@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import gputrace
 from gputrace.cli import cli
-from gputrace.loader import load
+from gputrace.exporters import load
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -101,7 +101,7 @@ def _with(path: Path, edit: Any) -> Path:
 
 def _first_cpu(doc: dict[str, Any]) -> dict[str, Any]:
     # a scope's CPU slice: an X event without a category in a Python process
-    return next(e for e in doc["traceEvents"] if e.get("ph") == "X" and "cat" not in e and e["pid"] < 1 << 30)
+    return next(e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu")
 
 
 EDITS = {

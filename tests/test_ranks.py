@@ -22,8 +22,8 @@ import gputrace
 from gputrace import ranks
 from gputrace.clock import FakeClock
 from gputrace.errors import GputraceWarning, reset_reports
+from gputrace.exporters import load
 from gputrace.host import rank_path
-from gputrace.loader import load
 from gputrace.merge import merge, merge_files
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gputrace.loader import TraceFileError, load
-from gputrace.readlimits import human_bytes, parse_size, read_trace_bytes
+from gputrace.exporters import TraceFileError, load
+from gputrace.exporters.opener import human_bytes, parse_size, read_trace
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -158,7 +158,7 @@ def test_gzip_members_and_corruption(tmp_path: Path) -> None:
     assert len(load(two)) == len(load(DATA / "handmade.json"))  # concatenated members, as gzip(1)
     padded = tmp_path / "padded_bad.json.gz"
     padded.write_bytes(gz + b"\0" * 64)
-    assert read_trace_bytes(padded) == raw
+    assert read_trace(padded)[0] == raw
     for name, content in (("cut_bad.json.gz", gz[:-9]), ("junk_bad.json.gz", gz + b"junk")):
         p = tmp_path / name
         p.write_bytes(content)
@@ -171,10 +171,10 @@ def test_a_real_sized_trace_reads_whole(tmp_path: Path) -> None:
     raw = b'{"traceEvents": [' + b",".join([b'{"ph": "i", "ts": 1}'] * 2_000_000) + b"]}"
     path = tmp_path / "many_bad.json"
     path.write_bytes(raw)
-    assert read_trace_bytes(path) == raw
+    assert read_trace(path)[0] == raw
     z = zlib.compressobj(6, zlib.DEFLATED, 31)
     path.write_bytes(z.compress(raw) + z.flush())
-    assert read_trace_bytes(path) == raw
+    assert read_trace(path)[0] == raw
 
 
 def test_sizes_parse() -> None:
@@ -183,3 +183,36 @@ def test_sizes_parse() -> None:
     for bad in ("", "-1", "G", "1Q", "nan"):
         with pytest.raises(Exception, match="must be a size"):
             parse_size(bad)
+
+
+def test_the_viewers_path_caps_a_gzip_bomb_as_load_does(tmp_path: Path) -> None:
+    """A ~600 KB gzip file that starts like a trace and inflates to 600 MB: the viewer's server
+    reads it through the same opener as ``load``, so it is refused at the cap (it once took the
+    viewer's path to 1.26 GB). The cap is set low here so the peak shows it."""
+    import subprocess
+    import sys
+    import zlib
+
+    bomb = tmp_path / "bomb.json.gz"
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = b" " * (1 << 20)
+    bomb.write_bytes(
+        z.compress(b'{"traceEvents":[') + b"".join(z.compress(block) for _ in range(600)) + z.flush()
+    )
+    assert bomb.stat().st_size < 1 << 20
+    code = (
+        "import sys\nfrom gputrace.errors import GputraceError\n"
+        "from gputrace.exporters.json import servable\n"
+        "try:\n    servable(sys.argv[1])\nexcept GputraceError as exc:\n    print('refused:', exc)\n"
+        # VmHWM, this process's own peak (ru_maxrss keeps the parent's from before exec)
+        "print(next(x for x in open('/proc/self/status') if x.startswith('VmHWM')).split()[1])\n"
+    )
+    env = dict(os.environ, GPUTRACE_MAX_TRACE_BYTES="64M")  # the cap the viewer's path must keep
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")  # this tree's gputrace
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(bomb)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("refused:") and "too large" in lines[0]
+    assert int(lines[-1]) * 1024 < 300 << 20  # peak memory: about the 64 MiB cap, not the 600 MB inside

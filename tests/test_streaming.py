@@ -20,6 +20,8 @@ from gputrace.backends.fake import FakeBackend
 from gputrace.cli import cli
 from gputrace.clock import FakeClock
 from gputrace.exporters import json as json_format
+from gputrace.exporters.opener import read_trace
+from gputrace.model import FORMAT_VERSION
 from tests import perfetto_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,12 +42,11 @@ def run_killed(path: Path, how: str, seconds: float = 2.0) -> int:
     ("how", "name"), [("kill", "t.json"), ("exit", "t.json"), ("kill", "t.json.gz"), ("exit", "t.pftrace")]
 )
 def test_a_killed_program_leaves_a_file_that_loads(tmp_path: Path, how: str, name: str) -> None:
-    path = tmp_path / name
-    synced = run_killed(path, how)
+    synced = run_killed(tmp_path / name, how)
     assert synced >= 1000
-    if "json" in name:
-        with pytest.raises(orjson.JSONDecodeError):  # really cut: not a complete JSON document
-            orjson.loads(json_format.read_raw(path)[0])
+    path = gputrace.exporters.canonical(tmp_path / name)  # a .pftrace session streams its .json.gz
+    with pytest.raises(orjson.JSONDecodeError):  # really cut: not a complete JSON document
+        orjson.loads(read_trace(path)[0])
     trace = gputrace.load(path)
     assert trace.header["truncated"] is True
     # every scope recorded before the last sync is there, in order, with its args
@@ -60,9 +61,9 @@ def test_a_killed_program_leaves_a_file_that_loads(tmp_path: Path, how: str, nam
     assert res.exit_code == 0, res.output
     assert f"{len(trace)} scopes" in res.output
     assert "ends early" in res.output
-    if "json" in name:  # what gputrace view serves (to the viewer and to Perfetto) is complete
-        doc = orjson.loads(json_format.repair(json_format.read_raw(path)[0]) or b"")
-        assert perfetto_rules.check(doc) == [] and doc["gputrace"]["truncated"] is True
+    # what gputrace view serves (to the viewer and to Perfetto) is complete
+    doc = orjson.loads(json_format.repair(read_trace(path)[0]) or b"")
+    assert perfetto_rules.check(doc) == [] and doc["gputrace"]["truncated"] is True
 
 
 def test_chunks_reach_the_file_while_the_program_runs(tmp_path: Path) -> None:
@@ -215,7 +216,7 @@ def test_view_serves_a_cut_file_closed(tmp_path: Path) -> None:
         whole_lines = cut[: max(cut.rfind(b",\n", 0, end), 0)]  # what the complete chunks hold
         assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == whole_lines.count(b'"ph":"X"')
         assert doc["gputrace"]["truncated"] is True
-    assert doc["gputrace"]["format_version"] == 1 and doc["gputrace"]["truncated"] is True
+    assert doc["gputrace"]["format_version"] == FORMAT_VERSION and doc["gputrace"]["truncated"] is True
     assert "gputrace_stream" in doc["metadata"]
 
 
@@ -225,6 +226,11 @@ def test_merge_writes_any_format(tmp_path: Path) -> None:
         out = tmp_path / name
         res = CliRunner().invoke(cli, ["merge", str(out), str(data / "rank0.json"), str(data / "rank1.json")])
         assert res.exit_code == 0, res.output
+        if name.endswith(".pftrace"):  # an export: Perfetto reads it, gputrace says what to read
+            assert out.read_bytes()[:1] == b"\n"  # a Trace.packet
+            with pytest.raises(gputrace.GputraceError, match="an export for Perfetto"):
+                gputrace.load(out)
+            continue
         back = gputrace.load(out)
         assert len(back) == 2 and [p["label"] for p in back.header["processes"]] == ["rank 0", "rank 1"]
 
@@ -287,16 +293,13 @@ def _record_while_syncing(path: Path, stop: Any) -> int:
     return n
 
 
-def test_view_reads_a_pftrace_as_json(tmp_path: Path) -> None:
-    from gputrace.commands.view import _as_json, _is_json
-
+def test_a_streamed_pftrace_session_keeps_its_json_gz_and_view_names_it(tmp_path: Path) -> None:
     path = tmp_path / "t.pftrace"
-    _gpu_story(path, stream=True)
-    assert not _is_json(path)
-    served = _as_json(path)
-    assert served.name.endswith(".json.gz") and _is_json(served)
-    assert perfetto_rules.check(perfetto_rules.read(served)) == []
-    assert len(gputrace.load(served)) == len(gputrace.load(path)) == 18
+    traced = _gpu_story(path, stream=True)
+    assert path.read_bytes()[:1] == b"\n" and len(gputrace.load(tmp_path / "t.json.gz")) == len(traced) == 18
+    for cmd in (["view", "--check", str(path)], ["summarize", str(path)]):
+        res = CliRunner().invoke(cli, cmd)
+        assert res.exit_code == 2 and "t.json.gz" in res.output and len(res.output.strip().splitlines()) == 1
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -300,7 +300,7 @@ def test_summary_of_the_file_equals_summary_of_the_session(tmp_path: Path) -> No
 
     trace = story()
     path = tmp_path / "story.json.gz"
-    from gputrace.exporters.chrome import write
+    from gputrace.exporters.json import write
 
     write(trace, path)
     assert summarize(gputrace.load(path)) == summarize(trace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -75,8 +76,9 @@ def test_rows_match_a_per_row_reference(seed: int, small: int, monkeypatch: pyte
     )
     got = rows.tobytes().decode()
     assert got == reference(v, w, tab, idx, has_c)
-    back = json.loads("[" + got[:-1] + "]")
-    assert [round(float(e["t"]) * 1000) for e in back] == v.tolist() or abs(int(v.max())) > 2**53
+    # exact at every magnitude: the text read as decimals, not through a float
+    back = json.loads("[" + got[:-1] + "]", parse_float=Decimal, parse_int=Decimal)
+    assert [int(e["t"] * 1000) for e in back] == v.tolist()
 
 
 def test_constant_columns_collapse_and_empty_rows() -> None:

@@ -66,7 +66,7 @@ var GT = window.GT || (window.GT = {});
     timeline.setModel(m);
     summaryRows = GT.summarize(m);
     summary.active = -1;
-    summary.setRows(summaryRows);
+    summary.setRows(summaryRows, !m.header);
     GT.showAnomalies($('anomaly-counts'), $('anomaly-list'), $('anomaly-count'), m, pick);
     GT.showInfo($('info'), m, name);
     GT.showDetails($('details-body'), m, -1, null, zoomTo);

@@ -8,6 +8,64 @@ var GT = window.GT || (window.GT = {});
 
 (function () {
   var OP_CATS = { kernel: true, gpu_memcpy: true, gpu_memset: true };
+  // not CPU work: GPU categories, Kineto's GPU spans of ranges and its session slice ("Trace")
+  var NOT_CPU = { kernel: true, gpu_memcpy: true, gpu_memset: true, gpu: true, gpu_user_annotation: true, Trace: true };
+
+  // Self (exclusive) CPU time of every slice on a CPU lane, as gputrace/figures.py's self_cpu_ns
+  // counts it: the slice's duration less its direct children's (the slices nested in it on its
+  // lane: the same thread). NaN off CPU lanes. Computed once per model (m.selfCpu), after the
+  // lanes are laid out (each lane's slices in start order, longest first).
+  var EPS_US = 0.0015; // the file rounds ts and dur apart to 3 decimals: a child may end 1 ns late
+  GT.selfCpu = function (m) {
+    if (m.selfCpu) return m.selfCpu;
+    var S = m.slices, self = new Float64Array(S.n).fill(NaN);
+    // a gputrace file: scopes only (its launch calls are not child scopes); another tool's: all
+    var only = m.nScopes > 0 ? GT.KIND.cpu : -1;
+    m.lanes.forEach(function (l) {
+      if (l.kind !== 'cpu') return;
+      var stack = [];
+      l.slices.forEach(function (id) {
+        if (only >= 0 && S.kind[id] !== only) return;
+        var ev = m.events[S.ev[id]];
+        if (ev && NOT_CPU[ev.cat]) return; // another tool's GPU work drawn on a plain pid
+        var st = S.start[id], en = st + S.dur[id];
+        while (stack.length && S.start[stack[stack.length - 1]] + S.dur[stack[stack.length - 1]] <= st + EPS_US / 2) stack.pop();
+        self[id] = S.dur[id];
+        var top = stack.length ? stack[stack.length - 1] : -1;
+        if (top >= 0 && en <= S.start[top] + S.dur[top] + EPS_US) self[top] -= S.dur[id];
+        stack.push(id);
+      });
+    });
+    if (only < 0) chargeOverhead(m, self);
+    for (var i = 0; i < S.n; i++) if (!isNaN(self[i])) self[i] = Math.max(0, Math.round(self[i] * 1000) / 1000);
+    m.selfCpu = self;
+    return self;
+  };
+
+  // Kineto writes the profiler's own overhead (CUPTI asking for a buffer inside an op) on a
+  // process of its own (pid -1), without the thread it stalled; key_averages, and gputrace's
+  // reader (gputrace/foreign.py), count it as a child of the innermost slice enclosing it on the
+  // one thread whose slices enclose it.
+  function chargeOverhead(m, self) {
+    var S = m.slices, cpuLanes = m.lanes.filter(function (l) { return l.kind === 'cpu' && l.pid !== -1; });
+    m.lanes.forEach(function (l) {
+      if (l.kind !== 'cpu' || l.pid !== -1) return;
+      l.slices.forEach(function (id) {
+        var ev = m.events[S.ev[id]];
+        if (!ev || ev.cat !== 'overhead') return;
+        var st = S.start[id], en = st + S.dur[id], found = [];
+        cpuLanes.forEach(function (cl) {
+          var best = -1;
+          cl.slices.forEach(function (o) {
+            if (isNaN(self[o]) || S.start[o] > st || S.start[o] + S.dur[o] < en) return;
+            if (best < 0 || S.start[o] >= S.start[best]) best = o; // start order: the innermost
+          });
+          if (best >= 0) found.push(best);
+        });
+        if (found.length === 1) self[found[0]] -= S.dur[id];
+      });
+    });
+  }
 
   // m: { events, cpuOfScope, gpuOfScope, queuedOfScope, start, dur, lane, ev } (plain arrays and
   // maps, before the model freezes them); changes the GPU slices' args and the queued slices.

@@ -41,31 +41,6 @@ var GT = window.GT || (window.GT = {});
     return typeof v === 'number' && isFinite(v) ? v : null;
   }
 
-  // The header's anomaly examples that the file wrote as their scope and kinds (the rest repeats
-  // the scope's slices), made whole from those slices, as gputrace's readers do.
-  function completeExamples(rep, events, slices, names, cpuOfScope, gpuOfScope) {
-    if (!rep || typeof rep !== 'object' || !Array.isArray(rep.items)) return;
-    function ns(us) { return typeof us === 'number' ? Math.round(us * 1000) : null; }
-    rep.items.forEach(function (it) {
-      if (!it || typeof it !== 'object' || !Array.isArray(it.kinds)) return;
-      if (!Array.isArray(it.explain)) {
-        it.explain = it.kinds.filter(function (k) { return EXPLAIN[k]; }).map(function (k) { return EXPLAIN[k]; });
-      }
-      var sc = it.scope;
-      if (it.name !== undefined || typeof sc !== 'number' || sc < 0 || sc >= cpuOfScope.length) return;
-      var c = cpuOfScope[sc];
-      it.name = names[slices.name[c]];
-      it.cpu_ns = ns(slices.dur[c]);
-      it.gpu_ns = it.queue_gap_ns = null;
-      var g = gpuOfScope.get(sc);
-      if (g === undefined) return;
-      var ga = events[slices.ev[g]].args || {};
-      it.gpu_ns = typeof ga.gpu_us === 'number' ? ns(ga.gpu_us) : ns(slices.dur[g]);
-      if (typeof ga.submit_ts === 'number') it.queue_gap_ns = ns(slices.start[g] - ga.submit_ts);
-      if (typeof ga.uncertainty_us === 'number') it.uncertainty_ns = ns(ga.uncertainty_us);
-    });
-  }
-
   function build(doc) {
     if (Array.isArray(doc)) doc = { traceEvents: doc };
     if (!doc || typeof doc !== 'object' || !Array.isArray(doc.traceEvents)) {
@@ -116,7 +91,6 @@ var GT = window.GT || (window.GT = {});
     var counterLanes = [];
     var instants = [];
     var cpuScope = 0;
-    var lastUnc = null;
     var unknown = 0;
 
     for (var i = 0; i < events.length; i++) {
@@ -146,7 +120,6 @@ var GT = window.GT || (window.GT = {});
           (e.flow_out ? flowSrc : flowDst).set('bind|' + e.bind_id, { ts: e.flow_out ? ts + dur : ts, pid: pid, tid: tid, id: e.bind_id });
         }
         var flags = args ? flagBits(args.flags) : 0;
-        if (cat === undefined && header) cat = pid >= GPU_PID_BASE ? 'gpu' : 'cpu';  // a scope's slices
         if (cat === 'cpu') {
           var scope = header ? cpuScope++ : -1;
           var id = addSlice(lane('cpu', pid, tid), ts, dur, e.name, KIND.cpu, scope, i, flags);
@@ -154,12 +127,6 @@ var GT = window.GT || (window.GT = {});
         } else if (cat === 'gpu' || cat === 'gpu.pass') {
           var sc = args && typeof args.scope === 'number' ? args.scope
             : cat === 'gpu' && typeof e.bind_id === 'number' ? e.bind_id : -1;
-          if (cat === 'gpu' && header) {
-            // the uncertainty is written where it changes: carry it forward in file order
-            if (!args) { args = e.args = {}; }
-            if (typeof args.uncertainty_us === 'number') lastUnc = args.uncertainty_us;
-            else if (lastUnc !== null) args.uncertainty_us = lastUnc;
-          }
           var kind = cat === 'gpu' ? KIND.gpu : KIND.pass;
           var gid = addSlice(lane('gpu', pid, tid), ts, dur, e.name, kind, sc, i, flags);
           if (kind === KIND.gpu && sc >= 0) gpuOfScope.set(sc, gid);
@@ -190,12 +157,6 @@ var GT = window.GT || (window.GT = {});
           var label = typeof bargs.name === 'string' ? bargs.name
             : qsc >= 0 && qsc < cpuOfScope.length ? names[sName[cpuOfScope[qsc]]] : String(b.name);
           var gq = qsc >= 0 ? gpuOfScope.get(qsc) : undefined;
-          if (gq !== undefined) {
-            // the file leaves out what it can derive: the GPU slice's submission and wait
-            var ga = events[sEv[gq]].args || (events[sEv[gq]].args = {});
-            if (typeof ga.submit_ts !== 'number') ga.submit_ts = b.ts;
-            if (typeof ga.submit_to_start_us !== 'number') ga.submit_to_start_us = Math.round((sStart[gq] - b.ts) * 1000) / 1000;
-          }
           var qtid = b.tid !== undefined ? Number(b.tid) || 0 : gq !== undefined ? sLane[gq].tid % 16777216 : 0;
           var ql = lane('queued', pid, qtid);
           if (!ql.title) ql.title = String(b.name);
@@ -232,28 +193,6 @@ var GT = window.GT || (window.GT = {});
     if (header && GT.refineSubmissions) {
       GT.refineSubmissions({ events: events, cpuOfScope: cpuOfScope, gpuOfScope: gpuOfScope,
         queuedOfScope: queuedOfScope, start: sStart, dur: sDur, lane: sLane, ev: sEv });
-    }
-
-    // queue depth per stream (work submitted, not yet finished), from the waits and GPU slices,
-    // where the file has no counters of its own
-    if (header && !counterLanes.length) {
-      var steps = new Map();
-      gpuOfScope.forEach(function (g) {
-        var ga = events[sEv[g]].args || {};
-        if (typeof ga.submit_ts !== 'number') return;
-        var gl = sLane[g], key = gl.pid + '|' + (gl.tid % 16777216);
-        var st = steps.get(key);
-        if (!st) { st = { pid: gl.pid, tid: gl.tid % 16777216, ev: [] }; steps.set(key, st); }
-        st.ev.push([ga.submit_ts, 1], [Math.max(sStart[g] + sDur[g], ga.submit_ts), -1]);
-      });
-      steps.forEach(function (st, key) {
-        st.ev.sort(function (p, q) { return p[0] - q[0] || p[1] - q[1]; });
-        var cl = lane('counter', st.pid, 0, 'depth|' + key), d = 0;
-        cl.points = [];
-        cl.title = 'queue depth · ' + (threadName.get(st.pid + '|' + st.tid) || 'stream ' + st.tid);
-        st.ev.forEach(function (x) { d += x[1]; cl.points.push(x[0], d); });
-        counterLanes.push(cl);
-      });
     }
 
     var n = sStart.length;
@@ -338,7 +277,6 @@ var GT = window.GT || (window.GT = {});
     var scopeGpu = new Int32Array(nScopes).fill(-1), scopeQueued = new Int32Array(nScopes).fill(-1);
     gpuOfScope.forEach(function (v, k) { if (k < nScopes) scopeGpu[k] = v; });
     queuedOfScope.forEach(function (v, k) { if (k < nScopes) scopeQueued[k] = v; });
-    if (header) completeExamples(header.anomalies, events, slices, names, cpuOfScope, gpuOfScope);
 
     return {
       header: header, events: events, names: names, lanes: lanes, slices: slices, flows: flows,
@@ -424,11 +362,13 @@ var GT = window.GT || (window.GT = {});
       if (!r) {
         r = { name: m.names[nameIdx], nameId: nameIdx, calls: 0, cold: 0, anomalies: 0,
               gpuTotal: 0, gpuTimed: 0, cpu: [], gpu: [], queued: [], cpuAll: [], gpuAll: [], queuedAll: [],
-              busy: [], selfTotal: null, free: [] };
+              busy: [], selfTotal: null, free: [], selfCpuTotal: null };
         byName.set(nameIdx, r);
       }
       return r;
     }
+    var selfCpu = GT.selfCpu ? GT.selfCpu(m) : null; // viewer/figures.js
+    function addSelf(r, id) { if (selfCpu && !isNaN(selfCpu[id])) r.selfCpuTotal = (r.selfCpuTotal || 0) + selfCpu[id]; }
     if (m.nScopes > 0) {
       for (var sc = 0; sc < m.nScopes; sc++) {
         var c = m.scopeCpu[sc], g = m.scopeGpu[sc];
@@ -440,6 +380,7 @@ var GT = window.GT || (window.GT = {});
         if (flags & ANOMALY) r.anomalies++;
         r.cpuAll.push(S.dur[c]);
         if (!cold) r.cpu.push(S.dur[c]);
+        addSelf(r, c);
         if (g >= 0) {
           var a = m.events[S.ev[g]].args || {};
           var gus = num(a.gpu_us) !== null ? a.gpu_us : S.dur[g];
@@ -462,6 +403,7 @@ var GT = window.GT || (window.GT = {});
         var rr = row(S.name[s]);
         rr.calls++;
         rr.cpuAll.push(S.dur[s]); rr.cpu.push(S.dur[s]);
+        addSelf(rr, s);
       }
     }
     var out = [];
@@ -475,6 +417,7 @@ var GT = window.GT || (window.GT = {});
         gpuMedian: median(gpu), gpuMax: gpu.length ? Math.max.apply(null, gpu) : null,
         cpuMedian: median(cpu), queuedMedian: median(q),
         busyMedian: median(r.busy), selfTotal: r.selfTotal, freeMedian: median(r.free),
+        selfCpuTotal: r.selfCpuTotal === null ? null : Math.round(r.selfCpuTotal * 1000) / 1000,
       });
     });
     return out;

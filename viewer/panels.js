@@ -33,6 +33,8 @@ var GT = window.GT || (window.GT = {});
       facts.subtitle = (kind === KIND.gpu ? 'GPU execution' : kind === KIND.queued ? 'queued on the GPU' : 'CPU enqueue') +
         ' · ' + lane.title;
       facts.rows.push(['CPU enqueue', fmtDur(S.dur[c]), fmtTs(S.start[c])]);
+      var own = GT.selfCpu(m)[c];
+      if (!isNaN(own)) facts.rows.push(['CPU self (not in child scopes)', fmtDur(own), '']);
       if (g >= 0) {
         var a = argsOf(m, g);
         if (typeof a.submit_ts === 'number') facts.rows.push(['submitted', fmtTs(a.submit_ts), '']);
@@ -62,6 +64,8 @@ var GT = window.GT || (window.GT = {});
     } else {
       facts.subtitle = (kind === KIND.pass ? 'GPU pass' : 'slice') + ' · ' + lane.title;
       facts.rows.push(['duration', fmtDur(S.dur[id]), fmtTs(S.start[id])]);
+      var mine = GT.selfCpu(m)[id];
+      if (!isNaN(mine)) facts.rows.push(['self (not in nested slices)', fmtDur(mine), '']);
       var oa = argsOf(m, id), rest = {};
       if (kind === KIND.pass && typeof oa.scope === 'number' && oa.scope < m.nScopes) {
         facts.rows.push(['scope', '#' + oa.scope + ' ' + m.names[S.name[m.scopeCpu[oa.scope]]], '']);
@@ -160,6 +164,7 @@ var GT = window.GT || (window.GT = {});
     { key: 'gpuMedian', label: 'GPU median', dur: true, title: 'warm calls (cold calls pay compilation)' },
     { key: 'gpuMax', label: 'GPU max', dur: true, title: 'warm calls' },
     { key: 'cpuMedian', label: 'CPU enqueue median', dur: true, title: 'warm calls' },
+    { key: 'selfCpuTotal', label: 'CPU self', dur: true, title: 'CPU time not in child scopes (same thread), all calls' },
     { key: 'busyMedian', label: 'Busy median', dur: true, title: 'time its GPU operations ran (union), warm calls' },
     { key: 'selfTotal', label: 'GPU self', dur: true, title: 'busy time not in child scopes, all calls' },
     { key: 'queuedMedian', label: 'Queued median', dur: true, title: 'submission (the first launch call where seen) → GPU start, warm calls' },
@@ -174,9 +179,12 @@ var GT = window.GT || (window.GT = {});
     this.rows = []; this.sortKey = 'gpuTotal'; this.desc = true; this.active = -1;
   };
 
-  GT.SummaryTable.prototype.setRows = function (rows) {
+  // foreign: another tool's trace (PyTorch's), ordered by self CPU time as key_averages and
+  // `gputrace summarize` order it
+  GT.SummaryTable.prototype.setRows = function (rows, foreign) {
     this.rows = rows;
-    if (!rows.some(function (r) { return r.gpuTotal !== null; })) this.sortKey = 'calls';
+    if (foreign && rows.some(function (r) { return r.selfCpuTotal !== null; })) this.sortKey = 'selfCpuTotal';
+    else if (!rows.some(function (r) { return r.gpuTotal !== null; })) this.sortKey = 'calls';
     this.render();
   };
 
@@ -290,7 +298,7 @@ var GT = window.GT || (window.GT = {});
       h.clock.forEach(function (c) {
         add('clock fit, device ' + c.device, c.method + ': offset ' + fmtDur(c.offset_ns / 1000) + ', drift ' +
             Number(c.drift_ppm).toFixed(3) + ' ppm, uncertainty ± ' + fmtDur(c.uncertainty_ns / 1000) +
-            ' (' + c.samples + ' samples)');
+            ' (' + c.samples + ' samples)' + (c.note ? '. Weak fit: ' + c.note : ''));
       });
     }
     if (h.host) {

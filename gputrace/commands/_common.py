@@ -10,7 +10,7 @@ from typing import NoReturn
 import click
 
 from gputrace.errors import GputraceError
-from gputrace.loader import NotAGputraceTrace, load
+from gputrace.exporters import NotAGputraceTrace, load
 from gputrace.model import Trace
 from gputrace.progress import MIN_BYTES, Progress, content_size, is_terminal
 from gputrace.progress import clear as clear_progress
@@ -52,7 +52,7 @@ def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace
     except NotAGputraceTrace as exc:
         if not foreign or exc.document is None:
             fail(str(exc))
-        from gputrace.foreign import from_chrome
+        from gputrace.exporters.foreign import from_chrome
 
         try:
             return from_chrome(exc.document, path)

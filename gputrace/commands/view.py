@@ -20,17 +20,19 @@ import click
 
 from gputrace.commands._common import fail
 from gputrace.errors import GputraceError
-from gputrace.loader import read_document
+from gputrace.exporters import read_document
 from gputrace.safetext import path_text
 
 
 def check_viewable(trace: str) -> str:
     """Read ``trace`` as the viewer will; a bad file ends the command with the one sentence that
-    ``summarize`` gives for it (exit code 2), not a blank page. Returns the JSON file to serve: the
-    trace itself, or for another format of the output layer (.pftrace) a JSON copy of it."""
+    ``summarize`` gives for it (exit code 2), not a blank page (a .pftrace, an export gputrace
+    does not read, gets the sentence naming the file to view instead). Returns the file to serve."""
+    from gputrace.exporters import load
+
     try:
         if not _is_json(Path(trace)):
-            return str(_as_json(Path(trace)))
+            load(trace)  # an export-only format: refused, saying which file to view instead
         doc = read_document(trace)  # bounded: regular files only, size and gzip capped
     except GputraceError as exc:
         fail(str(exc))
@@ -96,18 +98,3 @@ def _is_json(path: Path) -> bool:
     except OSError:
         return True  # read_document says what is wrong with it
     return head[:1] in (b"{", b"[", b"\x1f") or exporters.format_for(path).__name__.endswith(".json")
-
-
-def _as_json(path: Path) -> Path:
-    """``path`` (any format gputrace reads) written as .json.gz in a temporary folder."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from gputrace import exporters
-    from gputrace.loader import load
-
-    trace = load(path)
-    folder = tempfile.mkdtemp(prefix="gputrace-view-")
-    atexit.register(shutil.rmtree, folder, True)
-    return exporters.write(trace, Path(folder) / (path.name + ".json.gz"))

@@ -1,17 +1,27 @@
-"""The output layer: one module per trace format, each with its writer and its reader.
+"""The output layer: every reader and writer of trace files, and ``load``.
 
-A format module provides::
+- ``opener``: the one place a trace file is read from (regular files only, size cap, capped
+  inflate); ``TraceFileError`` for a file that cannot be read as a trace.
+- ``plan``: the format-neutral layout (processes, tracks, lanes, the header as written).
+- ``chrome``: a trace as Chrome trace events (JSON text), chunk by chunk.
+- ``json``: the canonical file (``.json``, ``.json.gz``): writer, streaming writer, repair of a
+  cut file; ``reader`` turns its document into the ``Trace`` model, ``foreign`` other tools'
+  Chrome traces.
+- ``pftrace``: Perfetto's protobuf (``.pftrace``), an export written from the same events.
 
-    EXTENSIONS: tuple[str, ...]                   # e.g. (".json", ".json.gz")
-    def write(trace, path) -> Path                # the whole trace, atomically (temp + rename)
-    def read(path, progress=None) -> Trace        # a cut file loads with header["truncated"] = True
-    class StreamWriter:                           # what a session appends to as it runs
-        def __init__(self, path, header) -> None
-        def append(self, chunk: Trace) -> None    # flushed to the OS on return
-        def close(self, header) -> None           # final header
+A format module provides ``EXTENSIONS``, ``write(trace, path) -> Path`` (atomic: temp + rename),
+``read(path, progress=None) -> Trace`` and ``StreamWriter(path, header)`` with ``append(chunk)``
+and ``close(header)``. The format is chosen by the file name's extension (the longest that
+matches); JSON is the default for any other name. Reading also looks at the first bytes, so a
+file renamed still loads.
 
-The format is chosen by the file name's extension (the longest that matches); JSON is the
-default for any other name. Reading also looks at the first bytes, so a file renamed still loads.
+>>> import gputrace, tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "t.json")
+>>> with gputrace.session(path, backend="cpu"):
+...     with gputrace.trace("step"):
+...         pass
+>>> [s.name for s in gputrace.load(path)]
+['step']
 
 >>> import gputrace.exporters as ex
 >>> ex.format_for("run.json.gz").__name__, ex.format_for("run.trace").__name__
@@ -21,15 +31,20 @@ default for any other name. Reading also looks at the first bytes, so a file ren
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gputrace.exporters.opener import NotAGputraceTrace, TraceFileError
 from gputrace.model import Trace
 from gputrace.outpath import check_output
+
+__all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "from_document", "load", "read",
+           "read_document", "stream_writer", "write"]  # fmt: skip
+Progress = Callable[[str], None]
 
 # extension -> module; modules are imported on first use
 FORMATS: dict[str, str] = {
@@ -86,8 +101,53 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
     """Read a trace file gputrace wrote, in any registered format."""
+    from gputrace.figures import with_launch_submissions
+
     trace: Trace = _format_of_file(path).read(path, progress=progress)
-    return trace
+    return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
+
+
+def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
+    """Load a trace written by gputrace.
+
+    Raises ``TraceFileError`` (a ``GputraceError``) with one sentence naming the file and the
+    problem for a missing, truncated, non-JSON or non-trace file; ``NotAGputraceTrace`` (a
+    ``TraceFileError``) carries the parsed ``document`` of a JSON file gputrace did not write.
+    A file cut short by a crash loads up to its last flushed chunk, with
+    ``trace.header["truncated"] = True``. ``progress`` is called with "read", "parsed", "built".
+    """
+    return read(path, progress=progress)
+
+
+def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> Any:
+    """The parsed JSON of a (possibly gzipped) trace file, repaired if it was cut short."""
+    from gputrace.exporters import json as json_format
+    from gputrace.gcpause import gc_paused
+
+    with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
+        doc, _ = json_format.read_document(path, progress)
+    return doc
+
+
+def from_document(doc: Any, where: str = "<trace>") -> Trace:
+    """A ``Trace`` from a parsed gputrace JSON document."""
+    from gputrace.exporters.reader import from_document as build
+
+    return build(doc, where)
+
+
+def canonical(path: str | os.PathLike[str]) -> Path:
+    """The file gputrace reads for a session asked to write ``path``: ``path`` itself, or, for
+    an export-only format (``.pftrace``), the ``.json.gz`` written beside it."""
+    to_canonical = getattr(format_for(path), "canonical_path", None)
+    return Path(path) if to_canonical is None else Path(to_canonical(path))
+
+
+def write_session(trace: Trace, path: str | os.PathLike[str]) -> Path:
+    """What a session writes at stop: ``path`` and, where it is an export, its canonical file."""
+    if canonical(path) != Path(path):
+        write(trace, canonical(path))
+    return write(trace, path)
 
 
 def stream_writer(path: str | os.PathLike[str], header: dict[str, Any]) -> Any:
@@ -96,5 +156,4 @@ def stream_writer(path: str | os.PathLike[str], header: dict[str, Any]) -> Any:
     return format_for(path).StreamWriter(path, header)
 
 
-if importlib.util.find_spec("gputrace.exporters.pftrace") is not None:
-    register("gputrace.exporters.pftrace", (".pftrace", ".perfetto-trace"))
+register("gputrace.exporters.pftrace", (".pftrace", ".perfetto-trace"))

@@ -1,23 +1,16 @@
-"""Chrome/Perfetto trace events for a ``Trace``: the layout every JSON file of gputrace uses.
+"""Chrome trace events for a ``Trace``, laid out as ``plan`` says (see docs/trace-format.md).
 
-Layout (see docs/trace-format.md):
-- each traced process (pid = its OS pid): one thread track per Python thread, a ``cat: "cpu"`` X
-  slice per scope spanning its CPU enqueue window;
-- one process per GPU (pid = ``GPU_PID_BASE + device``), a thread track per stream/queue with a
-  ``cat: "gpu"`` X slice per scope (and, for wgpu, one child slice per pass);
-- the submission → GPU start wait as process-scoped async ``b``/``e`` events (``id2.local``),
+- a ``cat: "cpu"`` X slice per scope on its thread, spanning its CPU enqueue window;
+- a ``cat: "gpu"`` X slice per GPU scope on its stream (wgpu passes: ``gpu.pass`` children),
+  its args every field a reader needs: submission, submission -> start, GPU and CPU durations,
+  alignment uncertainty, flags (and the operations' busy time where the trace has them);
+- the submission -> GPU start wait as process-scoped async ``b``/``e`` events (``id2.local``),
   the ``b`` named "queued · <stream>", the ``e`` with no name (neither with a category), so they
   sit inside their GPU process and overlapping waits stack;
-- a scope's GPU slice carries its alignment uncertainty (``args.uncertainty_us``) where it differs
-  from the previous GPU slice's in the file (readers carry it forward), and its submission time as
-  the start of its wait (below);
-- a flow from each scope's CPU slice to its GPU slice, flow v2 (``bind_id`` with ``flow_out`` on
-  the CPU slice and ``flow_in`` on the GPU slice), which Perfetto binds to exactly those slices;
-- a queue-depth counter per stream; instants for syncs, marks and anomalies.
-
-Processes are ordered Python first, then GPUs; in a merged trace each process is named by its rank
-and host. Times are µs relative to the file's ``base_ns`` (exact ns as ≤ 3 decimals). Slices that
-would partially overlap on one track move to an extra track named "(overlap n)".
+- a flow v2 from each scope's CPU slice to its GPU slice (``bind_id``, ``flow_out``/``flow_in``),
+  which Perfetto binds to exactly those slices;
+- a queue-depth counter per stream; instants for syncs, marks and anomalies; per-operation
+  events (CUPTI) with the fields Holistic Trace Analysis reads.
 
 ``Encoder`` turns a trace into events chunk by chunk (a streaming session appends one chunk per
 sync): it numbers scopes across chunks and emits each process/thread/queue name once.
@@ -26,232 +19,30 @@ sync): it numbers scopes across chunks and emits each process/thread/queue name 
 from __future__ import annotations
 
 import functools
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 
 from gputrace import figures
 from gputrace.exporters._text import Rows
+from gputrace.exporters.plan import (
+    GPU_PID_BASE,
+    MAX_OP_NS,
+    OP_CATS,
+    OP_FLOW_BASE,
+    OP_TID_BASE,
+    OVERLAP_TID_STEP,
+    LaneCarry,
+    file_header,
+    fold_passes,
+    process_label,
+    queue_dict,
+    stream_number,
+)
 from gputrace.jsonsafe import dumps
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
 from gputrace.npstats import distinct
-
-GPU_PID_BASE = 1 << 30  # GPU "processes"; real pids stay below 2**22 on Linux
-OVERLAP_TID_STEP = 1 << 24  # overflow lane n of a track: tid + n·step (Linux tids stay below 2**22)
-EXAMPLES_IN_HEADER = 20  # anomaly examples kept in the file's header (counts stay exact)
-
-
-def export_base_ns(trace: Trace) -> int:
-    """The zero of the file's time axis: session start, or anything earlier (no negative ts)."""
-    s = trace.scopes
-    base = int(trace.header.get("start_ns", trace.header["base_ns"]))
-    cands = [base]
-    for col in (s.cpu_start_ns, s.submit_ns, s.gpu_start_ns, s.gpu_end_ns):
-        v = col[col != NO_TIME]
-        if len(v):
-            cands.append(int(v.min()))
-    if len(trace.spans):
-        cands.append(int(trace.spans.gpu_start_ns.min()))
-        cands.append(int(trace.spans.gpu_end_ns.min()))
-    cands.extend(m.ts_ns for m in trace.marks[:1])
-    return min(cands)
-
-
-class LaneCarry:
-    """Lanes of a file's tracks, so each lane holds only nested or disjoint slices; for GPU tracks
-    kept across a streamed file's chunks (a fresh one serves a single batch, e.g. interleaved
-    coroutines on one CPU thread).
-
-    Each lane holds the slices still open at the end of the last chunk, as (start, end): a slice
-    of a later chunk never partially overlaps one already written on its track. Across a chunk
-    boundary the clock fit changes (each chunk uses the fit known when it was written), which can
-    move back-to-back GPU work written in two chunks into a partial overlap of tens of ns.
-    """
-
-    def __init__(self) -> None:
-        self.open: dict[tuple[str, int], list[list[tuple[int, int]]]] = {}
-
-    def lanes(
-        self, key: tuple[str, int], st: npt.NDArray[np.int64], en: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.int64]:
-        """Lane per slice [st, en) (en >= st) of one track: nested or disjoint within a lane."""
-        n = len(st)
-        out = np.zeros(n, np.int64)
-        stacks = self.open.setdefault(key, [])
-        if not n:
-            return out
-        order = np.lexsort((-en, st))
-        ss, ee = st[order], en[order]
-        first = int(ss[0])
-        for stack in stacks:
-            while stack and stack[-1][1] <= first:
-                stack.pop()
-        if not any(stacks) and (n < 2 or (ss[1:] >= np.maximum.accumulate(ee)[:-1]).all()):
-            # the usual case: an in-order queue, nothing earlier still open
-            if not stacks:
-                stacks.append([])
-            stacks[0].append((int(ss[-1]), int(ee[-1])))
-            return out
-        sl, el = ss.tolist(), ee.tolist()
-        for j, i in enumerate(order.tolist()):
-            a, b = sl[j], el[j]
-            for li, stack in enumerate(stacks):
-                while stack and stack[-1][1] <= a:
-                    stack.pop()
-                if not stack or (stack[-1][0] <= a and stack[-1][1] >= b):
-                    stack.append((a, b))
-                    out[i] = li
-                    break
-            else:
-                stacks.append([(a, b)])
-                out[i] = len(stacks) - 1
-        return out
-
-
-def queue_dict(q: QueueInfo) -> dict[str, Any]:
-    return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
-
-
-def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A scope whose one pass is its whole GPU slice (same start, end, submission and queue: a
-    wgpu scope with one timed pass) has that pass written as an argument of its GPU slice
-    (``pass``: the label) rather than as a second slice of the same extent.
-
-    ``rows``: the scopes with a GPU slice, ascending. Returns, per row of ``rows``, the folded
-    pass's label (-1: none), and the spans still written as pass slices (in scope order)."""
-    sp, s = trace.spans, trace.scopes
-    label = np.full(len(rows), -1, np.int64)
-    if not len(sp) or not len(rows):
-        return label, np.zeros(0, np.int64)
-    unlabelled = trace.names.index("") if "" in trace.names else -1
-    k = np.flatnonzero(sp.label != unlabelled)
-    k = k[np.argsort(sp.scope[k], kind="stable")]
-    pos = np.searchsorted(rows, sp.scope[k])
-    ok = (pos < len(rows)) & (rows[np.minimum(pos, len(rows) - 1)] == sp.scope[k])
-    k, pos = k[ok], pos[ok]
-    r = rows[pos]
-    same = (
-        (np.bincount(pos, minlength=len(rows))[pos] == 1)
-        & (sp.gpu_start_ns[k] == s.gpu_start_ns[r])
-        & (sp.gpu_end_ns[k] == s.gpu_end_ns[r])
-        & (sp.submit_ns[k] == s.submit_ns[r])
-        & (sp.queue[k] == s.queue[r])
-    )
-    label[pos[same]] = sp.label[k[same]]
-    return label, k[~same]
-
-
-def lean_header(header: dict[str, Any], *, cap: bool = True, explain: bool = True) -> dict[str, Any]:
-    """The header as written: anomaly counts stay exact, examples are capped (the per-scope flags
-    in the events carry every anomaly; the reader rebuilds the full list from them). With
-    ``explain=False`` (files only gputrace reads) an example's explanation, which follows from its
-    kinds, is left out; ``full_header`` puts it back."""
-    out = dict(header)
-    an = out.get("anomalies")
-    if isinstance(an, dict) and isinstance(an.get("items"), list):
-        items = an["items"]
-        extra = {}
-        if cap and len(items) > EXAMPLES_IN_HEADER:
-            extra["truncated"] = int(an.get("truncated", 0)) + len(items) - EXAMPLES_IN_HEADER
-            items = items[:EXAMPLES_IN_HEADER]
-        if not explain:
-            items = [_unexplained(i) for i in items]
-        out["anomalies"] = dict(an, items=items, **extra)
-    return out
-
-
-def _explain(kinds: Any) -> list[str] | None:
-    from gputrace.flags import EXPLAIN
-
-    if not isinstance(kinds, list):
-        return None
-    return [EXPLAIN[k] for k in kinds if isinstance(k, str) and k in EXPLAIN]
-
-
-def _unexplained(item: Any) -> Any:
-    if isinstance(item, dict) and "explain" in item and item["explain"] == _explain(item.get("kinds")):
-        return {k: v for k, v in item.items() if k != "explain"}
-    return item
-
-
-def anomaly_example(trace: Trace, row: int, kinds: list[str]) -> dict[str, Any]:
-    """A header's anomaly example for scope ``row``, as the resolver writes it."""
-    sc = trace.scope(row)
-    return {
-        "scope": row,
-        "name": sc.name,
-        "kinds": kinds,
-        "cpu_start_ns": sc.cpu_start_ns,
-        "cpu_ns": sc.cpu_ns,
-        "gpu_ns": sc.gpu_ns,
-        "queue_gap_ns": sc.queue_gap_ns,
-        "uncertainty_ns": sc.uncertainty_ns,
-        "explain": _explain(kinds),
-    }
-
-
-def referenced(header: dict[str, Any], trace: Trace) -> dict[str, Any]:
-    """The header with each anomaly example that says only what ``trace`` says of its scope cut
-    to ``{"scope", "kinds"}`` (``completed`` gives it back from the trace read)."""
-    an = header.get("anomalies")
-    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
-        return header
-    items = []
-    for it in an["items"]:
-        row = it.get("scope") if isinstance(it, dict) else None
-        same = (
-            isinstance(row, int)
-            and 0 <= row < len(trace)
-            and isinstance(it.get("kinds"), list)
-            and it == anomaly_example(trace, row, it["kinds"])
-        )
-        items.append({"scope": row, "kinds": it["kinds"]} if same else it)
-    return dict(header, anomalies=dict(an, items=items))
-
-
-def completed(header: dict[str, Any], trace: Trace, row_of: Any = None) -> dict[str, Any]:
-    """The header with each example cut by ``referenced`` whole again; ``row_of`` maps the
-    scope numbers of the file to the trace's rows where they differ."""
-    an = header.get("anomalies")
-    if not (isinstance(an, dict) and isinstance(an.get("items"), list)):
-        return header
-    items = []
-    for it in an["items"]:
-        short = isinstance(it, dict) and set(it) in ({"scope", "kinds"}, {"scope", "kinds", "explain"})
-        if short and isinstance(it["scope"], int):
-            row = it["scope"] if row_of is None else int(row_of[it["scope"]])
-            if 0 <= row < len(trace) and isinstance(it["kinds"], list):
-                it = dict(anomaly_example(trace, row, it["kinds"]), scope=it["scope"])
-        items.append(it)
-    return dict(header, anomalies=dict(an, items=items))
-
-
-def full_header(header: dict[str, Any]) -> dict[str, Any]:
-    """A header as read (a copy): each anomaly example with its explanation (see ``lean_header``)."""
-    header = dict(header)
-    an = header.get("anomalies")
-    if isinstance(an, dict) and isinstance(an.get("items"), list):
-        items = [
-            dict(i, explain=_explain(i.get("kinds")))
-            if isinstance(i, dict) and "explain" not in i and _explain(i.get("kinds")) is not None
-            else i
-            for i in an["items"]
-        ]
-        header = dict(header, anomalies=dict(an, items=items))
-    return header
-
-
-def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
-    """The header written beside ``trace``'s events: its own, with the threads and queues listed."""
-    header = dict(trace.header)
-    header["base_ns"] = export_base_ns(trace) if base_ns is None else base_ns
-    header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
-    header["queues"] = [queue_dict(q) for q in trace.queues]
-    return lean_header(header)
 
 
 class Encoder:
@@ -285,8 +76,8 @@ class Encoder:
     def _proc_label(self, pid: int) -> str:
         for p in self.processes:
             if int(p["pid"]) == pid:
-                return _process_label(p.get("rank"), p.get("host"), pid, bool(p.get("pid_is_real", True)))
-        return _process_label(self.rank, self.host, pid, True)
+                return process_label(p.get("rank"), p.get("host"), pid, bool(p.get("pid_is_real", True)))
+        return process_label(self.rank, self.host, pid, True)
 
     def _name_process(self, pid: int, ev: list[str]) -> None:
         if (pid, 0) in self.named:
@@ -298,7 +89,7 @@ class Encoder:
             label = f"GPU {d} · {q.device_name} · {q.backend}" if q else f"GPU {d}"
             owner = self.proc_of_device.get(d)
             if owner is not None:
-                label = f"{_process_label(owner.get('rank'), owner.get('host'), 0, False)} · {label}"
+                label = f"{process_label(owner.get('rank'), owner.get('host'), 0, False)} · {label}"
             sort = 1 << 16 | d  # GPUs after every Python process
         else:
             label = self._proc_label(pid)
@@ -371,7 +162,7 @@ class Encoder:
         jnames = [_j(nm) for nm in trace.names] or ['""']  # JSON-quoted once per name
         has_gpu = s.gpu_start_ns != NO_TIME
         if n:
-            cpu = Rows(n).lit('{"ph":"X","name":').pick(jnames, s.name).lit(',"pid":')
+            cpu = Rows(n).lit('{"ph":"X","cat":"cpu","name":').pick(jnames, s.name).lit(',"pid":')
             if self.pid_of_tid:
                 cpu.num(np.array([self._cpu_pid(int(t)) for t in cpu_tid.tolist()], np.int64))
             else:
@@ -449,15 +240,19 @@ class Encoder:
         uflags, finv = np.unique(flags, return_inverse=True)
         flag_text = [_j(_flag_list(f)) for f in uflags.tolist()]
         finv = finv.reshape(-1)
-        uc = s.uncertainty_ns[rows]
-        changed = np.ones(k, bool)  # written where it changes; a reader carries it forward
-        changed[1:] = uc[1:] != uc[:-1]
         timing = (trace.header.get("backend_info") or {}).get("timing")  # which source timed the GPU
-        early = (sb != NO_TIME) & (g0 < sb)  # a start before submission: no wait slice
-        waited = (sb != NO_TIME) & (g0 >= sb)
-        members: list[tuple[str, str, Any, Any]] = [('"uncertainty_us":', "us", uc, changed)]
-        if isinstance(timing, str):
-            members.append(('"timing":', "lit", _j(timing), None))
+        known_sub = sb != NO_TIME
+        waited = known_sub & (g0 >= sb)
+        # every field on every GPU slice (docs/trace-format.md): what Perfetto shows when clicked
+        members: list[tuple[str, str, Any, Any]] = [
+            ('"submit_ts":', "us", sb - base, known_sub),
+            ('"submit_to_start_us":', "us", g0 - sb, known_sub),
+            # kept as measured (and flagged); the slice itself cannot be negative
+            ('"gpu_us":', "us", g1 - g0, None),
+            ('"cpu_enqueue_us":', "us", s.cpu_end_ns[rows] - s.cpu_start_ns[rows], None),
+            ('"uncertainty_us":', "us", s.uncertainty_ns[rows], None),
+            ('"flags":', "pick", (flag_text, finv), None),
+        ]
         iv = figures.intervals(trace) if len(trace.ops) or figures.calibration_for(trace) else None
         if len(trace.ops):  # busy and self busy time per scope (gputrace.figures)
             members.append(('"gpu_busy_us":', "us", figures.busy_ns(trace, iv)[rows], None))
@@ -465,15 +260,11 @@ class Encoder:
         est, est_ok, _ = figures.launch_free_ns(trace, iv)  # only with a calibration of this backend
         if est_ok[rows].any():
             members.append(('"if_launches_free_us":', "us", est[rows], est_ok[rows]))
+        if isinstance(timing, str):
+            members.append(('"timing":', "lit", _j(timing), None))
         fold, passes = fold_passes(trace, rows)
-        members += [
-            ('"submit_ts":', "us", sb - base, early),
-            # kept as measured (and flagged); the slice itself cannot be negative
-            ('"gpu_us":', "us", g1 - g0, g1 < g0),
-            ('"flags":', "pick", (flag_text, finv), flags != 0),
-            ('"pass":', "pick", (jnames, np.maximum(fold, 0)), fold >= 0),
-        ]
-        gpu = Rows(k).lit('{"ph":"X","name":').pick(jnames, s.name[rows]).lit(',"pid":').num(gpid)
+        members.append(('"pass":', "pick", (jnames, np.maximum(fold, 0)), fold >= 0))
+        gpu = Rows(k).lit('{"ph":"X","cat":"gpu","name":').pick(jnames, s.name[rows]).lit(',"pid":').num(gpid)
         gpu.lit(',"tid":').num(gtid).lit(',"ts":').us(g0 - base).lit(',"dur":').us(np.maximum(g1 - g0, 0))
         gpu.lit(',"bind_id":').num(b).lit(',"flow_in":true').members(',"args":{', members)
         parts = gpu.lit("}").buffers()
@@ -499,6 +290,7 @@ class Encoder:
             t[0::2], t[1::2] = sb[w], g0[w]
             wr = Rows(2 * len(w)).pick(heads, head).lit(',"id2":{"local":').num(b[two])
             parts += wr.lit('},"pid":').num(gpid[two]).lit(',"ts":').us(t - base).lit("}").buffers()
+        parts += self._depth(trace, rows, gpid, qn_idx, [_j(q.label) for q in queues] + ['"queue"'])
         an = flags & int(ANOMALY_FLAGS)
         a = np.flatnonzero(an)
         if len(a):
@@ -508,6 +300,34 @@ class Encoder:
             inst.lit(',"pid":').num(gpid[a]).lit(',"tid":').num(gtid[a]).lit(',"ts":').us(g0[a] - base)
             parts += inst.lit("}").buffers()
         return parts
+
+    def _depth(
+        self, trace: Trace, rows: np.ndarray, gpid: np.ndarray, qn_idx: np.ndarray, labels: list[str]
+    ) -> list[Any]:
+        """The queue-depth counter of each stream (work submitted, not yet finished): +1 at a
+        scope's submission, -1 at its GPU end; a nested scope's work is its parent's, counted
+        once. Exact within a chunk: work of an earlier chunk still queued is not added."""
+        s = trace.scopes
+        q = s.queue[rows]
+        par = s.parent[rows]
+        sb, g1 = s.submit_ns[rows], s.gpu_end_ns[rows]
+        pr = np.maximum(par, 0)
+        nested = (par >= 0) & (s.gpu_start_ns[pr] != NO_TIME) & (s.queue[pr] == q)
+        top = np.flatnonzero((sb != NO_TIME) & ~nested)
+        if not len(top):
+            return []
+        t = np.concatenate([sb[top], np.maximum(g1[top], sb[top])])
+        step = np.concatenate([np.ones(len(top), np.int64), -np.ones(len(top), np.int64)])
+        at = np.concatenate([top, top])
+        qk = qn_idx[at]
+        order = np.lexsort((step, t, qk))  # per stream, in time order, an end before a start
+        t, step, at, qk = t[order], step[order], at[order], qk[order]
+        depth = np.cumsum(step)
+        first = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]])
+        depth -= np.repeat(depth[first] - step[first], np.diff(np.r_[first, len(qk)]))
+        c = Rows(len(t)).lit('{"ph":"C","name":').pick(labels, qk).lit(',"pid":').num(gpid[at])
+        c.lit(',"ts":').us(t - self.base).lit(',"args":{"queue depth":').num(depth)
+        return c.lit("}}").buffers()
 
     def _passes(
         self,
@@ -543,45 +363,10 @@ def _j(value: Any) -> str:
     return dumps(value).decode()
 
 
-def _process_label(rank: Any, host: Any, pid: int, pid_is_real: bool) -> str:
-    parts = []
-    if rank is not None:
-        parts.append(f"rank {rank}")
-    if host:
-        parts.append(str(host))
-    if not parts:
-        return f"python {pid}"
-    label = " · ".join(parts)
-    return f"{label} (pid {pid})" if pid_is_real and pid else label
-
-
 def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The whole trace as Chrome trace events plus the header written beside them."""
     header = file_header(trace)
     return Encoder(header).events(trace), header
-
-
-def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write ``trace`` as Chrome/Perfetto JSON (gzip when the name ends in ``.gz``)."""
-    from gputrace.exporters import json as json_format
-
-    return json_format.write(trace, path)
-
-
-# Per-operation events (CUPTI timing) -------------------------------------------------------------
-OP_TID_BASE = 1 << 20  # a stream's operations track: OP_TID_BASE + queue (+ overflow lanes)
-OP_FLOW_BASE = 1 << 40  # flow ids of launch call -> operation, apart from the scope flows
-OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # PyTorch's categories, which HTA reads
-
-
-def stream_number(label: str, queue: int) -> int:
-    """The stream id a queue label names ("stream 7" -> 7), else the queue index."""
-    head, _, num = label.rpartition(" ")
-    return int(num) if head == "stream" and num.isdigit() else queue
-
-
-# an operation more than this far from the file's zero is not on its time line (never aligned)
-MAX_OP_NS = 10**15
 
 
 def op_events(

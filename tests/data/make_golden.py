@@ -26,7 +26,7 @@ import orjson
 import gputrace
 from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
-from gputrace.exporters.chrome import write
+from gputrace.exporters.json import write
 
 HERE = Path(__file__).resolve().parent
 
@@ -125,7 +125,7 @@ def ranks() -> list[gputrace.Trace]:
 HANDMADE: dict[str, Any] = {
     "displayTimeUnit": "ms",
     "gputrace": {
-        "format_version": 1, "version": "hand", "backend": "fake", "base_ns": 1_000_000,
+        "format_version": 2, "version": "hand", "backend": "fake", "base_ns": 1_000_000,
         "start_ns": 1_000_000, "end_ns": 1_600_000, "pid": 7, "rank": None,
         "clock_pair": {"monotonic_ns": 1_000_000, "realtime_ns": 1_700_000_000_000_000_000},
         "host": {"name": "hand", "cpu_count": 2, "loadavg_start": [1.9, 1.0, 0.5],
@@ -151,8 +151,9 @@ HANDMADE: dict[str, Any] = {
         {"ph": "X", "cat": "cpu", "name": "b", "pid": 7, "tid": 7, "ts": 500, "dur": 9},
         *[
             {"ph": "X", "cat": "gpu", "name": "a", "pid": 1 << 30, "tid": 1, "ts": ts, "dur": dur,
-             "args": {"scope": i, "gpu_us": dur, "cpu_enqueue_us": 5, "uncertainty_us": 0.5,
-                      "submit_ts": sub, **({"flags": ["cold"]} if i == 0 else {})}}
+             "bind_id": i, "flow_in": True,
+             "args": {"submit_ts": sub, "submit_to_start_us": ts - sub, "gpu_us": dur, "cpu_enqueue_us": 5,
+                      "uncertainty_us": 0.5, "flags": ["cold"] if i == 0 else []}}
             for i, (ts, dur, sub) in enumerate([(20, 50, 11), (125, 30, 111), (230, 36, 211),
                                                 (330, 33, 311)])
         ],

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.loader import TraceFileError
+from gputrace.exporters.opener import TraceFileError
 from gputrace.model import (
     FORMAT_VERSION,
     NO_TIME,
@@ -54,6 +54,7 @@ def from_chrome(doc: Any, where: str) -> Trace:
         raise TraceFileError(f"{where}: not a Chrome trace (no traceEvents list).")
     cpu: list[dict[str, Any]] = []
     gpu: list[dict[str, Any]] = []
+    ranges = 0
     for e in events:
         if not (isinstance(e, dict) and e.get("ph") == "X" and _num(e.get("ts"))):
             continue
@@ -61,6 +62,9 @@ def from_chrome(doc: Any, where: str) -> Trace:
         if not (_num(dur) and dur is not None and dur >= 0):
             continue
         if e.get("cat") == "Trace":  # Kineto's "PyTorch Profiler (0)": the session, not work
+            continue
+        if e.get("cat") == "gpu_user_annotation":  # a CPU range's span on the stream, not work:
+            ranges += 1  # the range's GPU figures come from its kernels
             continue
         (gpu if str(e.get("cat", "")).lower() in GPU_CATS else cpu).append(e)
     if not cpu and not gpu:
@@ -71,8 +75,9 @@ def from_chrome(doc: Any, where: str) -> Trace:
     queues: dict[tuple[Any, Any], int] = {}
     launch: dict[Any, int] = {}  # correlation id -> cpu row
     rows: list[tuple[str, int, int, int, int, int, int, int]] = []  # name, thr, c0, c1, sub, g0, g1, q
+    home = _overhead_threads(cpu)
     for e in cpu:
-        key = (e.get("pid"), e.get("tid"))
+        key = home.get(id(e)) or (e.get("pid"), e.get("tid"))
         th = threads.setdefault(key, len(threads))
         c0 = round(e["ts"] * 1000.0)
         c1 = c0 + round(e["dur"] * 1000.0)
@@ -142,6 +147,10 @@ def from_chrome(doc: Any, where: str) -> Trace:
         f"({matched} GPU slices matched to their launch); no clock fit, anomaly flags are cold "
         "calls and outliers only."
     )
+    if ranges:
+        note += (
+            f" Its {ranges} GPU spans of record_function ranges (gpu_user_annotation) are not read as work."
+        )
     header: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "backend": "other tool",
@@ -157,3 +166,23 @@ def from_chrome(doc: Any, where: str) -> Trace:
     if host:  # PyTorch's profiler writes the host's name at the top level
         header["host"] = {"name": host}
     return Trace(header, names, thread_infos, queue_infos, s, spans, [], {})
+
+
+def _overhead_threads(cpu: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    """Kineto writes the profiler's own overhead ("Activity Buffer Request": CUPTI asking for a
+    buffer, inside whatever op was running) on a process of its own (pid -1), without the thread
+    it stalled; ``key_averages`` counts it as a child of that op. Each such slice goes to the one
+    thread whose slices enclose it (``id`` of the event -> (pid, tid)); none where that is not one."""
+    over = [e for e in cpu if e.get("cat") == "overhead" and e.get("pid") == -1]
+    if not over:
+        return {}
+    rest = [e for e in cpu if not (e.get("cat") == "overhead" and e.get("pid") == -1)]
+    t0 = np.array([e["ts"] for e in rest], float)
+    t1 = t0 + np.array([e["dur"] for e in rest], float)
+    out = {}
+    for e in over:
+        inside = np.flatnonzero((t0 <= e["ts"]) & (t1 >= e["ts"] + e["dur"]))
+        keys = {(rest[i].get("pid"), rest[i].get("tid")) for i in inside.tolist()}
+        if len(keys) == 1:
+            out[id(e)] = keys.pop()
+    return out

@@ -1,0 +1,458 @@
+"""The one reader: a parsed Chrome trace document (``orjson`` dicts) -> the ``Trace`` model.
+
+A file gputrace wrote (its header under ``gputrace``, or, for a file cut short, the start header
+under ``metadata.gputrace_stream``) is read back exactly; any other Chrome trace goes to
+``foreign.from_chrome``. Events are sorted by kind in one pass; everything after it is per
+column (numpy). A value that cannot be a trace value is refused with one sentence naming it.
+
+Checks on the values: a GPU duration (``gpu_us``) below zero is refused unless its slice carries
+the flag gputrace gives such a measurement (``empty_gpu_span`` or ``degraded``); an event that
+appears twice (a file concatenated or edited by hand) is refused instead of becoming a phantom
+row with doubled counts: the same CPU slice (every field equal) or two GPU slices for one scope.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from itertools import count, repeat
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gputrace.exporters.opener import NotAGputraceTrace, TraceFileError
+from gputrace.exporters.plan import GPU_PID_BASE, OP_CATS, OVERLAP_TID_STEP, queue_dict
+from gputrace.model import (
+    FORMAT_VERSION,
+    NO_TIME,
+    ClockFit,
+    Mark,
+    OpTable,
+    QueueInfo,
+    ScopeTable,
+    SpanTable,
+    ThreadInfo,
+    Trace,
+    canonical_names,
+    flags_from_names,
+    nest,
+)
+
+Event = dict[str, Any]
+I64 = npt.NDArray[np.int64]
+MAX_ABS_US = 1e15  # beyond ~31 years in µs it is not a time: refused, not overflowed
+NEGATIVE_GPU_OK = frozenset({"empty_gpu_span", "degraded"})  # flags under which gputrace writes one
+_OP_KIND = {c: i for i, c in enumerate(OP_CATS)}
+
+
+class Malformed(ValueError):
+    """A value inside an event that cannot be a trace value; the message says which."""
+
+
+def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) -> Trace:
+    """A ``Trace`` from a parsed gputrace document; ``NotAGputraceTrace`` carries any other."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise NotAGputraceTrace(f"{where}: not a Chrome trace (no traceEvents list).", doc)
+    header = doc.get("gputrace")
+    if isinstance(header, dict) and header.get("truncated"):
+        truncated = True  # repaired: the start header stands in for the final one
+    if not isinstance(header, dict):
+        meta = doc.get("metadata")
+        header = meta.get("gputrace_stream") if isinstance(meta, dict) else None
+        truncated = truncated or isinstance(header, dict)  # the writer never closed the file
+    if not isinstance(header, dict) or "format_version" not in header:
+        raise NotAGputraceTrace(f"{where}: a Chrome trace, but not one written by gputrace.", doc)
+    if header["format_version"] != FORMAT_VERSION:
+        raise TraceFileError(
+            f"{where}: trace format version {header['format_version']!r} is not supported "
+            f"(this gputrace reads version {FORMAT_VERSION})."
+        )
+    header = dict(header)
+    if truncated:
+        header["truncated"] = True
+    try:
+        return build(doc["traceEvents"], header)
+    except Malformed as exc:
+        raise TraceFileError(f"{where}: the trace is malformed: {exc}.") from None
+    except KeyError as exc:
+        raise TraceFileError(
+            f"{where}: the trace is malformed: the field {exc.args[0]!r} is missing."
+        ) from None
+    except AttributeError:
+        raise TraceFileError(
+            f"{where}: the trace is malformed: an event, its args or a header entry is not an object."
+        ) from None
+    except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        raise TraceFileError(f"{where}: the trace is malformed ({type(exc).__name__}: {exc}).") from None
+
+
+# -- columns ---------------------------------------------------------------------------------------
+def _array(values: list[Any], empty: type[np.generic]) -> npt.NDArray[Any]:
+    """``np.array(values)``, or an object array (refused by the callers) where numpy cannot."""
+    if not values:
+        return np.zeros(0, empty)
+    try:
+        return np.array(values)
+    except (ValueError, TypeError, OverflowError):  # ragged lists, mixed nesting
+        return np.array([None])
+
+
+def floats(values: list[Any], what: str, *, non_negative: bool = False) -> npt.NDArray[np.float64]:
+    """Numbers as float64, refusing strings, nulls, nested lists and absurd magnitudes."""
+    arr = _array(values, np.float64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iuf":
+        bad = next((v for v in values if type(v) not in (int, float)), None)
+        raise Malformed(f"{what} must be a number, not {type(bad).__name__} {bad!r:.40}")
+    out = arr.astype(np.float64)
+    if len(out) and not (np.abs(out).max() < MAX_ABS_US):
+        raise Malformed(f"{what} holds an absurd value ({np.abs(out).max():g} µs)")
+    if non_negative and len(out) and out.min() < 0:
+        raise Malformed(f"{what} holds a negative value ({out.min():g})")
+    return out
+
+
+def ints(values: list[Any], what: str) -> I64:
+    arr = _array(values, np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        bad = next((v for v in values if type(v) is not int), None)
+        raise Malformed(f"{what} must be an integer, not {type(bad).__name__} {bad!r:.40}")
+    return arr.astype(np.int64)
+
+
+def _col(events: list[Any], key: str) -> list[Any]:
+    """``[e[key] for e in events]``, in C; KeyError where an event lacks ``key``."""
+    return list(map(itemgetter(key), events))
+
+
+def _get(events: list[Any], key: str, default: Any) -> list[Any]:
+    return list(map(dict.get, events, repeat(key), repeat(default)))
+
+
+def _ns(us: npt.NDArray[np.float64]) -> I64:
+    return np.rint(us * 1000.0).astype(np.int64)
+
+
+def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np.int32]:
+    """Name ids for ``values`` (each as ``str``), interning each distinct value once."""
+    first_met: defaultdict[str, int] = defaultdict(count().__next__)
+    local = np.fromiter(map(first_met.__getitem__, map(str, values)), np.int32, len(values))
+    return np.array([intern(k) for k in first_met], np.int32)[local] if len(local) else local
+
+
+# -- the events, by kind ---------------------------------------------------------------------------
+def classify(events: list[Any]) -> tuple[list[Event], ...]:
+    """CPU slices, GPU slices, passes, instants, operations and name events, each in file order."""
+    cpu: list[Event] = []
+    gpu: list[Event] = []
+    passes: list[Event] = []
+    instants: list[Event] = []
+    ops: list[Event] = []
+    names: list[Event] = []
+    slices = {"cpu": cpu.append, "gpu": gpu.append, "gpu.pass": passes.append}
+    slices.update(dict.fromkeys(OP_CATS, ops.append))
+    for e in events:
+        ph = e.get("ph")
+        if ph == "X":
+            add = slices.get(e.get("cat"))  # type: ignore[arg-type]
+            if add is not None:
+                add(e)
+        elif ph == "i":
+            instants.append(e)
+        elif ph == "M":
+            names.append(e)
+    return cpu, gpu, passes, instants, ops, names
+
+
+def _names_from_metadata(events: list[Event]) -> tuple[list[ThreadInfo], list[QueueInfo]]:
+    """Threads and queues from the name events (a cut file has no final header listing them)."""
+    threads: dict[int, ThreadInfo] = {}
+    queues: dict[int, QueueInfo] = {}
+    for e in events:
+        if e.get("name") != "thread_name":
+            continue
+        p, tid, a = int(e["pid"]), int(e["tid"]), e.get("args") or {}
+        if p >= GPU_PID_BASE:
+            q = a.get("queue")
+            if isinstance(q, dict) and tid < OVERLAP_TID_STEP:
+                queues[tid - 1] = QueueInfo(
+                    int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"])
+                )
+        elif tid < OVERLAP_TID_STEP:
+            threads.setdefault(tid, ThreadInfo(tid, str(a.get("name", ""))))
+    qlist = [queues.get(i, QueueInfo(0, "GPU", "", f"queue {i}")) for i in range(max(queues, default=-1) + 1)]
+    return list(threads.values()), qlist
+
+
+def _thread_rows(tids: I64, threads: list[ThreadInfo]) -> npt.NDArray[np.int32]:
+    """Row of ``threads`` for each tid (the last listed wins a repeat); unlisted is malformed."""
+    if not len(tids):
+        return np.zeros(0, np.int32)
+    if not threads:
+        raise Malformed("the header lists no threads, but the trace has cpu slices")
+    known = np.array([t.tid for t in threads], np.int64)
+    uniq, last = np.unique(known[::-1], return_index=True)
+    idx = (len(known) - 1 - last).astype(np.int32)
+    pos = np.searchsorted(uniq, tids)
+    ok = (pos < len(uniq)) & (uniq[np.minimum(pos, len(uniq) - 1)] == tids)
+    if not ok.all():
+        raise Malformed(f"a cpu slice is on thread {int(tids[~ok][0])}, which the header does not list")
+    return idx[pos]
+
+
+def _repeated_cpu_slice(tid: I64, name: Any, ts: Any, dur: Any, events: list[Event]) -> str | None:
+    """Why the CPU slices are malformed if one appears twice (every field equal)."""
+    order = np.lexsort((dur, ts, name, tid))
+    same = np.ones(len(order) - 1, bool)
+    for col in (tid, name, ts, dur):
+        c = col[order]
+        same &= c[1:] == c[:-1]
+    for k in np.flatnonzero(same).tolist():
+        a, b = events[int(order[k])], events[int(order[k + 1])]
+        try:
+            repeated = a == b
+        except RecursionError:  # args nested deeper than Python compares
+            repeated = False
+        if repeated:
+            return (
+                f"the cpu slice {str(a.get('name'))[:60]!r} at ts {a.get('ts')} appears twice "
+                "(was the file concatenated or edited?)"
+            )
+    return None
+
+
+# -- the trace -------------------------------------------------------------------------------------
+def build(events: list[Any], header: dict[str, Any]) -> Trace:
+    base = int(header["base_ns"])
+    pid = int(header.get("pid") or 1)
+    cpu, gpu, pass_events, instants, op_events, name_events = classify(events)
+    if "threads" in header:
+        threads = [ThreadInfo(int(t["tid"]), str(t["name"])) for t in header["threads"]]
+        queues = [
+            QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
+            for q in header.get("queues", [])
+        ]
+    else:  # a file cut short: only its start header
+        threads, queues = _names_from_metadata(name_events)
+        header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
+        header["queues"] = [queue_dict(q) for q in queues]
+    n = len(cpu)
+    first_met: defaultdict[Any, int] = defaultdict(count().__next__)  # names numbered as first met
+    name_col = np.fromiter(map(first_met.__getitem__, _col(cpu, "name")), np.int32, n)
+    names = [str(k) for k in first_met]
+    label_ids: dict[str, int] = {}
+
+    def intern(label: str) -> int:
+        i = label_ids.get(label)
+        if i is None:
+            i = label_ids[label] = len(names)
+            names.append(label)
+        return i
+
+    s = ScopeTable.empty(n)
+    s.name = name_col
+    tids = ints(_col(cpu, "tid"), "a cpu slice's tid") % OVERLAP_TID_STEP
+    s.thread = _thread_rows(tids, threads)
+    ts = floats(_col(cpu, "ts"), "a cpu slice's ts")
+    dur = floats(_col(cpu, "dur"), "a cpu slice's dur", non_negative=True)
+    # a slice can only repeat another with the same start: none where starts only increase
+    if n > 1 and not (np.diff(ts) > 0).all() and (why := _repeated_cpu_slice(tids, s.name, ts, dur, cpu)):
+        raise Malformed(why)
+    s.cpu_start_ns = base + _ns(ts)
+    s.cpu_end_ns = s.cpu_start_ns + _ns(dur)
+    for i, a in enumerate(_get(cpu, "args", None)):
+        if a:
+            a = dict(a)
+            fl = a.pop("flags", None)
+            if fl:
+                s.flags[i] = flags_from_names(fl)
+            if a:
+                s.args[i] = a
+    passes = _gpu_slices(s, gpu, base, len(queues), intern) + _passes(pass_events, n, base, intern)
+    order = np.arange(n)
+    if not (np.diff(s.cpu_start_ns) > 0).all():  # a streamed file's scopes come as they ended
+        order = np.lexsort((-s.cpu_end_ns, s.thread, s.cpu_start_ns))
+    ops = _ops(op_events, base, n, threads, len(queues), intern)
+    if n and (order != np.arange(n)).any():
+        new_row = np.empty(n, np.int64)
+        new_row[order] = np.arange(n)
+        ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1)
+        s = ScopeTable(
+            **{c: getattr(s, c)[order] for c in ScopeTable.COLUMNS},
+            args=dict(sorted((int(new_row[k]), v) for k, v in s.args.items())),
+        )
+        passes = [(int(new_row[r]), lb, g0, g1, sb) for r, lb, g0, g1, sb in passes]
+    nest(s)
+    spans = _span_table(s, passes, bool(header.get("spans_cover_children")), intern)
+    procs = header.get("processes")  # a merged trace keeps each process's threads under its pid
+    pids = {pid} | ({int(p["pid"]) for p in procs} if isinstance(procs, list) else set())
+    thread_idx = {t.tid: i for i, t in enumerate(threads)}
+    marks = [
+        Mark(str(e["name"]), base + round(float(e["ts"]) * 1000.0), thread_idx[int(e["tid"])], str(e["cat"]),
+             dict(e.get("args") or {}))
+        for e in instants
+        if e.get("cat") in ("mark", "sync") and e.get("pid") in pids
+    ]  # fmt: skip
+    marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
+    names = canonical_names(names, s, spans, ops)
+    fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
+    trace = Trace(header, names, threads, queues, s, spans, marks, fits, ops)
+    an = header.get("anomalies")
+    if isinstance(an, dict) and (an.get("truncated") or header.get("truncated")):
+        from gputrace.resolver import anomaly_report  # the file keeps a few examples; rebuild them
+
+        header["anomalies"] = anomaly_report(trace)
+    return trace
+
+
+Pass = tuple[int, int, int, int, int]  # scope row, label id, GPU start, GPU end, submission
+
+
+def _gpu_slices(
+    s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Callable[[str], int]
+) -> list[Pass]:
+    """Each scope's GPU times, submission, uncertainty, queue and flags from its GPU slice (the
+    slice's ``bind_id`` is its scope); returns the passes folded into their scope's slice."""
+    if not gpu:
+        return []
+    n = len(s)
+    rows = ints(_col(gpu, "bind_id"), "a gpu slice's scope")
+    if rows.min() < 0 or rows.max() >= n:
+        bad = int(rows.min() if rows.min() < 0 else rows.max())
+        raise Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
+    if np.bincount(rows, minlength=n).max() > 1:
+        uniq, counts = np.unique(rows, return_counts=True)
+        raise Malformed(
+            f"scope {int(uniq[counts > 1][0])} has two gpu slices (was the file concatenated or edited?)"
+        )
+    ga = _col(gpu, "args")
+    t0 = base + _ns(floats(_col(gpu, "ts"), "a gpu slice's ts"))
+    g_us = floats(_col(ga, "gpu_us"), "gpu_us")  # as measured: may be below zero, flagged
+    flags = _col(ga, "flags")
+    for i in np.flatnonzero(g_us < 0).tolist():
+        if not (
+            isinstance(flags[i], list)
+            and NEGATIVE_GPU_OK.intersection(f for f in flags[i] if isinstance(f, str))
+        ):
+            raise Malformed(
+                f"gpu_us holds a negative value ({g_us[i]:g}) for scope {int(rows[i])}, which is not flagged"
+            )
+    s.gpu_start_ns[rows] = t0
+    s.gpu_end_ns[rows] = t0 + _ns(g_us)
+    sub = [i for i, a in enumerate(ga) if "submit_ts" in a]
+    if sub:
+        s.submit_ns[rows[sub]] = base + _ns(floats([ga[i]["submit_ts"] for i in sub], "submit_ts"))
+    s.uncertainty_ns[rows] = _ns(floats(_col(ga, "uncertainty_us"), "uncertainty_us"))
+    s.queue[rows] = ((ints(_col(gpu, "tid"), "a gpu slice's tid") % OVERLAP_TID_STEP) - 1).astype(np.int32)
+    if s.queue.max() >= nq or s.queue.min() < -1:
+        raise Malformed("a gpu slice is on a stream track that the header does not list")
+    for i, fl in enumerate(flags):
+        if fl:
+            s.flags[rows[i]] |= np.uint32(flags_from_names(fl))
+    r = rows.tolist()
+    return [
+        (
+            r[i],
+            intern(str(a["pass"])),
+            int(s.gpu_start_ns[r[i]]),
+            int(s.gpu_end_ns[r[i]]),
+            int(s.submit_ns[r[i]]),
+        )
+        for i, a in enumerate(ga)
+        if "pass" in a
+    ]
+
+
+def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]) -> list[Pass]:
+    """wgpu passes written as child slices of their scope's GPU slice."""
+    if not events:
+        return []
+    pa = _col(events, "args")
+    rows = ints(_col(pa, "scope"), "a gpu pass's scope")
+    if rows.min() < 0 or rows.max() >= n:
+        raise Malformed("a gpu pass names a scope that the trace does not have")
+    g0 = base + _ns(floats(_col(events, "ts"), "a gpu pass's ts"))
+    g1 = g0 + _ns(floats(_col(events, "dur"), "a gpu pass's dur", non_negative=True))
+    sub = np.full(len(events), NO_TIME, np.int64)
+    has = [i for i, a in enumerate(pa) if "submit_ts" in a]
+    if has:
+        sub[has] = base + _ns(floats([pa[i]["submit_ts"] for i in has], "submit_ts"))
+    labels = [intern(str(x)) for x in _col(events, "name")]
+    return list(zip(rows.tolist(), labels, g0.tolist(), g1.tolist(), sub.tolist(), strict=True))
+
+
+def _span_table(
+    s: ScopeTable, passes: list[Pass], covers_children: bool, intern: Callable[[str], int]
+) -> SpanTable:
+    """One span per pass, plus (where spans do not merely hull passes, as cuda's) one
+    scope-level span, unlabelled, for each GPU scope without a pass; by scope, start and end."""
+    p = np.array(passes, np.int64).reshape(-1, 5)
+    with_pass = np.zeros(len(s), bool)
+    with_pass[p[:, 0]] = True
+    unl = (
+        np.zeros(0, np.int64) if covers_children else np.flatnonzero((s.gpu_start_ns != NO_TIME) & ~with_pass)
+    )
+    label = intern("") if len(unl) else 0
+    sc = np.concatenate([p[:, 0], unl])
+    g0 = np.concatenate([p[:, 2], s.gpu_start_ns[unl]])
+    g1 = np.concatenate([p[:, 3], s.gpu_end_ns[unl]])
+    order = np.lexsort((g1, g0, sc))
+    return SpanTable(
+        scope=sc[order],
+        label=np.concatenate([p[:, 1], np.full(len(unl), label)])[order].astype(np.int32),
+        queue=s.queue[sc][order].astype(np.int32),
+        submit_ns=np.concatenate([p[:, 4], s.submit_ns[unl]])[order],
+        gpu_start_ns=g0[order],
+        gpu_end_ns=g1[order],
+    )
+
+
+def _ops(
+    events: list[Event],
+    base: int,
+    n_scopes: int,
+    threads: list[ThreadInfo],
+    nq: int,
+    intern: Callable[[str], int],
+) -> OpTable:
+    """The per-operation records (kernel/memcpy/memset events gputrace wrote), by (ts, op)."""
+    events = [e for e in events if isinstance(e.get("args"), dict) and "op" in e["args"]]
+    n = len(events)
+    ops = OpTable.empty(n)
+    if not n:
+        return ops
+    ts = floats(_col(events, "ts"), "an operation's ts")
+    order = np.lexsort((ints(_col(_col(events, "args"), "op"), "an operation's op"), ts))
+    events = [events[i] for i in order.tolist()]
+    a = _col(events, "args")
+    ops.scope = ints(_col(a, "scope"), "an operation's scope")
+    if ops.scope.max() >= n_scopes or ops.scope.min() < -1:
+        raise Malformed("an operation names a scope that the trace does not have")
+    ops.kind = np.fromiter(map(_OP_KIND.__getitem__, _col(events, "cat")), np.int32, n)
+    ops.name = _interned(_col(events, "name"), intern)
+    ops.queue = ints(_col(a, "queue"), "an operation's queue").astype(np.int32)
+    if ops.queue.max() >= nq or ops.queue.min() < 0:
+        raise Malformed("an operation is on a stream that the header does not list")
+    by_tid = {t.tid: i for i, t in enumerate(threads)}
+    ops.thread = np.fromiter(map(by_tid.get, _get(a, "tid", None), repeat(-1)), np.int32, n)  # type: ignore[arg-type]
+    ops.correlation = ints(_col(a, "correlation"), "an operation's correlation")
+    ops.gpu_start_ns = base + _ns(ts[order])
+    ops.gpu_end_ns = ops.gpu_start_ns + _ns(
+        floats(_col(events, "dur"), "an operation's dur", non_negative=True)
+    )
+    seen = [i for i, x in enumerate(a) if "call_ts" in x]
+    if seen:
+        c0 = base + _ns(floats([a[i]["call_ts"] for i in seen], "call_ts"))
+        ops.call_start_ns[seen] = c0
+        ops.call_end_ns[seen] = c0 + _ns(floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
+    ops.call_name = _interned(_get(a, "call", ""), intern)
+    ops.bytes = ints(_get(a, "bytes", 0), "an operation's bytes")
+    for col in ("grid", "block"):
+        vals = _get(a, col, [0, 0, 0])
+        if any(not isinstance(v, list) or len(v) != 3 for v in vals):
+            raise Malformed(f"an operation's {col} is not three integers")
+        setattr(ops, col, ints([i for v in vals for i in v], f"an operation's {col}").reshape(n, 3))
+    ops.graph_id = ints(_get(a, "graph id", 0), "an operation's graph id")
+    ops.graph_node_id = ints(_get(a, "graph node id", 0), "an operation's graph node id")
+    return ops
