@@ -756,33 +756,49 @@ def _resolve_safely(raw: RawRecording) -> Trace:
 
 
 def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
-    """``jsonsafe(header)``; if that fails, key by key, and a key that still fails is left out
-    (named in ``problems``). Never raises: a header is never a reason to lose a trace."""
+    """``jsonsafe(header)``; where that fails (as a whole, or on a value inside a key), key by
+    key, each failing key tried once more, and a key that still fails is left out (named in
+    ``problems``): a placeholder where a reader expects a queue or a clock fit would make the file
+    unreadable. Never raises: a header is never a reason to lose a trace."""
+    failures: list[str] = []
     try:
-        out = jsonsafe(header)
-        if isinstance(out, dict):
+        out = jsonsafe(header, failures=failures)
+        if isinstance(out, dict) and not failures:
             return out
     except Exception as exc:
         report_internal("header", f"converting the trace header failed ({type(exc).__name__}: {exc}).")
     out, left_out = {}, []
     for k, v in list(header.items()):
-        try:
-            out[str(k)] = jsonsafe(v)
-        except Exception:
+        for _attempt in range(2):
+            why: list[str] = []
+            try:
+                conv = jsonsafe(v, failures=why)
+            except Exception as exc:
+                why.append(f"{type(exc).__name__}: {exc}")
+            if not why:
+                out[str(k)] = conv
+                break
+        else:
             left_out.append(str(k))
     if left_out:
         before = out.get("problems")
         problems: list[Any] = before if isinstance(before, list) else []
-        why = f"header fields left out (they could not be converted): {', '.join(left_out)}"
-        out["problems"] = [*problems, why]
+        why_text = f"header fields left out (they could not be converted): {', '.join(left_out)}"
+        out["problems"] = [*problems, why_text]
     return out
 
 
 def _safe_metadata(metadata: Any) -> dict[str, Any]:
     """``metadata`` as JSON data for the header; a value that fails to convert (a broken
     ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
+    if isinstance(metadata, dict) and not metadata:
+        return {}
     failures: list[str] = []
-    got = jsonsafe(metadata, failures=failures)
+    try:
+        got = jsonsafe(metadata, failures=failures)
+    except Exception as exc:  # (jsonsafe never raises; a fault inside it must not fail start)
+        failures.append(f"{type(exc).__name__}: {exc}")
+        got = "<metadata (conversion failed)>"
     if failures:
         report_internal(
             "metadata",

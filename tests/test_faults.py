@@ -29,7 +29,7 @@ from gputrace import streaming
 from gputrace.backends.base import Backend
 from gputrace.backends.cpu import CpuBackend
 from gputrace.backends.fake import FakeBackend
-from gputrace.exporters import chrome
+from gputrace.exporters import canonical, chrome
 from gputrace.exporters import json as json_format
 from gputrace.model import Flag
 from tests.faults import Fault, inject
@@ -103,7 +103,8 @@ def _run(
     msgs = [str(w.message) for w in caught if issubclass(w.category, gputrace.GputraceWarning)]
     others = [str(w.message) for w in caught if not issubclass(w.category, gputrace.GputraceWarning)]
     assert not others, others
-    return result, fault, msgs, gputrace.load(out) if out.exists() else None  # type: ignore[return-value]
+    written = canonical(out)  # (a .pftrace session's file gputrace reads)
+    return result, fault, msgs, gputrace.load(written) if written.exists() else None  # type: ignore[return-value]
 
 
 def _check_writer_down(point: str, fault: Fault, msgs: list[str], t: gputrace.Trace | None) -> None:
@@ -306,7 +307,7 @@ def test_gputrace_run_keeps_the_exit_status_and_writes_a_trace(point: str, tmp_p
     assert done.stdout == "result 42\n"
     assert "Traceback" not in done.stderr
     assert done.stderr.count("GputraceWarning") == 1, done.stderr
-    t = gputrace.load(out)
+    t = gputrace.load(canonical(out))
     steps = len(t.find("step"))
     if point in ("sync", "info"):
         assert steps == 6
@@ -523,7 +524,7 @@ def _faulted_session(path: Path, stream: bool, faults: Any) -> dict[str, Any]:
         seen.append(f"{len(ours)} warnings")
     out: dict[str, Any] = {"seen": seen, "unloadable": "", "uncounted": 0}
     try:
-        t = gputrace.load(path)
+        t = gputrace.load(canonical(path))
     except Exception as exc:
         out["unloadable"] = f"{type(exc).__name__}: {exc}"
         return out
@@ -568,6 +569,7 @@ def _disk_full_at(monkeypatch: pytest.MonkeyPatch, path: Path, first: int, last:
     writing part of their bytes, as a filling disk does."""
     real_write, real_writev = os.write, getattr(os, "writev", None)
     count = [0]
+    path = canonical(path)  # an export-only format streams its canonical file
 
     def write(fd: int, data: Any) -> int:
         try:
@@ -593,7 +595,7 @@ def _streamed(path: Path) -> tuple[list[str], gputrace.Trace]:
             path, backend=FakeBackend(gputrace.clock.session_clock), quiet=True, flush_s=3600
         ):
             assert _pipeline_program() == sum(range(STEPS * 2))
-    return [str(w.message) for w in caught], gputrace.load(path)
+    return [str(w.message) for w in caught], gputrace.load(canonical(path))
 
 
 @pytest.mark.parametrize("write", [2, 3, 5])
@@ -650,7 +652,7 @@ def test_a_real_small_disk_that_fills_and_empties(fmt: str, tmp_path: Path) -> N
                     if i == 199:
                         gputrace.sync()  # this chunk meets a full disk
                         filler.unlink()  # and the space comes back
-        t = gputrace.load(path)
+        t = gputrace.load(canonical(path))
         assert len(t.find("step")) == 300 and _lost(t) == 0
         assert any("No space left" in str(w.message) for w in caught)
     finally:
@@ -676,7 +678,7 @@ def test_start_failing_inside_gputrace_leaves_no_half_started_session(tmp_path: 
     msgs = [str(w.message) for w in caught]
     assert len(msgs) == 1 and "starting the session failed" in msgs[0], msgs
     assert len(s.trace) == 0 and "starting the session failed" in s.trace.header["problems"][0]
-    assert "starting the session failed" in gputrace.load(out).header["problems"][0]
+    assert "starting the session failed" in gputrace.load(canonical(out)).header["problems"][0]
     assert len(nxt.trace) == 1 and not nxt.trace.header.get("problems")
 
 

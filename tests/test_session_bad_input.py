@@ -14,6 +14,7 @@ import pytest
 
 import gputrace
 from gputrace.errors import GputraceError, GputraceWarning
+from gputrace.exporters import canonical
 
 
 class BadStr(str):
@@ -64,7 +65,7 @@ def test_metadata_that_fails_to_convert_becomes_a_marked_placeholder(
             with gputrace.trace("work"):
                 pass
     assert len([w for w in got if "metadata" in str(w.message)]) == 1  # said once
-    trace = gputrace.load(path)
+    trace = gputrace.load(canonical(path))
     assert len(trace) == 1
     marker = f"<{type(bad).__qualname__} object (conversion failed)>"
     assert trace.header["metadata"] == {"run": 7, "bad": marker, "nested": {"deep": [1, marker, "ok"]}}
@@ -79,7 +80,7 @@ def test_metadata_mapping_itself_broken(tmp_path: Path, stream: bool) -> None:
         with gputrace.session(path, backend="cpu", metadata=BadMapping(a=1), stream=stream, quiet=True):
             with gputrace.trace("work"):
                 pass
-    header = gputrace.load(path).header
+    header = gputrace.load(canonical(path)).header
     assert header["metadata"] == {"value": "<BadMapping object (conversion failed)>"}
 
 

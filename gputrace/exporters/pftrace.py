@@ -95,6 +95,13 @@ class StreamWriter:
     def append(self, chunk: Trace) -> None:
         self._json.append(chunk)
 
+    def checkpoint(self) -> Any:
+        """The canonical file's checkpoint: a failed append is undone there (see ``_undo``)."""
+        return self._json.checkpoint()
+
+    def rollback(self, cp: Any) -> None:
+        self._json.rollback(cp)
+
     def close(self, header: dict[str, Any]) -> None:
         from gputrace.exporters import read_document
 
