@@ -2,7 +2,8 @@
 
 Built without the resolver and without the exporters (either may be what failed): a session that
 cannot resolve or encode a chunk, or its whole trace, keeps the CPU times of every scope, each
-flagged ``degraded`` with the reason in ``args["degraded"]``.
+flagged ``degraded`` with the reason in ``args["degraded"]``. A backend that cannot list its
+queues gets stand-ins (``complete_queues``), so no later stage meets an unknown queue.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.model import Flag, ScopeTable, SpanTable, ThreadInfo, Trace, nest
-from gputrace.recorder import RawThread
+from gputrace.model import Flag, QueueInfo, ScopeTable, SpanTable, ThreadInfo, Trace, nest
+from gputrace.records import OpBatch, RawOp, RawSpan, RawThread
 
 
 def cpu_scopes(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:
@@ -57,6 +58,23 @@ def without_gpu(trace: Trace, reason: str) -> Trace:
     cpu.args = {i: dict(s.args.get(i) or {}, degraded=reason) for i in range(len(s))}
     header = dict(trace.header, clock=[])
     return Trace(header, list(trace.names), list(trace.threads), [], cpu, SpanTable.empty(0), [], {})
+
+
+def complete_queues(
+    queues: Any,
+    spans: list[RawSpan],
+    backend: str,
+    ops: list[RawOp] | None = None,
+    batches: list[OpBatch] | None = None,
+) -> list[QueueInfo]:
+    """The backend's queues, with a stand-in for every queue a span or operation names that it
+    did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
+    out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
+    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []]
+               + [int(b.rows["queue"].max()) for b in batches or [] if len(b)], default=-1) + 1  # fmt: skip
+    for i in range(len(out), need):
+        out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
+    return out
 
 
 def scopes_in(threads: list[Any]) -> int:

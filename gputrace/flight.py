@@ -14,12 +14,17 @@ Step windows: ``gputrace.step()`` marks the end of an iteration (the first itera
 ``session(steps="100:110")`` records only steps 100 to 109, the way torch.profiler's schedule
 skips and warms up. Outside the window the session records nothing and ``gputrace.sync()`` does
 nothing; each step inside it is marked ("step 100" …) on the thread that called ``step()``.
+``start_steps`` and ``stop_steps`` are what a session calls; ``RingTriggers`` the flight
+recorder's writes besides the session's stop.
 """
 
 from __future__ import annotations
 
+import atexit
+import signal
 import threading
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ from gputrace.backends.base import Clock
 from gputrace.errors import GputraceError
 from gputrace.model import ANOMALY_FLAGS, Flag, Trace, flag_names
 from gputrace.outpath import check_output
+from gputrace.recorder import Recorder, active_recorder
 
 
 class RingWriter:
@@ -99,6 +105,32 @@ class RingWriter:
         if not self.closed:
             self.closed = True
             self.dump(header)
+
+
+class RingTriggers:
+    """When a flight recorder writes besides its session's stop: at interpreter exit (``at_exit``,
+    for a program that never stopped the session) and on ``SIGUSR1`` (``dump``, from a thread of
+    its own, since a signal handler must never block; only where signals can be set: the main
+    thread)."""
+
+    def __init__(self, at_exit: Callable[[], object], dump: Callable[[], object]) -> None:
+        self.at_exit, self.dump = at_exit, dump
+        self._usr1: Any = None  # the handler SIGUSR1 had before
+
+    def install(self) -> None:
+        atexit.register(self.at_exit)
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
+
+            def on_usr1(signum: int, frame: Any) -> None:
+                threading.Thread(target=self.dump, name="gputrace-ring", daemon=True).start()
+
+            self._usr1 = signal.signal(signal.SIGUSR1, on_usr1)
+
+    def remove(self) -> None:
+        atexit.unregister(self.at_exit)
+        if self._usr1 is not None:
+            signal.signal(signal.SIGUSR1, self._usr1)
+            self._usr1 = None
 
 
 @dataclass(frozen=True)
@@ -282,3 +314,31 @@ def step() -> None:
 def set_stepper(st: Stepper | None) -> None:
     global _stepper
     _stepper = st
+
+
+def start_steps(plan: Schedule, rec: Recorder, clock: Clock) -> Stepper:
+    """From now on ``gputrace.step()`` switches ``rec`` on inside each of ``plan``'s windows (and
+    off outside them), marking each window's start and each step inside one."""
+
+    def activate() -> None:
+        if active_recorder() is None:
+            rec.activate()
+
+    def mark(n: int, window: int | None) -> None:
+        marks = rec.buffer().marks
+        now = clock()
+        if window is not None:  # an active window starts: its own mark, so each can be found
+            marks.append((f"window {window}", now, "mark", {"window": window, "step": n}))
+        marks.append((f"step {n}", now, "mark", {"step": n}))
+
+    st = Stepper(plan, activate, rec.deactivate, mark)
+    set_stepper(st)
+    st.begin()
+    return st
+
+
+def stop_steps(st: Stepper) -> dict[str, Any]:
+    """``step()`` counts nothing more; returns the header's ``schedule``: the plan, the steps
+    counted and the windows entered."""
+    set_stepper(None)
+    return dict(st.plan.to_dict(), steps=st.n, windows=[list(w) for w in st.seen])

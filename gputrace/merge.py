@@ -25,7 +25,10 @@ ids and flow ids are renumbered so they never collide.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,7 @@ from gputrace.model import (
     canonical_names,
 )
 from gputrace.outpath import check_output
-from gputrace.ranks import place as place_ranks
+from gputrace.ranks import to_reference, uncertainty
 from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
@@ -265,3 +268,153 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
     merged = merge(traces, list(inputs))
     write(merged, out)
     return merged
+
+
+# placing ranks: each on rank 0's clock by the fit it measured (gputrace.ranks) ---------------------
+def place_ranks(
+    traces: list[Trace], files: list[str], shifts: list[int]
+) -> tuple[list[Trace], list[int], list[dict[str, Any]]]:
+    """Where ranks measured their offsets against one rank 0, map their times onto rank 0's clock
+    (offset and drift); the others move by their clock-pair ``shifts``, re-anchored on that clock.
+
+    Returns the traces (mapped ones replaced), their remaining constant shifts, and per trace how
+    it was placed and with what uncertainty.
+    """
+    recs = [t.header.get("ranks") if isinstance(t.header.get("ranks"), dict) else None for t in traces]
+    usable = [
+        r is not None and (r.get("status") == "reference" or isinstance(r.get("fit"), dict)) for r in recs
+    ]
+    ids = [r.get("reference_id") if r is not None and u else None for r, u in zip(recs, usable, strict=True)]
+    counted = [i for i in ids if i]
+    if not counted:
+        return traces, shifts, [_pair_info(t, traces[0], s) for t, s in zip(traces, shifts, strict=True)]
+    ref_ids = [
+        i for i, r in zip(ids, recs, strict=True) if i and r is not None and r.get("status") == "reference"
+    ]
+    ref_id = ref_ids[0] if ref_ids else max(set(counted), key=counted.count)
+    measured = [i == ref_id for i in ids]
+    anchor = measured.index(True)
+    out_traces, out_shifts, info = list(traces), list(shifts), []
+    a_rec = recs[anchor]
+    assert a_rec is not None
+    a_start = _start(traces[anchor])
+    a_off = (
+        0
+        if a_rec.get("status") == "reference"
+        else int(to_reference(a_rec["fit"], np.array([a_start]))[0]) - a_start
+    )
+    for k, t in enumerate(traces):
+        rec = recs[k]
+        if measured[k] and rec is not None:
+            start, end = _start(t), int(t.header.get("end_ns", _start(t)))
+            base = {
+                "engine": rec.get("engine"),
+                "rank": rec.get("rank"),
+                "samples": len(rec.get("samples") or []),
+            }
+            if rec.get("status") == "reference":
+                info.append(
+                    {"method": "reference", "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0, **base}
+                )
+                out_shifts[k] = 0
+                continue
+            fit = rec["fit"]
+            out_traces[k] = _mapped(t, fit)
+            out_shifts[k] = 0
+            info.append({
+                "method": "measured", **base,
+                "offset_ns": int(to_reference(fit, np.array([start]))[0]) - start,
+                "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
+                "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
+                "fit_method": fit.get("method"), "bound": fit.get("bound"),
+            })  # fmt: skip
+            if rec.get("failed"):
+                info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
+        else:
+            out_shifts[k] = shifts[k] - shifts[anchor] + a_off
+            info.append(_pair_info(t, traces[anchor], out_shifts[k]))
+    return out_traces, out_shifts, info
+
+
+def _start(t: Trace) -> int:
+    return int(t.header.get("start_ns", t.header["base_ns"]))
+
+
+def _pair_info(t: Trace, ref: Trace, shift: int) -> dict[str, Any]:
+    host = (t.header.get("host") or {}).get("name")
+    same = host is not None and host == (ref.header.get("host") or {}).get("name")
+    note = ("clock pair on the same host: one monotonic clock, exact up to the realtime reads unless "
+            "the realtime clock was stepped between the sessions") if same else (
+            "clock pair across hosts: trusts NTP (single-digit ms over the internet, tens of µs on a "
+            "good LAN); not measured")  # fmt: skip
+    r = t.header.get("ranks")
+    if isinstance(r, dict) and r.get("failed"):
+        note += f"; the measured exchange failed: {r['failed']}"
+    return {"method": "clock pair", "offset_ns": shift, "uncertainty_ns": None, "note": note}
+
+
+def _mapped(t: Trace, fit: dict[str, Any]) -> Trace:
+    """``t`` with every time moved from its session clock onto rank 0's by ``fit``."""
+
+    def m(col: np.ndarray) -> np.ndarray:
+        col = np.asarray(col, np.int64)
+        ok = col != NO_TIME
+        out: np.ndarray = col.copy()
+        if ok.any():
+            out[ok] = to_reference(fit, col[ok])
+        return out
+
+    def one(ns: int) -> int:
+        return int(to_reference(fit, np.array([ns], np.int64))[0])
+
+    s = t.scopes
+    scopes = ScopeTable(**{c: getattr(s, c) for c in ScopeTable.COLUMNS}, args=s.args)
+    for c in ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
+        setattr(scopes, c, m(getattr(s, c)))
+    sp = t.spans
+    spans = SpanTable(sp.scope, sp.label, sp.queue, m(sp.submit_ns), m(sp.gpu_start_ns), m(sp.gpu_end_ns))
+    marks = [replace(x, ts_ns=one(x.ts_ns)) for x in t.marks]
+    slope = float(fit["slope"])
+    fits = {d: replace(f, cpu_ref_ns=one(f.cpu_ref_ns), first_cpu_ns=one(f.first_cpu_ns),
+                       last_cpu_ns=one(f.last_cpu_ns), slope=f.slope / slope)
+            for d, f in t.clock_fits.items()}  # fmt: skip
+    header = dict(t.header)
+    for k in ("start_ns", "base_ns", "end_ns"):
+        if isinstance(header.get(k), int):
+            header[k] = one(header[k])
+    return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits)
+
+
+def placement_lines(header: dict[str, Any]) -> list[str]:
+    """One line per input of a merged trace: how it was placed on the time line, how well."""
+    out = []
+    for m in header.get("merged") or []:
+        how = m.get("offset") or {}
+        who = f"rank {m['rank']}" if m.get("rank") is not None else str(m.get("file"))
+        method = how.get("method", "clock pair")
+        line = f"{who}: {method}" + (" (its clock is the time line)" if method == "reference" else "")
+        if method == "measured":
+            unc = float(how.get("uncertainty_ns") or 0)
+            line += (f" through {how.get('engine')}, offset {how.get('offset_ns', 0) / 1e3:+.3f} µs "
+                     f"± {unc / 1e3:.3f} µs, drift {how.get('drift_ppm', 0.0):+.2f} ppm")  # fmt: skip
+        elif method == "clock pair":
+            line += f", offset {how.get('offset_ns', 0) / 1e3:+.3f} µs, uncertainty not measured"
+        if how.get("note"):
+            line += f" ({how['note']})"
+        out.append(line)
+    return out
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Inputs with glob patterns (``'run.rank*.trace.json'``, quoted past the shell) expanded, in
+    rank order where the names carry ranks; a pattern matching nothing stays as given."""
+
+    def key(p: str) -> tuple[int, str]:
+        m = re.search(r"\.rank(\d+)\.", os.path.basename(p) + ".")
+        return (int(m.group(1)) if m else 1 << 30, p)
+
+    out: list[str] = []
+    for p in inputs:
+        hits = [] if os.path.exists(p) or not glob.has_magic(p) else glob.glob(p)
+        out.extend(sorted(hits, key=key) if hits else [p])
+    return out

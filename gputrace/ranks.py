@@ -10,7 +10,8 @@ the lowest round trips kept; exchanges happen at session start, at ``gputrace.sy
 every ``refresh_s`` seconds) and at stop, and the offset and drift are fitted over all of them with
 the same rigorous fit the resolver uses for GPU clocks (``gputrace.resolver.fit_clock`` and the
 feasible-set band of ``gputrace.clockbound``). The trace header records, per rank, the kept samples
-and the fit with its uncertainty; ``gputrace merge`` then places each rank by its fit.
+and the fit with its uncertainty; ``gputrace merge`` then places each rank by its fit
+(``gputrace.merge.place_ranks``).
 
 Nothing here opens a socket or imports torch or mpi4py: a group is only used when the program
 already imported its engine. An exchange that fails or takes longer than ``timeout_s`` is given up
@@ -21,8 +22,6 @@ with one notice; the program goes on and the trace says so.
 >>> rc = RankClock(Alone(), clock=lambda: 5)
 >>> rc.exchange("start"); rc.header()["status"]
 'reference'
->>> rank_path("out/run.trace.json", 3)
-'out/run.rank3.trace.json'
 """
 
 from __future__ import annotations
@@ -539,17 +538,6 @@ def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
     return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
 
 
-def rank_path(path: str | os.PathLike[str], rank: int) -> str:
-    """``run.trace.json`` → ``run.rank3.trace.json`` (unchanged when the name already says it)."""
-    head, name = os.path.split(os.fspath(path))
-    if f"rank{rank}" in name.split("."):
-        return os.fspath(path)
-    stem, dot, rest = name.partition(".")
-    if not stem:  # a name starting with a dot
-        return os.path.join(head, f"{name}.rank{rank}")
-    return os.path.join(head, f"{stem}.rank{rank}{dot}{rest}")
-
-
 def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None = None) -> RankClock | None:
     """A ``RankClock`` for ``group`` (see ``transport_for``), or ``None`` without a group of two or
     more ranks. A group that cannot be used is reported once and ignored."""
@@ -565,161 +553,3 @@ def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None 
     if t is None or int(t.size) < 2:
         return None  # a group of one rank has nobody to exchange with: nothing changes
     return RankClock(t, clock, **(options or {}))
-
-
-# ------------------------------------------------------------------------------------------------
-# merging: place each rank on rank 0's clock by its measured fit
-
-
-def place(
-    traces: list[Any], files: list[str], shifts: list[int]
-) -> tuple[list[Any], list[int], list[dict[str, Any]]]:
-    """Where ranks measured their offsets against one rank 0, map their times onto rank 0's clock
-    (offset and drift); the others move by their clock-pair ``shifts``, re-anchored on that clock.
-
-    Returns the traces (mapped ones replaced), their remaining constant shifts, and per trace how
-    it was placed and with what uncertainty.
-    """
-    recs = [t.header.get("ranks") if isinstance(t.header.get("ranks"), dict) else None for t in traces]
-    usable = [
-        r is not None and (r.get("status") == "reference" or isinstance(r.get("fit"), dict)) for r in recs
-    ]
-    ids = [r.get("reference_id") if r is not None and u else None for r, u in zip(recs, usable, strict=True)]
-    counted = [i for i in ids if i]
-    if not counted:
-        return traces, shifts, [_pair_info(t, traces[0], s) for t, s in zip(traces, shifts, strict=True)]
-    ref_ids = [
-        i for i, r in zip(ids, recs, strict=True) if i and r is not None and r.get("status") == "reference"
-    ]
-    ref_id = ref_ids[0] if ref_ids else max(set(counted), key=counted.count)
-    measured = [i == ref_id for i in ids]
-    anchor = measured.index(True)
-    out_traces, out_shifts, info = list(traces), list(shifts), []
-    a_rec = recs[anchor]
-    assert a_rec is not None
-    a_start = _start(traces[anchor])
-    a_off = (
-        0
-        if a_rec.get("status") == "reference"
-        else int(to_reference(a_rec["fit"], np.array([a_start]))[0]) - a_start
-    )
-    for k, t in enumerate(traces):
-        rec = recs[k]
-        if measured[k] and rec is not None:
-            start, end = _start(t), int(t.header.get("end_ns", _start(t)))
-            base = {
-                "engine": rec.get("engine"),
-                "rank": rec.get("rank"),
-                "samples": len(rec.get("samples") or []),
-            }
-            if rec.get("status") == "reference":
-                info.append(
-                    {"method": "reference", "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0, **base}
-                )
-                out_shifts[k] = 0
-                continue
-            fit = rec["fit"]
-            out_traces[k] = _mapped(t, fit)
-            out_shifts[k] = 0
-            info.append({
-                "method": "measured", **base,
-                "offset_ns": int(to_reference(fit, np.array([start]))[0]) - start,
-                "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
-                "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
-                "fit_method": fit.get("method"), "bound": fit.get("bound"),
-            })  # fmt: skip
-            if rec.get("failed"):
-                info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
-        else:
-            out_shifts[k] = shifts[k] - shifts[anchor] + a_off
-            info.append(_pair_info(t, traces[anchor], out_shifts[k]))
-    return out_traces, out_shifts, info
-
-
-def _start(t: Any) -> int:
-    return int(t.header.get("start_ns", t.header["base_ns"]))
-
-
-def _pair_info(t: Any, ref: Any, shift: int) -> dict[str, Any]:
-    host = (t.header.get("host") or {}).get("name")
-    same = host is not None and host == (ref.header.get("host") or {}).get("name")
-    note = ("clock pair on the same host: one monotonic clock, exact up to the realtime reads unless "
-            "the realtime clock was stepped between the sessions") if same else (
-            "clock pair across hosts: trusts NTP (single-digit ms over the internet, tens of µs on a "
-            "good LAN); not measured")  # fmt: skip
-    r = t.header.get("ranks")
-    if isinstance(r, dict) and r.get("failed"):
-        note += f"; the measured exchange failed: {r['failed']}"
-    return {"method": "clock pair", "offset_ns": shift, "uncertainty_ns": None, "note": note}
-
-
-def _mapped(t: Any, fit: dict[str, Any]) -> Any:
-    """``t`` with every time moved from its session clock onto rank 0's by ``fit``."""
-    from dataclasses import replace
-
-    from gputrace.model import NO_TIME, ScopeTable, SpanTable, Trace
-
-    def m(col: np.ndarray) -> np.ndarray:
-        col = np.asarray(col, np.int64)
-        ok = col != NO_TIME
-        out: np.ndarray = col.copy()
-        if ok.any():
-            out[ok] = to_reference(fit, col[ok])
-        return out
-
-    def one(ns: int) -> int:
-        return int(to_reference(fit, np.array([ns], np.int64))[0])
-
-    s = t.scopes
-    scopes = ScopeTable(**{c: getattr(s, c) for c in ScopeTable.COLUMNS}, args=s.args)
-    for c in ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
-        setattr(scopes, c, m(getattr(s, c)))
-    sp = t.spans
-    spans = SpanTable(sp.scope, sp.label, sp.queue, m(sp.submit_ns), m(sp.gpu_start_ns), m(sp.gpu_end_ns))
-    marks = [replace(x, ts_ns=one(x.ts_ns)) for x in t.marks]
-    slope = float(fit["slope"])
-    fits = {d: replace(f, cpu_ref_ns=one(f.cpu_ref_ns), first_cpu_ns=one(f.first_cpu_ns),
-                       last_cpu_ns=one(f.last_cpu_ns), slope=f.slope / slope)
-            for d, f in t.clock_fits.items()}  # fmt: skip
-    header = dict(t.header)
-    for k in ("start_ns", "base_ns", "end_ns"):
-        if isinstance(header.get(k), int):
-            header[k] = one(header[k])
-    return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits)
-
-
-def placement_lines(header: dict[str, Any]) -> list[str]:
-    """One line per input of a merged trace: how it was placed on the time line, how well."""
-    out = []
-    for m in header.get("merged") or []:
-        how = m.get("offset") or {}
-        who = f"rank {m['rank']}" if m.get("rank") is not None else str(m.get("file"))
-        method = how.get("method", "clock pair")
-        line = f"{who}: {method}" + (" (its clock is the time line)" if method == "reference" else "")
-        if method == "measured":
-            unc = float(how.get("uncertainty_ns") or 0)
-            line += (f" through {how.get('engine')}, offset {how.get('offset_ns', 0) / 1e3:+.3f} µs "
-                     f"± {unc / 1e3:.3f} µs, drift {how.get('drift_ppm', 0.0):+.2f} ppm")  # fmt: skip
-        elif method == "clock pair":
-            line += f", offset {how.get('offset_ns', 0) / 1e3:+.3f} µs, uncertainty not measured"
-        if how.get("note"):
-            line += f" ({how['note']})"
-        out.append(line)
-    return out
-
-
-def expand_inputs(inputs: Sequence[str]) -> list[str]:
-    """Inputs with glob patterns (``'run.rank*.trace.json'``, quoted past the shell) expanded, in
-    rank order where the names carry ranks; a pattern matching nothing stays as given."""
-    import glob
-    import re
-
-    def key(p: str) -> tuple[int, str]:
-        m = re.search(r"\.rank(\d+)\.", os.path.basename(p) + ".")
-        return (int(m.group(1)) if m else 1 << 30, p)
-
-    out: list[str] = []
-    for p in inputs:
-        hits = [] if os.path.exists(p) or not glob.has_magic(p) else glob.glob(p)
-        out.extend(sorted(hits, key=key) if hits else [p])
-    return out

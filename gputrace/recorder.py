@@ -21,17 +21,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from gputrace.backends.base import Backend, Clock
 from gputrace.errors import report_internal
 from gputrace.jsonsafe import clean_str, is_plain, jsonsafe, short_repr
 from gputrace.model import Flag
+from gputrace.records import RawThread
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -137,6 +136,24 @@ class Recorder:
         with self._buffers_lock:
             self._extra_tids += 1
             return EXTRA_TID_BASE + self._extra_tids
+
+    def tracks(self) -> list[ThreadBuffer]:
+        """Every track recorded so far: a copy of the list (a track added meanwhile is in the next
+        call's), for readers on other threads (the stream's writer, the drain at stop)."""
+        with self._buffers_lock:
+            return list(self.buffers)
+
+    def scopes_held(self, open_too: bool = True) -> int:
+        """Scopes waiting in the tracks' buffers (what a failed drain would lose), and with
+        ``open_too`` those still open. Never raises: 0 when they cannot be counted."""
+        try:
+            n = 0
+            for b in self.tracks():
+                n += sum(len(o) // 3 for o in b.old_logs) + len(b.log) // 3 + len(b.rich) // RICH
+                n += len(b.stack) if open_too else 0
+            return n
+        except Exception:
+            return 0
 
     def buffer(self) -> ThreadBuffer:
         """This OS thread's track."""
@@ -519,18 +536,6 @@ def mark(name: str, **args: Any) -> None:
         rec.internal_error("recording a mark", exc)
 
 
-@dataclass
-class RawThread:
-    """One thread's drained buffer, handed to the resolver."""
-
-    tid: int
-    name: str
-    names: list[str]
-    times: npt.NDArray[np.int64]  # shape (n, 4): cpu_start_ns, cpu_end_ns, token, flags
-    args: dict[int, dict[str, Any]]  # row in ``names``/``times`` -> args
-    marks: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
-
-
 def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
     """Take every track's records. Scopes still open at stop are kept, ending at ``stop_ns``,
     flagged degraded with ``args["unclosed"] = True``: nothing recorded is dropped. Args, names
@@ -539,10 +544,8 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
     Other threads may still be inside scopes while this runs: a scope that leaves during the
     drain is either in the copy (closed) or still on its stack (unclosed), or, leaving at that
     very moment, in neither; never half of it."""
-    with rec._buffers_lock:
-        buffers = list(rec.buffers)
     out = []
-    for buf in buffers:
+    for buf in rec.tracks():
         stack = list(buf.stack)
         log = [x for old in list(buf.old_logs) for x in old] + list(buf.log)
         rich = list(buf.rich)

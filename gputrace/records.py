@@ -2,21 +2,19 @@
 
 Times here are in the domain they were read in: the session clock for CPU reads, a GPU clock
 (or CUPTI's clock) for device timestamps. The resolver (``gputrace.resolver``) aligns and places
-them; nothing in this module interprets them. ``RawThread`` (one thread's scopes) lives with the
-recorder that fills it.
+them; nothing in this module interprets them. ``RawThread`` is one thread's scopes as the recorder
+hands them over (``gputrace.recorder.drain``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from gputrace.model import QueueInfo
-
-if TYPE_CHECKING:
-    from gputrace.recorder import RawThread
 
 # Kinds of GPU operation a timing source sees (``RawOp.kind``, ``OpTable.kind``).
 OP_KERNEL = 0
@@ -170,6 +168,18 @@ class Collected:
     blind: list[Blind] = field(default_factory=list)
     ops_timing: bool = False  # a timing source that observes every scope made this collect
     batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
+
+
+@dataclass
+class RawThread:
+    """One thread's drained buffer, handed to the resolver."""
+
+    tid: int
+    name: str
+    names: list[str]
+    times: npt.NDArray[np.int64]  # shape (n, 4): cpu_start_ns, cpu_end_ns, token, flags
+    args: dict[int, dict[str, Any]]  # row in ``names``/``times`` -> args
+    marks: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass

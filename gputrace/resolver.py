@@ -56,8 +56,7 @@ from gputrace.model import (
     nest,
 )
 from gputrace.npstats import distinct
-from gputrace.recorder import RawThread
-from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan, all_ops
+from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan, RawThread, all_ops
 
 __all__ = [
     "DEFAULT_DRIFT_PPM",

@@ -12,9 +12,8 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
-import socket
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -27,56 +26,35 @@ from gputrace.backends import create
 from gputrace.backends.base import Backend, Clock
 from gputrace.clock import clock_pair, session_clock
 from gputrace.errors import GputraceError, report_internal, reported, reset_reports
-from gputrace.fallback import cpu_scopes, without_gpu
-from gputrace.gcpause import gc_paused
-from gputrace.jsonsafe import jsonsafe
-from gputrace.model import (
-    FORMAT_VERSION,
-    NO_TIME,
-    Flag,
-    QueueInfo,
-    Trace,
-    flag_names,
+from gputrace.fallback import complete_queues, cpu_scopes, without_gpu
+from gputrace.flight import (
+    RingTriggers,
+    RingWriter,
+    parse_schedule,
+    parse_steps,
+    set_stepper,
+    start_steps,
+    stop_steps,
 )
+from gputrace.gcpause import gc_paused
+from gputrace.host import host_facts, launcher_rank, loadavg, rank_file
+from gputrace.jsonsafe import jsonsafe
+from gputrace.model import FORMAT_VERSION, QueueInfo, Trace
 from gputrace.outpath import check_output
-from gputrace.ranks import RankClock, rank_path, transport_for
+from gputrace.ranks import RankClock, transport_for
 from gputrace.ranks import attach as attach_ranks
-from gputrace.recorder import RawThread, Recorder, active_recorder, drain
+from gputrace.recorder import Recorder, active_recorder, drain
 from gputrace.resolver import RawRecording, resolve
 
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
 STREAM_BASE_MARGIN_NS = 100_000_000
-RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
-
-
-def _loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def _nvtx_ranges() -> Any:
     from gputrace.nvtx import load
 
     return load()
-
-
-def _world_size() -> int:
-    for var in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
-        v = os.environ.get(var)
-        if v is not None and v.strip().isdigit():
-            return int(v)
-    return 1
-
-
-def _rank() -> int | None:
-    for var in RANK_VARS:
-        v = os.environ.get(var)
-        if v is not None and v.strip().isdigit():
-            return int(v)
-    return None
 
 
 class session:
@@ -143,11 +121,9 @@ class session:
         if steps is not None and schedule is not None:
             raise GputraceError("give steps= or schedule=, not both (steps='a:b' is a one-window schedule).")
         if steps is not None or schedule is not None:
-            from gputrace.flight import parse_schedule, parse_steps
-
             self._steps = parse_steps(steps) if steps is not None else parse_schedule(schedule)
         self._stepper: Any = None
-        self._usr1: Any = None
+        self._ring_triggers: RingTriggers | None = None
         self._streamer: Any = None
         self._stream_path: Path | None = None  # where the streamed file was opened
         self._finished = False
@@ -204,9 +180,9 @@ class session:
         if rec is not None:
             steps.append(rec.backend.close)
         if self._stepper is not None:
-            steps.append(_clear_stepper)
-        if self.ring_s is not None:
-            steps.append(self._remove_ring_triggers)
+            steps.append(lambda: set_stepper(None))
+        if self._ring_triggers is not None:
+            steps.append(self._ring_triggers.remove)
         for step in steps:
             with contextlib.suppress(Exception):
                 step()
@@ -240,13 +216,9 @@ class session:
             "base_ns": base,
             "clock_pair": {"monotonic_ns": mono, "realtime_ns": real},
             "pid": os.getpid(),
-            "rank": _rank(),
+            "rank": launcher_rank(),
             "argv": list(sys.argv),
-            "host": {
-                "name": socket.gethostname(),
-                "cpu_count": os.cpu_count(),
-                "loadavg_start": _loadavg(),
-            },
+            "host": host_facts(),
             "metadata": _safe_metadata(self.metadata),
         }
         calibration = _calibration(backend.name)
@@ -265,20 +237,15 @@ class session:
             outer.deactivate()
             self._outer = outer
         self._attach_ranks("start")
-        if self._ranks is not None and self.path is not None:  # each rank writes its own file
-            self.path = Path(rank_path(self.path, self._ranks.rank))
-        elif self.path is not None and self.group is not False:
-            # a rank of a launched job (torchrun, mpirun) whose group comes later: its own file
-            # from the start, so ranks never stream into one file
-            env_rank = _rank()
-            if env_rank is not None and _world_size() > 1:
-                self.path = Path(rank_path(self.path, env_rank))
+        if self.path is not None:  # each rank writes its own file
+            measured = self._ranks.rank if self._ranks is not None else None
+            self.path = rank_file(self.path, measured, launched=self.group is not False)
         if self._steps is None:
             self._recorder.activate()
         if self.stream:
             self._start_stream()
         if self._steps is not None:
-            self._start_steps()
+            self._stepper = start_steps(self._steps, self._recorder, self.clock)
         return self
 
     def scopes_recorded(self) -> int:
@@ -337,8 +304,6 @@ class session:
         try:
             writer = None
             if self.ring_s is not None:
-                from gputrace.flight import RingWriter
-
                 writer = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock)
             self._streamer = Streamer(self.path, header, self._recorder, self._raw, writer)
             self._stream_path = Path(self.path)
@@ -346,6 +311,10 @@ class session:
             self.stream = False  # fall back to writing at stop, where the error is reported once
             return
         except Exception as exc:
+            with contextlib.suppress(OSError):  # an empty file the failed open left: not a trace
+                st = os.stat(self.path)
+                if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                    os.unlink(self.path)
             report_internal(
                 "stream", f"opening the streamed trace failed ({type(exc).__name__}: {exc}); written at stop."
             )
@@ -360,30 +329,10 @@ class session:
                 "stream-timer", f"the trace's writing timer failed to start ({type(exc).__name__}: {exc})."
             )
         if self.ring_s is not None:
-            self._install_ring_triggers()
+            self._ring_triggers = RingTriggers(self._ring_at_exit, self.dump_ring)
+            self._ring_triggers.install()
 
-    # flight recorder and step windows (gputrace.flight) ---------------------------------------
-    def _install_ring_triggers(self) -> None:
-        import atexit
-        import signal
-
-        atexit.register(self._ring_at_exit)
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
-
-            def on_usr1(signum: int, frame: Any) -> None:  # write from a thread: never block here
-                threading.Thread(target=self.dump_ring, name="gputrace-ring", daemon=True).start()
-
-            self._usr1 = signal.signal(signal.SIGUSR1, on_usr1)
-
-    def _remove_ring_triggers(self) -> None:
-        import atexit
-        import signal
-
-        atexit.unregister(self._ring_at_exit)
-        if self._usr1 is not None:
-            signal.signal(signal.SIGUSR1, self._usr1)
-            self._usr1 = None
-
+    # the flight recorder (gputrace.flight) ------------------------------------------------------
     def _ring_at_exit(self) -> None:
         if not self._finished:
             self._load_at_stop = False  # the interpreter is ending: write, do not read back
@@ -410,27 +359,6 @@ class session:
             report_internal("ring", f"writing the flight recorder failed ({type(exc).__name__}: {exc}).")
             return None
 
-    def _start_steps(self) -> None:
-        from gputrace.flight import Stepper, set_stepper
-
-        rec = self._recorder
-        assert rec is not None and self._steps is not None
-
-        def activate() -> None:
-            if active_recorder() is None:
-                rec.activate()
-
-        def mark(n: int, window: int | None) -> None:
-            marks = rec.buffer().marks
-            now = self.clock()
-            if window is not None:  # an active window starts: its own mark, so each can be found
-                marks.append((f"window {window}", now, "mark", {"window": window, "step": n}))
-            marks.append((f"step {n}", now, "mark", {"step": n}))
-
-        self._stepper = Stepper(self._steps, activate, rec.deactivate, mark)
-        set_stepper(self._stepper)
-        self._stepper.begin()
-
     def _stop_stream(self, stop_ns: int) -> None:
         from gputrace.streaming import final_clock, unclosed
 
@@ -449,9 +377,9 @@ class session:
             taken = st.take()
             st.write(taken, complete=True, queues=self._raw.queues)
         except Exception as exc:
-            _count_lost(st, taken)
+            st.count_lost(taken)
             if taken is None:  # never taken: what the buffers hold is lost
-                st.lost_scopes += _recorded_scopes(rec, open_too=False)
+                st.lost_scopes += rec.scopes_held(open_too=False)
             why = f"{type(exc).__name__}: {exc}"
             report_internal("stream", f"writing the last recorded scopes failed ({why}).")
         st.final = True
@@ -460,7 +388,7 @@ class session:
             taken = unclosed(rec, stop_ns)
             st.write(taken, complete=True, queues=self._raw.queues)
         except Exception as exc:
-            _count_lost(st, taken)
+            st.count_lost(taken)
             why = f"{type(exc).__name__}: {exc}"
             report_internal("stream", f"ending the scopes still open failed ({why}).")
         header = dict(self._raw.header)
@@ -501,12 +429,10 @@ class session:
         rec = self._recorder
         assert rec is not None
         try:
-            queues = _complete_queues(
-                _safe(rec.backend.queues), self._raw.spans, rec.backend.name, self._raw.ops, self._raw.batches
-            )
+            queues = self._queues(rec)
             self._streamer.write(taken, complete=True, queues=queues)
         except Exception as exc:  # (``write`` itself never raises: this is a fault at its call)
-            _count_lost(self._streamer, taken)
+            self._streamer.count_lost(taken)
             report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
 
     def sync(self) -> None:
@@ -572,19 +498,13 @@ class session:
         self._finished = True
         rec.deactivate()
         if self._stepper is not None:
-            from gputrace.flight import set_stepper
-
-            set_stepper(None)
-            st = self._stepper
-            self._raw.header["schedule"] = dict(
-                st.plan.to_dict(), steps=st.n, windows=[list(w) for w in st.seen]
-            )
-        if self.ring_s is not None:
-            self._remove_ring_triggers()
+            self._raw.header["schedule"] = stop_steps(self._stepper)
+        if self._ring_triggers is not None:
+            self._ring_triggers.remove()
         outer, self._outer = self._outer, None
         if os.getpid() != self._pid:
             # a forked child: the parent owns the backend and the file; touch neither
-            self.trace = _fallback_trace(self._raw.header, [], "")
+            self.trace = cpu_scopes(self._raw.header, [], "")
             return self.trace
         if outer is not None and active_recorder() is None:
             outer.activate()
@@ -609,16 +529,18 @@ class session:
         if self._ranks is not None:
             self._raw.header["ranks"] = self._ranks.header()
             if self.path is not None:
-                self.path = Path(rank_path(self.path, self._ranks.rank))
+                self.path = rank_file(self.path, self._ranks.rank)
         stop_ns = self.clock()
         raw = self._raw
         raw.header["end_ns"] = stop_ns
-        raw.header["host"]["loadavg_end"] = _loadavg()
+        raw.header["host"]["loadavg_end"] = loadavg()
         raw.header["backend_info"] = _safe(rec.backend.info)
         raw.header["devices"] = _safe(rec.backend.devices) or []
-        raw.queues = _complete_queues(
-            _safe(rec.backend.queues), raw.spans, rec.backend.name, raw.ops, raw.batches
-        )
+        queues = self._queues(rec)
+        if queues is None:  # GPU times on queues no stage could name: left out, and said so
+            raw.problem = raw.problem or "listing the GPU queues failed"
+            raw.spans, raw.ops, raw.batches = [], [], []
+        raw.queues = queues or []
         try:
             rec.backend.close()
         except Exception as exc:
@@ -626,7 +548,7 @@ class session:
         if self._streamer is not None:
             self._stop_stream(stop_ns)
         else:
-            recorded = _recorded_scopes(rec)
+            recorded = rec.scopes_held()
             try:
                 raw.threads = drain(rec, stop_ns)
             except Exception as exc:
@@ -655,7 +577,7 @@ class session:
         if self._trace is None:
             self._finished = True
             header = _safe_header(dict(self._raw.header, problems=reported() or [self._start_failed]))
-            self._trace = _fallback_trace(header, [], "")
+            self._trace = cpu_scopes(header, [], "")
             if self.path is not None:
                 self._write(self._trace, self.path)
         return self._trace
@@ -682,23 +604,45 @@ class session:
             reason = f"exporting the trace failed ({type(exc).__name__}: {exc})"
             report_internal("export", f"{reason}; its GPU part is left out of {path}.")
         trace.header["problems"] = _safe_header({"p": reported()}).get("p", [])
+        cpu = without_gpu(trace, reason)
         try:  # again without the GPU part (where exporter faults are most likely)
-            exporters.write_session(_cpu_only(trace, reason), path)
+            exporters.write_session(cpu, path)
             self.written = path
             return
         except Exception:
             pass
-        try:  # last resort: the CPU scopes in the plainest form the loader reads, written plainly
-            target = exporters.canonical(path)  # (an export-only format's canonical file)
-            tmp = target.with_name(target.name + ".partial")
-            data = _plain_json(trace, reason)
-            if target.name.endswith(".gz"):
-                data = gzip.compress(data, compresslevel=5)
-            tmp.write_bytes(data)
-            tmp.replace(target)
-            self.written = path
-        except Exception as exc:
-            report_internal("write", f"could not write the trace to {path} ({type(exc).__name__}: {exc}).")
+        try:
+            self._write_plain(cpu, path)
+        except Exception as exc:  # the writer fails at every call: no file; the trace stays here
+            report_internal(
+                "write",
+                f"could not write the trace to {path} ({type(exc).__name__}: {exc}); "
+                "it is still available as session.trace.",
+            )
+
+    def _write_plain(self, cpu: Trace, path: Path) -> None:
+        """The last resort once ``path`` failed with the CPU scopes too: for an export (``.pftrace``)
+        them in its canonical JSON file alone; failing that, or for JSON itself, the header alone,
+        which counts them as lost. Both come from the exporters: nothing else writes trace files."""
+        from gputrace import exporters
+
+        canonical = exporters.canonical(path)
+        if canonical != path:
+            with contextlib.suppress(Exception):  # the export failed; JSON may not
+                self.written = exporters.write(cpu, canonical)
+                return
+        tmp = canonical.with_name(
+            f"{canonical.name}.partial.json" + (".gz" if canonical.suffix == ".gz" else "")
+        )
+        try:
+            header = dict(cpu.header, lost={"scopes": len(cpu), "chunks": 1})
+            exporters.stream_writer(tmp, header).close(header)
+            tmp.replace(canonical)
+            self.written = canonical
+            report_internal("write", f"the trace's {len(cpu)} scopes could not be written to {path}; "
+                            "the file says so, and session.trace holds them.")  # fmt: skip
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _calibrate(self, final: bool = False) -> None:
         """Take calibration samples; at stop (``final``) until the clock fit rests on some of
@@ -717,7 +661,7 @@ class session:
             report_internal("calibrate", f"{reason}.")
             self._raw.problem = self._raw.problem or reason
 
-    def _collect_background(self) -> tuple[int | None, list[QueueInfo]]:
+    def _collect_background(self) -> tuple[int | None, list[QueueInfo] | None]:
         """The streamer's collect without a sync (CUPTI); returns the time before which scopes
         are complete (``CuptiBackend.collect_background``; None when nothing can be said) and
         the queues known now."""
@@ -727,9 +671,18 @@ class session:
             got, horizon = rec.backend.collect_background()  # type: ignore[attr-defined]
             self._raw.add_ops(got)
             self._calibrate()
-            queues = _complete_queues(_safe(rec.backend.queues), self._raw.spans, rec.backend.name,
-                                      self._raw.ops, self._raw.batches)  # fmt: skip
+            queues = self._queues(rec)
         return horizon, queues
+
+    def _queues(self, rec: Recorder) -> list[QueueInfo] | None:
+        """The backend's queues, with stand-ins for those it did not list (``complete_queues``);
+        None if even that fails (reported once): a chunk then keeps the queues known before."""
+        raw, listed = self._raw, _safe(rec.backend.queues)
+        try:
+            return complete_queues(listed, raw.spans, rec.backend.name, raw.ops, raw.batches)
+        except Exception as exc:
+            report_internal("queues", f"listing the GPU queues failed ({type(exc).__name__}: {exc}).")
+            return None
 
     def _collect(self) -> None:
         rec = self._recorder
@@ -798,23 +751,6 @@ def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -
     return {**options, "timing": timing}
 
 
-def _complete_queues(
-    queues: Any,
-    spans: list[Any],
-    backend: str,
-    ops: list[Any] | None = None,
-    batches: list[Any] | None = None,
-) -> list[QueueInfo]:
-    """The backend's queues, with a stand-in for every queue a span or operation names that it
-    did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
-    out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
-    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []]
-               + [int(b.rows["queue"].max()) for b in batches or [] if len(b)], default=-1) + 1  # fmt: skip
-    for i in range(len(out), need):
-        out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
-    return out
-
-
 def _resolve_safely(raw: RawRecording) -> Trace:
     """``resolve(raw)``; if it fails, the CPU scopes alone, flagged degraded with the reason."""
     try:
@@ -823,7 +759,7 @@ def _resolve_safely(raw: RawRecording) -> Trace:
         reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
         report_internal("resolve", f"{reason}; the trace keeps CPU times only, flagged degraded.")
     problems = _safe_header({"p": reported()}).get("p", [])
-    return _fallback_trace(dict(raw.header, problems=problems), raw.threads, reason)
+    return cpu_scopes(dict(raw.header, problems=problems), raw.threads, reason)
 
 
 def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
@@ -857,82 +793,6 @@ def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
         why_text = f"header fields left out (they could not be converted): {', '.join(left_out)}"
         out["problems"] = [*problems, why_text]
     return out
-
-
-def _count_lost(streamer: Any, taken: Any) -> None:
-    """``taken`` never reached ``streamer``'s file: counted in its final header."""
-    try:
-        from gputrace.fallback import scopes_in
-
-        n = scopes_in(taken.threads) if taken is not None else 0
-        if n:
-            streamer.lost_scopes += n
-            streamer.lost_chunks += 1
-    except Exception:
-        pass
-
-
-def _recorded_scopes(rec: Recorder, open_too: bool = True) -> int:
-    """Scopes in the recorder's buffers (what a failed drain loses), and those still open."""
-    try:
-        from gputrace.fallback import scopes_in
-
-        with rec._buffers_lock:
-            buffers = list(rec.buffers)
-        olds = sum(len(o) // 3 for b in buffers for o in b.old_logs)
-        return (
-            scopes_in([(b, b.log, b.rich, b.marks) for b in buffers])
-            + olds
-            + (sum(len(b.stack) for b in buffers) if open_too else 0)
-        )
-    except Exception:
-        return 0
-
-
-def _clear_stepper() -> None:
-    from gputrace.flight import set_stepper
-
-    set_stepper(None)
-
-
-def _fallback_trace(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:
-    """CPU scopes only, built without the resolver (which may be what failed)."""
-    return cpu_scopes(header, threads, reason)
-
-
-def _cpu_only(trace: Trace, reason: str) -> Trace:
-    """``trace`` without its GPU part, every scope flagged degraded with ``reason``."""
-    return without_gpu(trace, reason)
-
-
-def _plain_json(trace: Trace, reason: str) -> bytes:
-    """The CPU scopes as the plainest Chrome JSON the loader reads (no exporter involved)."""
-    import orjson
-
-    s = trace.scopes
-    header = jsonsafe(dict(trace.header, clock=[], anomalies={"counts": {}, "items": [], "truncated": 0}))
-    pid = int(header.get("pid") or 1)
-    base = min([int(header["base_ns"]), *[int(v) for v in s.cpu_start_ns[:1]]])
-    header["base_ns"] = base
-    header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
-    header["queues"] = []
-    ev: list[dict[str, Any]] = [
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": t.tid, "args": {"name": t.name}}
-        for t in trace.threads
-    ]
-    flags = flag_names(int(Flag.DEGRADED))
-    for i in range(len(s)):
-        t0, t1 = int(s.cpu_start_ns[i]), int(s.cpu_end_ns[i])
-        if t0 == NO_TIME or t1 < t0:
-            continue
-        ev.append(
-            {
-                "ph": "X", "cat": "cpu", "name": trace.names[int(s.name[i])], "pid": pid,
-                "tid": trace.threads[int(s.thread[i])].tid, "ts": (t0 - base) / 1000.0,
-                "dur": (t1 - t0) / 1000.0, "args": {"degraded": reason, "flags": flags},
-            }
-        )  # fmt: skip
-    return orjson.dumps({"traceEvents": ev, "displayTimeUnit": "ms", "gputrace": header})
 
 
 def _safe_metadata(metadata: Any) -> dict[str, Any]:

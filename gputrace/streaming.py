@@ -43,8 +43,8 @@ from gputrace.fallback import cpu_scopes, scopes_in, without_gpu
 from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
-from gputrace.recorder import RICH, RawThread, Recorder, ThreadBuffer, ThrottledLog, raw_thread
-from gputrace.records import OpBatch, all_ops
+from gputrace.recorder import RICH, Recorder, ThreadBuffer, ThrottledLog, raw_thread
+from gputrace.records import OpBatch, RawThread, all_ops
 from gputrace.resolver import RawRecording, anomaly_report, resolve
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
@@ -135,7 +135,7 @@ class Streamer:
         self.degraded_chunks = 0  # chunks written with CPU times only
         self.rows_out = 0  # scopes written or held: the file row of the next chunk's first scope
         # set by the session (CUPTI): collect without a sync -> (horizon, queues)
-        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo]]] | None = None
+        self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo] | None]] | None = None
         self.last_collect = time.monotonic()
         self.carried_ops = 0  # operations waiting in raw.batches for a scope still open
         self.last_horizon: int | None = None  # CUPTI: the latest horizon, and whether it moved
@@ -243,9 +243,7 @@ class Streamer:
 
     def backlog(self) -> int:
         """Plain scopes recorded and not yet written (read without stopping anyone)."""
-        with self.recorder._buffers_lock:
-            buffers = list(self.recorder.buffers)
-        return sum(len(b.log) for b in buffers) // 3
+        return sum(len(b.log) for b in self.recorder.tracks()) // 3
 
     def _throttle(self, on: bool) -> None:
         """Backpressure. Without syncs, a loop of near-empty scopes records faster (1.6 M scopes/s
@@ -264,9 +262,7 @@ class Streamer:
         else:
             self._gate.set()
         with self.lock:  # never while a chunk is being taken
-            with self.recorder._buffers_lock:
-                buffers = list(self.recorder.buffers)
-            for buf in buffers:
+            for buf in self.recorder.tracks():
                 old = buf.log
                 buf.log = ThrottledLog(self._gate) if on else []
                 # lists swapped out long ago (several swaps: seconds) and read empty are dropped
@@ -300,11 +296,8 @@ class Streamer:
             return self._take()
 
     def _take(self) -> Taken:
-        rec = self.recorder
-        with rec._buffers_lock:
-            buffers = list(rec.buffers)
         out = Taken()
-        for buf in buffers:
+        for buf in self.recorder.tracks():
             plain = []
             for old in list(buf.old_logs):  # swapped out by backpressure: older than ``log``
                 k = len(old)
@@ -353,6 +346,15 @@ class Streamer:
                 if timer and not self.throttling and self.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
             self._more_pieces = False
+
+    def count_lost(self, taken: Taken | None) -> None:
+        """``taken`` never reached the file (a fault at the call that writes it): counted in the
+        final header. Never raises."""
+        with contextlib.suppress(Exception):
+            n = scopes_in(taken.threads) if taken is not None else 0
+            if n:
+                self.lost_scopes += n
+                self.lost_chunks += 1
 
     def _lose(self, scopes: int, what: str, exc: BaseException) -> None:
         """``scopes`` never reach the file: counted (the final header says so) and reported."""
@@ -577,9 +579,8 @@ class Streamer:
         loose = o.scope < 0
         if not loose.any():
             return chunk
-        with self.recorder._buffers_lock:
-            buffers = list(self.recorder.buffers)
-        open_tids = [b.tid for b in buffers if b.stack] + [buf.tid for buf, _ in self.pending.values()]
+        open_tids = [b.tid for b in self.recorder.tracks() if b.stack]
+        open_tids += [buf.tid for buf, _ in self.pending.values()]
         rows = ops.rows
         wait = np.isin(rows["correlation"], o.correlation[loose])
         if not getattr(self, "_more_pieces", False):  # else any thread's scope may come next
@@ -668,9 +669,7 @@ def _pieces(taken: Taken) -> list[Taken]:
 def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
     """Scopes still open at stop: kept, ending at ``stop_ns``, degraded, ``args["unclosed"]``."""
     out = Taken()
-    with recorder._buffers_lock:
-        buffers = list(recorder.buffers)
-    for buf in buffers:
+    for buf in recorder.tracks():
         rich: list[Any] = []
         for entry in list(buf.stack):
             obj, cpu_start, token = entry[0], entry[1], entry[2]

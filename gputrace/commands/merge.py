@@ -16,10 +16,9 @@ import click
 
 from gputrace.commands._common import fail, load_any
 from gputrace.errors import GputraceError
-from gputrace.merge import check_paths, write
+from gputrace.merge import check_paths, expand_inputs, placement_lines, write
 from gputrace.merge import merge as merge_traces
 from gputrace.progress import Progress
-from gputrace.ranks import expand_inputs, placement_lines
 from gputrace.safetext import path_text
 
 

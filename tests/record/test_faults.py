@@ -67,6 +67,9 @@ LOSES_GPU_TIMES = {
     "query_page",
 }
 ONCE = {"queues", "devices", "info", "close", "drain", "resolve", "attach", "timestamp_period"}
+# The one writer's stages: failing at every call, no scope can reach the file (nothing else writes
+# trace files); ``_check_writer_down`` says what is kept instead.
+WRITER = ("export", "write")
 
 
 def _cases(points: list[str]) -> list[tuple[str, str]]:
@@ -100,11 +103,26 @@ def _run(
     msgs = [str(w.message) for w in caught if issubclass(w.category, gputrace.GputraceWarning)]
     others = [str(w.message) for w in caught if not issubclass(w.category, gputrace.GputraceWarning)]
     assert not others, others
-    return result, fault, msgs, gputrace.load(canonical(out))
+    written = canonical(out)  # (a .pftrace session's file gputrace reads)
+    return result, fault, msgs, gputrace.load(written) if written.exists() else None  # type: ignore[return-value]
+
+
+def _check_writer_down(point: str, fault: Fault, msgs: list[str], t: gputrace.Trace | None) -> None:
+    """The writer failing at every call: the program goes on with one warning; an encoder that
+    always fails leaves the header alone, counting every scope as lost and saying why; a file
+    write that always fails leaves no file (``session.trace`` keeps the scopes either way)."""
+    assert fault.calls > 0 and fault.fired == fault.calls and len(msgs) == 1, msgs
+    if point == "write":
+        assert t is None
+    else:
+        assert t is not None and len(t.find("step")) == 0 and _lost(t) == STEPS
+        assert t.header.get("problems")
 
 
 def _check(point: str, mode: str, fault: Fault, msgs: list[str], t: gputrace.Trace, *, gpu: bool) -> None:
     assert fault.calls > 0, f"{fault.where} was never called: the suite tests nothing there"
+    if point in WRITER and mode == "every":
+        return _check_writer_down(point, fault, msgs, t)
     assert fault.fired == (fault.calls if mode == "every" else int(mode == "first" or fault.calls >= 3))
     assert len(msgs) <= 1, msgs
     assert (len(msgs) == 1) == (fault.fired > 0), msgs
@@ -169,6 +187,8 @@ def test_streamed_session_stages(point: str, mode: str, tmp_path: Path) -> None:
         tmp_path / "t.json",
     )  # fmt: skip
     assert result == sum(range(STEPS))
+    if point == "write" and mode == "every":  # the stream never opens; then as at stop
+        return _check_writer_down(point, fault, msgs, t)
     assert fault.calls > 0, f"{fault.where} was never called: the suite tests nothing there"
     assert len(msgs) == (1 if fault.fired else 0), msgs
     steps = t.find("step")
@@ -182,6 +202,39 @@ def test_streamed_session_stages(point: str, mode: str, tmp_path: Path) -> None:
         lost_gpu = [sc for sc in steps if sc.flags & Flag.DEGRADED]
         assert bool(lost_gpu) == bool(fault.fired)
         assert all(sc.args.get("degraded") for sc in lost_gpu)
+
+
+@pytest.mark.parametrize(("point", "stream"), [("export", False), ("write", False), ("write", True)])
+def test_a_writer_failing_at_every_call_leaves_every_scope_in_session_trace(
+    point: str, stream: bool, tmp_path: Path
+) -> None:
+    """Written at stop (or streamed, when the stream could not open), the session's trace keeps
+    every scope the file could not take."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with inject(*STAGES[point], "every"):
+            with gputrace.session(tmp_path / "t.json", backend="fake", quiet=True, stream=stream) as s:
+                _cpu_program()
+    assert len([w for w in caught if issubclass(w.category, gputrace.GputraceWarning)]) == 1
+    assert s.trace is not None and len(s.trace.find("step")) == STEPS
+
+
+def test_an_export_failing_at_every_call_leaves_the_cpu_scopes_in_the_canonical_file(tmp_path: Path) -> None:
+    """The last resort for an export (``.pftrace``) is its canonical JSON file alone."""
+    from gputrace.exporters import pftrace
+
+    out = tmp_path / "t.pftrace"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with inject(pftrace, "write", "every") as fault:
+            with gputrace.session(out, backend="fake", quiet=True, stream=False) as s:
+                _cpu_program()
+    warned = [w for w in caught if issubclass(w.category, gputrace.GputraceWarning)]
+    assert fault.fired == 2 and len(warned) == 1
+    assert not out.exists() and s.written == tmp_path / "t.json.gz"
+    steps = gputrace.load(tmp_path / "t.json.gz").find("step")
+    assert len(steps) == STEPS and all(sc.flags & Flag.DEGRADED for sc in steps)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz"]
 
 
 def _lost(t: gputrace.Trace) -> int:

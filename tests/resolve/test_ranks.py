@@ -23,6 +23,7 @@ from gputrace import ranks
 from gputrace.clock import FakeClock
 from gputrace.errors import GputraceWarning, reset_reports
 from gputrace.exporters import load
+from gputrace.host import rank_path
 from gputrace.merge import merge, merge_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,10 +165,10 @@ def test_a_silent_peer_costs_one_timeout_and_one_notice() -> None:
 
 
 def test_rank_path() -> None:
-    assert ranks.rank_path("run.trace.json", 3) == "run.rank3.trace.json"
-    assert ranks.rank_path("/a/b/run.json.gz", 0) == os.path.join("/a/b", "run.rank0.json.gz")
-    assert ranks.rank_path("run", 2) == "run.rank2"
-    assert ranks.rank_path("run.rank2.json", 2) == "run.rank2.json"
+    assert rank_path("run.trace.json", 3) == "run.rank3.trace.json"
+    assert rank_path("/a/b/run.json.gz", 0) == os.path.join("/a/b", "run.rank0.json.gz")
+    assert rank_path("run", 2) == "run.rank2"
+    assert rank_path("run.rank2.json", 2) == "run.rank2.json"
 
 
 def test_without_a_group_nothing_changes_and_nothing_is_sent(
