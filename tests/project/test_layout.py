@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gputrace"
+PACKAGE = Path(__file__).resolve().parents[2] / "gputrace"
 
 
 def _modules(root: Path) -> dict[str, Path]:
