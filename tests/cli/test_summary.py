@@ -285,7 +285,9 @@ def test_progress_bar_only_on_a_terminal(
     assert f"loading {DATA / 'story.json'}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["summary", "render", "compare", "merge", "foreign", "loader"])
+@pytest.mark.parametrize(
+    "module", ["summary", "render", "compare", "merge", "exporters.foreign", "exporters"]
+)
 def test_docstring_examples(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import doctest
     import importlib

@@ -223,7 +223,7 @@ print("parent", len(s.trace), s.written == __import__("pathlib").Path(out))
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_records_nothing_and_never_touches_the_parent_s_file(tmp_path: Path) -> None:
     out = tmp_path / "fork.json"
-    code = FORK_PROGRAM.format(tests=str(ROOT / "tests"))
+    code = FORK_PROGRAM.format(tests=str(ROOT / "tests" / "record"))
     for _ in range(3):  # the parent's file was lost in most runs before
         done = subprocess.run(
             [sys.executable, "-c", code, str(out)],
@@ -351,7 +351,7 @@ def test_a_forked_pool_worker_gets_a_notice_not_silence() -> None:
         pytest.skip("needs the fork start method")
     code = (
         "import multiprocessing as mp, sys, gputrace\n"
-        f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+        f"sys.path.insert(0, {str(ROOT / 'tests' / 'record')!r})\n"
         "from test_reliability import _child_work\n"
         "with gputrace.session(backend='cpu', quiet=True) as s:\n"
         "    with mp.get_context('fork').Pool(1) as p:\n"
