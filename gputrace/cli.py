@@ -49,3 +49,7 @@ def cli() -> None:
 
 def main() -> None:
     cli(prog_name="gputrace")
+
+
+if __name__ == "__main__":  # python3 -m gputrace.cli, as python3 -m gputrace
+    main()
