@@ -327,14 +327,22 @@ def trace_backend(trace: Trace) -> str | None:
     return None
 
 
-def calibration_for(trace: Trace) -> dict[str, Any] | None:
-    """The header's calibration when it was measured on the backend that ran the trace."""
+def header_calibration(trace: Trace) -> dict[str, Any] | None:
+    """The header's calibration (``gputrace calibrate``) if it holds the launch costs."""
     cal = trace.header.get("calibration")
     if not isinstance(cal, dict):
         return None
     try:
         float(cal["launch_cpu_ns"]), float(cal["launch_gpu_ns"])
     except (KeyError, TypeError, ValueError):
+        return None
+    return cal
+
+
+def calibration_for(trace: Trace) -> dict[str, Any] | None:
+    """The header's calibration when it was measured on the backend that ran the trace."""
+    cal = header_calibration(trace)
+    if cal is None:
         return None
     backend = trace_backend(trace)
     if cal.get("backend") not in (None, backend):

@@ -248,7 +248,7 @@ def summarize(
         "anomalies": found,
         "clock": clock_section(trace),
         "host": host_section(trace),
-        "calibration": _calibration(trace),
+        "calibration": figures.header_calibration(trace),
         "ranks": rank_view(trace),
         "timing": timing_section(trace),
         "cupti_dropped_records": (header.get("backend_info") or {}).get("cupti_dropped_records"),
@@ -288,17 +288,6 @@ def fold_numbers(trace: Trace) -> Trace:
         flags[demote] &= np.uint32(~int(Flag.COLD) & 0xFFFFFFFF)
     scopes = dataclasses.replace(s, name=new_name, flags=flags)
     return dataclasses.replace(trace, names=names, scopes=scopes)
-
-
-def _calibration(trace: Trace) -> dict[str, Any] | None:
-    cal = trace.header.get("calibration")
-    if not isinstance(cal, dict):
-        return None
-    try:
-        float(cal["launch_gpu_ns"]), float(cal["launch_cpu_ns"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return cal
 
 
 def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
