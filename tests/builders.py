@@ -211,3 +211,18 @@ def ops_trace(tmp_path: Path) -> Trace:
     along = spans.submit_ns == before[spans.scope]
     spans.submit_ns[along] = s.submit_ns[spans.scope[along]]
     return trace
+
+
+def wgpu_adapter() -> Any:
+    """A real WebGPU adapter (lavapipe in CI), or a skip that says how to get one."""
+    try:
+        import wgpu
+    except ImportError as exc:
+        pytest.skip(f"wgpu-py is not installed ({exc})")
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as exc:
+        pytest.skip(f"no WebGPU adapter here ({exc}); install mesa-vulkan-drivers for lavapipe")
+    if adapter is None:
+        pytest.skip("no WebGPU adapter here; install mesa-vulkan-drivers for lavapipe")
+    return adapter

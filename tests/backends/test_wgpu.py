@@ -23,6 +23,7 @@ import gputrace
 from gputrace.backends.base import CalibrationSample, Collected, RawSpan
 from gputrace.backends.wgpu_queries import ticks_to_ns
 from gputrace.errors import GputraceError
+from tests.builders import wgpu_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,23 +97,9 @@ def test_bad_options_are_one_clear_error() -> None:
 
 
 # a real adapter ----------------------------------------------------------------------------------
-def _adapter() -> Any:
-    try:
-        import wgpu
-    except ImportError as exc:
-        pytest.skip(f"wgpu-py is not installed ({exc})")
-    try:
-        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-    except Exception as exc:
-        pytest.skip(f"no WebGPU adapter here ({exc}); install mesa-vulkan-drivers for lavapipe")
-    if adapter is None:
-        pytest.skip("no WebGPU adapter here; install mesa-vulkan-drivers for lavapipe")
-    return adapter
-
-
 @pytest.fixture(scope="module")
 def adapter() -> Any:
-    a = _adapter()
+    a = wgpu_adapter()
     if "timestamp-query" not in a.features:
         pytest.skip(f"adapter {a.info['device']!r} has no timestamp-query support")
     return a

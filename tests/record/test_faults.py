@@ -32,6 +32,7 @@ from gputrace.backends.fake import FakeBackend
 from gputrace.exporters import canonical, chrome
 from gputrace.exporters import json as json_format
 from gputrace.model import Flag
+from tests.builders import wgpu_adapter
 from tests.faults import Fault, inject
 
 session_mod = importlib.import_module("gputrace.session")  # the module, not gputrace.session()
@@ -328,15 +329,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 
 @pytest.fixture(scope="module")
 def wgpu_device() -> Any:
-    try:
-        import wgpu
-    except ImportError as exc:
-        pytest.skip(f"wgpu-py is not installed ({exc})")
-    try:
-        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-    except Exception as exc:
-        pytest.skip(f"no WebGPU adapter here ({exc}); install mesa-vulkan-drivers for lavapipe")
-    if adapter is None or "timestamp-query" not in adapter.features:
+    adapter = wgpu_adapter()
+    if "timestamp-query" not in adapter.features:
         pytest.skip("no WebGPU adapter with timestamp-query here; install mesa-vulkan-drivers")
     return adapter.request_device_sync(required_features=["timestamp-query"])
 
