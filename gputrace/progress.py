@@ -8,7 +8,7 @@ Shown only when stderr is a terminal, so pipes, logs and CI output stay clean:
 >>> p.shown
 False
 
-The line is redrawn in place (at most every ``min_interval_s``, and at every new step) and
+The line is redrawn in place (at every new step, and every ``tick_s`` through a long one) and
 cleared when the work ends, so what the command prints afterwards starts on a clean line.
 """
 
@@ -51,7 +51,6 @@ class Progress:
         *,
         stream: TextIO | None = None,
         enabled: bool | None = None,
-        min_interval_s: float = 0.1,
         tick_s: float = 0.5,
     ) -> None:
         self.label = label
@@ -60,9 +59,7 @@ class Progress:
         self.stream = sys.stderr if stream is None else stream
         self.enabled = is_terminal(self.stream) if enabled is None else enabled
         self.shown = False
-        self._min_interval_s = min_interval_s
         self._start = time.monotonic()
-        self._last = -1e9
         self._what = ""
         self._stepping = False
         self._tick_s = tick_s
@@ -76,59 +73,44 @@ class Progress:
             self.done += 1
         self._stepping = True
         self._what = what
-        self._draw(force=True)
-
-    def advance(self, n: int = 1) -> None:
-        """``n`` more units done (redrawn at most every ``min_interval_s``)."""
-        self.done += n
-        self._draw(force=False)
+        self._draw()
 
     def _tick(self) -> None:  # keeps the elapsed time moving through a long step
         while not self._stop.wait(self._tick_s):
-            self._draw(force=True)
+            self._draw()
 
-    def _draw(self, force: bool) -> None:
+    def _draw(self) -> None:
         with self._lock:
-            self._draw_locked(force)
-
-    def _draw_locked(self, force: bool) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < self._min_interval_s:
-            return
-        self._last = now
-        count = f" [{self.done}/{self.total}]" if self.total else ""
-        what = f": {self._what}" if self._what else ""
-        line = f"{self.label}{what}{count} {now - self._start:.1f} s"
-        try:
-            self.stream.write(f"\r\x1b[K{line}")
-            self.stream.flush()
-            self.shown = True
-            if self not in _SHOWING:
-                _SHOWING.append(self)
-        except (OSError, ValueError):  # a closed terminal never stops the work
-            self.enabled = False
-
-    def _erase_locked(self) -> None:
-        if self in _SHOWING:
-            _SHOWING.remove(self)
+            if not self.enabled:
+                return
+            count = f" [{self.done}/{self.total}]" if self.total else ""
+            what = f": {self._what}" if self._what else ""
+            line = f"{self.label}{what}{count} {time.monotonic() - self._start:.1f} s"
             try:
-                self.stream.write("\r\x1b[K")
+                self.stream.write(f"\r\x1b[K{line}")
                 self.stream.flush()
-            except (OSError, ValueError):
-                pass
+                self.shown = True
+                if self not in _SHOWING:
+                    _SHOWING.append(self)
+            except (OSError, ValueError):  # a closed terminal never stops the work
+                self.enabled = False
 
     def close(self) -> None:
         self._stop.set()
         if self._ticker is not None and self._ticker is not threading.current_thread():
             self._ticker.join()
         with self._lock:
-            self._erase_locked()
+            if self in _SHOWING:
+                _SHOWING.remove(self)
+                try:
+                    self.stream.write("\r\x1b[K")
+                    self.stream.flush()
+                except (OSError, ValueError):
+                    pass
             self.enabled = False
 
     def __enter__(self) -> Progress:
-        self._draw(force=True)
+        self._draw()
         if self.enabled and self._tick_s > 0:
             self._ticker = threading.Thread(target=self._tick, name="gputrace-progress", daemon=True)
             self._ticker.start()
