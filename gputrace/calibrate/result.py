@@ -6,12 +6,18 @@ A ``Calibration`` round-trips through JSON (``to_json``/``from_json``); the head
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gputrace.calibrate.stats import Stat
 
 FORMAT = "gputrace-calibration/1"
+
+
+def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """The items of ``d`` that are fields of ``cls`` (a later version's extra keys are ignored)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
 
 
 @dataclass(frozen=True)
@@ -32,29 +38,17 @@ class Measurement:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "group": self.group,
-            "what": self.what,
-            "wall": self.wall.to_json() if self.wall else None,
-            "device": self.device.to_json() if self.device else None,
-            "per": self.per,
-            "bytes": self.bytes,
-            "note": self.note,
-        }
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for side in ("wall", "device"):
+            out[side] = out[side].to_json() if out[side] else None
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Measurement:
-        return cls(
-            key=d["key"],
-            group=d["group"],
-            what=d["what"],
-            wall=Stat.from_json(d["wall"]) if d.get("wall") else None,
-            device=Stat.from_json(d["device"]) if d.get("device") else None,
-            per=int(d.get("per", 1)),
-            bytes=d.get("bytes"),
-            note=d.get("note", ""),
-        )
+        kw = _known(cls, d)
+        for side in ("wall", "device"):
+            kw[side] = Stat.from_json(d[side]) if d.get(side) else None
+        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -101,46 +95,27 @@ class Calibration:
     host: dict[str, Any]
     created: str
     quick: bool
+    summary: dict[str, float] = field(default_factory=dict)
     measurements: list[Measurement] = field(default_factory=list)
     breakeven: list[BreakEven] = field(default_factory=list)
     curves: dict[str, Any] = field(default_factory=dict)  # the break-even raw curves
-    summary: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # what could not be measured, and why
 
     def get(self, key: str) -> Measurement | None:
-        for m in self.measurements:
-            if m.key == key:
-                return m
-        return None
+        return next((m for m in self.measurements if m.key == key), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "backend": self.backend,
-            "device": self.device,
-            "host": self.host,
-            "created": self.created,
-            "quick": self.quick,
-            "summary": self.summary,
-            "measurements": [m.to_json() for m in self.measurements],
-            "breakeven": [b.to_json() for b in self.breakeven],
-            "curves": self.curves,
-            "skipped": self.skipped,
-        }
+        out: dict[str, Any] = {"format": FORMAT}
+        out.update((f.name, getattr(self, f.name)) for f in fields(self))
+        out["measurements"] = [m.to_json() for m in self.measurements]
+        out["breakeven"] = [b.to_json() for b in self.breakeven]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Calibration:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a gputrace calibration (format {d.get('format')!r})")
-        return cls(
-            backend=d["backend"],
-            device=d.get("device", ""),
-            host=d.get("host", {}),
-            created=d.get("created", ""),
-            quick=bool(d.get("quick", False)),
-            measurements=[Measurement.from_json(m) for m in d.get("measurements", [])],
-            breakeven=[BreakEven.from_json(b) for b in d.get("breakeven", [])],
-            curves=d.get("curves", {}),
-            summary={k: float(v) for k, v in d.get("summary", {}).items()},
-            skipped=dict(d.get("skipped", {})),
-        )
+        kw = _known(cls, d)
+        kw["measurements"] = [Measurement.from_json(m) for m in d.get("measurements", [])]
+        kw["breakeven"] = [BreakEven.from_json(b) for b in d.get("breakeven", [])]
+        return cls(**{"device": "", "host": {}, "created": "", "quick": False, **kw})

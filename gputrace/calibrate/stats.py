@@ -22,6 +22,9 @@ import numpy as np
 from gputrace.npstats import distinct
 
 
+_NS_FIELDS = ("median", "p5", "p95", "min", "max")  # Stat's fields after n, saved as "<name>_ns"
+
+
 @dataclass(frozen=True)
 class Stat:
     """The distribution of repeated samples of one quantity, in nanoseconds."""
@@ -41,35 +44,14 @@ class Stat:
         p5, med, p95 = np.percentile(arr, [5.0, 50.0, 95.0])
         # kept at the precision a saved calibration has (ps), so a calibration read back prints
         # the same digits as the one measured (40.34999… printed 40.3, its saved 40.35 then 40.4)
-        return cls(
-            n=int(arr.size),
-            median=round(float(med), 3),
-            p5=round(float(p5), 3),
-            p95=round(float(p95), 3),
-            min=round(float(arr.min()), 3),
-            max=round(float(arr.max()), 3),
-        )
+        return cls(int(arr.size), *(round(float(v), 3) for v in (med, p5, p95, arr.min(), arr.max())))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "median_ns": round(self.median, 3),
-            "p5_ns": round(self.p5, 3),
-            "p95_ns": round(self.p95, 3),
-            "min_ns": round(self.min, 3),
-            "max_ns": round(self.max, 3),
-        }
+        return {"n": self.n, **{f"{k}_ns": round(getattr(self, k), 3) for k in _NS_FIELDS}}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Stat:
-        return cls(
-            n=int(d["n"]),
-            median=float(d["median_ns"]),
-            p5=float(d["p5_ns"]),
-            p95=float(d["p95_ns"]),
-            min=float(d["min_ns"]),
-            max=float(d["max_ns"]),
-        )
+        return cls(int(d["n"]), *(float(d[f"{k}_ns"]) for k in _NS_FIELDS))
 
 
 def wall_per_op(
