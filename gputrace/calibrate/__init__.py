@@ -41,14 +41,8 @@ def steps(backend: str) -> tuple[str, ...]:
     return STEPS[backend] + SHARED_STEPS + (("numpy_breakeven",) if STEPS[backend] else ())
 
 
+# measure()'s progress callback, called as each group of measurements starts (DeviceRun.step)
 _progress: ContextVar[Callable[[str], None] | None] = ContextVar("calibration_progress", default=None)
-
-
-def step_started(key: str) -> None:
-    """Called by a backend as each group of measurements starts (drives ``measure``'s progress)."""
-    report = _progress.get()
-    if report is not None:
-        report(key)
 
 
 @dataclass
@@ -73,7 +67,7 @@ class Plan:
 
 @dataclass
 class DeviceRun:
-    """What a GPU backend's measurement returns."""
+    """What the measurements of one calibration run gather, before it becomes a ``Calibration``."""
 
     device: str
     measurements: list[Measurement] = field(default_factory=list)
@@ -83,7 +77,19 @@ class DeviceRun:
     sizes: list[int] = field(default_factory=list)  # grid of the break-even curves
     resident_ns: dict[int, list[float]] = field(default_factory=dict)  # ops -> wall per size
     with_copies_ns: dict[int, list[float]] = field(default_factory=dict)
+    breakeven: list[BreakEven] = field(default_factory=list)
+    curves: dict[str, Any] = field(default_factory=dict)  # the break-even raw curves
     session_options: dict[str, Any] = field(default_factory=dict)  # for the scope-cost session
+
+    def step(self, key: str, fn: Callable[[], None]) -> None:
+        """Run one group of measurements; if it fails, record why and carry on with the next."""
+        report = _progress.get()
+        if report is not None:
+            report(key)
+        try:
+            fn()
+        except Exception as exc:
+            self.skipped[key] = f"{type(exc).__name__}: {exc}"
 
 
 def host_facts() -> dict[str, Any]:
@@ -128,45 +134,10 @@ def _measure(backend: str, quick: bool) -> Calibration:
     plan = Plan.make(quick)
     load_before = host_facts()["loadavg"]
     run = _device_run(backend, plan)
-    measurements = list(run.measurements)
-    summary = dict(run.summary)
-    skipped = dict(run.skipped)
-
-    step_started("clock")
-    clock_m, clock_facts = on_cpu.clock_measurements(plan.batches)
-    measurements += clock_m
-    summary.update(clock_facts)
-    step_started("scope_cost")
-    scope_m, scope_skipped = on_cpu.scope_cost(
-        backend, plan.batches, 100 if quick else 500, run.session_options
-    )
-    measurements += scope_m
-    skipped.update(scope_skipped)
-    for m in scope_m:
-        if m.key == "scope_cost" and m.wall is not None:
-            summary["scope_cost_ns"] = m.wall.median
-
-    breakeven: list[BreakEven] = []
-    curves: dict[str, Any] = {}
+    run.step("clock", lambda: on_cpu.clock(run, plan.batches))
+    run.step("scope_cost", lambda: on_cpu.scope_cost(run, backend, plan.batches, 100 if quick else 500))
     if run.resident_ns:
-        from gputrace.calibrate import breakeven as be
-
-        step_started("numpy_breakeven")
-        cpu_pass = on_cpu.numpy_pass_curve(run.sizes, plan.reps)
-        measurements.append(
-            Measurement(
-                "numpy_pass",
-                "break-even",
-                f"numpy multiply-add pass, {run.sizes[-1]:,} elements",
-                wall=cpu_pass[-1],
-                note="the CPU side of the break-even table",
-            )
-        )
-        breakeven, curves = be.table(
-            run.sizes, [s.median for s in cpu_pass], run.resident_ns, run.with_copies_ns
-        )
-        summary["cpu_ns_per_element_op"] = cpu_pass[-1].median / run.sizes[-1]
-
+        run.step("numpy_breakeven", lambda: on_cpu.numpy_breakeven(run, plan.reps))
     host = host_facts()
     host["loadavg_before"] = load_before
     return Calibration(
@@ -175,11 +146,11 @@ def _measure(backend: str, quick: bool) -> Calibration:
         host=host,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         quick=quick,
-        measurements=measurements,
-        breakeven=breakeven,
-        curves={**curves, **({"info": run.info} if run.info else {})},
-        summary={k: round(v, 3) for k, v in summary.items()},
-        skipped=skipped,
+        measurements=run.measurements,
+        breakeven=run.breakeven,
+        curves={**run.curves, **({"info": run.info} if run.info else {})},
+        summary={k: round(v, 3) for k, v in run.summary.items()},
+        skipped=run.skipped,
     )
 
 
@@ -203,6 +174,5 @@ __all__ = [
     "Plan",
     "Stat",
     "measure",
-    "step_started",
     "steps",
 ]

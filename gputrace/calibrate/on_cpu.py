@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.calibrate import DeviceRun
+from gputrace.calibrate.breakeven import table
 from gputrace.calibrate.result import Measurement
 from gputrace.calibrate.stats import Stat, wall_per_op
 
@@ -17,7 +19,7 @@ FMA_A = 0.999
 FMA_B = 0.001
 
 
-def clock_measurements(batches: int) -> tuple[list[Measurement], dict[str, float]]:
+def clock(run: DeviceRun, batches: int) -> None:
     """Cost of one session-clock read, and the smallest step it shows."""
     read = time.perf_counter_ns
     cost = wall_per_op(read, batches=batches, per_batch=1000, warmup=1000)
@@ -28,7 +30,7 @@ def clock_measurements(batches: int) -> tuple[list[Measurement], dict[str, float
         while b == a:
             b = read()
         steps.append(float(b - a))
-    m = [
+    run.measurements += [
         Measurement(
             "clock_read",
             "clock",
@@ -44,12 +46,10 @@ def clock_measurements(batches: int) -> tuple[list[Measurement], dict[str, float
             note="the time between two reads that differ",
         ),
     ]
-    return m, {"clock_resolution_ns": float(min(steps))}
+    run.summary["clock_resolution_ns"] = float(min(steps))
 
 
-def scope_cost(
-    backend: str, batches: int, per_batch: int, options: dict[str, Any] | None = None
-) -> tuple[list[Measurement], dict[str, str]]:
+def scope_cost(run: DeviceRun, backend: str, batches: int, per_batch: int) -> None:
     """The profiler's own cost per ``with gputrace.trace(...)`` scope: with no session active, and
     inside a session on ``backend`` (the full cost a user pays per traced region)."""
     import gputrace
@@ -58,7 +58,7 @@ def scope_cost(
         with gputrace.trace("calibrate.scope"):
             pass
 
-    out = [
+    run.measurements.append(
         Measurement(
             "scope_cost_off",
             "profiler",
@@ -66,36 +66,36 @@ def scope_cost(
             wall=Stat.of(wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)),
             per=per_batch,
         )
-    ]
-    skipped: dict[str, str] = {}
+    )
     try:
-        s = gputrace.session(backend=backend, quiet=True, backend_options=options)
+        s = gputrace.session(backend=backend, quiet=True, backend_options=run.session_options)
         s.start()
     except Exception as exc:  # the backend may be missing or unusable: say why, measure the rest
-        skipped["scope_cost"] = f"a {backend} session could not start ({exc})"
-        return out, skipped
+        run.skipped["scope_cost"] = f"a {backend} session could not start ({exc})"
+        return
     try:
-        samples = wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)
+        cost = Stat.of(wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch))
     finally:
         s.stop()
-    out.append(
+    run.measurements.append(
         Measurement(
             "scope_cost",
             "profiler",
             f"trace() scope inside a {backend} session",
-            wall=Stat.of(samples),
+            wall=cost,
             per=per_batch,
             note="enter + exit, including the backend's begin/end",
         )
     )
-    return out, skipped
+    run.summary["scope_cost_ns"] = cost.median
 
 
-def numpy_pass_curve(sizes: list[int], batches: int) -> list[Stat]:
-    """Wall time of one multiply-add pass over ``n`` float32 elements with numpy, per size."""
-    out = []
+def numpy_breakeven(run: DeviceRun, batches: int) -> None:
+    """The CPU side of the break-even table: one multiply-add pass over ``n`` float32 elements
+    with numpy, per size of the GPU's grid; then the table itself."""
+    cpu_pass = []
     a, b = np.float32(FMA_A), np.float32(FMA_B)
-    for n in sizes:
+    for n in run.sizes:
         y = np.ones(n, dtype=np.float32)
 
         def one_pass(y: Any = y) -> None:
@@ -103,5 +103,16 @@ def numpy_pass_curve(sizes: list[int], batches: int) -> list[Stat]:
             np.add(y, b, out=y)
 
         per_batch = max(1, min(1000, (1 << 18) // n))
-        out.append(Stat.of(wall_per_op(one_pass, batches=batches, per_batch=per_batch, warmup=2)))
-    return out
+        cpu_pass.append(Stat.of(wall_per_op(one_pass, batches=batches, per_batch=per_batch, warmup=2)))
+    run.measurements.append(
+        Measurement(
+            "numpy_pass",
+            "break-even",
+            f"numpy multiply-add pass, {run.sizes[-1]:,} elements",
+            wall=cpu_pass[-1],
+            note="the CPU side of the break-even table",
+        )
+    )
+    medians = [s.median for s in cpu_pass]
+    run.breakeven, run.curves = table(run.sizes, medians, run.resident_ns, run.with_copies_ns)
+    run.summary["cpu_ns_per_element_op"] = cpu_pass[-1].median / run.sizes[-1]

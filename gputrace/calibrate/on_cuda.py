@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.calibrate import DeviceRun, Plan, step_started
+from gputrace.calibrate import DeviceRun, Plan
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
 from gputrace.calibrate.result import Measurement
@@ -148,28 +148,19 @@ def measure(plan: Plan) -> DeviceRun:
         "driver_version": cp.cuda.runtime.driverGetVersion(),
         "multiprocessors": props.get("multiProcessorCount"),
     }
-    _step(run, "first_use", lambda: _first_use(run, plan))
+    run.step("first_use", lambda: _first_use(run, plan))
     c = _Cuda(cp)
     with c.stream:
-        _step(run, "launch", lambda: _launch(run, plan, c))
-        _step(run, "grid", lambda: _grid(run, plan, c))
-        _step(run, "graph", lambda: _graph(run, plan, c))
-        _step(run, "events", lambda: _events(run, plan, c))
-        _step(run, "copies", lambda: _copies(run, plan, c))
-        _step(run, "breakeven", lambda: _breakeven(run, plan, c))
+        run.step("launch", lambda: _launch(run, plan, c))
+        run.step("grid", lambda: _grid(run, plan, c))
+        run.step("graph", lambda: _graph(run, plan, c))
+        run.step("events", lambda: _events(run, plan, c))
+        run.step("copies", lambda: _copies(run, plan, c))
+        run.step("breakeven", lambda: _breakeven(run, plan, c))
     step = smallest_step(c.elapsed_seen)
     if step is not None:
         run.summary["timer_resolution_ns"] = float(round(step))  # float32 ms: 31.9 means 32
     return run
-
-
-def _step(run: DeviceRun, key: str, fn: Callable[[], None]) -> None:
-    """Run one group of measurements; if it fails, record why and carry on with the next."""
-    step_started(key)
-    try:
-        fn()
-    except Exception as exc:
-        run.skipped[key] = f"{type(exc).__name__}: {exc}"
 
 
 def _first_use(run: DeviceRun, plan: Plan) -> None:

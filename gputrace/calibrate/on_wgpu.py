@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from gputrace.calibrate import DeviceRun, Plan, step_started
+from gputrace.calibrate import DeviceRun, Plan
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
 from gputrace.calibrate.result import Measurement
@@ -138,22 +137,14 @@ def measure(plan: Plan) -> DeviceRun:
     run.session_options = {"device": device}  # gputrace's wgpu backend times this device
     if not timestamps:
         run.skipped["device_times"] = "the adapter has no timestamp-query feature"
-    _step(run, "submit", lambda: _submit(run, plan, w))
-    _step(run, "copies", lambda: _copies(run, plan, w))
+    run.step("submit", lambda: _submit(run, plan, w))
+    run.step("copies", lambda: _copies(run, plan, w))
     cpu_adapter = str(info.get("adapter_type", "")).upper() == "CPU"
-    _step(run, "breakeven", lambda: _breakeven(run, plan, w, cpu_adapter))
+    run.step("breakeven", lambda: _breakeven(run, plan, w, cpu_adapter))
     step = smallest_step(w.durations_seen)
     if step is not None:
         run.summary["timer_resolution_ns"] = step
     return run
-
-
-def _step(run: DeviceRun, key: str, fn: Callable[[], None]) -> None:
-    step_started(key)
-    try:
-        fn()
-    except Exception as exc:
-        run.skipped[key] = f"{type(exc).__name__}: {exc}"
 
 
 def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:

@@ -21,7 +21,6 @@ import numpy as np
 
 from gputrace.npstats import distinct
 
-
 _NS_FIELDS = ("median", "p5", "p95", "min", "max")  # Stat's fields after n, saved as "<name>_ns"
 
 
