@@ -215,8 +215,6 @@ def summarize(
     idle = figures.stream_idle(trace, iv)
     busy = sum(i["busy_ns"] for i in idle)
     rows = _rows(trace, idle, iv)
-    if len(trace.ops):
-        _add_ops(trace, rows)
     all_rows = rows
     has_gpu = any(r["gpu_ns"] for r in rows)
     if sort in SORT_ALIASES:
@@ -313,10 +311,7 @@ def _sum_by(group: npt.NDArray[np.int64], values: npt.NDArray[np.int64], n: int)
     return np.rint(np.bincount(group, weights=values.astype(np.float64), minlength=n)).astype(np.int64)
 
 
-def _rows(
-    trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals | None = None
-) -> list[dict[str, Any]]:
-    iv = figures.intervals(trace) if iv is None else iv
+def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> list[dict[str, Any]]:
     s = trace.scopes
     n = len(s)
     if not n:
@@ -466,6 +461,8 @@ def _rows(
                 "launch_bound": launch_bound,
             }
         )  # fmt: skip
+    if len(trace.ops):
+        _add_ops(trace, out, group)
     return out
 
 
@@ -474,7 +471,7 @@ def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
     return figures.stream_idle(trace)
 
 
-def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def anomalies(trace: Trace, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Anomalies per (kind, name) with example scopes, meaning and advice; most frequent first."""
     s = trace.scopes
     flags = s.flags.astype(np.int64)
@@ -493,8 +490,6 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]] | None = None) -> list[di
             if queued is None:
                 queued = figures.queued_ns(trace)
             out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r), queued) for r in ex]))
-    if rows is None:
-        rows = _rows(trace, idle_per_stream(trace))
     advice = figures.ADVICE.get(figures.trace_backend(trace) or "", figures.GENERIC_ADVICE)
     for r in rows:
         if r["launch_bound"]:
@@ -589,63 +584,33 @@ def timing_section(trace: Trace) -> list[dict[str, Any]]:
     return out
 
 
-def _groups(codes: np.ndarray) -> list[np.ndarray]:
-    """Indices of equal ``codes``, each group ascending, groups in order of first appearance."""
-    if not len(codes):
-        return []
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    cuts = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
-    groups = np.split(order, cuts)
-    groups.sort(key=lambda g: int(g[0]))
-    return groups
-
-
-def _add_ops(trace: Trace, rows: list[dict[str, Any]]) -> None:
+def _add_ops(trace: Trace, rows: list[dict[str, Any]], group: npt.NDArray[np.int64]) -> None:
     """Per row: ``ops``, one entry per operation name launched under the scope (its own operations, not its
     children's): ``{"name", "kind", "calls", "gpu_ns": {"median", "total"},
-    "launch_to_start_ns": {"median"} | None}``, largest total first."""
+    "launch_to_start_ns": {"median"} | None}``, largest total first. ``group`` is each scope's row."""
     from gputrace.records import OP_KINDS
 
-    s, ops = trace.scopes, trace.ops
-    nq = len(trace.queues)
-    has_gpu = s.gpu_start_ns != NO_TIME
-    queue = np.where(has_gpu, s.queue.astype(np.int64), -1)
-    queue = np.where((queue >= 0) & (queue < nq), queue, -1)
-
-    def row_key(r: int) -> tuple[str, int | None, str | None]:
-        q = int(queue[r])
-        qi = trace.queues[q] if q >= 0 else None
-        return (trace.names[int(s.name[r])], qi.device if qi else None, qi.label if qi else None)
-
-    by_key = {(r["name"], r["device"], r["queue"]): r for r in rows}
-    code = s.name.astype(np.int64) * (nq + 1) + (queue + 1)  # (name, queue) as one integer
+    ops = trace.ops
     own = np.flatnonzero(ops.scope >= 0)
-    per: dict[tuple[tuple[str, int | None, str | None], int, int], np.ndarray] = {}
-    if len(own):
-        sc = ops.scope[own].astype(np.int64)
-        n_names = max(len(trace.names), 1)
-        kinds = ops.kind[own].astype(np.int64)
-        op_code = (code[sc] * n_names + ops.name[own].astype(np.int64)) * (int(kinds.max()) + 1) + kinds
-        for idx in _groups(op_code):
-            ks = own[idx]
-            k0 = int(ks[0])
-            key3 = (row_key(int(ops.scope[k0])), int(ops.name[k0]), int(ops.kind[k0]))
-            per[key3] = ks if key3 not in per else np.sort(np.concatenate([per[key3], ks]))
+    if not len(own):
+        return
+    kinds = ops.kind[own].astype(np.int64)
+    names = ops.name[own].astype(np.int64)
+    code = (group[ops.scope[own]] * max(len(trace.names), 1) + names) * (int(kinds.max()) + 1) + kinds
+    order = np.argsort(code, kind="stable")  # (row, operation name, kind) as one integer
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
     dur = ops.gpu_end_ns - ops.gpu_start_ns
     lag = np.where(ops.call_start_ns != NO_TIME, ops.gpu_start_ns - ops.call_start_ns, NO_TIME)
-    for (key, name, kind), ks in per.items():
-        row = by_key.get(key)
-        if row is None:
-            continue
-        arr = ks
-        seen = lag[arr][lag[arr] != NO_TIME]
-        row.setdefault("ops", []).append(
+    for ks in sorted(np.split(own[order], cuts), key=lambda ks: int(ks[0])):  # as first launched
+        k0 = int(ks[0])
+        seen = lag[ks][lag[ks] != NO_TIME]
+        kind = int(ops.kind[k0])
+        rows[int(group[ops.scope[k0]])].setdefault("ops", []).append(
             {
-                "name": trace.names[name],
+                "name": trace.names[int(ops.name[k0])],
                 "kind": OP_KINDS[kind] if 0 <= kind < len(OP_KINDS) else "kernel",
                 "calls": len(ks),
-                "gpu_ns": {"median": float(np.median(dur[arr])), "total": int(dur[arr].sum())},
+                "gpu_ns": {"median": float(np.median(dur[ks])), "total": int(dur[ks].sum())},
                 "launch_to_start_ns": {"median": float(np.median(seen))} if len(seen) else None,
             }
         )
