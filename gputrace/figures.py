@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace.model import NO_TIME, OpTable, ScopeTable, Trace
-from gputrace.npstats import distinct
+from gputrace.npstats import distinct, interval_union
 
 I64 = npt.NDArray[np.int64]
 
@@ -232,14 +232,12 @@ def gaps(iv: Intervals) -> Gaps:
     q_all, st_all, en_all, cl_all = [], [], [], []
     for q in distinct(iv.queue).tolist():
         rows = np.flatnonzero(iv.queue == q)
-        order = rows[np.lexsort((-iv.end_ns[rows], iv.start_ns[rows]))]
-        st, en = iv.start_ns[order], np.maximum(iv.end_ns[order], iv.start_ns[order])
-        run = np.maximum.accumulate(en)
-        opens = np.flatnonzero(st[1:] > run[:-1]) + 1
-        q_all.append(np.full(len(opens), q, np.int64))
-        st_all.append(run[opens - 1])
-        en_all.append(st[opens])
-        cl_all.append(order[opens])
+        st = iv.start_ns[rows]
+        b0, b1, first = interval_union(st, np.maximum(iv.end_ns[rows], st))  # a gap between blocks
+        q_all.append(np.full(len(b0) - 1, q, np.int64))
+        st_all.append(b1[:-1])
+        en_all.append(b0[1:])
+        cl_all.append(rows[first[1:]])
     if not q_all:
         e = np.zeros(0, np.int64)
         return Gaps(e, e, e, e, np.zeros(0, bool), np.zeros(0, bool))
