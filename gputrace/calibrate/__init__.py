@@ -95,14 +95,12 @@ class DeviceRun:
 def host_facts() -> dict[str, Any]:
     import numpy as np
 
-    try:
-        load: list[float] | None = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        load = None
+    from gputrace.host import loadavg
+
     return {
         "name": socket.gethostname(),
         "cpu_count": os.cpu_count(),
-        "loadavg": load,
+        "loadavg": loadavg(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "platform": platform.platform(),
@@ -119,25 +117,22 @@ def measure(
     recorded in ``skipped`` with its reason; the others still run. ``progress`` is called with the
     key of each group of measurements as it starts (``steps(backend)``).
     """
-    token = _progress.set(progress)
-    try:
-        return _measure(backend, quick)
-    finally:
-        _progress.reset(token)
-
-
-def _measure(backend: str, quick: bool) -> Calibration:
     from gputrace.calibrate import on_cpu
+    from gputrace.host import loadavg
 
     if backend not in BACKENDS:
         raise GputraceError(f"unknown calibration backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
     plan = Plan.make(quick)
-    load_before = host_facts()["loadavg"]
-    run = _device_run(backend, plan)
-    run.step("clock", lambda: on_cpu.clock(run, plan.batches))
-    run.step("scope_cost", lambda: on_cpu.scope_cost(run, backend, plan.batches, 100 if quick else 500))
-    if run.resident_ns:
-        run.step("numpy_breakeven", lambda: on_cpu.numpy_breakeven(run, plan.reps))
+    load_before = loadavg()
+    token = _progress.set(progress)
+    try:
+        run = _device_run(backend, plan)
+        run.step("clock", lambda: on_cpu.clock(run, plan.batches))
+        run.step("scope_cost", lambda: on_cpu.scope_cost(run, backend, plan.batches, 100 if quick else 500))
+        if run.resident_ns:
+            run.step("numpy_breakeven", lambda: on_cpu.numpy_breakeven(run, plan.reps))
+    finally:
+        _progress.reset(token)
     host = host_facts()
     host["loadavg_before"] = load_before
     return Calibration(

@@ -18,7 +18,7 @@ from gputrace.calibrate import DeviceRun, Plan
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
 from gputrace.calibrate.result import Measurement
-from gputrace.calibrate.stats import Stat, smallest_step
+from gputrace.calibrate.stats import Stat, smallest_step, wall_per_op
 from gputrace.errors import GputraceError
 
 EMPTY_WGSL = "@compute @workgroup_size(1) fn main() {}"
@@ -150,7 +150,7 @@ def measure(plan: Plan) -> DeviceRun:
 def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
     clock = time.perf_counter_ns
     n = plan.batches * 5
-    submit, launch, launch_wait, waits = [], [], [], []
+    submit, launch, launch_wait = [], [], []
     for i in range(n + 10):
         cb = w.device.create_command_encoder().finish()
         t0 = clock()
@@ -175,10 +175,7 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
         w.queue.submit([w.dispatch(w.empty, 1).finish()])
         w.wait()
         launch_wait.append(float(clock() - t0))
-    for _ in range(n // 2):
-        t0 = clock()
-        w.wait()
-        waits.append(float(clock() - t0))
+    waits = wall_per_op(w.wait, batches=n // 2, per_batch=1, warmup=0)
     run.measurements += [
         Measurement("submit", "submit", "queue.submit, empty command buffer", wall=Stat.of(submit)),
         Measurement(
@@ -333,12 +330,7 @@ def _breakeven(run: DeviceRun, plan: Plan, w: _Wgpu, cpu_adapter: bool) -> None:
                 fn()  # warm-up, and a guess of the cost to bound the repetitions
                 first = clock() - t0
                 reps = max(3, min(plan.reps, int(0.3e9 / max(first, 1))))
-                samples = []
-                for _ in range(reps):
-                    t0 = clock()
-                    fn()
-                    samples.append(float(clock() - t0))
-                out[ops].append(Stat.of(samples).median)
+                out[ops].append(Stat.of(wall_per_op(fn, batches=reps, per_batch=1, warmup=0)).median)
         y.destroy()
         ymap.destroy()
     run.sizes = sizes
