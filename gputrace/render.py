@@ -52,7 +52,7 @@ def distinct_names(names: list[str], width: int) -> list[str]:
         if len(n) <= width:
             out.append(n)
             continue
-        head = (width - 1 + 1) // 2
+        head = width // 2
         tail = width - 1 - head
         out.append(n[:head] + "…" + (n[-tail:] if tail else ""))
     seen: dict[str, list[str]] = {}
@@ -61,6 +61,13 @@ def distinct_names(names: list[str], width: int) -> list[str]:
             seen[cut].append(n)
     return [cut if len(seen[cut]) == 1 else f"{cut} #{seen[cut].index(n) + 1}"
             for n, cut in zip(names, out, strict=True)]  # fmt: skip
+
+
+def _stream(r: dict[str, Any]) -> str:
+    """A row's stream as the text shows it: ``device:queue``, or CPU for a scope with no GPU time."""
+    if r["queue"] is None:
+        return "CPU"
+    return f"{r['device']}:{r['queue']}" if r["device"] is not None else str(r["queue"])
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
@@ -80,13 +87,11 @@ def _cells(r: dict[str, Any]) -> list[str]:
         notes.append(f"{r['untimed']} untimed")
     if r["errors"]:
         notes.append(f"{r['errors']} raised")
-    stream = "CPU" if r["queue"] is None else (
-        f"{r['device']}:{r['queue']}" if r["device"] is not None else r["queue"])  # fmt: skip
     busy = r.get("gpu_busy_ns") or {}
     own = r.get("self_ns") or {}
     self_ns = own.get("gpu_total") if r["queue"] is not None else own.get("cpu_total")
     return [
-        r["name"], stream, str(r["calls"]), cold_s, human_ns(r["cpu_ns"]["median"]),
+        r["name"], _stream(r), str(r["calls"]), cold_s, human_ns(r["cpu_ns"]["median"]),
         human_ns(g.get("median")), human_ns(g.get("p95")), human_ns(g.get("min")),
         human_ns(g.get("max")), human_ns(g.get("total")), human_ns(busy.get("median")),
         human_ns(busy.get("total")), human_ns(self_ns), _pct(r["gpu_share"]),
@@ -166,8 +171,7 @@ def _estimate_lines(summary: dict[str, Any]) -> list[str]:
         e = r.get("if_launches_free")
         if not e:
             continue
-        where = "CPU" if r["queue"] is None else f"{r['device']}:{r['queue']}"
-        out.append(f"{r['name']} ({where}): measured span median {human_ns(e['span_median_ns'])}, "
+        out.append(f"{r['name']} ({_stream(r)}): measured span median {human_ns(e['span_median_ns'])}, "
                    f"estimate {human_ns(e['median_ns'])} ({e['assumes']})")  # fmt: skip
     return out
 
@@ -183,11 +187,10 @@ def _op_lines(summary: dict[str, Any]) -> list[str]:
         g, b = r["gpu_ns"] or {}, r.get("gpu_busy_ns") or {}
         span, busy = g.get("median"), b.get("median")
         share = f" ({_pct(busy / span)})" if span and busy is not None else ""
-        where = "CPU" if r["queue"] is None else f"{r['device']}:{r['queue']}"
         cold = r["cold"] or {}
         cold_q = (f"; cold call queued {human_ns(cold['queue_gap_ns'])}"
                   if cold.get("queue_gap_ns") is not None else "")  # fmt: skip
-        out.append(f"{r['name']} ({where}): busy median {human_ns(busy)} of span median "
+        out.append(f"{r['name']} ({_stream(r)}): busy median {human_ns(busy)} of span median "
                    f"{human_ns(span)}{share}{cold_q}")  # fmt: skip
         for o in r["ops"]:
             lag = (o["launch_to_start_ns"] or {}).get("median")
