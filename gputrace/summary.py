@@ -179,12 +179,6 @@ class _Grouped:
     def q(self, q: float) -> npt.NDArray[np.float64]:
         return _group_quantile(self.values, self.starts, self.counts, q)
 
-    def min(self) -> npt.NDArray[np.float64]:
-        return self.q(0.0)
-
-    def max(self) -> npt.NDArray[np.float64]:
-        return self.q(1.0)
-
 
 def _num(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
@@ -220,7 +214,7 @@ def summarize(
     if sort in SORT_ALIASES:
         sort = SORT_ALIASES[sort][0 if has_gpu else 1]
     if sort is None:  # another tool's trace (PyTorch's) in key_averages' order: self time first
-        foreign = header_source(trace) == "chrome"
+        foreign = trace.header.get("source") == "chrome"
         sort = "self_cpu_total" if foreign else "busy_total" if has_gpu else "cpu_total"
     if name is not None:
         rows = [r for r in rows if _matches(r["name"], name)]
@@ -254,10 +248,6 @@ def summarize(
     }
 
 
-def header_source(trace: Trace) -> str:
-    return str(trace.header.get("source", "gputrace"))
-
-
 def _matches(name: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern) or pattern in name
 
@@ -270,11 +260,10 @@ def fold_numbers(trace: Trace) -> Trace:
 
     The first call of a folded name stays its only cold call, as if it had been one name all along.
     """
-    names = list(trace.names)  # kept in place: other tables index them
-    index = {n: i for i, n in enumerate(names)}
+    index = {n: i for i, n in enumerate(trace.names)}  # kept in place: other tables index them
     for n in trace.names:
         index.setdefault(_TRAILING_NUMBER.sub("*", n), len(index))
-    names = sorted(index, key=index.__getitem__)
+    names = list(index)
     to_new = np.array([index[_TRAILING_NUMBER.sub("*", n)] for n in trace.names] or [0], np.int32)
     s = trace.scopes
     new_name = to_new[s.name] if len(s) else s.name.copy()
@@ -352,7 +341,7 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     counts = {bit: np.bincount(group[(flags & int(bit)) != 0], minlength=g) for bit in Flag}
     cpu_med, cpu_p95 = cpu_w.q(0.5), cpu_w.q(0.95)
     cpu_q1, cpu_q3 = cpu_w.q(0.25), cpu_w.q(0.75)
-    gpu_med, gpu_p95, gpu_min, gpu_max = gpu_w.q(0.5), gpu_w.q(0.95), gpu_w.min(), gpu_w.max()
+    gpu_med, gpu_p95, gpu_min, gpu_max = gpu_w.q(0.5), gpu_w.q(0.95), gpu_w.q(0.0), gpu_w.q(1.0)
     gpu_q1, gpu_q3 = gpu_w.q(0.25), gpu_w.q(0.75)
     gap_med, gap_p95 = gap_w.q(0.5), gap_w.q(0.95)
     cal = figures.calibration_for(trace)
