@@ -348,21 +348,13 @@ def calibration_for(trace: Trace) -> dict[str, Any] | None:
     return cal
 
 
-def launch_cost_ns(cal: dict[str, Any]) -> float:
-    """The calibrated CPU cost of one launch (CUDA) or one submit (WebGPU)."""
-    return float(cal["launch_cpu_ns"])
-
-
 def free_launch_cost(cal: dict[str, Any], backend: str | None) -> tuple[float, str]:
     """The one launch left when launches are made free, and what it is: a CUDA graph launch
     (calibrated ``graph_launch_ns``, else one kernel launch) or one WebGPU submit."""
     if backend == "cuda" and isinstance(cal.get("graph_launch_ns"), (int, float)):
         return float(cal["graph_launch_ns"]), "one CUDA graph launch"
-    if backend == "cuda":
-        return float(cal["launch_cpu_ns"]), "one launch (no graph launch calibrated)"
-    if backend == "wgpu":
-        return float(cal["launch_cpu_ns"]), "one submit"
-    return float(cal["launch_cpu_ns"]), "one launch"
+    what = {"cuda": "one launch (no graph launch calibrated)", "wgpu": "one submit"}.get(backend or "")
+    return float(cal["launch_cpu_ns"]), what or "one launch"
 
 
 def launch_bound(busy: float, n_launches: float, waited: float, cal: dict[str, Any]) -> bool:
@@ -370,23 +362,24 @@ def launch_bound(busy: float, n_launches: float, waited: float, cal: dict[str, A
     the GPU waited for the host at least as long as it worked."""
     if n_launches <= 0 or busy <= 0:
         return False
-    return bool(busy / n_launches < launch_cost_ns(cal) and waited >= busy)
+    # launch_cpu_ns: the calibrated CPU cost of one launch (CUDA) or one submit (WebGPU)
+    return bool(busy / n_launches < float(cal["launch_cpu_ns"]) and waited >= busy)
 
 
-def launch_free_ns(trace: Trace, iv: Intervals | None = None) -> tuple[I64, npt.NDArray[np.bool_], str]:
+def launch_free_ns(trace: Trace, iv: Intervals | None = None) -> tuple[I64, npt.NDArray[np.bool_]]:
     """Per scope, what its GPU work would take if its launches were free: its busy time plus the
     one launch left (``free_launch_cost``), where the GPU waited for the host at least as long as
-    it worked and that estimate is below the measured span. Returns (estimate, where it applies,
-    the assumption in words); nothing applies without a calibration of the trace's backend."""
+    it worked and that estimate is below the measured span. Returns (estimate, where it applies);
+    nothing applies without a calibration of the trace's backend."""
     n = len(trace.scopes)
     cal = calibration_for(trace)
     if cal is None:
-        return np.zeros(n, np.int64), np.zeros(n, bool), ""
+        return np.zeros(n, np.int64), np.zeros(n, bool)
     iv = intervals(trace) if iv is None else iv
-    cost, what = free_launch_cost(cal, trace_backend(trace))
+    cost, _ = free_launch_cost(cal, trace_backend(trace))
     s = trace.scopes
     busy = busy_ns(trace, iv)
     est = busy + round(cost)
     span = s.gpu_end_ns - s.gpu_start_ns
     ok = (s.gpu_start_ns != NO_TIME) & (busy > 0) & (host_wait_ns(trace, iv) >= busy) & (est < span)
-    return est, ok, f"busy time plus {what} ({cost:.0f} ns, calibrated), the work back to back"
+    return est, ok

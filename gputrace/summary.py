@@ -359,7 +359,7 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     launches_w = _sum_by(group[gw], n_launch[gw], g)
     busy_sum_w = _sum_by(group[gw], busy_ns[gw], g)
     free = figures.free_launch_cost(cal, backend) if cal is not None else None
-    est_ns, est_ok, _ = figures.launch_free_ns(trace, iv)
+    est_ns, est_ok = figures.launch_free_ns(trace, iv)
     ew = gw & est_ok
     est_w = _Grouped(group[ew], est_ns[ew], g)
     est_med, est_span = est_w.q(0.5), _Grouped(group[ew], gpu_ns[ew], g).q(0.5)

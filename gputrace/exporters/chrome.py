@@ -257,7 +257,7 @@ class Encoder:
         if len(trace.ops):  # busy and self busy time per scope (gputrace.figures)
             members.append(('"gpu_busy_us":', "us", figures.busy_ns(trace, iv)[rows], None))
             members.append(('"gpu_self_us":', "us", figures.self_gpu_ns(trace, iv)[rows], None))
-        est, est_ok, _ = figures.launch_free_ns(trace, iv)  # only with a calibration of this backend
+        est, est_ok = figures.launch_free_ns(trace, iv)  # only with a calibration of this backend
         if est_ok[rows].any():
             members.append(('"if_launches_free_us":', "us", est[rows], est_ok[rows]))
         if isinstance(timing, str):
