@@ -219,7 +219,7 @@ def summarize(
     if name is not None:
         rows = [r for r in rows if _matches(r["name"], name)]
     rows = _sorted(rows, sort)
-    found = [a for a in anomalies(trace, all_rows) if name is None or _matches(a["name"], name)]
+    found = [a for a in anomalies(trace, all_rows, iv) if name is None or _matches(a["name"], name)]
     if top is not None:
         rows, idle, found = rows[: max(top, 0)], idle[: max(top, 0)], found[: max(top, 0)]
     header = trace.header
@@ -460,12 +460,12 @@ def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
     return figures.stream_idle(trace)
 
 
-def anomalies(trace: Trace, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def anomalies(trace: Trace, rows: list[dict[str, Any]], iv: figures.Intervals) -> list[dict[str, Any]]:
     """Anomalies per (kind, name) with example scopes, meaning and advice; most frequent first."""
     s = trace.scopes
     flags = s.flags.astype(np.int64)
     out: list[dict[str, Any]] = []
-    queued = None
+    queued = figures.queued_ns(trace, iv)
     for bit in Flag:
         if not (int(bit) & int(ANOMALY_FLAGS)):
             continue
@@ -476,8 +476,6 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         names, count = np.unique(s.name[hit], return_counts=True)
         for nm, c in zip(names.tolist(), count.tolist(), strict=True):
             ex = hit[s.name[hit] == nm][:MAX_EXAMPLES]
-            if queued is None:
-                queued = figures.queued_ns(trace)
             out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r), queued) for r in ex]))
     advice = figures.ADVICE.get(figures.trace_backend(trace) or "", figures.GENERIC_ADVICE)
     for r in rows:

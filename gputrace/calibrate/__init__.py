@@ -55,8 +55,8 @@ class Plan:
     batches: int  # batches for per-operation costs
 
     @classmethod
-    def make(cls, quick: bool, max_log2: int = 24) -> Plan:
-        top = min(max_log2, 20 if quick else 24)
+    def make(cls, quick: bool) -> Plan:
+        top = 20 if quick else 24
         return cls(
             quick=quick,
             sizes=[1 << e for e in range(4, top + 1, 2)],

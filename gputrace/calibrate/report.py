@@ -66,12 +66,9 @@ def render(cal: Calibration) -> str:
         )
     if cal.breakeven:
         lines += ["", *render_breakeven(cal.breakeven, cal.curves.get("elements", []))]
-    facts = {k: v for k, v in cal.summary.items()}
-    if facts:
-        lines += [
-            "",
-            "summary (recorded into later traces): " + ", ".join(f"{k}={v:g}" for k, v in facts.items()),
-        ]
+    if cal.summary:
+        facts = ", ".join(f"{k}={v:g}" for k, v in cal.summary.items())
+        lines += ["", f"summary (recorded into later traces): {facts}"]
     if cal.skipped:
         lines += ["", "not measured:"] + [f"  {k}: {why}" for k, why in cal.skipped.items()]
     return "\n".join(lines)

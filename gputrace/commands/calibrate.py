@@ -36,20 +36,15 @@ STEP_NAMES = {
 
 
 def _auto_backend() -> str:
-    from gputrace.calibrate import on_cuda
+    from gputrace.calibrate import on_cuda, on_wgpu  # each imports its GPU library only in probe()
 
-    try:
-        on_cuda.probe()
-        return "cuda"
-    except GputraceError:
-        pass
-    try:
-        from gputrace.calibrate import on_wgpu
-
-        on_wgpu.probe()
-        return "wgpu"
-    except GputraceError:
-        return "cpu"
+    for name, backend in (("cuda", on_cuda), ("wgpu", on_wgpu)):
+        try:
+            backend.probe()
+            return name
+        except GputraceError:
+            pass
+    return "cpu"
 
 
 @click.command()
