@@ -150,23 +150,6 @@ ADVICE: dict[str, tuple[str, str]] = {
 }
 
 
-def _group_quantile(
-    values: npt.NDArray[np.float64], starts: npt.NDArray[np.int64],
-    counts: npt.NDArray[np.int64], q: float,
-) -> npt.NDArray[np.float64]:  # fmt: skip
-    """Linear-interpolation quantile (numpy's default) of each group of sorted ``values``."""
-    out = np.full(len(counts), np.nan)
-    has = counts > 0
-    pos = (counts[has] - 1) * q
-    lo = np.floor(pos).astype(np.int64)
-    hi = np.minimum(lo + 1, counts[has] - 1)
-    frac = pos - lo
-    a = values[starts[has] + lo]
-    b = values[starts[has] + hi]
-    out[has] = a + (b - a) * frac
-    return out
-
-
 class _Grouped:
     """Values per group (sorted inside each group) for vectorised order statistics."""
 
@@ -177,7 +160,16 @@ class _Grouped:
         self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
 
     def q(self, q: float) -> npt.NDArray[np.float64]:
-        return _group_quantile(self.values, self.starts, self.counts, q)
+        """Linear-interpolation quantile (numpy's default) of each group; NaN for an empty one."""
+        out = np.full(len(self.counts), np.nan)
+        has = self.counts > 0
+        pos = (self.counts[has] - 1) * q
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, self.counts[has] - 1)
+        a = self.values[self.starts[has] + lo]
+        b = self.values[self.starts[has] + hi]
+        out[has] = a + (b - a) * (pos - lo)
+        return out
 
 
 def _num(x: float) -> float | None:
