@@ -76,17 +76,9 @@ def _cells(r: dict[str, Any]) -> list[str]:
     cold = r["cold"]
     cold_s = "—" if cold is None else human_ns(cold["gpu_ns"] if cold["gpu_ns"] is not None
                                                else cold["cpu_ns"])  # fmt: skip
-    notes = []
-    if r["launch_bound"]:
-        notes.append("launch-bound")
-    if r["noisy"]:
-        notes.append("noisy")
-    if r["empty"]:
-        notes.append(f"{r['empty']} empty")
-    if r["untimed"]:
-        notes.append(f"{r['untimed']} untimed")
-    if r["errors"]:
-        notes.append(f"{r['errors']} raised")
+    notes = [note for key, note in (("launch_bound", "launch-bound"), ("noisy", "noisy")) if r[key]]
+    notes += [f"{r[key]} {what}" for key, what in (("empty", "empty"), ("untimed", "untimed"),
+                                                   ("errors", "raised")) if r[key]]  # fmt: skip
     busy = r.get("gpu_busy_ns") or {}
     own = r.get("self_ns") or {}
     self_ns = own.get("gpu_total") if r["queue"] is not None else own.get("cpu_total")
