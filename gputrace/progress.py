@@ -50,14 +50,13 @@ class Progress:
         total: int | None = None,
         *,
         stream: TextIO | None = None,
-        enabled: bool | None = None,
         tick_s: float = 0.5,
     ) -> None:
         self.label = label
         self.total = total
         self.done = 0
         self.stream = sys.stderr if stream is None else stream
-        self.enabled = is_terminal(self.stream) if enabled is None else enabled
+        self.enabled = is_terminal(self.stream)
         self.shown = False
         self._start = time.monotonic()
         self._what = ""
