@@ -12,13 +12,13 @@ machine with the same backend record the headline numbers in their trace header.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
+from gputrace.commands._common import fail
 from gputrace.errors import GputraceError
-from gputrace.safetext import path_text, printable, printable_lines
+from gputrace.safetext import path_text, printable_lines
 
 STEP_NAMES = {
     "first_use": "first use in fresh processes",
@@ -91,19 +91,15 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
         with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps(chosen))) as bar:
             cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
     except GputraceError as exc:
-        click.echo(f"gputrace: {printable(str(exc))}", err=True)
-        sys.exit(2)
+        fail(str(exc))
     doc = cal.to_json()
     for path in targets:
         try:
             save(doc, path)
         except GputraceError as exc:
-            click.echo(f"gputrace: {printable(str(exc))}", err=True)
-            sys.exit(2)
+            fail(str(exc))
         except OSError as exc:
-            why = exc.strerror or exc
-            click.echo(f"gputrace: could not save the calibration to {path_text(path)} ({why}).", err=True)
-            sys.exit(2)
+            fail(f"could not save the calibration to {path_text(path)} ({exc.strerror or exc}).")
     if fmt == "json":
         click.echo(json.dumps(doc, indent=1))
     else:
