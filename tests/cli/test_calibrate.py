@@ -84,6 +84,20 @@ def test_cpu_calibration_roundtrips_through_json() -> None:
     assert render(again) == render(cal)
 
 
+def test_a_group_that_fails_is_said_and_the_others_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gputrace.calibrate import on_cpu
+
+    def broken_clock(run: Any, batches: int) -> None:
+        raise OSError("clock unreadable")
+
+    monkeypatch.setattr(on_cpu, "clock", broken_clock)
+    cal = measure("cpu", quick=True)
+    assert cal.skipped == {"clock": "OSError: clock unreadable"}
+    assert cal.get("clock_read") is None and cal.get("scope_cost") is not None
+    assert "clock_resolution_ns" not in cal.summary and "scope_cost_ns" in cal.summary
+    assert render(cal).endswith("not measured:\n  clock: OSError: clock unreadable")
+
+
 def test_unknown_or_unusable_backend_is_one_sentence_and_exit_2() -> None:
     res = invoke(["calibrate", "--backend", "tpu"])
     assert res.exit_code == 2
