@@ -53,11 +53,7 @@ def intervals(trace: Trace) -> Intervals:
     if len(sp):
         # spans where the trace has them; a timed scope with no span in its subtree keeps its own
         covered = np.zeros(len(s), bool)
-        cur = sp.scope.astype(np.int64)
-        while len(cur):
-            covered[cur] = True
-            cur = s.parent[cur]
-            cur = cur[cur >= 0]
+        covered[_up(s.parent, sp.scope.astype(np.int64), strict=False)[0]] = True
         timed = timed[~covered[timed]]
         return Intervals(
             np.concatenate([sp.scope.astype(np.int64), timed]),
