@@ -254,11 +254,11 @@ def stream_idle(trace: Trace, iv: Intervals | None = None) -> list[dict[str, Any
         rows = np.flatnonzero(iv.queue == qi)
         if not len(rows):
             continue
-        st, en = iv.start_ns[rows], np.maximum(iv.end_ns[rows], iv.start_ns[rows])
-        busy = int(union_by_group(np.zeros(len(rows), np.int64), st, en, 1)[0])
-        window = int(en.max() - st.min())
+        st = iv.start_ns[rows]
+        window = int(np.maximum(iv.end_ns[rows], st).max() - st.min())
         mine = gp.queue == qi
         length = gp.end_ns[mine] - gp.start_ns[mine]
+        idle = int(length.sum())  # the window less the union of the intervals: the gaps between its blocks
         host = int(length[gp.host[mine]].sum())
         unknown = int(length[~gp.known[mine]].sum())
         out.append(
@@ -267,10 +267,10 @@ def stream_idle(trace: Trace, iv: Intervals | None = None) -> list[dict[str, Any
                 "device_name": q.device_name,
                 "queue": q.label,
                 "window_ns": window,
-                "busy_ns": busy,
-                "idle_ns": window - busy,
+                "busy_ns": window - idle,
+                "idle_ns": idle,
                 "waiting_for_host_ns": host,
-                "between_queued_work_ns": window - busy - host - unknown,
+                "between_queued_work_ns": idle - host - unknown,
                 "unknown_ns": unknown,
                 "from": iv.source,
             }
