@@ -228,8 +228,10 @@ def gaps(iv: Intervals) -> Gaps:
     q_all, st_all, en_all, cl_all = [], [], [], []
     for q in distinct(iv.queue).tolist():
         rows = np.flatnonzero(iv.queue == q)
+        # of intervals that start together, the one that ends last (even before its start) opens a block
+        rows = rows[np.argsort(-iv.end_ns[rows], kind="stable")]
         st = iv.start_ns[rows]
-        b0, b1, first = interval_union(st, np.maximum(iv.end_ns[rows], st))  # a gap between blocks
+        b0, b1, first = interval_union(st, np.maximum(iv.end_ns[rows], st))  # gaps lie between blocks
         q_all.append(np.full(len(b0) - 1, q, np.int64))
         st_all.append(b1[:-1])
         en_all.append(b0[1:])
