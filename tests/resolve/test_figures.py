@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gputrace
 from gputrace import figures
@@ -283,3 +285,32 @@ def test_idle_closed_by_work_of_unknown_submission_is_unknown() -> None:
         "between_queued_work_ns": 0, "unknown_ns": 10_000}  # fmt: skip
     assert _by_name(t, figures.queued_ns(t)) == {"launch": [NO_TIME] * 2, "a": [10_000], "b": [NO_TIME],
                                                  "c": [5_000]}  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 500), st.integers(-20, 80), st.booleans()),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_a_streams_gaps_are_its_window_less_the_union_of_its_work(
+    work: list[tuple[int, int, int, bool]],
+) -> None:
+    """Idle = window − busy on every stream, each gap is closed by work starting at its end, and a
+    gap is a host wait exactly when that work was submitted after the gap opened."""
+    queue, start, length, late = (np.array(x, np.int64) for x in zip(*work, strict=True))
+    end = start + length  # a negative length (a flagged bad timestamp) covers nothing
+    submit = np.where(late.astype(bool), start - 1, NO_TIME)
+    iv = figures.Intervals(np.zeros(len(work), np.int64), queue, start, end, submit, "spans")
+    gp = figures.gaps(iv)
+    for q in set(queue.tolist()):
+        mine, rows = gp.queue == q, queue == q
+        window = int(np.maximum(end[rows], start[rows]).max() - start[rows].min())
+        busy = figures.union_by_group(np.zeros(int(rows.sum()), np.int64), start[rows], end[rows], 1)[0]
+        assert int((gp.end_ns[mine] - gp.start_ns[mine]).sum()) == window - busy
+        assert (gp.end_ns[mine] > gp.start_ns[mine]).all()
+    assert (iv.start_ns[gp.closer] == gp.end_ns).all() and (iv.queue[gp.closer] == gp.queue).all()
+    assert np.array_equal(gp.known, submit[gp.closer] != NO_TIME)
+    assert np.array_equal(gp.host, gp.known & (submit[gp.closer] > gp.start_ns))
