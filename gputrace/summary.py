@@ -280,11 +280,8 @@ def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
 
     if sort == "name":
         return sorted(rows, key=lambda r: (r["name"], r["device"] is not None, r["queue"] or ""))
-    have = [r for r in rows if key(r) is not None]
-    missing = [r for r in rows if key(r) is None]
-    have.sort(key=lambda r: (-key(r), r["name"], r["queue"] or ""))
-    missing.sort(key=lambda r: (r["name"], r["queue"] or ""))
-    return have + missing
+    # largest first, rows without the value last; ties by name and stream
+    return sorted(rows, key=lambda r: (key(r) is None, -(key(r) or 0), r["name"], r["queue"] or ""))
 
 
 def _sum_by(group: npt.NDArray[np.int64], values: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
