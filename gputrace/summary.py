@@ -459,8 +459,6 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]], iv: figures.Intervals) -
         if not (int(bit) & int(ANOMALY_FLAGS)):
             continue
         hit = np.flatnonzero(flags & int(bit))
-        if not len(hit):
-            continue
         kind = flag_names(int(bit))[0]
         names, count = np.unique(s.name[hit], return_counts=True)
         for nm, c in zip(names.tolist(), count.tolist(), strict=True):
