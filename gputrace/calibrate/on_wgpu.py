@@ -112,11 +112,11 @@ class _Wgpu:
 
 
 def _timestamp_period(device: Any) -> float:
-    try:
-        from wgpu.backends.wgpu_native import lib
+    from gputrace.backends.wgpu_queries import timestamp_period
 
-        return float(lib.wgpuQueueGetTimestampPeriod(device.queue._internal))
-    except Exception:
+    try:
+        return timestamp_period(device.queue)
+    except Exception:  # not wgpu-native: its timestamps are taken as ns
         return 1.0
 
 
