@@ -76,6 +76,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -172,8 +173,9 @@ class _Grouped:
         return out
 
 
-def _num(x: float) -> float | None:
-    return None if np.isnan(x) else float(x)
+def _num(x: float, kind: Callable[[float], Any] = float) -> Any:
+    """``x`` as ``kind``, or None where it is NaN (a statistic of no values)."""
+    return None if np.isnan(x) else kind(x)
 
 
 def summarize(
@@ -360,18 +362,9 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
         name_idx, q = divmod(int(keys[gi]), nq + 1)
         q -= 1
         qi = trace.queues[q] if q >= 0 else None
-        gpu_stats: dict[str, float | int | None] | None = None
-        if gpu_w.counts[gi]:
-            gpu_stats = {
-                "median": float(gpu_med[gi]),
-                "p95": float(gpu_p95[gi]),
-                "min": int(gpu_min[gi]),
-                "max": int(gpu_max[gi]),
-                "total": int(gpu_total[gi]),
-            }
-        elif gpu_total[gi]:
-            gpu_stats = {"median": None, "p95": None, "min": None, "max": None,
-                         "total": int(gpu_total[gi])}  # fmt: skip
+        gpu_stats = None if not gpu_w.counts[gi] and not gpu_total[gi] else {  # warm times or none
+            "median": _num(gpu_med[gi]), "p95": _num(gpu_p95[gi]), "min": _num(gpu_min[gi], int),
+            "max": _num(gpu_max[gi], int), "total": int(gpu_total[gi])}  # fmt: skip
         use_gpu = gpu_w.counts[gi] > 0
         med = gpu_med[gi] if use_gpu else cpu_med[gi]
         iqr = (gpu_q3[gi] - gpu_q1[gi]) if use_gpu else (cpu_q3[gi] - cpu_q1[gi])
