@@ -34,6 +34,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
+from gputrace.backends.wgpu_queries import PAGE_QUERIES
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 
@@ -96,8 +97,7 @@ def instrument(device: Any) -> Any:
         raise GputraceError(
             f"gputrace traces wgpu-native devices (wgpu.GPUDevice), not {type(device).__name__}."
         )
-    if not wgpu_hooks.is_swapped(device):
-        wgpu_hooks.swap_in(device)
+    wgpu_hooks.swap_in(device)
     _instrumented.add(device)
     if _active is not None and _recording(_active):
         try:
@@ -150,7 +150,7 @@ class WgpuBackend(Backend):
         timeout_s: float = 10.0,
         calibration_samples: int = 4,
         timestamp_period: float | None = None,
-        page_queries: int = 4096,
+        page_queries: int = PAGE_QUERIES,
     ) -> None:
         super().__init__(clock)
         global _active
@@ -158,7 +158,7 @@ class WgpuBackend(Backend):
             raise GputraceError(f"timeout_s must be positive, not {timeout_s!r}.")
         if timestamp_period is not None and not timestamp_period > 0:
             raise GputraceError(f"timestamp_period must be positive, not {timestamp_period!r}.")
-        if not 2 <= page_queries <= 4096 or page_queries % 2:
+        if not 2 <= page_queries <= PAGE_QUERIES or page_queries % 2:
             raise GputraceError(f"page_queries must be even and in 2…4096, not {page_queries!r}.")
         self.timeout_s = float(timeout_s)
         self.calibration_samples = max(1, int(calibration_samples))
@@ -196,11 +196,7 @@ class WgpuBackend(Backend):
 
     def _lost(self, device: Any, exc: BaseException) -> None:
         """``device`` could not be traced: its passes run untimed, their scopes are flagged."""
-        try:
-            name = _device_name(device)
-        except Exception:
-            name = "?"
-        reason = f"tracing the wgpu device {name!r} failed ({type(exc).__name__}: {exc})"
+        reason = f"tracing the wgpu device {_device_name(device)!r} failed ({type(exc).__name__}: {exc})"
         self.problem = self.problem or reason
         report_internal("wgpu-attach", f"{reason}; its passes are not timed, your program continues.")
 
@@ -208,19 +204,14 @@ class WgpuBackend(Backend):
     def attach(self, device: Any) -> None:
         """Trace ``device`` in this session (called for devices instrumented mid-session too)."""
         from gputrace.backends import wgpu_hooks
-        from gputrace.backends.wgpu_queries import WorkDone, timestamp_period
+        from gputrace.backends.wgpu_queries import timestamp_period
 
         with self._lock:
             if self.closed or any(t.device is device for t in self.tracers):
                 return
             timed = "timestamp-query" in device.features
             period = self.period_override or timestamp_period(device.queue)
-            tracer = wgpu_hooks.DeviceTracer(
-                device, len(self.tracers), clock=self.clock, pass_counts=self.pass_counts,
-                untimed=self.untimed, timed=timed, period=period, timeout_s=self.timeout_s,
-                page_queries=self.page_queries,
-            )  # fmt: skip
-            tracer.work_done = WorkDone(device, self.clock, self.timeout_s)  # type: ignore[attr-defined]
+            tracer = wgpu_hooks.DeviceTracer(device, len(self.tracers), self, timed, period)
             self.tracers.append(tracer)
             wgpu_hooks.attach(device, tracer)
         if not timed:
@@ -344,7 +335,7 @@ class WgpuBackend(Backend):
             "wgpu_native": native_version,
             "timestamp_period_ns": [t.period for t in self.tracers],
             "passes_timed": sum(t.passes for t in self.tracers),
-            "passes_outside_scopes": sum(getattr(t, "outside", 0) for t in self.tracers),
+            "passes_outside_scopes": sum(t.outside for t in self.tracers),
             "query_pages": sum(t.pages_made for t in self.tracers),
         }
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from gputrace.backends.base import Clock, RawSpan
 from gputrace.backends.wgpu_queries import (
-    PAGE_QUERIES,
     QueryPage,
+    WorkDone,
     abandon,
     mapped_ready,
     settle_parked,
@@ -53,28 +53,17 @@ class PassRecord:
 class DeviceTracer:
     """One traced device within one session: query pages, slot hand-out, finished passes."""
 
-    def __init__(
-        self,
-        device: Any,
-        index: int,
-        *,
-        clock: Clock,
-        pass_counts: dict[int, int],
-        untimed: set[int],
-        timed: bool,
-        period: float,
-        timeout_s: float,
-        page_queries: int = PAGE_QUERIES,
-    ) -> None:
+    def __init__(self, device: Any, index: int, backend: Any, timed: bool, period: float) -> None:
         self.device = device
         self.index = index
-        self.clock = clock
-        self.pass_counts = pass_counts  # the backend's: token -> passes so far
-        self.untimed = untimed  # the backend's set of tokens with passes the GPU could not time
+        self.clock: Clock = backend.clock
+        self.pass_counts: dict[int, int] = backend.pass_counts  # token -> passes so far
+        self.untimed: set[int] = backend.untimed  # tokens with passes the GPU could not time
         self.timed = timed
         self.period = period
-        self.timeout_s = timeout_s
-        self.page_queries = page_queries
+        self.timeout_s: float = backend.timeout_s
+        self.page_queries: int = backend.page_queries
+        self.work_done = WorkDone(device, self.clock, self.timeout_s)
         self.lock = threading.Lock()
         self.page: QueryPage | None = None
         self.free: list[QueryPage] = []
@@ -89,7 +78,7 @@ class DeviceTracer:
         if timed:
             # Pages outlive sessions (kept on the device), and the first one is made now, at
             # session start: making a query set can take milliseconds, not for the user's loop.
-            self.free = [p for p in device.__dict__.pop("_gputrace_pool", []) if p.count == page_queries]
+            self.free = [p for p in device.__dict__.pop("_gputrace_pool", []) if p.count == self.page_queries]
             self.page = self.free.pop() if self.free else self._new_page()
 
     # hot path: called from the traced encoder and queue ---------------------------------------
@@ -134,10 +123,7 @@ class DeviceTracer:
             rec.page.records.remove(rec)
             self.passes -= 1
             if not recs or recs[-1].page is not rec.page:
-                rec.page.unsubmitted -= 1
-                if rec.page.closed and rec.page.unsubmitted == 0 and rec.page in self.pinned:
-                    self.pinned.remove(rec.page)
-                    self._start_map(rec.page)
+                self._page_submitted(rec.page)  # the encoder holds no slot of it any more
 
     def resolve(self, encoder: Any, recs: list[PassRecord]) -> None:
         """Resolve the slots ``recs`` wrote, run by contiguous run, into their pages' read-back."""
@@ -332,10 +318,7 @@ class _TracedDevice:
         tracer = self._gputrace_tracer
         if tracer is not None:
             try:
-                cls = _encoder_classes.get(type(enc))
-                if cls is None:
-                    cls = _encoder_classes[type(enc)] = traced_class(type(enc), _TracedEncoder)
-                enc.__class__ = cls
+                enc.__class__ = traced_class(type(enc), _TracedEncoder)
                 enc._gputrace_tracer = tracer
             except Exception as exc:
                 tracer.fault("tracing an encoder", exc)
@@ -348,41 +331,26 @@ class _TracedEncoder:
     _gputrace_base: Any
 
     def begin_compute_pass(self, *, label: str = "", timestamp_writes: Any = None) -> Any:
-        tracer = self._gputrace_tracer
-        if timestamp_writes is not None or tracer is None:
-            return self._gputrace_base.begin_compute_pass(
-                self, label=label, timestamp_writes=timestamp_writes
-            )
-        try:
-            ours = tracer.writes(self, label, "compute")
-        except Exception as exc:
-            tracer.fault("timing a pass", exc)
-            ours = None
-        try:
-            return self._gputrace_base.begin_compute_pass(self, label=label, timestamp_writes=ours)
-        except BaseException:
-            if ours is not None:
-                try:
-                    tracer.forget_last(self)
-                except Exception as exc:
-                    tracer.fault("dropping a pass", exc)
-            raise
+        return self._traced_pass("compute", label, timestamp_writes, {})
 
     def begin_render_pass(self, *, label: str = "", timestamp_writes: Any = None, **kw: Any) -> Any:
+        return self._traced_pass("render", label, timestamp_writes, kw)
+
+    def _traced_pass(self, kind: str, label: str, timestamp_writes: Any, kw: dict[str, Any]) -> Any:
+        """The user's ``begin_{kind}_pass``, given gputrace's ``timestamp_writes`` inside a scope
+        (unless the user passed their own)."""
+        begin = getattr(self._gputrace_base, f"begin_{kind}_pass")
         tracer = self._gputrace_tracer
-        if timestamp_writes is not None or tracer is None:
-            return self._gputrace_base.begin_render_pass(
-                self, label=label, timestamp_writes=timestamp_writes, **kw
-            )
+        ours = None
+        if timestamp_writes is None and tracer is not None:
+            try:
+                timestamp_writes = ours = tracer.writes(self, label, kind)
+            except Exception as exc:
+                tracer.fault("timing a pass", exc)
         try:
-            ours = tracer.writes(self, label, "render")
-        except Exception as exc:
-            tracer.fault("timing a pass", exc)
-            ours = None
-        try:
-            return self._gputrace_base.begin_render_pass(self, label=label, timestamp_writes=ours, **kw)
+            return begin(self, label=label, timestamp_writes=timestamp_writes, **kw)
         except BaseException:
-            if ours is not None:
+            if ours is not None and tracer is not None:
                 try:
                     tracer.forget_last(self)
                 except Exception as exc:
@@ -445,7 +413,6 @@ class _TracedQueue:
 
 
 _classes: dict[tuple[type, type], type] = {}
-_encoder_classes: dict[type, type] = {}
 
 
 def traced_class(base: type, mixin: type) -> type:
@@ -475,10 +442,6 @@ def swap_out(device: Any) -> None:
         if base is not None:
             obj.__dict__.pop("_gputrace_tracer", None)
             obj.__class__ = base
-
-
-def is_swapped(device: Any) -> bool:
-    return isinstance(device, _TracedDevice)
 
 
 def attach(device: Any, tracer: DeviceTracer | None) -> None:
