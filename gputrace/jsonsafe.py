@@ -83,9 +83,6 @@ def _child_key(k: Any, failures: list[str] | None) -> str:
 
 def _numpy(value: Any) -> tuple[bool, Any]:
     """numpy scalars become Python numbers, arrays a short summary, dtypes their name."""
-    np = __import__("sys").modules.get("numpy")
-    if np is None:
-        return False, None
     if isinstance(value, np.generic):
         try:
             item = value.item()

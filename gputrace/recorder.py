@@ -615,23 +615,11 @@ def _clean_name(n: Any, limit: int = 1000) -> str:
 
 
 def _clean_names(names: list[Any]) -> list[str]:
-    """Scope names as clean, bounded strings (a name may be anything a user passed)."""
+    """Scope names as clean, bounded strings (a name may be anything a user passed); the list
+    itself when every name already is one (``clean_str`` gives a clean string back as it is)."""
     try:
         uniq = set(names)
     except TypeError:  # an unhashable name
         return [_clean_name(n) for n in names]
-    fix = {}
-    for n in uniq:
-        if type(n) is not str or len(n) > 1000 or not (n.isascii() or _utf8(n)):
-            fix[n] = _clean_name(n)
-    if not fix:
-        return names
-    return [fix.get(n, n) if n in fix else n for n in names]
-
-
-def _utf8(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    fix = {n: c for n in uniq if (c := _clean_name(n)) is not n}
+    return [fix.get(n, n) for n in names] if fix else names

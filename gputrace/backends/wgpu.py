@@ -364,71 +364,54 @@ class Calibrator:
     """
 
     def __init__(self, tracer: Any) -> None:
-        import wgpu
-
-        device = tracer.device
         self.tracer = tracer
-        self.query_set = device.create_query_set(label="gputrace calibration", type="timestamp", count=2)
-        self.resolve_buf = device.create_buffer(
-            label="gputrace calibration resolve", size=256,
-            usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC,
-        )  # fmt: skip
-        self.readback: Any = self._new_readback()
-
-    def _new_readback(self) -> Any:
-        import wgpu
-
-        return self.tracer.device.create_buffer(
-            label="gputrace calibration readback", size=16,
-            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
-        )  # fmt: skip
+        self.page: Any = None  # a two-slot query page, made at the first sample
 
     def sample(self) -> CalibrationSample:
         from gputrace.backends import wgpu_hooks
-        from gputrace.backends.wgpu_queries import abandon, ticks_to_ns, wait_mapped
+        from gputrace.backends.wgpu_queries import QueryPage, abandon, ticks_to_ns, wait_mapped
 
         t = self.tracer
-        if self.readback is None:  # the last one was given up on while mapping (parked)
-            self.readback = self._new_readback()
+        if self.page is None:  # the first sample, or the last page was given up on while mapping
+            self.page = QueryPage(t.device, 2)
+        page = self.page
         enc = wgpu_hooks.raw_encoder(t.device)
         cpass = enc.begin_compute_pass(
             label="gputrace calibration",
             timestamp_writes={
-                "query_set": self.query_set,
+                "query_set": page.query_set,
                 "beginning_of_pass_write_index": 0,
                 "end_of_pass_write_index": 1,
             },
         )
         cpass.end()
-        enc.resolve_query_set(self.query_set, 0, 2, self.resolve_buf, 0)
-        enc.copy_buffer_to_buffer(self.resolve_buf, 0, self.readback, 0, 16)
+        enc.resolve_query_set(page.query_set, 0, 2, page.resolve_buf, 0)
+        enc.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, 0, 16)
         cb = enc.finish()
         wd = t.work_done
         before = t.clock()
         wgpu_hooks.raw_submit(t.device.queue, [cb])
         req = wd.request()
         after = wd.wait(req, "a calibration pass")
-        promise = None
         try:
-            promise = self.readback.map_async("READ_NOSYNC", 0, 16)
-            wait_mapped(self.readback, promise, t.timeout_s, "reading a calibration timestamp")
-            ticks = self.readback.read_mapped(0, 16)
-            self.readback.unmap()
+            page.used = 2
+            page.start_map()
+            wait_mapped(page.readback, page.promise, t.timeout_s, "reading a calibration timestamp")
+            gpu_ns = int(ticks_to_ns(page.read_ticks(), t.period)[0])
         except BaseException:
             # a read-back given up on (timed out, failed) must never be submitted again while
             # mapped or pending (wgpu-native aborts the process): unmapped, or parked and replaced
-            if not abandon(self.readback, promise, self):
-                self.readback = None
+            if not abandon(page.readback, page.promise, page):
+                self.page = None
             raise
-        import numpy as np
-
-        gpu_ns = int(ticks_to_ns(np.frombuffer(ticks, np.uint64), t.period)[0])
+        finally:
+            page.reset()
         return CalibrationSample(before, gpu_ns, after, t.index)
 
     def release(self) -> None:
         from gputrace.backends.wgpu_queries import settle_parked
 
-        self.query_set = self.resolve_buf = self.readback = None
+        self.page = None
         settle_parked()
 
 
