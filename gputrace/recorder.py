@@ -127,15 +127,13 @@ class Recorder:
         self._finder: _AsyncioWatch | None = None
         self.nvtx: Any = None  # gputrace.nvtx.Ranges for session(nvtx=True): on while active
 
-    def _add(self, buf: ThreadBuffer) -> ThreadBuffer:
-        with self._buffers_lock:
-            self.buffers.append(buf)
-        return buf
-
-    def _extra_tid(self) -> int:
+    def _extra_track(self, name: str) -> ThreadBuffer:
+        """A new track that is not an OS thread (an asyncio task, a suspended generator)."""
         with self._buffers_lock:
             self._extra_tids += 1
-            return EXTRA_TID_BASE + self._extra_tids
+            buf = ThreadBuffer(self, clean_str(name, 200), EXTRA_TID_BASE + self._extra_tids)
+            self.buffers.append(buf)
+        return buf
 
     def tracks(self) -> list[ThreadBuffer]:
         """Every track recorded so far: a copy of the list (a track added meanwhile is in the next
@@ -160,8 +158,9 @@ class Recorder:
         try:
             buf: ThreadBuffer = self.local.buf
         except AttributeError:
-            buf = self._add(ThreadBuffer(self))
-            self.local.buf = buf
+            buf = self.local.buf = ThreadBuffer(self)
+            with self._buffers_lock:
+                self.buffers.append(buf)
         return buf
 
     def task_buffer(self, loop: Any) -> ThreadBuffer:
@@ -183,7 +182,7 @@ class Recorder:
         except Exception:
             tname = "task"
         thread = self.buffer()
-        trk = self._add(ThreadBuffer(self, clean_str(f"{thread.name} · {tname}", 200), self._extra_tid()))
+        trk = self._extra_track(f"{thread.name} · {tname}")
         trk.task_id = id(task)
         _task_track.set(trk)
         return trk
@@ -213,9 +212,7 @@ class Recorder:
         if side is None:
             code = frame.f_code
             what = getattr(code, "co_qualname", code.co_name)
-            side = buf.sides[frame] = self._add(
-                ThreadBuffer(self, clean_str(f"{buf.name} · {what} (suspended)", 200), self._extra_tid())
-            )
+            side = buf.sides[frame] = self._extra_track(f"{buf.name} · {what} (suspended)")
         side.stack.extend(reversed(moved))
 
     def activate(self) -> None:

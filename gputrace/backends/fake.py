@@ -101,11 +101,7 @@ class FakeBackend(Backend):
 
     def sync(self) -> None:
         """Wait for the fake GPU: move a fake clock past the end of all submitted work."""
-        busy_until = max(self._free.values(), default=0)
-        now = self.clock()
-        advance = getattr(self.clock, "advance", None)
-        if busy_until > now and advance is not None:
-            advance(busy_until - now)
+        self._advance(max(self._free.values(), default=0) - self.clock())
 
     def calibrate(self) -> list[CalibrationSample]:
         out = []
@@ -143,15 +139,8 @@ class FakeBackend(Backend):
         return got
 
     def queues(self) -> list[QueueInfo]:
-        return [
-            QueueInfo(
-                0,
-                self.device_name,
-                self.name,
-                f"stream {label}" if label is not None else "stream 0",
-            )
-            for label in self._streams
-        ] or [QueueInfo(0, self.device_name, self.name, "stream 0")]
+        labels = [0 if label is None else label for label in self._streams] or [0]
+        return [QueueInfo(0, self.device_name, self.name, f"stream {label}") for label in labels]
 
     def devices(self) -> list[dict[str, Any]]:
         return [{"index": 0, "name": self.device_name, "backend": self.name}]

@@ -143,12 +143,26 @@ class DeviceTracer:
         if self.closed:
             return
         with self.lock:
-            prev = None
-            for rec in recs:
-                rec.submit_ns = submit_ns if ok and rec.submit_ns is None else _FAILED
-                if rec.page is not prev:
-                    prev = rec.page
-                    self._page_submitted(prev)
+            self._release(recs, submit_ns if ok else _FAILED)
+
+    def settle(self, recs: list[PassRecord]) -> None:
+        """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
+        other passes on those pages are still read back."""
+        try:
+            with self.lock:  # the records ``submitted`` got to are done
+                self._release([rec for rec in recs if rec.submit_ns is None], _FAILED)
+        except Exception:
+            pass
+
+    def _release(self, recs: list[PassRecord], submit_ns: int) -> None:
+        """Give ``recs`` their submission time (a record that has one already failed) and their
+        pages one submission less (under the lock)."""
+        prev = None
+        for rec in recs:
+            rec.submit_ns = submit_ns if rec.submit_ns is None else _FAILED
+            if rec.page is not prev:
+                prev = rec.page
+                self._page_submitted(prev)
 
     def _page_submitted(self, page: QueryPage) -> None:
         """One submission of ``page`` is over (under the lock): a closed page with none left
@@ -166,22 +180,6 @@ class DeviceTracer:
                     return
                 page = self.mapping.popleft()
             self._read(page)
-
-    def settle(self, recs: list[PassRecord]) -> None:
-        """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
-        other passes on those pages are still read back."""
-        try:
-            with self.lock:
-                prev = None
-                for rec in recs:
-                    if rec.submit_ns is not None:
-                        continue  # ``submitted`` got this far
-                    rec.submit_ns = _FAILED
-                    if rec.page is not prev:
-                        prev = rec.page
-                        self._page_submitted(prev)
-        except Exception:
-            pass
 
     def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
         """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
