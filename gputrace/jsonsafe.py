@@ -214,8 +214,6 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
             return lst
         finally:
             seen.discard(id(value))
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, int):  # int subclasses (IntEnum, …): the number
         return _int(int(value))
     if isinstance(value, float):

@@ -17,6 +17,7 @@ numpy columns so a million of them cost a few tens of MB and summarise in vector
 from __future__ import annotations
 
 import enum
+import functools
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -75,20 +76,20 @@ ANOMALY_FLAGS = (
 
 _FLAG_BITS = tuple((int(bit), name) for bit, name in FLAG_NAMES.items())
 _ALL_FLAGS = sum(bit for bit, _ in _FLAG_BITS)
-_NAMES_OF: dict[int, tuple[str, ...]] = {}  # flags & _ALL_FLAGS -> names: at most 2**9 entries
 
 
 def flag_names(flags: int) -> list[str]:
     """The names of the flags set in ``flags``, in a stable order.
 
     Plain integers throughout (enum arithmetic costs microseconds a call, and exporters ask once
-    per scope); the answer for each combination of bits is kept.
+    per scope); the answer for each combination of bits is kept (at most 2**9 of them).
     """
-    key = int(flags) & _ALL_FLAGS
-    got = _NAMES_OF.get(key)
-    if got is None:
-        got = _NAMES_OF[key] = tuple(name for bit, name in _FLAG_BITS if key & bit)
-    return list(got)
+    return list(_names_of(int(flags) & _ALL_FLAGS))
+
+
+@functools.cache
+def _names_of(key: int) -> tuple[str, ...]:
+    return tuple(name for bit, name in _FLAG_BITS if key & bit)
 
 
 def flags_from_names(names: list[str]) -> int:

@@ -264,7 +264,6 @@ class QueryPage:
             size=size,
             usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
         )
-        self.records: list[Any] = []
         self.reset()
 
     def reset(self) -> None:
@@ -272,7 +271,7 @@ class QueryPage:
         self.unsubmitted = 0
         self.closed = False
         self.promise: Any = None
-        self.records = []
+        self.records: list[Any] = []
 
     def start_map(self) -> None:
         # READ_NOSYNC: wgpu-py would otherwise submit an empty command buffer first; every copy
