@@ -236,12 +236,10 @@ class DeviceTracer:
             return True
         return False
 
-    def _read(self, page: QueryPage, wait: bool = False) -> None:
+    def _read(self, page: QueryPage) -> None:
+        """Read ``page``'s timestamps once its read-back is mapped (waiting for it, bounded)."""
         try:
-            if wait:
-                wait_mapped(page.readback, page.promise, self.timeout_s, "reading back timestamps")
-            else:
-                page.promise.sync_wait()
+            wait_mapped(page.readback, page.promise, self.timeout_s, "reading back timestamps")
             done_by = self.clock()
             ns = ticks_to_ns(page.read_ticks(), self.period)
         except BaseException as exc:
@@ -281,7 +279,7 @@ class DeviceTracer:
             self.mapping.clear()
         for page in todo:
             try:
-                self._read(page, wait=True)
+                self._read(page)
             except Exception as exc:  # its scopes are marked degraded; the other pages still count
                 report_internal("wgpu-readback", f"reading back wgpu timestamps failed ({exc})")
         spans, self.spans = self.spans, []
