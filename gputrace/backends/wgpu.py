@@ -376,15 +376,7 @@ class Calibrator:
             self.page = QueryPage(t.device, 2)
         page = self.page
         enc = wgpu_hooks.raw_encoder(t.device)
-        cpass = enc.begin_compute_pass(
-            label="gputrace calibration",
-            timestamp_writes={
-                "query_set": page.query_set,
-                "beginning_of_pass_write_index": 0,
-                "end_of_pass_write_index": 1,
-            },
-        )
-        cpass.end()
+        enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
         enc.resolve_query_set(page.query_set, 0, 2, page.resolve_buf, 0)
         enc.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, 0, 16)
         cb = enc.finish()

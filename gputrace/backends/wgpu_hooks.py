@@ -108,11 +108,7 @@ class DeviceTracer:
             page.records.append(rec)
             self.passes += 1
         recs.append(rec)
-        return {
-            "query_set": page.query_set,
-            "beginning_of_pass_write_index": slot,
-            "end_of_pass_write_index": slot + 1,
-        }
+        return page.writes(slot)
 
     def forget_last(self, encoder: Any) -> None:
         """The pass whose slots ``writes`` just handed out was never begun: its slots stay

@@ -273,6 +273,14 @@ class QueryPage:
         self.promise: Any = None
         self.records: list[Any] = []
 
+    def writes(self, slot: int) -> dict[str, Any]:
+        """``timestamp_writes`` for a pass timed by slots ``slot`` (begin) and ``slot + 1`` (end)."""
+        return {
+            "query_set": self.query_set,
+            "beginning_of_pass_write_index": slot,
+            "end_of_pass_write_index": slot + 1,
+        }
+
     def start_map(self) -> None:
         # READ_NOSYNC: wgpu-py would otherwise submit an empty command buffer first; every copy
         # into this buffer was submitted already, so there is nothing to flush.
