@@ -582,23 +582,22 @@ def raw_thread(
     for k, v in enumerate(rich[5::RICH]):
         if v is None:
             continue
-        try:
-            got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
-        except Exception as exc:  # the scope is kept, without its args, flagged
-            got = {"degraded": f"its args could not be converted ({type(exc).__name__}: {exc})"}
+        safe_args[n_plain + k], why = _safe_dict(v)
+        if why:  # the scope is kept, without its args, flagged
             times[n_plain + k, 3] |= _DEGRADED
-            report_internal("args", f"converting scope args failed ({type(exc).__name__}: {exc}).")
-        safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
-    safe_marks = [(_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in marks]
+            report_internal("args", f"converting scope args failed ({why}).")
+    safe_marks = [(_clean_name(name), ts, kind, _safe_dict(margs)[0]) for name, ts, kind, margs in marks]
     return RawThread(buf.tid, _clean_name(buf.name, 200), names, times, safe_args, safe_marks)
 
 
-def _safe_dict(d: Any) -> dict[str, Any]:
+def _safe_dict(d: Any) -> tuple[dict[str, Any], str]:
+    """``d`` as JSON-safe args (a plain dict is already), and why converting it failed or ""."""
     try:
-        got = jsonsafe(d)
+        got = d if type(d) is dict and is_plain(d) else jsonsafe(d)
     except Exception as exc:
-        return {"degraded": f"its args could not be converted ({type(exc).__name__}: {exc})"}
-    return got if isinstance(got, dict) else {"args": got}
+        why = f"{type(exc).__name__}: {exc}"
+        return {"degraded": f"its args could not be converted ({why})"}, why
+    return (got if isinstance(got, dict) else {"args": got}), ""
 
 
 def _clean_name(n: Any, limit: int = 1000) -> str:
