@@ -250,7 +250,7 @@ def _writable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (bool, float)) or value is None:
         return value
     if isinstance(value, int):
-        return value if -(1 << 63) <= value < 1 << 64 else float(value)
+        return value if INT_MIN <= value <= INT_MAX else float(value)
     if isinstance(value, str):
         try:
             value.encode()

@@ -26,6 +26,7 @@ marked untimed (one notice), never given made-up GPU numbers. Every wait on the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import threading
@@ -38,7 +39,6 @@ from gputrace.backends.wgpu_queries import PAGE_QUERIES
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 
-_adapter_reason: list[str | None] = []  # probe's answer, cached: asking for an adapter is slow
 _instrumented: weakref.WeakSet[Any] = weakref.WeakSet()
 _active: WgpuBackend | None = None
 # At session start, calibration samples are taken until one window is within the backend's
@@ -62,11 +62,10 @@ def probe(*, auto: bool = True) -> str | None:
         return f"wgpu-py is not importable ({type(exc).__name__}: {exc})"
     if not auto:
         return None
-    if not _adapter_reason:
-        _adapter_reason.append(_probe_adapter())
-    return _adapter_reason[0]
+    return _probe_adapter()
 
 
+@functools.cache  # asking for an adapter is slow
 def _probe_adapter() -> str | None:
     import wgpu
 
