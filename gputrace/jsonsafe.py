@@ -98,9 +98,7 @@ def _numpy(value: Any) -> tuple[bool, Any]:
             return True, short_repr(value)
     if isinstance(value, np.dtype):
         return True, str(value)
-    if isinstance(value, type) and issubclass(value, np.generic):
-        return True, value.__name__
-    return False, None
+    return False, None  # numpy's scalar types too: a type is written by its name
 
 
 def is_plain(d: dict[Any, Any]) -> bool:
