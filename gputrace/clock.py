@@ -45,6 +45,7 @@ def clock_pair() -> tuple[int, int]:
     Used to put traces from several processes on one time line (``gputrace merge``). The pair
     with the tightest bracket of five tries is kept.
     """
+
     def bracketed() -> tuple[int, int, int]:
         a = time.perf_counter_ns()
         r = time.time_ns()
