@@ -39,18 +39,18 @@ class FakeClock:
             self.now_ns += ns
 
 
-def clock_pair(clock: object = None) -> tuple[int, int]:
+def clock_pair() -> tuple[int, int]:
     """A (monotonic session clock, realtime) pair read as close together as possible.
 
     Used to put traces from several processes on one time line (``gputrace merge``). The pair
     with the tightest bracket of five tries is kept.
     """
-    best: tuple[int, int, int] | None = None
-    for _ in range(5):
+
+    def bracketed() -> tuple[int, int, int]:
         a = time.perf_counter_ns()
         r = time.time_ns()
         b = time.perf_counter_ns()
-        if best is None or b - a < best[0]:
-            best = (b - a, (a + b) // 2, r)
-    assert best is not None
-    return best[1], best[2]
+        return b - a, (a + b) // 2, r
+
+    _, mono, real = min(bracketed() for _ in range(5))
+    return mono, real

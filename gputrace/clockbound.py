@@ -67,13 +67,12 @@ class FeasibleBand:
         upper: F64,
         d_lo: float,
         d_hi: float,
-        span: tuple[float, float] | None = None,
+        span: tuple[float, float],
     ) -> None:
         self.fit = fit  # the line whose error is bounded; its cpu_ref may move (see centre_offset)
         self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
         self.x, self.lower, self.upper = x, lower, upper  # hull points only (±inf: not a bound)
-        # GPU times of the first and the last sample (frame of x)
-        self.span = span if span is not None else (float(x.min()), float(x.max()))
+        self.span = span  # GPU times of the first and the last sample the fit rests on (frame of x)
         self.d_lo, self.d_hi = d_lo, d_hi
         # The polygon's vertices: every drift where L or U bends, inside [d_lo, d_hi], and the ends.
         bends = _bends(x, lower, upper)
@@ -210,8 +209,7 @@ def _edge_low(g: F64, lower: F64, d: F64) -> F64:
 
 def _edge_high(g: F64, upper: F64, d: F64) -> F64:
     """``U(δ) = min_i(upper_i − δ·g_i)`` at each drift of ``d``."""
-    m = np.isfinite(upper)
-    return np.asarray(np.min(upper[None, m] - d[:, None] * g[None, m], axis=1))
+    return -_edge_low(-g, -upper, d)
 
 
 def _crossing(d: F64, gap: F64, k: int, side: int) -> float:

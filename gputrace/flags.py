@@ -167,18 +167,9 @@ def anomaly_report(trace: Trace) -> dict[str, Any]:
     names = trace.names
     kinds_of: dict[int, list[str]] = {}
     items = []
-    for row, name, flags, start, end, submit, g0, g1, unc in zip(
-        shown.tolist(),
-        s.name[shown].tolist(),
-        s.flags[shown].tolist(),
-        s.cpu_start_ns[shown].tolist(),
-        s.cpu_end_ns[shown].tolist(),
-        s.submit_ns[shown].tolist(),
-        s.gpu_start_ns[shown].tolist(),
-        s.gpu_end_ns[shown].tolist(),
-        s.uncertainty_ns[shown].tolist(),
-        strict=True,
-    ):
+    cols = ("name", "flags", "cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns")
+    rows_of = [getattr(s, c)[shown].tolist() for c in (*cols, "uncertainty_ns")]
+    for row, name, flags, start, end, submit, g0, g1, unc in zip(shown.tolist(), *rows_of, strict=True):
         kinds = kinds_of.get(flags)
         if kinds is None:
             kinds = kinds_of[flags] = [k for k in flag_names(flags) if k in EXPLAIN]

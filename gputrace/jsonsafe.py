@@ -83,9 +83,6 @@ def _child_key(k: Any, failures: list[str] | None) -> str:
 
 def _numpy(value: Any) -> tuple[bool, Any]:
     """numpy scalars become Python numbers, arrays a short summary, dtypes their name."""
-    np = __import__("sys").modules.get("numpy")
-    if np is None:
-        return False, None
     if isinstance(value, np.generic):
         try:
             item = value.item()
@@ -101,9 +98,7 @@ def _numpy(value: Any) -> tuple[bool, Any]:
             return True, short_repr(value)
     if isinstance(value, np.dtype):
         return True, str(value)
-    if isinstance(value, type) and issubclass(value, np.generic):
-        return True, value.__name__
-    return False, None
+    return False, None  # numpy's scalar types too: a type is written by its name
 
 
 def is_plain(d: dict[Any, Any]) -> bool:
@@ -217,8 +212,6 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
             return lst
         finally:
             seen.discard(id(value))
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, int):  # int subclasses (IntEnum, …): the number
         return _int(int(value))
     if isinstance(value, float):
@@ -255,7 +248,7 @@ def _writable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (bool, float)) or value is None:
         return value
     if isinstance(value, int):
-        return value if -(1 << 63) <= value < 1 << 64 else float(value)
+        return value if INT_MIN <= value <= INT_MAX else float(value)
     if isinstance(value, str):
         try:
             value.encode()

@@ -17,10 +17,11 @@ numpy columns so a million of them cost a few tens of MB and summarise in vector
 from __future__ import annotations
 
 import enum
+import functools
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -75,20 +76,20 @@ ANOMALY_FLAGS = (
 
 _FLAG_BITS = tuple((int(bit), name) for bit, name in FLAG_NAMES.items())
 _ALL_FLAGS = sum(bit for bit, _ in _FLAG_BITS)
-_NAMES_OF: dict[int, tuple[str, ...]] = {}  # flags & _ALL_FLAGS -> names: at most 2**9 entries
 
 
 def flag_names(flags: int) -> list[str]:
     """The names of the flags set in ``flags``, in a stable order.
 
     Plain integers throughout (enum arithmetic costs microseconds a call, and exporters ask once
-    per scope); the answer for each combination of bits is kept.
+    per scope); the answer for each combination of bits is kept (at most 2**9 of them).
     """
-    key = int(flags) & _ALL_FLAGS
-    got = _NAMES_OF.get(key)
-    if got is None:
-        got = _NAMES_OF[key] = tuple(name for bit, name in _FLAG_BITS if key & bit)
-    return list(got)
+    return list(_names_of(int(flags) & _ALL_FLAGS))
+
+
+@functools.cache
+def _names_of(key: int) -> tuple[str, ...]:
+    return tuple(name for bit, name in _FLAG_BITS if key & bit)
 
 
 def flags_from_names(names: list[str]) -> int:
@@ -169,19 +170,10 @@ class ClockFit:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ClockFit:
-        return cls(
-            gpu_ref_ns=int(d["gpu_ref_ns"]),
-            cpu_ref_ns=int(d["cpu_ref_ns"]),
-            slope=float(d["slope"]),
-            residual_ns=float(d["residual_ns"]),
-            uncertainty_ns=float(d["uncertainty_ns"]),
-            samples=int(d["samples"]),
-            first_cpu_ns=int(d["first_cpu_ns"]),
-            last_cpu_ns=int(d["last_cpu_ns"]),
-            method=str(d.get("method", "offset+slope")),
-            bound=str(d.get("bound", "residual+window")),
-            note=str(d.get("note", "")),
-        )
+        """The fit ``to_dict`` wrote (fields with a default may be missing)."""
+        cast = {"int": int, "float": float, "str": str}
+        given = [f for f in fields(cls) if f.name in d or f.default is MISSING]
+        return cls(**{f.name: cast[str(f.type)](d[f.name]) for f in given})
 
 
 @dataclass(frozen=True)
@@ -213,20 +205,7 @@ class ScopeTable:
     uncertainty_ns: I64  # alignment uncertainty of gpu_start/gpu_end (0 without GPU times)
     args: dict[int, dict[str, Any]] = field(default_factory=dict)  # sparse: row -> user args
 
-    COLUMNS = (
-        "name",
-        "thread",
-        "parent",
-        "depth",
-        "cpu_start_ns",
-        "cpu_end_ns",
-        "submit_ns",
-        "gpu_start_ns",
-        "gpu_end_ns",
-        "queue",
-        "flags",
-        "uncertainty_ns",
-    )
+    COLUMNS: ClassVar[tuple[str, ...]]  # every field but ``args`` (set below the class)
 
     def __len__(self) -> int:
         return len(self.name)
@@ -306,24 +285,7 @@ class OpTable:
     graph_node_id: I64
     call_name: I32  # index into Trace.names ("" when unknown)
 
-    COLUMNS = (
-        "scope",
-        "kind",
-        "name",
-        "queue",
-        "thread",
-        "correlation",
-        "call_start_ns",
-        "call_end_ns",
-        "gpu_start_ns",
-        "gpu_end_ns",
-        "bytes",
-        "grid",
-        "block",
-        "graph_id",
-        "graph_node_id",
-        "call_name",
-    )
+    COLUMNS: ClassVar[tuple[str, ...]]  # every field (set below the class)
 
     def __len__(self) -> int:
         return len(self.scope)
@@ -351,6 +313,10 @@ class OpTable:
 
     def take(self, rows: npt.NDArray[np.int64]) -> OpTable:
         return OpTable(*(getattr(self, c)[rows] for c in self.COLUMNS))
+
+
+ScopeTable.COLUMNS = tuple(f.name for f in fields(ScopeTable) if f.name != "args")
+OpTable.COLUMNS = tuple(f.name for f in fields(OpTable))
 
 
 @dataclass(frozen=True)
@@ -559,12 +525,8 @@ def canonical_names(
 ) -> list[str]:
     """Renumber names by first appearance (scope rows, span rows, then operation rows) so equal
     traces compare equal whichever way they were built. Rewrites the name columns in place."""
-    op_ids = (
-        np.concatenate([ops.name.astype(np.int64), ops.call_name.astype(np.int64)])
-        if ops is not None and len(ops)
-        else np.zeros(0, np.int64)
-    )
-    ids = np.concatenate([scopes.name.astype(np.int64), spans.label.astype(np.int64), op_ids])
+    ops = OpTable.empty() if ops is None else ops
+    ids = np.concatenate([scopes.name, spans.label, ops.name, ops.call_name]).astype(np.int64)
     if not len(ids):
         return []
     uniq, first = np.unique(ids, return_index=True)
@@ -573,7 +535,6 @@ def canonical_names(
     remap[order] = np.arange(len(order))
     scopes.name = remap[scopes.name].astype(np.int32)
     spans.label = remap[spans.label].astype(np.int32)
-    if ops is not None and len(ops):
-        ops.name = remap[ops.name].astype(np.int32)
-        ops.call_name = remap[ops.call_name].astype(np.int32)
+    ops.name = remap[ops.name].astype(np.int32)
+    ops.call_name = remap[ops.call_name].astype(np.int32)
     return [names[i] for i in order.tolist()]

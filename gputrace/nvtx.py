@@ -54,14 +54,13 @@ class Ranges:
         self.push = push
         self.pop = pop
         self.source = source  # "nvtx" or "cupy"
-        self.enabled = False
-        self._saved: tuple[Any, Any] | None = None
+        self._saved: tuple[Any, Any] | None = None  # trace's own enter/exit while enabled
 
     def enable(self) -> None:
         """Make every ``trace`` scope also an NVTX range, until ``disable``."""
         from gputrace.recorder import trace
 
-        if self.enabled:
+        if self._saved is not None:
             return
         enter, leave = trace.__enter__, trace.__exit__
         push, pop = self.push, self.pop
@@ -96,18 +95,16 @@ class Ranges:
         self._saved = (enter, leave)
         trace.__enter__ = __enter__  # type: ignore[method-assign]
         trace.__exit__ = __exit__  # type: ignore[method-assign,assignment]
-        self.enabled = True
 
     def disable(self) -> None:
         """Back to plain scopes. A scope still open keeps its range open (NVTX shows it running
         to the end of the program): stop sessions outside scopes."""
         from gputrace.recorder import trace
 
-        if not self.enabled or self._saved is None:
+        if self._saved is None:
             return
         trace.__enter__, trace.__exit__ = self._saved  # type: ignore[method-assign]
         self._saved = None
-        self.enabled = False
 
 
 def load() -> Ranges:

@@ -127,15 +127,13 @@ class Recorder:
         self._finder: _AsyncioWatch | None = None
         self.nvtx: Any = None  # gputrace.nvtx.Ranges for session(nvtx=True): on while active
 
-    def _add(self, buf: ThreadBuffer) -> ThreadBuffer:
-        with self._buffers_lock:
-            self.buffers.append(buf)
-        return buf
-
-    def _extra_tid(self) -> int:
+    def _extra_track(self, name: str) -> ThreadBuffer:
+        """A new track that is not an OS thread (an asyncio task, a suspended generator)."""
         with self._buffers_lock:
             self._extra_tids += 1
-            return EXTRA_TID_BASE + self._extra_tids
+            buf = ThreadBuffer(self, clean_str(name, 200), EXTRA_TID_BASE + self._extra_tids)
+            self.buffers.append(buf)
+        return buf
 
     def tracks(self) -> list[ThreadBuffer]:
         """Every track recorded so far: a copy of the list (a track added meanwhile is in the next
@@ -160,8 +158,9 @@ class Recorder:
         try:
             buf: ThreadBuffer = self.local.buf
         except AttributeError:
-            buf = self._add(ThreadBuffer(self))
-            self.local.buf = buf
+            buf = self.local.buf = ThreadBuffer(self)
+            with self._buffers_lock:
+                self.buffers.append(buf)
         return buf
 
     def task_buffer(self, loop: Any) -> ThreadBuffer:
@@ -183,7 +182,7 @@ class Recorder:
         except Exception:
             tname = "task"
         thread = self.buffer()
-        trk = self._add(ThreadBuffer(self, clean_str(f"{thread.name} · {tname}", 200), self._extra_tid()))
+        trk = self._extra_track(f"{thread.name} · {tname}")
         trk.task_id = id(task)
         _task_track.set(trk)
         return trk
@@ -213,9 +212,7 @@ class Recorder:
         if side is None:
             code = frame.f_code
             what = getattr(code, "co_qualname", code.co_name)
-            side = buf.sides[frame] = self._add(
-                ThreadBuffer(self, clean_str(f"{buf.name} · {what} (suspended)", 200), self._extra_tid())
-            )
+            side = buf.sides[frame] = self._extra_track(f"{buf.name} · {what} (suspended)")
         side.stack.extend(reversed(moved))
 
     def activate(self) -> None:
@@ -585,23 +582,22 @@ def raw_thread(
     for k, v in enumerate(rich[5::RICH]):
         if v is None:
             continue
-        try:
-            got = v if type(v) is dict and is_plain(v) else jsonsafe(v)
-        except Exception as exc:  # the scope is kept, without its args, flagged
-            got = {"degraded": f"its args could not be converted ({type(exc).__name__}: {exc})"}
+        safe_args[n_plain + k], why = _safe_dict(v)
+        if why:  # the scope is kept, without its args, flagged
             times[n_plain + k, 3] |= _DEGRADED
-            report_internal("args", f"converting scope args failed ({type(exc).__name__}: {exc}).")
-        safe_args[n_plain + k] = got if isinstance(got, dict) else {"args": got}
-    safe_marks = [(_clean_name(name), ts, kind, _safe_dict(margs)) for name, ts, kind, margs in marks]
+            report_internal("args", f"converting scope args failed ({why}).")
+    safe_marks = [(_clean_name(name), ts, kind, _safe_dict(margs)[0]) for name, ts, kind, margs in marks]
     return RawThread(buf.tid, _clean_name(buf.name, 200), names, times, safe_args, safe_marks)
 
 
-def _safe_dict(d: Any) -> dict[str, Any]:
+def _safe_dict(d: Any) -> tuple[dict[str, Any], str]:
+    """``d`` as JSON-safe args (a plain dict is already), and why converting it failed or ""."""
     try:
-        got = jsonsafe(d)
+        got = d if type(d) is dict and is_plain(d) else jsonsafe(d)
     except Exception as exc:
-        return {"degraded": f"its args could not be converted ({type(exc).__name__}: {exc})"}
-    return got if isinstance(got, dict) else {"args": got}
+        why = f"{type(exc).__name__}: {exc}"
+        return {"degraded": f"its args could not be converted ({why})"}, why
+    return (got if isinstance(got, dict) else {"args": got}), ""
 
 
 def _clean_name(n: Any, limit: int = 1000) -> str:
@@ -615,23 +611,11 @@ def _clean_name(n: Any, limit: int = 1000) -> str:
 
 
 def _clean_names(names: list[Any]) -> list[str]:
-    """Scope names as clean, bounded strings (a name may be anything a user passed)."""
+    """Scope names as clean, bounded strings (a name may be anything a user passed); the list
+    itself when every name already is one (``clean_str`` gives a clean string back as it is)."""
     try:
         uniq = set(names)
     except TypeError:  # an unhashable name
         return [_clean_name(n) for n in names]
-    fix = {}
-    for n in uniq:
-        if type(n) is not str or len(n) > 1000 or not (n.isascii() or _utf8(n)):
-            fix[n] = _clean_name(n)
-    if not fix:
-        return names
-    return [fix.get(n, n) if n in fix else n for n in names]
-
-
-def _utf8(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    fix = {n: c for n in uniq if (c := _clean_name(n)) is not n}
+    return [fix.get(n, n) for n in names] if fix else names

@@ -36,10 +36,6 @@ class CalibrationSample:
     def half_width_ns(self) -> float:
         return (self.cpu_after_ns - self.cpu_before_ns) / 2.0
 
-    @property
-    def cpu_mid_ns(self) -> float:
-        return (self.cpu_before_ns + self.cpu_after_ns) / 2.0
-
 
 class RawSpan(NamedTuple):
     """One GPU execution span in the backend's clock domain, tied to a scope by its token (a named
@@ -218,8 +214,4 @@ class RawRecording:
 
 def all_ops(ops: list[RawOp], batches: list[OpBatch]) -> OpBatch:
     """Every operation of a recording (objects and batches) as one batch."""
-    return (
-        OpBatch.concat(([OpBatch.of(ops)] if ops else []) + list(batches))
-        if ops or batches
-        else OpBatch.of([])
-    )
+    return OpBatch.concat([OpBatch.of(ops), *batches])

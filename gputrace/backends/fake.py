@@ -69,8 +69,7 @@ class FakeBackend(Backend):
         self._streams: dict[Hashable, int] = {}
         self._free: dict[int, int] = {}
         self._pending: dict[int, tuple[int, str, int]] = {}  # token -> (queue, name, submit)
-        self._done: list[int] = []
-        self._token_queue: dict[int, int] = {}
+        self._done: list[tuple[int, int]] = []  # (token, queue) of the scopes that ended
         self.truth: dict[int, tuple[int, int, int]] = {}  # token -> (submit, start, end), cpu ns
         self.truth_samples: list[int] = []  # true cpu time of each calibration sample
 
@@ -81,7 +80,6 @@ class FakeBackend(Backend):
         q = self._streams.setdefault(stream, len(self._streams))
         self._next += 1
         self._pending[self._next] = (q, name, cpu_ns)
-        self._token_queue[self._next] = q
         return self._next
 
     def end(self, token: int) -> None:
@@ -97,15 +95,11 @@ class FakeBackend(Backend):
                 start = max(start, self._free.get(q, start))
             self._free[q] = start + duration
             self.truth[token] = (submit, start, start + duration)
-        self._done.append(token)
+        self._done.append((token, q))
 
     def sync(self) -> None:
         """Wait for the fake GPU: move a fake clock past the end of all submitted work."""
-        busy_until = max(self._free.values(), default=0)
-        now = self.clock()
-        advance = getattr(self.clock, "advance", None)
-        if busy_until > now and advance is not None:
-            advance(busy_until - now)
+        self._advance(max(self._free.values(), default=0) - self.clock())
 
     def calibrate(self) -> list[CalibrationSample]:
         out = []
@@ -132,26 +126,18 @@ class FakeBackend(Backend):
     def collect(self) -> Collected:
         done_by = self.clock()
         got = Collected()
-        for token in self._done:
+        for token, q in self._done:
             submit, start, end = self.truth[token]
             if start < 0:
                 got.untimed.add(token)
                 continue
-            q = self._token_queue.pop(token)
             got.spans.append(RawSpan(token, q, self.to_gpu(start), self.to_gpu(end), submit, done_by))
         self._done = []
         return got
 
     def queues(self) -> list[QueueInfo]:
-        return [
-            QueueInfo(
-                0,
-                self.device_name,
-                self.name,
-                f"stream {label}" if label is not None else "stream 0",
-            )
-            for label in self._streams
-        ] or [QueueInfo(0, self.device_name, self.name, "stream 0")]
+        labels = [0 if label is None else label for label in self._streams] or [0]
+        return [QueueInfo(0, self.device_name, self.name, f"stream {label}") for label in labels]
 
     def devices(self) -> list[dict[str, Any]]:
         return [{"index": 0, "name": self.device_name, "backend": self.name}]

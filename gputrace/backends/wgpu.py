@@ -26,6 +26,7 @@ marked untimed (one notice), never given made-up GPU numbers. Every wait on the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import threading
@@ -34,10 +35,10 @@ from collections.abc import Hashable
 from typing import Any
 
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
+from gputrace.backends.wgpu_queries import PAGE_QUERIES
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 
-_adapter_reason: list[str | None] = []  # probe's answer, cached: asking for an adapter is slow
 _instrumented: weakref.WeakSet[Any] = weakref.WeakSet()
 _active: WgpuBackend | None = None
 # At session start, calibration samples are taken until one window is within the backend's
@@ -61,11 +62,10 @@ def probe(*, auto: bool = True) -> str | None:
         return f"wgpu-py is not importable ({type(exc).__name__}: {exc})"
     if not auto:
         return None
-    if not _adapter_reason:
-        _adapter_reason.append(_probe_adapter())
-    return _adapter_reason[0]
+    return _probe_adapter()
 
 
+@functools.cache  # asking for an adapter is slow
 def _probe_adapter() -> str | None:
     import wgpu
 
@@ -96,8 +96,7 @@ def instrument(device: Any) -> Any:
         raise GputraceError(
             f"gputrace traces wgpu-native devices (wgpu.GPUDevice), not {type(device).__name__}."
         )
-    if not wgpu_hooks.is_swapped(device):
-        wgpu_hooks.swap_in(device)
+    wgpu_hooks.swap_in(device)
     _instrumented.add(device)
     if _active is not None and _recording(_active):
         try:
@@ -150,7 +149,7 @@ class WgpuBackend(Backend):
         timeout_s: float = 10.0,
         calibration_samples: int = 4,
         timestamp_period: float | None = None,
-        page_queries: int = 4096,
+        page_queries: int = PAGE_QUERIES,
     ) -> None:
         super().__init__(clock)
         global _active
@@ -158,7 +157,7 @@ class WgpuBackend(Backend):
             raise GputraceError(f"timeout_s must be positive, not {timeout_s!r}.")
         if timestamp_period is not None and not timestamp_period > 0:
             raise GputraceError(f"timestamp_period must be positive, not {timestamp_period!r}.")
-        if not 2 <= page_queries <= 4096 or page_queries % 2:
+        if not 2 <= page_queries <= PAGE_QUERIES or page_queries % 2:
             raise GputraceError(f"page_queries must be even and in 2…4096, not {page_queries!r}.")
         self.timeout_s = float(timeout_s)
         self.calibration_samples = max(1, int(calibration_samples))
@@ -196,11 +195,7 @@ class WgpuBackend(Backend):
 
     def _lost(self, device: Any, exc: BaseException) -> None:
         """``device`` could not be traced: its passes run untimed, their scopes are flagged."""
-        try:
-            name = _device_name(device)
-        except Exception:
-            name = "?"
-        reason = f"tracing the wgpu device {name!r} failed ({type(exc).__name__}: {exc})"
+        reason = f"tracing the wgpu device {_device_name(device)!r} failed ({type(exc).__name__}: {exc})"
         self.problem = self.problem or reason
         report_internal("wgpu-attach", f"{reason}; its passes are not timed, your program continues.")
 
@@ -208,19 +203,14 @@ class WgpuBackend(Backend):
     def attach(self, device: Any) -> None:
         """Trace ``device`` in this session (called for devices instrumented mid-session too)."""
         from gputrace.backends import wgpu_hooks
-        from gputrace.backends.wgpu_queries import WorkDone, timestamp_period
+        from gputrace.backends.wgpu_queries import timestamp_period
 
         with self._lock:
             if self.closed or any(t.device is device for t in self.tracers):
                 return
             timed = "timestamp-query" in device.features
             period = self.period_override or timestamp_period(device.queue)
-            tracer = wgpu_hooks.DeviceTracer(
-                device, len(self.tracers), clock=self.clock, pass_counts=self.pass_counts,
-                untimed=self.untimed, timed=timed, period=period, timeout_s=self.timeout_s,
-                page_queries=self.page_queries,
-            )  # fmt: skip
-            tracer.work_done = WorkDone(device, self.clock, self.timeout_s)  # type: ignore[attr-defined]
+            tracer = wgpu_hooks.DeviceTracer(device, len(self.tracers), self, timed, period)
             self.tracers.append(tracer)
             wgpu_hooks.attach(device, tracer)
         if not timed:
@@ -344,7 +334,7 @@ class WgpuBackend(Backend):
             "wgpu_native": native_version,
             "timestamp_period_ns": [t.period for t in self.tracers],
             "passes_timed": sum(t.passes for t in self.tracers),
-            "passes_outside_scopes": sum(getattr(t, "outside", 0) for t in self.tracers),
+            "passes_outside_scopes": sum(t.outside for t in self.tracers),
             "query_pages": sum(t.pages_made for t in self.tracers),
         }
 
@@ -373,71 +363,46 @@ class Calibrator:
     """
 
     def __init__(self, tracer: Any) -> None:
-        import wgpu
-
-        device = tracer.device
         self.tracer = tracer
-        self.query_set = device.create_query_set(label="gputrace calibration", type="timestamp", count=2)
-        self.resolve_buf = device.create_buffer(
-            label="gputrace calibration resolve", size=256,
-            usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC,
-        )  # fmt: skip
-        self.readback: Any = self._new_readback()
-
-    def _new_readback(self) -> Any:
-        import wgpu
-
-        return self.tracer.device.create_buffer(
-            label="gputrace calibration readback", size=16,
-            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
-        )  # fmt: skip
+        self.page: Any = None  # a two-slot query page, made at the first sample
 
     def sample(self) -> CalibrationSample:
         from gputrace.backends import wgpu_hooks
-        from gputrace.backends.wgpu_queries import abandon, ticks_to_ns, wait_mapped
+        from gputrace.backends.wgpu_queries import QueryPage, abandon, ticks_to_ns, wait_mapped
 
         t = self.tracer
-        if self.readback is None:  # the last one was given up on while mapping (parked)
-            self.readback = self._new_readback()
+        if self.page is None:  # the first sample, or the last page was given up on while mapping
+            self.page = QueryPage(t.device, 2)
+        page = self.page
         enc = wgpu_hooks.raw_encoder(t.device)
-        cpass = enc.begin_compute_pass(
-            label="gputrace calibration",
-            timestamp_writes={
-                "query_set": self.query_set,
-                "beginning_of_pass_write_index": 0,
-                "end_of_pass_write_index": 1,
-            },
-        )
-        cpass.end()
-        enc.resolve_query_set(self.query_set, 0, 2, self.resolve_buf, 0)
-        enc.copy_buffer_to_buffer(self.resolve_buf, 0, self.readback, 0, 16)
+        enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
+        enc.resolve_query_set(page.query_set, 0, 2, page.resolve_buf, 0)
+        enc.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, 0, 16)
         cb = enc.finish()
         wd = t.work_done
         before = t.clock()
         wgpu_hooks.raw_submit(t.device.queue, [cb])
         req = wd.request()
         after = wd.wait(req, "a calibration pass")
-        promise = None
         try:
-            promise = self.readback.map_async("READ_NOSYNC", 0, 16)
-            wait_mapped(self.readback, promise, t.timeout_s, "reading a calibration timestamp")
-            ticks = self.readback.read_mapped(0, 16)
-            self.readback.unmap()
+            page.used = 2
+            page.start_map()
+            wait_mapped(page.readback, page.promise, t.timeout_s, "reading a calibration timestamp")
+            gpu_ns = int(ticks_to_ns(page.read_ticks(), t.period)[0])
         except BaseException:
             # a read-back given up on (timed out, failed) must never be submitted again while
             # mapped or pending (wgpu-native aborts the process): unmapped, or parked and replaced
-            if not abandon(self.readback, promise, self):
-                self.readback = None
+            if not abandon(page.readback, page.promise, page):
+                self.page = None
             raise
-        import numpy as np
-
-        gpu_ns = int(ticks_to_ns(np.frombuffer(ticks, np.uint64), t.period)[0])
+        finally:
+            page.reset()
         return CalibrationSample(before, gpu_ns, after, t.index)
 
     def release(self) -> None:
         from gputrace.backends.wgpu_queries import settle_parked
 
-        self.query_set = self.resolve_buf = self.readback = None
+        self.page = None
         settle_parked()
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from gputrace.backends.base import Clock, RawSpan
 from gputrace.backends.wgpu_queries import (
-    PAGE_QUERIES,
     QueryPage,
+    WorkDone,
     abandon,
     mapped_ready,
     settle_parked,
@@ -53,28 +53,17 @@ class PassRecord:
 class DeviceTracer:
     """One traced device within one session: query pages, slot hand-out, finished passes."""
 
-    def __init__(
-        self,
-        device: Any,
-        index: int,
-        *,
-        clock: Clock,
-        pass_counts: dict[int, int],
-        untimed: set[int],
-        timed: bool,
-        period: float,
-        timeout_s: float,
-        page_queries: int = PAGE_QUERIES,
-    ) -> None:
+    def __init__(self, device: Any, index: int, backend: Any, timed: bool, period: float) -> None:
         self.device = device
         self.index = index
-        self.clock = clock
-        self.pass_counts = pass_counts  # the backend's: token -> passes so far
-        self.untimed = untimed  # the backend's set of tokens with passes the GPU could not time
+        self.clock: Clock = backend.clock
+        self.pass_counts: dict[int, int] = backend.pass_counts  # token -> passes so far
+        self.untimed: set[int] = backend.untimed  # tokens with passes the GPU could not time
         self.timed = timed
         self.period = period
-        self.timeout_s = timeout_s
-        self.page_queries = page_queries
+        self.timeout_s: float = backend.timeout_s
+        self.page_queries: int = backend.page_queries
+        self.work_done = WorkDone(device, self.clock, self.timeout_s)
         self.lock = threading.Lock()
         self.page: QueryPage | None = None
         self.free: list[QueryPage] = []
@@ -89,7 +78,7 @@ class DeviceTracer:
         if timed:
             # Pages outlive sessions (kept on the device), and the first one is made now, at
             # session start: making a query set can take milliseconds, not for the user's loop.
-            self.free = [p for p in device.__dict__.pop("_gputrace_pool", []) if p.count == page_queries]
+            self.free = [p for p in device.__dict__.pop("_gputrace_pool", []) if p.count == self.page_queries]
             self.page = self.free.pop() if self.free else self._new_page()
 
     # hot path: called from the traced encoder and queue ---------------------------------------
@@ -119,11 +108,7 @@ class DeviceTracer:
             page.records.append(rec)
             self.passes += 1
         recs.append(rec)
-        return {
-            "query_set": page.query_set,
-            "beginning_of_pass_write_index": slot,
-            "end_of_pass_write_index": slot + 1,
-        }
+        return page.writes(slot)
 
     def forget_last(self, encoder: Any) -> None:
         """The pass whose slots ``writes`` just handed out was never begun: its slots stay
@@ -134,10 +119,7 @@ class DeviceTracer:
             rec.page.records.remove(rec)
             self.passes -= 1
             if not recs or recs[-1].page is not rec.page:
-                rec.page.unsubmitted -= 1
-                if rec.page.closed and rec.page.unsubmitted == 0 and rec.page in self.pinned:
-                    self.pinned.remove(rec.page)
-                    self._start_map(rec.page)
+                self._page_submitted(rec.page)  # the encoder holds no slot of it any more
 
     def resolve(self, encoder: Any, recs: list[PassRecord]) -> None:
         """Resolve the slots ``recs`` wrote, run by contiguous run, into their pages' read-back."""
@@ -157,12 +139,26 @@ class DeviceTracer:
         if self.closed:
             return
         with self.lock:
-            prev = None
-            for rec in recs:
-                rec.submit_ns = submit_ns if ok and rec.submit_ns is None else _FAILED
-                if rec.page is not prev:
-                    prev = rec.page
-                    self._page_submitted(prev)
+            self._release(recs, submit_ns if ok else _FAILED)
+
+    def settle(self, recs: list[PassRecord]) -> None:
+        """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
+        other passes on those pages are still read back."""
+        try:
+            with self.lock:  # the records ``submitted`` got to are done
+                self._release([rec for rec in recs if rec.submit_ns is None], _FAILED)
+        except Exception:
+            pass
+
+    def _release(self, recs: list[PassRecord], submit_ns: int) -> None:
+        """Give ``recs`` their submission time (a record that has one already failed) and their
+        pages one submission less (under the lock)."""
+        prev = None
+        for rec in recs:
+            rec.submit_ns = submit_ns if rec.submit_ns is None else _FAILED
+            if rec.page is not prev:
+                prev = rec.page
+                self._page_submitted(prev)
 
     def _page_submitted(self, page: QueryPage) -> None:
         """One submission of ``page`` is over (under the lock): a closed page with none left
@@ -180,22 +176,6 @@ class DeviceTracer:
                     return
                 page = self.mapping.popleft()
             self._read(page)
-
-    def settle(self, recs: list[PassRecord]) -> None:
-        """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
-        other passes on those pages are still read back."""
-        try:
-            with self.lock:
-                prev = None
-                for rec in recs:
-                    if rec.submit_ns is not None:
-                        continue  # ``submitted`` got this far
-                    rec.submit_ns = _FAILED
-                    if rec.page is not prev:
-                        prev = rec.page
-                        self._page_submitted(prev)
-        except Exception:
-            pass
 
     def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
         """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
@@ -252,12 +232,10 @@ class DeviceTracer:
             return True
         return False
 
-    def _read(self, page: QueryPage, wait: bool = False) -> None:
+    def _read(self, page: QueryPage) -> None:
+        """Read ``page``'s timestamps once its read-back is mapped (waiting for it, bounded)."""
         try:
-            if wait:
-                wait_mapped(page.readback, page.promise, self.timeout_s, "reading back timestamps")
-            else:
-                page.promise.sync_wait()
+            wait_mapped(page.readback, page.promise, self.timeout_s, "reading back timestamps")
             done_by = self.clock()
             ns = ticks_to_ns(page.read_ticks(), self.period)
         except BaseException as exc:
@@ -297,7 +275,7 @@ class DeviceTracer:
             self.mapping.clear()
         for page in todo:
             try:
-                self._read(page, wait=True)
+                self._read(page)
             except Exception as exc:  # its scopes are marked degraded; the other pages still count
                 report_internal("wgpu-readback", f"reading back wgpu timestamps failed ({exc})")
         spans, self.spans = self.spans, []
@@ -332,10 +310,7 @@ class _TracedDevice:
         tracer = self._gputrace_tracer
         if tracer is not None:
             try:
-                cls = _encoder_classes.get(type(enc))
-                if cls is None:
-                    cls = _encoder_classes[type(enc)] = traced_class(type(enc), _TracedEncoder)
-                enc.__class__ = cls
+                enc.__class__ = traced_class(type(enc), _TracedEncoder)
                 enc._gputrace_tracer = tracer
             except Exception as exc:
                 tracer.fault("tracing an encoder", exc)
@@ -348,41 +323,26 @@ class _TracedEncoder:
     _gputrace_base: Any
 
     def begin_compute_pass(self, *, label: str = "", timestamp_writes: Any = None) -> Any:
-        tracer = self._gputrace_tracer
-        if timestamp_writes is not None or tracer is None:
-            return self._gputrace_base.begin_compute_pass(
-                self, label=label, timestamp_writes=timestamp_writes
-            )
-        try:
-            ours = tracer.writes(self, label, "compute")
-        except Exception as exc:
-            tracer.fault("timing a pass", exc)
-            ours = None
-        try:
-            return self._gputrace_base.begin_compute_pass(self, label=label, timestamp_writes=ours)
-        except BaseException:
-            if ours is not None:
-                try:
-                    tracer.forget_last(self)
-                except Exception as exc:
-                    tracer.fault("dropping a pass", exc)
-            raise
+        return self._traced_pass("compute", label, timestamp_writes, {})
 
     def begin_render_pass(self, *, label: str = "", timestamp_writes: Any = None, **kw: Any) -> Any:
+        return self._traced_pass("render", label, timestamp_writes, kw)
+
+    def _traced_pass(self, kind: str, label: str, timestamp_writes: Any, kw: dict[str, Any]) -> Any:
+        """The user's ``begin_{kind}_pass``, given gputrace's ``timestamp_writes`` inside a scope
+        (unless the user passed their own)."""
+        begin = getattr(self._gputrace_base, f"begin_{kind}_pass")
         tracer = self._gputrace_tracer
-        if timestamp_writes is not None or tracer is None:
-            return self._gputrace_base.begin_render_pass(
-                self, label=label, timestamp_writes=timestamp_writes, **kw
-            )
+        ours = None
+        if timestamp_writes is None and tracer is not None:
+            try:
+                timestamp_writes = ours = tracer.writes(self, label, kind)
+            except Exception as exc:
+                tracer.fault("timing a pass", exc)
         try:
-            ours = tracer.writes(self, label, "render")
-        except Exception as exc:
-            tracer.fault("timing a pass", exc)
-            ours = None
-        try:
-            return self._gputrace_base.begin_render_pass(self, label=label, timestamp_writes=ours, **kw)
+            return begin(self, label=label, timestamp_writes=timestamp_writes, **kw)
         except BaseException:
-            if ours is not None:
+            if ours is not None and tracer is not None:
                 try:
                     tracer.forget_last(self)
                 except Exception as exc:
@@ -445,7 +405,6 @@ class _TracedQueue:
 
 
 _classes: dict[tuple[type, type], type] = {}
-_encoder_classes: dict[type, type] = {}
 
 
 def traced_class(base: type, mixin: type) -> type:
@@ -475,10 +434,6 @@ def swap_out(device: Any) -> None:
         if base is not None:
             obj.__dict__.pop("_gputrace_tracer", None)
             obj.__class__ = base
-
-
-def is_swapped(device: Any) -> bool:
-    return isinstance(device, _TracedDevice)
 
 
 def attach(device: Any, tracer: DeviceTracer | None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -71,23 +72,25 @@ def poll(device: Any) -> None:
         libf.wgpuDevicePoll(device._internal, False, ffi.NULL)
 
 
-def _waiter(deadline_ns: int, what: str, timeout_s: float) -> Any:
-    """A generator-free poll pacer: spin first, then sleep a little longer each time."""
+def _poll_until(device: Any, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``device`` without blocking until ``ready()``: spin first, then sleep a little longer
+    each time; a ``GputraceError`` after ``timeout_s``."""
     start = time.monotonic_ns()
-    naps = [0.0]
-
-    def pace() -> None:
+    deadline = start + int(timeout_s * 1e9)
+    nap = 0.0
+    while not ready():
+        poll(device)
+        if ready():
+            return
         now = time.monotonic_ns()
-        if now > deadline_ns:
+        if now > deadline:
             raise GputraceError(
                 f"the GPU did not finish {what} within {timeout_s:g} s; "
                 "its queue may be hung (gputrace stopped waiting)."
             )
         if now - start > SPIN_NS:
-            naps[0] = min(max(naps[0] * 2, 50e-6), 2e-3)
-            time.sleep(naps[0])
-
-    return pace
+            nap = min(max(nap * 2, 50e-6), 2e-3)
+            time.sleep(nap)
 
 
 _parked: list[tuple[Any, Any, Any]] = []  # (buffer, promise, owner) of read-backs given up on
@@ -138,11 +141,6 @@ def settle_parked() -> None:
             for item in done:
                 if item in _parked:
                     _parked.remove(item)
-
-
-def parked() -> int:
-    """Read-backs given up on whose mapping has not settled yet."""
-    return len(_parked)
 
 
 # Work-done callbacks wgpu-native has not called yet: their owners stay alive until it does (a
@@ -206,16 +204,15 @@ class WorkDone:
         return req
 
     def wait(self, req: int, what: str = "its submitted work") -> int:
-        deadline = time.monotonic_ns() + int(self.timeout_s * 1e9)
-        pace = _waiter(deadline, what, self.timeout_s)
-        while req not in self._done:
-            poll(self.device)
+        def answered() -> bool:
             if req in self._done:
-                break
+                return True
             if self._callback_error:
                 why, self._callback_error = self._callback_error, ""
                 raise RuntimeError(f"a wgpu work-done callback failed ({why})")
-            pace()
+            return False
+
+        _poll_until(self.device, answered, self.timeout_s, what)
         with self._lock:
             done_ns, status = self._done.pop(req)
         if status != self._ok:
@@ -225,13 +222,7 @@ class WorkDone:
 
 def wait_mapped(buffer: Any, promise: Any, timeout_s: float, what: str) -> None:
     """Wait for ``buffer.map_async``'s promise, polling, with a timeout."""
-    deadline = time.monotonic_ns() + int(timeout_s * 1e9)
-    pace = _waiter(deadline, what, timeout_s)
-    while not mapped_ready(promise):
-        poll(buffer._device)
-        if mapped_ready(promise):
-            break
-        pace()
+    _poll_until(buffer._device, lambda: mapped_ready(promise), timeout_s, what)
     promise.sync_wait()  # resolved already: runs the handler (marks the buffer mapped) or raises
 
 
@@ -257,7 +248,7 @@ class QueryPage:
         "unsubmitted", "used",
     )  # fmt: skip
 
-    def __init__(self, device: Any, count: int = PAGE_QUERIES) -> None:
+    def __init__(self, device: Any, count: int) -> None:
         import wgpu
 
         self.count = count
@@ -273,7 +264,6 @@ class QueryPage:
             size=size,
             usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
         )
-        self.records: list[Any] = []
         self.reset()
 
     def reset(self) -> None:
@@ -281,7 +271,15 @@ class QueryPage:
         self.unsubmitted = 0
         self.closed = False
         self.promise: Any = None
-        self.records = []
+        self.records: list[Any] = []
+
+    def writes(self, slot: int) -> dict[str, Any]:
+        """``timestamp_writes`` for a pass timed by slots ``slot`` (begin) and ``slot + 1`` (end)."""
+        return {
+            "query_set": self.query_set,
+            "beginning_of_pass_write_index": slot,
+            "end_of_pass_write_index": slot + 1,
+        }
 
     def start_map(self) -> None:
         # READ_NOSYNC: wgpu-py would otherwise submit an empty command buffer first; every copy

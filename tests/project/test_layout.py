@@ -163,7 +163,7 @@ def test_nothing_outside_the_recorder_touches_its_private_state() -> None:
     assert touched == []
 
 
-@pytest.mark.parametrize("reach", ["rec._buffers_lock", "self.recorder._extra_tid()"])
+@pytest.mark.parametrize("reach", ["rec._buffers_lock", "self.recorder._extra_track('t')"])
 def test_the_private_state_check_sees_a_reach(reach: str) -> None:
     node = ast.parse(reach).body[0]
     assert isinstance(node, ast.Expr)

@@ -30,6 +30,7 @@ USER_CALLS = {
     "wgpu_hooks._TracedDevice.create_command_encoder",
     "wgpu_hooks._TracedEncoder.begin_compute_pass",
     "wgpu_hooks._TracedEncoder.begin_render_pass",
+    "wgpu_hooks._TracedEncoder._traced_pass",
     "wgpu_hooks._TracedEncoder.finish",
     "wgpu_hooks._TracedQueue.submit",
 }
