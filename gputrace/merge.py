@@ -25,12 +25,12 @@ ids and flow ids are renumbered so they never collide.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
 MAX_PID = 1 << 22
+TIME_COLUMNS = ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns")
 
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
@@ -98,10 +99,6 @@ def clock_offset(header: dict[str, Any], where: str) -> int:
     return real - mono
 
 
-def _shift(col: np.ndarray, by: int) -> np.ndarray:
-    return np.where(col != NO_TIME, col + by, NO_TIME)
-
-
 def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     """One trace holding every input's scopes, placed on the first input's session clock.
 
@@ -117,6 +114,9 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     shifts = [o - offsets[0] for o in offsets]
     # ranks that measured their offsets through the job's process group go by those (gputrace.ranks)
     traces, shifts, placed = place_ranks(traces, files, shifts)
+    traces = [
+        _moved(t, functools.partial(np.add, by)) if by else t for t, by in zip(traces, shifts, strict=True)
+    ]
 
     name_id: dict[str, int] = {}
     threads: list[ThreadInfo] = []
@@ -166,38 +166,24 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         for q in t.queues:
             queues.append(QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label))
         for dev, fit in t.clock_fits.items():
-            nd = dev_map[dev]
-            fits[nd] = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + shift,
-                               first_cpu_ns=fit.first_cpu_ns + shift,
-                               last_cpu_ns=fit.last_cpu_ns + shift)  # fmt: skip
-            clock.append(dict(device=nd, **fits[nd].to_dict()))
-        s = t.scopes
-        part = ScopeTable(
-            name=name_map[s.name].astype(np.int32) if len(s) else s.name,
-            thread=(s.thread + thread0).astype(np.int32),
-            parent=np.where(s.parent >= 0, s.parent + row0, -1),
-            depth=s.depth.copy(),
-            cpu_start_ns=s.cpu_start_ns + shift,
-            cpu_end_ns=s.cpu_end_ns + shift,
-            submit_ns=_shift(s.submit_ns, shift),
-            gpu_start_ns=_shift(s.gpu_start_ns, shift),
-            gpu_end_ns=_shift(s.gpu_end_ns, shift),
-            queue=np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
-            flags=s.flags.copy(),
-            uncertainty_ns=s.uncertainty_ns.copy(),
-            args={k + row0: v for k, v in s.args.items()},
-        )
-        parts.append(part)
-        sp = t.spans
+            fits[dev_map[dev]] = fit
+            clock.append(dict(device=dev_map[dev], **fit.to_dict()))
+        # times are on the reference clock already (_moved): only rows, names, threads and queues move
+        s, sp = t.scopes, t.spans
+        parts.append(ScopeTable(**{
+            **{c: getattr(s, c) for c in ScopeTable.COLUMNS},
+            "name": name_map[s.name].astype(np.int32) if len(s) else s.name,
+            "thread": (s.thread + thread0).astype(np.int32),
+            "parent": np.where(s.parent >= 0, s.parent + row0, -1),
+            "queue": np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
+        }, args={k + row0: v for k, v in s.args.items()}))  # fmt: skip
         span_parts.append(SpanTable(
             scope=sp.scope + row0,
             label=name_map[sp.label].astype(np.int32) if len(sp) else sp.label,
             queue=np.where(sp.queue >= 0, sp.queue + queue0, -1).astype(np.int32),
-            submit_ns=_shift(sp.submit_ns, shift),
-            gpu_start_ns=sp.gpu_start_ns + shift,
-            gpu_end_ns=sp.gpu_end_ns + shift,
+            submit_ns=sp.submit_ns, gpu_start_ns=sp.gpu_start_ns, gpu_end_ns=sp.gpu_end_ns,
         ))  # fmt: skip
-        marks += [replace(m, ts_ns=m.ts_ns + shift, thread=m.thread + thread0) for m in t.marks]
+        marks += [replace(m, thread=m.thread + thread0) for m in t.marks]
         merged_info.append({
             "file": path_text(f), "pid": pid, "rank": rank, "shift_ns": shift,
             "backend": t.header.get("backend"), "clock_pair": t.header.get("clock_pair"),
@@ -211,12 +197,8 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
     all_names = canonical_names(list(name_id), scopes, spans)
     header = dict(traces[0].header)
-    starts = [
-        int(t.header.get("start_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)
-    ]
-    ends = [
-        int(t.header.get("end_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)
-    ]
+    starts = [_start(t) for t in traces]
+    ends = [int(t.header.get("end_ns", t.header["base_ns"])) for t in traces]
     header.update(
         start_ns=min(starts), base_ns=min(starts), end_ns=max(ends), pid=processes[0]["pid"],
         rank=None, clock=clock, processes=processes, merged=merged_info,
@@ -253,11 +235,6 @@ def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[Scope
     return scopes, spans
 
 
-def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write a merged trace through the output layer (each process keeps its own pid)."""
-    return exporters.write(trace, path)
-
-
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
     """Load ``inputs``, merge them, write ``out``; returns the merged trace.
 
@@ -266,7 +243,7 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
     check_paths(out, inputs)
     traces = [load(f) for f in inputs]
     merged = merge(traces, list(inputs))
-    write(merged, out)
+    exporters.write(merged, out)
     return merged
 
 
@@ -319,7 +296,7 @@ def place_ranks(
                 out_shifts[k] = 0
                 continue
             fit = rec["fit"]
-            out_traces[k] = _mapped(t, fit)
+            out_traces[k] = _moved(t, functools.partial(to_reference, fit), float(fit["slope"]))
             out_shifts[k] = 0
             info.append({
                 "method": "measured", **base,
@@ -353,28 +330,27 @@ def _pair_info(t: Trace, ref: Trace, shift: int) -> dict[str, Any]:
     return {"method": "clock pair", "offset_ns": shift, "uncertainty_ns": None, "note": note}
 
 
-def _mapped(t: Trace, fit: dict[str, Any]) -> Trace:
-    """``t`` with every time moved from its session clock onto rank 0's by ``fit``."""
+def _moved(t: Trace, to: Callable[[np.ndarray], np.ndarray], slope: float = 1.0) -> Trace:
+    """``t`` with every time moved from its session clock by ``to`` (int64 ns to int64 ns; a
+    constant shift, or a rank's fit onto rank 0's clock, whose ``slope`` its GPU clock fits take).
+    ``NO_TIME`` stays."""
 
     def m(col: np.ndarray) -> np.ndarray:
         col = np.asarray(col, np.int64)
         ok = col != NO_TIME
         out: np.ndarray = col.copy()
         if ok.any():
-            out[ok] = to_reference(fit, col[ok])
+            out[ok] = to(col[ok])
         return out
 
     def one(ns: int) -> int:
-        return int(to_reference(fit, np.array([ns], np.int64))[0])
+        return int(to(np.array([ns], np.int64))[0])
 
-    s = t.scopes
-    scopes = ScopeTable(**{c: getattr(s, c) for c in ScopeTable.COLUMNS}, args=s.args)
-    for c in ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
-        setattr(scopes, c, m(getattr(s, c)))
-    sp = t.spans
+    s, sp = t.scopes, t.spans
+    scopes = ScopeTable(**{c: m(getattr(s, c)) if c in TIME_COLUMNS else getattr(s, c)
+                           for c in ScopeTable.COLUMNS}, args=s.args)  # fmt: skip
     spans = SpanTable(sp.scope, sp.label, sp.queue, m(sp.submit_ns), m(sp.gpu_start_ns), m(sp.gpu_end_ns))
     marks = [replace(x, ts_ns=one(x.ts_ns)) for x in t.marks]
-    slope = float(fit["slope"])
     fits = {d: replace(f, cpu_ref_ns=one(f.cpu_ref_ns), first_cpu_ns=one(f.first_cpu_ns),
                        last_cpu_ns=one(f.last_cpu_ns), slope=f.slope / slope)
             for d, f in t.clock_fits.items()}  # fmt: skip

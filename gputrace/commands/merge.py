@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import click
 
+from gputrace import exporters
 from gputrace.commands._common import fail, load_any
 from gputrace.errors import GputraceError
-from gputrace.merge import check_paths, expand_inputs, placement_lines, write
+from gputrace.merge import check_paths, expand_inputs, placement_lines
 from gputrace.merge import merge as merge_traces
 from gputrace.progress import Progress
 from gputrace.safetext import path_text
@@ -51,7 +52,7 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
             fail(f"cannot merge {names}: a trace looks malformed ({type(exc).__name__}: {exc}).")
         bar.step(f"writing {path_text(out)}")
         try:
-            write(merged, out)
+            exporters.write(merged, out)
         except OSError as exc:
             fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
         except Exception as exc:  # the merged trace cannot be serialised: one sentence, no traceback
