@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from gputrace._version import __version__
+from gputrace.errors import GputraceError
 
 # command name -> (module, attribute); a module not present in this build is simply not listed
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -39,6 +40,16 @@ class LazyGroup(click.Group):
             cmd: Any = getattr(importlib.import_module(module), attr)
             return cmd  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Every command: a ``GputraceError`` (a problem the user can fix) ends it with its one
+        sentence and exit code 2, never a traceback."""
+        try:
+            return super().invoke(ctx)
+        except GputraceError as exc:
+            from gputrace.commands._common import fail
+
+            fail(str(exc))
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -33,10 +33,7 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
     its own tracks, named by its rank.
     """
     inputs = tuple(expand_inputs(inputs))  # 'run.rank*.trace.json' quoted past the shell
-    try:
-        check_paths(out, list(inputs))  # never overwrite an input; each file once
-    except GputraceError as exc:
-        fail(str(exc))
+    check_paths(out, list(inputs))  # never overwrite an input; each file once
     with Progress("gputrace merge", total=len(inputs) + 2) as bar:
         traces = []
         for p in inputs:
@@ -45,8 +42,8 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
         bar.step("merging")
         try:
             merged = merge_traces(traces, list(inputs))
-        except GputraceError as exc:
-            fail(str(exc))
+        except GputraceError:
+            raise
         except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
             names = ", ".join(map(path_text, inputs))
             fail(f"cannot merge {names}: a trace looks malformed ({type(exc).__name__}: {exc}).")
