@@ -113,10 +113,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     offsets = [clock_offset(t.header, f) for t, f in zip(traces, files, strict=True)]
     shifts = [o - offsets[0] for o in offsets]
     # ranks that measured their offsets through the job's process group go by those (gputrace.ranks)
-    traces, shifts, placed = place_ranks(traces, files, shifts)
-    traces = [
-        _moved(t, functools.partial(np.add, by)) if by else t for t, by in zip(traces, shifts, strict=True)
-    ]
+    traces, shifts, placed = place_ranks(traces, shifts)
 
     name_id: dict[str, int] = {}
     threads: list[ThreadInfo] = []
@@ -249,68 +246,66 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
 
 # placing ranks: each on rank 0's clock by the fit it measured (gputrace.ranks) ---------------------
 def place_ranks(
-    traces: list[Trace], files: list[str], shifts: list[int]
+    traces: list[Trace], shifts: list[int]
 ) -> tuple[list[Trace], list[int], list[dict[str, Any]]]:
-    """Where ranks measured their offsets against one rank 0, map their times onto rank 0's clock
-    (offset and drift); the others move by their clock-pair ``shifts``, re-anchored on that clock.
+    """Every trace moved onto one time line: where ranks measured their offsets against one rank 0,
+    those map their times onto rank 0's clock (offset and drift); the others move by their
+    clock-pair ``shifts``, re-anchored on that clock.
 
-    Returns the traces (mapped ones replaced), their remaining constant shifts, and per trace how
+    Returns the moved traces, the constant shift of each (0 for a mapped one), and per trace how
     it was placed and with what uncertainty.
     """
-    recs = [t.header.get("ranks") if isinstance(t.header.get("ranks"), dict) else None for t in traces]
-    usable = [
-        r is not None and (r.get("status") == "reference" or isinstance(r.get("fit"), dict)) for r in recs
-    ]
-    ids = [r.get("reference_id") if r is not None and u else None for r, u in zip(recs, usable, strict=True)]
+    recs = [r if isinstance(r := t.header.get("ranks"), dict) else None for t in traces]
+    ids = [r.get("reference_id") if r is not None and (r.get("status") == "reference" or
+           isinstance(r.get("fit"), dict)) else None for r in recs]  # fmt: skip
     counted = [i for i in ids if i]
-    if not counted:
-        return traces, shifts, [_pair_info(t, traces[0], s) for t, s in zip(traces, shifts, strict=True)]
-    ref_ids = [
-        i for i, r in zip(ids, recs, strict=True) if i and r is not None and r.get("status") == "reference"
-    ]
-    ref_id = ref_ids[0] if ref_ids else max(set(counted), key=counted.count)
-    measured = [i == ref_id for i in ids]
-    anchor = measured.index(True)
-    out_traces, out_shifts, info = list(traces), list(shifts), []
-    a_rec = recs[anchor]
-    assert a_rec is not None
-    a_start = _start(traces[anchor])
+    ref_ids = [i for i, r in zip(ids, recs, strict=True) if i and r and r.get("status") == "reference"]
+    ref_id = ref_ids[0] if ref_ids else max(set(counted), key=counted.count) if counted else None
+    measured = [bool(i) and i == ref_id for i in ids]
+    anchor = measured.index(True) if ref_id else 0  # without measured ranks: the first input
+    a_rec = recs[anchor] or {}
     a_off = (
         0
-        if a_rec.get("status") == "reference"
-        else int(to_reference(a_rec["fit"], np.array([a_start]))[0]) - a_start
+        if not ref_id or a_rec.get("status") == "reference"
+        else _offset(a_rec["fit"], _start(traces[anchor]))
     )
-    for k, t in enumerate(traces):
-        rec = recs[k]
-        if measured[k] and rec is not None:
-            start, end = _start(t), int(t.header.get("end_ns", _start(t)))
-            base = {
-                "engine": rec.get("engine"),
-                "rank": rec.get("rank"),
-                "samples": len(rec.get("samples") or []),
-            }
-            if rec.get("status") == "reference":
-                info.append(
-                    {"method": "reference", "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0, **base}
-                )
-                out_shifts[k] = 0
-                continue
-            fit = rec["fit"]
-            out_traces[k] = _moved(t, functools.partial(to_reference, fit), float(fit["slope"]))
-            out_shifts[k] = 0
-            info.append({
-                "method": "measured", **base,
-                "offset_ns": int(to_reference(fit, np.array([start]))[0]) - start,
-                "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
-                "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
-                "fit_method": fit.get("method"), "bound": fit.get("bound"),
-            })  # fmt: skip
-            if rec.get("failed"):
-                info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
-        else:
-            out_shifts[k] = shifts[k] - shifts[anchor] + a_off
-            info.append(_pair_info(t, traces[anchor], out_shifts[k]))
-    return out_traces, out_shifts, info
+    out, out_shifts, info = [], [], []
+    for t, rec, shift, is_measured in zip(traces, recs, shifts, measured, strict=True):
+        if not is_measured or rec is None:
+            shift = shift - shifts[anchor] + a_off
+            out.append(_moved(t, functools.partial(np.add, shift)) if shift else t)
+            out_shifts.append(shift)
+            info.append(_pair_info(t, traces[anchor], shift))
+            continue
+        base = {
+            "engine": rec.get("engine"),
+            "rank": rec.get("rank"),
+            "samples": len(rec.get("samples") or []),
+        }
+        out_shifts.append(0)
+        if rec.get("status") == "reference":
+            out.append(t)
+            info.append(
+                {"method": "reference", "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0, **base}
+            )
+            continue
+        fit = rec["fit"]
+        start, end = _start(t), int(t.header.get("end_ns", _start(t)))
+        out.append(_moved(t, functools.partial(to_reference, fit), float(fit["slope"])))
+        info.append({
+            "method": "measured", **base, "offset_ns": _offset(fit, start),
+            "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
+            "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
+            "fit_method": fit.get("method"), "bound": fit.get("bound"),
+        })  # fmt: skip
+        if rec.get("failed"):
+            info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
+    return out, out_shifts, info
+
+
+def _offset(fit: dict[str, Any], ns: int) -> int:
+    """How far ``fit`` moves the time ``ns`` (rank 0's clock minus this rank's, there)."""
+    return int(to_reference(fit, np.array([ns], np.int64))[0]) - ns
 
 
 def _start(t: Trace) -> int:
