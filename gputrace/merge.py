@@ -42,6 +42,7 @@ from gputrace.model import (
     NO_TIME,
     ClockFit,
     Mark,
+    OpTable,
     QueueInfo,
     ScopeTable,
     SpanTable,
@@ -56,6 +57,7 @@ from gputrace.safetext import path_text
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
 MAX_PID = 1 << 22
 TIME_COLUMNS = ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns")
+OP_TIME_COLUMNS = ("call_start_ns", "call_end_ns", "gpu_start_ns", "gpu_end_ns")
 
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
@@ -123,6 +125,8 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     processes: list[dict[str, Any]] = []
     parts: list[ScopeTable] = []
     span_parts: list[SpanTable] = []
+    op_parts: list[OpTable] = []
+    correlation0 = 0
     marks: list[Mark] = []
     fits: dict[int, ClockFit] = {}
     clock: list[dict[str, Any]] = []
@@ -180,6 +184,16 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
             queue=np.where(sp.queue >= 0, sp.queue + queue0, -1).astype(np.int32),
             submit_ns=sp.submit_ns, gpu_start_ns=sp.gpu_start_ns, gpu_end_ns=sp.gpu_end_ns,
         ))  # fmt: skip
+        op = t.ops
+        op_parts.append(OpTable(**{
+            **{c: getattr(op, c) for c in OpTable.COLUMNS},
+            "scope": np.where(op.scope >= 0, op.scope + row0, -1),
+            "name": name_map[op.name].astype(np.int32), "call_name": name_map[op.call_name].astype(np.int32),
+            "queue": (op.queue + queue0).astype(np.int32),
+            "thread": np.where(op.thread >= 0, op.thread + thread0, -1).astype(np.int32),
+            "correlation": op.correlation + correlation0,  # launch ids stay unique across processes
+        }))  # fmt: skip
+        correlation0 += int(op.correlation.max()) + 1 if len(op) else 0
         marks += [replace(m, thread=m.thread + thread0) for m in t.marks]
         merged_info.append({
             "file": path_text(f), "pid": pid, "rank": rank, "shift_ns": shift,
@@ -190,9 +204,9 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     for info, how in zip(merged_info, placed, strict=True):
         info["offset"] = how
 
-    scopes, spans = _concat(parts, span_parts)
+    scopes, spans, ops = _concat(parts, span_parts, op_parts)
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
-    all_names = canonical_names(list(name_id), scopes, spans)
+    all_names = canonical_names(list(name_id), scopes, spans, ops)
     header = dict(traces[0].header)
     starts = [_start(t) for t in traces]
     ends = [int(t.header.get("end_ns", t.header["base_ns"])) for t in traces]
@@ -201,7 +215,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         rank=None, clock=clock, processes=processes, merged=merged_info,
         backend=",".join(sorted({str(t.header.get("backend")) for t in traces})),
     )  # fmt: skip
-    merged = Trace(header, all_names, threads, queues, scopes, spans, marks, fits)
+    merged = Trace(header, all_names, threads, queues, scopes, spans, marks, fits, ops)
     from gputrace.flags import anomaly_report
 
     header["anomalies"] = anomaly_report(merged)
@@ -213,8 +227,11 @@ def _rank(t: Trace) -> int | None:
     return r if type(r) is int else None
 
 
-def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[ScopeTable, SpanTable]:
-    """Concatenate, then order rows by (cpu start, thread, −cpu end) as every trace is ordered."""
+def _concat(
+    parts: list[ScopeTable], span_parts: list[SpanTable], op_parts: list[OpTable]
+) -> tuple[ScopeTable, SpanTable, OpTable]:
+    """Concatenate, then order scopes by (cpu start, thread, −cpu end) and operations by GPU start,
+    as every trace is ordered."""
     cols = {c: np.concatenate([getattr(p, c) for p in parts]) for c in ScopeTable.COLUMNS}
     order = np.lexsort((-cols["cpu_end_ns"], cols["thread"], cols["cpu_start_ns"]))
     new_row = np.empty(len(order), np.int64)
@@ -229,7 +246,9 @@ def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[Scope
     scol["scope"] = new_row[scol["scope"]] if len(scol["scope"]) else scol["scope"]
     sorder = np.lexsort((scol["gpu_end_ns"], scol["gpu_start_ns"], scol["scope"]))
     spans = SpanTable(**{c: v[sorder] for c, v in scol.items()})
-    return scopes, spans
+    ops = OpTable(*(np.concatenate([getattr(p, c) for p in op_parts]) for c in OpTable.COLUMNS))
+    ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1) if len(new_row) else ops.scope
+    return scopes, spans, ops.take(np.argsort(ops.gpu_start_ns, kind="stable"))
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
@@ -344,6 +363,9 @@ def _moved(t: Trace, to: Callable[[np.ndarray], np.ndarray], slope: float = 1.0)
     s, sp = t.scopes, t.spans
     scopes = ScopeTable(**{c: m(getattr(s, c)) if c in TIME_COLUMNS else getattr(s, c)
                            for c in ScopeTable.COLUMNS}, args=s.args)  # fmt: skip
+    ops = OpTable(
+        *(m(getattr(t.ops, c)) if c in OP_TIME_COLUMNS else getattr(t.ops, c) for c in OpTable.COLUMNS)
+    )
     spans = SpanTable(sp.scope, sp.label, sp.queue, m(sp.submit_ns), m(sp.gpu_start_ns), m(sp.gpu_end_ns))
     marks = [replace(x, ts_ns=one(x.ts_ns)) for x in t.marks]
     fits = {d: replace(f, cpu_ref_ns=one(f.cpu_ref_ns), first_cpu_ns=one(f.first_cpu_ns),
@@ -353,7 +375,7 @@ def _moved(t: Trace, to: Callable[[np.ndarray], np.ndarray], slope: float = 1.0)
     for k in ("start_ns", "base_ns", "end_ns"):
         if isinstance(header.get(k), int):
             header[k] = one(header[k])
-    return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits)
+    return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits, ops)
 
 
 def placement_lines(header: dict[str, Any]) -> list[str]:

@@ -481,10 +481,13 @@ def op_events(
     if len(d):
         ccat = ['"cuda_runtime"' if nm.startswith("cuda") else '"cuda_driver"' for nm in names] or ['""']
         ctid = np.where(scope[d] >= 0, tids[s.thread[np.maximum(scope[d], 0)]] if len(s) else 0, tids[thr[d]])
+        # a merged trace: each call in the process of its thread (header["processes"])
+        procs = trace.header.get("processes") or []
+        pid_of = {int(t) % OVERLAP_TID_STEP: int(p["pid"]) for p in procs for t in p.get("tids", [])}
+        cpid = np.array([pid_of.get(t % OVERLAP_TID_STEP, pid) for t in ctid.tolist()], np.int64)
         call = Rows(len(d)).lit('{"ph":"X","cat":').pick(ccat, ops.call_name[d]).lit(',"name":')
-        call.pick(jnames, ops.call_name[d]).lit(f',"pid":{pid},"tid":').num(ctid).lit(',"ts":').us(
-            c0[d] - base
-        )
+        call.pick(jnames, ops.call_name[d]).lit(',"pid":').num(cpid).lit(',"tid":').num(ctid)
+        call.lit(',"ts":').us(c0[d] - base)
         call.lit(',"dur":').us(c1[d] - c0[d]).lit(',"bind_id":').num(flow[d]).lit(',"flow_out":true,"args":')
         call.lit('{"correlation":').num(ops.correlation[d]).lit(',"External id":').num(row[d])
         parts += call.lit("}}").buffers()
