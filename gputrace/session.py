@@ -301,17 +301,16 @@ class session:
             ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
             self._streamer = Streamer(self.path, header, self._recorder, self._raw, ring)
             self._stream_path = self.path
-        except OSError:
-            self.stream = False  # fall back to writing at stop, where the error is reported once
-            return
         except Exception as exc:
+            self.stream = False  # written at stop instead, where an OSError is reported once
+            if isinstance(exc, OSError):
+                return
             with contextlib.suppress(OSError):  # an empty file the failed open left: not a trace
                 if os.path.isfile(self.path) and os.path.getsize(self.path) == 0:
                     os.unlink(self.path)
             report_internal(
                 "stream", f"opening the streamed trace failed ({type(exc).__name__}: {exc}); written at stop."
             )
-            self.stream = False
             return
         if callable(getattr(self._recorder.backend, "collect_background", None)):
             self._streamer.collect_ops = self._collect_background  # CUPTI: streamed as it arrives
