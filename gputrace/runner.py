@@ -65,15 +65,8 @@ class RunOptions:
     schedule: str | None = None  # "wait=1,warmup=1,active=3,repeat=2" (session(schedule=))
 
 
-SESSION_OPTIONS = (
-    "backend",
-    "quiet",
-    "nvtx",
-    "ring_s",
-    "steps",
-    "timing",
-    "schedule",
-)  # as session takes them
+# the fields of RunOptions that go to gputrace.session under their own names
+SESSION_OPTIONS = ("backend", "quiet", "nvtx", "ring_s", "steps", "timing", "schedule")
 
 
 @dataclass
@@ -212,11 +205,11 @@ def run_script(opts: RunOptions) -> RunResult:
         notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
     scopes = s.scopes_recorded()
     if scopes == 0 and s.written is not None:
-        notes.append(_no_scopes(s, opts))
+        notes.append(_no_scopes(s))
     return RunResult(exit_code, s, s.written, stopped_by, notes, scopes, s.backend_name)
 
 
-def _no_scopes(s: session, opts: RunOptions) -> str:
+def _no_scopes(s: session) -> str:
     """One sentence on why the trace holds no scope, and how to get some."""
     if s.steps_seen is not None:
         seen, window = s.steps_seen
@@ -229,7 +222,7 @@ def _no_scopes(s: session, opts: RunOptions) -> str:
         "no scope was recorded: name functions to trace with --trace-module MODULE or "
         '--trace-function MODULE:FUNC, or wrap regions in `with gputrace.trace("name"):`'
     )
-    outside = (s.backend_info or {}).get("passes_outside_scopes")
+    outside = s.backend_info.get("passes_outside_scopes")
     if isinstance(outside, int) and outside > 0:
         return f"{how}; {outside} wgpu passes ran outside any scope and were not timed."
     return how + "."
