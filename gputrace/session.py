@@ -500,19 +500,17 @@ class session:
             raw.problem = lost
         if self._streamer is not None:
             self._stop_stream(stop_ns)
-        else:
-            recorded = rec.scopes_held()
-            try:
-                raw.threads = drain(rec, stop_ns)
-            except Exception as exc:
-                report_internal(
-                    "drain",
-                    f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
-                )
-                raw.threads = []
-                raw.header["lost"] = {"scopes": recorded, "chunks": 1}
-        if self._streamer is not None:
             return self._result() if self._load_at_stop else self._trace  # type: ignore[return-value]
+        recorded = rec.scopes_held()
+        try:
+            raw.threads = drain(rec, stop_ns)
+        except Exception as exc:
+            report_internal(
+                "drain",
+                f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
+            )
+            raw.threads = []
+            raw.header["lost"] = {"scopes": recorded, "chunks": 1}
         if problems := reported():
             raw.header["problems"] = problems
         raw.header = _safe_header(raw.header)
