@@ -355,14 +355,14 @@ class RankClock:
             return
         e = self.n_exchanges
         self.n_exchanges += 1
-        deadline = time.monotonic() + self.timeout_s + (self.size - 1) * self.peer_budget_s
+        waited = self.timeout_s + (self.size - 1) * self.peer_budget_s
+        deadline = time.monotonic() + waited
         try:
             if self.rank == 0:
                 self._serve(e, reason, deadline)
             else:
                 self._ping(e, reason, deadline)
         except _Timeout:
-            waited = self.timeout_s + (self.size - 1) * self.peer_budget_s
             self._fail(f"the {reason} exchange got no answer within {waited:.1f} s")
         except _Mismatch as exc:
             self._fail(f"the {reason} exchange went out of step ({exc})")

@@ -554,14 +554,16 @@ class session:
         trace.header["problems"] = _safe_header({"p": reported()}).get("p", [])
         cpu = without_gpu(trace, reason)
         canonical = exporters.canonical(path)
-        for target in dict.fromkeys((path, canonical)):  # an export may fail where JSON does not
+        # again without the GPU part (where exporter faults are most likely); for an export, then its
+        # canonical JSON file alone (an export may fail where JSON does not)
+        for target in dict.fromkeys((path, canonical)):
             with contextlib.suppress(Exception):
                 (exporters.write_session if target == path else exporters.write)(cpu, target)
                 self.written = target
                 return
         gz = ".gz" if canonical.suffix == ".gz" else ""
         tmp = canonical.with_name(f"{canonical.name}.partial.json{gz}")
-        try:
+        try:  # the writer failing at every call leaves no file; the trace stays here
             with reporting("write", f"writing the trace to {path}", "; session.trace still holds it"):
                 header = dict(cpu.header, lost={"scopes": len(cpu), "chunks": 1})
                 exporters.stream_writer(tmp, header).close(header)
