@@ -10,8 +10,11 @@ The viewer and the trace are served on 127.0.0.1 only; nothing leaves the machin
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import webbrowser
+from pathlib import Path
 
 import click
 
@@ -24,10 +27,10 @@ def check_viewable(trace: str) -> str:
     """Read ``trace`` as the viewer will; a bad file ends the command with the one sentence that
     ``summarize`` gives for it (exit code 2), not a blank page (a .pftrace, an export gputrace
     does not read, gets the sentence naming the file to view instead). Returns the file to serve."""
-    from gputrace.exporters import DEFAULT, format_of_file, load
+    from gputrace.exporters import load
 
     try:
-        if format_of_file(trace).__name__ != DEFAULT:
+        if not _is_json(Path(trace)):
             load(trace)  # an export-only format: refused, saying which file to view instead
         doc = read_document(trace)  # bounded: regular files only, size and gzip capped
     except MemoryError:
@@ -76,3 +79,16 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     finally:
         server.close()
     click.echo("gputrace: stopped.")
+
+
+def _is_json(path: Path) -> bool:
+    from gputrace import exporters
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return True  # a FIFO or device: never opened here; read_document refuses it
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return True  # read_document says what is wrong with it
+    return head[:1] in (b"{", b"[", b"\x1f") or exporters.format_for(path).__name__.endswith(".json")

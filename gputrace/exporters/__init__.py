@@ -78,8 +78,7 @@ def format_for(path: str | os.PathLike[str]) -> ModuleType:
     return importlib.import_module(_module_name(path))
 
 
-def format_of_file(path: str | os.PathLike[str]) -> ModuleType:
-    """The format module that reads the file at ``path``: by its first bytes, else its extension."""
+def _format_of_file(path: str | os.PathLike[str]) -> ModuleType:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return format_for(path)  # a FIFO or device: never opened here; the reader refuses it
@@ -104,7 +103,7 @@ def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
     """Read a trace file gputrace wrote, in any registered format."""
     from gputrace.figures import with_launch_submissions
 
-    trace: Trace = format_of_file(path).read(path, progress=progress)
+    trace: Trace = _format_of_file(path).read(path, progress=progress)
     return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
 
 
