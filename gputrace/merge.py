@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import itertools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -132,26 +133,13 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     clock: list[dict[str, Any]] = []
     merged_info: list[dict[str, Any]] = []
     row0 = n_devices = 0
-    next_tid = MAX_TID
     for t, f, shift in zip(traces, files, shifts, strict=True):
         name_map = np.array([name_id.setdefault(n, len(name_id)) for n in t.names] or [0], np.int64)
         thread0, queue0 = len(threads), len(queues)
-        tids = []
-        for th in t.threads:
-            tid = th.tid
-            if tid in used_tids or not 0 <= tid < MAX_TID:
-                while next_tid in used_tids:
-                    next_tid += 1
-                tid = next_tid
-            used_tids.add(tid)
-            tids.append(tid)
-            threads.append(ThreadInfo(tid, th.name))
-        pid = real_pid = int(t.header.get("pid") or 1)
-        if pid in used_pids or not 0 < pid < MAX_PID:
-            pid = MAX_PID
-            while pid in used_pids:
-                pid += 1
-        used_pids.add(pid)
+        tids = [_free_id(th.tid, used_tids, 0 <= th.tid < MAX_TID, MAX_TID) for th in t.threads]
+        threads += [ThreadInfo(tid, th.name) for tid, th in zip(tids, t.threads, strict=True)]
+        real_pid = int(t.header.get("pid") or 1)
+        pid = _free_id(real_pid, used_pids, 0 < real_pid < MAX_PID, MAX_PID)
         rank = _rank(t)
         label = f"rank {rank}" if rank is not None else f"pid {pid}"
         host = t.header.get("host")
@@ -220,6 +208,14 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
 
     header["anomalies"] = anomaly_report(merged)
     return merged
+
+
+def _free_id(want: int, used: set[int], valid: bool, spare: int) -> int:
+    """``want`` where it is valid and not taken yet, else the first free id from ``spare`` on
+    (Linux tids and pids stay below the spare range); taken from then on."""
+    got = want if valid and want not in used else next(i for i in itertools.count(spare) if i not in used)
+    used.add(got)
+    return got
 
 
 def _rank(t: Trace) -> int | None:
