@@ -7,38 +7,36 @@ so ``gputrace --help`` stays fast and never imports cupy or wgpu.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
 import click
 
 from gputrace._version import __version__
+from gputrace.errors import GputraceError
 
-# command name -> (module, attribute); a module not present in this build is simply not listed
-COMMANDS: dict[str, tuple[str, str]] = {
-    "summarize": ("gputrace.commands.summarize", "summarize"),
-    "diff": ("gputrace.commands.diff", "diff"),
-    "merge": ("gputrace.commands.merge", "merge"),
-    "convert": ("gputrace.commands.convert", "convert"),
-    "calibrate": ("gputrace.commands.calibrate", "calibrate"),
-    "run": ("gputrace.commands.run", "run"),
-    "view": ("gputrace.commands.view", "view"),
-}
+# each command in its own module, gputrace.commands.<name>, as the attribute <name>
+COMMANDS = ("summarize", "diff", "merge", "convert", "calibrate", "run", "view")
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        found = [n for n in COMMANDS if importlib.util.find_spec(COMMANDS[n][0]) is not None]
-        return sorted(set(found) | set(super().list_commands(ctx)))
+        return sorted(set(COMMANDS) | set(super().list_commands(ctx)))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMANDS:
-            module, attr = COMMANDS[cmd_name]
-            if importlib.util.find_spec(module) is None:
-                return None
-            cmd: Any = getattr(importlib.import_module(module), attr)
+            cmd: Any = getattr(importlib.import_module(f"gputrace.commands.{cmd_name}"), cmd_name)
             return cmd  # type: ignore[no-any-return]
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Every command: a ``GputraceError`` (a problem the user can fix) ends it with its one
+        sentence and exit code 2, never a traceback."""
+        try:
+            return super().invoke(ctx)
+        except GputraceError as exc:
+            from gputrace.commands._common import fail
+
+            fail(str(exc))
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 
 from gputrace.safetext import printable
 
@@ -49,6 +50,17 @@ def report_internal(kind: str, message: str) -> bool:
     with contextlib.suppress(Exception):
         warnings.warn(f"gputrace: {printable(message)}", GputraceWarning, stacklevel=3)
     return True
+
+
+@contextlib.contextmanager
+def reporting(kind: str, doing: str, then: str = "") -> Iterator[None]:
+    """Run the block; an ``Exception`` raised in it goes no further and is reported once as
+    "<doing> failed (<type>: <message>)<then>." (``report_internal``): what gputrace does beside
+    the program (syncs, chunks, stops) never stops the program."""
+    try:
+        yield
+    except Exception as exc:
+        report_internal(kind, f"{doing} failed ({type(exc).__name__}: {exc}){then}.")
 
 
 def reported() -> list[str]:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import atexit
 import signal
 import threading
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ import numpy as np
 from gputrace import exporters
 from gputrace.backends.base import Clock
 from gputrace.errors import GputraceError
-from gputrace.model import ANOMALY_FLAGS, Flag, Trace, flag_names
+from gputrace.model import ANOMALY_FLAGS, FLAG_NAMES, Trace
 from gputrace.outpath import check_output
 from gputrace.recorder import Recorder, active_recorder
 
@@ -75,16 +75,15 @@ class RingWriter:
             self._prune()
             chunks = [c for _, c in self.chunks]
         header = dict(header)
-        counts: Counter[str] = Counter()
-        anomalous = 0
-        for c in chunks:
-            for bit in Flag:
-                n = int(np.count_nonzero(c.scopes.flags & int(bit)))
-                if n:
-                    counts[flag_names(int(bit))[0]] += n
-            anomalous += int(np.count_nonzero(c.scopes.flags & int(ANOMALY_FLAGS)))
+        flags = np.concatenate([c.scopes.flags for c in chunks] or [np.zeros(0, np.int64)])
+        counts = {name: int(np.count_nonzero(flags & int(bit))) for bit, name in FLAG_NAMES.items()}
+        anomalous = int(np.count_nonzero(flags & int(ANOMALY_FLAGS)))
         # exact counts; the examples are rebuilt from the per-scope flags by the reader
-        header["anomalies"] = {"counts": dict(counts), "items": [], "truncated": anomalous}
+        header["anomalies"] = {
+            "counts": {k: n for k, n in counts.items() if n},
+            "items": [],
+            "truncated": anomalous,
+        }
         header["ring"] = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
         tmp = self.path.with_name(".partial-" + self.path.name)  # same extension: same format
         check_output(self.path)  # the rename would replace a device node, FIFO or folder put there
@@ -158,8 +157,7 @@ class Schedule:
     skip_first: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("wait", "warmup", "active", "repeat", "skip_first"):
-            v = getattr(self, name)
+        for name, v in asdict(self).items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise GputraceError(f"schedule {name} must be a whole number ≥ 0, not {v!r}.")
         if self.active < 1:
@@ -186,15 +184,6 @@ class Schedule:
         first = self.first_recorded()
         return [(first + k * self.cycle, first + k * self.cycle + self.active) for k in range(self.repeat)]
 
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "skip_first": self.skip_first,
-            "wait": self.wait,
-            "warmup": self.warmup,
-            "active": self.active,
-            "repeat": self.repeat,
-        }
-
 
 def schedule(
     *, wait: int = 0, warmup: int = 0, active: int = 1, repeat: int = 0, skip_first: int = 0
@@ -218,21 +207,21 @@ def parse_schedule(spec: str | Schedule | dict[str, int]) -> Schedule:
     if isinstance(spec, Schedule):
         return spec
     if isinstance(spec, dict):
-        fields = dict(spec)
+        given = dict(spec)
     else:
-        fields = {}
+        given = {}
         for part in str(spec).replace(" ", "").split(","):
             key, sep, value = part.partition("=")
             if not sep or not value.isdigit():
                 raise GputraceError(f"a schedule looks like wait=1,warmup=1,active=3,repeat=2, not {spec!r}.")
-            fields[key] = int(value)
-    known = ("wait", "warmup", "active", "repeat", "skip_first")
-    unknown = sorted(set(fields) - set(known))
+            given[key] = int(value)
+    known = [f.name for f in fields(Schedule)]
+    unknown = sorted(set(given) - set(known))
     if unknown:
         raise GputraceError(
             f"unknown schedule field {', '.join(map(repr, unknown))}; the fields are {', '.join(known)}."
         )
-    return Schedule(**fields)
+    return Schedule(**given)
 
 
 def parse_steps(steps: str | tuple[int, int]) -> Schedule:
@@ -251,44 +240,38 @@ def parse_steps(steps: str | tuple[int, int]) -> Schedule:
 
 
 class Stepper:
-    """Counts ``gputrace.step()`` calls and switches the session's recording on inside each of
-    the schedule's active windows; marks every window's start and every step inside one."""
+    """Counts ``gputrace.step()`` calls and switches ``rec`` on inside each of the schedule's
+    active windows (off outside them); marks every window's start and every step inside one."""
 
-    def __init__(self, plan: Schedule, activate: Any, deactivate: Any, mark: Any) -> None:
-        self.plan = plan
+    def __init__(self, plan: Schedule, rec: Recorder, clock: Clock) -> None:
+        self.plan, self.rec, self.clock = plan, rec, clock
         self.n = 0
+        self.first_recorded = plan.first_recorded()
         self.seen: list[tuple[int, int]] = []  # windows entered: (first step, last step + 1)
-        self._activate, self._deactivate, self._mark = activate, deactivate, mark
-
-    @property
-    def first_recorded(self) -> int:
-        return self.plan.first_recorded()
-
-    @property
-    def inside(self) -> bool:
-        return self.plan.window(self.n) is not None
-
-    def begin(self) -> None:
-        if self.inside:
-            self._enter()
 
     def step(self) -> None:
         was = self.plan.window(self.n)
         self.n += 1
         now = self.plan.window(self.n)
         if was is not None and now != was:
-            self._deactivate()
+            self.rec.deactivate()
         if now is not None and now != was:
-            self._enter()
+            self.enter(now)
         elif now is not None:
             self.seen[-1] = (self.seen[-1][0], self.n + 1)
-            self._mark(self.n, None)
+            self._mark(None)
 
-    def _enter(self) -> None:
-        k = self.plan.window(self.n)
+    def enter(self, window: int) -> None:
         self.seen.append((self.n, self.n + 1))
-        self._activate()
-        self._mark(self.n, k)
+        if active_recorder() is None:
+            self.rec.activate()
+        self._mark(window)
+
+    def _mark(self, window: int | None) -> None:
+        marks, now = self.rec.buffer().marks, self.clock()
+        if window is not None:  # an active window starts: its own mark, so each can be found
+            marks.append((f"window {window}", now, "mark", {"window": window, "step": self.n}))
+        marks.append((f"step {self.n}", now, "mark", {"step": self.n}))
 
 
 _stepper: Stepper | None = None
@@ -311,34 +294,20 @@ def step() -> None:
         st.step()
 
 
-def set_stepper(st: Stepper | None) -> None:
-    global _stepper
-    _stepper = st
-
-
 def start_steps(plan: Schedule, rec: Recorder, clock: Clock) -> Stepper:
     """From now on ``gputrace.step()`` switches ``rec`` on inside each of ``plan``'s windows (and
     off outside them), marking each window's start and each step inside one."""
-
-    def activate() -> None:
-        if active_recorder() is None:
-            rec.activate()
-
-    def mark(n: int, window: int | None) -> None:
-        marks = rec.buffer().marks
-        now = clock()
-        if window is not None:  # an active window starts: its own mark, so each can be found
-            marks.append((f"window {window}", now, "mark", {"window": window, "step": n}))
-        marks.append((f"step {n}", now, "mark", {"step": n}))
-
-    st = Stepper(plan, activate, rec.deactivate, mark)
-    set_stepper(st)
-    st.begin()
+    global _stepper
+    _stepper = st = Stepper(plan, rec, clock)
+    first = plan.window(0)
+    if first is not None:
+        st.enter(first)
     return st
 
 
 def stop_steps(st: Stepper) -> dict[str, Any]:
     """``step()`` counts nothing more; returns the header's ``schedule``: the plan, the steps
     counted and the windows entered."""
-    set_stepper(None)
-    return dict(st.plan.to_dict(), steps=st.n, windows=[list(w) for w in st.seen])
+    global _stepper
+    _stepper = None
+    return dict(asdict(st.plan), steps=st.n, windows=[list(w) for w in st.seen])

@@ -25,12 +25,13 @@ ids and flow ids are renumbered so they never collide.
 
 from __future__ import annotations
 
+import functools
 import glob
+import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ from gputrace.model import (
     NO_TIME,
     ClockFit,
     Mark,
+    OpTable,
     QueueInfo,
     ScopeTable,
     SpanTable,
@@ -55,6 +57,8 @@ from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
 MAX_PID = 1 << 22
+TIME_COLUMNS = ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns")
+OP_TIME_COLUMNS = ("call_start_ns", "call_end_ns", "gpu_start_ns", "gpu_end_ns")
 
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
@@ -98,10 +102,6 @@ def clock_offset(header: dict[str, Any], where: str) -> int:
     return real - mono
 
 
-def _shift(col: np.ndarray, by: int) -> np.ndarray:
-    return np.where(col != NO_TIME, col + by, NO_TIME)
-
-
 def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     """One trace holding every input's scopes, placed on the first input's session clock.
 
@@ -116,7 +116,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     offsets = [clock_offset(t.header, f) for t, f in zip(traces, files, strict=True)]
     shifts = [o - offsets[0] for o in offsets]
     # ranks that measured their offsets through the job's process group go by those (gputrace.ranks)
-    traces, shifts, placed = place_ranks(traces, files, shifts)
+    traces, shifts, placed = place_ranks(traces, shifts)
 
     name_id: dict[str, int] = {}
     threads: list[ThreadInfo] = []
@@ -126,31 +126,20 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     processes: list[dict[str, Any]] = []
     parts: list[ScopeTable] = []
     span_parts: list[SpanTable] = []
+    op_parts: list[OpTable] = []
+    correlation0 = 0
     marks: list[Mark] = []
     fits: dict[int, ClockFit] = {}
     clock: list[dict[str, Any]] = []
     merged_info: list[dict[str, Any]] = []
     row0 = n_devices = 0
-    next_tid = MAX_TID
     for t, f, shift in zip(traces, files, shifts, strict=True):
         name_map = np.array([name_id.setdefault(n, len(name_id)) for n in t.names] or [0], np.int64)
         thread0, queue0 = len(threads), len(queues)
-        tids = []
-        for th in t.threads:
-            tid = th.tid
-            if tid in used_tids or not 0 <= tid < MAX_TID:
-                while next_tid in used_tids:
-                    next_tid += 1
-                tid = next_tid
-            used_tids.add(tid)
-            tids.append(tid)
-            threads.append(ThreadInfo(tid, th.name))
-        pid = real_pid = int(t.header.get("pid") or 1)
-        if pid in used_pids or not 0 < pid < MAX_PID:
-            pid = MAX_PID
-            while pid in used_pids:
-                pid += 1
-        used_pids.add(pid)
+        tids = [_free_id(th.tid, used_tids, 0 <= th.tid < MAX_TID, MAX_TID) for th in t.threads]
+        threads += [ThreadInfo(tid, th.name) for tid, th in zip(tids, t.threads, strict=True)]
+        real_pid = int(t.header.get("pid") or 1)
+        pid = _free_id(real_pid, used_pids, 0 < real_pid < MAX_PID, MAX_PID)
         rank = _rank(t)
         label = f"rank {rank}" if rank is not None else f"pid {pid}"
         host = t.header.get("host")
@@ -166,38 +155,34 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         for q in t.queues:
             queues.append(QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label))
         for dev, fit in t.clock_fits.items():
-            nd = dev_map[dev]
-            fits[nd] = replace(fit, cpu_ref_ns=fit.cpu_ref_ns + shift,
-                               first_cpu_ns=fit.first_cpu_ns + shift,
-                               last_cpu_ns=fit.last_cpu_ns + shift)  # fmt: skip
-            clock.append(dict(device=nd, **fits[nd].to_dict()))
-        s = t.scopes
-        part = ScopeTable(
-            name=name_map[s.name].astype(np.int32) if len(s) else s.name,
-            thread=(s.thread + thread0).astype(np.int32),
-            parent=np.where(s.parent >= 0, s.parent + row0, -1),
-            depth=s.depth.copy(),
-            cpu_start_ns=s.cpu_start_ns + shift,
-            cpu_end_ns=s.cpu_end_ns + shift,
-            submit_ns=_shift(s.submit_ns, shift),
-            gpu_start_ns=_shift(s.gpu_start_ns, shift),
-            gpu_end_ns=_shift(s.gpu_end_ns, shift),
-            queue=np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
-            flags=s.flags.copy(),
-            uncertainty_ns=s.uncertainty_ns.copy(),
-            args={k + row0: v for k, v in s.args.items()},
-        )
-        parts.append(part)
-        sp = t.spans
+            fits[dev_map[dev]] = fit
+            clock.append(dict(device=dev_map[dev], **fit.to_dict()))
+        # times are on the reference clock already (_moved): only rows, names, threads and queues move
+        s, sp = t.scopes, t.spans
+        parts.append(ScopeTable(**{
+            **{c: getattr(s, c) for c in ScopeTable.COLUMNS},
+            "name": name_map[s.name].astype(np.int32) if len(s) else s.name,
+            "thread": (s.thread + thread0).astype(np.int32),
+            "parent": np.where(s.parent >= 0, s.parent + row0, -1),
+            "queue": np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
+        }, args={k + row0: v for k, v in s.args.items()}))  # fmt: skip
         span_parts.append(SpanTable(
             scope=sp.scope + row0,
             label=name_map[sp.label].astype(np.int32) if len(sp) else sp.label,
             queue=np.where(sp.queue >= 0, sp.queue + queue0, -1).astype(np.int32),
-            submit_ns=_shift(sp.submit_ns, shift),
-            gpu_start_ns=sp.gpu_start_ns + shift,
-            gpu_end_ns=sp.gpu_end_ns + shift,
+            submit_ns=sp.submit_ns, gpu_start_ns=sp.gpu_start_ns, gpu_end_ns=sp.gpu_end_ns,
         ))  # fmt: skip
-        marks += [replace(m, ts_ns=m.ts_ns + shift, thread=m.thread + thread0) for m in t.marks]
+        op = t.ops
+        op_parts.append(OpTable(**{
+            **{c: getattr(op, c) for c in OpTable.COLUMNS},
+            "scope": np.where(op.scope >= 0, op.scope + row0, -1),
+            "name": name_map[op.name].astype(np.int32), "call_name": name_map[op.call_name].astype(np.int32),
+            "queue": (op.queue + queue0).astype(np.int32),
+            "thread": np.where(op.thread >= 0, op.thread + thread0, -1).astype(np.int32),
+            "correlation": op.correlation + correlation0,  # launch ids stay unique across processes
+        }))  # fmt: skip
+        correlation0 += int(op.correlation.max()) + 1 if len(op) else 0
+        marks += [replace(m, thread=m.thread + thread0) for m in t.marks]
         merged_info.append({
             "file": path_text(f), "pid": pid, "rank": rank, "shift_ns": shift,
             "backend": t.header.get("backend"), "clock_pair": t.header.get("clock_pair"),
@@ -207,26 +192,30 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     for info, how in zip(merged_info, placed, strict=True):
         info["offset"] = how
 
-    scopes, spans = _concat(parts, span_parts)
+    scopes, spans, ops = _concat(parts, span_parts, op_parts)
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
-    all_names = canonical_names(list(name_id), scopes, spans)
+    all_names = canonical_names(list(name_id), scopes, spans, ops)
     header = dict(traces[0].header)
-    starts = [
-        int(t.header.get("start_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)
-    ]
-    ends = [
-        int(t.header.get("end_ns", t.header["base_ns"])) + sh for t, sh in zip(traces, shifts, strict=True)
-    ]
+    starts = [_start(t) for t in traces]
+    ends = [int(t.header.get("end_ns", t.header["base_ns"])) for t in traces]
     header.update(
         start_ns=min(starts), base_ns=min(starts), end_ns=max(ends), pid=processes[0]["pid"],
         rank=None, clock=clock, processes=processes, merged=merged_info,
         backend=",".join(sorted({str(t.header.get("backend")) for t in traces})),
     )  # fmt: skip
-    merged = Trace(header, all_names, threads, queues, scopes, spans, marks, fits)
+    merged = Trace(header, all_names, threads, queues, scopes, spans, marks, fits, ops)
     from gputrace.flags import anomaly_report
 
     header["anomalies"] = anomaly_report(merged)
     return merged
+
+
+def _free_id(want: int, used: set[int], valid: bool, spare: int) -> int:
+    """``want`` where it is valid and not taken yet, else the first free id from ``spare`` on
+    (Linux tids and pids stay below the spare range); taken from then on."""
+    got = want if valid and want not in used else next(i for i in itertools.count(spare) if i not in used)
+    used.add(got)
+    return got
 
 
 def _rank(t: Trace) -> int | None:
@@ -234,8 +223,11 @@ def _rank(t: Trace) -> int | None:
     return r if type(r) is int else None
 
 
-def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[ScopeTable, SpanTable]:
-    """Concatenate, then order rows by (cpu start, thread, −cpu end) as every trace is ordered."""
+def _concat(
+    parts: list[ScopeTable], span_parts: list[SpanTable], op_parts: list[OpTable]
+) -> tuple[ScopeTable, SpanTable, OpTable]:
+    """Concatenate, then order scopes by (cpu start, thread, −cpu end) and operations by GPU start,
+    as every trace is ordered."""
     cols = {c: np.concatenate([getattr(p, c) for p in parts]) for c in ScopeTable.COLUMNS}
     order = np.lexsort((-cols["cpu_end_ns"], cols["thread"], cols["cpu_start_ns"]))
     new_row = np.empty(len(order), np.int64)
@@ -250,12 +242,9 @@ def _concat(parts: list[ScopeTable], span_parts: list[SpanTable]) -> tuple[Scope
     scol["scope"] = new_row[scol["scope"]] if len(scol["scope"]) else scol["scope"]
     sorder = np.lexsort((scol["gpu_end_ns"], scol["gpu_start_ns"], scol["scope"]))
     spans = SpanTable(**{c: v[sorder] for c, v in scol.items()})
-    return scopes, spans
-
-
-def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write a merged trace through the output layer (each process keeps its own pid)."""
-    return exporters.write(trace, path)
+    ops = OpTable(*(np.concatenate([getattr(p, c) for p in op_parts]) for c in OpTable.COLUMNS))
+    ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1) if len(new_row) else ops.scope
+    return scopes, spans, ops.take(np.argsort(ops.gpu_start_ns, kind="stable"))
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
@@ -266,74 +255,72 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
     check_paths(out, inputs)
     traces = [load(f) for f in inputs]
     merged = merge(traces, list(inputs))
-    write(merged, out)
+    exporters.write(merged, out)
     return merged
 
 
 # placing ranks: each on rank 0's clock by the fit it measured (gputrace.ranks) ---------------------
 def place_ranks(
-    traces: list[Trace], files: list[str], shifts: list[int]
+    traces: list[Trace], shifts: list[int]
 ) -> tuple[list[Trace], list[int], list[dict[str, Any]]]:
-    """Where ranks measured their offsets against one rank 0, map their times onto rank 0's clock
-    (offset and drift); the others move by their clock-pair ``shifts``, re-anchored on that clock.
+    """Every trace moved onto one time line: where ranks measured their offsets against one rank 0,
+    those map their times onto rank 0's clock (offset and drift); the others move by their
+    clock-pair ``shifts``, re-anchored on that clock.
 
-    Returns the traces (mapped ones replaced), their remaining constant shifts, and per trace how
+    Returns the moved traces, the constant shift of each (0 for a mapped one), and per trace how
     it was placed and with what uncertainty.
     """
-    recs = [t.header.get("ranks") if isinstance(t.header.get("ranks"), dict) else None for t in traces]
-    usable = [
-        r is not None and (r.get("status") == "reference" or isinstance(r.get("fit"), dict)) for r in recs
-    ]
-    ids = [r.get("reference_id") if r is not None and u else None for r, u in zip(recs, usable, strict=True)]
+    recs = [r if isinstance(r := t.header.get("ranks"), dict) else None for t in traces]
+    ids = [r.get("reference_id") if r is not None and (r.get("status") == "reference" or
+           isinstance(r.get("fit"), dict)) else None for r in recs]  # fmt: skip
     counted = [i for i in ids if i]
-    if not counted:
-        return traces, shifts, [_pair_info(t, traces[0], s) for t, s in zip(traces, shifts, strict=True)]
-    ref_ids = [
-        i for i, r in zip(ids, recs, strict=True) if i and r is not None and r.get("status") == "reference"
-    ]
-    ref_id = ref_ids[0] if ref_ids else max(set(counted), key=counted.count)
-    measured = [i == ref_id for i in ids]
-    anchor = measured.index(True)
-    out_traces, out_shifts, info = list(traces), list(shifts), []
-    a_rec = recs[anchor]
-    assert a_rec is not None
-    a_start = _start(traces[anchor])
+    ref_ids = [i for i, r in zip(ids, recs, strict=True) if i and r and r.get("status") == "reference"]
+    ref_id = ref_ids[0] if ref_ids else max(set(counted), key=counted.count) if counted else None
+    measured = [bool(i) and i == ref_id for i in ids]
+    anchor = measured.index(True) if ref_id else 0  # without measured ranks: the first input
+    a_rec = recs[anchor] or {}
     a_off = (
         0
-        if a_rec.get("status") == "reference"
-        else int(to_reference(a_rec["fit"], np.array([a_start]))[0]) - a_start
+        if not ref_id or a_rec.get("status") == "reference"
+        else _offset(a_rec["fit"], _start(traces[anchor]))
     )
-    for k, t in enumerate(traces):
-        rec = recs[k]
-        if measured[k] and rec is not None:
-            start, end = _start(t), int(t.header.get("end_ns", _start(t)))
-            base = {
-                "engine": rec.get("engine"),
-                "rank": rec.get("rank"),
-                "samples": len(rec.get("samples") or []),
-            }
-            if rec.get("status") == "reference":
-                info.append(
-                    {"method": "reference", "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0, **base}
-                )
-                out_shifts[k] = 0
-                continue
-            fit = rec["fit"]
-            out_traces[k] = _mapped(t, fit)
-            out_shifts[k] = 0
-            info.append({
-                "method": "measured", **base,
-                "offset_ns": int(to_reference(fit, np.array([start]))[0]) - start,
-                "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
-                "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
-                "fit_method": fit.get("method"), "bound": fit.get("bound"),
-            })  # fmt: skip
-            if rec.get("failed"):
-                info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
-        else:
-            out_shifts[k] = shifts[k] - shifts[anchor] + a_off
-            info.append(_pair_info(t, traces[anchor], out_shifts[k]))
-    return out_traces, out_shifts, info
+    out, out_shifts, info = [], [], []
+    for t, rec, shift, is_measured in zip(traces, recs, shifts, measured, strict=True):
+        if not is_measured or rec is None:
+            shift = shift - shifts[anchor] + a_off
+            out.append(_moved(t, functools.partial(np.add, shift)) if shift else t)
+            out_shifts.append(shift)
+            info.append(_pair_info(t, traces[anchor], shift))
+            continue
+        base = {
+            "engine": rec.get("engine"),
+            "rank": rec.get("rank"),
+            "samples": len(rec.get("samples") or []),
+        }
+        out_shifts.append(0)
+        if rec.get("status") == "reference":
+            out.append(t)
+            info.append(
+                {"method": "reference", "offset_ns": 0, "drift_ppm": 0.0, "uncertainty_ns": 0, **base}
+            )
+            continue
+        fit = rec["fit"]
+        start, end = _start(t), int(t.header.get("end_ns", _start(t)))
+        out.append(_moved(t, functools.partial(to_reference, fit), float(fit["slope"])))
+        info.append({
+            "method": "measured", **base, "offset_ns": _offset(fit, start),
+            "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
+            "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
+            "fit_method": fit.get("method"), "bound": fit.get("bound"),
+        })  # fmt: skip
+        if rec.get("failed"):
+            info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
+    return out, out_shifts, info
+
+
+def _offset(fit: dict[str, Any], ns: int) -> int:
+    """How far ``fit`` moves the time ``ns`` (rank 0's clock minus this rank's, there)."""
+    return int(to_reference(fit, np.array([ns], np.int64))[0]) - ns
 
 
 def _start(t: Trace) -> int:
@@ -353,28 +340,30 @@ def _pair_info(t: Trace, ref: Trace, shift: int) -> dict[str, Any]:
     return {"method": "clock pair", "offset_ns": shift, "uncertainty_ns": None, "note": note}
 
 
-def _mapped(t: Trace, fit: dict[str, Any]) -> Trace:
-    """``t`` with every time moved from its session clock onto rank 0's by ``fit``."""
+def _moved(t: Trace, to: Callable[[np.ndarray], np.ndarray], slope: float = 1.0) -> Trace:
+    """``t`` with every time moved from its session clock by ``to`` (int64 ns to int64 ns; a
+    constant shift, or a rank's fit onto rank 0's clock, whose ``slope`` its GPU clock fits take).
+    ``NO_TIME`` stays."""
 
     def m(col: np.ndarray) -> np.ndarray:
         col = np.asarray(col, np.int64)
         ok = col != NO_TIME
         out: np.ndarray = col.copy()
         if ok.any():
-            out[ok] = to_reference(fit, col[ok])
+            out[ok] = to(col[ok])
         return out
 
     def one(ns: int) -> int:
-        return int(to_reference(fit, np.array([ns], np.int64))[0])
+        return int(to(np.array([ns], np.int64))[0])
 
-    s = t.scopes
-    scopes = ScopeTable(**{c: getattr(s, c) for c in ScopeTable.COLUMNS}, args=s.args)
-    for c in ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns"):
-        setattr(scopes, c, m(getattr(s, c)))
-    sp = t.spans
+    s, sp = t.scopes, t.spans
+    scopes = ScopeTable(**{c: m(getattr(s, c)) if c in TIME_COLUMNS else getattr(s, c)
+                           for c in ScopeTable.COLUMNS}, args=s.args)  # fmt: skip
+    ops = OpTable(
+        *(m(getattr(t.ops, c)) if c in OP_TIME_COLUMNS else getattr(t.ops, c) for c in OpTable.COLUMNS)
+    )
     spans = SpanTable(sp.scope, sp.label, sp.queue, m(sp.submit_ns), m(sp.gpu_start_ns), m(sp.gpu_end_ns))
     marks = [replace(x, ts_ns=one(x.ts_ns)) for x in t.marks]
-    slope = float(fit["slope"])
     fits = {d: replace(f, cpu_ref_ns=one(f.cpu_ref_ns), first_cpu_ns=one(f.first_cpu_ns),
                        last_cpu_ns=one(f.last_cpu_ns), slope=f.slope / slope)
             for d, f in t.clock_fits.items()}  # fmt: skip
@@ -382,7 +371,7 @@ def _mapped(t: Trace, fit: dict[str, Any]) -> Trace:
     for k in ("start_ns", "base_ns", "end_ns"):
         if isinstance(header.get(k), int):
             header[k] = one(header[k])
-    return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits)
+    return Trace(header, list(t.names), list(t.threads), list(t.queues), scopes, spans, marks, fits, ops)
 
 
 def placement_lines(header: dict[str, Any]) -> list[str]:

@@ -32,7 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -293,10 +293,6 @@ class Exchange:
     min_rtt_ns: int
     wall_ns: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "at_ns": self.at_ns, "rounds": self.rounds, "kept": self.kept,
-                "min_rtt_ns": self.min_rtt_ns, "wall_ns": self.wall_ns}  # fmt: skip
-
 
 class RankClock:
     """Measures this rank's session clock against rank 0's through ``transport``."""
@@ -359,14 +355,14 @@ class RankClock:
             return
         e = self.n_exchanges
         self.n_exchanges += 1
-        deadline = time.monotonic() + self.timeout_s + (self.size - 1) * self.peer_budget_s
+        waited = self.timeout_s + (self.size - 1) * self.peer_budget_s
+        deadline = time.monotonic() + waited
         try:
             if self.rank == 0:
                 self._serve(e, reason, deadline)
             else:
                 self._ping(e, reason, deadline)
         except _Timeout:
-            waited = self.timeout_s + (self.size - 1) * self.peer_budget_s
             self._fail(f"the {reason} exchange got no answer within {waited:.1f} s")
         except _Mismatch as exc:
             self._fail(f"the {reason} exchange went out of step ({exc})")
@@ -481,7 +477,7 @@ class RankClock:
             "reference_rank": 0,
             "reference_id": self.reference_id,
             "rounds": self.rounds,
-            "exchanges": [x.to_dict() for x in self.exchanges],
+            "exchanges": [asdict(x) for x in self.exchanges],
             "samples": [[s.cpu_before_ns, s.gpu_ns, s.cpu_after_ns] for s in self.samples],
         }
         if self.rank == 0:

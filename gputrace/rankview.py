@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.figures import union_by_group
 from gputrace.model import NO_TIME, Trace
-from gputrace.npstats import interval_union
 
 COLLECTIVE = re.compile(
     r"^nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast", re.IGNORECASE
@@ -42,10 +42,7 @@ MAX_STEP_ROWS = 50
 
 
 def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
-    if not len(start):
-        return 0
-    b0, b1, _ = interval_union(start, end)
-    return int((b1 - b0).sum())
+    return int(union_by_group(np.zeros(len(start), np.int64), start, end, 1)[0])
 
 
 def rank_view(trace: Trace) -> dict[str, Any] | None:
@@ -69,16 +66,17 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
     coll = np.concatenate([is_coll[s.name[g_scope]], is_coll[sp.label], np.ones(len(c_scope), bool)])
     on_gpu = np.concatenate([np.ones(len(g_scope) + len(sp), bool), np.zeros(len(c_scope), bool)])
     g_proc = scope_proc[rows] if len(rows) else np.zeros(0, np.int64)
+    n, known = len(procs), g_proc >= 0
+    busy = union_by_group(g_proc[known & on_gpu], g0[known & on_gpu], g1[known & on_gpu], n)
+    in_coll = union_by_group(g_proc[known & coll], g0[known & coll], g1[known & coll], n)
+    scopes = np.bincount(scope_proc[scope_proc >= 0], minlength=n)
     merged = trace.header.get("merged") or []
     out_ranks = []
     for k, p in enumerate(procs):
-        mine = g_proc == k
         off = merged[k].get("offset") if k < len(merged) and isinstance(merged[k], dict) else None
         out_ranks.append({
-            "rank": p.get("rank"), "label": p.get("label"),
-            "scopes": int(np.count_nonzero(scope_proc == k)),
-            "gpu_busy_ns": _union_ns(g0[mine & on_gpu], g1[mine & on_gpu]),
-            "collective_ns": _union_ns(g0[mine & coll], g1[mine & coll]),
+            "rank": p.get("rank"), "label": p.get("label"), "scopes": int(scopes[k]),
+            "gpu_busy_ns": int(busy[k]), "collective_ns": int(in_coll[k]),
             "placed_by": (off or {}).get("method"), "uncertainty_ns": (off or {}).get("uncertainty_ns"),
         })  # fmt: skip
     start, end = trace.header.get("start_ns"), trace.header.get("end_ns")

@@ -65,6 +65,10 @@ class RunOptions:
     schedule: str | None = None  # "wait=1,warmup=1,active=3,repeat=2" (session(schedule=))
 
 
+# the fields of RunOptions that go to gputrace.session under their own names
+SESSION_OPTIONS = ("backend", "quiet", "nvtx", "ring_s", "steps", "timing", "schedule")
+
+
 @dataclass
 class RunResult:
     exit_code: int
@@ -124,100 +128,88 @@ def run_script(opts: RunOptions) -> RunResult:
     except (OSError, SyntaxError) as exc:
         raise GputraceError(f"{opts.script}: could not be read ({exc}).") from None
 
-    saved_argv, saved_path0 = list(sys.argv), (sys.path[0] if sys.path else None)
-    saved_main = sys.modules.get(MAIN)
-    main = types.ModuleType(MAIN)
-    main.__dict__.update(__file__=str(script), __builtins__=builtins, __cached__=None)
-    main.__dict__.update(__spec__=None, __loader__=None, __package__=None)
-    notes: list[str] = []
-    hook = _WrapOnImport({m: q for m, q in targets.items() if m != MAIN}, notes)
     in_main = targets.get(MAIN) or set()
     try:
         code, found = _compile(source, script, in_main, whole=MAIN in targets and targets[MAIN] is None)
     except SyntaxError:  # as Python reports it: no traceback frames, exit status 1
         traceback.print_exception(*sys.exc_info(), limit=0)
         return RunResult(1, None, None)
-    notes += [f"--trace-function: {script.name} has no function {q}." for q in sorted(in_main - found)]
-    main.__dict__[_HELPER] = trace
-
+    notes = [f"--trace-function: {script.name} has no function {q}." for q in sorted(in_main - found)]
+    hook = _WrapOnImport({m: q for m, q in targets.items() if m != MAIN}, notes)
+    main = types.ModuleType(MAIN)
+    main.__dict__.update(__file__=str(script), __builtins__=builtins, __cached__=None, __spec__=None,
+                         __loader__=None, __package__=None, **{_HELPER: trace})  # fmt: skip
+    metadata = {"command": "gputrace run", "script": str(script), "args": list(opts.args)}
+    s = session(opts.output, metadata=metadata, **{k: getattr(opts, k) for k in SESSION_OPTIONS})
+    s.yields_to_inner = True  # a session the program starts itself records its own scopes
+    saved_argv, saved_path0, saved_main = (
+        list(sys.argv),
+        (sys.path[0] if sys.path else None),
+        sys.modules[MAIN],
+    )
     sys.argv = [str(opts.script), *opts.args]
     if sys.path:
         sys.path[0] = os.path.dirname(os.path.realpath(script))
-    s = session(
-        opts.output,
-        backend=opts.backend,
-        quiet=opts.quiet,
-        nvtx=opts.nvtx,
-        metadata={"command": "gputrace run", "script": str(script), "args": list(opts.args)},
-        ring_s=opts.ring_s,
-        steps=opts.steps,
-        timing=opts.timing,
-        schedule=opts.schedule,
-    )
-    s.yields_to_inner = True  # a session the program starts itself records its own scopes
-    try:
-        s.start()
-    except BaseException:
-        sys.argv = saved_argv
-        if saved_path0 is not None:
-            sys.path[0] = saved_path0
-        raise
-    previous = _catch_stop_signals()
-    undo_wgpu = _trace_new_wgpu_devices() if opts.backend == "wgpu" else None
-    hook.install()
-    sys.modules[MAIN] = main
     exit_code: int = 0
     stopped_by: int | None = None
     try:
+        s.start()
+        previous = _install(_raise_stopped, _STOP_SIGNALS, only_default=True)
+        undo_wgpu = _trace_new_wgpu_devices() if opts.backend == "wgpu" else None
+        hook.install()
+        sys.modules[MAIN] = main
         try:
-            exec(code, main.__dict__)
-        except SystemExit as exc:
-            exit_code = _exit_status(exc.code)
+            try:
+                exec(code, main.__dict__)
+            except SystemExit as exc:
+                exit_code = _exit_status(exc.code)
+            except KeyboardInterrupt:
+                _print_exception(main.__dict__)
+                stopped_by = int(signal.SIGINT)
+            except _Stopped as exc:
+                stopped_by = exc.signum
+            except BaseException:
+                _print_exception(main.__dict__)
+                exit_code = 1
+            if stopped_by is None or stopped_by == int(signal.SIGINT):
+                # As the interpreter does before it exits; a stop signal (SIGTERM) ends the process
+                # at once instead, whatever its threads are doing.
+                _join_threads()
+        except _Stopped as exc:  # while waiting for the program's threads
+            stopped_by = exc.signum
         except KeyboardInterrupt:
-            _print_exception(main.__dict__)
-            exit_code, stopped_by = 128 + int(signal.SIGINT), int(signal.SIGINT)
-        except _Stopped as exc:
-            exit_code, stopped_by = 128 + exc.signum, exc.signum
-        except BaseException:
-            _print_exception(main.__dict__)
-            exit_code = 1
-        if stopped_by is None or stopped_by == int(signal.SIGINT):
-            # As the interpreter does before it exits; a stop signal (SIGTERM) ends the process
-            # at once instead, whatever its threads are doing.
-            _join_threads()
-    except _Stopped as exc:  # while waiting for the program's threads
-        exit_code, stopped_by = 128 + exc.signum, exc.signum
-    except KeyboardInterrupt:
-        exit_code, stopped_by = 128 + int(signal.SIGINT), int(signal.SIGINT)
-    finally:
-        hook.remove()
-        if undo_wgpu is not None:
-            undo_wgpu()
-        _restore_signals(previous)
-        deferred = _defer_signals()  # a second Ctrl-C or SIGTERM must not cut the write short
-        try:
-            s._load_at_stop = False  # the file holds it: no read-back at exit
-            s.stop()
+            stopped_by = int(signal.SIGINT)
         finally:
-            arrived = deferred.restore()
-            if arrived and stopped_by is None:
-                exit_code, stopped_by = 128 + arrived[0], arrived[0]
-            if saved_main is not None:
-                sys.modules[MAIN] = saved_main
-            sys.argv = saved_argv
-            if saved_path0 is not None:
-                sys.path[0] = saved_path0
+            hook.remove()
+            if undo_wgpu is not None:
+                undo_wgpu()
+            _restore_signals(previous)
+            deferred = _Deferred()  # a second Ctrl-C or SIGTERM must not cut the write short
+            try:
+                s._load_at_stop = False  # the file holds it: no read-back at exit
+                s.stop()
+            finally:
+                arrived = deferred.restore()
+                if arrived and stopped_by is None:
+                    stopped_by = arrived[0]
+    finally:
+        sys.modules[MAIN] = saved_main
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+    if stopped_by is not None:
+        exit_code = 128 + stopped_by
     if os.getpid() != s._pid:  # a process the program forked: its parent writes the trace
         return RunResult(exit_code, None, None, stopped_by, [])
     for mod in hook.never_imported():
         notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
     scopes = s.scopes_recorded()
     if scopes == 0 and s.written is not None:
-        notes.append(_no_scopes(s, opts))
+        notes.append(_no_scopes(s))
     return RunResult(exit_code, s, s.written, stopped_by, notes, scopes, s.backend_name)
 
 
-def _no_scopes(s: session, opts: RunOptions) -> str:
+def _no_scopes(s: session) -> str:
     """One sentence on why the trace holds no scope, and how to get some."""
     if s.steps_seen is not None:
         seen, window = s.steps_seen
@@ -230,7 +222,7 @@ def _no_scopes(s: session, opts: RunOptions) -> str:
         "no scope was recorded: name functions to trace with --trace-module MODULE or "
         '--trace-function MODULE:FUNC, or wrap regions in `with gputrace.trace("name"):`'
     )
-    outside = (s.backend_info or {}).get("passes_outside_scopes")
+    outside = s.backend_info.get("passes_outside_scopes")
     if isinstance(outside, int) and outside > 0:
         return f"{how}; {outside} wgpu passes ran outside any scope and were not timed."
     return how + "."
@@ -357,26 +349,31 @@ def _join_threads() -> None:
             t.join()
 
 
-def _catch_stop_signals() -> dict[int, Any]:
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+def _install(handler: Any, signals: Sequence[int], only_default: bool = False) -> dict[int, Any]:
+    """``handler`` for ``signals`` (from the main thread only: elsewhere signals cannot be set),
+    with ``only_default`` only where the default is in charge (the program's own handlers stay);
+    returns the handlers they had."""
     if threading.current_thread() is not threading.main_thread():
         return {}
     previous = {}
-
-    def stop(signum: int, frame: Any) -> None:
-        raise _Stopped(signum)
-
-    for sig in _STOP_SIGNALS:
-        if signal.getsignal(sig) is signal.SIG_DFL:  # the program's own handlers stay in charge
-            previous[sig] = signal.signal(sig, stop)
+    for sig in signals:
+        if not only_default or signal.getsignal(sig) is signal.SIG_DFL:
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                previous[sig] = signal.signal(sig, handler)
     return previous
 
 
 class _Deferred:
-    """Signals that arrived while the trace was written; ``restore`` puts the handlers back."""
+    """Holds SIGINT, SIGTERM and SIGHUP while the trace is written; ``restore`` puts the handlers
+    back and returns the signals that arrived meanwhile."""
 
     def __init__(self) -> None:
-        self.previous: dict[int, Any] = {}
         self.arrived: list[int] = []
+        self.previous = _install(self.handle, (signal.SIGINT, *_STOP_SIGNALS))
 
     def handle(self, signum: int, frame: Any) -> None:
         self.arrived.append(signum)
@@ -387,17 +384,6 @@ class _Deferred:
     def restore(self) -> list[int]:
         _restore_signals(self.previous)
         return [sig for sig in self.arrived if self.previous.get(sig) is not signal.SIG_IGN]
-
-
-def _defer_signals() -> _Deferred:
-    """Hold SIGINT, SIGTERM and SIGHUP while the trace is written (the main thread only)."""
-    d = _Deferred()
-    if threading.current_thread() is not threading.main_thread():
-        return d
-    for sig in (signal.SIGINT, *_STOP_SIGNALS):
-        with contextlib.suppress(ValueError, OSError, TypeError):
-            d.previous[sig] = signal.signal(sig, d.handle)
-    return d
 
 
 def _restore_signals(previous: dict[int, Any]) -> None:
@@ -449,10 +435,8 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
             original(module)
             self.wrap(module)
 
-        try:
+        with contextlib.suppress(AttributeError, TypeError):
             loader.exec_module = exec_module  # type: ignore[union-attr,method-assign]  # per module
-        except (AttributeError, TypeError):
-            return spec
         return spec
 
     def wrap(self, module: types.ModuleType) -> None:

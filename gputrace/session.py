@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -25,14 +24,13 @@ from gputrace._version import __version__
 from gputrace.backends import create
 from gputrace.backends.base import Backend, Clock
 from gputrace.clock import clock_pair, session_clock
-from gputrace.errors import GputraceError, report_internal, reported, reset_reports
+from gputrace.errors import GputraceError, report_internal, reported, reporting, reset_reports
 from gputrace.fallback import complete_queues, cpu_scopes, without_gpu
 from gputrace.flight import (
     RingTriggers,
     RingWriter,
     parse_schedule,
     parse_steps,
-    set_stepper,
     start_steps,
     stop_steps,
 )
@@ -49,12 +47,6 @@ from gputrace.resolver import RawRecording, resolve
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
 STREAM_BASE_MARGIN_NS = 100_000_000
-
-
-def _nvtx_ranges() -> Any:
-    from gputrace.nvtx import load
-
-    return load()
 
 
 class session:
@@ -180,7 +172,7 @@ class session:
         if rec is not None:
             steps.append(rec.backend.close)
         if self._stepper is not None:
-            steps.append(lambda: set_stepper(None))
+            steps.append(lambda: stop_steps(self._stepper))
         if self._ring_triggers is not None:
             steps.append(self._ring_triggers.remove)
         for step in steps:
@@ -191,7 +183,11 @@ class session:
 
     def _start(self, outer: Recorder | None) -> session:
         self._pid = os.getpid()
-        ranges = _nvtx_ranges() if self.nvtx else None  # missing NVTX: one sentence, nothing started
+        ranges = None
+        if self.nvtx:  # missing NVTX: one sentence, nothing started
+            from gputrace.nvtx import load as nvtx_ranges
+
+            ranges = nvtx_ranges()
         if isinstance(self.backend_spec, Backend):
             backend = self.backend_spec
         else:
@@ -302,32 +298,25 @@ class session:
         header["base_ns"] = max(0, header["start_ns"] - STREAM_BASE_MARGIN_NS)
         self._raw.header = header
         try:
-            writer = None
-            if self.ring_s is not None:
-                writer = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock)
-            self._streamer = Streamer(self.path, header, self._recorder, self._raw, writer)
-            self._stream_path = Path(self.path)
-        except OSError:
-            self.stream = False  # fall back to writing at stop, where the error is reported once
-            return
+            ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
+            self._streamer = Streamer(self.path, header, self._recorder, self._raw, ring)
+            self._stream_path = self.path
         except Exception as exc:
+            self.stream = False  # written at stop instead, where an OSError is reported once
+            if isinstance(exc, OSError):
+                return
             with contextlib.suppress(OSError):  # an empty file the failed open left: not a trace
-                st = os.stat(self.path)
-                if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                if os.path.isfile(self.path) and os.path.getsize(self.path) == 0:
                     os.unlink(self.path)
             report_internal(
                 "stream", f"opening the streamed trace failed ({type(exc).__name__}: {exc}); written at stop."
             )
-            self.stream = False
             return
         if callable(getattr(self._recorder.backend, "collect_background", None)):
             self._streamer.collect_ops = self._collect_background  # CUPTI: streamed as it arrives
-        try:
+        # chunks are still written at each sync and at stop without it
+        with reporting("stream-timer", "starting the trace's writing timer"):
             self._streamer.start_timer(self.flush_s)
-        except Exception as exc:  # chunks are still written at each sync and at stop
-            report_internal(
-                "stream-timer", f"the trace's writing timer failed to start ({type(exc).__name__}: {exc})."
-            )
         if self.ring_s is not None:
             self._ring_triggers = RingTriggers(self._ring_at_exit, self.dump_ring)
             self._ring_triggers.install()
@@ -346,68 +335,38 @@ class session:
         st = self._streamer
         if st is None or self.ring_s is None or st.writer.closed:
             return None
-        try:
+        with reporting("ring", "writing the flight recorder"):
             st.flush(complete=False)
             header = dict(self._raw.header)
             header["end_ns"] = self.clock()
             header["clock"] = final_clock(self._raw.samples)
             header["spans_cover_children"] = self._raw.spans_cover_children
-            path: Path = st.writer.dump(header)
-            self.written = path
-            return path
-        except Exception as exc:
-            report_internal("ring", f"writing the flight recorder failed ({type(exc).__name__}: {exc}).")
-            return None
+            self.written = st.writer.dump(header)
+            return self.written
+        return None
 
     def _stop_stream(self, stop_ns: int) -> None:
         from gputrace.streaming import final_clock, unclosed
 
-        st = self._streamer
-        rec = self._recorder
-        assert rec is not None
-        streamed = self._stream_path
-        try:
+        st, rec, streamed = self._streamer, self._recorder, self._stream_path
+        assert rec is not None and self.path is not None and streamed is not None
+        with reporting("stream-timer", "stopping the trace's timer"):
             st.stop_timer()
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            report_internal("stream-timer", f"stopping the trace's timer failed ({why}).")
         # each step on its own: a failing one costs its own scopes (counted), never the file
-        taken = None
-        try:
-            taken = st.take()
-            st.write(taken, complete=True, queues=self._raw.queues)
-        except Exception as exc:
-            st.count_lost(taken)
-            if taken is None:  # never taken: what the buffers hold is lost
-                st.lost_scopes += rec.scopes_held(open_too=False)
-            why = f"{type(exc).__name__}: {exc}"
-            report_internal("stream", f"writing the last recorded scopes failed ({why}).")
+        if not self._write_chunk(st.take, self._raw.queues, "writing the last recorded scopes"):
+            st.lost_scopes += rec.scopes_held(open_too=False)  # never taken: what the buffers hold is lost
         st.final = True
-        taken = None
-        try:
-            taken = unclosed(rec, stop_ns)
-            st.write(taken, complete=True, queues=self._raw.queues)
-        except Exception as exc:
-            st.count_lost(taken)
-            why = f"{type(exc).__name__}: {exc}"
-            report_internal("stream", f"ending the scopes still open failed ({why}).")
+        self._write_chunk(lambda: unclosed(rec, stop_ns), self._raw.queues, "ending the scopes still open")
         header = dict(self._raw.header)
-        try:
-            lost = getattr(rec.backend, "problem", "")
-            if not self._raw.problem and isinstance(lost, str) and lost:
-                self._raw.problem = lost
+        header.setdefault("clock", [])
+        with reporting("stream-clock", "fitting the final clock"):
             header["spans_cover_children"] = self._raw.spans_cover_children or self._raw.ops_timing
             header["clock"] = final_clock(self._raw.samples)
-        except Exception as exc:
-            header.setdefault("clock", [])
-            why = f"{type(exc).__name__}: {exc}"
-            report_internal("stream-clock", f"fitting the final clock failed ({why}).")
-        problems = reported()
-        if problems:
+        if problems := reported():
             header["problems"] = problems
         try:
             st.close(_safe_header(header))
-            if self.path is not None and streamed is not None and Path(self.path) != streamed:
+            if self.path != streamed:
                 check_output(self.path)
                 os.replace(streamed, self.path)  # the rank became known after the file was opened
             self.written = self.path
@@ -425,15 +384,18 @@ class session:
             )
             self.written = streamed
 
-    def _stream_sync(self, taken: Any) -> None:
-        rec = self._recorder
-        assert rec is not None
+    def _write_chunk(self, take: Callable[[], Any], queues: list[QueueInfo] | None, doing: str) -> bool:
+        """Write what ``take()`` returns as a complete chunk; False when nothing was taken. A fault
+        (at the call: ``write`` itself never raises) is reported once, and the chunk's scopes
+        counted as lost."""
+        taken = None
         try:
-            queues = self._queues(rec)
+            taken = take()
             self._streamer.write(taken, complete=True, queues=queues)
-        except Exception as exc:  # (``write`` itself never raises: this is a fault at its call)
+        except Exception as exc:
             self._streamer.count_lost(taken)
-            report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
+            report_internal("stream", f"{doing} failed ({type(exc).__name__}: {exc}).")
+        return taken is not None
 
     def sync(self) -> None:
         """Wait for the GPU, take a calibration sample, and collect finished GPU spans."""
@@ -441,10 +403,8 @@ class session:
         if rec is None:
             return
         timed_out: GputraceError | None = None
-        try:
+        with reporting("sync", "a gputrace sync"):  # never the program's problem: recording goes on
             timed_out = self._sync(rec)
-        except Exception as exc:  # never the program's problem: reported once, recording goes on
-            report_internal("sync", f"a gputrace sync failed ({type(exc).__name__}: {exc}).")
         if timed_out is not None:
             raise timed_out  # the one documented error: the GPU did not finish in time
 
@@ -453,11 +413,9 @@ class session:
         timed_out = None
         with self._lock:
             taken = None
-            if self._streamer is not None:
-                try:
+            if self._streamer is not None:  # a fault leaves the scopes in their buffers for the next chunk
+                with reporting("stream", "taking recorded scopes"):
                     taken = self._streamer.take()
-                except Exception as exc:  # the scopes stay in their buffers for the next chunk
-                    report_internal("stream", f"taking recorded scopes failed ({type(exc).__name__}: {exc}).")
             try:
                 rec.backend.sync()
             except GputraceError as exc:
@@ -468,7 +426,7 @@ class session:
                 self._calibrate()
                 self._collect()
             if taken is not None:
-                self._stream_sync(taken)
+                self._write_chunk(lambda: taken, self._queues(rec), "writing a trace chunk")
         if timed_out is not None:
             return timed_out
         rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
@@ -508,18 +466,12 @@ class session:
             return self.trace
         if outer is not None and active_recorder() is None:
             outer.activate()
-        if self._streamer is not None:
-            try:  # no timer chunk starts during the final collect (it would wait for that chunk)
+        if self._streamer is not None:  # no timer chunk during the final collect (it would wait for it)
+            with reporting("stream-timer", "halting the trace's timer"):
                 self._streamer.halt_timer()
-            except Exception as exc:
-                report_internal(
-                    "stream-timer", f"halting the trace's timer failed ({type(exc).__name__}: {exc})."
-                )
         with self._lock:
-            try:
+            with reporting("sync", "syncing the backend"):
                 rec.backend.sync()
-            except Exception as exc:
-                report_internal("sync", f"syncing the backend failed ({type(exc).__name__}: {exc}).")
             self._calibrate(final=True)
             self._collect()
         if self._ranks is not None:
@@ -541,30 +493,25 @@ class session:
             raw.problem = raw.problem or "listing the GPU queues failed"
             raw.spans, raw.ops, raw.batches = [], [], []
         raw.queues = queues or []
-        try:
+        with reporting("close", "closing the backend"):
             rec.backend.close()
-        except Exception as exc:
-            report_internal("close", f"closing the backend failed ({type(exc).__name__}: {exc}).")
-        if self._streamer is not None:
-            self._stop_stream(stop_ns)
-        else:
-            recorded = rec.scopes_held()
-            try:
-                raw.threads = drain(rec, stop_ns)
-            except Exception as exc:
-                report_internal(
-                    "drain",
-                    f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
-                )
-                raw.threads = []
-                raw.header["lost"] = {"scopes": recorded, "chunks": 1}
-        if self._streamer is not None:
-            return self._result() if self._load_at_stop else self._trace  # type: ignore[return-value]
         lost = getattr(rec.backend, "problem", "")
         if not raw.problem and isinstance(lost, str) and lost:
             raw.problem = lost
-        problems = reported()
-        if problems:
+        if self._streamer is not None:
+            self._stop_stream(stop_ns)
+            return self._result() if self._load_at_stop else self._trace  # type: ignore[return-value]
+        recorded = rec.scopes_held()
+        try:
+            raw.threads = drain(rec, stop_ns)
+        except Exception as exc:
+            report_internal(
+                "drain",
+                f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
+            )
+            raw.threads = []
+            raw.header["lost"] = {"scopes": recorded, "chunks": 1}
+        if problems := reported():
             raw.header["problems"] = problems
         raw.header = _safe_header(raw.header)
         self.trace = _resolve_safely(raw)
@@ -583,6 +530,11 @@ class session:
         return self._trace
 
     def _write(self, trace: Trace, path: Path) -> None:
+        """Write ``trace`` to ``path`` (and, for an export, its canonical file). Where an exporter
+        fails: again without the GPU part; then, for an export (``.pftrace``), the CPU scopes in
+        its canonical JSON file alone; then that file with the header alone, which counts them as
+        lost. All of it through the exporters (nothing else writes trace files); the trace stays
+        in ``session.trace`` whatever happens, and the program never dies over a file."""
         from gputrace import exporters
 
         try:
@@ -593,54 +545,32 @@ class session:
             report_internal("write", f"{exc} The trace is still available as session.trace.")
             return
         except OSError as exc:
-            # The user's program must not die at exit over a file: say so once; keep the trace.
-            report_internal(
-                "write",
-                f"could not write the trace to {path} ({exc.strerror or exc}); "
-                "it is still available as session.trace.",
-            )
+            report_internal("write", f"could not write the trace to {path} ({exc.strerror or exc}); "
+                            "it is still available as session.trace.")  # fmt: skip
             return
         except Exception as exc:
             reason = f"exporting the trace failed ({type(exc).__name__}: {exc})"
             report_internal("export", f"{reason}; its GPU part is left out of {path}.")
         trace.header["problems"] = _safe_header({"p": reported()}).get("p", [])
         cpu = without_gpu(trace, reason)
-        try:  # again without the GPU part (where exporter faults are most likely)
-            exporters.write_session(cpu, path)
-            self.written = path
-            return
-        except Exception:
-            pass
-        try:
-            self._write_plain(cpu, path)
-        except Exception as exc:  # the writer fails at every call: no file; the trace stays here
-            report_internal(
-                "write",
-                f"could not write the trace to {path} ({type(exc).__name__}: {exc}); "
-                "it is still available as session.trace.",
-            )
-
-    def _write_plain(self, cpu: Trace, path: Path) -> None:
-        """The last resort once ``path`` failed with the CPU scopes too: for an export (``.pftrace``)
-        them in its canonical JSON file alone; failing that, or for JSON itself, the header alone,
-        which counts them as lost. Both come from the exporters: nothing else writes trace files."""
-        from gputrace import exporters
-
         canonical = exporters.canonical(path)
-        if canonical != path:
-            with contextlib.suppress(Exception):  # the export failed; JSON may not
-                self.written = exporters.write(cpu, canonical)
+        # again without the GPU part (where exporter faults are most likely); for an export, then its
+        # canonical JSON file alone (an export may fail where JSON does not)
+        for target in dict.fromkeys((path, canonical)):
+            with contextlib.suppress(Exception):
+                (exporters.write_session if target == path else exporters.write)(cpu, target)
+                self.written = target
                 return
-        tmp = canonical.with_name(
-            f"{canonical.name}.partial.json" + (".gz" if canonical.suffix == ".gz" else "")
-        )
-        try:
-            header = dict(cpu.header, lost={"scopes": len(cpu), "chunks": 1})
-            exporters.stream_writer(tmp, header).close(header)
-            tmp.replace(canonical)
-            self.written = canonical
-            report_internal("write", f"the trace's {len(cpu)} scopes could not be written to {path}; "
-                            "the file says so, and session.trace holds them.")  # fmt: skip
+        gz = ".gz" if canonical.suffix == ".gz" else ""
+        tmp = canonical.with_name(f"{canonical.name}.partial.json{gz}")
+        try:  # the writer failing at every call leaves no file; the trace stays here
+            with reporting("write", f"writing the trace to {path}", "; session.trace still holds it"):
+                header = dict(cpu.header, lost={"scopes": len(cpu), "chunks": 1})
+                exporters.stream_writer(tmp, header).close(header)
+                tmp.replace(canonical)
+                self.written = canonical
+                report_internal("write", f"the trace's {len(cpu)} scopes could not be written to {path}; "
+                                "the file says so, and session.trace holds them.")  # fmt: skip
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -678,11 +608,9 @@ class session:
         """The backend's queues, with stand-ins for those it did not list (``complete_queues``);
         None if even that fails (reported once): a chunk then keeps the queues known before."""
         raw, listed = self._raw, _safe(rec.backend.queues)
-        try:
+        with reporting("queues", "listing the GPU queues"):
             return complete_queues(listed, raw.spans, rec.backend.name, raw.ops, raw.batches)
-        except Exception as exc:
-            report_internal("queues", f"listing the GPU queues failed ({type(exc).__name__}: {exc}).")
-            return None
+        return None
 
     def _collect(self) -> None:
         rec = self._recorder
@@ -815,21 +743,18 @@ def _safe_metadata(metadata: Any) -> dict[str, Any]:
 
 
 def _safe(fn: Any) -> Any:
-    try:
+    with reporting(f"info:{fn.__name__}", "reading backend facts"):
         return fn()
-    except Exception as exc:
-        report_internal(f"info:{fn.__name__}", f"reading backend facts failed ({type(exc).__name__}: {exc}).")
-        return None
+    return None
 
 
 def _calibration(backend: str) -> dict[str, Any] | None:
     """This machine's saved calibration for ``backend`` (``gputrace calibrate``), or None."""
-    try:
+    with contextlib.suppress(Exception):  # a calibration file must never fail a session
         from gputrace.calstore import header_calibration
 
         return header_calibration(backend)
-    except Exception:  # a calibration file must never fail a session
-        return None
+    return None
 
 
 def current_session() -> session | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import click
 
 from gputrace.commands._common import fail, load_any
-from gputrace.errors import GputraceError
 from gputrace.safetext import path_text
 
 
@@ -24,12 +23,10 @@ def convert(src: str, out: str) -> None:
     from gputrace import exporters
     from gputrace.merge import check_paths
 
+    check_paths(out, [src])  # never overwrite the input
+    trace = load_any(src)
     try:
-        check_paths(out, [src])  # never overwrite the input
-        trace = load_any(src)
         exporters.write(trace, out)
-    except GputraceError as exc:
-        fail(str(exc))
     except OSError as exc:
         fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
     click.echo(f"gputrace: wrote {path_text(out)} ({len(trace)} scopes).")

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import click
 
+from gputrace import exporters
 from gputrace.commands._common import fail, load_any
 from gputrace.errors import GputraceError
-from gputrace.merge import check_paths, expand_inputs, placement_lines, write
+from gputrace.merge import check_paths, expand_inputs, placement_lines
 from gputrace.merge import merge as merge_traces
 from gputrace.progress import Progress
 from gputrace.safetext import path_text
@@ -32,10 +33,7 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
     its own tracks, named by its rank.
     """
     inputs = tuple(expand_inputs(inputs))  # 'run.rank*.trace.json' quoted past the shell
-    try:
-        check_paths(out, list(inputs))  # never overwrite an input; each file once
-    except GputraceError as exc:
-        fail(str(exc))
+    check_paths(out, list(inputs))  # never overwrite an input; each file once
     with Progress("gputrace merge", total=len(inputs) + 2) as bar:
         traces = []
         for p in inputs:
@@ -44,14 +42,14 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
         bar.step("merging")
         try:
             merged = merge_traces(traces, list(inputs))
-        except GputraceError as exc:
-            fail(str(exc))
+        except GputraceError:
+            raise
         except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
             names = ", ".join(map(path_text, inputs))
             fail(f"cannot merge {names}: a trace looks malformed ({type(exc).__name__}: {exc}).")
         bar.step(f"writing {path_text(out)}")
         try:
-            write(merged, out)
+            exporters.write(merged, out)
         except OSError as exc:
             fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
         except Exception as exc:  # the merged trace cannot be serialised: one sentence, no traceback

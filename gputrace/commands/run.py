@@ -20,10 +20,10 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from gputrace.errors import GputraceError
 from gputrace.safetext import path_text, printable
 
 
@@ -85,45 +85,13 @@ from gputrace.safetext import path_text, printable
 @click.option("-q", "--quiet", is_flag=True, help="No notices from gputrace on stderr.")
 @click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(
-    output: Path | None,
-    backend: str,
-    trace_modules: tuple[str, ...],
-    trace_functions: tuple[str, ...],
-    nvtx: bool,
-    ring_s: float | None,
-    steps: str | None,
-    schedule: str | None,
-    timing: str,
-    quiet: bool,
-    script: Path,
-    args: tuple[str, ...],
-) -> None:
+def run(output: Path | None, script: Path, args: tuple[str, ...], **options: Any) -> None:
     """Run a Python program as `python SCRIPT ARGS` would, with a gputrace session active."""
     from gputrace.runner import RunOptions, run_script
 
     if output is None:
         output = Path(f"{script.stem}.run.trace.json")
-    try:
-        result = run_script(
-            RunOptions(
-                script,
-                list(args),
-                output,
-                backend,
-                trace_modules,
-                trace_functions,
-                quiet,
-                nvtx=nvtx,
-                ring_s=ring_s,
-                steps=steps,
-                timing=timing,
-                schedule=schedule,
-            )
-        )
-    except GputraceError as exc:
-        click.echo(f"gputrace: {printable(str(exc))}", err=True)
-        sys.exit(2)
+    result = run_script(RunOptions(script, list(args), output, **options))
     if result.session is not None:
         if result.written is not None:
             click.echo(
@@ -133,7 +101,7 @@ def run(
             )
         else:
             click.echo("gputrace: no trace file was written (see the warning above).", err=True)
-    if not quiet:
+    if not options["quiet"]:
         for note in result.notes:
             click.echo(f"gputrace: {printable(note)}", err=True)
     sys.stdout.flush()

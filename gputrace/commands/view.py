@@ -19,7 +19,6 @@ from pathlib import Path
 import click
 
 from gputrace.commands._common import fail
-from gputrace.errors import GputraceError
 from gputrace.exporters import read_document
 from gputrace.safetext import path_text
 
@@ -34,8 +33,6 @@ def check_viewable(trace: str) -> str:
         if not _is_json(Path(trace)):
             load(trace)  # an export-only format: refused, saying which file to view instead
         doc = read_document(trace)  # bounded: regular files only, size and gzip capped
-    except GputraceError as exc:
-        fail(str(exc))
     except MemoryError:
         fail(f"{path_text(trace)}: too large to load into memory.")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -67,10 +64,7 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     if check:
         click.echo(f"gputrace: {path_text(trace)} can be viewed.")
         return
-    try:
-        server = ViewerServer(served, port=port)
-    except GputraceError as exc:
-        fail(str(exc))
+    server = ViewerServer(served, port=port)
     url = server.perfetto_url if perfetto else server.url
     where = "for the Perfetto UI" if perfetto else ""
     click.echo(f"gputrace: viewing {path_text(trace)} {where + ' ' if where else ''}at {url}")

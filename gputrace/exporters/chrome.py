@@ -188,7 +188,7 @@ class Encoder:
         parts += self._gpu_events(trace, r0, jnames, has_gpu, ev)
         if len(trace.ops):
             self.has_ops = True
-            got, skipped = op_events(trace, r0, base, self.op_rows, jnames, self.lane_carry)
+            got, skipped = op_events(trace, r0, base, self.op_rows, jnames, self.lane_carry, self.pid_of_tid)
             parts += got
             self.op_rows += len(trace.ops)
             self.ops_not_drawn += skipped
@@ -376,12 +376,14 @@ def op_events(
     op0: int = 0,
     jnames: list[str] | None = None,
     lane_carry: LaneCarry | None = None,
+    pid_of_tid: dict[int, int] | None = None,
 ) -> tuple[list[Any], int]:
     """Each operation as a GPU slice on its stream's operations track, its launch call as a CPU
     slice inside its scope (once per call: a graph launch runs many operations), and a flow (v2,
     ``bind_id``) from the call to its first operation; with the fields HTA reads. Scopes are
     numbered from ``r0`` and operations from ``op0`` (a streamed file's chunks; ``lane_carry``
-    keeps each operations track's open slices from one chunk to the next). Events come as
+    keeps each operations track's open slices from one chunk to the next; ``pid_of_tid`` puts a
+    merged trace's launch calls in their own process). Events come as
     pieces of JSON text, each event followed by a comma, formatted a column at a time (tens of
     thousands of kernels per sync are common).
 
@@ -481,10 +483,11 @@ def op_events(
     if len(d):
         ccat = ['"cuda_runtime"' if nm.startswith("cuda") else '"cuda_driver"' for nm in names] or ['""']
         ctid = np.where(scope[d] >= 0, tids[s.thread[np.maximum(scope[d], 0)]] if len(s) else 0, tids[thr[d]])
+        pid_of = pid_of_tid or {}  # a merged trace: each call in the process of its thread
+        cpid = np.array([pid_of.get(t % OVERLAP_TID_STEP, pid) for t in ctid.tolist()], np.int64)
         call = Rows(len(d)).lit('{"ph":"X","cat":').pick(ccat, ops.call_name[d]).lit(',"name":')
-        call.pick(jnames, ops.call_name[d]).lit(f',"pid":{pid},"tid":').num(ctid).lit(',"ts":').us(
-            c0[d] - base
-        )
+        call.pick(jnames, ops.call_name[d]).lit(',"pid":').num(cpid).lit(',"tid":').num(ctid)
+        call.lit(',"ts":').us(c0[d] - base)
         call.lit(',"dur":').us(c1[d] - c0[d]).lit(',"bind_id":').num(flow[d]).lit(',"flow_out":true,"args":')
         call.lit('{"correlation":').num(ops.correlation[d]).lit(',"External id":').num(row[d])
         parts += call.lit("}}").buffers()

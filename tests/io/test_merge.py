@@ -5,15 +5,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import orjson
+import pytest
 from click.testing import CliRunner
 
 import gputrace
 from gputrace.cli import cli
 from gputrace.exporters.plan import GPU_PID_BASE
-from gputrace.merge import merge
+from gputrace.merge import merge, merge_files
 from tests import perfetto_rules
-from tests.builders import assert_same
+from tests.builders import assert_same, cupti_trace
 
 DATA = Path(__file__).parents[1] / "data"
 R0, R1 = DATA / "rank0.json", DATA / "rank1.json"
@@ -105,3 +107,26 @@ def test_bad_inputs_to_merge(tmp_path: Path) -> None:
     res = run(cli, ["merge", str(tmp_path / "out.json")])
     assert res.exit_code == 2
     assert not (tmp_path / "out.json").exists()
+
+
+def test_merge_keeps_every_gpu_operation_under_its_own_scope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-operation records (CUPTI kernels) survive a merge: each under the scope that launched
+    it, moved by its process's shift, with launch ids that stay unique; the file keeps them."""
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    a, b = (cupti_trace(tmp_path, monkeypatch, p) for p in paths)
+    m = merge_files(tmp_path / "all.json", [str(p) for p in paths])
+    shift = m.header["merged"][1]["shift_ns"]
+
+    def ops(t: gputrace.Trace, by: int) -> list[tuple[str, str, int, int]]:
+        o = t.ops
+        return sorted(
+            (t.names[n], t.names[t.scopes.name[sc]], g0 + by, g1 + by)
+            for n, sc, g0, g1 in zip(o.name, o.scope, o.gpu_start_ns, o.gpu_end_ns, strict=True)
+        )
+
+    assert len(a.ops) > 0 and ops(m, 0) == sorted(ops(a, 0) + ops(b, shift))
+    assert (m.ops.scope >= 0).all() and (np.diff(m.ops.gpu_start_ns) >= 0).all()
+    assert len(set(m.ops.correlation.tolist())) == len(set(a.ops.correlation.tolist())) * 2
+    assert ops(gputrace.load(tmp_path / "all.json"), 0) == ops(m, 0)
