@@ -25,11 +25,23 @@ n, variant, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 x = cupy.zeros(256, cupy.float32); x += 1; cupy.cuda.runtime.deviceSynchronize()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-if variant == "bare":
+marks = []
+if variant in ("bare", "rawcupti"):
+    if variant == "rawcupti":  # CUPTI's own cost: kernel + driver records, counted and dropped
+        from cupti import cupti
+        got = [0]
+        cupti.activity_register_callbacks(lambda: (1 << 20, 0), lambda acts: got.__setitem__(0, got[0] + len(acts)))
+        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+        cupti.activity_enable(cupti.ActivityKind.DRIVER)
+        started = rss_mb()
     for i in range(n // 1000):
         for _ in range(1000):
             x += 1
+        if i % (n // 4000) == 0:
+            marks.append(round(rss_mb()))
     cupy.cuda.runtime.deviceSynchronize()
+    if variant == "rawcupti":
+        cupti.activity_flush_all(1)
 else:
     import gputrace
     with gputrace.session(out, backend="cuda", backend_options={"timing": "cupti"}, quiet=True) as s:
@@ -39,11 +51,15 @@ else:
             with tr:
                 for _ in range(1000):
                     x += 1
+                if i % (n // 4000) == 0:
+                    marks.append(round(rss_mb()))
         cupy.cuda.runtime.deviceSynchronize()
+    info = s.trace.header.get("backend_info", {}) if s.trace is not None else {}
+    marks.append({k: info.get(k) for k in ("cupti_buffers", "cupti_buffers_allocated", "cupti_dropped_records")})
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 s = time.perf_counter() - t0
 print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": s,
-                  "started_mb": started}))
+                  "started_mb": started, "rss_quarters": marks}))
 """
 
 
@@ -52,7 +68,7 @@ def main() -> None:
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rows = []
-    for v in ("bare", "cupti_jsongz"):
+    for v in ("bare", "rawcupti", "cupti_jsongz"):
         out = f"/tmp/mem-{v}.json.gz"
         p = subprocess.run(
             [sys.executable, "-c", CHILD, str(n), v, out], capture_output=True, text=True, env=env
@@ -66,10 +82,12 @@ def main() -> None:
         print(
             f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB "
             f"(at loop start {r['before_mb']:7.1f}, RSS after the session's start "
-            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s"
+            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s; RSS by quarter {r['rss_quarters']}"
         )
-    if len(rows) == 2:
-        print(f"peak over bare: {rows[1]['peak_mb'] - rows[0]['peak_mb']:.1f} MB")
+    bare = [r for r in rows if r["variant"] == "bare"]
+    for r in rows:
+        if bare and r is not bare[0]:
+            print(f"{r['variant']} peak over bare: {r['peak_mb'] - bare[0]['peak_mb']:.1f} MB")
 
 
 if __name__ == "__main__":

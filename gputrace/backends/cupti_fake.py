@@ -6,7 +6,10 @@ its stream (after the stream's previous work and ``latency_ns``). Records are de
 next ``drain``, as CUPTI delivers them at a flush: written as CUPTI 13's record bytes
 (``gputrace.backends.cupti_records`` layouts) into one buffer per drain and decoded by the same
 bulk decoder as libcupti's buffers, so the whole CUPTI path below the C library is under test.
-``cut_next_buffer(n)`` drops the last ``n`` bytes of the next buffer (a short buffer).
+``cut_next_buffer(n)`` drops the last ``n`` bytes of the next buffer (a short buffer). A drain
+that is not ``forced`` (no sync came) leaves the operations still running for a later one, as
+CUPTI's default flush does; ``unfinished_at_force`` makes a forced drain hand them over with zero
+timestamps, as CUPTI's forced flush does.
 ``take_over()`` plays another CUPTI client
 (torch.profiler) taking the callbacks: records are lost until ``release()``. ``lose_ops`` plays
 the other way records go missing: API calls keep arriving, their GPU operations do not (Kineto
@@ -91,6 +94,10 @@ class FakeActivitySource:
         self._name_bufs: dict[str, Any] = {}  # C strings the kernel records point at
         self._cut = 0
         self.problem = ""
+        self.incomplete = 0
+        # a forced drain hands over operations still running with zero timestamps, as CUPTI's
+        # forced flush does; off by default, as a forced drain comes right after a sync
+        self.unfinished_at_force = False
 
     def timestamp(self) -> int:
         return round(self.clock() * self.rate) + self.offset_ns
@@ -194,10 +201,16 @@ class FakeActivitySource:
         """What the records waiting would take in CUPTI's buffers."""
         return len(self._ops) * cr.KERNEL.itemsize + len(self._calls) * cr.API.itemsize
 
-    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+    def drain(self, forced: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        now = self.timestamp()
         with self._lock:
             ops, self._ops = self._ops, []
             calls, self._calls = self._calls, []
+            running = [o for o in ops if o[6] > now]
+            if running and not forced:  # CUPTI's default flush: records of running work stay
+                ops, self._ops = [o for o in ops if o[6] <= now], running
+            elif running and self.unfinished_at_force:  # a forced flush hands them over unfinished
+                ops = [o if o[6] <= now else (*o[:5], 0, 0, *o[7:]) for o in ops]  # type: ignore[misc]
         buf = self.encode(ops, calls)
         if self._cut:
             buf, self._cut = buf[: max(len(buf) - self._cut, 0)], 0
@@ -205,7 +218,10 @@ class FakeActivitySource:
         if got.problem:
             self.problem = self.problem or got.problem
             report_internal("cupti:decode", f"a CUPTI buffer could not be read whole: {got.problem}.")
-        return cr.columns([got], self.names, lambda p: ctypes.string_at(p).decode())
+        ops_out, calls_out = cr.columns([got], self.names, lambda p: ctypes.string_at(p).decode())
+        ops_out, unfinished = cr.complete(ops_out)
+        self.incomplete += unfinished
+        return ops_out, calls_out
 
     def _name_ptr(self, name: str) -> int:
         b = self._name_bufs.get(name)
@@ -296,4 +312,4 @@ class FakeActivitySource:
         pass
 
     def info(self) -> dict[str, Any]:
-        return {"timing_source": self.name}
+        return {"timing_source": self.name, "cupti_incomplete_records": self.incomplete}

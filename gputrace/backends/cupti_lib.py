@@ -4,7 +4,10 @@ No cupti-python on this path (importing it alone took 190–290 ms on the H200).
 buffer-completed callback on its own thread; the callback only queues the buffer's address and
 valid size, so its cost is per buffer, not per record. Buffers are decoded in bulk
 (``gputrace.backends.cupti_records``) when the backend drains them: at syncs, at stop, and
-whenever the session's streamer asks for a chunk.
+whenever the session's streamer asks for a chunk. Only a drain right after a sync forces CUPTI to
+hand over every buffer: a forced flush while work runs hands over its records unfinished (zero
+timestamps, never completed later; seen as absurd times in a 1M-kernel run without syncs), so the
+streamer's drains take only the buffers whose records are all complete.
 
 Start-up checks: libcupti's API version must be 13.x and every record kind read must be at least
 as long as the layout gputrace reads (``cuptiActivityGetStructSize``); otherwise ``create`` raises
@@ -167,6 +170,8 @@ class LibCuptiSource:
         self.api_filter = bool(api_filter)
         self.api_records = 0
         self.buffers = 0
+        self.buffers_made = 0  # activity buffers allocated (the rest were reused)
+        self.incomplete = 0  # operation records handed over without their GPU times
         self.undecoded = 0  # buffers whose record chain broke
         self.problem = ""  # the first such break, said once
         self.start_ms: dict[str, float] = {}
@@ -190,6 +195,7 @@ class LibCuptiSource:
                 arr = self._free.pop() if self._free else None
             if arr is None:
                 arr = np.empty(self.buffer_bytes, np.uint8)  # not zeroed: CUPTI writes it
+                self.buffers_made += 1
             addr = arr.ctypes.data
             with self._lock:
                 self._owned[addr] = arr
@@ -284,11 +290,13 @@ class LibCuptiSource:
         t1 = self.lib.timestamp()
         return threading.get_native_id(), t0, t1
 
-    def take_buffers(self, flush: bool = True) -> list[tuple[np.ndarray, int]]:
-        """The completed buffers so far (forcing CUPTI to hand over partial ones when ``flush``)."""
+    def take_buffers(self, flush: bool = True, forced: bool = True) -> list[tuple[np.ndarray, int]]:
+        """The completed buffers so far; ``flush``: ask CUPTI to hand over partly filled ones too,
+        ``forced``: even those holding records of work still running (CUPTI's
+        CUPTI_ACTIVITY_FLAG_FLUSH_FORCED; without it only buffers whose records are complete)."""
         if flush:
             with contextlib.suppress(GputraceError):
-                self.lib.call("cuptiActivityFlushAll", 1)  # forced: incomplete buffers too
+                self.lib.call("cuptiActivityFlushAll", 1 if forced else 0)
         # a buffer CUPTI's thread is handing over when the flush returns is taken too
         deadline = time.monotonic() + SETTLE_S
         while self._inflight and time.monotonic() < deadline:
@@ -325,8 +333,8 @@ class LibCuptiSource:
     def waiting_bytes(self) -> int:
         return sum(valid for _, valid in list(self._filled))
 
-    def drain(self) -> tuple[np.ndarray, np.ndarray]:
-        bufs = self.take_buffers()
+    def drain(self, forced: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        bufs = self.take_buffers(forced=forced)
         parts = []
         for arr, valid in bufs:
             got = self.decoder.decode(arr[:valid])
@@ -339,6 +347,12 @@ class LibCuptiSource:
             parts.append(got)
         self.buffers += len(bufs)
         ops, calls = cr.columns(parts, self.names, _read_c_string)
+        ops, unfinished = cr.complete(ops)
+        if unfinished:
+            self.incomplete += unfinished
+            report_internal("cupti:incomplete", f"CUPTI handed over {unfinished} operation records without "
+                            "their GPU times (work still running at a forced flush); they are left out, "
+                            "counted in the header (cupti_incomplete_records).")  # fmt: skip
         with self._lock:  # keep a few buffers for reuse, free the rest
             self._free.extend(arr for arr, _ in bufs[: max(0, 8 - len(self._free))])
         self.api_records += len(calls)
@@ -396,6 +410,8 @@ class LibCuptiSource:
             "cupti_record_bytes": {str(k): v for k, v in sorted(self.decoder.sizes.items())},
             "cupti_buffer_bytes": self.buffer_bytes,
             "cupti_buffers": self.buffers,
+            "cupti_buffers_allocated": self.buffers_made,
+            "cupti_incomplete_records": self.incomplete,
             "cupti_buffers_cut": self.undecoded,
             "cupti_decode_problem": self.problem,
             "cupti_api_filter": self.api_filter,

@@ -243,6 +243,15 @@ class NameTable:
         return idx[inv.reshape(-1)]
 
 
+def complete(ops: np.ndarray) -> tuple[np.ndarray, int]:
+    """The operations whose GPU times are filled in, and how many were not. A forced flush hands
+    over records of work still running with zero timestamps (CUPTI never completes them later);
+    such a record has no time to show and is counted, never written as if at time 0."""
+    bad = (ops["start"] <= 0) | (ops["end"] < ops["start"])
+    n = int(np.count_nonzero(bad))
+    return (ops[~bad] if n else ops), n
+
+
 def columns(
     parts: list[Decoded], names: NameTable, read_name: Callable[[int], str]
 ) -> tuple[np.ndarray, np.ndarray]:

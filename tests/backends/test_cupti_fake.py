@@ -619,3 +619,51 @@ def test_the_start_up_self_check_accepts_a_known_memset_and_refuses_one_decoded_
     late["start"], late["end"] = ops["end"], ops["start"]  # start and end swapped
     assert "times" in str(check(late, calls))
     assert "another API call" in str(check(ops, calls, call_name=src.call_name))  # cuLaunchKernel
+    # a first memset in the process returns late (lazy loading), long after its memset ran: fine
+    slow = calls.copy()
+    slow["end"] = int(ops["end"].max()) + 5_000_000
+    assert check(ops, slow, t1=int(slow["end"].max()) + 1) is None
+    early = calls.copy()
+    early["start"] = int(ops["start"].max()) + 1  # a call starting after its memset: read wrong
+    assert "times" in str(check(ops, early))
+
+
+def test_a_forced_drain_leaves_out_and_counts_records_of_work_still_running() -> None:
+    """CUPTI's forced flush hands over records of work still running with zero timestamps, never
+    completed later: they are left out and counted, never placed at time 0; a drain that is not
+    forced leaves them for a later drain, which gets them whole."""
+    clock = FakeClock(0, 1_000)
+    src = FakeActivitySource(clock)
+    src.unfinished_at_force = True
+    src.launch("done", gpu_ns=100)
+    clock.advance(1_000_000)
+    src.launch("running", gpu_ns=10**12)
+    ops, calls = src.drain(forced=False)
+    assert [src.names.names[i] for i in ops["name"]] == ["done"] and len(calls) == 2
+    assert src.incomplete == 0
+    ops, calls = src.drain(forced=True)
+    assert len(ops) == 0 and len(calls) == 0 and src.incomplete == 1
+
+
+def test_streaming_without_syncs_never_takes_records_of_work_still_running(tmp_path: Path) -> None:
+    """No sync while kernels run for a long time: the streamer's collects take only complete
+    records (a forced flush there handed CUPTI's unfinished records over, written at absurd
+    times), so every kernel arrives whole, under its scope, and nothing is counted incomplete."""
+    from gputrace.clock import session_clock
+
+    path = tmp_path / "running.json"
+    src = FakeActivitySource(session_clock)
+    src.unfinished_at_force = True
+    s = gputrace.session(path, backend=CuptiBackend(session_clock, source=src), quiet=True, flush_s=0.01)
+    with s:
+        for i in range(20):
+            with gputrace.trace("step", i=i):
+                src.launch("k", gpu_ns=5_000_000)  # queued one after the other: 100 ms of work
+            time.sleep(0.002)  # the timer collects while kernels still run
+        time.sleep(0.15)  # all done before the stop
+    back = gputrace.load(path)
+    assert back.header["backend_info"]["cupti_incomplete_records"] == 0
+    assert len(back.ops) == 20 and int((back.ops.scope < 0).sum()) == 0
+    took = back.ops.gpu_end_ns - back.ops.gpu_start_ns  # (the real clock's fit: a few ns of slope)
+    assert np.abs(took - 5_000_000).max() < 100
+    assert back.header["streamed"]["chunks"] >= 2
