@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
+from gputrace.backends import cupti_records as cr
 from gputrace.backends.cupti_records import CALLS, NameTable
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
@@ -54,6 +55,7 @@ SOURCE_ERROR_NS = 1_000
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
 HORIZON_MARGIN_NS = 10_000  # a streamed scope ends at least this long before the horizon
 MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
+FORCE_EVERY_S = 0.25  # the longest a background collect leaves CUPTI's held-back buffers (_collect)
 
 
 class ActivitySource(Protocol):
@@ -185,6 +187,8 @@ class CuptiBackend(Backend):
         self._orphans = 0
         self._orphans_noticed = False
         self._bg_samples: list[CalibrationSample] = []
+        self._last_forced = time.monotonic()  # when a drain last forced CUPTI's buffers out
+        self._incomplete = 0  # operation records that came without GPU times (left out)
         self._lock = threading.Lock()
         self._ops_total = 0
         # pthread id (CUPTI's default thread id) -> OS tids seen with it (ids are reused)
@@ -317,9 +321,20 @@ class CuptiBackend(Backend):
 
     def _collect(self, *, background: bool) -> Collected:
         got = Collected(ops_timing=True)
-        # without a sync, GPU work may still run: a forced flush would hand over its records
-        # unfinished (zero timestamps, never completed later), so only complete buffers are taken
-        ops, calls = self.source.drain(forced=not background)
+        # Without a sync, GPU work may still run: a forced flush hands its records over
+        # unfinished (zero timestamps, never completed later; counted and left out), so most
+        # background drains take only complete buffers. But CUPTI then holds back every buffer
+        # with one record still running, and on the H200 kernel records then arrived mostly at
+        # the stop (a 1M-kernel run peaked at +847 MB, the stop handling most of it). So one
+        # background drain every FORCE_EVERY_S is forced: records wait at most that long, and
+        # only what runs at that instant is lost (counted in ``cupti_incomplete_records``).
+        forced = not background
+        if background and time.monotonic() - self._last_forced >= FORCE_EVERY_S:
+            forced = True
+        if forced:
+            self._last_forced = time.monotonic()
+        ops, calls = self.source.drain(forced=forced)
+        unfinished = cr.unfinished(ops)
         if self._rate_map is not None:
             for arr in (ops, calls):
                 for f in ("start", "end"):
@@ -332,7 +347,20 @@ class CuptiBackend(Backend):
         self._check_canary(calls, got)
         prev, prev_matched = self._calls_prev, self._prev_matched
         if len(ops):
-            got.batches.append(self._join(ops, now, now_matched, prev, prev_matched, done_by))
+            # (records of unfinished work still match their launch calls, which then wait no more)
+            batch = self._join(ops, now, now_matched, prev, prev_matched, done_by)
+            n_bad = int(np.count_nonzero(unfinished))
+            if n_bad:
+                batch = batch.take(np.flatnonzero(~unfinished))
+                self._incomplete += n_bad
+                if self._incomplete == n_bad:
+                    report_internal(
+                        "cupti:incomplete",
+                        f"CUPTI handed over {n_bad} operation records without their GPU times (work "
+                        "still running at a forced flush); they are left out, counted in the header "
+                        "(cupti_incomplete_records).",
+                    )
+            got.batches.append(batch)
         # A call's operations arrive by the collect after it at the latest, and by this one when
         # a sync came after the call: a launch call whose operations did not arrive by then lost
         # them (another CUPTI client tore activity tracing down, or buffers overflowed).
@@ -352,7 +380,7 @@ class CuptiBackend(Backend):
         self._calls_prev, self._prev_matched = now, now_matched
         waiting = ~now_matched & self._launches(now)
         self._prev_pending_starts = now["start"][waiting]
-        self._ops_total += len(ops)
+        self._ops_total += len(ops) - int(np.count_nonzero(unfinished))
         return got
 
     def _source_ns_array(self, ticks: np.ndarray) -> np.ndarray:
@@ -548,6 +576,7 @@ class CuptiBackend(Backend):
             "attribution": "innermost scope open on the launching thread at the launch call's start",
             "cupti_dropped_records": self.source.dropped(),
             "ops_recorded": self._ops_total,
+            "cupti_incomplete_records": self._incomplete,
             "blind": [{"start_ns": b.start_ns, "end_ns": b.end_ns, "why": b.why} for b in self._blind],
             "launch_calls_without_operations": self._orphans,
             "source_error_ns": self.source_error_ns,

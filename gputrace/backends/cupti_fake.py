@@ -94,7 +94,6 @@ class FakeActivitySource:
         self._name_bufs: dict[str, Any] = {}  # C strings the kernel records point at
         self._cut = 0
         self.problem = ""
-        self.incomplete = 0
         # a forced drain hands over operations still running with zero timestamps, as CUPTI's
         # forced flush does; off by default, as a forced drain comes right after a sync
         self.unfinished_at_force = False
@@ -218,10 +217,7 @@ class FakeActivitySource:
         if got.problem:
             self.problem = self.problem or got.problem
             report_internal("cupti:decode", f"a CUPTI buffer could not be read whole: {got.problem}.")
-        ops_out, calls_out = cr.columns([got], self.names, lambda p: ctypes.string_at(p).decode())
-        ops_out, unfinished = cr.complete(ops_out)
-        self.incomplete += unfinished
-        return ops_out, calls_out
+        return cr.columns([got], self.names, lambda p: ctypes.string_at(p).decode())
 
     def _name_ptr(self, name: str) -> int:
         b = self._name_bufs.get(name)
@@ -312,4 +308,4 @@ class FakeActivitySource:
         pass
 
     def info(self) -> dict[str, Any]:
-        return {"timing_source": self.name, "cupti_incomplete_records": self.incomplete}
+        return {"timing_source": self.name}

@@ -4,10 +4,12 @@ No cupti-python on this path (importing it alone took 190–290 ms on the H200).
 buffer-completed callback on its own thread; the callback only queues the buffer's address and
 valid size, so its cost is per buffer, not per record. Buffers are decoded in bulk
 (``gputrace.backends.cupti_records``) when the backend drains them: at syncs, at stop, and
-whenever the session's streamer asks for a chunk. Only a drain right after a sync forces CUPTI to
-hand over every buffer: a forced flush while work runs hands over its records unfinished (zero
-timestamps, never completed later; seen as absurd times in a 1M-kernel run without syncs), so the
-streamer's drains take only the buffers whose records are all complete.
+whenever the session's streamer asks for a chunk. A forced flush while work runs hands that
+work's records over unfinished (zero timestamps, never completed later; they were written at
+absurd times in a 1M-kernel run without syncs): the backend leaves them out and counts them. So
+drains force
+CUPTI right after a sync, and in the background only every ``cupti.FORCE_EVERY_S``; the others
+take the buffers whose records are all complete.
 
 Start-up checks: libcupti's API version must be 13.x and every record kind read must be at least
 as long as the layout gputrace reads (``cuptiActivityGetStructSize``); otherwise ``create`` raises
@@ -171,7 +173,6 @@ class LibCuptiSource:
         self.api_records = 0
         self.buffers = 0
         self.buffers_made = 0  # activity buffers allocated (the rest were reused)
-        self.incomplete = 0  # operation records handed over without their GPU times
         self.undecoded = 0  # buffers whose record chain broke
         self.problem = ""  # the first such break, said once
         self.start_ms: dict[str, float] = {}
@@ -347,12 +348,6 @@ class LibCuptiSource:
             parts.append(got)
         self.buffers += len(bufs)
         ops, calls = cr.columns(parts, self.names, _read_c_string)
-        ops, unfinished = cr.complete(ops)
-        if unfinished:
-            self.incomplete += unfinished
-            report_internal("cupti:incomplete", f"CUPTI handed over {unfinished} operation records without "
-                            "their GPU times (work still running at a forced flush); they are left out, "
-                            "counted in the header (cupti_incomplete_records).")  # fmt: skip
         with self._lock:  # keep a few buffers for reuse, free the rest
             self._free.extend(arr for arr, _ in bufs[: max(0, 8 - len(self._free))])
         self.api_records += len(calls)
@@ -411,7 +406,6 @@ class LibCuptiSource:
             "cupti_buffer_bytes": self.buffer_bytes,
             "cupti_buffers": self.buffers,
             "cupti_buffers_allocated": self.buffers_made,
-            "cupti_incomplete_records": self.incomplete,
             "cupti_buffers_cut": self.undecoded,
             "cupti_decode_problem": self.problem,
             "cupti_api_filter": self.api_filter,

@@ -243,13 +243,12 @@ class NameTable:
         return idx[inv.reshape(-1)]
 
 
-def complete(ops: np.ndarray) -> tuple[np.ndarray, int]:
-    """The operations whose GPU times are filled in, and how many were not. A forced flush hands
-    over records of work still running with zero timestamps (CUPTI never completes them later);
-    such a record has no time to show and is counted, never written as if at time 0."""
-    bad = (ops["start"] <= 0) | (ops["end"] < ops["start"])
-    n = int(np.count_nonzero(bad))
-    return (ops[~bad] if n else ops), n
+def unfinished(ops: np.ndarray) -> np.ndarray:
+    """Which operations have no GPU times. A forced flush hands over records of work still
+    running with zero timestamps (CUPTI never completes them later): such a record still says
+    its launch call's work arrived, but it has no time to show."""
+    bad: np.ndarray = (ops["start"] <= 0) | (ops["end"] < ops["start"])
+    return bad
 
 
 def columns(
