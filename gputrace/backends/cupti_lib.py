@@ -229,6 +229,7 @@ class LibCuptiSource:
             c("cuptiActivityRegisterCallbacks", self._req_cb, self._cmp_cb)
             for k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET):
                 c("cuptiActivityEnable", k)
+            self.start_ms["enable_kinds"] = (time.perf_counter_ns() - t0) / 1e6
             if self.api_filter:
                 self._enable_calls(True)
             else:
