@@ -55,7 +55,6 @@ SOURCE_ERROR_NS = 1_000
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
 HORIZON_MARGIN_NS = 10_000  # a streamed scope ends at least this long before the horizon
 MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exact)
-FORCE_EVERY_S = 0.25  # the longest a background collect leaves CUPTI's held-back buffers (_collect)
 
 
 class ActivitySource(Protocol):
@@ -77,12 +76,10 @@ class ActivitySource(Protocol):
 
     names: NameTable  # operation and call names by index
 
-    def drain(self, forced: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def drain(self) -> tuple[np.ndarray, np.ndarray]:
         """Flush and take every record delivered so far: operations (``cupti_records.OPS``, names
-        as indices into ``names``) and API calls (``cupti_records.CALLS``). ``forced``: CUPTI
-        hands over every buffer, including records of work still running (a forced flush, right
-        after a sync); otherwise only buffers whose records are all complete (no sync came:
-        operations still queued or running arrive at a later drain)."""
+        as indices into ``names``) and API calls (``cupti_records.CALLS``). The flush is forced:
+        records of work still running come with zero timestamps (``cupti_records.unfinished``)."""
         ...
 
     def call_name(self, domain: int, cbid: int) -> str: ...
@@ -187,7 +184,6 @@ class CuptiBackend(Backend):
         self._orphans = 0
         self._orphans_noticed = False
         self._bg_samples: list[CalibrationSample] = []
-        self._last_forced = time.monotonic()  # when a drain last forced CUPTI's buffers out
         self._incomplete = 0  # operation records that came without GPU times (left out)
         self._lock = threading.Lock()
         self._ops_total = 0
@@ -321,19 +317,13 @@ class CuptiBackend(Backend):
 
     def _collect(self, *, background: bool) -> Collected:
         got = Collected(ops_timing=True)
-        # Without a sync, GPU work may still run: a forced flush hands its records over
-        # unfinished (zero timestamps, never completed later; counted and left out), so most
-        # background drains take only complete buffers. But CUPTI then holds back every buffer
-        # with one record still running, and on the H200 kernel records then arrived mostly at
-        # the stop (a 1M-kernel run peaked at +847 MB, the stop handling most of it). So one
-        # background drain every FORCE_EVERY_S is forced: records wait at most that long, and
-        # only what runs at that instant is lost (counted in ``cupti_incomplete_records``).
-        forced = not background
-        if background and time.monotonic() - self._last_forced >= FORCE_EVERY_S:
-            forced = True
-        if forced:
-            self._last_forced = time.monotonic()
-        ops, calls = self.source.drain(forced=forced)
+        # Every drain forces CUPTI's buffers out, in the background too. Without a sync, work
+        # still running then comes unfinished (zero timestamps, never completed later): matched
+        # to its launch call, then left out and counted. CUPTI's default flush would wait for
+        # it, but holds back every buffer with one record still running: on the H200 kernel
+        # records then arrived mostly at the stop (a 1M-kernel run peaked at +847 MB over the
+        # bare program); forced, 4 of 1M records came unfinished.
+        ops, calls = self.source.drain()
         unfinished = cr.unfinished(ops)
         if self._rate_map is not None:
             for arr in (ops, calls):

@@ -4,12 +4,9 @@ No cupti-python on this path (importing it alone took 190–290 ms on the H200).
 buffer-completed callback on its own thread; the callback only queues the buffer's address and
 valid size, so its cost is per buffer, not per record. Buffers are decoded in bulk
 (``gputrace.backends.cupti_records``) when the backend drains them: at syncs, at stop, and
-whenever the session's streamer asks for a chunk. A forced flush while work runs hands that
-work's records over unfinished (zero timestamps, never completed later; they were written at
-absurd times in a 1M-kernel run without syncs): the backend leaves them out and counts them. So
-drains force
-CUPTI right after a sync, and in the background only every ``cupti.FORCE_EVERY_S``; the others
-take the buffers whose records are all complete.
+whenever the session's streamer asks for a chunk. Every flush is forced (CUPTI's default
+flush held kernel records back until the stop on the H200): records of work still running then
+come with zero timestamps, which the backend leaves out and counts.
 
 Start-up checks: libcupti's API version must be 13.x and every record kind read must be at least
 as long as the layout gputrace reads (``cuptiActivityGetStructSize``); otherwise ``create`` raises
@@ -292,13 +289,11 @@ class LibCuptiSource:
         t1 = self.lib.timestamp()
         return threading.get_native_id(), t0, t1
 
-    def take_buffers(self, flush: bool = True, forced: bool = True) -> list[tuple[np.ndarray, int]]:
-        """The completed buffers so far; ``flush``: ask CUPTI to hand over partly filled ones too,
-        ``forced``: even those holding records of work still running (CUPTI's
-        CUPTI_ACTIVITY_FLAG_FLUSH_FORCED; without it only buffers whose records are complete)."""
+    def take_buffers(self, flush: bool = True) -> list[tuple[np.ndarray, int]]:
+        """The completed buffers so far (forcing CUPTI to hand over partial ones when ``flush``)."""
         if flush:
             with contextlib.suppress(GputraceError):
-                self.lib.call("cuptiActivityFlushAll", 1 if forced else 0)
+                self.lib.call("cuptiActivityFlushAll", 1)  # forced: incomplete buffers too
         # a buffer CUPTI's thread is handing over when the flush returns is taken too
         deadline = time.monotonic() + SETTLE_S
         while self._inflight and time.monotonic() < deadline:
@@ -335,8 +330,8 @@ class LibCuptiSource:
     def waiting_bytes(self) -> int:
         return sum(valid for _, valid in list(self._filled))
 
-    def drain(self, forced: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        bufs = self.take_buffers(forced=forced)
+    def drain(self) -> tuple[np.ndarray, np.ndarray]:
+        bufs = self.take_buffers()
         parts = []
         for arr, valid in bufs:
             got = self.decoder.decode(arr[:valid])

@@ -628,40 +628,26 @@ def test_the_start_up_self_check_accepts_a_known_memset_and_refuses_one_decoded_
     assert "times" in str(check(ops, early))
 
 
-def test_a_drain_that_is_not_forced_leaves_records_of_running_work_for_later() -> None:
-    """As CUPTI's flushes do: a default flush keeps back the records of work still running (a
-    later drain gets them whole); a forced one hands them over with zero timestamps."""
+def test_records_of_work_still_running_are_left_out_and_counted(tmp_path: Path) -> None:
+    """No sync while kernels run for a long time: the streamer's drains force CUPTI's buffers
+    out, and records of work still running come with zero timestamps. They still match their
+    launch calls (so later scopes are not held back), then are left out and counted, never
+    written at time 0 (they were, at absurd times, before)."""
     from gputrace.backends.cupti_records import unfinished
+    from gputrace.clock import session_clock
 
     clock = FakeClock(0, 1_000)
     src = FakeActivitySource(clock)
-    src.unfinished_at_force = True
+    src.unfinished_at_drain = True
     src.launch("done", gpu_ns=100)
     clock.advance(1_000_000)
     src.launch("running", gpu_ns=10**12)
-    ops, calls = src.drain(forced=False)
-    assert [src.names.names[i] for i in ops["name"]] == ["done"] and len(calls) == 2
-    assert not unfinished(ops).any()
-    ops, calls = src.drain(forced=True)
-    assert [src.names.names[i] for i in ops["name"]] == ["running"] and len(calls) == 0
-    assert unfinished(ops).tolist() == [True]
+    ops, calls = src.drain()
+    assert unfinished(ops).tolist() == [False, True] and len(calls) == 2
 
-
-@pytest.mark.parametrize("force_every_s", [1e9, 0.0], ids=["unforced", "forced"])
-def test_streaming_without_syncs_never_places_records_of_work_still_running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force_every_s: float
-) -> None:
-    """No sync while kernels run for a long time. Collects that do not force CUPTI take only
-    complete records, so every kernel arrives whole, under its scope; collects that force it
-    (every ``FORCE_EVERY_S``) get records of running work unfinished: those are counted and left
-    out, never written at time 0 (they were, at absurd times, before)."""
-    from gputrace.backends import cupti
-    from gputrace.clock import session_clock
-
-    monkeypatch.setattr(cupti, "FORCE_EVERY_S", force_every_s)
     path = tmp_path / "running.json"
     src = FakeActivitySource(session_clock)
-    src.unfinished_at_force = True
+    src.unfinished_at_drain = True
     s = gputrace.session(path, backend=CuptiBackend(session_clock, source=src), quiet=True, flush_s=0.01)
     with s:
         for i in range(20):
@@ -671,8 +657,7 @@ def test_streaming_without_syncs_never_places_records_of_work_still_running(
         time.sleep(0.15)  # all done before the stop
     back = gputrace.load(path)
     lost = back.header["backend_info"]["cupti_incomplete_records"]
-    assert len(back.ops) + lost == 20 and int((back.ops.scope < 0).sum()) == 0
-    assert lost == 0 if force_every_s else lost > 0
+    assert lost > 0 and len(back.ops) + lost == 20 and int((back.ops.scope < 0).sum()) == 0
     took = back.ops.gpu_end_ns - back.ops.gpu_start_ns  # (the real clock's fit: a few ns of slope)
     assert np.abs(took - 5_000_000).max() < 100
     assert back.header["streamed"]["chunks"] >= 2
