@@ -30,7 +30,9 @@ if variant in ("bare", "rawcupti"):
     if variant == "rawcupti":  # CUPTI's own cost: kernel + driver records, counted and dropped
         from cupti import cupti
         got = [0]
-        cupti.activity_register_callbacks(lambda: (1 << 20, 0), lambda acts: got.__setitem__(0, got[0] + len(acts)))
+        def completed(acts):
+            got[0] += len(acts)
+        cupti.activity_register_callbacks(lambda: (1 << 20, 0), completed)
         cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
         cupti.activity_enable(cupti.ActivityKind.DRIVER)
         started = rss_mb()

@@ -39,7 +39,8 @@ phases = {"collect": ("collect", "_take_finished", "drain"), "decode": ("decode"
           "calibrate": ("stop_samples", "calibrate"), "final_clock": ("final_clock",)}
 got = {}
 for ph, names in phases.items():
-    got[ph] = max([ct for (f, l, fn), (cc, nc, tt, ct, callers) in st.items() if fn in names] + [0]) * 1e3
+    cts = [ct for (f, l, fn), (cc, nc, tt, ct, callers) in st.items() if fn in names]
+    got[ph] = max(cts + [0]) * 1e3
 top = sorted(st.items(), key=lambda kv: -kv[1][2])[:6]
 info = s.trace.header.get("backend_info", {}) if s.trace is not None else {}
 print(json.dumps({"loop_ms": (t1 - t0) / 1e6, "stop_ms": (t2 - t1) / 1e6, **got,
@@ -55,15 +56,18 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for n in ns:
         for timing in ("cupti", "events"):
-            p = subprocess.run([sys.executable, "-c", CHILD, str(n), timing, f"/tmp/split-{n}-{timing}.json.gz"],
+            out = f"/tmp/split-{n}-{timing}.json.gz"
+            p = subprocess.run([sys.executable, "-c", CHILD, str(n), timing, out],
                                capture_output=True, text=True, env=env)  # fmt: skip
             if p.returncode:
                 print(n, timing, "failed:", p.stderr.strip().splitlines()[-3:])
                 continue
             r = json.loads(p.stdout.strip().splitlines()[-1])
             top = r.pop("top_tottime")
-            print(f"{n:>7} {timing:<7} " + " ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}"
-                                                     for k, v in r.items()))
+            print(
+                f"{n:>7} {timing:<7} "
+                + " ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items())
+            )
             print("        top tottime ms:", "; ".join(top))
 
 

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
 from gputrace.backends import cupti_records as cr
+from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
 from gputrace.backends.cupti_records import CALLS, NameTable
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
