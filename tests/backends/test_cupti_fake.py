@@ -661,3 +661,29 @@ def test_records_of_work_still_running_are_left_out_and_counted(tmp_path: Path) 
     took = back.ops.gpu_end_ns - back.ops.gpu_start_ns  # (the real clock's fit: a few ns of slope)
     assert np.abs(took - 5_000_000).max() < 100
     assert back.header["streamed"]["chunks"] >= 2
+
+
+def test_a_launch_after_a_child_ended_belongs_to_the_open_ancestor_at_any_depth() -> None:
+    """The innermost scope still open at the launch call, found for every call at once: after a
+    child ended its parent, after a grandchild ended its grandparent's child, after all ended none."""
+    s, src, _ = _session()
+    with s:
+        with gputrace.trace("outer"):
+            with gputrace.trace("inner"):
+                src.launch("k1")
+            src.launch("k2")
+            with gputrace.trace("inner2"):
+                with gputrace.trace("deep"):
+                    with gputrace.trace("deeper"):
+                        src.launch("k3")
+                src.launch("k4")
+            src.launch("k5")
+        src.launch("k6")
+    t = s.trace
+    assert t is not None
+    got = {}
+    for k in ("k1", "k2", "k3", "k4", "k5", "k6"):
+        (row,) = _ops_named(t, k)
+        scope = int(t.ops.scope[row])
+        got[k] = t.scope(scope).name if scope >= 0 else None
+    assert got == {"k1": "inner", "k2": "outer", "k3": "deeper", "k4": "inner2", "k5": "outer", "k6": None}
