@@ -8,8 +8,9 @@ whenever the session's streamer asks for a chunk. Every flush is forced (CUPTI's
 flush held kernel records back until the stop on the H200): records of work still running then
 come with zero timestamps, which the backend leaves out and counts.
 
-Start-up checks: libcupti's API version must be 13.x and every record kind read must be at least
-as long as the layout gputrace reads (``cuptiActivityGetStructSize``); otherwise ``create`` raises
+Start-up checks: libcupti's API version must be 13.x (or 12.8/12.9, whose record sizes are known)
+and every record kind read must be at least as long as the layout gputrace reads
+(``cuptiActivityGetStructSize``); otherwise ``create`` raises
 and the cuda backend falls back to events with one notice. Every buffer's record chain must end
 exactly at its valid size; a buffer that does not is decoded up to the break, and what was lost
 is counted and said once.
@@ -93,7 +94,11 @@ class LibCupti:
             "cuptiActivityGetNumDroppedRecords": [vp, u32, ctypes.POINTER(sz)],
         }
         for name, args in sig.items():
-            f = getattr(lib, name)
+            f = getattr(lib, name, None)
+            if f is None and name == "cuptiActivityGetStructSize":
+                continue  # (CUPTI 12 has none: its sizes are known, cupti_records.CUPTI_12_SIZES)
+            if f is None:
+                raise AttributeError(f"libcupti has no {name}")
             f.argtypes, f.restype = args, ctypes.c_int
         self._ts = ctypes.c_uint64(0)
         self._ts_ref = ctypes.byref(self._ts)
