@@ -25,13 +25,30 @@ n, variant, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 x = cupy.zeros(256, cupy.float32); x += 1; cupy.cuda.runtime.deviceSynchronize()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-if variant == "bare":
+marks = []
+if variant in ("bare", "rawcupti"):
+    if variant == "rawcupti":  # CUPTI's own cost: kernel + driver records, counted and dropped
+        from cupti import cupti
+        got = [0]
+        def completed(acts):
+            got[0] += len(acts)
+        cupti.activity_register_callbacks(lambda: (1 << 20, 0), completed)
+        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+        cupti.activity_enable(cupti.ActivityKind.DRIVER)
+        started = rss_mb()
     for i in range(n // 1000):
         for _ in range(1000):
             x += 1
+        if i % (n // 4000) == 0:
+            marks.append(round(rss_mb()))
     cupy.cuda.runtime.deviceSynchronize()
+    if variant == "rawcupti":
+        cupti.activity_flush_all(1)
 else:
     import gputrace
+    if variant == "cupti_traced":  # Python and numpy allocations, traced (their peak; slower)
+        import tracemalloc
+        tracemalloc.start()
     with gputrace.session(out, backend="cuda", backend_options={"timing": "cupti"}, quiet=True) as s:
         started = rss_mb()  # what starting costs (imports, libcupti, CUPTI's own state), not held
         tr = gputrace.trace("block")
@@ -39,11 +56,23 @@ else:
             with tr:
                 for _ in range(1000):
                     x += 1
+                if i % (n // 4000) == 0:
+                    marks.append(round(rss_mb()))
         cupy.cuda.runtime.deviceSynchronize()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-s = time.perf_counter() - t0
-print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": s,
-                  "started_mb": started}))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # (before reading the file back)
+    took = time.perf_counter() - t0
+    if variant == "cupti_traced":
+        marks.append({"traced_peak_mb": round(tracemalloc.get_traced_memory()[1] / 2**20, 1)})
+    info = s.trace.header.get("backend_info", {}) if s.trace is not None else {}
+    keys = ("cupti_buffers", "cupti_buffers_allocated", "cupti_dropped_records", "cupti_incomplete_records")
+    marks.append({k: info.get(k) for k in keys})
+    if s.trace is not None:
+        marks.append({"ops": s.trace.header.get("ops"), "chunks": s.trace.header.get("streamed")})
+if variant in ("bare", "rawcupti"):
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    took = time.perf_counter() - t0
+print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": took,
+                  "started_mb": started, "rss_quarters": marks}))
 """
 
 
@@ -52,24 +81,30 @@ def main() -> None:
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     rows = []
-    for v in ("bare", "cupti_jsongz"):
+    # cupti_malloc: glibc told to give large blocks back (fixed mmap threshold, two arenas), to
+    # tell the heap's retention apart from what is held
+    malloc = {"MALLOC_MMAP_THRESHOLD_": "262144", "MALLOC_ARENA_MAX": "2"}
+    for v in os.environ.get("VARIANTS", "bare,rawcupti,cupti_jsongz,cupti_malloc,cupti_traced").split(","):
         out = f"/tmp/mem-{v}.json.gz"
         p = subprocess.run(
-            [sys.executable, "-c", CHILD, str(n), v, out], capture_output=True, text=True, env=env
-        )
+            [sys.executable, "-c", CHILD, str(n), v.replace("cupti_malloc", "cupti_jsongz"), out],
+            capture_output=True, text=True, env=dict(env, **malloc) if v == "cupti_malloc" else env,
+        )  # fmt: skip
         if p.returncode:
             print(v, "failed:", p.stderr.strip().splitlines()[-1:])
             continue
-        rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        rows.append(dict(json.loads(p.stdout.strip().splitlines()[-1]), variant=v))
     print(f"{n:,} kernels, 1,000 per scope, no sync")
     for r in rows:
         print(
             f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB "
             f"(at loop start {r['before_mb']:7.1f}, RSS after the session's start "
-            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s"
+            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s; RSS by quarter {r['rss_quarters']}"
         )
-    if len(rows) == 2:
-        print(f"peak over bare: {rows[1]['peak_mb'] - rows[0]['peak_mb']:.1f} MB")
+    bare = [r for r in rows if r["variant"] == "bare"]
+    for r in rows:
+        if bare and r is not bare[0]:
+            print(f"{r['variant']} peak over bare: {r['peak_mb'] - bare[0]['peak_mb']:.1f} MB")
 
 
 if __name__ == "__main__":

@@ -631,12 +631,12 @@ def _attribute(s: ScopeTable, thread: np.ndarray, call_ns: np.ndarray) -> np.nda
         m = np.flatnonzero((thread == th) & (call_ns != NO_TIME))
         pos = np.searchsorted(s.cpu_start_ns[rows], call_ns[m], side="right") - 1
         cand = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+        # the latest-entered scope had already ended: walk up to the ancestor still open, all
+        # such calls at once, one level of nesting a step
+        t = call_ns[m]
+        late = np.flatnonzero((cand >= 0) & (ends[np.maximum(cand, 0)] < t))
+        while len(late):
+            cand[late] = parent[cand[late]]
+            late = late[(cand[late] >= 0) & (ends[np.maximum(cand[late], 0)] < t[late])]
         out[m] = cand
-        # the latest-entered scope had already ended: walk up to the ancestor still open
-        late = np.flatnonzero((cand >= 0) & (ends[np.maximum(cand, 0)] < call_ns[m]))
-        for k in late.tolist():
-            c, t = int(cand[k]), int(call_ns[m[k]])
-            while c >= 0 and ends[c] < t:
-                c = int(parent[c])
-            out[m[k]] = c
     return out

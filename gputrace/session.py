@@ -599,6 +599,9 @@ class session:
         assert rec is not None
         with self._lock:
             got, horizon = rec.backend.collect_background()  # type: ignore[attr-defined]
+            self._raw.spans.extend(got.spans)  # (CUDA events: the spans read without a sync)
+            self._raw.untimed |= got.untimed
+            self._raw.degraded.update(got.degraded)
             self._raw.add_ops(got)
             self._calibrate()
             queues = self._queues(rec)

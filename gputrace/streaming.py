@@ -170,12 +170,14 @@ class Streamer:
             wait_s = check_s
             while not self._stop.wait(wait_s):
                 wait_s = check_s
-                if getattr(self.recorder.backend, "ops_timing", False):
+                if self.collect_ops is not None or getattr(self.recorder.backend, "ops_timing", False):
                     # CUPTI: the kernels that arrived are collected, and the scopes that ended
                     # before every launch still waiting for its kernels are written (the others
-                    # wait). Memory stays flat: records are collected as soon as a few MB of
-                    # them wait, and while the operations collected outrun the writer, recording
-                    # threads wait at scope exits (``_throttle``) until it has caught up.
+                    # wait); CUDA events alike, with the spans read so far and the scopes that
+                    # ended before the first one not read yet. Memory stays flat: records are
+                    # collected as soon as a few MB of them wait, and while the operations
+                    # collected outrun the writer, recording threads wait at scope exits
+                    # (``_throttle``) until it has caught up.
                     waiting = _waiting_bytes(self.recorder.backend)
                     if self.collect_ops is not None and (
                         self.throttling

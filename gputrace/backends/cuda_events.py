@@ -78,6 +78,7 @@ HARVEST_EXITS = 8
 HARVEST_BATCH = 4 * HARVEST_EXITS
 WAIT_NAP_S = 1e-4  # longest nap while waiting for the GPU (1 ms naps made a stop ~0.5 ms late)
 RETIRE_EVERY = 256  # harvests between two anchor retirements (it walks every live scope)
+SPAN_BYTES = 256  # a span read and waiting: its 7-field tuple (112 B) and its ints (28–32 B each)
 _MS = 1e6
 
 
@@ -236,10 +237,10 @@ class CudaEventsBackend(Backend):
         return token
 
     def end(self, token: int) -> None:
-        try:
-            qs, ev0, cpu_ns = self._open.pop(token)
-        except KeyError:
+        got = self._open.get(token)
+        if got is None:
             return  # refused (graph capture) at begin
+        qs, ev0, cpu_ns = got
         d = qs.dev
         try:
             ev1 = d.pool.pop()
@@ -248,6 +249,8 @@ class CudaEventsBackend(Backend):
         self._record(ev1, qs.sptr)
         qs.last_end = ev1
         self._ended.append((token, qs, ev0, ev1, cpu_ns))
+        # left open until it is in ``_ended``: a collect's horizon sees every scope in one of them
+        self._open.pop(token, None)
         if len(self._ended) >= self._harvest_at:
             self._exits += 1
             if self._exits % HARVEST_EXITS == 0:
@@ -423,6 +426,27 @@ class CudaEventsBackend(Backend):
         got.untimed, self._captured = self._captured, set()
         return got
 
+    def waiting_bytes(self) -> int:
+        """Bytes the spans read and not yet collected take (the streamer collects early when
+        they pile up, so memory stays flat without syncs)."""
+        return (len(self._harvested.spans) + len(self._ended)) * SPAN_BYTES
+
+    def collect_background(self) -> tuple[Collected, int | None]:
+        """A collect without a sync (the streamer's timer): the spans of the ended scopes whose
+        events are done, and the session-clock time before which every scope that ended has its
+        span in (this collect or an earlier one): the earliest entry of a scope still open or
+        ended unread, or now. A scope is in ``_open`` until it is in ``_ended``, so none slips
+        between them; harvests hold the same lock."""
+        with self._harvest_lock:
+            got = self._take_finished(None)
+            early, self._harvested = self._harvested, Collected()
+            now = self.clock()
+            live = [c for _, _, c in list(self._open.values())] + [r[4] for r in list(self._ended)]
+        got.spans[:0] = early.spans
+        got.degraded.update(early.degraded)
+        got.untimed, self._captured = self._captured, set()
+        return got, (min(live) - 1 if live else now)
+
     def _take_finished(self, done_by: int | None, limit: int | None = None, retire: bool = True) -> Collected:
         """Spans of the ended scopes whose end event is done; their events go back to the pool.
 
@@ -450,12 +474,17 @@ class CudaEventsBackend(Backend):
         for rec in reversed(ended):
             newest.setdefault(rec[1].q, rec[3])
         queue_done = {q: query(ev) == 0 for q, ev in newest.items()}
+        blocked: set[int] = set()  # queues with an end event not done: the later ones are not either
         for rec in ended:
             token, qs, ev0, ev1, cpu_ns = rec
             d = qs.dev
             cpus, ready = cpu_index[d.index]
-            if (not queue_done[qs.q] and query(ev1) != 0) or (not ready and done_by is None):
+            if not queue_done[qs.q] and (qs.q in blocked or query(ev1) != 0):
+                blocked.add(qs.q)
                 keep.append(rec)  # not finished yet (or a sync timed out): a later collect takes it
+                continue
+            if not ready and done_by is None:
+                keep.append(rec)
                 continue
             if not ready:
                 got.degraded[token] = "no clock anchor could be read on this device"

@@ -7,6 +7,8 @@ next ``drain``, as CUPTI delivers them at a flush: written as CUPTI 13's record 
 (``gputrace.backends.cupti_records`` layouts) into one buffer per drain and decoded by the same
 bulk decoder as libcupti's buffers, so the whole CUPTI path below the C library is under test.
 ``cut_next_buffer(n)`` drops the last ``n`` bytes of the next buffer (a short buffer).
+``unfinished_at_drain`` makes a drain hand the operations still running over with zero
+timestamps, as CUPTI's forced flush does (off by default: a drain then sees finished work).
 ``take_over()`` plays another CUPTI client
 (torch.profiler) taking the callbacks: records are lost until ``release()``. ``lose_ops`` plays
 the other way records go missing: API calls keep arriving, their GPU operations do not (Kineto
@@ -91,6 +93,7 @@ class FakeActivitySource:
         self._name_bufs: dict[str, Any] = {}  # C strings the kernel records point at
         self._cut = 0
         self.problem = ""
+        self.unfinished_at_drain = False  # see the module docstring
 
     def timestamp(self) -> int:
         return round(self.clock() * self.rate) + self.offset_ns
@@ -195,9 +198,12 @@ class FakeActivitySource:
         return len(self._ops) * cr.KERNEL.itemsize + len(self._calls) * cr.API.itemsize
 
     def drain(self) -> tuple[np.ndarray, np.ndarray]:
+        now = self.timestamp()
         with self._lock:
             ops, self._ops = self._ops, []
             calls, self._calls = self._calls, []
+        if self.unfinished_at_drain:  # as a forced flush hands over work still running
+            ops = [o if o[6] <= now else (*o[:5], 0, 0, *o[7:]) for o in ops]  # type: ignore[misc]
         buf = self.encode(ops, calls)
         if self._cut:
             buf, self._cut = buf[: max(len(buf) - self._cut, 0)], 0

@@ -4,10 +4,13 @@ No cupti-python on this path (importing it alone took 190–290 ms on the H200).
 buffer-completed callback on its own thread; the callback only queues the buffer's address and
 valid size, so its cost is per buffer, not per record. Buffers are decoded in bulk
 (``gputrace.backends.cupti_records``) when the backend drains them: at syncs, at stop, and
-whenever the session's streamer asks for a chunk.
+whenever the session's streamer asks for a chunk. Every flush is forced (CUPTI's default
+flush held kernel records back until the stop on the H200): records of work still running then
+come with zero timestamps, which the backend leaves out and counts.
 
-Start-up checks: libcupti's API version must be 13.x and every record kind read must be at least
-as long as the layout gputrace reads (``cuptiActivityGetStructSize``); otherwise ``create`` raises
+Start-up checks: libcupti's API version must be 13.x (or 12.8/12.9, whose record sizes are known)
+and every record kind read must be at least as long as the layout gputrace reads
+(``cuptiActivityGetStructSize``); otherwise ``create`` raises
 and the cuda backend falls back to events with one notice. Every buffer's record chain must end
 exactly at its valid size; a buffer that does not is decoded up to the break, and what was lost
 is counted and said once.
@@ -91,7 +94,11 @@ class LibCupti:
             "cuptiActivityGetNumDroppedRecords": [vp, u32, ctypes.POINTER(sz)],
         }
         for name, args in sig.items():
-            f = getattr(lib, name)
+            f = getattr(lib, name, None)
+            if f is None and name == "cuptiActivityGetStructSize":
+                continue  # (CUPTI 12 has none: its sizes are known, cupti_records.CUPTI_12_SIZES)
+            if f is None:
+                raise AttributeError(f"libcupti has no {name}")
             f.argtypes, f.restype = args, ctypes.c_int
         self._ts = ctypes.c_uint64(0)
         self._ts_ref = ctypes.byref(self._ts)
@@ -167,6 +174,7 @@ class LibCuptiSource:
         self.api_filter = bool(api_filter)
         self.api_records = 0
         self.buffers = 0
+        self.buffers_made = 0  # activity buffers allocated (the rest were reused)
         self.undecoded = 0  # buffers whose record chain broke
         self.problem = ""  # the first such break, said once
         self.start_ms: dict[str, float] = {}
@@ -190,6 +198,7 @@ class LibCuptiSource:
                 arr = self._free.pop() if self._free else None
             if arr is None:
                 arr = np.empty(self.buffer_bytes, np.uint8)  # not zeroed: CUPTI writes it
+                self.buffers_made += 1
             addr = arr.ctypes.data
             with self._lock:
                 self._owned[addr] = arr
@@ -222,6 +231,7 @@ class LibCuptiSource:
             c("cuptiActivityRegisterCallbacks", self._req_cb, self._cmp_cb)
             for k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET):
                 c("cuptiActivityEnable", k)
+            self.start_ms["enable_kinds"] = (time.perf_counter_ns() - t0) / 1e6
             if self.api_filter:
                 self._enable_calls(True)
             else:
@@ -396,6 +406,7 @@ class LibCuptiSource:
             "cupti_record_bytes": {str(k): v for k, v in sorted(self.decoder.sizes.items())},
             "cupti_buffer_bytes": self.buffer_bytes,
             "cupti_buffers": self.buffers,
+            "cupti_buffers_allocated": self.buffers_made,
             "cupti_buffers_cut": self.undecoded,
             "cupti_decode_problem": self.problem,
             "cupti_api_filter": self.api_filter,

@@ -66,6 +66,15 @@ MEMSET = _layout(
 LAYOUTS = {KIND_CONCURRENT_KERNEL: KERNEL, KIND_DRIVER: API, KIND_RUNTIME: API,
            KIND_MEMCPY: MEMCPY, KIND_MEMSET: MEMSET}  # fmt: skip
 CUPTI_13_SIZES = {k: d.itemsize for k, d in LAYOUTS.items()}
+# CUPTI 12 has no cuptiActivityGetStructSize: the record sizes by CUPTI API version, from the
+# headers of the nvidia-cuda-cupti-cu12 wheels 12.8.90 and 12.9.79 (``CUpti_ActivityKernel9``,
+# ``Memcpy6``, ``Memset4``, ``API``). Every field read above sits at the same offset there, and in
+# the older structs those headers keep (Kernel5–8, Memcpy4–5, Memset3): checked by compiling
+# ``offsetof`` against them. Older 12.x (API versions 19–24) may write other sizes: not listed.
+CUPTI_12_SIZES = {
+    v: {KIND_CONCURRENT_KERNEL: 208, KIND_DRIVER: 40, KIND_RUNTIME: 40, KIND_MEMCPY: 96, KIND_MEMSET: 88}
+    for v in (26, 27, 28)  # CUDA 12.8, 12.9, 12.9 Update 1
+}
 
 
 def fields_of(dtype: np.dtype) -> list[tuple[str, np.dtype, int]]:
@@ -82,11 +91,17 @@ def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
     """Record sizes to decode with, or why this CUPTI cannot be decoded in bulk.
 
     ``version``: ``cuptiGetVersion`` (CUPTI API version, e.g. 130401); ``sizes``: per kind what
-    ``cuptiActivityGetStructSize`` answered. Only CUPTI 13.x is known: its structs keep the fields
-    read here at the offsets above, whatever their size (fields are only appended).
+    ``cuptiActivityGetStructSize`` answered. CUPTI 13.x: its structs keep the fields read here
+    at the offsets above, whatever their size (fields are only appended). CUPTI 12.8 and 12.9
+    (API versions 26–28): the same offsets, sizes from their headers (``CUPTI_12_SIZES``).
     """
-    if not 130000 <= version < 140000:
-        return f"CUPTI API version {version} has no known record layout (gputrace knows CUPTI 13.x)"
+    if version in CUPTI_12_SIZES and not sizes:
+        sizes = CUPTI_12_SIZES[version]
+    elif not 130000 <= version < 140000:
+        return (
+            f"CUPTI API version {version} has no known record layout "
+            "(gputrace knows CUPTI 13.x, and 12.8 and 12.9: API versions 26–28)"
+        )
     out = {}
     for kind, dtype in LAYOUTS.items():
         got = sizes.get(kind, 0)
@@ -241,6 +256,14 @@ class NameTable:
                 got = by_ptr[p] = self.index(read(p) if p else "?")
             idx[i] = got
         return idx[inv.reshape(-1)]
+
+
+def unfinished(ops: np.ndarray) -> np.ndarray:
+    """Which operations have no GPU times. A forced flush hands over records of work still
+    running with zero timestamps (CUPTI never completes them later): such a record still says
+    its launch call's work arrived, but it has no time to show."""
+    bad: np.ndarray = (ops["start"] <= 0) | (ops["end"] < ops["start"])
+    return bad
 
 
 def columns(

@@ -10,6 +10,7 @@ import itertools
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -289,6 +290,30 @@ def test_events_are_reclaimed_without_any_sync(spin) -> None:  # type: ignore[no
     assert all(sc.gpu_start_ns is not None for sc in t)
     _gpu_scopes_ok(t)
     assert _follow_or_nest([(sc.gpu_start_ns, sc.gpu_end_ns) for sc in t])  # type: ignore[misc]
+
+
+@pytest.mark.gpu
+@gpu
+def test_events_timing_streams_without_any_sync(spin, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No sync: the streamer's timer reads the finished scopes' events and writes the scopes
+    that ended before the first one still unread, while the program runs; every scope arrives
+    once, timed, its span inside its CPU window's reach (after its entry)."""
+    path = tmp_path / "ev.json.gz"
+    n = 3_000
+    with gputrace.session(path, backend="cuda", quiet=True, backend_options=EV, flush_s=0.05) as s:
+        for i in range(n):
+            with gputrace.trace("k", i=i):
+                spin(20_000)
+            if i == n // 2:
+                time.sleep(0.2)  # the timer writes meanwhile
+        during = len(gputrace.load(path))  # the file as it stands while the program runs
+    t = gputrace.load(path)
+    assert len(t) == n and sorted(sc.args["i"] for sc in t) == list(range(n))
+    assert all(sc.gpu_start_ns is not None for sc in t)
+    _gpu_scopes_ok(t)
+    assert during > n // 2  # streamed, not all at the stop
+    assert t.header["streamed"]["chunks"] >= 2
+    assert s.trace is not None and len(s.trace) == n
 
 
 @pytest.mark.gpu

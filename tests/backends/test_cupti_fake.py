@@ -619,3 +619,71 @@ def test_the_start_up_self_check_accepts_a_known_memset_and_refuses_one_decoded_
     late["start"], late["end"] = ops["end"], ops["start"]  # start and end swapped
     assert "times" in str(check(late, calls))
     assert "another API call" in str(check(ops, calls, call_name=src.call_name))  # cuLaunchKernel
+    # a first memset in the process returns late (lazy loading), long after its memset ran: fine
+    slow = calls.copy()
+    slow["end"] = int(ops["end"].max()) + 5_000_000
+    assert check(ops, slow, t1=int(slow["end"].max()) + 1) is None
+    early = calls.copy()
+    early["start"] = int(ops["start"].max()) + 1  # a call starting after its memset: read wrong
+    assert "times" in str(check(ops, early))
+
+
+def test_records_of_work_still_running_are_left_out_and_counted(tmp_path: Path) -> None:
+    """No sync while kernels run for a long time: the streamer's drains force CUPTI's buffers
+    out, and records of work still running come with zero timestamps. They still match their
+    launch calls (so later scopes are not held back), then are left out and counted, never
+    written at time 0 (they were, at absurd times, before)."""
+    from gputrace.backends.cupti_records import unfinished
+    from gputrace.clock import session_clock
+
+    clock = FakeClock(0, 1_000)
+    src = FakeActivitySource(clock)
+    src.unfinished_at_drain = True
+    src.launch("done", gpu_ns=100)
+    clock.advance(1_000_000)
+    src.launch("running", gpu_ns=10**12)
+    ops, calls = src.drain()
+    assert unfinished(ops).tolist() == [False, True] and len(calls) == 2
+
+    path = tmp_path / "running.json"
+    src = FakeActivitySource(session_clock)
+    src.unfinished_at_drain = True
+    s = gputrace.session(path, backend=CuptiBackend(session_clock, source=src), quiet=True, flush_s=0.01)
+    with s:
+        for i in range(20):
+            with gputrace.trace("step", i=i):
+                src.launch("k", gpu_ns=5_000_000)  # queued one after the other: 100 ms of work
+            time.sleep(0.002)  # the timer collects while kernels still run
+        time.sleep(0.15)  # all done before the stop
+    back = gputrace.load(path)
+    lost = back.header["backend_info"]["cupti_incomplete_records"]
+    assert lost > 0 and len(back.ops) + lost == 20 and int((back.ops.scope < 0).sum()) == 0
+    took = back.ops.gpu_end_ns - back.ops.gpu_start_ns  # (the real clock's fit: a few ns of slope)
+    assert np.abs(took - 5_000_000).max() < 100
+    assert back.header["streamed"]["chunks"] >= 2
+
+
+def test_a_launch_after_a_child_ended_belongs_to_the_open_ancestor_at_any_depth() -> None:
+    """The innermost scope still open at the launch call, found for every call at once: after a
+    child ended its parent, after a grandchild ended its grandparent's child, after all ended none."""
+    s, src, _ = _session()
+    with s:
+        with gputrace.trace("outer"):
+            with gputrace.trace("inner"):
+                src.launch("k1")
+            src.launch("k2")
+            with gputrace.trace("inner2"):
+                with gputrace.trace("deep"):
+                    with gputrace.trace("deeper"):
+                        src.launch("k3")
+                src.launch("k4")
+            src.launch("k5")
+        src.launch("k6")
+    t = s.trace
+    assert t is not None
+    got = {}
+    for k in ("k1", "k2", "k3", "k4", "k5", "k6"):
+        (row,) = _ops_named(t, k)
+        scope = int(t.ops.scope[row])
+        got[k] = t.scope(scope).name if scope >= 0 else None
+    assert got == {"k1": "inner", "k2": "outer", "k3": "deeper", "k4": "inner2", "k5": "outer", "k6": None}

@@ -288,3 +288,63 @@ def test_auto_timing_falls_back_to_events_with_one_notice_when_cupti_refuses(
     assert "CUPTI API version 140000" in backend.timing_note  # type: ignore[attr-defined]
     with pytest.raises(GputraceError, match="timing='cupti' is not usable here: CUPTI API version 140000"):
         cuda.CudaBackend(FakeClock(0, 1), timing="cupti")
+
+
+# Offsets (and sizes) of the fields gputrace reads in the structs CUPTI 12.8 and 12.9 write
+# (CUpti_ActivityKernel9, CUpti_ActivityAPI, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4), printed
+# by a C program taking ``offsetof`` of each against the headers of the nvidia-cuda-cupti-cu12
+# wheels 12.8.90 and 12.9.79 (identical in both; Kernel5–8, Memcpy4–5 and Memset3 agree too).
+CUPTI_12_HEADER_OFFSETS = {
+    cr.KIND_CONCURRENT_KERNEL: ({"kind": 0, "start": 16, "end": 24, "deviceId": 40, "streamId": 48,
+                                 "gridX": 52, "gridY": 56, "gridZ": 60, "blockX": 64, "blockY": 68,
+                                 "blockZ": 72, "correlationId": 92, "name": 104, "graphNodeId": 144,
+                                 "graphId": 156}, 208),
+    cr.KIND_DRIVER: ({"kind": 0, "cbid": 4, "start": 8, "end": 16, "processId": 24, "threadId": 28,
+                      "correlationId": 32, "returnValue": 36}, 40),
+    cr.KIND_MEMCPY: ({"kind": 0, "copyKind": 4, "bytes": 8, "start": 16, "end": 24, "deviceId": 32,
+                      "streamId": 40, "correlationId": 44, "graphNodeId": 64, "graphId": 72}, 96),
+    cr.KIND_MEMSET: ({"kind": 0, "bytes": 8, "start": 16, "end": 24, "deviceId": 32, "streamId": 40,
+                      "correlationId": 44, "graphNodeId": 64, "graphId": 72}, 88),
+}  # fmt: skip
+
+
+def test_cupti_12_records_have_the_fields_at_the_same_offsets() -> None:
+    """CUPTI 12.8/12.9 records are read with the same field offsets, at their own sizes."""
+    for version in (26, 27, 28):
+        sizes = cr.layout_for(version, {})
+        assert isinstance(sizes, dict)
+        for kind, (offsets, size) in CUPTI_12_HEADER_OFFSETS.items():
+            dtype = cr.LAYOUTS[kind]
+            assert {f: dtype.fields[f][1] for f in dtype.names} == offsets, kind
+            assert sizes[kind] == size
+    assert "no known record layout" in str(cr.layout_for(24, {}))  # 12.6: sizes not known
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cupti_12_buffers_decode_field_by_field(seed: int) -> None:
+    """Random records packed at CUPTI 12.8's sizes (each 13.4 struct cut to its 12.8 size: every
+    field read lies before the cut) decode to their values."""
+    rng = np.random.default_rng(100 + seed)
+    _, recs = _random_buffer(rng, int(rng.integers(1, 300)))
+    sizes = cr.layout_for(26, {})
+    assert isinstance(sizes, dict)
+    raw = b"".join(bytes(st)[: sizes[k]] for k, st in recs)
+    got = cr.BufferDecoder(sizes).decode(np.frombuffer(raw, np.uint8))
+    assert got.problem == "" and got.records == len(recs)
+    want = [st for k, st in recs if k == cr.KIND_CONCURRENT_KERNEL]
+    assert len(got.kernels) == len(want)
+    for row, st in zip(got.kernels, want, strict=True):
+        for name in got.kernels.dtype.names:
+            assert int(row[name]) == int(getattr(st, name) or 0), name
+    assert len(got.calls) + len(got.memcpys) + len(got.memsets) + len(want) == len(recs)
+
+
+def test_a_cupti_12_library_without_struct_sizes_gets_the_known_ones() -> None:
+    class Cupti12(StandInLib):
+        def struct_size(self, kind: int) -> int:
+            raise AssertionError("CUPTI 12 has no cuptiActivityGetStructSize")
+
+    src = LibCuptiSource(lib=Cupti12(26))
+    assert src.decoder.sizes == cr.CUPTI_12_SIZES[26]
+    with pytest.raises(GputraceError, match="CUPTI API version 24 has no known record layout"):
+        LibCuptiSource(lib=Cupti12(24))
