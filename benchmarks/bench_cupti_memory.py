@@ -64,7 +64,8 @@ else:
     if variant == "cupti_traced":
         marks.append({"traced_peak_mb": round(tracemalloc.get_traced_memory()[1] / 2**20, 1)})
     info = s.trace.header.get("backend_info", {}) if s.trace is not None else {}
-    keys = ("cupti_buffers", "cupti_buffers_allocated", "cupti_dropped_records", "cupti_incomplete_records")
+    keys = ("cupti_buffers", "cupti_buffers_allocated", "cupti_dropped_records", "cupti_incomplete_records",
+            "launch_calls_without_operations")
     marks.append({k: info.get(k) for k in keys})
     if s.trace is not None:
         marks.append({"ops": s.trace.header.get("ops"), "chunks": s.trace.header.get("streamed")})
