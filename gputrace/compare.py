@@ -129,7 +129,7 @@ def diff(
 
 def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
     """The comparison as an aligned table (or markdown), in human units."""
-    from gputrace.render import human_ns
+    from gputrace.render import aligned, human_ns, markdown_table
     from gputrace.safetext import NAME_CHARS, printable, printable_cut
 
     head = ["name", "metric", "calls A", "calls B", "median A", "median B", "change", "noise A",
@@ -148,21 +148,7 @@ def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
     lines = [f"A = {result['a']}", f"B = {result['b']}",
              "noise = interquartile range of the warm calls; a change counts when it exceeds both.",
              ""]  # fmt: skip
-    if markdown:
-        lines.append("| " + " | ".join(head) + " |")
-        lines.append("|" + "|".join("---" if i in (0, 1, 9) else "--:" for i in range(len(head))) + "|")
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in body]
-    else:
-        widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-        for k, r in enumerate([head, *body]):
-            lines.append(
-                "  ".join(
-                    c.ljust(w) if i in (0, 1, 9) else c.rjust(w)
-                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
-                ).rstrip()
-            )
-            if k == 0:
-                lines.append("  ".join("-" * w for w in widths))
+    lines += markdown_table(head, body, (0, 1, 9)) if markdown else aligned([head, *body], (0, 1, 9))
     if result["fail_above_pct"] is not None:
         lines.append("")
         if result["regressions"]:

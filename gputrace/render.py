@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Container
 from typing import Any
 
 import orjson
@@ -221,19 +222,35 @@ def _intro(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def aligned(rows: list[list[str]], left: Container[int]) -> list[str]:
+    """A plain-text table: the first row is the head, underlined; columns in ``left`` are
+    left-aligned, the others (numbers) right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, r in enumerate(rows):
+        cells = [
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def markdown_table(head: list[str], body: list[list[str]], left: Container[int]) -> list[str]:
+    """A GitHub-flavoured markdown table; ``|`` in a cell is escaped."""
+    lines = ["| " + " | ".join(head) + " |"]
+    lines.append("|" + "|".join("---" if i in left else "--:" for i in range(len(head))) + "|")
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in body]
+    return lines
+
+
 def to_table(summary: dict[str, Any]) -> str:
     """Aligned plain-text table plus sections, for a terminal."""
     rows = [list(COLUMNS)] + [[printable(c) for c in _cells(r)] for r in summary["rows"]]
     for r, cut in zip(rows[1:], distinct_names([r[0] for r in rows[1:]], 40), strict=True):
         r[0] = cut
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = [*_intro(summary), ""]
-    for k, r in enumerate(rows):
-        cells = [c.ljust(w) if i in TEXT_COLUMNS else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]  # fmt: skip
-        lines.append("  ".join(cells).rstrip())
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines = [*_intro(summary), "", *aligned(rows, TEXT_COLUMNS)]
     if not summary["rows"]:
         lines.append("(no scopes match)")
     for title, body in _sections(summary):
@@ -247,13 +264,10 @@ def to_markdown(summary: dict[str, Any]) -> str:
     def esc(x: str) -> str:
         return x.replace("|", "\\|")
 
-    lines = [*_intro(summary), ""]
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "|".join("---" if i in TEXT_COLUMNS else "--:" for i in range(len(COLUMNS))) + "|")
-    for r in summary["rows"]:
-        cells = _cells(r)
+    body = [_cells(r) for r in summary["rows"]]
+    for cells in body:
         cells[0] = printable_cut(cells[0])  # a name of megabytes (a hand-made file) is cut
-        lines.append("| " + " | ".join(esc(c) for c in cells) + " |")
+    lines = [*_intro(summary), "", *markdown_table(list(COLUMNS), body, TEXT_COLUMNS)]
     for title, body in _sections(summary):
         lines += ["", f"### {title}", ""]
         lines += [f"- {esc(b.strip())}" if not b.startswith("    ") else f"  - {esc(b.strip())}"

@@ -57,7 +57,7 @@ def check_viewable(trace: str) -> str:
 )
 @click.option("--check", is_flag=True, help="Only check that TRACE can be shown, then exit.")
 def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -> None:
-    """Show TRACE (.json or .json.gz; a .pftrace opens in ui.perfetto.dev) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
+    """Show TRACE (.json or .json.gz) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
     from gputrace.viewer_server import ViewerServer
 
     served = check_viewable(trace)
