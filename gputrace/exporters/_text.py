@@ -14,6 +14,10 @@ b'{"ts":118508.21,"n":7},{"ts":0.9,"n":-12},{"ts":-0.005,"n":0},'
 
 Times are integer ns written as µs with at most 3 decimals, trailing zeros dropped (a whole µs is
 written as an integer): exact, whatever the magnitude, and the shortest text for the value.
+
+The same rows serve protobuf (``pftrace``): ``var`` writes a column of varints, ``raw8`` eight
+bytes per row (a fixed64 or a double), ``lengths`` says how many bytes each row has so far (the
+length prefix of a nested message), and ``extend`` appends another builder's columns.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ _r = np.arange(1000)
 _FRAC_KEEP = np.stack([_r != 0, _r != 0, _r % 100 != 0, _r % 10 != 0], axis=1)
 _MINUS = np.frombuffer(b"-", np.uint8)
 _POW10 = np.array([10**k for k in range(20)], np.uint64)
+_VAR_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)  # a varint's byte count
 
 # a column: (kind, payload, when) — when: the rows that have it (None: every row)
 _Col = tuple[str, Any, Mask | None]
@@ -97,11 +102,17 @@ def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
     return [w + frac[f] for w, f in zip(map(str, q.tolist()), r.tolist(), strict=True)]
 
 
-class Rows:
-    """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by ","."""
+def _varint_len(v: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+    return np.searchsorted(_VAR_LIMITS, v, side="right") + 1
 
-    def __init__(self, n: int) -> None:
+
+class Rows:
+    """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by
+    ``sep`` ("," for JSON, nothing for protobuf)."""
+
+    def __init__(self, n: int, sep: bytes = b",") -> None:
         self.n = n
+        self.sep = sep
         self.cols: list[_Col] = []
 
     def _when(self, when: Mask | None) -> Mask | None:
@@ -151,6 +162,44 @@ class Rows:
         self.cols.append(("pick", (enc, idx), when))
         return self
 
+    def var(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
+        """A protobuf varint per row (negative integers as 64-bit two's complement)."""
+        v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
+        when = self._when(when)
+        if when is not None:
+            v = np.where(when, v, np.uint64(0))
+        self.cols.append(("var", v, when))
+        return self
+
+    def raw8(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
+        """Eight little-endian bytes per row (a protobuf fixed64 or double: int64 or float64)."""
+        v = np.asarray(values)
+        v = np.ascontiguousarray(v.astype(v.dtype.newbyteorder("<"), copy=False))
+        self.cols.append(("raw8", v.view(np.uint8).reshape(-1, 8), self._when(when)))
+        return self
+
+    def extend(self, other: Rows) -> Rows:
+        """``other``'s columns after this one's (a nested message after its length)."""
+        self.cols += other.cols
+        return self
+
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Bytes in each row so far (literal, varint, raw8 and picked columns)."""
+        out = np.zeros(self.n, np.int64)
+        for kind, payload, when in self.cols:
+            if kind == "lit":
+                w: Any = len(payload)
+            elif kind == "var":
+                w = _varint_len(payload)
+            elif kind == "raw8":
+                w = 8
+            elif kind == "pick":
+                w = np.array([len(t) for t in payload[0]], np.int64)[payload[1]]
+            else:
+                raise ValueError(f"no byte count for a {kind} column")
+            out += w if when is None else np.where(when, w, 0)
+        return out
+
     def members(
         self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]], closer: str = "}"
     ) -> Rows:
@@ -191,9 +240,9 @@ class Rows:
         return b"".join(self.buffers())
 
     def buffers(self) -> list[Any]:
-        """Every row, each followed by ",", as a few buffers (bytes or uint8 arrays)."""
-        self.lit(",")
-        if self.n <= SMALL:
+        """Every row, each followed by ``sep``, as a few buffers (bytes or uint8 arrays)."""
+        self.lit(self.sep)
+        if self.n <= SMALL and not any(kind in ("var", "raw8") for kind, _p, _w in self.cols):
             return [self._small()]
         return [self._block(i, min(i + BLOCK, self.n)) for i in range(0, self.n, BLOCK)]
 
@@ -225,6 +274,15 @@ class Rows:
         for kind, payload, wb in self.cols:  # ``wb``: the whole column's (sliced when applied)
             if kind == "lit":
                 pieces.append((np.frombuffer(payload, np.uint8), None, wb))
+            elif kind == "var":
+                v = payload[lo:hi]
+                nb = _varint_len(v)
+                k = np.arange(int(nb.max()) if len(nb) else 1)
+                chars = ((v[:, None] >> (7 * k).astype(np.uint64)) & np.uint64(0x7F)).astype(np.uint8)
+                chars |= np.where(k[None, :] < (nb - 1)[:, None], 0x80, 0).astype(np.uint8)
+                pieces.append((chars, k[None, :] < nb[:, None], wb))
+            elif kind == "raw8":
+                pieces.append((payload[lo:hi], None, wb))
             elif kind in ("int", "us"):
                 mag, neg = _split_sign(payload[lo:hi])
                 if neg is not None:
