@@ -22,10 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import orjson
 
 from gputrace.exporters._text import Rows
-from gputrace.exporters.plan import Chunk, Events, Planner, Waits, file_header
+from gputrace.exporters.plan import Chunk, Events, Planner, Waits
 from gputrace.jsonsafe import dumps
 from gputrace.model import Trace
 
@@ -36,11 +35,6 @@ def _j(value: Any) -> str:
 
 class Encoder(Planner):
     """Events of one file as JSON text, appended chunk by chunk (see ``Planner``)."""
-
-    def events(self, trace: Trace) -> list[dict[str, Any]]:
-        """The events of ``trace`` (one chunk) as dicts (``encode`` is what files get)."""
-        data = b"".join(self.encode(trace))
-        return list(orjson.loads(b"[" + data[:-1] + b"]")) if data else []
 
     def encode(self, trace: Trace) -> list[Any]:
         """The events of ``trace`` (one chunk) as pieces of JSON text (bytes-like: bytes or uint8
@@ -111,9 +105,3 @@ def _waits(w: Waits) -> list[Any]:
     t[0::2], t[1::2] = w.start, w.end
     r = Rows(2 * n).pick(heads, head).lit(',"id2":{"local":').num(w.id[two])
     return r.lit('},"pid":').num(w.pid[two]).lit(',"ts":').us(t).lit("}").buffers()
-
-
-def to_events(trace: Trace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The whole trace as Chrome trace events plus the header written beside them."""
-    header = file_header(trace)
-    return Encoder(header).events(trace), header

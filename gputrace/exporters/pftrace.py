@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.exporters import json as json_format
 from gputrace.exporters._text import Rows
 from gputrace.exporters.opener import TraceFileError
 from gputrace.exporters.plan import (
@@ -38,7 +39,6 @@ from gputrace.exporters.plan import (
     OVERLAP_TID_STEP,
     Arg,
     Chunk,
-    Events,
     Ints,
     Planner,
     file_header,
@@ -81,44 +81,20 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     return p
 
 
-class StreamWriter:
-    """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it, exported at close."""
+class StreamWriter(json_format.StreamWriter):
+    """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it (checkpoints and
+    rollbacks are that file's), exported at close."""
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
-        from gputrace.exporters import json as json_format
-
-        self.path = Path(path)
-        self.canonical = canonical_path(path)
-        self._json = json_format.StreamWriter(self.canonical, header)
-
-    @property
-    def rows(self) -> int:
-        return self._json.rows
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._json.closed)
-
-    def append(self, chunk: Trace) -> None:
-        self._json.append(chunk)
-
-    def checkpoint(self) -> Any:
-        """The canonical file's checkpoint: a failed append is undone there (see ``_undo``)."""
-        return self._json.checkpoint()
-
-    def rollback(self, cp: Any) -> None:
-        self._json.rollback(cp)
+        self.target = Path(path)
+        super().__init__(canonical_path(path), header)
 
     def close(self, header: dict[str, Any]) -> None:
         from gputrace.exporters import read
 
-        if self._json.closed:
-            return
-        self._json.close(header)
-        write(read(self.canonical), self.path)
-
-    def abandon(self) -> None:
-        self._json.abandon()
+        if not self.closed:
+            super().close(header)
+            write(read(self.path), self.target)
 
 
 # -- protobuf --------------------------------------------------------------------------------------
@@ -153,10 +129,6 @@ def _len(field: int, payload: bytes) -> bytes:
 
 def _str(field: int, text: str) -> bytes:
     return _len(field, text.encode("utf-8", "surrogatepass"))
-
-
-def _fixed64(field: int, n: int) -> bytes:
-    return _key(field, 1) + struct.pack("<Q", n & ((1 << 64) - 1))
 
 
 def _packet(body: bytes) -> bytes:
@@ -232,11 +204,15 @@ class _Packets:
     def _named(self, key: Any, parent: int, name: str, counter: bool = False) -> int:
         """A named child track of a (GPU) process."""
         u = self._uuid(key)
-        self.tracks[key] = _len(60, _int(1, u) + _int(5, parent) + _str(2, name) + (_len(8, b"") if counter else b""))
+        self.tracks[key] = _len(
+            60, _int(1, u) + _int(5, parent) + _str(2, name) + (_len(8, b"") if counter else b"")
+        )
         return u
 
     def _track_of(self, pid: Ints, tid: Ints) -> Ints:
-        keys, inv = np.unique(np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64), return_inverse=True)
+        keys, inv = np.unique(
+            np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64), return_inverse=True
+        )
         u = [self._thread(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()]
         return np.array(u, np.int64)[inv.reshape(-1)]
 
@@ -250,7 +226,9 @@ class _Packets:
     def _iids(self, field: int, table: list[Any], idx: Ints) -> Ints:
         """The interned id of ``table[idx]`` per row (each distinct entry interned once)."""
         used, inv = np.unique(idx, return_inverse=True)
-        return np.array([self._iid(field, str(table[i])) for i in used.tolist()] or [0], np.int64)[inv.reshape(-1)]
+        return np.array([self._iid(field, str(table[i])) for i in used.tolist()] or [0], np.int64)[
+            inv.reshape(-1)
+        ]
 
     def _add(self, ts: Ints, te: Rows) -> int:
         """Packets of the TrackEvents ``te`` at ``ts``; returns the number of the first."""
@@ -292,14 +270,16 @@ class _Packets:
     def encode(self, chunk: Chunk) -> Iterable[Any]:
         for m in chunk.meta:
             if m.get("name") in ("process_name", "thread_name"):
-                self.names[(int(m["pid"]), int(m["tid"]) if m["name"] == "thread_name" else 0)] = str(m["args"]["name"])
+                self.names[(int(m["pid"]), int(m["tid"]) if m["name"] == "thread_name" else 0)] = str(
+                    m["args"]["name"]
+                )
         slices: list[tuple[Ints, Ints, Ints, int]] = []  # (track, start, end, first packet)
         points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
         for ev in chunk.events:
             n = len(ev.ts)
             track = self._track_of(ev.pid, ev.tid)
-            te = self._head(BEGIN if ev.dur is not None else INSTANT, n, track, self._iids(2, ev.names, ev.name),
-                            self._iids(1, ev.cats, ev.cat))  # fmt: skip
+            typ = BEGIN if ev.dur is not None else INSTANT
+            te = self._head(typ, n, track, self._iids(2, ev.names, ev.name), self._iids(1, ev.cats, ev.cat))
             self._args(te, ev.args, n)
             if ev.objs is not None:
                 objs, idx = ev.objs
@@ -332,14 +312,22 @@ class _Packets:
         for c in chunk.counters:
             names = [f"{lb} {c.key}" for lb in c.labels]
             keys, inv = np.unique(c.pid << 32 | c.label, return_inverse=True)
-            tu = [self._named(("c", k >> 32, names[k & 0xFFFFFFFF]), self._process(k >> 32), names[k & 0xFFFFFFFF],
-                              counter=True) for k in keys.tolist()]  # fmt: skip
+            tu = [
+                self._named(
+                    ("c", k >> 32, names[k & 0xFFFFFFFF]), self._process(k >> 32), names[k & 0xFFFFFFFF], True
+                )
+                for k in keys.tolist()
+            ]
             te = self._head(COUNTER, len(c.ts), np.array(tu, np.int64)[inv.reshape(-1)], None, None)
             points.append((c.ts, self._add(c.ts, te.lit(_key(30, 0)).var(c.value))))
-        yield _packet(_int(13, 1) + _len(12, b"".join(self.new))) + b"".join(map(_packet, self.tracks.values()))
+        yield _packet(_int(13, 1) + _len(12, b"".join(self.new))) + b"".join(
+            map(_packet, self.tracks.values())
+        )
         yield from self._ordered(slices, points)
 
-    def _ordered(self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]) -> Iterable[Any]:
+    def _ordered(
+        self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
+    ) -> Iterable[Any]:
         """Every packet, in time order; on each track the begins and ends as a stack walk gives
         them (an end before a begin at the same time, the inner slice's end first)."""
         cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
@@ -362,8 +350,8 @@ class _Packets:
         ts = np.r_[ts, cat([x[0] for x in points])]
         rid = np.r_[rid, cat([f + np.arange(len(t)) for t, f in points])]
         rid = rid[np.argsort(ts, kind="stable")]
-        flat = np.concatenate([np.frombuffer(bytes(p) if isinstance(p, bytes) else p, np.uint8)
-                               for bufs, _l in self.rows for p in bufs] or [np.zeros(0, np.uint8)])  # fmt: skip
+        bufs = [np.frombuffer(p, np.uint8) for got, _lens in self.rows for p in got]
+        flat = np.concatenate(bufs or [np.zeros(0, np.uint8)])
         lens = cat([lens for _b, lens in self.rows])
         off = np.cumsum(lens) - lens
         for lo in range(0, len(rid), 1 << 16):

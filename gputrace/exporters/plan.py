@@ -310,12 +310,16 @@ class Planner:
             label = self._proc_label(pid)
             sort = next((k for k, p in enumerate(self.processes) if int(p["pid"]) == pid), 0)
         meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
-        meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}})
+        meta.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}}
+        )
 
     def _name_thread(self, pid: int, tid: int, name: str, meta: list[dict[str, Any]], **extra: Any) -> None:
         if (pid, tid) not in self.named:
             self.named.add((pid, tid))
-            meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name, **extra}})
+            meta.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name, **extra}}
+            )
 
     def _cpu_pid(self, tid: int) -> int:
         return self.pid_of_tid.get(tid % OVERLAP_TID_STEP, self.pid)
@@ -355,16 +359,20 @@ class Planner:
         if len(trace.ops):
             self.has_ops = True
             self._ops(trace, tids, out)
-        if trace.marks:
+        if trace.marks:  # syncs and marks: an instant each, with its args
             m = trace.marks
             kinds = sorted({x.kind for x in m})
             mtid = tids[np.array([x.thread for x in m], np.int64)]
-            out.events.append(Events(
-                kinds, np.array([kinds.index(x.kind) for x in m], np.int64), [x.name for x in m],
-                np.arange(len(m), dtype=np.int64), np.array([self._cpu_pid(int(t)) for t in mtid], np.int64),
-                mtid, np.array([x.ts_ns - self.base for x in m], np.int64),
-                objs=([None] + [dict(x.args) for x in m], np.array([k + 1 if x.args else 0 for k, x in enumerate(m)], np.int64)),
-            ))  # fmt: skip
+            mpid = np.array([self._cpu_pid(int(t)) for t in mtid], np.int64)
+            objs = (
+                [None] + [dict(x.args) for x in m],
+                np.array([(k + 1) * bool(x.args) for k, x in enumerate(m)]),
+            )
+            kind = np.array([kinds.index(x.kind) for x in m], np.int64)
+            ts = np.array([x.ts_ns - self.base for x in m], np.int64)
+            out.events.append(
+                Events(kinds, kind, [x.name for x in m], np.arange(len(m)), mpid, mtid, ts, objs=objs)
+            )
         self.rows += n
         return out
 
@@ -384,7 +392,9 @@ class Planner:
                 cpu_tid[rows] += lanes * OVERLAP_TID_STEP
                 for ln in range(1, int(lanes.max()) + 1):
                     tid = int(tids[th]) + ln * OVERLAP_TID_STEP
-                    self._name_thread(self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", meta)
+                    self._name_thread(
+                        self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", meta
+                    )
         if self.pid_of_tid:
             pid = np.array([self._cpu_pid(int(t)) for t in cpu_tid.tolist()], np.int64)
         else:
@@ -543,8 +553,9 @@ class Planner:
             label = queues[qi].label if 0 <= qi < nq else "stream ?"
             for ln in range(int(lanes[qcol == qi].max()) + 1):
                 track = f"{label} · operations" + (f" (overlap {ln})" if ln else "")
-                out.meta.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + d,
-                                 "tid": OP_TID_BASE + qi + ln * OVERLAP_TID_STEP, "args": {"name": track}})  # fmt: skip
+                tid = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
+                out.meta.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + d, "tid": tid,
+                                 "args": {"name": track}})  # fmt: skip
         # the launch call, inside its scope's CPU slice (only where it nests: never a partial
         # overlap; a call outside every scope only where it touches none), once per call
         cand = placed & seen & (thr >= 0)
@@ -569,7 +580,9 @@ class Planner:
         # grid and block: a few distinct shapes, each written once
         shape = np.concatenate([ops.grid, ops.block], axis=1).astype(np.int64)
         has_shape = (kind == 0) | shape.any(axis=1)
-        runs = np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)]) if n else np.zeros(0, np.intp)
+        runs = (
+            np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)]) if n else np.zeros(0, np.intp)
+        )
         ushape, run_idx = np.unique(shape[runs], axis=0, return_inverse=True)
         sinv = np.repeat(run_idx.reshape(-1), np.diff(np.r_[runs, n]))
         p = np.flatnonzero(placed)
@@ -598,9 +611,10 @@ class Planner:
             sd = np.maximum(scope[d], 0)
             ctid = np.where(scope[d] >= 0, tids[s.thread[sd]] if len(s) else 0, tids[thr[d]])
             cargs = [Arg("correlation", "int", ops.correlation[d]), Arg("External id", "int", row[d])]
+            cpid = _col(int(trace.header.get("pid") or 1), len(d))
             out.events.append(Events(
-                cats, ops.call_name[d], trace.names, ops.call_name[d], _col(int(trace.header.get("pid") or 1), len(d)),
-                ctid, c0[d] - base, c1[d] - c0[d], cargs, flow=flow[d], flow_has=None, flow_out=True,
+                cats, ops.call_name[d], trace.names, ops.call_name[d], cpid, ctid, c0[d] - base,
+                c1[d] - c0[d], cargs, flow=flow[d], flow_has=None, flow_out=True,
             ))  # fmt: skip
         self.op_rows += n
         self.ops_not_drawn += n - len(p)
