@@ -277,10 +277,10 @@ class Rows:
             elif kind == "var":
                 v = payload[lo:hi]
                 nb = _varint_len(v)
-                k = np.arange(int(nb.max()) if len(nb) else 1)
-                chars = ((v[:, None] >> (7 * k).astype(np.uint64)) & np.uint64(0x7F)).astype(np.uint8)
-                chars |= np.where(k[None, :] < (nb - 1)[:, None], 0x80, 0).astype(np.uint8)
-                pieces.append((chars, k[None, :] < nb[:, None], wb))
+                at7 = np.arange(int(nb.max()) if len(nb) else 1)
+                chars = ((v[:, None] >> (7 * at7).astype(np.uint64)) & np.uint64(0x7F)).astype(np.uint8)
+                chars |= np.where(at7[None, :] < (nb - 1)[:, None], 0x80, 0).astype(np.uint8)
+                pieces.append((chars, at7[None, :] < nb[:, None], wb))
             elif kind == "raw8":
                 pieces.append((payload[lo:hi], None, wb))
             elif kind in ("int", "us"):

@@ -213,8 +213,9 @@ class _Packets:
         keys, inv = np.unique(
             np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64), return_inverse=True
         )
-        u = [self._thread(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()]
-        return np.array(u, np.int64)[inv.reshape(-1)]
+        u = np.array([self._thread(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
+        out: Ints = u[inv.reshape(-1)]
+        return out
 
     def _iid(self, field: int, text: str) -> int:
         i = self.interned.get((field, text))
@@ -330,9 +331,12 @@ class _Packets:
     ) -> Iterable[Any]:
         """Every packet, in time order; on each track the begins and ends as a stack walk gives
         them (an end before a begin at the same time, the inner slice's end first)."""
-        cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
-        track, st, en = (cat([x[k] for x in slices]) for k in range(3))
-        begin = cat([f + np.arange(len(x[1])) for *x, f in slices])
+
+        def cat(parts: list[Ints]) -> Ints:
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+        track, st, en = (cat([x[k] for x in slices]) for k in range(3))  # type: ignore[misc]
+        begin = cat([f + np.arange(len(t)) for _tr, t, _e, f in slices])
         m = len(st)
         order = np.lexsort((np.arange(m), -en, st, track))  # by track, start, longest first
         tr, s0, s1, b = track[order], st[order], en[order], begin[order]

@@ -28,7 +28,7 @@ from gputrace import figures
 from gputrace.model import ANOMALY_FLAGS, FORMAT_VERSION, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
 from gputrace.npstats import distinct
 
-Ints = npt.NDArray[np.int64]
+Ints = npt.NDArray[Any]  # integer columns (int64, or int32 straight from the model)
 Mask = npt.NDArray[np.bool_]
 
 GPU_PID_BASE = 1 << 30  # GPU "processes"; real pids stay below 2**22 on Linux
