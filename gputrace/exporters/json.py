@@ -44,7 +44,9 @@ Progress = Callable[[str], None]
 PREFIX = b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'
 EVENTS_OPEN = b'},"traceEvents":[\n'
 CLOSE = b'\n],"gputrace":'
-GZIP_LEVEL = 3  # ISA-L's levels are 0-3; zlib (where ISA-L has no wheel) reads it as its level 3
+# ISA-L's level 1 packs trace events as small as its level 3 at four times the speed (128 MB of
+# events: 68 vs 274 ms, 99.4 vs 99.6 B per scope); zlib (where ISA-L has no wheel) at 3.
+ISAL_LEVEL, ZLIB_LEVEL = 1, 3
 
 
 class GzipStream:
@@ -63,9 +65,9 @@ class GzipStream:
         try:
             from isal import isal_zlib
 
-            self._z: Any = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, -15)
+            self._z: Any = isal_zlib.compressobj(ISAL_LEVEL, isal_zlib.DEFLATED, -15)
         except ImportError:
-            self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -15)
+            self._z = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, -15)
         self.crc, self.size = crc, size
 
     def compress(self, data: Any) -> bytes:
