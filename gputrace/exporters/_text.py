@@ -41,7 +41,7 @@ _r = np.arange(1000)
 _FRAC_KEEP = np.stack([_r != 0, _r != 0, _r % 100 != 0, _r % 10 != 0], axis=1).view(np.uint32).ravel()
 _MINUS = np.frombuffer(b"-", np.uint8)
 _POW10 = np.array([10**k for k in range(20)], np.uint64)
-_VAR_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], np.uint64)  # a varint's byte count
+_SHIFT7 = np.arange(0, 70, 7, dtype=np.uint64)  # where each byte of a varint starts
 
 # a column: (kind, payload, when) — when: the rows that have it (None: every row)
 _Col = tuple[str, Any, Mask | None]
@@ -106,7 +106,25 @@ def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
 
 
 def _varint_len(v: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
-    return np.searchsorted(_VAR_LIMITS, v, side="right") + 1
+    """Bytes of each varint: one, and one more per 7-bit step the value reaches (a few
+    comparisons of the whole column: a binary search per value costs more)."""
+    nb = np.ones(len(v), np.intp)
+    top = int(v.max()) if len(v) else 0
+    for k in range(1, max(top.bit_length() + 6, 7) // 7):
+        nb += v >= np.uint64(1 << (7 * k))
+    return nb
+
+
+def _varint_bytes(v: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask]:
+    """Each value's varint, left-aligned in a (n, w) matrix, and which bytes are in use: byte k
+    holds bits 7k.. of the value, with the high bit set where more bytes follow."""
+    top = int(v.max()) if len(v) else 0
+    rest = v[:, None] >> _SHIFT7[: max(top.bit_length() + 6, 7) // 7]  # the value from byte k on
+    more = rest > np.uint64(0x7F)
+    chars = (rest & np.uint64(0x7F)).astype(np.uint8) | (more.view(np.uint8) << np.uint8(7))
+    used = rest != 0
+    used[:, 0] = True
+    return chars, used
 
 
 class Rows:
@@ -278,12 +296,7 @@ class Rows:
             if kind == "lit":
                 pieces.append((np.frombuffer(payload, np.uint8), None, wb))
             elif kind == "var":
-                v = payload[lo:hi]
-                nb = _varint_len(v)
-                at7 = np.arange(int(nb.max()) if len(nb) else 1)
-                chars = ((v[:, None] >> (7 * at7).astype(np.uint64)) & np.uint64(0x7F)).astype(np.uint8)
-                chars |= np.where(at7[None, :] < (nb - 1)[:, None], 0x80, 0).astype(np.uint8)
-                pieces.append((chars, at7[None, :] < nb[:, None], wb))
+                pieces.append((*_varint_bytes(payload[lo:hi]), wb))
             elif kind == "raw8":
                 pieces.append((payload[lo:hi], None, wb))
             elif kind in ("int", "us"):
