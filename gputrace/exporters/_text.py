@@ -105,6 +105,11 @@ def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
     return [w + frac[f] for w, f in zip(map(str, q.tolist()), r.tolist(), strict=True)]
 
 
+def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
+    """Bytes of each value's varint (as ``Rows.var`` writes it)."""
+    return _varint_len(np.asarray(values).astype(np.int64, copy=False).view(np.uint64))
+
+
 def _varint_len(v: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
     """Bytes of each varint: one, and one more per 7-bit step the value reaches (a few
     comparisons of the whole column: a binary search per value costs more)."""

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.exporters import json as json_format
-from gputrace.exporters._text import Rows
+from gputrace.exporters._text import Rows, varint_len
 from gputrace.exporters.opener import TraceFileError
 from gputrace.exporters.plan import (
     GPU_PID_BASE,
@@ -234,10 +234,13 @@ class _Packets:
     def _add(self, ts: Ints, te: Rows) -> int:
         """Packets of the TrackEvents ``te`` at ``ts``; returns the number of the first."""
         n = len(ts)
-        body = Rows(n, b"").lit(b"\x40").var(ts).lit(b"\x5a").var(te.lengths()).extend(te).lit(TAIL)
-        packet = Rows(n, b"").lit(b"\x0a").var(body.lengths()).extend(body)
+        te_len = te.lengths()
+        body = Rows(n, b"").lit(b"\x40").var(ts).lit(b"\x5a").var(te_len).extend(te).lit(TAIL)
+        # sizes summed here: ``lengths`` of the outer rows would count the inner ones again
+        body_len = 2 + varint_len(ts) + varint_len(te_len) + te_len + len(TAIL)
+        packet = Rows(n, b"").lit(b"\x0a").var(body_len).extend(body)
         first = sum(len(lens) for _b, lens in self.rows)
-        self.rows.append((packet.buffers(), packet.lengths()))
+        self.rows.append((packet.buffers(), 1 + varint_len(body_len) + body_len))
         return first
 
     def _head(self, typ: int, n: int, uuid: Ints, name: Ints | None, cat: Ints | None) -> Rows:
