@@ -361,10 +361,16 @@ class _Packets:
         flat = np.concatenate(bufs or [np.zeros(0, np.uint8)])
         lens = cat([lens for _b, lens in self.rows])
         off = np.cumsum(lens) - lens
-        for lo in range(0, len(rid), 1 << 16):
-            r = rid[lo : lo + (1 << 16)]
-            ln = lens[r]
-            yield flat[np.repeat(off[r] - (np.cumsum(ln) - ln), ln) + np.arange(int(ln.sum()))]
+        for lo in range(0, len(rid), 1 << 13):  # (the index of a slab stays in cache)
+            r = rid[lo : lo + (1 << 13)]
+            ln, at = lens[r], off[r]
+            # the bytes' positions in ``flat``: a running sum of steps of one, with a jump where
+            # each packet starts (fewer passes over the index than a repeat plus an arange)
+            out = np.cumsum(ln) - ln
+            step = np.ones(int(out[-1] + ln[-1]), np.int64)
+            step[out[1:]] = at[1:] - at[:-1] - ln[:-1] + 1
+            step[0] = at[0]
+            yield flat[np.cumsum(step)]
 
 
 def _lanes(st: Ints, en: Ints) -> Ints:
