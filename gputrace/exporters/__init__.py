@@ -134,4 +134,3 @@ def stream_writer(path: str | os.PathLike[str], header: dict[str, Any]) -> Any:
     """A ``StreamWriter`` for ``path`` in the format its name asks for."""
     check_output(path)
     return format_for(path).StreamWriter(path, header)
-
