@@ -148,19 +148,7 @@ class StreamWriter:
             if self._head:  # the gzip header, once, before the first compressed bytes
                 parts.insert(0, self._head)
                 self._head = b""
-        bufs = [m for m in (memoryview(p).cast("B") for p in parts) if m.nbytes]
-        if not hasattr(os, "writev"):
-            bufs = [memoryview(b"".join(bufs))]
-        i = 0
-        while i < len(bufs):
-            n = os.writev(self._fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(self._fd, bufs[i])
-            while n and i < len(bufs):
-                if n >= len(bufs[i]):
-                    n -= len(bufs[i])
-                    i += 1
-                else:
-                    bufs[i] = bufs[i][n:]
-                    n = 0
+        write_all(self._fd, parts)
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -189,6 +177,23 @@ class StreamWriter:
         if not self.closed:
             self.closed = True
             os.close(self._fd)
+
+
+def write_all(fd: int, parts: list[Any]) -> None:
+    """Bytes-like ``parts`` written to ``fd`` with as few ``writev`` calls as they need."""
+    bufs = [m for m in (memoryview(p).cast("B") for p in parts) if m.nbytes]
+    if not hasattr(os, "writev"):
+        bufs = [memoryview(b"".join(bufs))]
+    i = 0
+    while i < len(bufs):
+        n = os.writev(fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(fd, bufs[i])
+        while n and i < len(bufs):
+            if n >= len(bufs[i]):
+                n -= len(bufs[i])
+                i += 1
+            else:
+                bufs[i] = bufs[i][n:]
+                n = 0
 
 
 def start_stub(header: dict[str, Any]) -> dict[str, Any]:

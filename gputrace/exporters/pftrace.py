@@ -15,8 +15,8 @@ packet layout per batch, interned names), never a Python object per event:
 
 gputrace does not read ``.pftrace`` back: the ``.json.gz`` is the file it reads, and
 ``gputrace convert`` turns one into the other. A session asked for ``x.pftrace`` streams
-``x.json.gz`` as it runs (a killed program leaves that file, loadable) and exports ``x.pftrace``
-from it at stop.
+``x.json.gz`` as it runs (a killed program leaves that file, loadable) and, from the same plan of
+each chunk, ``x.pftrace`` (renamed from ``x.pftrace.partial`` at stop).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.exporters import _undo
 from gputrace.exporters import json as json_format
 from gputrace.exporters._text import Rows, varint_len
+from gputrace.exporters.chrome import render
 from gputrace.exporters.opener import TraceFileError
 from gputrace.exporters.plan import (
     GPU_PID_BASE,
@@ -82,19 +84,54 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 
 class StreamWriter(json_format.StreamWriter):
-    """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it (checkpoints and
-    rollbacks are that file's), exported at close."""
+    """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it, and each chunk's
+    plan rendered as packets too, appended to ``x.pftrace.partial`` (renamed at close), so
+    memory stays flat and the stop handles one chunk. A checkpoint covers both files.
+
+    Chunks are each in time order, not the whole file: Perfetto sorts what it imports, and each
+    chunk's slices begin and end in it."""
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
         self.target = Path(path)
-        super().__init__(canonical_path(path), header)
+        self.partial = self.target.with_name(self.target.name + ".partial")
+        self._packets = _Packets()
+        self._pf = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            super().__init__(canonical_path(path), header)
+        except BaseException:
+            os.close(self._pf)
+            self.partial.unlink(missing_ok=True)
+            raise
+
+    def append(self, chunk: Trace) -> None:
+        plan = self._enc.chunk(chunk)
+        packets = list(self._packets.encode(plan))  # (both rendered before either file is written)
+        parts = render(plan)
+        if parts:
+            self._write([*parts, b"\n"])
+        json_format.write_all(self._pf, packets)
+
+    def checkpoint(self) -> Any:
+        return super().checkpoint(), _undo.checkpoint(self._pf, self, "_packets")
+
+    def rollback(self, cp: Any) -> None:
+        super().rollback(cp[0])
+        _undo.rollback(self._pf, self, cp[1])
 
     def close(self, header: dict[str, Any]) -> None:
-        from gputrace.exporters import read
-
-        if not self.closed:
+        if self.closed:
+            return
+        try:
             super().close(header)
-            write(read(self.path), self.target)
+        finally:
+            os.close(self._pf)
+        self.partial.replace(self.target)
+
+    def abandon(self) -> None:
+        if not self.closed:
+            super().abandon()
+            os.close(self._pf)
+            self.partial.unlink(missing_ok=True)  # the .json.gz is what a cut session leaves
 
 
 # -- protobuf --------------------------------------------------------------------------------------
@@ -165,7 +202,10 @@ class _Packets:
         self.tracks: dict[Any, bytes] = {}  # key -> TrackDescriptor packet
         self.uuids: dict[Any, int] = {}
         self.interned: dict[tuple[int, str], int] = {}  # (InternedData field, text) -> iid
-        self.new: list[bytes] = []
+        self.new: list[bytes] = []  # interned entries not yet written
+        self.described = 0  # tracks whose descriptor is written
+        self.cleared = False  # the sequence's state cleared (by the first chunk's packets)
+        self.lane_ends: dict[tuple[int, str], list[int]] = {}  # waits' lanes: each lane's last end
         self.names: dict[tuple[int, int], str] = {}  # (pid, tid) -> name; tid 0: the process's
         self.rows: list[tuple[Any, Ints]] = []  # (packets as bytes or uint8 arrays, bytes each)
 
@@ -307,7 +347,7 @@ class _Packets:
                 pid, name = g >> 32, w.labels[g & 0xFFFFFFFF]
                 # "queued · stream 7" (the JSON's name) -> "stream 7 · queued": beside its stream
                 label = f"{name.removeprefix('queued · ')} · queued" if name.startswith("queued · ") else name
-                lanes = _lanes(w.start[at], w.end[at])
+                lanes = _lanes(w.start[at], w.end[at], self.lane_ends.setdefault((pid, name), []))
                 uu = [self._named(("q", pid, name, k), self._process(pid), label + (f" {k + 1}" if k else ""))
                       for k in range(int(lanes.max()) + 1)]  # fmt: skip
                 track[at] = np.array(uu, np.int64)[lanes]
@@ -324,10 +364,13 @@ class _Packets:
             ]
             te = self._head(COUNTER, len(c.ts), np.array(tu, np.int64)[inv.reshape(-1)], None, None)
             points.append((c.ts, self._add(c.ts, te.lit(_key(30, 0)).var(c.value))))
-        yield _packet(_int(13, 1) + _len(12, b"".join(self.new))) + b"".join(
-            map(_packet, self.tracks.values())
-        )
+        # the first chunk clears the sequence's state; later ones add to it
+        head = (b"" if self.cleared else _int(13, 1)) + _len(12, b"".join(self.new))
+        tracks = list(self.tracks.values())[self.described :]
+        self.new, self.described, self.cleared = [], len(self.tracks), True
+        yield _packet(head) + b"".join(map(_packet, tracks))
         yield from self._ordered(slices, points)
+        self.rows = []  # (nothing of this chunk is kept for the next)
 
     def _ordered(
         self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
@@ -373,24 +416,33 @@ class _Packets:
             yield flat[np.cumsum(step)]
 
 
-def _lanes(st: Ints, en: Ints) -> Ints:
-    """Lanes of disjoint spans, the fewest: round robin where that is enough (waits of an
-    in-order queue end in the order they start), else a heap of lane ends."""
+def _lanes(st: Ints, en: Ints, ends: list[int]) -> Ints:
+    """Lanes of disjoint spans, the fewest, after the spans of earlier chunks (``ends``: each
+    lane's last end, updated here): round robin where that is enough (waits of an in-order queue
+    end in the order they start), else a heap of lane ends. A span that starts before a lane's
+    last end never joins it, so no two spans on a lane partly overlap, whatever the chunk."""
     order = np.lexsort((en, st))
     s, e = st[order], np.maximum(en, st)[order]
     n = len(s)
     depth = max(int((np.arange(n) - np.searchsorted(np.sort(e), s, side="right") + 1).max()), 1) if n else 1
+    depth = max(depth, len(ends))
     out = np.zeros(n, np.int64)
-    if n <= depth or (e[:-depth] <= s[depth:]).all():
+    first_ok = all(int(s[k]) >= ends[k] for k in range(min(n, len(ends))))
+    if first_ok and (n <= depth or (e[:-depth] <= s[depth:]).all()):
         out[order] = np.arange(n) % depth
+        ends += [0] * (depth - len(ends))
+        for k in range(min(n, depth)):
+            ends[k] = int(e[k + (n - 1 - k) // depth * depth])  # the lane's last span
         return out
-    free: list[tuple[int, int]] = []  # (end, lane)
-    lanes = 0
+    free = [(end, lane) for lane, end in enumerate(ends)]  # (end, lane)
+    heapq.heapify(free)
     for j, (a, z) in enumerate(zip(s.tolist(), e.tolist(), strict=True)):
         if free and free[0][0] <= a:
             _, lane = heapq.heappop(free)
         else:
-            lane, lanes = lanes, lanes + 1
+            lane = len(ends)
+            ends.append(0)
         out[order[j]] = lane
+        ends[lane] = z
         heapq.heappush(free, (z, lane))
     return out
