@@ -233,3 +233,32 @@ def test_a_streamed_session_writes_the_pftrace_chunk_by_chunk_with_the_exports_e
     uuids = [p.track_descriptor.uuid for p in msg.packet if p.HasField("track_descriptor")]
     assert len(uuids) == len(set(uuids))
     assert sum(p.sequence_flags & 1 for p in msg.packet) == 1  # the state is cleared once, first
+
+
+def test_a_chunk_whose_packets_fail_is_undone_in_both_files_and_written_with_cpu_times(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    from gputrace.exporters import pftrace
+    from tests.builders import gpu_session
+    from tests.faults import inject
+
+    s, _clock = gpu_session(tmp_path / "s.pftrace", lambda n, i: (2_000, 30_000))
+    with warnings.catch_warnings(record=True), inject(pftrace._Packets, "encode", "nth") as fault:
+        warnings.simplefilter("always")
+        with s:
+            for i in range(6):
+                with gputrace.trace("step", i=i):
+                    pass
+                gputrace.sync()
+    assert fault.fired == 1
+    back = gputrace.load(tmp_path / "s.json.gz")
+    steps = back.find("step")
+    assert len(steps) == 6 and sum(bool(sc.flags & gputrace.Flag.DEGRADED) for sc in steps) >= 1
+    assert perfetto_rules.check_file(tmp_path / "s.pftrace") == []
+    got = parsed(tmp_path / "s.pftrace")
+    cpu = [e for e in got["events"] if e["type"] == 1 and e["cat"] == "cpu"]
+    gpu = [e for e in got["events"] if e["type"] == 1 and e["cat"] == "gpu"]
+    timed = sum(sc.gpu_start_ns is not None for sc in steps)
+    assert len(cpu) == 6 and len(gpu) == timed < 6  # as in the .json.gz
