@@ -206,6 +206,7 @@ class _Packets:
         self.described = 0  # tracks whose descriptor is written
         self.cleared = False  # the sequence's state cleared (by the first chunk's packets)
         self.lane_ends: dict[tuple[int, str], list[int]] = {}  # waits' lanes: each lane's last end
+        self.lane_tracks: dict[tuple[int, str], list[int]] = {}  # and each lane's track
         self.names: dict[tuple[int, int], str] = {}  # (pid, tid) -> name; tid 0: the process's
         self.rows: list[tuple[Any, Ints]] = []  # (packets as bytes or uint8 arrays, bytes each)
 
@@ -348,8 +349,10 @@ class _Packets:
                 # "queued · stream 7" (the JSON's name) -> "stream 7 · queued": beside its stream
                 label = f"{name.removeprefix('queued · ')} · queued" if name.startswith("queued · ") else name
                 lanes = _lanes(w.start[at], w.end[at], self.lane_ends.setdefault((pid, name), []))
-                uu = [self._named(("q", pid, name, k), self._process(pid), label + (f" {k + 1}" if k else ""))
-                      for k in range(int(lanes.max()) + 1)]  # fmt: skip
+                uu = self.lane_tracks.setdefault((pid, name), [])  # (new lanes only are named)
+                parent = self._process(pid)
+                uu += [self._named(("q", pid, name, k), parent, label + (f" {k + 1}" if k else ""))
+                       for k in range(len(uu), int(lanes.max()) + 1)]  # fmt: skip
                 track[at] = np.array(uu, np.int64)[lanes]
             te = self._head(BEGIN, len(w.id), track, self._iids(2, w.labels, w.label), None)
             slices.append((track, w.start, np.maximum(w.end, w.start), self._add(w.start, te)))
