@@ -42,7 +42,7 @@ from gputrace.exporters.opener import NotAGputraceTrace, TraceFileError
 from gputrace.model import Trace
 from gputrace.outpath import check_output
 
-__all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "from_document", "load", "read",
+__all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "load", "read",
            "read_document", "stream_writer", "write"]  # fmt: skip
 Progress = Callable[[str], None]
 
@@ -107,13 +107,6 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
         doc, _ = json_format.read_document(path, progress)
     return doc
-
-
-def from_document(doc: Any, where: str = "<trace>") -> Trace:
-    """A ``Trace`` from a parsed gputrace JSON document."""
-    from gputrace.exporters.reader import from_document as build
-
-    return build(doc, where)
 
 
 def canonical(path: str | os.PathLike[str]) -> Path:
