@@ -11,9 +11,9 @@
 
 A format module provides ``EXTENSIONS``, ``write(trace, path) -> Path`` (atomic: temp + rename),
 ``read(path, progress=None) -> Trace`` and ``StreamWriter(path, header)`` with ``append(chunk)``
-and ``close(header)``. The format is chosen by the file name's extension (the longest that
-matches); JSON is the default for any other name. Reading also looks at the first bytes, so a
-file renamed still loads.
+and ``close(header)``. The format is chosen by the file name's extension; JSON is the default
+for any name but an export's. Reading also looks at the first bytes, so a file renamed still
+loads.
 
 >>> import gputrace, tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
@@ -42,54 +42,34 @@ from gputrace.exporters.opener import NotAGputraceTrace, TraceFileError
 from gputrace.model import Trace
 from gputrace.outpath import check_output
 
-__all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "from_document", "load", "read",
+__all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "load", "read",
            "read_document", "stream_writer", "write"]  # fmt: skip
 Progress = Callable[[str], None]
 
-# extension -> module; modules are imported on first use
-FORMATS: dict[str, str] = {
-    ".json": "gputrace.exporters.json",
-    ".json.gz": "gputrace.exporters.json",
-    ".gz": "gputrace.exporters.json",
-}
-DEFAULT = "gputrace.exporters.json"
-# leading bytes -> module, for reading files whatever their name
-MAGIC: list[tuple[bytes, str]] = [(b"\x1f\x8b", DEFAULT), (b"{", DEFAULT), (b"[", DEFAULT)]
-
-
-def register(module: str, extensions: tuple[str, ...], magic: tuple[bytes, ...] = ()) -> None:
-    """Make ``module`` the format for ``extensions`` (and for files starting with ``magic``)."""
-    for ext in extensions:
-        FORMATS[ext.lower()] = module
-    MAGIC.extend((m, module) for m in magic)
-
-
-def _module_name(path: str | os.PathLike[str]) -> str:
-    name = Path(path).name.lower()
-    best = ""
-    for ext in FORMATS:
-        if name.endswith(ext) and len(ext) > len(best):
-            best = ext
-    return FORMATS[best] if best else DEFAULT
+DEFAULT = "gputrace.exporters.json"  # the canonical format, for any name not listed here
+# name endings of the export-only formats; modules are imported on first use
+EXPORTS = {".pftrace": "gputrace.exporters.pftrace", ".perfetto-trace": "gputrace.exporters.pftrace"}
+JSON_START = (b"\x1f\x8b", b"{", b"[")  # gzip or JSON text: read as JSON whatever the name
 
 
 def format_for(path: str | os.PathLike[str]) -> ModuleType:
     """The format module that writes ``path`` (by its extension)."""
-    return importlib.import_module(_module_name(path))
+    name = Path(path).name.lower()
+    return importlib.import_module(next((m for ext, m in EXPORTS.items() if name.endswith(ext)), DEFAULT))
 
 
 def _format_of_file(path: str | os.PathLike[str]) -> ModuleType:
+    """The module that reads ``path``: JSON, unless the name says otherwise and the first bytes
+    agree (a renamed JSON file still loads)."""
+    fmt = format_for(path)
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return format_for(path)  # a FIFO or device: never opened here; the reader refuses it
+        if fmt.__name__ == DEFAULT or not stat.S_ISREG(os.stat(path).st_mode):
+            return fmt  # a FIFO or device: never opened here; the reader refuses it
         with open(path, "rb") as f:
             head = f.read(16)
     except OSError:
-        return format_for(path)  # the reader says what is wrong with the file
-    for magic, module in MAGIC:
-        if head.startswith(magic) or head.lstrip().startswith(magic):
-            return importlib.import_module(module)
-    return importlib.import_module(_module_name(path))
+        return fmt  # the reader says what is wrong with the file
+    return importlib.import_module(DEFAULT) if head.lstrip().startswith(JSON_START) else fmt
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -129,13 +109,6 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     return doc
 
 
-def from_document(doc: Any, where: str = "<trace>") -> Trace:
-    """A ``Trace`` from a parsed gputrace JSON document."""
-    from gputrace.exporters.reader import from_document as build
-
-    return build(doc, where)
-
-
 def canonical(path: str | os.PathLike[str]) -> Path:
     """The file gputrace reads for a session asked to write ``path``: ``path`` itself, or, for
     an export-only format (``.pftrace``), the ``.json.gz`` written beside it."""
@@ -154,6 +127,3 @@ def stream_writer(path: str | os.PathLike[str], header: dict[str, Any]) -> Any:
     """A ``StreamWriter`` for ``path`` in the format its name asks for."""
     check_output(path)
     return format_for(path).StreamWriter(path, header)
-
-
-register("gputrace.exporters.pftrace", (".pftrace", ".perfetto-trace"))

@@ -14,6 +14,10 @@ b'{"ts":118508.21,"n":7},{"ts":0.9,"n":-12},{"ts":-0.005,"n":0},'
 
 Times are integer ns written as µs with at most 3 decimals, trailing zeros dropped (a whole µs is
 written as an integer): exact, whatever the magnitude, and the shortest text for the value.
+
+The same rows serve protobuf (``pftrace``): ``var`` writes a column of varints, ``raw8`` eight
+bytes per row (a fixed64 or a double), ``lengths`` says how many bytes each row has so far (the
+length prefix of a nested message), and ``extend`` appends another builder's columns.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ BLOCK = 8192  # rows built at a time: the byte matrix stays small (and in cache)
 INLINE = 96  # longer picked strings are spliced into the text after the rows are built
 SMALL = 128  # at most this many rows are formatted cell by cell
 
-_DIGITS3 = np.frombuffer("".join(f"{i:03d}" for i in range(1000)).encode(), np.uint8).reshape(1000, 3)
-_FRAC = np.concatenate([np.full((1000, 1), ord("."), np.uint8), _DIGITS3], axis=1)
+_DIGITS2 = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint16)
+# ".ddd" of each fraction, and which of its bytes are written (trailing zeros and a bare "."
+# dropped), as one uint32 each: a 1-D take, viewed back as 4 bytes
+_FRAC = np.frombuffer("".join(f".{i:03d}" for i in range(1000)).encode(), np.uint32)
 _r = np.arange(1000)
-# ".ddd" with trailing zeros (and a bare ".") dropped
-_FRAC_KEEP = np.stack([_r != 0, _r != 0, _r % 100 != 0, _r % 10 != 0], axis=1)
+_FRAC_KEEP = np.stack([_r != 0, _r != 0, _r % 100 != 0, _r % 10 != 0], axis=1).view(np.uint32).ravel()
 _MINUS = np.frombuffer(b"-", np.uint8)
 _POW10 = np.array([10**k for k in range(20)], np.uint64)
+_SHIFT7 = np.arange(0, 70, 7, dtype=np.uint64)  # where each byte of a varint starts
 
 # a column: (kind, payload, when) — when: the rows that have it (None: every row)
 _Col = tuple[str, Any, Mask | None]
@@ -55,27 +61,29 @@ def _split_sign(v: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], Mask | None]:
 
 def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | None]:
     """Decimal digits of ``a`` right-aligned in a (n, w) matrix, and which bytes are in use
-    (None: all of them)."""
+    (None: all of them). Two digits at a time, looked up as one uint16 (a 1-D take: a row
+    lookup of a (100, 2) byte table costs several times more)."""
     n = len(a)
     top = int(a.max()) if n else 0
     if top < 10:
         return (a.astype(np.uint8) + 48).reshape(n, 1), None
     nd_top = len(str(top))
-    groups = (nd_top + 2) // 3
-    w = 3 * groups
-    out = np.empty((n, w), np.uint8)
+    pairs = (nd_top + 1) // 2
+    w = 2 * pairs
+    out = np.empty((n, pairs), np.uint16)
     q = a.astype(np.int64) if top < 1 << 63 else a
-    k = q.dtype.type(1000)
-    for g in range(groups - 1, 0, -1):
+    k = q.dtype.type(100)
+    for g in range(pairs - 1, 0, -1):
         q2 = q // k
-        out[:, 3 * g : 3 * g + 3] = np.take(_DIGITS3, (q - q2 * k).astype(np.intp), axis=0)
+        np.take(_DIGITS2, q - q2 * k, out=out[:, g])
         q = q2
-    out[:, 0:3] = np.take(_DIGITS3, q.astype(np.intp), axis=0)
+    np.take(_DIGITS2, q, out=out[:, 0])
+    chars = out.view(np.uint8)
     if int(a.min()) >= 10 ** (nd_top - 1):  # every row as long as the longest: no mask
-        return out[:, w - nd_top :], None
+        return chars[:, w - nd_top :], None
     nd = np.maximum(np.searchsorted(_POW10, a, side="right"), 1)
     keep = np.arange(w)[None, :] >= (w - nd)[:, None]
-    return out, keep
+    return chars, keep
 
 
 def _us_text(ns: int) -> str:
@@ -97,11 +105,40 @@ def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
     return [w + frac[f] for w, f in zip(map(str, q.tolist()), r.tolist(), strict=True)]
 
 
-class Rows:
-    """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by ","."""
+def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
+    """Bytes of each value's varint (as ``Rows.var`` writes it)."""
+    return _varint_len(np.asarray(values).astype(np.int64, copy=False).view(np.uint64))
 
-    def __init__(self, n: int) -> None:
+
+def _varint_len(v: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
+    """Bytes of each varint: one, and one more per 7-bit step the value reaches (a few
+    comparisons of the whole column: a binary search per value costs more)."""
+    nb = np.ones(len(v), np.intp)
+    top = int(v.max()) if len(v) else 0
+    for k in range(1, max(top.bit_length() + 6, 7) // 7):
+        nb += v >= np.uint64(1 << (7 * k))
+    return nb
+
+
+def _varint_bytes(v: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask]:
+    """Each value's varint, left-aligned in a (n, w) matrix, and which bytes are in use: byte k
+    holds bits 7k.. of the value, with the high bit set where more bytes follow."""
+    top = int(v.max()) if len(v) else 0
+    rest = v[:, None] >> _SHIFT7[: max(top.bit_length() + 6, 7) // 7]  # the value from byte k on
+    more = rest > np.uint64(0x7F)
+    chars = (rest & np.uint64(0x7F)).astype(np.uint8) | (more.view(np.uint8) << np.uint8(7))
+    used = rest != 0
+    used[:, 0] = True
+    return chars, used
+
+
+class Rows:
+    """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by
+    ``sep`` ("," for JSON, nothing for protobuf)."""
+
+    def __init__(self, n: int, sep: bytes = b",") -> None:
         self.n = n
+        self.sep = sep
         self.cols: list[_Col] = []
 
     def _when(self, when: Mask | None) -> Mask | None:
@@ -151,6 +188,44 @@ class Rows:
         self.cols.append(("pick", (enc, idx), when))
         return self
 
+    def var(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
+        """A protobuf varint per row (negative integers as 64-bit two's complement)."""
+        v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
+        when = self._when(when)
+        if when is not None:
+            v = np.where(when, v, np.uint64(0))
+        self.cols.append(("var", v, when))
+        return self
+
+    def raw8(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
+        """Eight little-endian bytes per row (a protobuf fixed64 or double: int64 or float64)."""
+        v = np.asarray(values)
+        v = np.ascontiguousarray(v.astype(v.dtype.newbyteorder("<"), copy=False))
+        self.cols.append(("raw8", v.view(np.uint8).reshape(-1, 8), self._when(when)))
+        return self
+
+    def extend(self, other: Rows) -> Rows:
+        """``other``'s columns after this one's (a nested message after its length)."""
+        self.cols += other.cols
+        return self
+
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Bytes in each row so far (literal, varint, raw8 and picked columns)."""
+        out = np.zeros(self.n, np.int64)
+        for kind, payload, when in self.cols:
+            if kind == "lit":
+                w: Any = len(payload)
+            elif kind == "var":
+                w = _varint_len(payload)
+            elif kind == "raw8":
+                w = 8
+            elif kind == "pick":
+                w = np.array([len(t) for t in payload[0]], np.int64)[payload[1]]
+            else:
+                raise ValueError(f"no byte count for a {kind} column")
+            out += w if when is None else np.where(when, w, 0)
+        return out
+
     def members(
         self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]], closer: str = "}"
     ) -> Rows:
@@ -191,9 +266,9 @@ class Rows:
         return b"".join(self.buffers())
 
     def buffers(self) -> list[Any]:
-        """Every row, each followed by ",", as a few buffers (bytes or uint8 arrays)."""
-        self.lit(",")
-        if self.n <= SMALL:
+        """Every row, each followed by ``sep``, as a few buffers (bytes or uint8 arrays)."""
+        self.lit(self.sep)
+        if self.n <= SMALL and not any(kind in ("var", "raw8") for kind, _p, _w in self.cols):
             return [self._small()]
         return [self._block(i, min(i + BLOCK, self.n)) for i in range(0, self.n, BLOCK)]
 
@@ -225,6 +300,10 @@ class Rows:
         for kind, payload, wb in self.cols:  # ``wb``: the whole column's (sliced when applied)
             if kind == "lit":
                 pieces.append((np.frombuffer(payload, np.uint8), None, wb))
+            elif kind == "var":
+                pieces.append((*_varint_bytes(payload[lo:hi]), wb))
+            elif kind == "raw8":
+                pieces.append((payload[lo:hi], None, wb))
             elif kind in ("int", "us"):
                 mag, neg = _split_sign(payload[lo:hi])
                 if neg is not None:
@@ -235,7 +314,8 @@ class Rows:
                     q = mag // np.uint64(1000)
                     pieces.append((*_digits(q), wb))
                     r = (mag - q * np.uint64(1000)).astype(np.intp)
-                    pieces.append((np.take(_FRAC, r, axis=0), np.take(_FRAC_KEEP, r, axis=0), wb))
+                    frac = _FRAC[r].view(np.uint8).reshape(-1, 4)
+                    pieces.append((frac, _FRAC_KEEP[r].view(np.bool_).reshape(-1, 4), wb))
             else:
                 table, idx = payload
                 ib = idx[lo:hi]

@@ -44,7 +44,9 @@ Progress = Callable[[str], None]
 PREFIX = b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'
 EVENTS_OPEN = b'},"traceEvents":[\n'
 CLOSE = b'\n],"gputrace":'
-GZIP_LEVEL = 3  # ISA-L's levels are 0-3; zlib (where ISA-L has no wheel) reads it as its level 3
+# ISA-L's level 1 packs trace events as small as its level 3 at four times the speed (128 MB of
+# events: 68 vs 274 ms, 99.4 vs 99.6 B per scope); zlib (where ISA-L has no wheel) at 3.
+ISAL_LEVEL, ZLIB_LEVEL = 1, 3
 
 
 class GzipStream:
@@ -63,9 +65,9 @@ class GzipStream:
         try:
             from isal import isal_zlib
 
-            self._z: Any = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, -15)
+            self._z: Any = isal_zlib.compressobj(ISAL_LEVEL, isal_zlib.DEFLATED, -15)
         except ImportError:
-            self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -15)
+            self._z = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, -15)
         self.crc, self.size = crc, size
 
     def compress(self, data: Any) -> bytes:
@@ -146,19 +148,7 @@ class StreamWriter:
             if self._head:  # the gzip header, once, before the first compressed bytes
                 parts.insert(0, self._head)
                 self._head = b""
-        bufs = [m for m in (memoryview(p).cast("B") for p in parts) if m.nbytes]
-        if not hasattr(os, "writev"):
-            bufs = [memoryview(b"".join(bufs))]
-        i = 0
-        while i < len(bufs):
-            n = os.writev(self._fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(self._fd, bufs[i])
-            while n and i < len(bufs):
-                if n >= len(bufs[i]):
-                    n -= len(bufs[i])
-                    i += 1
-                else:
-                    bufs[i] = bufs[i][n:]
-                    n = 0
+        write_all(self._fd, parts)
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -187,6 +177,23 @@ class StreamWriter:
         if not self.closed:
             self.closed = True
             os.close(self._fd)
+
+
+def write_all(fd: int, parts: list[Any]) -> None:
+    """Bytes-like ``parts`` written to ``fd`` with as few ``writev`` calls as they need."""
+    bufs = [m for m in (memoryview(p).cast("B") for p in parts) if m.nbytes]
+    if not hasattr(os, "writev"):
+        bufs = [memoryview(b"".join(bufs))]
+    i = 0
+    while i < len(bufs):
+        n = os.writev(fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(fd, bufs[i])
+        while n and i < len(bufs):
+            if n >= len(bufs[i]):
+                n -= len(bufs[i])
+                i += 1
+            else:
+                bufs[i] = bufs[i][n:]
+                n = 0
 
 
 def start_stub(header: dict[str, Any]) -> dict[str, Any]:

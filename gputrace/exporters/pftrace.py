@@ -1,21 +1,22 @@
-"""Perfetto's protobuf (``.pftrace``): an export, written from the JSON file's events.
+"""Perfetto's protobuf (``.pftrace``): an export, rendered from the same ``plan`` as the JSON file.
 
-The events are the ones ``chrome`` writes to the canonical JSON file (the same plan: the same
-processes, tracks, lanes, flows and args), turned into ``TrackEvent`` packets:
+The plan's batches (the same processes, tracks, lanes, flows and args as the JSON file) become
+``TrackEvent`` packets, a column at a time (``_text.Rows``: varints of whole columns, one
+packet layout per batch, interned names), never a Python object per event:
 - a process track per process; a thread track per Python thread; the GPU's stream, overflow,
   operations, queued and queue-depth tracks as named tracks of its process, with names a person
   reads that begin with the stream's ("stream 7", "stream 7 · operations", "stream 7 · queued"):
   Perfetto orders a process's tracks by name, so each stream's tracks sit together;
-- each X event a begin/end pair on its track, its args as debug annotations, its flow v2
-  (``bind_id``) as ``flow_ids``/``terminating_flow_ids``; each wait (``b``/``e``) a slice on a
-  "<stream> · queued" track (extra lanes of it where waits overlap: a heap, so n log n); each
-  counter sample (``C``) on a counter track; instants on their track;
+- each slice a begin/end pair on its track, its args as debug annotations, its flow as
+  ``flow_ids``/``terminating_flow_ids``; each wait a slice on a "<stream> · queued" track
+  (extra lanes of it where waits overlap); each counter sample on a counter track; instants on
+  their track; packets in time order, each track's begins and ends nested;
 - names, categories and argument names interned once per file.
 
 gputrace does not read ``.pftrace`` back: the ``.json.gz`` is the file it reads, and
 ``gputrace convert`` turns one into the other. A session asked for ``x.pftrace`` streams
-``x.json.gz`` as it runs (a killed program leaves that file, loadable) and exports ``x.pftrace``
-from it at stop.
+``x.json.gz`` as it runs (a killed program leaves that file, loadable) and, from the same plan of
+each chunk, ``x.pftrace`` (renamed from ``x.pftrace.partial`` at stop).
 """
 
 from __future__ import annotations
@@ -27,8 +28,23 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from gputrace.exporters import _undo
+from gputrace.exporters import json as json_format
+from gputrace.exporters._text import Rows, varint_len
+from gputrace.exporters.chrome import render
 from gputrace.exporters.opener import TraceFileError
-from gputrace.exporters.plan import GPU_PID_BASE, OP_TID_BASE, OVERLAP_TID_STEP
+from gputrace.exporters.plan import (
+    GPU_PID_BASE,
+    OP_TID_BASE,
+    OVERLAP_TID_STEP,
+    Arg,
+    Chunk,
+    Ints,
+    Planner,
+    file_header,
+)
 from gputrace.model import Trace
 
 EXTENSIONS = (".pftrace", ".perfetto-trace")
@@ -53,20 +69,13 @@ def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as ``.pftrace`` (atomic: temp file + rename)."""
-    from gputrace.exporters.chrome import to_events
-
-    events, _ = to_events(trace)
-    return write_events(events, path)
-
-
-def write_events(events: list[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
-    """Write Chrome trace events as written by gputrace (``chrome``) as a ``.pftrace`` file."""
     p = Path(path)
     tmp = p.with_name(p.name + ".partial")
+    chunk = Planner(file_header(trace)).chunk(trace)
     try:
         with open(tmp, "wb") as f:
-            for chunk in _Packets(events).encode():
-                f.write(chunk)
+            for data in _Packets().encode(chunk):
+                f.write(data)
         tmp.replace(p)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -74,44 +83,55 @@ def write_events(events: list[dict[str, Any]], path: str | os.PathLike[str]) -> 
     return p
 
 
-class StreamWriter:
-    """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it, exported at close."""
+class StreamWriter(json_format.StreamWriter):
+    """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it, and each chunk's
+    plan rendered as packets too, appended to ``x.pftrace.partial`` (renamed at close), so
+    memory stays flat and the stop handles one chunk. A checkpoint covers both files.
+
+    Chunks are each in time order, not the whole file: Perfetto sorts what it imports, and each
+    chunk's slices begin and end in it."""
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
-        from gputrace.exporters import json as json_format
-
-        self.path = Path(path)
-        self.canonical = canonical_path(path)
-        self._json = json_format.StreamWriter(self.canonical, header)
-
-    @property
-    def rows(self) -> int:
-        return self._json.rows
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._json.closed)
+        self.target = Path(path)
+        self.partial = self.target.with_name(self.target.name + ".partial")
+        self._packets = _Packets()
+        self._pf = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            super().__init__(canonical_path(path), header)
+        except BaseException:
+            os.close(self._pf)
+            self.partial.unlink(missing_ok=True)
+            raise
 
     def append(self, chunk: Trace) -> None:
-        self._json.append(chunk)
+        plan = self._enc.chunk(chunk)
+        packets = list(self._packets.encode(plan))  # (both rendered before either file is written)
+        parts = render(plan)
+        if parts:
+            self._write([*parts, b"\n"])
+        json_format.write_all(self._pf, packets)
 
     def checkpoint(self) -> Any:
-        """The canonical file's checkpoint: a failed append is undone there (see ``_undo``)."""
-        return self._json.checkpoint()
+        return super().checkpoint(), _undo.checkpoint(self._pf, self, "_packets")
 
     def rollback(self, cp: Any) -> None:
-        self._json.rollback(cp)
+        super().rollback(cp[0])
+        _undo.rollback(self._pf, self, cp[1])
 
     def close(self, header: dict[str, Any]) -> None:
-        from gputrace.exporters import read_document
-
-        if self._json.closed:
+        if self.closed:
             return
-        self._json.close(header)
-        write_events(read_document(self.canonical)["traceEvents"], self.path)
+        try:
+            super().close(header)
+        finally:
+            os.close(self._pf)
+        self.partial.replace(self.target)
 
     def abandon(self) -> None:
-        self._json.abandon()
+        if not self.closed:
+            super().abandon()
+            os.close(self._pf)
+            self.partial.unlink(missing_ok=True)  # the .json.gz is what a cut session leaves
 
 
 # -- protobuf --------------------------------------------------------------------------------------
@@ -148,10 +168,6 @@ def _str(field: int, text: str) -> bytes:
     return _len(field, text.encode("utf-8", "surrogatepass"))
 
 
-def _fixed64(field: int, n: int) -> bytes:
-    return _key(field, 1) + struct.pack("<Q", n & ((1 << 64) - 1))
-
-
 def _packet(body: bytes) -> bytes:
     return _len(1, body + _int(10, SEQ))  # Trace.packet; trusted_packet_sequence_id
 
@@ -175,193 +191,261 @@ def _annotation(value: Any, name: bytes) -> bytes:
     return name + _str(6, "null" if value is None else str(value))
 
 
-class _Packets:
-    """The packets of one file from its events (see the module's docstring)."""
+TAIL = _int(13, 2) + _int(10, SEQ)  # SEQ_NEEDS_INCREMENTAL_STATE; the sequence
+FLOW_KEY = {True: _key(47, 1), False: _key(48, 1)}  # flow_ids, terminating_flow_ids (fixed64)
 
-    def __init__(self, events: list[dict[str, Any]]) -> None:
-        self.events = events
+
+class _Packets:
+    """The packets of one file from its plan (see the module's docstring)."""
+
+    def __init__(self) -> None:
         self.tracks: dict[Any, bytes] = {}  # key -> TrackDescriptor packet
         self.uuids: dict[Any, int] = {}
         self.interned: dict[tuple[int, str], int] = {}  # (InternedData field, text) -> iid
-        self.new: dict[int, list[bytes]] = {}
+        self.new: list[bytes] = []  # interned entries not yet written
+        self.described = 0  # tracks whose descriptor is written
+        self.cleared = False  # the sequence's state cleared (by the first chunk's packets)
+        self.lane_ends: dict[tuple[int, str], list[int]] = {}  # waits' lanes: each lane's last end
+        self.lane_tracks: dict[tuple[int, str], list[int]] = {}  # and each lane's track
+        self.names: dict[tuple[int, int], str] = {}  # (pid, tid) -> name; tid 0: the process's
+        self.rows: list[tuple[Any, Ints]] = []  # (packets as bytes or uint8 arrays, bytes each)
 
-    # -- tracks
+    # -- tracks and names
     def _uuid(self, key: Any) -> int:
         u = self.uuids.get(key)
         if u is None:
             u = self.uuids[key] = len(self.uuids) + 1
         return u
 
-    def _process(self, pid: int, name: str | None = None) -> int:
+    def _process(self, pid: int) -> int:
         u = self._uuid(("p", pid))
-        if ("p", pid) not in self.tracks or name is not None:
+        if ("p", pid) not in self.tracks:
+            name = self.names.get((pid, 0))
             desc = _int(1, pid) + (_str(6, name) if name else b"")
             self.tracks[("p", pid)] = _len(60, _int(1, u) + _len(3, desc))
         return u
 
-    def _thread(self, pid: int, tid: int, name: str | None = None) -> int:
+    def _thread(self, pid: int, tid: int) -> int:
         """A Python thread's track; on a GPU, a named track of its process (tids there are
         gputrace's numbering, not a thread's: they are left out of what a person reads)."""
         key = ("t", pid, tid)
-        u = self._uuid(key)
-        if key in self.tracks and name is None:
-            return u
-        parent = self._process(pid)
+        if key in self.tracks:
+            return self.uuids[key]
+        parent, u, name = self._process(pid), self._uuid(key), self.names.get((pid, tid))
         if pid < GPU_PID_BASE:
             body = _len(4, _int(1, pid) + _int(2, tid) + (_str(5, name) if name else b""))
             self.tracks[key] = _len(60, _int(1, u) + _int(5, parent) + body)
         else:
             base = tid % OVERLAP_TID_STEP
             q = base - OP_TID_BASE if base >= OP_TID_BASE else base - 1
-            self._named(
-                key, parent, name or (f"queue {q}" + (" · operations" if base >= OP_TID_BASE else ""))
-            )
+            name = name or f"queue {q}" + (" · operations" if base >= OP_TID_BASE else "")
+            self._named(key, parent, name)
         return u
 
-    def _named(self, key: Any, parent: int, name: str) -> int:
+    def _named(self, key: Any, parent: int, name: str, counter: bool = False) -> int:
         """A named child track of a (GPU) process."""
         u = self._uuid(key)
-        self.tracks[key] = _len(60, _int(1, u) + _int(5, parent) + _str(2, name))
+        self.tracks[key] = _len(
+            60, _int(1, u) + _int(5, parent) + _str(2, name) + (_len(8, b"") if counter else b"")
+        )
         return u
 
-    # -- interning
+    def _track_of(self, pid: Ints, tid: Ints) -> Ints:
+        keys, inv = np.unique(
+            np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64), return_inverse=True
+        )
+        u = np.array([self._thread(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
+        out: Ints = u[inv.reshape(-1)]
+        return out
+
     def _iid(self, field: int, text: str) -> int:
         i = self.interned.get((field, text))
         if i is None:
             i = self.interned[(field, text)] = len(self.interned) + 1
-            self.new.setdefault(field, []).append(_len(field, _int(1, i) + _str(2, text)))
+            self.new.append(_len(field, _int(1, i) + _str(2, text)))
         return i
 
-    # -- events
-    def encode(self) -> Iterable[bytes]:
-        recs = self._records()
-        recs.sort(key=lambda r: r[0])  # stable: each track's own order kept at equal times
-        first = _packet(_int(13, 1))  # SEQ_INCREMENTAL_STATE_CLEARED
-        yield first + b"".join(_packet(t) for t in self.tracks.values())
-        head: dict[tuple[int, int, Any, Any], bytes] = {}  # (type, track, name, cat) -> their fields
-        arg_name: dict[str, bytes] = {}  # an annotation's interned name field
-        tail = _int(13, 2) + _int(10, SEQ)  # SEQ_NEEDS_INCREMENTAL_STATE; the sequence
-        out: list[bytes] = []
-        for ts, track, typ, name, cat, args, flows_out, flows_in, value in recs:
-            ev = head.get((typ, track, name, cat))
-            if ev is None:
-                ev = _int(9, typ) + _int(11, track)
-                if name is not None:
-                    ev += _int(10, self._iid(2, name))
-                if cat:
-                    ev += _int(3, self._iid(1, cat))
-                head[(typ, track, name, cat)] = ev
-            if args:
-                parts = []
-                for k, v in args.items():
-                    nm = arg_name.get(k)
-                    if nm is None:
-                        nm = arg_name[k] = _int(1, self._iid(3, str(k)))
-                    parts.append(_len(4, _annotation(v, nm)))
-                ev += b"".join(parts)
-            for f in flows_out:
-                ev += _fixed64(47, f)
-            for f in flows_in:
-                ev += _fixed64(48, f)
-            if value is not None:
-                ev += _int(30, value) if isinstance(value, int) else _key(44, 1) + _DOUBLE.pack(float(value))
-            body = _SMALL[8 << 3] + _varint(ts) + _SMALL[11 << 3 | 2] + _varint(len(ev)) + ev + tail
-            if self.new:
-                body += _len(12, b"".join(b"".join(v) for v in self.new.values()))
-                self.new = {}
-            out.append(_SMALL[1 << 3 | 2] + _varint(len(body)) + body)
-            if len(out) >= 4096:
-                yield b"".join(out)
-                out = []
-        yield b"".join(out)
+    def _iids(self, field: int, table: list[Any], idx: Ints) -> Ints:
+        """The interned id of ``table[idx]`` per row (each distinct entry interned once)."""
+        used, inv = np.unique(idx, return_inverse=True)
+        return np.array([self._iid(field, str(table[i])) for i in used.tolist()] or [0], np.int64)[
+            inv.reshape(-1)
+        ]
 
-    def _records(self) -> list[tuple[Any, ...]]:
-        """(ts ns, track, type, name, cat, args, flows out, flows in, counter value) per packet,
-        each track's in its own order (begins and ends nested)."""
-        slices: dict[int, list[tuple[int, int, dict[str, Any]]]] = {}  # track -> (start, end, event)
-        waits: dict[tuple[int, Any], dict[str, Any]] = {}
-        wait_spans: dict[tuple[int, str], list[tuple[int, int, dict[str, Any]]]] = {}
-        recs: list[tuple[Any, ...]] = []
-        for e in self.events:
-            ph = e.get("ph")
-            pid = int(e.get("pid", 0))
-            if ph == "X":
-                t0 = round(e["ts"] * 1000)
-                track = self._thread(pid, int(e.get("tid", 0)))
-                slices.setdefault(track, []).append((t0, t0 + round(e["dur"] * 1000), e))
-            elif ph == "b":
-                waits[(pid, (e.get("id2") or {}).get("local", e.get("id")))] = e
-            elif ph == "e":
-                b = waits.pop((pid, (e.get("id2") or {}).get("local", e.get("id"))), None)
-                if b is not None:
-                    span = (round(b["ts"] * 1000), round(e["ts"] * 1000), b)
-                    wait_spans.setdefault((pid, str(b.get("name", "queued"))), []).append(span)
-            elif ph == "C":
-                self._counter(e, pid, recs)
-            elif ph == "i":
-                track = self._thread(pid, int(e.get("tid", 0)))
-                recs.append((round(e["ts"] * 1000), track, INSTANT, str(e.get("name", "")), e.get("cat"),
-                             e.get("args"), (), (), None))  # fmt: skip
-            elif ph == "M" and e.get("name") == "process_name":
-                self._process(pid, str((e.get("args") or {}).get("name", "")))
-            elif ph == "M" and e.get("name") == "thread_name":
-                self._thread(pid, int(e.get("tid", 0)), str((e.get("args") or {}).get("name", "")))
-        for track, spans in slices.items():
-            recs += _nested(track, spans)
-        for (pid, name), spans in wait_spans.items():
-            # "queued · stream 7" (the JSON's name) -> "stream 7 · queued": beside its stream
-            label = f"{name.removeprefix('queued · ')} · queued" if name.startswith("queued · ") else name
-            for lane, group in enumerate(_lanes(spans)):
-                track = self._named(
-                    ("q", pid, name, lane), self._process(pid), label + (f" {lane + 1}" if lane else "")
-                )
-                recs += _nested(track, group, name=name)
-        return recs
+    def _add(self, ts: Ints, te: Rows) -> int:
+        """Packets of the TrackEvents ``te`` at ``ts``; returns the number of the first."""
+        n = len(ts)
+        te_len = te.lengths()
+        body = Rows(n, b"").lit(b"\x40").var(ts).lit(b"\x5a").var(te_len).extend(te).lit(TAIL)
+        # sizes summed here: ``lengths`` of the outer rows would count the inner ones again
+        body_len = 2 + varint_len(ts) + varint_len(te_len) + te_len + len(TAIL)
+        packet = Rows(n, b"").lit(b"\x0a").var(body_len).extend(body)
+        first = sum(len(lens) for _b, lens in self.rows)
+        self.rows.append((packet.buffers(), 1 + varint_len(body_len) + body_len))
+        return first
 
-    def _counter(self, e: dict[str, Any], pid: int, recs: list[Any]) -> None:
-        for k, v in (e.get("args") or {}).items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+    def _head(self, typ: int, n: int, uuid: Ints, name: Ints | None, cat: Ints | None) -> Rows:
+        te = Rows(n, b"").lit(_int(9, typ)).lit(b"\x58").var(uuid)
+        if name is not None:
+            te.lit(b"\x50").var(name)
+        if cat is not None:
+            te.lit(b"\x18").var(cat)
+        return te
+
+    def _args(self, te: Rows, args: list[Arg], n: int) -> None:
+        for a in args:
+            has = np.ones(n, bool) if a.has is None else np.asarray(a.has, bool)
+            if not has.any():
                 continue
-            name = f"{e.get('name', '')} {k}"
-            key = ("c", pid, name)
-            if key not in self.tracks:
-                u = self._uuid(key)
-                body = _int(1, u) + _int(5, self._process(pid)) + _str(2, name) + _len(8, b"")
-                self.tracks[key] = _len(60, body)
-            recs.append((round(e["ts"] * 1000), self.uuids[key], COUNTER, None, None, None, (), (), v))
+            sub = Rows(n, b"").lit(_int(1, self._iid(3, a.key)), has)
+            if a.kind == "int":
+                sub.lit(b"\x20", has).var(a.value, has)
+            elif a.kind == "us":  # as JSON reads it back: whole µs an integer, else a double
+                v = np.asarray(a.value, np.int64)
+                whole = v % 1000 == 0
+                sub.lit(b"\x20", has & whole).var(v // 1000, has & whole)
+                sub.lit(b"\x29", has & ~whole).raw8(v / 1000.0, has & ~whole)
+            else:
+                table, idx = a.value
+                used, inv = np.unique(np.where(has, idx, idx[has][0]), return_inverse=True)
+                sub.pick([_annotation(table[i], b"") for i in used.tolist()], inv.reshape(-1), has)
+            te.lit(b"\x22", has).var(sub.lengths(), has).extend(sub)
+
+    # -- the file
+    def encode(self, chunk: Chunk) -> Iterable[Any]:
+        for m in chunk.meta:
+            if m.get("name") in ("process_name", "thread_name"):
+                self.names[(int(m["pid"]), int(m["tid"]) if m["name"] == "thread_name" else 0)] = str(
+                    m["args"]["name"]
+                )
+        slices: list[tuple[Ints, Ints, Ints, int]] = []  # (track, start, end, first packet)
+        points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
+        for ev in chunk.events:
+            n = len(ev.ts)
+            track = self._track_of(ev.pid, ev.tid)
+            typ = BEGIN if ev.dur is not None else INSTANT
+            te = self._head(typ, n, track, self._iids(2, ev.names, ev.name), self._iids(1, ev.cats, ev.cat))
+            self._args(te, ev.args, n)
+            if ev.objs is not None:
+                objs, idx = ev.objs
+                enc = [b""] + [
+                    b"".join(_len(4, _annotation(v, _int(1, self._iid(3, str(k))))) for k, v in o.items())
+                    for o in objs[1:]
+                ]
+                te.pick(enc, idx)
+            if ev.flow is not None:
+                te.lit(FLOW_KEY[ev.flow_out], ev.flow_has).raw8(ev.flow + 1, ev.flow_has)
+            first = self._add(ev.ts, te)
+            if ev.dur is None:
+                points.append((ev.ts, first))
+            else:
+                slices.append((track, ev.ts, np.maximum(ev.ts + ev.dur, ev.ts), first))
+        for w in chunk.waits:
+            track = np.zeros(len(w.id), np.int64)
+            group = w.pid << 32 | w.label
+            for g in np.unique(group).tolist():
+                at = np.flatnonzero(group == g)
+                pid, name = g >> 32, w.labels[g & 0xFFFFFFFF]
+                # "queued · stream 7" (the JSON's name) -> "stream 7 · queued": beside its stream
+                label = f"{name.removeprefix('queued · ')} · queued" if name.startswith("queued · ") else name
+                lanes = _lanes(w.start[at], w.end[at], self.lane_ends.setdefault((pid, name), []))
+                uu = self.lane_tracks.setdefault((pid, name), [])  # (new lanes only are named)
+                parent = self._process(pid)
+                uu += [self._named(("q", pid, name, k), parent, label + (f" {k + 1}" if k else ""))
+                       for k in range(len(uu), int(lanes.max()) + 1)]  # fmt: skip
+                track[at] = np.array(uu, np.int64)[lanes]
+            te = self._head(BEGIN, len(w.id), track, self._iids(2, w.labels, w.label), None)
+            slices.append((track, w.start, np.maximum(w.end, w.start), self._add(w.start, te)))
+        for c in chunk.counters:
+            names = [f"{lb} {c.key}" for lb in c.labels]
+            keys, inv = np.unique(c.pid << 32 | c.label, return_inverse=True)
+            tu = [
+                self._named(
+                    ("c", k >> 32, names[k & 0xFFFFFFFF]), self._process(k >> 32), names[k & 0xFFFFFFFF], True
+                )
+                for k in keys.tolist()
+            ]
+            te = self._head(COUNTER, len(c.ts), np.array(tu, np.int64)[inv.reshape(-1)], None, None)
+            points.append((c.ts, self._add(c.ts, te.lit(_key(30, 0)).var(c.value))))
+        # the first chunk clears the sequence's state; later ones add to it
+        head = (b"" if self.cleared else _int(13, 1)) + _len(12, b"".join(self.new))
+        tracks = list(self.tracks.values())[self.described :]
+        self.new, self.described, self.cleared = [], len(self.tracks), True
+        yield _packet(head) + b"".join(map(_packet, tracks))
+        yield from self._ordered(slices, points)
+        self.rows = []  # (nothing of this chunk is kept for the next)
+
+    def _ordered(
+        self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
+    ) -> Iterable[Any]:
+        """Every packet, in time order; on each track the begins and ends as a stack walk gives
+        them (an end before a begin at the same time, the inner slice's end first)."""
+
+        def cat(parts: list[Ints]) -> Ints:
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+        track, st, en = (cat([x[k] for x in slices]) for k in range(3))  # type: ignore[misc]
+        begin = cat([f + np.arange(len(t)) for _tr, t, _e, f in slices])
+        m = len(st)
+        order = np.lexsort((np.arange(m), -en, st, track))  # by track, start, longest first
+        tr, s0, s1, b = track[order], st[order], en[order], begin[order]
+        _, rank = np.unique(np.concatenate([s0, s1]), return_inverse=True)
+        rank = rank.reshape(-1)
+        seg = np.cumsum(np.r_[0, tr[1:] != tr[:-1]]) * (2 * m + 1)
+        starts = seg + rank[:m]
+        # a slice ends just before the first later begin on its track at or after its end
+        k = np.maximum(np.searchsorted(starts, seg + rank[m:], side="left"), np.arange(m) + 1)
+        i = np.arange(m)
+        seq = np.lexsort((np.r_[np.zeros(m), -i], np.r_[np.ones(m), np.zeros(m)], np.r_[i, k]))
+        ends = self._add(s1, self._head(END, m, tr, None, None))
+        ts = np.r_[s0, s1][seq]
+        rid = np.r_[b, ends + i][seq]
+        ts = np.r_[ts, cat([x[0] for x in points])]
+        rid = np.r_[rid, cat([f + np.arange(len(t)) for t, f in points])]
+        rid = rid[np.argsort(ts, kind="stable")]
+        bufs = [np.frombuffer(p, np.uint8) for got, _lens in self.rows for p in got]
+        flat = np.concatenate(bufs or [np.zeros(0, np.uint8)])
+        lens = cat([lens for _b, lens in self.rows])
+        off = np.cumsum(lens) - lens
+        for lo in range(0, len(rid), 1 << 13):  # (the index of a slab stays in cache)
+            r = rid[lo : lo + (1 << 13)]
+            ln, at = lens[r], off[r]
+            # the bytes' positions in ``flat``: a running sum of steps of one, with a jump where
+            # each packet starts (fewer passes over the index than a repeat plus an arange)
+            out = np.cumsum(ln) - ln
+            step = np.ones(int(out[-1] + ln[-1]), np.int64)
+            step[out[1:]] = at[1:] - at[:-1] - ln[:-1] + 1
+            step[0] = at[0]
+            yield flat[np.cumsum(step)]
 
 
-def _nested(track: int, spans: list[tuple[int, int, dict[str, Any]]], name: str | None = None) -> list[Any]:
-    """Begin and end records of one track's slices (nested or disjoint, as the plan lays them
-    out), in the order a stack walk gives: an end before a begin at the same time."""
-    spans.sort(key=lambda s: (s[0], -s[1]))
-    out: list[Any] = []
-    stack: list[int] = []
-    for t0, t1, e in spans:
-        while stack and stack[-1] <= t0:
-            out.append((stack.pop(), track, END, None, None, None, (), (), None))
-        bind = e.get("bind_id")
-        fo = (bind + 1,) if e.get("flow_out") and isinstance(bind, int) else ()
-        fi = (bind + 1,) if e.get("flow_in") and isinstance(bind, int) else ()
-        args = None if name is not None else e.get("args")
-        out.append((t0, track, BEGIN, name or str(e.get("name", "")), e.get("cat"), args, fo, fi, None))
-        stack.append(max(t1, t0))
-    while stack:
-        out.append((stack.pop(), track, END, None, None, None, (), (), None))
-    return out
-
-
-def _lanes(spans: list[tuple[int, int, dict[str, Any]]]) -> list[list[tuple[int, int, dict[str, Any]]]]:
-    """Spans split into lanes of disjoint spans, the fewest lanes (a heap of lane ends)."""
-    spans.sort(key=lambda s: (s[0], s[1]))
-    free: list[tuple[int, int]] = []  # (end, lane)
-    lanes: list[list[tuple[int, int, dict[str, Any]]]] = []
-    for s in spans:
-        if free and free[0][0] <= s[0]:
+def _lanes(st: Ints, en: Ints, ends: list[int]) -> Ints:
+    """Lanes of disjoint spans, the fewest, after the spans of earlier chunks (``ends``: each
+    lane's last end, updated here): round robin where that is enough (waits of an in-order queue
+    end in the order they start), else a heap of lane ends. A span that starts before a lane's
+    last end never joins it, so no two spans on a lane partly overlap, whatever the chunk."""
+    order = np.lexsort((en, st))
+    s, e = st[order], np.maximum(en, st)[order]
+    n = len(s)
+    depth = max(int((np.arange(n) - np.searchsorted(np.sort(e), s, side="right") + 1).max()), 1) if n else 1
+    depth = max(depth, len(ends))
+    out = np.zeros(n, np.int64)
+    first_ok = all(int(s[k]) >= ends[k] for k in range(min(n, len(ends))))
+    if first_ok and (n <= depth or (e[:-depth] <= s[depth:]).all()):
+        out[order] = np.arange(n) % depth
+        ends += [0] * (depth - len(ends))
+        for k in range(min(n, depth)):
+            ends[k] = int(e[k + (n - 1 - k) // depth * depth])  # the lane's last span
+        return out
+    free = [(end, lane) for lane, end in enumerate(ends)]  # (end, lane)
+    heapq.heapify(free)
+    for j, (a, z) in enumerate(zip(s.tolist(), e.tolist(), strict=True)):
+        if free and free[0][0] <= a:
             _, lane = heapq.heappop(free)
         else:
-            lane = len(lanes)
-            lanes.append([])
-        lanes[lane].append(s)
-        heapq.heappush(free, (max(s[1], s[0]), lane))
-    return lanes
+            lane = len(ends)
+            ends.append(0)
+        out[order[j]] = lane
+        ends[lane] = z
+        heapq.heappush(free, (z, lane))
+    return out

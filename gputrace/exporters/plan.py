@@ -1,23 +1,35 @@
 """The format-neutral plan of a trace file: where each scope, wait and operation is drawn.
 
-Both writers follow it (``chrome`` for JSON, ``pftrace`` from the same events), so the two
-formats draw the same tracks and carry the same args:
+``Planner`` turns a trace, chunk by chunk, into a ``Chunk``: metadata events (names of
+processes and tracks) and a few batches of events of one shape each, held as columns (``Events``:
+slices or instants, ``Waits``, ``Counters``; numpy arrays of pid, tid, times in ns relative to
+the file's zero, name indexes, argument columns, flows). Both writers render the same chunk
+(``chrome`` as JSON text, ``pftrace`` as protobuf packets), so the two formats draw the same
+tracks and carry the same args, and neither does Python work per scope or per operation:
 - each traced process (pid = its OS pid) has a thread track per Python thread; each GPU is a
   process (pid = ``GPU_PID_BASE + device``) with a track per stream/queue (tid = queue + 1) and
   an operations track per stream (tid = ``OP_TID_BASE + queue``) where the trace has operations;
 - slices that would partially overlap on one track move to an overflow lane of it
   (tid + n · ``OVERLAP_TID_STEP``, named "(overlap n)"): ``LaneCarry``;
 - times are relative to ``export_base_ns`` (never negative); the header is ``file_header``.
+The content of each event is described in ``Planner``'s methods (and docs/trace-format.md).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from gputrace.model import FORMAT_VERSION, NO_TIME, QueueInfo, Trace
+from gputrace import figures
+from gputrace.model import ANOMALY_FLAGS, FORMAT_VERSION, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
+from gputrace.npstats import distinct
+
+Ints = npt.NDArray[Any]  # integer columns (int64, or int32 straight from the model)
+Mask = npt.NDArray[np.bool_]
 
 GPU_PID_BASE = 1 << 30  # GPU "processes"; real pids stay below 2**22 on Linux
 OVERLAP_TID_STEP = 1 << 24  # overflow lane n of a track: tid + n·step (Linux tids stay below 2**22)
@@ -169,3 +181,443 @@ def process_label(rank: Any, host: Any, pid: int, pid_is_real: bool) -> str:
         return f"python {pid}"
     label = " · ".join(parts)
     return f"{label} (pid {pid})" if pid_is_real and pid else label
+
+
+# -- the plan of one chunk -------------------------------------------------------------------------
+@dataclass
+class Arg:
+    """One argument of a batch: ``kind`` "int" (integers), "us" (ns, written as µs) or "pick"
+    (``value`` a (table of JSON values, index per row) pair); ``has``: the rows that carry it."""
+
+    key: str
+    kind: str
+    value: Any
+    has: Mask | None = None
+
+
+@dataclass
+class Events:
+    """Events of one shape, a column each: slices (``dur`` given) or instants (``dur`` None).
+    ``cat``/``name`` index ``cats``/``names``; ``args`` are per-key columns, or ``objs`` a
+    whole args object per row from a table (index 0: none); ``flow`` the rows' flow ids
+    (``flow_has`` the rows that have one), out of the slice or into it."""
+
+    cats: list[str]
+    cat: Ints
+    names: list[str]
+    name: Ints
+    pid: Ints
+    tid: Ints
+    ts: Ints
+    dur: Ints | None = None
+    args: list[Arg] = field(default_factory=list)
+    objs: tuple[list[Any], Ints] | None = None
+    flow: Ints | None = None
+    flow_has: Mask | None = None
+    flow_out: bool = False
+
+
+@dataclass
+class Waits:
+    """Submission -> GPU start waits: ``id`` (the scope's row), named ``labels[label]``."""
+
+    labels: list[str]
+    label: Ints
+    pid: Ints
+    id: Ints
+    start: Ints
+    end: Ints
+
+
+@dataclass
+class Counters:
+    """Samples of the counter ``labels[label]`` / ``key`` of process ``pid``."""
+
+    labels: list[str]
+    label: Ints
+    key: str
+    pid: Ints
+    ts: Ints
+    value: Ints
+
+
+@dataclass
+class Chunk:
+    meta: list[dict[str, Any]] = field(default_factory=list)  # process/thread names, sort indexes
+    events: list[Events] = field(default_factory=list)
+    waits: list[Waits] = field(default_factory=list)
+    counters: list[Counters] = field(default_factory=list)
+
+
+def _col(v: Any, n: int) -> Ints:
+    return np.broadcast_to(np.asarray(v, np.int64), (n,))
+
+
+@functools.lru_cache(maxsize=256)
+def flag_list(flags: int) -> list[str]:
+    """``flag_names``, once per value (few distinct values; each call walks the flags)."""
+    return flag_names(int(flags))
+
+
+class Planner:
+    """The plan of one file, chunk by chunk; ``header`` is the file's (``base_ns``, pid, rank,
+    host, and for a merged trace ``processes``). It numbers scopes and operations across chunks,
+    names each process and track once, and keeps each GPU track's open slices (``LaneCarry``)."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.base = int(header["base_ns"])
+        self.pid = int(header.get("pid") or 1)
+        self.rank = header.get("rank")
+        host = header.get("host")
+        self.host = str(host.get("name")) if isinstance(host, dict) and host.get("name") else None
+        procs = header.get("processes")
+        self.processes: list[dict[str, Any]] = procs if isinstance(procs, list) else []
+        self.pid_of_tid: dict[int, int] = {
+            int(t) % OVERLAP_TID_STEP: int(p["pid"]) for p in self.processes for t in p.get("tids", [])
+        }
+        self.proc_of_device: dict[int, dict[str, Any]] = {
+            int(d): p for p in self.processes for d in p.get("devices", [])
+        }
+        self.rows = 0  # scopes written so far: the file-order row of the next scope
+        self.has_ops = False  # per-operation events written (the file then names its rank for HTA)
+        self.op_rows = 0  # operations written so far (numbers them, and their flows, across chunks)
+        self.ops_not_drawn = 0  # operations off the file's time line (before it, or never aligned)
+        self.named: set[tuple[int, int]] = set()  # (pid, tid) with a name event; tid 0: process
+        self.lane_carry = LaneCarry()  # GPU tracks' open slices, across chunks
+        self.threads: dict[int, ThreadInfo] = {}
+        self.queues: list[QueueInfo] = []
+
+    # -- names ---------------------------------------------------------------------------------
+    def _proc_label(self, pid: int) -> str:
+        for p in self.processes:
+            if int(p["pid"]) == pid:
+                return process_label(p.get("rank"), p.get("host"), pid, bool(p.get("pid_is_real", True)))
+        return process_label(self.rank, self.host, pid, True)
+
+    def _name_process(self, pid: int, meta: list[dict[str, Any]]) -> None:
+        if (pid, 0) in self.named:
+            return
+        self.named.add((pid, 0))
+        if pid >= GPU_PID_BASE:
+            d = pid - GPU_PID_BASE
+            q = next((q for q in self.queues if q.device == d), None)
+            label = f"GPU {d} · {q.device_name} · {q.backend}" if q else f"GPU {d}"
+            owner = self.proc_of_device.get(d)
+            if owner is not None:
+                label = f"{process_label(owner.get('rank'), owner.get('host'), 0, False)} · {label}"
+            sort = 1 << 16 | d  # GPUs after every Python process
+        else:
+            label = self._proc_label(pid)
+            sort = next((k for k, p in enumerate(self.processes) if int(p["pid"]) == pid), 0)
+        meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
+        meta.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}}
+        )
+
+    def _name_thread(self, pid: int, tid: int, name: str, meta: list[dict[str, Any]], **extra: Any) -> None:
+        if (pid, tid) not in self.named:
+            self.named.add((pid, tid))
+            meta.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name, **extra}}
+            )
+
+    def _cpu_pid(self, tid: int) -> int:
+        return self.pid_of_tid.get(tid % OVERLAP_TID_STEP, self.pid)
+
+    def _lanes(self, key: str, tracks: Ints, st: Ints, en: Ints, carry: LaneCarry) -> Ints:
+        """Lane per slice, track by track (``tracks``: the track of each slice)."""
+        lanes = np.zeros(len(st), np.int64)
+        for k in distinct(tracks).tolist():
+            at = np.flatnonzero(tracks == k)
+            lanes[at] = carry.lanes((key, k), st[at], np.maximum(en[at], st[at]))
+        return lanes
+
+    # -- the chunk -----------------------------------------------------------------------------
+    def chunk(self, trace: Trace) -> Chunk:
+        """The plan of ``trace`` (one chunk), its rows numbered after the previous chunks'."""
+        out = Chunk()
+        meta = out.meta
+        s = trace.scopes
+        for t in trace.threads:
+            self.threads.setdefault(t.tid, t)
+        # queues: a chunk lists the session's queues so far; keep the longest list seen
+        if len(trace.queues) > len(self.queues):
+            self.queues = list(trace.queues)
+        for t in trace.threads:
+            pid = self._cpu_pid(t.tid)
+            self._name_process(pid, meta)
+            self._name_thread(pid, t.tid, t.name, meta)
+        for qi, q in enumerate(trace.queues):
+            self._name_process(GPU_PID_BASE + q.device, meta)
+            self._name_thread(GPU_PID_BASE + q.device, qi + 1, q.label, meta, queue=queue_dict(q))
+        n = len(s)
+        tids = np.array([t.tid for t in trace.threads] or [0], np.int64)
+        has_gpu = s.gpu_start_ns != NO_TIME
+        if n:
+            out.events.append(self._cpu(trace, tids, has_gpu, meta))
+        self._gpu(trace, has_gpu, out)
+        if len(trace.ops):
+            self.has_ops = True
+            self._ops(trace, tids, out)
+        if trace.marks:  # syncs and marks: an instant each, with its args
+            m = trace.marks
+            kinds = sorted({x.kind for x in m})
+            mtid = tids[np.array([x.thread for x in m], np.int64)]
+            mpid = np.array([self._cpu_pid(int(t)) for t in mtid], np.int64)
+            objs = (
+                [None] + [dict(x.args) for x in m],
+                np.array([(k + 1) * bool(x.args) for k, x in enumerate(m)]),
+            )
+            kind = np.array([kinds.index(x.kind) for x in m], np.int64)
+            ts = np.array([x.ts_ns - self.base for x in m], np.int64)
+            out.events.append(
+                Events(kinds, kind, [x.name for x in m], np.arange(len(m)), mpid, mtid, ts, objs=objs)
+            )
+        self.rows += n
+        return out
+
+    def _cpu(self, trace: Trace, tids: Ints, has_gpu: Mask, meta: list[dict[str, Any]]) -> Events:
+        """A slice per scope on its thread, spanning its CPU enqueue window; its flow to its GPU
+        slice; its own args and flags."""
+        s = trace.scopes
+        n = len(s)
+        cpu_tid = tids[s.thread]
+        # CPU tracks nest by construction; interleaved coroutines may partially overlap
+        bad = (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)])
+        if bad.any():
+            for th in distinct(s.thread[bad]).tolist():
+                rows = np.flatnonzero(s.thread == th)
+                # rows are in (start, -end) order, as the lanes take them
+                lanes = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rows], s.cpu_end_ns[rows])
+                cpu_tid[rows] += lanes * OVERLAP_TID_STEP
+                for ln in range(1, int(lanes.max()) + 1):
+                    tid = int(tids[th]) + ln * OVERLAP_TID_STEP
+                    self._name_thread(
+                        self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", meta
+                    )
+        if self.pid_of_tid:
+            pid = np.array([self._cpu_pid(int(t)) for t in cpu_tid.tolist()], np.int64)
+        else:
+            pid = _col(self.pid, n)
+        # the rare parts: a scope's own args and flags (equal ones written from one entry)
+        flagged = np.flatnonzero(s.flags)
+        objs: list[Any] = [None]
+        idx = np.zeros(n, np.int64)
+        rare = sorted(set(s.args) | set(flagged.tolist()))
+        if rare:
+            from gputrace.jsonsafe import dumps
+
+            fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
+            number: dict[bytes, int] = {}
+            for i in rare:
+                a = s.args.get(i) or {}
+                if i in fl:
+                    a = dict(a, flags=flag_list(fl[i]))
+                if a:
+                    k = number.setdefault(dumps(a), len(objs))
+                    if k == len(objs):
+                        objs.append(a)
+                    idx[i] = k
+        return Events(
+            ["cpu"], _col(0, n), trace.names, s.name, pid, cpu_tid, s.cpu_start_ns - self.base,
+            s.cpu_end_ns - s.cpu_start_ns, objs=(objs, idx), flow=self.rows + np.arange(n),
+            flow_has=has_gpu, flow_out=True,
+        )  # fmt: skip
+
+    def _gpu(self, trace: Trace, has_gpu: Mask, out: Chunk) -> None:
+        """A slice per GPU scope on its stream (every field a reader needs in its args), its wgpu
+        passes, its wait, the streams' queue depth, and an instant per anomaly."""
+        s = trace.scopes
+        rows = np.flatnonzero(has_gpu)
+        if not len(rows):
+            return
+        base, queues = self.base, trace.queues
+        nq = len(queues)
+        q_of = s.queue[rows].astype(np.int64)
+        g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
+        # lanes per queue: a GPU slice that would partially overlap goes to an overflow track
+        lanes = self._lanes("gpu", q_of, g0, g1, self.lane_carry)
+        gtid = q_of + 1 + lanes * OVERLAP_TID_STEP
+        for qi in distinct(q_of[lanes > 0]).tolist():
+            dev = queues[qi].device if 0 <= qi < nq else 0
+            label = queues[qi].label if 0 <= qi < nq else "queue"
+            for ln in range(1, int(lanes[q_of == qi].max()) + 1):
+                tid = qi + 1 + ln * OVERLAP_TID_STEP
+                self._name_thread(GPU_PID_BASE + dev, tid, f"{label} (overlap {ln})", out.meta)
+        qn_idx = np.where((q_of >= 0) & (q_of < nq), q_of, nq)
+        gpid = GPU_PID_BASE + np.array([q.device for q in queues] + [0], np.int64)[qn_idx]
+        b = self.rows + rows
+        flags = s.flags[rows]
+        uflags, finv = np.unique(flags, return_inverse=True)
+        known_sub = sb != NO_TIME
+        # every field on every GPU slice (docs/trace-format.md): what Perfetto shows when clicked
+        args = [
+            Arg("submit_ts", "us", sb - base, known_sub),
+            Arg("submit_to_start_us", "us", g0 - sb, known_sub),
+            Arg("gpu_us", "us", g1 - g0),  # kept as measured (and flagged); the slice is never negative
+            Arg("cpu_enqueue_us", "us", s.cpu_end_ns[rows] - s.cpu_start_ns[rows]),
+            Arg("uncertainty_us", "us", s.uncertainty_ns[rows]),
+            Arg("flags", "pick", ([flag_list(f) for f in uflags.tolist()], finv.reshape(-1))),
+        ]
+        iv = figures.intervals(trace) if len(trace.ops) or figures.calibration_for(trace) else None
+        if len(trace.ops):  # busy and self busy time per scope (gputrace.figures)
+            args.append(Arg("gpu_busy_us", "us", figures.busy_ns(trace, iv)[rows]))
+            args.append(Arg("gpu_self_us", "us", figures.self_gpu_ns(trace, iv)[rows]))
+        est, est_ok = figures.launch_free_ns(trace, iv)  # only with a calibration of this backend
+        if est_ok[rows].any():
+            args.append(Arg("if_launches_free_us", "us", est[rows], est_ok[rows]))
+        timing = (trace.header.get("backend_info") or {}).get("timing")  # which source timed the GPU
+        if isinstance(timing, str):
+            args.append(Arg("timing", "pick", ([timing], _col(0, len(rows)))))
+        fold, passes = fold_passes(trace, rows)
+        args.append(Arg("pass", "pick", (trace.names, np.maximum(fold, 0)), fold >= 0))
+        out.events.append(Events(
+            ["gpu"], _col(0, len(rows)), trace.names, s.name[rows], gpid, gtid, g0 - base,
+            np.maximum(g1 - g0, 0), args, flow=b, flow_has=None, flow_out=False,
+        ))  # fmt: skip
+        if len(passes):  # wgpu passes not folded into their scope's slice: its children
+            sp = trace.spans
+            pos = np.searchsorted(rows, sp.scope[passes])
+            p0, p1, psub = sp.gpu_start_ns[passes], sp.gpu_end_ns[passes], sp.submit_ns[passes]
+            pargs = [Arg("scope", "int", b[pos]), Arg("submit_ts", "us", psub - base, psub != NO_TIME)]
+            out.events.append(Events(
+                ["gpu.pass"], _col(0, len(passes)), trace.names, sp.label[passes], gpid[pos], gtid[pos],
+                p0 - base, np.maximum(p1 - p0, 0), pargs,
+            ))  # fmt: skip
+        w = np.flatnonzero(known_sub & (g0 >= sb))
+        if len(w):  # the wait, inside the GPU process
+            labels = [f"queued · {q.label}" for q in queues] + ["queued"]
+            out.waits.append(Waits(labels, qn_idx[w], gpid[w], b[w], sb[w] - base, g0[w] - base))
+        self._depth(trace, rows, gpid, qn_idx, out)
+        an = flags & int(ANOMALY_FLAGS)
+        a = np.flatnonzero(an)
+        if len(a):
+            ua, ainv = np.unique(an[a], return_inverse=True)
+            what = ["anomaly: " + ", ".join(flag_list(f)) for f in ua.tolist()]
+            out.events.append(
+                Events(["anomaly"], _col(0, len(a)), what, ainv.reshape(-1), gpid[a], gtid[a], g0[a] - base)
+            )
+
+    def _depth(self, trace: Trace, rows: Ints, gpid: Ints, qn_idx: Ints, out: Chunk) -> None:
+        """The queue-depth counter of each stream (work submitted, not yet finished): +1 at a
+        scope's submission, -1 at its GPU end; a nested scope's work is its parent's, counted
+        once. Exact within a chunk: work of an earlier chunk still queued is not added."""
+        s = trace.scopes
+        q = s.queue[rows]
+        par = s.parent[rows]
+        sb, g1 = s.submit_ns[rows], s.gpu_end_ns[rows]
+        pr = np.maximum(par, 0)
+        nested = (par >= 0) & (s.gpu_start_ns[pr] != NO_TIME) & (s.queue[pr] == q)
+        top = np.flatnonzero((sb != NO_TIME) & ~nested)
+        if not len(top):
+            return
+        t = np.concatenate([sb[top], np.maximum(g1[top], sb[top])])
+        step = np.concatenate([np.ones(len(top), np.int64), -np.ones(len(top), np.int64)])
+        at = np.concatenate([top, top])
+        qk = qn_idx[at]
+        order = np.lexsort((step, t, qk))  # per stream, in time order, an end before a start
+        t, step, at, qk = t[order], step[order], at[order], qk[order]
+        depth = np.cumsum(step)
+        first = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]])
+        depth -= np.repeat(depth[first] - step[first], np.diff(np.r_[first, len(qk)]))
+        labels = [q.label for q in trace.queues] + ["queue"]
+        out.counters.append(Counters(labels, qk, "queue depth", gpid[at], t - self.base, depth))
+
+    def _ops(self, trace: Trace, tids: Ints, out: Chunk) -> None:
+        """Each operation as a GPU slice on its stream's operations track, its launch call as a
+        CPU slice inside its scope (once per call: a graph launch runs many operations), and a
+        flow (v2) from the call to its first operation; with the fields HTA reads. Operations
+        before the file's zero (launched before the session) or on a clock never aligned (no
+        calibration), which no viewer could place, are left out and counted."""
+        ops, queues, s, base = trace.ops, trace.queues, trace.scopes, self.base
+        n, nq, op0 = len(ops), len(queues), self.op_rows
+        st, en = ops.gpu_start_ns, ops.gpu_end_ns
+        seen = ops.call_start_ns != NO_TIME
+        c0 = np.where(seen, ops.call_start_ns, base)
+        c1 = np.where(seen, ops.call_end_ns, base)
+        placed = (st >= base) & (st < base + MAX_OP_NS) & (c0 >= base) & (c0 < base + MAX_OP_NS)
+        qcol = ops.queue.astype(np.int64)
+        known_q = (qcol >= 0) & (qcol < nq)
+        qi_safe = np.where(known_q, qcol, nq)
+        dev = np.array([q.device for q in queues] + [0], np.int64)[qi_safe]
+        numbers = np.array([stream_number(q.label, i) for i, q in enumerate(queues)] + [0], np.int64)
+        stream = np.where(known_q, numbers[qi_safe], qcol)
+        scope = ops.scope.astype(np.int64)
+        row = np.where(scope >= 0, self.rows + scope, -1)
+        thr = ops.thread.astype(np.int64)
+        # an operations track per stream; an overlap (concurrent graph branches) gets a lane
+        lanes = self._lanes("ops", qcol, st, en, self.lane_carry)
+        op_tid = OP_TID_BASE + qcol + lanes * OVERLAP_TID_STEP
+        for qi in distinct(qcol).tolist():
+            d = queues[qi].device if 0 <= qi < nq else 0
+            label = queues[qi].label if 0 <= qi < nq else "stream ?"
+            for ln in range(int(lanes[qcol == qi].max()) + 1):
+                track = f"{label} · operations" + (f" (overlap {ln})" if ln else "")
+                tid = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
+                out.meta.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + d, "tid": tid,
+                                 "args": {"name": track}})  # fmt: skip
+        # the launch call, inside its scope's CPU slice (only where it nests: never a partial
+        # overlap; a call outside every scope only where it touches none), once per call
+        cand = placed & seen & (thr >= 0)
+        if len(s):
+            r = np.maximum(scope, 0)
+            cand &= np.where(scope >= 0, (s.cpu_start_ns[r] <= c0) & (c1 <= s.cpu_end_ns[r]), True)
+            loose = cand & (scope < 0)
+            for th in distinct(thr[loose]).tolist():
+                k = np.flatnonzero(loose & (thr == th))
+                mine = np.flatnonzero(s.thread == th)  # in start order
+                i = np.searchsorted(s.cpu_start_ns[mine], c1[k], side="right")
+                reach = np.maximum.accumulate(s.cpu_end_ns[mine])[np.maximum(i - 1, 0)] if len(mine) else 0
+                cand[k[(i > 0) & (reach >= c0[k])]] = False
+        c = np.flatnonzero(cand)
+        cc = ops.correlation[c]
+        if len(c) > 1 and not (cc[1:] > cc[:-1]).all():  # ids repeat (graph launches) or run back
+            c = c[np.unique(cc, return_index=True)[1]]
+        drawn = np.zeros(n, bool)
+        drawn[c] = True
+        flow = OP_FLOW_BASE + op0 + np.arange(n, dtype=np.int64)
+        kind = ops.kind.astype(np.int64)
+        # grid and block: a few distinct shapes, each written once
+        shape = np.concatenate([ops.grid, ops.block], axis=1).astype(np.int64)
+        has_shape = (kind == 0) | shape.any(axis=1)
+        runs = (
+            np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)]) if n else np.zeros(0, np.intp)
+        )
+        ushape, run_idx = np.unique(shape[runs], axis=0, return_inverse=True)
+        sinv = np.repeat(run_idx.reshape(-1), np.diff(np.r_[runs, n]))
+        p = np.flatnonzero(placed)
+        sh, sp = has_shape[p], seen[p]
+        g = ops.graph_id[p] != 0
+        args = [
+            Arg("op", "int", op0 + p), Arg("scope", "int", row[p]), Arg("queue", "int", qcol[p]),
+            Arg("device", "int", dev[p]), Arg("stream", "int", stream[p]),
+            Arg("correlation", "int", ops.correlation[p]), Arg("External id", "int", row[p]),
+            Arg("grid", "pick", (ushape[:, :3].tolist(), sinv[p]), sh),
+            Arg("block", "pick", (ushape[:, 3:].tolist(), sinv[p]), sh),
+            Arg("bytes", "int", ops.bytes[p], (kind[p] != 0) | (ops.bytes[p] != 0)),
+            Arg("graph id", "int", ops.graph_id[p], g), Arg("graph node id", "int", ops.graph_node_id[p], g),
+            Arg("call", "pick", (trace.names, ops.call_name[p]), sp),
+            Arg("call_ts", "us", c0[p] - base, sp), Arg("call_dur_us", "us", c1[p] - c0[p], sp),
+            Arg("tid", "int", tids[np.maximum(thr[p], 0)], thr[p] >= 0),
+        ]  # fmt: skip
+        out.events.append(Events(
+            list(OP_CATS), np.where((kind >= 0) & (kind < 3), kind, 0)[p], trace.names, ops.name[p],
+            GPU_PID_BASE + dev[p], op_tid[p], st[p] - base, np.maximum(en[p] - st[p], 0), args,
+            flow=flow[p], flow_has=drawn[p], flow_out=False,
+        ))  # fmt: skip
+        d = np.flatnonzero(drawn)
+        if len(d):
+            cats = ["cuda_runtime" if nm.startswith("cuda") else "cuda_driver" for nm in trace.names]
+            sd = np.maximum(scope[d], 0)
+            ctid = np.where(scope[d] >= 0, tids[s.thread[sd]] if len(s) else 0, tids[thr[d]])
+            cargs = [Arg("correlation", "int", ops.correlation[d]), Arg("External id", "int", row[d])]
+            if self.pid_of_tid:  # a merged trace: each call in the process of its thread
+                cpid = np.array([self._cpu_pid(int(t)) for t in ctid.tolist()], np.int64)
+            else:
+                cpid = _col(self.pid, len(d))
+            out.events.append(Events(
+                cats, ops.call_name[d], trace.names, ops.call_name[d], cpid, ctid, c0[d] - base,
+                c1[d] - c0[d], cargs, flow=flow[d], flow_has=None, flow_out=True,
+            ))  # fmt: skip
+        self.op_rows += n
+        self.ops_not_drawn += n - len(p)

@@ -168,3 +168,97 @@ def test_convert_writes_the_format_the_name_asks_for_with_the_same_numbers(tmp_p
     assert perfetto_rules.check_file(tmp_path / "s.pftrace") == []
     same = CliRunner().invoke(cli, ["convert", str(src), str(src)])
     assert same.exit_code == 2 and len(same.output.strip().splitlines()) == 1
+
+
+def test_a_streamed_session_writes_the_pftrace_chunk_by_chunk_with_the_exports_events(tmp_path: Path) -> None:
+    from tests.builders import gpu_session
+
+    # "run" waits until the middle of the second step's wait: the two waits partly overlap
+    s, _clock = gpu_session(
+        tmp_path / "s.pftrace",
+        lambda n, i: (40_000 if n == "run" else 2_000 + 500 * i, 30_000),
+        in_order=False,
+    )
+    with s:
+        with gputrace.trace("run"):  # open across every sync: it reaches the file in the last chunk
+            for i in range(6):
+                with gputrace.trace("step", i=i):
+                    with gputrace.trace("matmul", stream="a"):
+                        pass
+                gputrace.sync()
+    assert s.trace is not None and s.trace.header["streamed"]["chunks"] >= 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json.gz", "s.pftrace"]
+    whole = gputrace.exporters.write(gputrace.load(tmp_path / "s.json.gz"), tmp_path / "whole.pftrace")
+    assert perfetto_rules.check_file(tmp_path / "s.pftrace") == []
+    streamed, converted = parsed(tmp_path / "s.pftrace"), parsed(whole)
+    base = min(e["ts"] for e in streamed["events"]) - min(e["ts"] for e in converted["events"])
+    assert base % 1000 == 0  # (the two files count from different bases)
+
+    def slices(got: dict[str, Any], shift: int = 0) -> Counter[Any]:
+        """Each scope's slices with their args and flows (waits and queue depth are drawn per
+        chunk: their lanes and samples may differ from a whole file's, as may which overlap track
+        of a stream a slice takes); times from the first."""
+
+        def args(a: dict[str, Any]) -> bytes:
+            if "submit_ts" in a:
+                a = {**a, "submit_ts": round(a["submit_ts"] * 1000) - shift}
+            return orjson.dumps(a, option=orjson.OPT_SORT_KEYS)
+
+        return Counter(
+            (track_name(got["tracks"], e["track"]).split(" (overlap")[0], e["name"], e["ts"] - shift,
+             e["cat"], args(e["args"]), len(e["flow_out"]), len(e["flow_in"]))
+            for e in got["events"] if e["type"] == 1 and e["cat"] is not None
+        )  # fmt: skip
+
+    assert slices(streamed, base) == slices(converted, 0)
+    assert sum(e["name"] == "run" for e in streamed["events"]) == 2  # its CPU and GPU slices
+    waits = lambda got: sum(e["type"] == 1 and e["cat"] is None for e in got["events"])  # noqa: E731
+    assert waits(streamed) == waits(converted) == 13  # "run", and its 6 steps' and matmuls'
+    # on every track, slices nest or are apart, though chunks overlap in time
+    spans: dict[int, list[tuple[int, int]]] = {}
+    stack: dict[int, list[int]] = {}
+    for e in streamed["events"]:
+        if e["type"] == 1:
+            stack.setdefault(e["track"], []).append(e["ts"])
+        elif e["type"] == 2:
+            spans.setdefault(e["track"], []).append((stack[e["track"]].pop(), e["ts"]))
+    for track in spans.values():
+        for a0, a1 in track:
+            assert not [(b0, b1) for b0, b1 in track if a0 < b0 < a1 < b1]
+    # interned names and tracks are written once, as each chunk first needs them
+    msg = pb.Trace()
+    msg.ParseFromString((tmp_path / "s.pftrace").read_bytes())
+    names = [x.name for p in msg.packet for x in p.interned_data.event_names]
+    assert len(names) == len(set(names)) and {"run", "step", "matmul"} <= set(names)
+    uuids = [p.track_descriptor.uuid for p in msg.packet if p.HasField("track_descriptor")]
+    assert len(uuids) == len(set(uuids))
+    assert sum(p.sequence_flags & 1 for p in msg.packet) == 1  # the state is cleared once, first
+
+
+def test_a_chunk_whose_packets_fail_is_undone_in_both_files_and_written_with_cpu_times(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    from gputrace.exporters import pftrace
+    from tests.builders import gpu_session
+    from tests.faults import inject
+
+    s, _clock = gpu_session(tmp_path / "s.pftrace", lambda n, i: (2_000, 30_000))
+    with warnings.catch_warnings(record=True), inject(pftrace._Packets, "encode", "nth") as fault:
+        warnings.simplefilter("always")
+        with s:
+            for i in range(6):
+                with gputrace.trace("step", i=i):
+                    pass
+                gputrace.sync()
+    assert fault.fired == 1
+    back = gputrace.load(tmp_path / "s.json.gz")
+    steps = back.find("step")
+    assert len(steps) == 6 and sum(bool(sc.flags & gputrace.Flag.DEGRADED) for sc in steps) >= 1
+    assert perfetto_rules.check_file(tmp_path / "s.pftrace") == []
+    got = parsed(tmp_path / "s.pftrace")
+    cpu = [e for e in got["events"] if e["type"] == 1 and e["cat"] == "cpu"]
+    gpu = [e for e in got["events"] if e["type"] == 1 and e["cat"] == "gpu"]
+    timed = sum(sc.gpu_start_ns is not None for sc in steps)
+    assert len(cpu) == 6 and len(gpu) == timed < 6  # as in the .json.gz

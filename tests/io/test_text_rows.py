@@ -86,3 +86,30 @@ def test_constant_columns_collapse_and_empty_rows() -> None:
     r = Rows(3).lit('{"pid":').num(np.array([5, 5, 5])).lit("}")
     assert r.cols == [("lit", b'{"pid":5}', None)]
     assert r.tobytes() == b'{"pid":5},' * 3
+
+
+def varint(x: int) -> bytes:
+    x &= (1 << 64) - 1  # negative values as 64-bit two's complement
+    out = bytearray()
+    while True:
+        out.append((x & 0x7F) | (0x80 if x > 0x7F else 0))
+        x >>= 7
+        if not x:
+            return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_varints_and_their_lengths_match_a_per_value_reference(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_text, "BLOCK", 5)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    v = rng.integers(0, 2 ** int(rng.integers(1, 64)), n, dtype=np.int64)
+    edges = [0, 127, 128, 16383, 16384, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min]
+    v[: min(n, len(edges))] = edges[:n]
+    has = rng.random(n) < 0.7
+    r = Rows(n, b"").lit(b"<").var(v, has).lit(b">")
+    want = [b"<" + (varint(int(x)) if h else b"") + b">" for x, h in zip(v, has, strict=True)]
+    assert r.lengths().tolist() == [len(w) for w in want]
+    assert r.tobytes() == b"".join(want)
