@@ -264,10 +264,10 @@ def to_markdown(summary: dict[str, Any]) -> str:
     def esc(x: str) -> str:
         return x.replace("|", "\\|")
 
-    body = [_cells(r) for r in summary["rows"]]
-    for cells in body:
+    table = [_cells(r) for r in summary["rows"]]
+    for cells in table:
         cells[0] = printable_cut(cells[0])  # a name of megabytes (a hand-made file) is cut
-    lines = [*_intro(summary), "", *markdown_table(list(COLUMNS), body, TEXT_COLUMNS)]
+    lines = [*_intro(summary), "", *markdown_table(list(COLUMNS), table, TEXT_COLUMNS)]
     for title, body in _sections(summary):
         lines += ["", f"### {title}", ""]
         lines += [f"- {esc(b.strip())}" if not b.startswith("    ") else f"  - {esc(b.strip())}"
