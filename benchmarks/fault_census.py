@@ -29,7 +29,13 @@ import gputrace  # noqa: E402
 from gputrace import jsonsafe, resolver, streaming  # noqa: E402
 from gputrace.backends.fake import FakeBackend  # noqa: E402
 from gputrace.clock import session_clock  # noqa: E402
-from gputrace.exporters import _text, chrome, pftrace, plan  # noqa: E402
+from gputrace.exporters import (  # noqa: E402
+    _text,
+    canonical,
+    chrome,
+    pftrace,
+    plan,
+)
 from gputrace.exporters import json as json_format  # noqa: E402
 from gputrace.recorder import active_recorder  # noqa: E402
 from tests.faults import CallFaults, code_name, functions_of  # noqa: E402
@@ -101,7 +107,7 @@ def run_once(path: Path, stream: bool, faults: CallFaults) -> dict[str, Any]:
                 rec.deactivate()
     out: dict[str, Any] = {"seen": seen, "unloadable": "", "lost": 0, "counted": 0}
     try:
-        t = gputrace.load(path)
+        t = gputrace.load(canonical(path))  # a .pftrace session's: the .json.gz beside it
         out["lost"] = STEPS - len(t.find("step")) - lost_counted(t)
         out["counted"] = lost_counted(t)
     except Exception as exc:
@@ -147,7 +153,7 @@ def enospc_once(path: Path, at_chunk: int) -> dict[str, Any]:
             os.writev = realv  # type: ignore[assignment]
     out: dict[str, Any] = {"seen": seen, "unloadable": "", "lost": 0}
     try:
-        t = gputrace.load(path)
+        t = gputrace.load(canonical(path))  # a .pftrace session's: the .json.gz beside it
         out["lost"] = STEPS - len(t.find("step")) - lost_counted(t)
         out["counted"] = lost_counted(t)
     except Exception as exc:

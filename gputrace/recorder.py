@@ -617,5 +617,7 @@ def _clean_names(names: list[Any]) -> list[str]:
         uniq = set(names)
     except TypeError:  # an unhashable name
         return [_clean_name(n) for n in names]
-    fix = {n: c for n in uniq if (c := _clean_name(n)) is not n}
+    # (a short ASCII str is clean already: the common case costs no call that could fail)
+    plain = {n for n in uniq if type(n) is str and len(n) <= 1000 and n.isascii()}
+    fix = {n: c for n in uniq - plain if (c := _clean_name(n)) is not n}
     return [fix.get(n, n) for n in names] if fix else names
