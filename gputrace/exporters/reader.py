@@ -134,6 +134,12 @@ def _ns(us: npt.NDArray[np.float64]) -> I64:
     return np.rint(us * 1000.0).astype(np.int64)
 
 
+def _optional_ns(args: list[Any], key: str, base: int) -> tuple[list[int], I64]:
+    """The rows of ``args`` that hold the time ``key`` (µs), and those times (ns)."""
+    rows = [i for i, a in enumerate(args) if key in a]
+    return rows, base + _ns(floats([args[i][key] for i in rows], key))
+
+
 def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np.int32]:
     """Name ids for ``values`` (each as ``str``), interning each distinct value once."""
     first_met: defaultdict[str, int] = defaultdict(count().__next__)
@@ -165,6 +171,10 @@ def classify(events: list[Any]) -> tuple[list[Event], ...]:
     return cpu, gpu, passes, instants, ops, names
 
 
+def _queue(q: dict[str, Any]) -> QueueInfo:
+    return QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
+
+
 def _names_from_metadata(events: list[Event]) -> tuple[list[ThreadInfo], list[QueueInfo]]:
     """Threads and queues from the name events (a cut file has no final header listing them)."""
     threads: dict[int, ThreadInfo] = {}
@@ -176,9 +186,7 @@ def _names_from_metadata(events: list[Event]) -> tuple[list[ThreadInfo], list[Qu
         if p >= GPU_PID_BASE:
             q = a.get("queue")
             if isinstance(q, dict) and tid < OVERLAP_TID_STEP:
-                queues[tid - 1] = QueueInfo(
-                    int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"])
-                )
+                queues[tid - 1] = _queue(q)
         elif tid < OVERLAP_TID_STEP:
             threads.setdefault(tid, ThreadInfo(tid, str(a.get("name", ""))))
     qlist = [queues.get(i, QueueInfo(0, "GPU", "", f"queue {i}")) for i in range(max(queues, default=-1) + 1)]
@@ -229,10 +237,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     cpu, gpu, pass_events, instants, op_events, name_events = classify(events)
     if "threads" in header:
         threads = [ThreadInfo(int(t["tid"]), str(t["name"])) for t in header["threads"]]
-        queues = [
-            QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
-            for q in header.get("queues", [])
-        ]
+        queues = [_queue(q) for q in header.get("queues", [])]
     else:  # a file cut short: only its start header
         threads, queues = _names_from_metadata(name_events)
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
@@ -340,9 +345,8 @@ def _gpu_slices(
             )
     s.gpu_start_ns[rows] = t0
     s.gpu_end_ns[rows] = t0 + _ns(g_us)
-    sub = [i for i, a in enumerate(ga) if "submit_ts" in a]
-    if sub:
-        s.submit_ns[rows[sub]] = base + _ns(floats([ga[i]["submit_ts"] for i in sub], "submit_ts"))
+    sub, sub_ns = _optional_ns(ga, "submit_ts", base)
+    s.submit_ns[rows[sub]] = sub_ns
     s.uncertainty_ns[rows] = _ns(floats(_col(ga, "uncertainty_us"), "uncertainty_us"))
     s.queue[rows] = ((ints(_col(gpu, "tid"), "a gpu slice's tid") % OVERLAP_TID_STEP) - 1).astype(np.int32)
     if s.queue.max() >= nq or s.queue.min() < -1:
@@ -375,9 +379,8 @@ def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]
     g0 = base + _ns(floats(_col(events, "ts"), "a gpu pass's ts"))
     g1 = g0 + _ns(floats(_col(events, "dur"), "a gpu pass's dur", non_negative=True))
     sub = np.full(len(events), NO_TIME, np.int64)
-    has = [i for i, a in enumerate(pa) if "submit_ts" in a]
-    if has:
-        sub[has] = base + _ns(floats([pa[i]["submit_ts"] for i in has], "submit_ts"))
+    has, sub_ns = _optional_ns(pa, "submit_ts", base)
+    sub[has] = sub_ns
     labels = [intern(str(x)) for x in _col(events, "name")]
     return list(zip(rows.tolist(), labels, g0.tolist(), g1.tolist(), sub.tolist(), strict=True))
 
@@ -441,11 +444,9 @@ def _ops(
     ops.gpu_end_ns = ops.gpu_start_ns + _ns(
         floats(_col(events, "dur"), "an operation's dur", non_negative=True)
     )
-    seen = [i for i, x in enumerate(a) if "call_ts" in x]
-    if seen:
-        c0 = base + _ns(floats([a[i]["call_ts"] for i in seen], "call_ts"))
-        ops.call_start_ns[seen] = c0
-        ops.call_end_ns[seen] = c0 + _ns(floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
+    seen, c0 = _optional_ns(a, "call_ts", base)
+    ops.call_start_ns[seen] = c0
+    ops.call_end_ns[seen] = c0 + _ns(floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
     ops.call_name = _interned(_get(a, "call", ""), intern)
     ops.bytes = ints(_get(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
