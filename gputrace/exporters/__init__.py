@@ -60,16 +60,17 @@ def format_for(path: str | os.PathLike[str]) -> ModuleType:
 
 def _format_of_file(path: str | os.PathLike[str]) -> ModuleType:
     """The module that reads ``path``: JSON, unless the name says otherwise and the first bytes
-    agree (a renamed JSON file still loads)."""
-    fmt = format_for(path)
+    agree (a renamed JSON file still loads). What is not a regular file, or cannot be opened,
+    goes to JSON too: the opener refuses it with the sentence that says why."""
+    fmt, json_format = format_for(path), importlib.import_module(DEFAULT)
     try:
-        if fmt.__name__ == DEFAULT or not stat.S_ISREG(os.stat(path).st_mode):
-            return fmt  # a FIFO or device: never opened here; the reader refuses it
+        if fmt is json_format or not stat.S_ISREG(os.stat(path).st_mode):
+            return json_format  # (a FIFO or device is never opened here)
         with open(path, "rb") as f:
             head = f.read(16)
     except OSError:
-        return fmt  # the reader says what is wrong with the file
-    return importlib.import_module(DEFAULT) if head.lstrip().startswith(JSON_START) else fmt
+        return json_format
+    return json_format if head.lstrip().startswith(JSON_START) else fmt
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -77,14 +78,6 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     check_output(path)
     written: Path = format_for(path).write(trace, path)
     return written
-
-
-def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
-    """Read a trace file gputrace wrote, in any registered format."""
-    from gputrace.figures import with_launch_submissions
-
-    trace: Trace = _format_of_file(path).read(path, progress=progress)
-    return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
 
 
 def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
@@ -96,14 +89,24 @@ def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> T
     A file cut short by a crash loads up to its last flushed chunk, with
     ``trace.header["truncated"] = True``. ``progress`` is called with "read", "parsed", "built".
     """
-    return read(path, progress=progress)
+    from gputrace.figures import with_launch_submissions
+
+    trace: Trace = _format_of_file(path).read(path, progress=progress)
+    return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
+
+
+read = load  # (the name the session uses for its own file)
 
 
 def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> Any:
-    """The parsed JSON of a (possibly gzipped) trace file, repaired if it was cut short."""
+    """The parsed JSON of a (possibly gzipped) trace file, repaired if it was cut short; an
+    export gputrace does not read (a real ``.pftrace``) is refused with its sentence."""
     from gputrace.exporters import json as json_format
     from gputrace.gcpause import gc_paused
 
+    fmt = _format_of_file(path)
+    if fmt.__name__ != DEFAULT:
+        fmt.read(path)  # (raises: it names the file to read instead)
     with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
         doc, _ = json_format.read_document(path, progress)
     return doc

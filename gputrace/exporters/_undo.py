@@ -21,10 +21,7 @@ from __future__ import annotations
 import copy
 import os
 import types
-from collections import deque
-from typing import Any
-
-import numpy as np
+from typing import Any, NamedTuple
 
 # Values that no writer changes in place: kept, not copied (tuples of these are what keys are).
 _ATOMIC = (
@@ -44,15 +41,13 @@ def state_copy(x: Any, memo: dict[int, Any] | None = None) -> Any:
     if got is not None:
         return got
     out: Any
-    if isinstance(x, np.ndarray):
-        out = x.copy()
-    elif isinstance(x, dict):
+    if isinstance(x, dict):
         out = copy.copy(x)  # keeps the type (a defaultdict keeps its factory)
         memo[id(x)] = out
         for k, v in x.items():
             if not isinstance(v, _ATOMIC):
                 out[k] = state_copy(v, memo)
-    elif isinstance(x, (list, deque)):
+    elif isinstance(x, list):
         out = type(x)(v if isinstance(v, _ATOMIC) else state_copy(v, memo) for v in x)
     elif isinstance(x, set):
         out = set(x)
@@ -68,20 +63,17 @@ def state_copy(x: Any, memo: dict[int, Any] | None = None) -> Any:
             if not isinstance(v, _ATOMIC):
                 object.__setattr__(out, name, state_copy(v, memo))
         return out
-    else:
+    else:  # (a numpy array, say)
         out = copy.deepcopy(x)
     memo[id(x)] = out
     return out
 
 
-class Checkpoint:
+class Checkpoint(NamedTuple):
     """A file's length and its writer's state, before an append."""
 
-    __slots__ = ("offset", "state")
-
-    def __init__(self, offset: int, state: dict[str, Any]) -> None:
-        self.offset = offset
-        self.state = state
+    offset: int
+    state: dict[str, Any]
 
 
 def checkpoint(fd: int, writer: Any, *names: str) -> Checkpoint:

@@ -105,7 +105,6 @@ def from_chrome(doc: Any, where: str) -> Trace:
             th = threads.setdefault(("gpu", qkey), len(threads))
             rows.append((str(e.get("name", "")), th, g0, g0, NO_TIME, g0, g1, q))
     rows.sort(key=lambda r: (r[2], r[1], -r[3]))
-    names: list[str] = []
     ids: dict[str, int] = {}
     s = ScopeTable.empty(len(rows))
     cols = list(zip(*rows, strict=True))
@@ -119,15 +118,12 @@ def from_chrome(doc: Any, where: str) -> Trace:
     s.gpu_end_ns = np.array(cols[6], np.int64)
     s.queue = np.array(cols[7], np.int32)
     nest(s)
-    _, first = np.unique(s.name, return_index=True)
-    flags = np.zeros(len(rows), np.uint32)
-    flags[first] |= np.uint32(Flag.COLD)
-    s.flags = flags
     from gputrace.flags import flag_outliers
 
-    f64 = s.flags.astype(np.int64)
-    flag_outliers(s, s.has_gpu(), f64)
-    s.flags = f64.astype(np.uint32)
+    flags = np.zeros(len(rows), np.int64)
+    flags[np.unique(s.name, return_index=True)[1]] |= int(Flag.COLD)  # the first call of each name
+    flag_outliers(s, s.has_gpu(), flags)
+    s.flags = flags.astype(np.uint32)
     spans = SpanTable.empty(0)
     names = canonical_names(names, s, spans)
     thread_infos = [
@@ -138,10 +134,9 @@ def from_chrome(doc: Any, where: str) -> Trace:
         QueueInfo(int(k[0]) if isinstance(k[0], int) else i, f"GPU {k[0]}", "chrome", f"stream {k[1]}")
         for k, i in sorted(queues.items(), key=lambda kv: kv[1])
     ]
-    times = [c for c in (s.cpu_start_ns, s.gpu_start_ns[s.has_gpu()]) if len(c)]
-    ends = [c for c in (s.cpu_end_ns, s.gpu_end_ns[s.has_gpu()]) if len(c)]
-    start = int(min(int(c.min()) for c in times))
-    end = int(max(int(c.max()) for c in ends))
+    gpu_rows = s.has_gpu()  # (every row has a CPU window: a GPU slice's own start, at least)
+    start = int(np.concatenate([s.cpu_start_ns, s.gpu_start_ns[gpu_rows]]).min())
+    end = int(np.concatenate([s.cpu_end_ns, s.gpu_end_ns[gpu_rows]]).max())
     note = (
         f"{where} was not written by gputrace: read its {len(cpu)} CPU and {len(gpu)} GPU slices "
         f"({matched} GPU slices matched to their launch); no clock fit, anomaly flags are cold "

@@ -21,7 +21,6 @@ stops early; setting the variable lifts that check.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import zlib
@@ -103,9 +102,7 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise TraceFileError(f"{p}: no such file.") from None
-    except IsADirectoryError:
-        raise TraceFileError(f"{p}: is a directory, not a trace file.") from None
-    except OSError as exc:
+    except OSError as exc:  # (a directory opens for reading: fstat tells it below)
         raise TraceFileError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
     try:
         st = os.fstat(fd)
@@ -133,8 +130,6 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
                 buf += block
             raise TraceFileError(f"{p}: too large: {_limit_note(cap)}.")
         except OSError as exc:
-            if exc.errno == errno.EISDIR:
-                raise TraceFileError(f"{p}: is a directory, not a trace file.") from None
             raise TraceFileError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
 
 

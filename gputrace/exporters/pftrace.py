@@ -212,10 +212,7 @@ class _Packets:
 
     # -- tracks and names
     def _uuid(self, key: Any) -> int:
-        u = self.uuids.get(key)
-        if u is None:
-            u = self.uuids[key] = len(self.uuids) + 1
-        return u
+        return self.uuids.setdefault(key, len(self.uuids) + 1)
 
     def _process(self, pid: int) -> int:
         u = self._uuid(("p", pid))

@@ -134,6 +134,12 @@ def _ns(us: npt.NDArray[np.float64]) -> I64:
     return np.rint(us * 1000.0).astype(np.int64)
 
 
+def _optional_ns(args: list[Any], key: str, base: int) -> tuple[list[int], I64]:
+    """The rows of ``args`` that hold the time ``key`` (µs), and those times (ns)."""
+    rows = [i for i, a in enumerate(args) if key in a]
+    return rows, base + _ns(floats([args[i][key] for i in rows], key))
+
+
 def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np.int32]:
     """Name ids for ``values`` (each as ``str``), interning each distinct value once."""
     first_met: defaultdict[str, int] = defaultdict(count().__next__)
@@ -144,25 +150,21 @@ def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np
 # -- the events, by kind ---------------------------------------------------------------------------
 def classify(events: list[Any]) -> tuple[list[Event], ...]:
     """CPU slices, GPU slices, passes, instants, operations and name events, each in file order."""
-    cpu: list[Event] = []
-    gpu: list[Event] = []
-    passes: list[Event] = []
-    instants: list[Event] = []
-    ops: list[Event] = []
-    names: list[Event] = []
+    kinds: tuple[list[Event], ...] = tuple([] for _ in range(6))
+    cpu, gpu, passes, instants, ops, names = kinds
     slices = {"cpu": cpu.append, "gpu": gpu.append, "gpu.pass": passes.append}
     slices.update(dict.fromkeys(OP_CATS, ops.append))
+    others = {"i": instants.append, "M": names.append}
     for e in events:
         ph = e.get("ph")
-        if ph == "X":
-            add = slices.get(e.get("cat"))  # type: ignore[arg-type]
-            if add is not None:
-                add(e)
-        elif ph == "i":
-            instants.append(e)
-        elif ph == "M":
-            names.append(e)
-    return cpu, gpu, passes, instants, ops, names
+        add = slices.get(e.get("cat")) if ph == "X" else others.get(ph)  # type: ignore[arg-type]
+        if add is not None:
+            add(e)
+    return kinds
+
+
+def _queue(q: dict[str, Any]) -> QueueInfo:
+    return QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
 
 
 def _names_from_metadata(events: list[Event]) -> tuple[list[ThreadInfo], list[QueueInfo]]:
@@ -176,29 +178,21 @@ def _names_from_metadata(events: list[Event]) -> tuple[list[ThreadInfo], list[Qu
         if p >= GPU_PID_BASE:
             q = a.get("queue")
             if isinstance(q, dict) and tid < OVERLAP_TID_STEP:
-                queues[tid - 1] = QueueInfo(
-                    int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"])
-                )
+                queues[tid - 1] = _queue(q)
         elif tid < OVERLAP_TID_STEP:
             threads.setdefault(tid, ThreadInfo(tid, str(a.get("name", ""))))
     qlist = [queues.get(i, QueueInfo(0, "GPU", "", f"queue {i}")) for i in range(max(queues, default=-1) + 1)]
     return list(threads.values()), qlist
 
 
-def _thread_rows(tids: I64, threads: list[ThreadInfo]) -> npt.NDArray[np.int32]:
-    """Row of ``threads`` for each tid (the last listed wins a repeat); unlisted is malformed."""
-    if not len(tids):
-        return np.zeros(0, np.int32)
-    if not threads:
+def _thread_rows(tids: I64, thread_row: dict[int, int]) -> npt.NDArray[np.int32]:
+    """Row of the thread of each tid; a tid the header does not list is malformed."""
+    if len(tids) and not thread_row:
         raise Malformed("the header lists no threads, but the trace has cpu slices")
-    known = np.array([t.tid for t in threads], np.int64)
-    uniq, last = np.unique(known[::-1], return_index=True)
-    idx = (len(known) - 1 - last).astype(np.int32)
-    pos = np.searchsorted(uniq, tids)
-    ok = (pos < len(uniq)) & (uniq[np.minimum(pos, len(uniq) - 1)] == tids)
-    if not ok.all():
-        raise Malformed(f"a cpu slice is on thread {int(tids[~ok][0])}, which the header does not list")
-    return idx[pos]
+    rows = np.fromiter(map(thread_row.get, tids.tolist(), repeat(-1)), np.int32, len(tids))
+    if (rows < 0).any():
+        raise Malformed(f"a cpu slice is on thread {int(tids[rows < 0][0])}, which the header does not list")
+    return rows
 
 
 def _repeated_cpu_slice(tid: I64, name: Any, ts: Any, dur: Any, events: list[Event]) -> str | None:
@@ -229,10 +223,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     cpu, gpu, pass_events, instants, op_events, name_events = classify(events)
     if "threads" in header:
         threads = [ThreadInfo(int(t["tid"]), str(t["name"])) for t in header["threads"]]
-        queues = [
-            QueueInfo(int(q["device"]), str(q["device_name"]), str(q["backend"]), str(q["label"]))
-            for q in header.get("queues", [])
-        ]
+        queues = [_queue(q) for q in header.get("queues", [])]
     else:  # a file cut short: only its start header
         threads, queues = _names_from_metadata(name_events)
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
@@ -253,7 +244,8 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     s = ScopeTable.empty(n)
     s.name = name_col
     tids = ints(_col(cpu, "tid"), "a cpu slice's tid") % OVERLAP_TID_STEP
-    s.thread = _thread_rows(tids, threads)
+    thread_row = {t.tid: i for i, t in enumerate(threads)}  # the last listed wins a repeat
+    s.thread = _thread_rows(tids, thread_row)
     ts = floats(_col(cpu, "ts"), "a cpu slice's ts")
     dur = floats(_col(cpu, "dur"), "a cpu slice's dur", non_negative=True)
     # a slice can only repeat another with the same start: none where starts only increase
@@ -273,7 +265,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     order = np.arange(n)
     if not (np.diff(s.cpu_start_ns) > 0).all():  # a streamed file's scopes come as they ended
         order = np.lexsort((-s.cpu_end_ns, s.thread, s.cpu_start_ns))
-    ops = _ops(op_events, base, n, threads, len(queues), intern)
+    ops = _ops(op_events, base, n, thread_row, len(queues), intern)
     if n and (order != np.arange(n)).any():
         new_row = np.empty(n, np.int64)
         new_row[order] = np.arange(n)
@@ -287,9 +279,8 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     spans = _span_table(s, passes, bool(header.get("spans_cover_children")), intern)
     procs = header.get("processes")  # a merged trace keeps each process's threads under its pid
     pids = {pid} | ({int(p["pid"]) for p in procs} if isinstance(procs, list) else set())
-    thread_idx = {t.tid: i for i, t in enumerate(threads)}
     marks = [
-        Mark(str(e["name"]), base + round(float(e["ts"]) * 1000.0), thread_idx[int(e["tid"])], str(e["cat"]),
+        Mark(str(e["name"]), base + round(float(e["ts"]) * 1000.0), thread_row[int(e["tid"])], str(e["cat"]),
              dict(e.get("args") or {}))
         for e in instants
         if e.get("cat") in ("mark", "sync") and e.get("pid") in pids
@@ -340,9 +331,8 @@ def _gpu_slices(
             )
     s.gpu_start_ns[rows] = t0
     s.gpu_end_ns[rows] = t0 + _ns(g_us)
-    sub = [i for i, a in enumerate(ga) if "submit_ts" in a]
-    if sub:
-        s.submit_ns[rows[sub]] = base + _ns(floats([ga[i]["submit_ts"] for i in sub], "submit_ts"))
+    sub, sub_ns = _optional_ns(ga, "submit_ts", base)
+    s.submit_ns[rows[sub]] = sub_ns
     s.uncertainty_ns[rows] = _ns(floats(_col(ga, "uncertainty_us"), "uncertainty_us"))
     s.queue[rows] = ((ints(_col(gpu, "tid"), "a gpu slice's tid") % OVERLAP_TID_STEP) - 1).astype(np.int32)
     if s.queue.max() >= nq or s.queue.min() < -1:
@@ -375,9 +365,8 @@ def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]
     g0 = base + _ns(floats(_col(events, "ts"), "a gpu pass's ts"))
     g1 = g0 + _ns(floats(_col(events, "dur"), "a gpu pass's dur", non_negative=True))
     sub = np.full(len(events), NO_TIME, np.int64)
-    has = [i for i, a in enumerate(pa) if "submit_ts" in a]
-    if has:
-        sub[has] = base + _ns(floats([pa[i]["submit_ts"] for i in has], "submit_ts"))
+    has, sub_ns = _optional_ns(pa, "submit_ts", base)
+    sub[has] = sub_ns
     labels = [intern(str(x)) for x in _col(events, "name")]
     return list(zip(rows.tolist(), labels, g0.tolist(), g1.tolist(), sub.tolist(), strict=True))
 
@@ -412,7 +401,7 @@ def _ops(
     events: list[Event],
     base: int,
     n_scopes: int,
-    threads: list[ThreadInfo],
+    thread_row: dict[int, int],
     nq: int,
     intern: Callable[[str], int],
 ) -> OpTable:
@@ -434,18 +423,15 @@ def _ops(
     ops.queue = ints(_col(a, "queue"), "an operation's queue").astype(np.int32)
     if ops.queue.max() >= nq or ops.queue.min() < 0:
         raise Malformed("an operation is on a stream that the header does not list")
-    by_tid = {t.tid: i for i, t in enumerate(threads)}
-    ops.thread = np.fromiter(map(by_tid.get, _get(a, "tid", None), repeat(-1)), np.int32, n)  # type: ignore[arg-type]
+    ops.thread = np.fromiter(map(thread_row.get, _get(a, "tid", None), repeat(-1)), np.int32, n)  # type: ignore[arg-type]
     ops.correlation = ints(_col(a, "correlation"), "an operation's correlation")
     ops.gpu_start_ns = base + _ns(ts[order])
     ops.gpu_end_ns = ops.gpu_start_ns + _ns(
         floats(_col(events, "dur"), "an operation's dur", non_negative=True)
     )
-    seen = [i for i, x in enumerate(a) if "call_ts" in x]
-    if seen:
-        c0 = base + _ns(floats([a[i]["call_ts"] for i in seen], "call_ts"))
-        ops.call_start_ns[seen] = c0
-        ops.call_end_ns[seen] = c0 + _ns(floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
+    seen, c0 = _optional_ns(a, "call_ts", base)
+    ops.call_start_ns[seen] = c0
+    ops.call_end_ns[seen] = c0 + _ns(floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
     ops.call_name = _interned(_get(a, "call", ""), intern)
     ops.bytes = ints(_get(a, "bytes", 0), "an operation's bytes")
     for col in ("grid", "block"):
