@@ -604,10 +604,7 @@ class session:
         assert rec is not None
         with self._lock:
             got, horizon = rec.backend.collect_background()  # type: ignore[attr-defined]
-            self._raw.spans.extend(got.spans)  # (CUDA events: the spans read without a sync)
-            self._raw.untimed |= got.untimed
-            self._raw.degraded.update(got.degraded)
-            self._raw.add_ops(got)
+            self._raw.add(got)  # (CUDA events: the spans read without a sync)
             self._calibrate()
             queues = self._queues(rec)
         return horizon, queues
@@ -630,10 +627,7 @@ class session:
             report_internal("collect", f"{reason}.")
             self._raw.problem = self._raw.problem or reason
             return
-        self._raw.spans.extend(got.spans)
-        self._raw.untimed |= got.untimed
-        self._raw.degraded.update(got.degraded)
-        self._raw.add_ops(got)
+        self._raw.add(got)
 
     def _attach_ranks(self, reason: str) -> None:
         """Find the job's process group (now, or when torch.distributed is initialised later) and
