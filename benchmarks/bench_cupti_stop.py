@@ -21,13 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
+# the fake CUPTI source is a test double: ``tests.cupti_fake``, importable from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 FORMATS = ("json", "json.gz", "pftrace")
 
 CHILD = r"""
 import cProfile, os, pstats, sys, time
 import gputrace
 from gputrace.backends.cupti import CuptiBackend
-from gputrace.backends.cupti_fake import FakeActivitySource
+from tests.cupti_fake import FakeActivitySource
 from gputrace.clock import session_clock as clock
 n, out = int(sys.argv[1]), sys.argv[2]
 t0 = time.perf_counter_ns()
@@ -58,8 +61,8 @@ def write_speed(n: int, fmt: str, folder: Path) -> float:
     import gputrace
     import gputrace.exporters as exporters
     from gputrace.backends.cupti import CuptiBackend
-    from gputrace.backends.cupti_fake import FakeActivitySource
     from gputrace.clock import session_clock as clock
+    from tests.cupti_fake import FakeActivitySource
 
     src = FakeActivitySource(clock)
     with gputrace.session(backend=CuptiBackend(clock, source=src), clock=clock, quiet=True) as s:

@@ -31,6 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# the fake CUPTI source is a test double: ``tests.cupti_fake``, importable from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import gputrace
 import gputrace.exporters as exporters
 from gputrace.backends.fake import FakeBackend
@@ -71,8 +74,8 @@ def cupti_trace(n: int = 20_000) -> gputrace.Trace:
     """``n`` scopes, each launching one kernel, timed by the fake CUPTI source: a scope, its GPU
     span, its wait and one per-operation record (kernel and launch call) each."""
     from gputrace.backends.cupti import CuptiBackend
-    from gputrace.backends.cupti_fake import FakeActivitySource
     from gputrace.clock import session_clock
+    from tests.cupti_fake import FakeActivitySource
 
     src = FakeActivitySource(session_clock)
     be = CuptiBackend(session_clock, source=src)

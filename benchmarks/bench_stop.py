@@ -20,7 +20,6 @@ chunks before the stop).
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import tempfile
 import time
@@ -30,10 +29,9 @@ from typing import Any
 
 import gputrace
 import gputrace.exporters
+import gputrace.fallback
 import gputrace.resolver
 import gputrace.streaming
-
-session_module = importlib.import_module("gputrace.session")  # the name gputrace.session is the class
 
 MODES = ("no file", "streamed", "at stop")
 
@@ -80,7 +78,7 @@ class TimedWriter:
 
 def install() -> None:
     c = CLOCKED
-    session_module.resolve = c.wrap("resolve", session_module.resolve)
+    gputrace.fallback.resolve = c.wrap("resolve", gputrace.fallback.resolve)  # a session's resolve at stop
     gputrace.streaming.resolve = c.wrap("resolve", gputrace.streaming.resolve)
     gputrace.resolver._fits = c.wrap("resolve", gputrace.resolver._fits)
     st = gputrace.streaming.Streamer

@@ -4,6 +4,7 @@ Built without the resolver and without the exporters (either may be what failed)
 cannot resolve or encode a chunk, or its whole trace, keeps the CPU times of every scope, each
 flagged ``degraded`` with the reason in ``args["degraded"]``. A backend that cannot list its
 queues gets stand-ins (``complete_queues``), so no later stage meets an unknown queue.
+``resolve_safely`` is the resolver with this fallback behind it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,26 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.errors import report_internal, reported
+from gputrace.jsonsafe import safe_header
 from gputrace.model import Flag, QueueInfo, ScopeTable, SpanTable, ThreadInfo, Trace, nest
 from gputrace.records import OpBatch, RawOp, RawSpan, RawThread
+from gputrace.resolver import RawRecording, resolve
+
+
+def resolve_safely(raw: RawRecording) -> Trace:
+    """``resolve(raw)``; if it fails, the CPU scopes alone, flagged degraded with the reason."""
+    try:
+        return resolve(raw)
+    except Exception as exc:
+        reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
+        report_internal("resolve", f"{reason}; the trace keeps CPU times only, flagged degraded.")
+    return cpu_scopes(dict(raw.header, problems=reported_problems()), raw.threads, reason)
+
+
+def reported_problems() -> list[Any]:
+    """The problems reported so far (``gputrace.errors``), as header data; never raises."""
+    return safe_header({"p": reported()}).get("p", [])  # type: ignore[no-any-return]
 
 
 def cpu_scopes(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from gputrace.errors import report_internal
+
 MAX_DEPTH = 32
 MAX_ITEMS = 1000  # per list or dict; the rest is summarised as one string item
 MAX_STR = 4096  # characters of a string kept
@@ -229,6 +231,58 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
     if isinstance(value, type):
         return clean_str(value.__qualname__, MAX_REPR)
     return short_repr(value)
+
+
+def safe_header(header: dict[str, Any]) -> dict[str, Any]:
+    """``jsonsafe(header)``; where that fails (as a whole, or on a value inside a key), key by
+    key, each failing key tried once more, and a key that still fails is left out (named in
+    ``problems``): a placeholder where a reader expects a queue or a clock fit would make the file
+    unreadable. Never raises: a header is never a reason to lose a trace."""
+    failures: list[str] = []
+    try:
+        out = jsonsafe(header, failures=failures)
+        if isinstance(out, dict) and not failures:
+            return out
+    except Exception as exc:
+        report_internal("header", f"converting the trace header failed ({type(exc).__name__}: {exc}).")
+    out, left_out = {}, []
+    for k, v in list(header.items()):
+        for _attempt in range(2):
+            why: list[str] = []
+            try:
+                conv = jsonsafe(v, failures=why)
+            except Exception as exc:
+                why.append(f"{type(exc).__name__}: {exc}")
+            if not why:
+                out[str(k)] = conv
+                break
+        else:
+            left_out.append(str(k))
+    if left_out:
+        before = out.get("problems")
+        problems: list[Any] = before if isinstance(before, list) else []
+        why_text = f"header fields left out (they could not be converted): {', '.join(left_out)}"
+        out["problems"] = [*problems, why_text]
+    return out
+
+
+def safe_metadata(metadata: Any) -> dict[str, Any]:
+    """``metadata`` as JSON data for the header; a value that fails to convert (a broken
+    ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
+    if type(metadata) is dict and not metadata:  # (a subclass's own __len__ may fail)
+        return {}
+    failures: list[str] = []
+    try:
+        got = jsonsafe(metadata, failures=failures)
+    except Exception as exc:  # (jsonsafe never raises; a fault inside it must not fail start)
+        failures.append(f"{type(exc).__name__}: {exc}")
+        got = "<metadata (conversion failed)>"
+    if failures:
+        report_internal(
+            "metadata",
+            f"a metadata value could not be converted ({failures[0]}); the trace holds a placeholder for it.",
+        )
+    return got if isinstance(got, dict) else {"value": got}
 
 
 MAX_WRITE_DEPTH = 200  # orjson writes at most 255 levels; deeper values are replaced by a note

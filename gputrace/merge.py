@@ -52,7 +52,7 @@ from gputrace.model import (
     canonical_names,
 )
 from gputrace.outpath import check_output
-from gputrace.ranks import to_reference, uncertainty
+from gputrace.ranks import to_reference
 from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
@@ -316,6 +316,16 @@ def place_ranks(
         if rec.get("failed"):
             info[-1]["note"] = f"some exchanges failed: {rec['failed']}"
     return out, out_shifts, info
+
+
+def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
+    """The largest alignment uncertainty (ns) of a rank's measured ``fit`` (``gputrace.ranks``)
+    over its session from ``start_ns`` to ``end_ns``: the fit's bound inside its samples, growing
+    by the slope's uncertainty outside."""
+    from gputrace.resolver import uncertainty_at
+
+    cf = ClockFit.from_dict(fit)
+    return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
 
 
 def _offset(fit: dict[str, Any], ns: int) -> int:

@@ -524,16 +524,6 @@ def to_reference(fit: dict[str, Any], local_ns: np.ndarray) -> np.ndarray:
     return (int(fit["gpu_ref_ns"]) + np.rint(delta).astype(np.int64)).astype(np.int64)
 
 
-def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
-    """The largest alignment uncertainty (ns) of ``fit`` over a session from ``start_ns`` to
-    ``end_ns``: the fit's bound inside its samples, growing by the slope's uncertainty outside."""
-    from gputrace.model import ClockFit
-    from gputrace.resolver import uncertainty_at
-
-    cf = ClockFit.from_dict(fit)
-    return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
-
-
 def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None = None) -> RankClock | None:
     """A ``RankClock`` for ``group`` (see ``transport_for``), or ``None`` without a group of two or
     more ranks. A group that cannot be used is reported once and ignored."""

@@ -204,8 +204,11 @@ class RawRecording:
     problem: str = ""
     batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
 
-    def add_ops(self, got: Collected) -> None:
-        """Take the per-operation records of one ``collect()``."""
+    def add(self, got: Collected) -> None:
+        """Take what one ``collect()`` returned: spans, untimed and degraded tokens, operations."""
+        self.spans.extend(got.spans)
+        self.untimed |= got.untimed
+        self.degraded.update(got.degraded)
         self.ops.extend(got.ops)
         self.batches.extend(b for b in got.batches if len(b))
         self.blind.extend(got.blind)

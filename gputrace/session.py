@@ -21,11 +21,12 @@ from types import TracebackType
 from typing import Any
 
 from gputrace._version import __version__
-from gputrace.backends import create
+from gputrace.backends import create, with_timing
 from gputrace.backends.base import Backend, Clock
+from gputrace.calstore import header_calibration
 from gputrace.clock import clock_pair, session_clock
 from gputrace.errors import GputraceError, report_internal, reported, reporting, reset_reports
-from gputrace.fallback import complete_queues, cpu_scopes, without_gpu
+from gputrace.fallback import complete_queues, cpu_scopes, reported_problems, resolve_safely, without_gpu
 from gputrace.flight import (
     RingTriggers,
     RingWriter,
@@ -36,13 +37,13 @@ from gputrace.flight import (
 )
 from gputrace.gcpause import gc_paused
 from gputrace.host import host_facts, launcher_rank, loadavg, rank_file
-from gputrace.jsonsafe import jsonsafe
+from gputrace.jsonsafe import safe_header, safe_metadata
 from gputrace.model import FORMAT_VERSION, QueueInfo, Trace
 from gputrace.outpath import check_output
 from gputrace.ranks import RankClock, transport_for
 from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import Recorder, active_recorder, drain
-from gputrace.resolver import RawRecording, resolve
+from gputrace.records import RawRecording
 
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
@@ -97,8 +98,8 @@ class session:
         self.nvtx = nvtx
         self.backend_spec = backend
         self.clock: Clock = clock or session_clock
-        self.backend_options = _with_timing(backend, dict(backend_options or {}), timing)
-        self.metadata = {} if metadata is None else metadata  # converted at start (_safe_metadata)
+        self.backend_options = with_timing(backend, dict(backend_options or {}), timing)
+        self.metadata = {} if metadata is None else metadata  # converted at start (safe_metadata)
         self.quiet = quiet
         self._trace: Trace | None = None
         self.written: Path | None = None
@@ -215,9 +216,9 @@ class session:
             "rank": launcher_rank(),
             "argv": list(sys.argv),
             "host": host_facts(),
-            "metadata": _safe_metadata(self.metadata),
+            "metadata": safe_metadata(self.metadata),
         }
-        calibration = _calibration(backend.name)
+        calibration = header_calibration(backend.name)
         if calibration is not None:
             self._raw.header["calibration"] = calibration
         self._raw.spans_cover_children = backend.spans_cover_children
@@ -286,7 +287,7 @@ class session:
     def _result(self) -> Trace:
         trace = self.trace
         if trace is None:  # a streamed file that could not be finished (reported once)
-            self._trace = trace = resolve(RawRecording(header=self._raw.header, threads=[]))
+            self._trace = trace = resolve_safely(RawRecording(header=self._raw.header, threads=[]))
         return trace
 
     # streaming (gputrace.streaming) ---------------------------------------------------------
@@ -365,7 +366,7 @@ class session:
         if problems := reported():
             header["problems"] = problems
         try:
-            st.close(_safe_header(header))
+            st.close(safe_header(header))
             if self.path != streamed:
                 check_output(self.path)
                 os.replace(streamed, self.path)  # the rank became known after the file was opened
@@ -513,8 +514,8 @@ class session:
             raw.header["lost"] = {"scopes": recorded, "chunks": 1}
         if problems := reported():
             raw.header["problems"] = problems
-        raw.header = _safe_header(raw.header)
-        self.trace = _resolve_safely(raw)
+        raw.header = safe_header(raw.header)
+        self.trace = resolve_safely(raw)
         if self.path is not None:
             self._write(self.trace, self.path)
         return self.trace
@@ -523,7 +524,11 @@ class session:
         """The trace of a session whose start failed inside gputrace: no scopes, and why."""
         if self._trace is None:
             self._finished = True
-            header = _safe_header(dict(self._raw.header, problems=reported() or [self._start_failed]))
+            # a start that failed before building the header: the fields a reader needs (no scope
+            # to place on a time axis), so its file still loads and says why
+            first = {"format_version": FORMAT_VERSION, "version": __version__, "start_ns": 0, "base_ns": 0}
+            header = {**first, **self._raw.header}
+            header = safe_header(dict(header, problems=reported() or [self._start_failed]))
             self._trace = cpu_scopes(header, [], "")
             if self.path is not None:
                 self._write(self._trace, self.path)
@@ -551,7 +556,7 @@ class session:
         except Exception as exc:
             reason = f"exporting the trace failed ({type(exc).__name__}: {exc})"
             report_internal("export", f"{reason}; its GPU part is left out of {path}.")
-        trace.header["problems"] = _safe_header({"p": reported()}).get("p", [])
+        trace.header["problems"] = reported_problems()
         cpu = without_gpu(trace, reason)
         canonical = exporters.canonical(path)
         # again without the GPU part (where exporter faults are most likely); for an export, then its
@@ -599,10 +604,7 @@ class session:
         assert rec is not None
         with self._lock:
             got, horizon = rec.backend.collect_background()  # type: ignore[attr-defined]
-            self._raw.spans.extend(got.spans)  # (CUDA events: the spans read without a sync)
-            self._raw.untimed |= got.untimed
-            self._raw.degraded.update(got.degraded)
-            self._raw.add_ops(got)
+            self._raw.add(got)  # (CUDA events: the spans read without a sync)
             self._calibrate()
             queues = self._queues(rec)
         return horizon, queues
@@ -625,10 +627,7 @@ class session:
             report_internal("collect", f"{reason}.")
             self._raw.problem = self._raw.problem or reason
             return
-        self._raw.spans.extend(got.spans)
-        self._raw.untimed |= got.untimed
-        self._raw.degraded.update(got.degraded)
-        self._raw.add_ops(got)
+        self._raw.add(got)
 
     def _attach_ranks(self, reason: str) -> None:
         """Find the job's process group (now, or when torch.distributed is initialised later) and
@@ -656,107 +655,9 @@ class session:
         self.stop()
 
 
-TIMINGS = ("auto", "cupti", "events")
-
-
-def _with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -> dict[str, Any]:
-    """``options`` with ``timing`` in them, for a backend that has timing sources (cuda)."""
-    if timing not in TIMINGS:
-        raise GputraceError(f"unknown timing {timing!r}; choose one of {', '.join(TIMINGS)}.")
-    if timing == "auto":
-        return options
-    if options.get("timing", timing) != timing:
-        raise GputraceError(
-            f"timing={timing!r} and backend_options={{'timing': {options['timing']!r}}} disagree; give one."
-        )
-    name = backend if isinstance(backend, str) else getattr(backend, "name", "given")
-    if name not in ("auto", "cuda"):
-        raise GputraceError(
-            f"timing={timing!r} chooses how the cuda backend times GPU work; the {name} backend "
-            "has no such choice (leave timing as 'auto')."
-        )
-    if not isinstance(backend, str):
-        raise GputraceError(
-            f"timing={timing!r} applies to a backend gputrace creates, not to one given ready-made."
-        )
-    return {**options, "timing": timing}
-
-
-def _resolve_safely(raw: RawRecording) -> Trace:
-    """``resolve(raw)``; if it fails, the CPU scopes alone, flagged degraded with the reason."""
-    try:
-        return resolve(raw)
-    except Exception as exc:
-        reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
-        report_internal("resolve", f"{reason}; the trace keeps CPU times only, flagged degraded.")
-    problems = _safe_header({"p": reported()}).get("p", [])
-    return cpu_scopes(dict(raw.header, problems=problems), raw.threads, reason)
-
-
-def _safe_header(header: dict[str, Any]) -> dict[str, Any]:
-    """``jsonsafe(header)``; where that fails (as a whole, or on a value inside a key), key by
-    key, each failing key tried once more, and a key that still fails is left out (named in
-    ``problems``): a placeholder where a reader expects a queue or a clock fit would make the file
-    unreadable. Never raises: a header is never a reason to lose a trace."""
-    failures: list[str] = []
-    try:
-        out = jsonsafe(header, failures=failures)
-        if isinstance(out, dict) and not failures:
-            return out
-    except Exception as exc:
-        report_internal("header", f"converting the trace header failed ({type(exc).__name__}: {exc}).")
-    out, left_out = {}, []
-    for k, v in list(header.items()):
-        for _attempt in range(2):
-            why: list[str] = []
-            try:
-                conv = jsonsafe(v, failures=why)
-            except Exception as exc:
-                why.append(f"{type(exc).__name__}: {exc}")
-            if not why:
-                out[str(k)] = conv
-                break
-        else:
-            left_out.append(str(k))
-    if left_out:
-        before = out.get("problems")
-        problems: list[Any] = before if isinstance(before, list) else []
-        why_text = f"header fields left out (they could not be converted): {', '.join(left_out)}"
-        out["problems"] = [*problems, why_text]
-    return out
-
-
-def _safe_metadata(metadata: Any) -> dict[str, Any]:
-    """``metadata`` as JSON data for the header; a value that fails to convert (a broken
-    ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
-    if type(metadata) is dict and not metadata:  # (a subclass's own __len__ may fail)
-        return {}
-    failures: list[str] = []
-    try:
-        got = jsonsafe(metadata, failures=failures)
-    except Exception as exc:  # (jsonsafe never raises; a fault inside it must not fail start)
-        failures.append(f"{type(exc).__name__}: {exc}")
-        got = "<metadata (conversion failed)>"
-    if failures:
-        report_internal(
-            "metadata",
-            f"a metadata value could not be converted ({failures[0]}); the trace holds a placeholder for it.",
-        )
-    return got if isinstance(got, dict) else {"value": got}
-
-
 def _safe(fn: Any) -> Any:
     with reporting(f"info:{fn.__name__}", "reading backend facts"):
         return fn()
-    return None
-
-
-def _calibration(backend: str) -> dict[str, Any] | None:
-    """This machine's saved calibration for ``backend`` (``gputrace calibrate``), or None."""
-    with contextlib.suppress(Exception):  # a calibration file must never fail a session
-        from gputrace.calstore import header_calibration
-
-        return header_calibration(backend)
     return None
 
 

@@ -14,11 +14,11 @@ import pytest
 import gputrace
 from gputrace import figures
 from gputrace.backends.cupti import CuptiBackend
-from gputrace.backends.cupti_fake import FakeActivitySource
 from gputrace.backends.fake import FakeBackend
 from gputrace.calstore import save
 from gputrace.clock import FakeClock
 from gputrace.model import NO_TIME, OpTable, Trace, canonical_names
+from tests.cupti_fake import FakeActivitySource
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"

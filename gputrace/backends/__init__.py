@@ -21,6 +21,8 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "fake": ("gputrace.backends.fake", "FakeBackend"),
 }
 AUTO_ORDER = ("cuda", "wgpu")
+# the cuda backend's timing sources (``session(timing=)``, ``backend_options={"timing": ...}``)
+TIMINGS = ("auto", "cupti", "events")
 
 
 def probe(name: str, *, auto: bool = False) -> str | None:
@@ -71,6 +73,29 @@ def check_options(name: str, options: dict[str, Any], valid: tuple[str, ...] | N
         takes = f"its options are {', '.join(sorted(valid))}" if valid else "it takes none"
         which = "backend auto (cuda or wgpu)" if name == "auto" else f"the {name} backend"
         raise GputraceError(f"unknown backend option {what} for {which}; {takes}.")
+
+
+def with_timing(backend: str | Backend, options: dict[str, Any], timing: str) -> dict[str, Any]:
+    """``options`` with ``timing`` in them, for a backend that has timing sources (cuda)."""
+    if timing not in TIMINGS:
+        raise GputraceError(f"unknown timing {timing!r}; choose one of {', '.join(TIMINGS)}.")
+    if timing == "auto":
+        return options
+    if options.get("timing", timing) != timing:
+        raise GputraceError(
+            f"timing={timing!r} and backend_options={{'timing': {options['timing']!r}}} disagree; give one."
+        )
+    name = backend if isinstance(backend, str) else getattr(backend, "name", "given")
+    if name not in ("auto", "cuda"):
+        raise GputraceError(
+            f"timing={timing!r} chooses how the cuda backend times GPU work; the {name} backend "
+            "has no such choice (leave timing as 'auto')."
+        )
+    if not isinstance(backend, str):
+        raise GputraceError(
+            f"timing={timing!r} applies to a backend gputrace creates, not to one given ready-made."
+        )
+    return {**options, "timing": timing}
 
 
 def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> Backend:

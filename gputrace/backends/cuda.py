@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gputrace.backends import TIMINGS
 from gputrace.backends.base import Backend, Clock
 from gputrace.backends.cuda_events import (
     EMPTY_SPAN_NS,
@@ -50,7 +51,6 @@ __all__ = [
     "probe",
 ]
 
-TIMINGS = ("auto", "cupti", "events")
 _CUPTI_OPTIONS = ("buffer_bytes", "flush_period_ms", "api_filter")
 _EVENTS_OPTIONS = ("sync_timeout_s", "anchor_every_ns")
 # every backend_options key the cuda backend takes, whichever timing source it picks

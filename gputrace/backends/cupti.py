@@ -1,7 +1,7 @@
 """CUPTI timing for the cuda backend: every kernel, memcpy and memset, attributed to its scope.
 
 An *activity source* (libcupti through ctypes, ``gputrace.backends.cupti_lib``; the scripted
-``gputrace.backends.cupti_fake`` in tests, which writes real CUPTI record bytes) delivers activity
+``tests/cupti_fake.py`` in tests, which writes real CUPTI record bytes) delivers activity
 records as arrays, decoded in bulk from CUPTI's buffers: per GPU operation its name, device,
 stream, GPU start/end and the correlation id of the API call that launched it; per API call its
 thread and CPU start/end. This backend joins operations to their launch calls by correlation id

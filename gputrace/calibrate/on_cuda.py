@@ -115,16 +115,20 @@ class _Cuda:
         self.elapsed_seen.append(ns)
         return float(ns)
 
+    def synced(self, op: Callable[[], None]) -> Callable[[], None]:
+        """``op`` followed by a wait for the stream: timed on the wall clock, the whole round trip."""
+
+        def op_and_wait() -> None:
+            op()
+            self.stream.synchronize()
+
+        return op_and_wait
+
     def wall_and_device(self, op: Callable[[], None], reps: int) -> tuple[list[float], list[float]]:
         """``reps`` times each: wall ns of ``op`` + a stream sync, and device ns of ``op`` between
         two events (measured apart, so neither disturbs the other)."""
-        clock = time.perf_counter_ns
-        wall, device = [], []
-        for _ in range(reps):
-            t0 = clock()
-            op()
-            self.stream.synchronize()
-            wall.append(float(clock() - t0))
+        wall = wall_per_op(self.synced(op), batches=reps, per_batch=1, warmup=0)
+        device = []
         for _ in range(reps):
             self.ev0.record(self.stream)
             op()
@@ -194,6 +198,14 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
     ).median
 
 
+def _queued(c: _Cuda, launch: Callable[[], None], per: int, batches: int) -> tuple[list[float], list[float]]:
+    """(CPU ns per launch, GPU ns per launch) of ``batches`` batches of ``per`` launches, each
+    batch queued behind a spin kernel long enough that the GPU then runs it back to back."""
+    spin_ns = _spin_for(c, launch, per)
+    got = [_queued_batch(c, launch, per, spin_ns) for _ in range(batches)]
+    return [cpu for cpu, _ in got], [gpu for _, gpu in got]
+
+
 def _queued_batch(c: _Cuda, launch: Callable[[], None], per: int, spin_ns: float) -> tuple[float, float]:
     """(CPU ns per launch, GPU ns per launch) for ``per`` launches queued behind a spin kernel."""
     clock = time.perf_counter_ns
@@ -225,12 +237,7 @@ def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     for _ in range(200 if plan.quick else 2000):  # warm-up: module load, driver queues, clocks
         empty()
     c.stream.synchronize()
-    spin_ns = _spin_for(c, empty, LAUNCH_BATCH)
-    cpu, gpu = [], []
-    for _ in range(plan.batches):
-        a, b = _queued_batch(c, empty, LAUNCH_BATCH, spin_ns)
-        cpu.append(a)
-        gpu.append(b)
+    cpu, gpu = _queued(c, empty, LAUNCH_BATCH, plan.batches)
     per_total = plan.batches * LAUNCH_BATCH
     run.measurements.append(
         Measurement(
@@ -269,12 +276,7 @@ def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 
         for _ in range(20):
             launch()
-        spin_ns = _spin_for(c, launch, per)
-        cpu, gpu = [], []
-        for _ in range(max(5, plan.batches // 4)):
-            a, b = _queued_batch(c, launch, per, spin_ns)
-            cpu.append(a)
-            gpu.append(b)
+        cpu, gpu = _queued(c, launch, per, max(5, plan.batches // 4))
         run.measurements.append(
             Measurement(
                 f"grid_{blocks}",
@@ -407,7 +409,6 @@ def _pinned(cp: Any, nbytes: int) -> Any:
 def _breakeven(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     cp = c.cp
     rt = cp.cuda.runtime
-    clock = time.perf_counter_ns
     run.sizes = list(plan.sizes)
     a, b = np.float32(FMA_A), np.float32(FMA_B)
     resident: dict[int, list[float]] = {k: [] for k in INTENSITIES}
@@ -433,16 +434,8 @@ def _breakeven(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
                 rt.memcpyAsync(hptr, dev, nbytes, rt.memcpyDeviceToHost, c.stream.ptr)
 
             for fn, out in ((kernel, resident), (with_copies, copies)):
-                for _ in range(2):
-                    fn()
-                c.stream.synchronize()
-                samples = []
-                for _ in range(plan.reps):
-                    t0 = clock()
-                    fn()
-                    c.stream.synchronize()
-                    samples.append(float(clock() - t0))
-                out[ops].append(Stat.of(samples).median)
+                wall = wall_per_op(c.synced(fn), batches=plan.reps, per_batch=1, warmup=2)
+                out[ops].append(Stat.of(wall).median)
         del y, host
     run.resident_ns = resident
     run.with_copies_ns = copies

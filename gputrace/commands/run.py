@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from gputrace.backends import TIMINGS
 from gputrace.safetext import path_text, printable
 
 
@@ -77,7 +78,7 @@ from gputrace.safetext import path_text, printable
 )
 @click.option(
     "--timing",
-    type=click.Choice(["auto", "cupti", "events"]),
+    type=click.Choice(TIMINGS),
     default="auto",
     show_default=True,
     help="How the cuda backend times GPU work: CUPTI (every kernel) or CUDA events (per scope).",

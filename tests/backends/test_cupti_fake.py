@@ -19,13 +19,13 @@ import pytest
 
 import gputrace
 from gputrace.backends.cupti import CuptiBackend
-from gputrace.backends.cupti_fake import FakeActivitySource
 from gputrace.clock import FakeClock
 from gputrace.model import NO_TIME, Flag
 from gputrace.records import OP_MEMCPY, RawRecording
 from gputrace.resolver import resolve
 from gputrace.summary import summarize
 from tests import perfetto_rules
+from tests.cupti_fake import FakeActivitySource
 
 
 def _session(

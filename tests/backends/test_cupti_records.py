@@ -20,10 +20,10 @@ import pytest
 import gputrace
 from gputrace.backends import cupti_records as cr
 from gputrace.backends.cupti import CuptiBackend
-from gputrace.backends.cupti_fake import FakeActivitySource
 from gputrace.backends.cupti_lib import LibCuptiSource
 from gputrace.clock import FakeClock
 from gputrace.errors import GputraceError, reported, reset_reports
+from tests.cupti_fake import FakeActivitySource
 
 DATA = Path(__file__).parents[1] / "data"
 u8, u16, u32, i32, u64, i64, ptr = (ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_int32,

@@ -24,7 +24,7 @@ from gputrace.clock import FakeClock
 from gputrace.errors import GputraceWarning, reset_reports
 from gputrace.exporters import load
 from gputrace.host import rank_path
-from gputrace.merge import merge, merge_files
+from gputrace.merge import merge, merge_files, uncertainty
 
 ROOT = Path(__file__).resolve().parents[2]
 # Loose on purpose: 4 ranks share 2 cores here and busy-polling MPI ranks get descheduled, so the
@@ -128,7 +128,7 @@ def test_fit_recovers_offset_and_drift_through_a_loopback_group() -> None:
         local = np.array([int(fit["first_cpu_ns"]), int(fit["last_cpu_ns"])], np.int64)
         t_true = t0 + (local - t0 - off) / (1 + drift)
         err = ranks.to_reference(fit, local) - t_true
-        unc = ranks.uncertainty(fit, int(local[0]), int(local[1]))
+        unc = uncertainty(fit, int(local[0]), int(local[1]))
         # threads of one process share the GIL: round trips are long, the bound must still hold
         assert np.all(np.abs(err) <= unc + 2), (err, unc)
         if fit["method"] == "offset+slope":  # kept only when the samples pin the slope down
