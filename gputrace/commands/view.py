@@ -10,11 +10,8 @@ The viewer and the trace are served on 127.0.0.1 only; nothing leaves the machin
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
 import webbrowser
-from pathlib import Path
 
 import click
 
@@ -27,12 +24,9 @@ def check_viewable(trace: str) -> str:
     """Read ``trace`` as the viewer will; a bad file ends the command with the one sentence that
     ``summarize`` gives for it (exit code 2), not a blank page (a .pftrace, an export gputrace
     does not read, gets the sentence naming the file to view instead). Returns the file to serve."""
-    from gputrace.exporters import load
-
     try:
-        if not _is_json(Path(trace)):
-            load(trace)  # an export-only format: refused, saying which file to view instead
-        doc = read_document(trace)  # bounded: regular files only, size and gzip capped
+        doc = read_document(trace)  # bounded: regular files only, size and gzip capped; an export
+        # (.pftrace) is refused with the sentence naming the file to view instead
     except MemoryError:
         fail(f"{path_text(trace)}: too large to load into memory.")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -79,16 +73,3 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     finally:
         server.close()
     click.echo("gputrace: stopped.")
-
-
-def _is_json(path: Path) -> bool:
-    from gputrace import exporters
-
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return True  # a FIFO or device: never opened here; read_document refuses it
-        with open(path, "rb") as f:
-            head = f.read(2)
-    except OSError:
-        return True  # read_document says what is wrong with it
-    return head[:1] in (b"{", b"[", b"\x1f") or exporters.format_for(path).__name__.endswith(".json")
