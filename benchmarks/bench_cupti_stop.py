@@ -12,7 +12,10 @@ the part of the stop that the output layer owns. Medians of the runs are printed
 
 "gputrace" is the stop less the fake's own work of laying out CUPTI's record bytes (on a GPU
 libcupti does that, in C, before the stop sees the buffers), and "us/item" that per recorded
-scope or operation (each scope here has one kernel: 2N items). ``STAGES=1`` prints, per run,
+scope or operation (each scope here has one kernel: 2N items). "stop cpu" is the process's CPU
+time over the stop, less the fake's, and "run cpu" the same from the loop's start to the stop's
+end (steadier than wall time on a shared machine; with background chunks the work moves between
+loop and stop, and "run cpu" holds it all). ``STAGES=1`` prints, per run,
 the stop's wall ms in each stage (timers around the stage functions; nested stages overlap:
 "collect" holds "decode" and "join", "append" holds "plan", "render" and "gzip").
 """
@@ -65,6 +68,7 @@ src = FakeActivitySource(clock)
 s = gputrace.session(out, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True)
 s.start()
 ta = time.perf_counter_ns()
+cpu_start = time.process_time_ns()
 tr = gputrace.trace("tiny")
 for _ in range(n):
     with tr:
@@ -74,16 +78,20 @@ prof = os.environ.get("PROF")
 if prof:
     pr = cProfile.Profile()
     pr.enable()
+fake_loop = took.pop("fake", 0)
 took.clear()
+cpu0 = time.process_time_ns()
 s.__exit__(None, None, None)
 tc = time.perf_counter_ns()
+cpu = time.process_time_ns() - cpu0 - took.get("fake", 0)  # (the fake runs on the stopping thread)
+cpu_all = time.process_time_ns() - cpu_start
 if prof:
     pr.disable()
     pstats.Stats(pr, stream=sys.stderr).sort_stats(prof).print_stats(30)
 if os.environ.get("STAGES"):
     print("  ".join(f"{k} {v / 1e6:.1f}" for k, v in took.items()), file=sys.stderr)
 print((ta - t0) / 1e6, (tb - ta) / 1e6, (tc - tb) / 1e6, (tc - tb - took.get("fake", 0)) / 1e6,
-      os.path.getsize(out))
+      cpu / 1e6, (cpu_all - fake_loop - took.get("fake", 0)) / 1e6, os.path.getsize(out))
 """
 
 
@@ -120,7 +128,7 @@ def main() -> None:
     print(f"{n:,} scopes, one kernel each (fake CUPTI); loadavg {os.getloadavg()[0]:.1f}, {reps} runs")
     print(
         f"{'format':<8} {'start ms':>9} {'loop ms':>9} {'stop ms':>9} {'gputrace':>9} {'us/item':>8} "
-        f"{'write ms':>9} {'B/scope':>8}"
+        f"{'stop cpu':>9} {'run cpu':>8} {'write ms':>9} {'B/scope':>8}"
     )
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
@@ -136,11 +144,12 @@ def main() -> None:
                 elif os.environ.get("PROF"):
                     print(out.stderr)
                 runs.append([float(x) for x in out.stdout.split()])
-            start, loop, stop, own, size = (statistics.median(c) for c in zip(*runs, strict=True))
+            medians = (statistics.median(c) for c in zip(*runs, strict=True))
+            start, loop, stop, own, cpu, cpu_all, size = medians
             w = write_speed(n, fmt, folder)
             print(
                 f"{fmt:<8} {start:>9.1f} {loop:>9.1f} {stop:>9.1f} {own:>9.1f} {own * 1e3 / (2 * n):>8.2f} "
-                f"{w:>9.1f} {size / n:>8.1f}"
+                f"{cpu:>9.1f} {cpu_all:>8.1f} {w:>9.1f} {size / n:>8.1f}"
             )
 
 
