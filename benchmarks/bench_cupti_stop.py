@@ -16,7 +16,7 @@ scope or operation (each scope here has one kernel: 2N items). "stop cpu" is the
 time over the stop, less the fake's, and "run cpu" the same from the loop's start to the stop's
 end (steadier than wall time on a shared machine; with background chunks the work moves between
 loop and stop, and "run cpu" holds it all). ``STAGES=1`` prints, per run,
-the stop's wall ms in each stage (timers around the stage functions; nested stages overlap:
+the stop's CPU ms in each stage (timers around the stage functions; nested stages overlap:
 "collect" holds "decode" and "join", "append" holds "plan", "render" and "gzip").
 """
 
@@ -47,9 +47,11 @@ def timed(owner, name, stage):
         try:
             return f(*a, **k)
         finally:
-            took[stage] = took.get(stage, 0) + time.perf_counter_ns() - t
-            if stage == "fake":  # its CPU time too (the wall time of a thread waiting holds more)
+            if stage == "fake":  # its wall and its CPU time (what a waiting thread's wall holds more)
+                took["fake"] = took.get("fake", 0) + time.perf_counter_ns() - t
                 took["fake cpu"] = took.get("fake cpu", 0) + time.thread_time_ns() - c
+            else:  # the stages: CPU time of the thread that ran them (steadier on a shared machine)
+                took[stage] = took.get(stage, 0) + time.thread_time_ns() - c
     setattr(owner, name, run)
 timed(FakeActivitySource, "encode", "fake")
 if os.environ.get("STAGES"):
