@@ -9,6 +9,15 @@ Each run is a fresh process (a program as a user runs it): session start, the lo
 timed in wall-clock ms; "size" is the file's bytes per scope. "write" is the format's writer
 alone on the resolved trace (``exporters.write``, median CPU time of 5 runs in one process):
 the part of the stop that the output layer owns. Medians of the runs are printed.
+
+"gputrace" is the stop less the fake's own work of laying out CUPTI's record bytes (on a GPU
+libcupti does that, in C, before the stop sees the buffers), and "us/item" that per recorded
+scope or operation (each scope here has one kernel: 2N items). "stop cpu" is the process's CPU
+time over the stop, less the fake's, and "run cpu" the same from the loop's start to the stop's
+end (steadier than wall time on a shared machine; with background chunks the work moves between
+loop and stop, and "run cpu" holds it all). ``STAGES=1`` prints, per run,
+the stop's CPU ms in each stage (timers around the stage functions; nested stages overlap:
+"collect" holds "decode" and "join", "append" holds "plan", "render" and "gzip").
 """
 
 from __future__ import annotations
@@ -33,11 +42,40 @@ from gputrace.backends.cupti import CuptiBackend
 from tests.cupti_fake import FakeActivitySource
 from gputrace.clock import session_clock as clock
 n, out = int(sys.argv[1]), sys.argv[2]
+took = {}
+def timed(owner, name, stage):
+    f = getattr(owner, name)
+    def run(*a, **k):
+        t, c = time.perf_counter_ns(), time.thread_time_ns()
+        try:
+            return f(*a, **k)
+        finally:
+            if stage == "fake":  # its wall and its CPU time (what a waiting thread's wall holds more)
+                took["fake"] = took.get("fake", 0) + time.perf_counter_ns() - t
+                took["fake cpu"] = took.get("fake cpu", 0) + time.thread_time_ns() - c
+            else:  # the stages: CPU time of the thread that ran them (steadier on a shared machine)
+                took[stage] = took.get(stage, 0) + time.thread_time_ns() - c
+    setattr(owner, name, run)
+timed(FakeActivitySource, "encode", "fake")
+if os.environ.get("STAGES"):
+    from gputrace import streaming
+    from gputrace.backends import cupti_records, cupti
+    from gputrace.exporters import chrome, json as js, plan, pftrace
+    for owner, name, stage in ((cupti.CuptiBackend, "collect", "collect"),
+                               (cupti_records.BufferDecoder, "decode", "decode"),
+                               (cupti.CuptiBackend, "_join", "join"), (streaming, "resolve", "resolve"),
+                               (js.StreamWriter, "append", "append"),
+                               (pftrace.StreamWriter, "append", "append"),
+                               (plan.Planner, "chunk", "plan"), (chrome, "render", "render"),
+                               (js.GzipStream, "compress", "gzip"), (js.GzipStream, "flush", "gzip"),
+                               (js, "write_all", "os write")):
+        timed(owner, name, stage)
 t0 = time.perf_counter_ns()
 src = FakeActivitySource(clock)
 s = gputrace.session(out, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True)
 s.start()
 ta = time.perf_counter_ns()
+cpu_start = time.process_time_ns()
 tr = gputrace.trace("tiny")
 for _ in range(n):
     with tr:
@@ -47,12 +85,20 @@ prof = os.environ.get("PROF")
 if prof:
     pr = cProfile.Profile()
     pr.enable()
+fake_loop = took.pop("fake cpu", 0)
+took.clear()
+cpu0 = time.process_time_ns()
 s.__exit__(None, None, None)
 tc = time.perf_counter_ns()
+cpu = time.process_time_ns() - cpu0 - took.get("fake cpu", 0)
+cpu_all = time.process_time_ns() - cpu_start
 if prof:
     pr.disable()
     pstats.Stats(pr, stream=sys.stderr).sort_stats(prof).print_stats(30)
-print((ta - t0) / 1e6, (tb - ta) / 1e6, (tc - tb) / 1e6, os.path.getsize(out))
+if os.environ.get("STAGES"):
+    print("  ".join(f"{k} {v / 1e6:.1f}" for k, v in took.items() if k != "fake cpu"), file=sys.stderr)
+print((ta - t0) / 1e6, (tb - ta) / 1e6, (tc - tb) / 1e6, (tc - tb - took.get("fake", 0)) / 1e6,
+      cpu / 1e6, (cpu_all - fake_loop - took.get("fake cpu", 0)) / 1e6, os.path.getsize(out))
 """
 
 
@@ -87,7 +133,10 @@ def main() -> None:
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     print(f"{n:,} scopes, one kernel each (fake CUPTI); loadavg {os.getloadavg()[0]:.1f}, {reps} runs")
-    print(f"{'format':<8} {'start ms':>9} {'loop ms':>9} {'stop ms':>9} {'write ms':>9} {'B/scope':>8}")
+    print(
+        f"{'format':<8} {'start ms':>9} {'loop ms':>9} {'stop ms':>9} {'gputrace':>9} {'us/item':>8} "
+        f"{'stop cpu':>9} {'run cpu':>8} {'write ms':>9} {'B/scope':>8}"
+    )
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
         for fmt in formats:
@@ -97,12 +146,18 @@ def main() -> None:
                     [sys.executable, "-c", CHILD, str(n), str(folder / f"t.{fmt}")],
                     capture_output=True, text=True, env=env, check=True,
                 )  # fmt: skip
-                if os.environ.get("PROF"):
+                if os.environ.get("STAGES"):
+                    print(f"  {fmt} stages ms: {out.stderr.strip()}")
+                elif os.environ.get("PROF"):
                     print(out.stderr)
                 runs.append([float(x) for x in out.stdout.split()])
-            start, loop, stop, size = (statistics.median(c) for c in zip(*runs, strict=True))
+            medians = (statistics.median(c) for c in zip(*runs, strict=True))
+            start, loop, stop, own, cpu, cpu_all, size = medians
             w = write_speed(n, fmt, folder)
-            print(f"{fmt:<8} {start:>9.1f} {loop:>9.1f} {stop:>9.1f} {w:>9.1f} {size / n:>8.1f}")
+            print(
+                f"{fmt:<8} {start:>9.1f} {loop:>9.1f} {stop:>9.1f} {own:>9.1f} {own * 1e3 / (2 * n):>8.2f} "
+                f"{cpu:>9.1f} {cpu_all:>8.1f} {w:>9.1f} {size / n:>8.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -525,7 +525,7 @@ def _place_ops(
     order = np.lexsort(
         (name_rank[r["name"]], r["correlation"], r["queue"], r["device"], r["gpu_end_ns"], r["gpu_start_ns"])
     )
-    r = r[order]
+    r = np.take(r, order)  # (a structured array's ``r[order]`` copies field by field: 20x slower)
     ids = _intern_all(batch.names, intern) if batch.names else np.zeros(1, np.int32)
     ops = OpTable.empty(n_ops)
     ops.kind = r["kind"].astype(np.int32)

@@ -471,8 +471,8 @@ class CuptiBackend(Backend):
         rows["call_tid"] = -1
         rows["call_name"] = names.index("")
         if hit.any():
-            c = pool[order[jc[hit]]]
-            w = which[order[jc[hit]]]
+            at = order[jc[hit]]
+            c, w = np.take(pool, at), which[at]  # (np.take: a structured fancy index is 15x slower)
             now_matched[w[w >= 0]] = True
             prev_matched[-1 - w[w < 0]] = True
             rows["call_start_ns"][hit] = c["start"]
@@ -657,5 +657,5 @@ def _last_per_correlation(calls: np.ndarray) -> np.ndarray:
         return calls
     rev = calls[::-1]
     _, first = np.unique(rev["correlation"], return_index=True)
-    out: np.ndarray = rev[np.sort(first)][::-1].copy()
+    out: np.ndarray = np.take(rev, np.sort(first)[::-1])
     return out

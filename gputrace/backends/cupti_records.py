@@ -280,7 +280,11 @@ def columns(
         kind = {"memcpys": KIND_MEMCPY, "memsets": KIND_MEMSET, "calls": KIND_DRIVER}.get(
             field, KIND_CONCURRENT_KERNEL
         )
-        return np.concatenate(got) if got else np.zeros(0, COMPACT[kind])
+        if not got:
+            return np.zeros(0, COMPACT[kind])
+        # joined as raw rows: numpy joins structured arrays field by field (20x slower)
+        raw = np.dtype((np.void, got[0].dtype.itemsize))
+        return np.concatenate([g.view(raw) for g in got]).view(got[0].dtype)
 
     k, mc, ms, c = cat("kernels"), cat("memcpys"), cat("memsets"), cat("calls")
     ops = np.zeros(len(k) + len(mc) + len(ms), OPS)

@@ -66,12 +66,15 @@ class GzipStream:
             from isal import isal_zlib
 
             self._z: Any = isal_zlib.compressobj(ISAL_LEVEL, isal_zlib.DEFLATED, -15)
+            # ISA-L's CRC-32 too: zlib's took a quarter of the gzip time (25 MB: 5.7 vs 0.9 ms)
+            self._crc32: Callable[[Any, int], int] = isal_zlib.crc32
         except ImportError:
             self._z = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, -15)
+            self._crc32 = zlib.crc32
         self.crc, self.size = crc, size
 
     def compress(self, data: Any) -> bytes:
-        self.crc = zlib.crc32(data, self.crc)
+        self.crc = self._crc32(data, self.crc)
         self.size += memoryview(data).nbytes
         return bytes(self._z.compress(data))
 

@@ -23,6 +23,7 @@ from gputrace.backends.cupti import CuptiBackend
 from gputrace.backends.cupti_lib import LibCuptiSource
 from gputrace.clock import FakeClock
 from gputrace.errors import GputraceError, reported, reset_reports
+from gputrace.records import OP_KERNEL, OP_MEMCPY, OP_MEMSET
 from tests.cupti_fake import FakeActivitySource
 
 DATA = Path(__file__).parents[1] / "data"
@@ -128,6 +129,29 @@ def test_random_buffers_decode_field_by_field(seed: int) -> None:
         for row, st in zip(arr, want, strict=True):
             for name in arr.dtype.names:
                 assert int(row[name]) == int(getattr(st, name) or 0), (attr, name)
+
+
+def test_several_buffers_join_into_the_columns_of_each_in_turn() -> None:
+    rng = np.random.default_rng(11)
+    name = ctypes.create_string_buffer(b"kernel_a")
+    dec = cr.BufferDecoder()
+    bufs = [_random_buffer(rng, 60, ctypes.addressof(name))[0] for _ in range(3)]
+    parts = [dec.decode(np.frombuffer(b, np.uint8)) for b in bufs]
+
+    def read(p: int) -> str:
+        return ctypes.string_at(p).decode()
+
+    names = cr.NameTable()
+    joined = cr.columns(parts, names, read)
+    one = [cr.columns([p], names, read) for p in parts]  # (one table: the same index per name)
+    ops = [o for o, _ in one]  # the operations come kind by kind: every buffer's kernels first
+    want_ops = np.concatenate([o[o["kind"] == k] for k in (OP_KERNEL, OP_MEMCPY, OP_MEMSET) for o in ops])
+    want_calls = np.concatenate([c for _, c in one])
+    for got, want in zip(joined, (want_ops, want_calls), strict=True):
+        assert len(got) == len(want) > 0
+        for field in got.dtype.names:
+            assert np.array_equal(got[field], want[field]), field
+    assert {names.names[i] for i in joined[0]["name"][joined[0]["kind"] == OP_KERNEL]} == {"kernel_a"}
 
 
 def _walk_one_by_one(buf: np.ndarray, sizes: dict[int, int]) -> list[int]:
