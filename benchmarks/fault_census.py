@@ -75,6 +75,20 @@ def lost_counted(t: gputrace.Trace) -> int:
     return int(lost.get("scopes", 0)) if isinstance(lost, dict) else 0
 
 
+def outcome(path: Path, seen: list[str]) -> dict[str, Any]:
+    """What the program saw, and what the file gputrace reads for ``path`` holds (a .pftrace
+    session's: the .json.gz beside it): scopes lost without being counted, and counted."""
+    out: dict[str, Any] = {"seen": seen, "unloadable": "", "lost": 0, "counted": 0}
+    try:
+        t = gputrace.load(canonical(path))
+        out["lost"] = STEPS - len(t.find("step")) - lost_counted(t)
+        out["counted"] = lost_counted(t)
+    except Exception as exc:
+        out["unloadable"] = f"{type(exc).__name__}: {exc}"
+        out["lost"] = STEPS
+    return out
+
+
 def run_once(path: Path, stream: bool, faults: CallFaults) -> dict[str, Any]:
     """One session with ``faults`` armed; what the program saw and what the file holds."""
     seen: list[str] = []
@@ -108,15 +122,7 @@ def run_once(path: Path, stream: bool, faults: CallFaults) -> dict[str, Any]:
             rec = active_recorder()
             if rec is not None:
                 rec.deactivate()
-    out: dict[str, Any] = {"seen": seen, "unloadable": "", "lost": 0, "counted": 0}
-    try:
-        t = gputrace.load(canonical(path))  # a .pftrace session's: the .json.gz beside it
-        out["lost"] = STEPS - len(t.find("step")) - lost_counted(t)
-        out["counted"] = lost_counted(t)
-    except Exception as exc:
-        out["unloadable"] = f"{type(exc).__name__}: {exc}"
-        out["lost"] = STEPS
-    return out
+    return outcome(path, seen)
 
 
 def enospc_once(path: Path, at_chunk: int) -> dict[str, Any]:
@@ -154,15 +160,7 @@ def enospc_once(path: Path, at_chunk: int) -> dict[str, Any]:
         os.write = real  # type: ignore[assignment]
         if realv is not None:
             os.writev = realv  # type: ignore[assignment]
-    out: dict[str, Any] = {"seen": seen, "unloadable": "", "lost": 0}
-    try:
-        t = gputrace.load(canonical(path))  # a .pftrace session's: the .json.gz beside it
-        out["lost"] = STEPS - len(t.find("step")) - lost_counted(t)
-        out["counted"] = lost_counted(t)
-    except Exception as exc:
-        out["unloadable"] = f"{type(exc).__name__}: {exc}"
-        out["lost"] = STEPS
-    return out
+    return outcome(path, seen)
 
 
 def main() -> None:
