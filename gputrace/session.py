@@ -48,6 +48,7 @@ from gputrace.records import RawRecording
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
 STREAM_BASE_MARGIN_NS = 100_000_000
+WRITERS = ("auto", "process", "thread")  # who writes a streamed file (``session(writer=)``)
 
 
 class session:
@@ -71,6 +72,10 @@ class session:
     (``gputrace.schedule(wait=, warmup=, active=, repeat=)``, as torch.profiler counts them)
     records only the active steps of each cycle, each window marked ("window 0" …) and listed in
     the header (see ``gputrace.flight``). ``ring_s`` keeps only the last seconds (flight recorder).
+    ``writer`` is who writes a streamed file: "process" (a writer process beside the program,
+    ``gputrace.appender``: rendering the file then never competes with the program for Python's
+    interpreter), "thread" (the program's own process), or "auto" (``GPUTRACE_WRITER`` if set, else
+    a process for the cuda backend, whose launches run in the interpreter the writing would hold).
     The resolved ``Trace`` stays available as ``session.trace`` (read back from the file when
     streamed, on first use).
     """
@@ -93,6 +98,7 @@ class session:
         ring_s: float | None = None,
         steps: str | tuple[int, int] | None = None,
         schedule: Any = None,
+        writer: str = "auto",
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.nvtx = nvtx
@@ -110,6 +116,9 @@ class session:
             )
         self.stream = (stream or ring_s is not None) and self.path is not None
         self.flush_s = flush_s
+        if writer not in WRITERS:
+            raise GputraceError(f"writer={writer!r} is not one of {', '.join(WRITERS)}.")
+        self.writer = writer
         self._steps: Any = None  # the step schedule (gputrace.flight.Schedule), if any
         if steps is not None and schedule is not None:
             raise GputraceError("give steps= or schedule=, not both (steps='a:b' is a one-window schedule).")
@@ -300,7 +309,7 @@ class session:
         self._raw.header = header
         try:
             ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
-            self._streamer = Streamer(self.path, header, self._recorder, self._raw, ring)
+            self._streamer = Streamer(self.path, header, self._recorder, self._raw, ring, self._offload())
             self._stream_path = self.path
         except Exception as exc:
             self.stream = False  # written at stop instead, where an OSError is reported once
@@ -321,6 +330,17 @@ class session:
         if self.ring_s is not None:
             self._ring_triggers = RingTriggers(self._ring_at_exit, self.dump_ring)
             self._ring_triggers.install()
+
+    def _offload(self) -> bool:
+        """Whether the streamed file is written by a writer process (``gputrace.appender``)."""
+        choice = self.writer
+        if choice == "auto":
+            choice = os.environ.get("GPUTRACE_WRITER", "").strip().lower() or "auto"
+        if choice == "auto":  # a CUDA program launches from the interpreter that would render
+            return self.backend_spec == "cuda" or (
+                self.backend_spec == "auto" and self._raw.header.get("backend") == "cuda"
+            )
+        return choice == "process"
 
     # the flight recorder (gputrace.flight) ------------------------------------------------------
     def _ring_at_exit(self) -> None:

@@ -13,19 +13,17 @@ every sample. "cold" is the first call of a name in the whole session; "outlier"
 the calls of a name within a chunk. A scope's GPU span only hulls its children's (wgpu) when they
 end in the same chunk.
 
-A chunk that fails costs no other chunk. Each append is undone if it fails part-way (the file is
-cut back to the chunks before it, the writer's state put back: ``exporters._undo``). A chunk the
-resolver or the encoder fails on is written again with CPU times only, its scopes flagged
-``degraded``; one whose write fails (a full disk) is held and written again before the next one,
-and is lost only if it still cannot be written at the end (or past ``MAX_HELD_SCOPES``). What is
-lost is counted in the final header, ``"lost": {"scopes": n, "chunks": k}``, and ``summarize``
-says so.
+A chunk that fails costs no other chunk. A chunk the resolver fails on keeps its CPU times, its
+scopes flagged ``degraded``; appending (``gputrace.appender``) undoes an append that fails
+part-way, writes a chunk the encoder fails on with CPU times only, and holds one whose write fails
+(a full disk) to write it again before the next one. What is lost is counted in the final header,
+``"lost": {"scopes": n, "chunks": k}``, and ``summarize`` says so. With ``offload`` the appending
+runs in a writer process (``appender.WriterProcess``), off the program's interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import threading
 import time
@@ -37,9 +35,10 @@ from typing import Any
 import numpy as np
 
 from gputrace import exporters
+from gputrace.appender import Appender, SpawnFailed, WriterProcess
 from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.errors import report_internal
-from gputrace.fallback import cpu_scopes, scopes_in, without_gpu
+from gputrace.fallback import cpu_scopes, scopes_in
 from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
@@ -61,7 +60,6 @@ EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 # than OPS_BACKLOG collected operations are not yet written (docs/cupti.md, "Memory").
 COLLECT_BYTES = 4 << 20
 OPS_BACKLOG = 30_000
-MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
 _COLD = int(Flag.COLD)
 _DEGRADED = int(Flag.DEGRADED)
 
@@ -106,20 +104,30 @@ class Streamer:
     """Owns a session's ``StreamWriter`` and what is pending between chunks."""
 
     def __init__(
-        self, path: Any, header: dict[str, Any], recorder: Recorder, raw: RawRecording, writer: Any = None
+        self,
+        path: Any,
+        header: dict[str, Any],
+        recorder: Recorder,
+        raw: RawRecording,
+        writer: Any = None,
+        offload: bool = False,
     ) -> None:
         self.header = header
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
-        # a format's StreamWriter, or anything with its methods (the flight recorder's ring)
-        self.writer = writer if writer is not None else exporters.stream_writer(path, header)
+        # a format's StreamWriter, or anything with its methods (the flight recorder's ring),
+        # appended to here or in a writer process
+        self.out: Appender | WriterProcess
+        if writer is not None:
+            self.out = Appender(writer)
+        else:
+            self.out = self._open(path, header, offload)
         self.lock = threading.RLock()  # one take or chunk at a time
         self.seen_names: set[str] = set()
         self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
         self.counts: Counter[str] = Counter()
         self.examples: list[dict[str, Any]] = []
         self.anomalous = 0
-        self.chunks = 0
         self.last_write = time.monotonic()  # the first timer chunk comes a full interval in
         self.queues: list[QueueInfo] = []
         self._stop = threading.Event()
@@ -129,11 +137,10 @@ class Streamer:
         self._gate.set()
         self.throttling = False
         self.throttled = 0  # backlogs that made recording threads wait
-        self.held: list[Trace] = []  # chunks whose write failed (a full disk), in order
-        self.lost_scopes = 0  # scopes that never reached the file (counted in the final header)
+        self.lost_scopes = 0  # scopes that never reached the appender (counted in the final header)
         self.lost_chunks = 0
-        self.degraded_chunks = 0  # chunks written with CPU times only
-        self.rows_out = 0  # scopes written or held: the file row of the next chunk's first scope
+        self.degraded_chunks = 0  # chunks resolved with CPU times only
+        self.rows_out = 0  # scopes handed to the appender: the row of the next chunk's first scope
         # set by the session (CUPTI): collect without a sync -> (horizon, queues)
         self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo] | None]] | None = None
         self.last_collect = time.monotonic()
@@ -141,6 +148,22 @@ class Streamer:
         self.last_horizon: int | None = None  # CUPTI: the latest horizon, and whether it moved
         self.horizon_moves = True
         _live.add(self)
+
+    @staticmethod
+    def _open(path: Any, header: dict[str, Any], offload: bool) -> Appender | WriterProcess:
+        if offload:
+            try:
+                return WriterProcess(path, header)
+            except SpawnFailed as exc:
+                report_internal("writer-process", f"the trace's writer process could not be started "
+                                f"({exc}); the trace is written in the program's process.")  # fmt: skip
+        return Appender(exporters.stream_writer(path, header))
+
+    @property
+    def writer(self) -> Any:
+        """What the chunks go to: the format's writer, or the writer process."""
+        out = self.out
+        return out.writer if isinstance(out, Appender) else out
 
     def detach(self) -> None:
         """In a forked child: never write to the parent's file (the child has no timer either)."""
@@ -150,7 +173,7 @@ class Streamer:
         if isinstance(fd, int) and not getattr(self.writer, "closed", True):
             with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
-        self.writer = _Detached()
+        self.out = Appender(_Detached())
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
@@ -477,107 +500,9 @@ class Streamer:
         except Exception as exc:
             self._lose(len(plain) // 3 + len(rich) // RICH, "reading back recorded scopes", exc)
 
-    # -- appending: one failing chunk never costs another ----------------------------------------
     def _append(self, chunk: Trace) -> None:
-        """Append the held chunks, then ``chunk``, in order; a chunk whose write fails is held (the
-        ones after it wait behind it, so the file keeps their order)."""
-        self.held.append(chunk)
+        self.out.add(chunk, self.rows_out)
         self.rows_out += len(chunk)
-        try:
-            self._flush_held(at_close=False)
-            while sum(len(c) for c in self.held) > MAX_HELD_SCOPES and len(self.held) > 1:
-                self._drop_held(OSError(errno.ENOSPC, "the disk stayed full"))
-        except Exception as exc:  # the chunks stay held: written with the next one, or at close
-            why = f"{type(exc).__name__}: {exc}"
-            report_internal("stream-append", f"appending a trace chunk failed ({why}); it is tried again.")
-
-    def _flush_held(self, at_close: bool) -> None:
-        while self.held:
-            if self._append_first():
-                continue
-            if not at_close:
-                return  # the disk is still full: try again with the next chunk, or at close
-            self._drop_held(OSError(errno.ENOSPC, "the disk was still full at the end"))
-
-    def _append_first(self) -> bool:
-        """Append ``held[0]``: True once it is written or lost (counted), False if it stays held
-        (its write failed with an OSError, a full disk)."""
-        chunk = self.held[0]
-        if self.writer.closed:
-            self._drop_held(RuntimeError("the trace file is closed"))
-            return True
-        for attempt in ("as resolved", "with CPU times only"):
-            cp = self._checkpoint()
-            try:
-                self.writer.append(chunk)
-            except OSError as exc:
-                self._undo(cp)
-                report_internal(
-                    "stream-disk",
-                    f"appending to the trace failed ({exc.strerror or exc}); the chunk is kept and "
-                    "written with the next one.",
-                )
-                return False
-            except Exception as exc:
-                self._undo(cp)
-                if attempt != "as resolved" or self.writer.closed:
-                    self._drop_held(exc)
-                    return True
-                reason = f"encoding GPU times failed ({type(exc).__name__}: {exc})"
-                report_internal(
-                    "stream-encode", f"{reason}; its scopes keep CPU times only, flagged degraded."
-                )
-                chunk = self.held[0] = without_gpu(chunk, reason)
-                self.degraded_chunks += 1
-                continue
-            self.held.pop(0)
-            self.chunks += 1
-            return True
-        return True
-
-    def _checkpoint(self) -> Any:
-        try:
-            cp = getattr(self.writer, "checkpoint", None)
-            return cp() if cp is not None else None
-        except Exception:
-            return None
-
-    def _undo(self, cp: Any) -> None:
-        """Cut the file back to ``cp``; if that is impossible, stop appending (the file then reads
-        as ending early, at its last whole chunk)."""
-        if cp is None and not hasattr(self.writer, "checkpoint"):
-            return  # a writer in memory (the flight recorder's ring): nothing half-written to cut
-        try:
-            if cp is None:
-                raise RuntimeError("no checkpoint was taken")
-            self.writer.rollback(cp)
-        except Exception as undo_exc:
-            report_internal(
-                "stream-undo",
-                f"a failed append could not be undone ({type(undo_exc).__name__}: {undo_exc}); "
-                "the trace ends at its last whole chunk.",
-            )
-            abandon = getattr(self.writer, "abandon", None)
-            try:
-                if abandon is not None:
-                    abandon()
-                else:
-                    self.writer.closed = True
-            except Exception:
-                pass
-
-    def _drop_held(self, exc: BaseException) -> None:
-        """``held[0]`` never reaches the file: counted; its anomaly examples go, later ones move up."""
-        chunk = self.held.pop(0)
-        n = len(chunk)
-        first = self.rows_out - sum(len(c) for c in self.held) - n
-        self.examples = [
-            dict(e, scope=e["scope"] - n if e["scope"] >= first + n else e["scope"])
-            for e in self.examples
-            if not first <= e["scope"] < first + n
-        ]
-        self.rows_out -= n
-        self._lose(n, "appending a trace chunk", exc)
 
     def _carry_ops(self, chunk: Trace, ops: OpBatch) -> Trace:
         """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
@@ -623,13 +548,7 @@ class Streamer:
                 self.examples.append(dict(item, scope=rows0 + int(item["scope"])))
 
     def close(self, final_header: dict[str, Any]) -> None:
-        with self.lock:
-            try:
-                self._flush_held(at_close=True)  # a last try for chunks held by a full disk
-            except Exception as exc:
-                n = sum(len(c) for c in self.held)
-                self.held.clear()
-                self._lose(n, "appending the last trace chunks", exc)
+        """The final header, with what was lost here, to the appender (which adds its own)."""
         header = dict(final_header)
         if self.lost_scopes or self.degraded_chunks:
             header["lost"] = {
@@ -642,10 +561,9 @@ class Streamer:
             "items": self.examples,
             "truncated": max(0, self.anomalous - len(self.examples)),
         }
-        header["streamed"] = {"chunks": self.chunks}
         with self.lock:
             try:
-                self.writer.close(header)
+                self.out.close(header)
             finally:
                 _live.discard(self)
 

@@ -455,7 +455,7 @@ def test_cuda_backend(point: str, mode: str, timing: str, tmp_path: Path) -> Non
 
     result, fault, msgs, t = _run(
         lambda: "cuda", program, _target(point, cls), mode, tmp_path / "t.json",
-        backend_options={"timing": timing}, **_stage_options(point),
+        backend_options={"timing": timing}, writer="thread", **_stage_options(point),
     )  # fmt: skip
     assert result == 256.0 * STEPS
     _check(point, mode, fault, msgs, t, gpu=True)

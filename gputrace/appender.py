@@ -1,0 +1,340 @@
+"""Appending a streamed session's chunks to its file, in order, in this process or in a writer process.
+
+``Appender`` owns the format's ``StreamWriter``: each chunk is appended, or held while its write
+fails with an ``OSError`` (a full disk) and written again before the next one; a chunk the encoder
+fails on is written again with CPU times only, flagged ``degraded``. What never reaches the file is
+counted, and ``close`` puts the counts in the final header (``"lost"``, ``"streamed"``).
+
+``WriterProcess`` runs an ``Appender`` in a child process (``python -c "...serve()"``): the session
+pickles each resolved chunk (numpy columns: a memory copy) down a pipe, and the child plans, renders,
+compresses and writes it. Rendering is most of a chunk's cost (about 1.2 µs of 2 µs per recorded
+item, docs/cupti.md "Where the time goes"), and in this process it holds the interpreter that the
+program runs in; in the child it runs on another core. The pipe is the backpressure: a writer
+behind blocks the streamer's thread in ``write`` (which lets the interpreter go), never the program.
+The child ignores SIGINT (Ctrl-C stops the program, the child still finishes the file) and ends when
+the pipe closes: a program killed mid-run leaves what the child had received, as a crash leaves a
+file written in-process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+from typing import Any
+
+from gputrace.errors import report_internal, reported
+from gputrace.fallback import without_gpu
+from gputrace.model import Trace
+
+MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
+_FRAME = struct.Struct("<Q")
+PIPE_BYTES = 1 << 20  # the pipe's buffer (Linux): chunks in flight before the streamer waits
+CLOSE_WAIT_S = 600.0  # the writer process's last chunks and final header, at most
+
+
+class Appender:
+    """Append chunks to ``writer`` in order; hold a chunk whose write fails with an ``OSError``."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.held: list[tuple[int, Trace]] = []  # (first row, chunk) whose write failed, in order
+        self.chunks = 0
+        self.lost_scopes = 0
+        self.lost_chunks = 0
+        self.degraded_chunks = 0
+        self.dropped: list[tuple[int, int]] = []  # (first row, scopes) of chunks that never reached the file
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.writer.closed)
+
+    def add(self, chunk: Trace, first_row: int) -> None:
+        """Append the held chunks, then ``chunk`` (whose first scope is row ``first_row`` of what
+        the session sent), in order; a chunk whose write fails is held (the ones after it wait
+        behind it, so the file keeps their order). Never raises."""
+        self.held.append((first_row, chunk))
+        try:
+            self._flush_held(at_close=False)
+            while sum(len(c) for _, c in self.held) > MAX_HELD_SCOPES and len(self.held) > 1:
+                self._drop_held(OSError(errno.ENOSPC, "the disk stayed full"))
+        except Exception as exc:  # the chunks stay held: written with the next one, or at close
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("stream-append", f"appending a trace chunk failed ({why}); it is tried again.")
+
+    def _flush_held(self, at_close: bool) -> None:
+        while self.held:
+            if self._append_first():
+                continue
+            if not at_close:
+                return  # the disk is still full: try again with the next chunk, or at close
+            self._drop_held(OSError(errno.ENOSPC, "the disk was still full at the end"))
+
+    def _append_first(self) -> bool:
+        """Append ``held[0]``: True once it is written or lost (counted), False if it stays held
+        (its write failed with an OSError, a full disk)."""
+        first, chunk = self.held[0]
+        if self.writer.closed:
+            self._drop_held(RuntimeError("the trace file is closed"))
+            return True
+        for attempt in ("as resolved", "with CPU times only"):
+            cp = self._checkpoint()
+            try:
+                self.writer.append(chunk)
+            except OSError as exc:
+                self._undo(cp)
+                report_internal(
+                    "stream-disk",
+                    f"appending to the trace failed ({exc.strerror or exc}); the chunk is kept and "
+                    "written with the next one.",
+                )
+                return False
+            except Exception as exc:
+                self._undo(cp)
+                if attempt != "as resolved" or self.writer.closed:
+                    self._drop_held(exc)
+                    return True
+                reason = f"encoding GPU times failed ({type(exc).__name__}: {exc})"
+                report_internal(
+                    "stream-encode", f"{reason}; its scopes keep CPU times only, flagged degraded."
+                )
+                chunk = without_gpu(chunk, reason)
+                self.held[0] = (first, chunk)
+                self.degraded_chunks += 1
+                continue
+            self.held.pop(0)
+            self.chunks += 1
+            return True
+        return True
+
+    def _checkpoint(self) -> Any:
+        try:
+            cp = getattr(self.writer, "checkpoint", None)
+            return cp() if cp is not None else None
+        except Exception:
+            return None
+
+    def _undo(self, cp: Any) -> None:
+        """Cut the file back to ``cp``; if that is impossible, stop appending (the file then reads
+        as ending early, at its last whole chunk)."""
+        if cp is None and not hasattr(self.writer, "checkpoint"):
+            return  # a writer in memory (the flight recorder's ring): nothing half-written to cut
+        try:
+            if cp is None:
+                raise RuntimeError("no checkpoint was taken")
+            self.writer.rollback(cp)
+        except Exception as undo_exc:
+            report_internal(
+                "stream-undo",
+                f"a failed append could not be undone ({type(undo_exc).__name__}: {undo_exc}); "
+                "the trace ends at its last whole chunk.",
+            )
+            abandon = getattr(self.writer, "abandon", None)
+            try:
+                if abandon is not None:
+                    abandon()
+                else:
+                    self.writer.closed = True
+            except Exception:
+                pass
+
+    def _drop_held(self, exc: BaseException) -> None:
+        """``held[0]`` never reaches the file: counted, and its rows remembered for ``close``."""
+        first, chunk = self.held.pop(0)
+        self.dropped.append((first, len(chunk)))
+        self.lost_scopes += len(chunk)
+        self.lost_chunks += 1
+        report_internal(
+            "stream-lost:appending a trace chunk",
+            f"appending a trace chunk failed ({type(exc).__name__}: {exc}); {len(chunk)} scopes are "
+            "lost, counted in the trace.",
+        )
+
+    def close(self, header: dict[str, Any]) -> None:
+        """Write what is held (a last try), then the final header with this appender's counts
+        added to the session's (``lost``) and the anomaly examples of lost chunks taken out."""
+        try:
+            self._flush_held(at_close=True)
+        except Exception as exc:
+            n = sum(len(c) for _, c in self.held)
+            self.held.clear()
+            self.lost_scopes += n
+            self.lost_chunks += 1
+            report_internal("stream-lost:appending the last trace chunks",
+                            f"appending the last trace chunks failed ({type(exc).__name__}: {exc}); "
+                            f"{n} scopes are lost, counted in the trace.")  # fmt: skip
+        header = dict(header)
+        lost = dict(header.get("lost") or {"scopes": 0, "chunks": 0, "degraded_chunks": 0})
+        lost["scopes"] = int(lost.get("scopes", 0)) + self.lost_scopes
+        lost["chunks"] = int(lost.get("chunks", 0)) + self.lost_chunks
+        lost["degraded_chunks"] = int(lost.get("degraded_chunks", 0)) + self.degraded_chunks
+        if lost["scopes"] or lost["degraded_chunks"]:
+            header["lost"] = lost
+        else:
+            header.pop("lost", None)
+        anomalies = header.get("anomalies")
+        if self.dropped and isinstance(anomalies, dict):
+            anomalies["items"] = _without_rows(anomalies.get("items") or [], self.dropped)
+        header["streamed"] = {"chunks": self.chunks}
+        self.writer.close(header)
+
+
+def _without_rows(items: list[dict[str, Any]], dropped: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Anomaly examples (``scope``: the row among the scopes sent) renumbered as rows of the
+    file, those of the dropped chunks left out."""
+    out = []
+    for item in items:
+        row = int(item["scope"])
+        if any(first <= row < first + n for first, n in dropped):
+            continue
+        out.append(dict(item, scope=row - sum(n for first, n in dropped if first + n <= row)))
+    return out
+
+
+# -- the writer process -------------------------------------------------------------------------
+def _send(fd: int, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=5)
+    view = memoryview(_FRAME.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_exact(f: Any, n: int) -> bytes | None:
+    data = f.read(n)
+    return data if data is not None and len(data) == n else None
+
+
+def _receive(f: Any) -> Any:
+    head = _read_exact(f, _FRAME.size)
+    if head is None:
+        return None
+    body = _read_exact(f, _FRAME.unpack(head)[0])
+    return pickle.loads(body) if body is not None else None
+
+
+class SpawnFailed(Exception):
+    """The writer process could not be started."""
+
+
+class WriterProcess:
+    """An ``Appender`` in a child process, with the same methods; never raises into the session."""
+
+    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
+        # an unwritable path is refused here, at once, as an in-process open would refuse it
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from gputrace.appender import serve; serve()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=env, close_fds=True, start_new_session=True,
+            )  # fmt: skip
+        except Exception as exc:  # no interpreter to run: the session appends in-process
+            raise SpawnFailed(f"{type(exc).__name__}: {exc}") from None
+        assert self.proc.stdin is not None
+        self._fd = self.proc.stdin.fileno()
+        with contextlib.suppress(OSError, AttributeError):
+            import fcntl
+
+            fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        self.closed = False
+        self.rows = 0  # scopes sent
+        self._broken: str | None = None
+        self.lost_scopes = 0  # sent after the writer process ended
+        self._send(("open", os.fspath(path), header))
+
+    def _send(self, msg: Any) -> bool:
+        if self._broken is not None:
+            return False
+        try:
+            _send(self._fd, msg)
+            return True
+        except OSError as exc:  # the writer process ended: what it had is in the file
+            self._broken = exc.strerror or str(exc)
+            report_internal("writer-process", f"the trace's writer process ended ({self._broken}); "
+                            "the trace ends at its last whole chunk, later scopes are counted as lost.")  # fmt: skip
+            return False
+
+    def add(self, chunk: Trace, first_row: int) -> None:
+        if not self._send(("add", chunk, first_row)):
+            self.lost_scopes += len(chunk)
+        self.rows += len(chunk)
+
+    def abandon(self) -> None:
+        """End the writer process without a final header (the file reads as ending early)."""
+        if not self.closed:
+            self.closed = True
+            self._finish(False)
+
+    def _finish(self, answer: bool) -> Any:
+        """Close the pipe, read the writer process's answer (``answer``), wait for it to end."""
+        reply = None
+        p = self.proc
+        with contextlib.suppress(Exception):
+            p.stdin.close()  # type: ignore[union-attr]
+            if answer:
+                reply = _receive(p.stdout)
+        with contextlib.suppress(Exception):
+            p.wait(CLOSE_WAIT_S)
+        with contextlib.suppress(Exception):
+            p.stdout.close()  # type: ignore[union-attr]
+        return reply
+
+    def close(self, header: dict[str, Any]) -> None:
+        """Send the final header and wait for the writer process to finish the file; what it
+        reported is reported here, once."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.lost_scopes:
+            lost = dict(header.get("lost") or {})
+            lost["scopes"] = int(lost.get("scopes", 0)) + self.lost_scopes
+            header = dict(header, lost=lost)
+        sent = self._send(("close", header))
+        reply = self._finish(sent)
+        if not isinstance(reply, dict):
+            if sent:
+                report_internal("writer-process", "the trace's writer process ended before the final "
+                                "header; the trace ends at its last whole chunk.")  # fmt: skip
+            return
+        for message in reply.get("reports", []):
+            report_internal(f"writer:{message}", message)
+        if reply.get("error"):
+            raise OSError(errno.EIO, reply["error"])
+
+
+def serve() -> None:
+    """The writer process: read chunks from stdin, append them, answer the close on stdout."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
+    from gputrace import exporters
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    appender: Appender | None = None
+    error = ""
+    while (msg := _receive(stdin)) is not None:
+        try:
+            if msg[0] == "open":
+                appender = Appender(exporters.stream_writer(msg[1], msg[2]))
+            elif msg[0] == "add" and appender is not None:
+                appender.add(msg[1], msg[2])
+            elif msg[0] == "close" and appender is not None:
+                header = msg[1]
+                if mine := [m for m in reported() if m not in header.get("problems", [])]:
+                    header = dict(header, problems=[*header.get("problems", []), *mine])
+                appender.close(header)
+                break
+        except Exception as exc:  # said to the session at close
+            error = error or f"{type(exc).__name__}: {exc}"
+            if msg[0] == "close":
+                break
+    if appender is None or not appender.closed:  # the pipe closed first: a crash, or abandon
+        with contextlib.suppress(Exception):
+            if appender is not None:
+                appender.writer.abandon()
+    with contextlib.suppress(OSError):
+        _send(stdout.fileno(), {"reports": reported(), "error": error})
