@@ -3,8 +3,9 @@
     python3 benchmarks/bench_cupti_memory.py [KERNELS]      # on a CUDA GPU; default 1,000,000
 
 KERNELS tiny kernels (``x += 1``), 1,000 per scope, no sync until the end; each variant in its
-own process; peak RSS (``ru_maxrss``) and wall time. The streamed CUPTI file is written while
-the program runs, so its peak should stay near the bare program's.
+own process; peak RSS (``ru_maxrss``) and wall time, and the peak of the session's writer process
+(``gputrace.appender``: it holds the file's writer, apart from the program). The streamed CUPTI
+file is written while the program runs, so its peak should stay near the bare program's.
 """
 
 import json
@@ -72,7 +73,9 @@ else:
 if variant in ("bare", "rawcupti"):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     took = time.perf_counter() - t0
+writer = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the writer process, waited for
 print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": took,
+                  "writer_mb": writer / 1024,
                   "started_mb": started, "rss_quarters": marks}))
 """
 
@@ -100,7 +103,8 @@ def main() -> None:
         print(
             f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB "
             f"(at loop start {r['before_mb']:7.1f}, RSS after the session's start "
-            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s; RSS by quarter {r['rss_quarters']}"
+            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s; writer process peak {r['writer_mb']:6.1f} MB; "
+            f"RSS by quarter {r['rss_quarters']}"
         )
     bare = [r for r in rows if r["variant"] == "bare"]
     for r in rows:

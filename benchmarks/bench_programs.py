@@ -13,8 +13,10 @@ Programs (CuPy; each warmed up before the clock starts, so compiling its kernels
 Variants: ``bare``; gputrace CUPTI timing writing ``.json.gz`` / ``.json`` / ``.pftrace``;
 gputrace events timing (``.json.gz``); Proton (``triton.profiler``, backend cupti, ``proton.scope``);
 raw CUPTI kernel + driver records through cupti-python (no scopes, records counted in a Python
-buffer callback: the floor of a Python CUPTI client); torch.profiler (CPU + CUDA) with
-``record_function`` scopes, exporting a Chrome trace; NVTX ranges (``nvtx.annotate``).
+buffer callback: the floor of a Python CUPTI client); ``rawsame``, raw CUPTI with gputrace's
+activity kinds (kernel, memcpy, memset, and the launch / copy / set / sync API calls it keeps);
+torch.profiler (CPU + CUDA) with ``record_function`` scopes, exporting a Chrome trace; NVTX
+ranges (``nvtx.annotate``).
 
 Each run is its own process (``python3 -c CHILD``), variants interleaved within each round, best
 (smallest total) of ``--reps`` rounds. Times: ``import`` the profiler's modules (before the clock);
@@ -41,6 +43,7 @@ VARIANTS = (
     "events",
     "proton",
     "rawcupti",
+    "rawsame",
     "torch",
     "nvtx",
 )
@@ -121,6 +124,28 @@ elif variant == "rawcupti":
         cupti.activity_flush_all(1)
         cupti.activity_disable(cupti.ActivityKind.CONCURRENT_KERNEL)
         cupti.activity_disable(cupti.ActivityKind.DRIVER)
+elif variant == "rawsame":
+    from cupti import cupti
+    from gputrace.backends import cupti_cbids as ids
+    K = cupti.ActivityKind
+    got = [0]
+    def requested():
+        return 1 << 20, 0
+    def completed(activities):
+        got[0] += len(activities)
+    def start():
+        cupti.activity_register_callbacks(requested, completed)
+        for k in (K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET):
+            cupti.activity_enable(k)
+        for table, enable in ((ids.DRIVER, cupti.activity_enable_driver_api),
+                              (ids.RUNTIME, cupti.activity_enable_runtime_api)):
+            for cbid in table:  # (as gputrace does: an id this CUPTI does not know is skipped)
+                try:
+                    enable(cbid, 1)
+                except cupti.cuptiError:
+                    pass
+    def stop():
+        cupti.activity_flush_all(1)
 elif variant == "torch":
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function

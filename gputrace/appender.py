@@ -256,8 +256,11 @@ class WriterProcess:
             return True
         except OSError as exc:  # the writer process ended: what it had is in the file
             self._broken = exc.strerror or str(exc)
-            report_internal("writer-process", f"the trace's writer process ended ({self._broken}); "
-                            "the trace ends at its last whole chunk, later scopes are counted as lost.")  # fmt: skip
+            report_internal(
+                "writer-process",
+                f"the trace's writer process ended ({self._broken}); the trace ends at its last "
+                "whole chunk, later scopes are counted as lost.",
+            )
             return False
 
     def add(self, chunk: Trace, first_row: int) -> None:

@@ -6,11 +6,13 @@ each other, the flags raised are the real ones), never timing values.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -306,7 +308,7 @@ def test_events_timing_streams_without_any_sync(spin, tmp_path) -> None:  # type
                 spin(20_000)
             if i == n // 2:
                 time.sleep(0.2)  # the timer writes meanwhile
-        during = len(gputrace.load(path))  # the file as it stands while the program runs
+        during = _scopes_in_file_soon(path, n // 2)  # the file as it stands while the program runs
     t = gputrace.load(path)
     assert len(t) == n and sorted(sc.args["i"] for sc in t) == list(range(n))
     assert all(sc.gpu_start_ns is not None for sc in t)
@@ -314,6 +316,17 @@ def test_events_timing_streams_without_any_sync(spin, tmp_path) -> None:  # type
     assert during > n // 2  # streamed, not all at the stop
     assert t.header["streamed"]["chunks"] >= 2
     assert s.trace is not None and len(s.trace) == n
+
+
+def _scopes_in_file_soon(path: Path, more_than: int, wait_s: float = 10.0) -> int:
+    """Scopes in the streamed file, read until it holds more than ``more_than`` or ``wait_s``
+    passed: a writer process (the cuda backend's) appends a moment after the chunk was sent."""
+    deadline, got = time.monotonic() + wait_s, 0
+    while time.monotonic() < deadline and got <= more_than:
+        with contextlib.suppress(gputrace.GputraceError):
+            got = len(gputrace.load(path))
+        time.sleep(0.05)
+    return got
 
 
 @pytest.mark.gpu
