@@ -19,9 +19,11 @@ file written in-process.
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
@@ -34,8 +36,10 @@ from gputrace.model import Trace
 
 MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
 _FRAME = struct.Struct("<Q")
+READY = b"R"  # the writer process has the file open
 PIPE_BYTES = 1 << 20  # the pipe's buffer (Linux): chunks in flight before the streamer waits
 CLOSE_WAIT_S = 600.0  # the writer process's last chunks and final header, at most
+STALL_S = 60.0  # a writer process that reads nothing this long is given up (its chunks counted lost)
 
 
 class Appender:
@@ -197,11 +201,18 @@ def _without_rows(items: list[dict[str, Any]], dropped: list[tuple[int, int]]) -
 
 
 # -- the writer process -------------------------------------------------------------------------
-def _send(fd: int, obj: Any) -> None:
+def _send(fd: int, obj: Any, stall_s: float | None = None) -> None:
+    """Write one frame; on a non-blocking ``fd``, wait at most ``stall_s`` for the reader to make
+    room each time the pipe is full (a writer process that hangs never hangs the program)."""
     data = pickle.dumps(obj, protocol=5)
     view = memoryview(_FRAME.pack(len(data)) + data)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            if not select.select([], [fd], [], stall_s)[1]:
+                why = f"the writer process read nothing for {stall_s} s"
+                raise TimeoutError(errno.ETIMEDOUT, why) from None
 
 
 def _read_exact(f: Any, n: int) -> bytes | None:
@@ -225,8 +236,8 @@ class WriterProcess:
     """An ``Appender`` in a child process, with the same methods; never raises into the session."""
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
-        # an unwritable path is refused here, at once, as an in-process open would refuse it
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        _check_writable(path)  # refused here, at once, as an in-process open would refuse it
+        self.path, self.header = path, copy.deepcopy(header)  # as the writer process gets it
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         try:
             self.proc = subprocess.Popen(
@@ -236,8 +247,9 @@ class WriterProcess:
             )  # fmt: skip
         except Exception as exc:  # no interpreter to run: the session appends in-process
             raise SpawnFailed(f"{type(exc).__name__}: {exc}") from None
-        assert self.proc.stdin is not None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         self._fd = self.proc.stdin.fileno()
+        os.set_blocking(self._fd, False)  # see _send: never wait on a writer process for ever
         with contextlib.suppress(OSError, AttributeError):
             import fcntl
 
@@ -246,15 +258,20 @@ class WriterProcess:
         self.rows = 0  # scopes sent
         self._broken: str | None = None
         self.lost_scopes = 0  # sent after the writer process ended
+        # Until the writer process says it is ready (it imports numpy and the exporters first:
+        # 0.1-0.4 s), the chunks sent are kept here too: a session that ends before then writes
+        # them itself rather than wait for the child to start (``close``).
+        self._kept: list[tuple[Trace, int]] | None = []
+        self._here: Appender | None = None  # the writer process failed before it was ready
         self._send(("open", os.fspath(path), header))
 
     def _send(self, msg: Any) -> bool:
         if self._broken is not None:
             return False
         try:
-            _send(self._fd, msg)
+            _send(self._fd, msg, STALL_S)
             return True
-        except OSError as exc:  # the writer process ended: what it had is in the file
+        except OSError as exc:  # the writer process ended or hangs: what it had is in the file
             self._broken = exc.strerror or str(exc)
             report_internal(
                 "writer-process",
@@ -264,9 +281,27 @@ class WriterProcess:
             return False
 
     def add(self, chunk: Trace, first_row: int) -> None:
-        if not self._send(("add", chunk, first_row)):
-            self.lost_scopes += len(chunk)
         self.rows += len(chunk)
+        if self._here is not None:
+            self._here.add(chunk, first_row)
+            return
+        sent = self._send(("add", chunk, first_row))
+        if self._kept is not None and not self._ready():
+            self._kept.append((chunk, first_row))
+            if not sent:  # it ended before it was ready: this process writes the file
+                self._write_here()
+        elif not sent:
+            self.lost_scopes += len(chunk)
+
+    def _ready(self) -> bool:
+        """Whether the writer process said it has the file open (one byte, read without waiting)."""
+        if self._kept is None:
+            return True
+        out = self.proc.stdout
+        with contextlib.suppress(Exception):
+            if select.select([out], [], [], 0)[0] and out.read(1) == READY:  # type: ignore[union-attr]
+                self._kept = None
+        return self._kept is None
 
     def abandon(self) -> None:
         """End the writer process without a final header (the file reads as ending early)."""
@@ -294,6 +329,11 @@ class WriterProcess:
         if self.closed:
             return
         self.closed = True
+        if self._here is None and not self._ready():
+            self._write_here()
+        if self._here is not None:
+            self._here.close(header)
+            return
         if self.lost_scopes:
             lost = dict(header.get("lost") or {})
             lost["scopes"] = int(lost.get("scopes", 0)) + self.lost_scopes
@@ -310,6 +350,31 @@ class WriterProcess:
         if reply.get("error"):
             raise OSError(errno.EIO, reply["error"])
 
+    def _write_here(self) -> None:
+        """From now on this process appends: the session ends before the writer process was
+        ready (a short session never waits for a child's start), or it ended before then. It is
+        stopped, and the chunks kept are appended here first."""
+        from gputrace import exporters
+
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+        self._finish(False)
+        self._here = Appender(exporters.stream_writer(self.path, self.header))
+        kept, self._kept = self._kept or [], None
+        for chunk, first_row in kept:
+            self._here.add(chunk, first_row)
+
+
+def _check_writable(path: str | os.PathLike[str]) -> None:
+    """Raise the ``OSError`` an open for writing would (without making the file: a format may
+    write elsewhere first, e.g. ``.pftrace.partial``)."""
+    p = os.fspath(path)
+    folder = os.path.dirname(p) or "."
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", p)
+    if not os.access(p if os.path.exists(p) else folder, os.W_OK):
+        raise PermissionError(errno.EACCES, "Permission denied", p)
+
 
 def serve() -> None:
     """The writer process: read chunks from stdin, append them, answer the close on stdout."""
@@ -321,8 +386,11 @@ def serve() -> None:
     error = ""
     while (msg := _receive(stdin)) is not None:
         try:
-            if msg[0] == "open":
+            if msg[0] == "open":  # a failure ends this process: the session then writes the file
                 appender = Appender(exporters.stream_writer(msg[1], msg[2]))
+                with contextlib.suppress(OSError):  # (a session already gone: the file goes on)
+                    stdout.write(READY)
+                    stdout.flush()
             elif msg[0] == "add" and appender is not None:
                 appender.add(msg[1], msg[2])
             elif msg[0] == "close" and appender is not None:
@@ -333,7 +401,7 @@ def serve() -> None:
                 break
         except Exception as exc:  # said to the session at close
             error = error or f"{type(exc).__name__}: {exc}"
-            if msg[0] == "close":
+            if msg[0] in ("open", "close"):
                 break
     if appender is None or not appender.closed:  # the pipe closed first: a crash, or abandon
         with contextlib.suppress(Exception):

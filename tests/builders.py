@@ -87,7 +87,11 @@ def step_kernels(src: FakeActivitySource, clock: FakeClock) -> None:
 T0 = 100_000_000  # where the first step starts, on the fake clock
 
 
-def cupti_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path | None = None) -> gputrace.Trace:
+def cupti_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path | None = None, between: Any = None
+) -> gputrace.Trace:
+    """Two steps of ``step_kernels`` (cold, then warm) with fake CUPTI; ``between()`` runs
+    between them (the fake clock stands still meanwhile)."""
     cal = tmp_path / "cal.json"
     save({"backend": "cuda", "summary": CAL}, cal)
     monkeypatch.setenv("GPUTRACE_CALIBRATION", str(cal))
@@ -98,6 +102,8 @@ def cupti_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path | No
     with gputrace.session(path, backend=backend, clock=clock, quiet=True) as s:
         clock.advance(T0 - clock.now_ns)
         step_kernels(src, clock)  # cold: starts at T0
+        if between is not None:
+            between()
         clock.advance(T0 + 200_000 - clock.now_ns)
         step_kernels(src, clock)  # warm: starts at T0 + 200000
     assert s.trace is not None

@@ -22,35 +22,52 @@ from gputrace.errors import GputraceError
 from tests.builders import cupti_trace
 
 
+@pytest.mark.parametrize("ready", [True, False], ids=["child-writes", "ended-before-it-was-ready"])
 @pytest.mark.parametrize("suffix", [".json", ".json.gz", ".pftrace"])
 def test_a_writer_process_writes_the_same_file(
-    suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    suffix: str, ready: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The same bytes as the program's own process writes: written by the child once it is
+    ready, or by the session itself when it ends before the child started (a short session)."""
     files = {}
     for writer in ("thread", "process"):
         monkeypatch.setenv("GPUTRACE_WRITER", writer)
-        path = tmp_path / f"{writer}{suffix}"
-        cupti_trace(tmp_path, monkeypatch, path)
-        files[writer] = path
+        path = files[writer] = tmp_path / f"{writer}{suffix}"
+        # waited for: both sessions send a chunk in the pause (the fake clock stands still)
+        cupti_trace(tmp_path, monkeypatch, path, between=(lambda p=path: _pause(p)) if ready else None)
     a, b = (gputrace.load(gputrace.exporters.canonical(files[w])) for w in ("thread", "process"))
     assert len(a) == len(b) > 0 and len(a.ops) == len(b.ops) > 0
+    assert b.header["streamed"]["chunks"] == (2 if ready else 1)
     docs = [_document(gputrace.exporters.canonical(files[w])) for w in ("thread", "process")]
     assert docs[0] == docs[1]
     if suffix == ".pftrace":
         assert files["process"].stat().st_size == files["thread"].stat().st_size > 0
 
 
+def _pause(path: Path) -> None:
+    """Wait until the file has its start (a writer process writes it once it is ready), then
+    past the streamer's interval (1 s), so a chunk is sent."""
+    started = gputrace.exporters.canonical(path)  # (a .pftrace's .json.gz is written first)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (started.exists() and started.stat().st_size):
+        time.sleep(0.02)
+    assert started.stat().st_size, "the writer process never started"
+    time.sleep(1.2)
+
+
 def _document(path: Path) -> Any:
-    """The file's JSON less the real clocks' reading at start (the one thing two runs differ in)."""
+    """The file's JSON less what two runs differ in (``_without``)."""
     raw = path.read_bytes()
     doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    return _without(doc, "clock_pair")
+    return _without(doc, ("clock_pair", "loadavg_start", "loadavg_end", "samples"))
 
 
-def _without(doc: Any, key: str) -> Any:
+def _without(doc: Any, keys: tuple[str, ...]) -> Any:
+    """``doc`` less the readings of real clocks and load (and how many clock samples the
+    streamer's timer took: it runs in real time)."""
     if isinstance(doc, dict):
-        return {k: _without(v, key) for k, v in doc.items() if k != key}
-    return [_without(v, key) for v in doc] if isinstance(doc, list) else doc
+        return {k: _without(v, keys) for k, v in doc.items() if k not in keys}
+    return [_without(v, keys) for v in doc] if isinstance(doc, list) else doc
 
 
 def test_a_killed_program_leaves_what_the_writer_process_had(tmp_path: Path) -> None:
