@@ -73,9 +73,11 @@ else:
 if variant in ("bare", "rawcupti"):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     took = time.perf_counter() - t0
-writer = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the writer process, waited for
+writer = None  # the writer process's own peak (VmHWM: ru_maxrss would count its fork's pages)
+if variant not in ("bare", "rawcupti") and s.trace is not None:
+    writer = (s.trace.header.get("writer_process") or {}).get("peak_rss_mb")
 print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": took,
-                  "writer_mb": writer / 1024,
+                  "writer_mb": writer,
                   "started_mb": started, "rss_quarters": marks}))
 """
 
@@ -103,7 +105,7 @@ def main() -> None:
         print(
             f"{r['variant']:<14} peak {r['peak_mb']:8.1f} MB "
             f"(at loop start {r['before_mb']:7.1f}, RSS after the session's start "
-            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s; writer process peak {r['writer_mb']:6.1f} MB; "
+            f"{r['started_mb']:7.1f})  {r['s']:6.2f} s; writer process peak {r['writer_mb']} MB; "
             f"RSS by quarter {r['rss_quarters']}"
         )
     bare = [r for r in rows if r["variant"] == "bare"]

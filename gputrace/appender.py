@@ -376,6 +376,15 @@ def _check_writable(path: str | os.PathLike[str]) -> None:
         raise PermissionError(errno.EACCES, "Permission denied", p)
 
 
+def _peak_rss_mb() -> float | None:
+    """This process's peak resident memory since its start (``VmHWM``; Linux), in MB."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
 def serve() -> None:
     """The writer process: read chunks from stdin, append them, answer the close on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
@@ -394,9 +403,9 @@ def serve() -> None:
             elif msg[0] == "add" and appender is not None:
                 appender.add(msg[1], msg[2])
             elif msg[0] == "close" and appender is not None:
-                header = msg[1]
+                header = dict(msg[1], writer_process={"peak_rss_mb": _peak_rss_mb()})
                 if mine := [m for m in reported() if m not in header.get("problems", [])]:
-                    header = dict(header, problems=[*header.get("problems", []), *mine])
+                    header["problems"] = [*header.get("problems", []), *mine]
                 appender.close(header)
                 break
         except Exception as exc:  # said to the session at close

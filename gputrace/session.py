@@ -48,7 +48,6 @@ from gputrace.records import RawRecording
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
 STREAM_BASE_MARGIN_NS = 100_000_000
-OFFLOAD_FLUSH_S = 0.2  # at most this long between chunks sent to a writer process
 WRITERS = ("auto", "process", "thread")  # who writes a streamed file (``session(writer=)``)
 
 
@@ -327,10 +326,7 @@ class session:
             self._streamer.collect_ops = self._collect_background  # CUPTI: streamed as it arrives
         # chunks are still written at each sync and at stop without it
         with reporting("stream-timer", "starting the trace's writing timer"):
-            # a writer process renders beside the program: chunks can go to it more often, so the
-            # stop is left at most a short chunk of work
-            offloaded = self._streamer.offloaded
-            self._streamer.start_timer(min(self.flush_s, OFFLOAD_FLUSH_S) if offloaded else self.flush_s)
+            self._streamer.start_timer(self.flush_s)
         if self.ring_s is not None:
             self._ring_triggers = RingTriggers(self._ring_at_exit, self.dump_ring)
             self._ring_triggers.install()

@@ -160,11 +160,6 @@ class Streamer:
         return Appender(exporters.stream_writer(path, header))
 
     @property
-    def offloaded(self) -> bool:
-        """Whether a writer process appends the chunks."""
-        return not isinstance(self.out, Appender)
-
-    @property
     def writer(self) -> Any:
         """What the chunks go to: the format's writer, or the writer process."""
         out = self.out

@@ -38,6 +38,9 @@ def test_a_writer_process_writes_the_same_file(
     a, b = (gputrace.load(gputrace.exporters.canonical(files[w])) for w in ("thread", "process"))
     assert len(a) == len(b) > 0 and len(a.ops) == len(b.ops) > 0
     assert b.header["streamed"]["chunks"] == (2 if ready else 1)
+    if ready:  # the child says what it cost (its own peak memory)
+        assert b.header["writer_process"]["peak_rss_mb"] > 0
+    assert "writer_process" not in a.header
     docs = [_document(gputrace.exporters.canonical(files[w])) for w in ("thread", "process")]
     assert docs[0] == docs[1]
     if suffix == ".pftrace":
@@ -59,12 +62,12 @@ def _document(path: Path) -> Any:
     """The file's JSON less what two runs differ in (``_without``)."""
     raw = path.read_bytes()
     doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    return _without(doc, ("clock_pair", "loadavg_start", "loadavg_end", "samples"))
+    return _without(doc, ("clock_pair", "loadavg_start", "loadavg_end", "samples", "writer_process"))
 
 
 def _without(doc: Any, keys: tuple[str, ...]) -> Any:
-    """``doc`` less the readings of real clocks and load (and how many clock samples the
-    streamer's timer took: it runs in real time)."""
+    """``doc`` less the readings of real clocks and load, how many clock samples the streamer's
+    timer took (it runs in real time), and the writer process's own facts."""
     if isinstance(doc, dict):
         return {k: _without(v, keys) for k, v in doc.items() if k not in keys}
     return [_without(v, keys) for v in doc] if isinstance(doc, list) else doc
