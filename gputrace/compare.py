@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.model import NO_TIME, Flag, Trace
-from gputrace.summary import _Grouped
+from gputrace.npstats import Grouped
 
 SCHEMA = "gputrace-diff/1"
 MIN_CALLS = 3
@@ -52,8 +52,8 @@ def name_stats(trace: Trace) -> dict[str, dict[str, Any]]:
     timed = (s.gpu_start_ns != NO_TIME) & ((flags & int(Flag.EMPTY)) == 0)
     g = len(trace.names)
     name = s.name.astype(np.int64)
-    gpu = _Grouped(name[warm & timed], (s.gpu_end_ns - s.gpu_start_ns)[warm & timed], g)
-    cpu = _Grouped(name[warm], (s.cpu_end_ns - s.cpu_start_ns)[warm], g)
+    gpu = Grouped(name[warm & timed], (s.gpu_end_ns - s.gpu_start_ns)[warm & timed], g)
+    cpu = Grouped(name[warm], (s.cpu_end_ns - s.cpu_start_ns)[warm], g)
     any_gpu = np.bincount(name[timed], minlength=g) > 0
     present = np.bincount(name, minlength=g) > 0
     out = {}
