@@ -17,7 +17,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +80,33 @@ class DeviceRun:
     breakeven: list[BreakEven] = field(default_factory=list)
     curves: dict[str, Any] = field(default_factory=dict)  # the break-even raw curves
     session_options: dict[str, Any] = field(default_factory=dict)  # for the scope-cost session
+
+    def add(
+        self,
+        key: str,
+        group: str,
+        what: str,
+        wall: Iterable[float] | None = None,
+        device: Iterable[float] | None = None,
+        *,
+        summary_wall: str | None = None,
+        summary_device: str | None = None,
+        **details: Any,
+    ) -> None:
+        """Record one measurement from its samples (ns per operation, each side becomes a ``Stat``);
+        ``summary_wall`` / ``summary_device`` name the headline number its wall / device median is."""
+        m = Measurement(
+            key,
+            group,
+            what,
+            None if wall is None else Stat.of(wall),
+            None if device is None else Stat.of(device),
+            **details,
+        )
+        self.measurements.append(m)
+        for name, stat in ((summary_wall, m.wall), (summary_device, m.device)):
+            if name is not None and stat is not None:
+                self.summary[name] = stat.median
 
     def step(self, key: str, fn: Callable[[], None]) -> None:
         """Run one group of measurements; if it fails, record why and carry on with the next."""
