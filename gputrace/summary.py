@@ -416,11 +416,6 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     return out
 
 
-def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
-    """GPU idle time per stream, split by cause (``gputrace.figures.stream_idle``)."""
-    return figures.stream_idle(trace)
-
-
 def anomalies(trace: Trace, rows: list[dict[str, Any]], iv: figures.Intervals) -> list[dict[str, Any]]:
     """Anomalies per (kind, name) with example scopes, meaning and advice; most frequent first."""
     s = trace.scopes
