@@ -37,6 +37,9 @@ COLUMNS = (
     "spread", "outl", "notes",
 )  # fmt: skip
 TEXT_COLUMNS = (0, 1, len(COLUMNS) - 1)  # left-aligned; the rest are numbers
+# A name in a table (summarize's, diff's) is shortened (the JSON keeps it whole): a row padded to a
+# name of megabytes (a hand-made or foreign file) is unreadable, and held it in memory once per row.
+TABLE_NAME_CHARS = 40
 
 
 def distinct_names(names: list[str], width: int) -> list[str]:
@@ -252,7 +255,7 @@ def markdown_table(head: list[str], body: list[list[str]], left: Container[int])
 def to_table(summary: dict[str, Any]) -> str:
     """Aligned plain-text table plus sections, for a terminal."""
     rows = [list(COLUMNS)] + [[printable(c) for c in _cells(r)] for r in summary["rows"]]
-    for r, cut in zip(rows[1:], distinct_names([r[0] for r in rows[1:]], 40), strict=True):
+    for r, cut in zip(rows[1:], distinct_names([r[0] for r in rows[1:]], TABLE_NAME_CHARS), strict=True):
         r[0] = cut
     lines = [*_intro(summary), "", *aligned(rows, TEXT_COLUMNS)]
     if not summary["rows"]:
