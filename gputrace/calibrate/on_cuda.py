@@ -144,7 +144,7 @@ def measure(plan: Plan) -> DeviceRun:
     props = cp.cuda.runtime.getDeviceProperties(0)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
-    run = DeviceRun(device=f"GPU 0 · {name} · cuda")
+    run = DeviceRun(device=f"GPU 0 · {name} · cuda", progress=plan.progress)
     run.info = {
         "cupy": cp.__version__,
         "runtime_version": cp.cuda.runtime.runtimeGetVersion(),

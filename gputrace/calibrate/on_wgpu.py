@@ -124,7 +124,8 @@ def measure(plan: Plan) -> DeviceRun:
     timestamps = "timestamp-query" in adapter.features
     device = adapter.request_device_sync(required_features=["timestamp-query"] if timestamps else [])
     info = dict(adapter.info)
-    run = DeviceRun(device=f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})")
+    device_name = f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})"
+    run = DeviceRun(device=device_name, progress=plan.progress)
     w = _Wgpu(wgpu, device, timestamps)
     run.info = {
         "wgpu": wgpu.__version__,
