@@ -20,13 +20,13 @@ COMMANDS = ("summarize", "diff", "merge", "convert", "calibrate", "run", "view")
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(COMMANDS) | set(super().list_commands(ctx)))
+        return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in COMMANDS:
-            cmd: Any = getattr(importlib.import_module(f"gputrace.commands.{cmd_name}"), cmd_name)
-            return cmd  # type: ignore[no-any-return]
-        return super().get_command(ctx, cmd_name)
+        if cmd_name not in COMMANDS:
+            return None
+        cmd: click.Command = getattr(importlib.import_module(f"gputrace.commands.{cmd_name}"), cmd_name)
+        return cmd
 
     def invoke(self, ctx: click.Context) -> Any:
         """Every command: a ``GputraceError`` (a problem the user can fix) ends it with its one

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.model import NO_TIME, Flag, Trace
-from gputrace.summary import _Grouped
+from gputrace.npstats import Grouped
 
 SCHEMA = "gputrace-diff/1"
 MIN_CALLS = 3
@@ -52,8 +52,8 @@ def name_stats(trace: Trace) -> dict[str, dict[str, Any]]:
     timed = (s.gpu_start_ns != NO_TIME) & ((flags & int(Flag.EMPTY)) == 0)
     g = len(trace.names)
     name = s.name.astype(np.int64)
-    gpu = _Grouped(name[warm & timed], (s.gpu_end_ns - s.gpu_start_ns)[warm & timed], g)
-    cpu = _Grouped(name[warm], (s.cpu_end_ns - s.cpu_start_ns)[warm], g)
+    gpu = Grouped(name[warm & timed], (s.gpu_end_ns - s.gpu_start_ns)[warm & timed], g)
+    cpu = Grouped(name[warm], (s.cpu_end_ns - s.cpu_start_ns)[warm], g)
     any_gpu = np.bincount(name[timed], minlength=g) > 0
     present = np.bincount(name, minlength=g) > 0
     out = {}
@@ -95,10 +95,10 @@ def diff(
             row["verdict"] = "only in B"
         elif y is None:
             row["verdict"] = "only in A"
-        elif x["median"] is None or y["median"] is None or x["metric"] != y["metric"]:
+        elif x["metric"] != y["metric"]:
+            row["verdict"] = "not comparable"  # GPU times in one run, CPU only in the other
+        elif x["median"] is None or y["median"] is None:
             row["verdict"] = "too few calls"
-            if x["metric"] != y["metric"]:
-                row["verdict"] = "not comparable"  # GPU times in one run, CPU only in the other
         else:
             change = y["median"] - x["median"]
             row["change_ns"] = change
@@ -129,7 +129,7 @@ def diff(
 
 def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
     """The comparison as an aligned table (or markdown), in human units."""
-    from gputrace.render import aligned, human_ns, markdown_table
+    from gputrace.render import TABLE_NAME_CHARS, aligned, human_ns, markdown_table
     from gputrace.safetext import NAME_CHARS, printable, printable_cut
 
     head = ["name", "metric", "calls A", "calls B", "median A", "median B", "change", "noise A",
@@ -157,11 +157,6 @@ def to_table(result: dict[str, Any], *, markdown: bool = False) -> str:
         else:
             lines.append(f"OK: nothing slower by more than {result['fail_above_pct']:g}% beyond the noise.")
     return "\n".join(map(printable, lines)) + "\n"
-
-
-# A name in a table is shortened (the JSON keeps it whole): a row padded to a name of megabytes
-# (a hand-made or foreign file) is unreadable, and held it in memory once per row and copy.
-TABLE_NAME_CHARS = 40  # as ``gputrace summarize``'s table
 
 
 def _s(x: int | None) -> str:

@@ -1,4 +1,5 @@
-"""Median, quantile and distinct values without ``numpy.ma``; interval helpers (union, latest earlier end).
+"""Median, quantile and distinct values without ``numpy.ma``; quantiles per group (``Grouped``);
+interval helpers (union, latest earlier end).
 
 ``np.median`` and ``np.percentile`` import ``numpy.ma`` on their first call (numpy 2.x loads it
 lazily): measured 12 ms with bytecode and 73 ms without, inside a session's stop, for one median of
@@ -86,3 +87,31 @@ def ended_before(en: npt.NDArray[np.int64], firsts: list[int], none: int) -> npt
         out[a] = none
         out[a + 1 : b] = np.maximum.accumulate(en[a : b - 1])
     return out
+
+
+class Grouped:
+    """Values per group (sorted inside each group) for vectorised order statistics: ``summarize``
+    and ``diff`` take their medians and quantiles per row from it.
+
+    >>> g = Grouped(np.array([0, 1, 0, 0]), np.array([3, 7, 1, 2]), 3)
+    >>> g.q(0.5).tolist(), g.counts.tolist()
+    ([2.0, 7.0, nan], [3, 1, 0])
+    """
+
+    def __init__(self, group: npt.NDArray[np.int64], values: npt.NDArray[Any], n_groups: int):
+        order = np.lexsort((values, group))
+        self.values = values[order].astype(np.float64)
+        self.counts = np.bincount(group, minlength=n_groups).astype(np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+
+    def q(self, q: float) -> npt.NDArray[np.float64]:
+        """Linear-interpolation quantile (numpy's default) of each group; NaN for an empty one."""
+        out = np.full(len(self.counts), np.nan)
+        has = self.counts > 0
+        pos = (self.counts[has] - 1) * q
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, self.counts[has] - 1)
+        a = self.values[self.starts[has] + lo]
+        b = self.values[self.starts[has] + hi]
+        out[has] = a + (b - a) * (pos - lo)
+        return out

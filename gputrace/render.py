@@ -37,6 +37,9 @@ COLUMNS = (
     "spread", "outl", "notes",
 )  # fmt: skip
 TEXT_COLUMNS = (0, 1, len(COLUMNS) - 1)  # left-aligned; the rest are numbers
+# A name in a table (summarize's, diff's) is shortened (the JSON keeps it whole): a row padded to a
+# name of megabytes (a hand-made or foreign file) is unreadable, and held it in memory once per row.
+TABLE_NAME_CHARS = 40
 
 
 def distinct_names(names: list[str], width: int) -> list[str]:
@@ -237,18 +240,22 @@ def aligned(rows: list[list[str]], left: Container[int]) -> list[str]:
     return lines
 
 
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")  # a cell or list item in markdown: ``|`` would end a cell
+
+
 def markdown_table(head: list[str], body: list[list[str]], left: Container[int]) -> list[str]:
     """A GitHub-flavoured markdown table; ``|`` in a cell is escaped."""
     lines = ["| " + " | ".join(head) + " |"]
     lines.append("|" + "|".join("---" if i in left else "--:" for i in range(len(head))) + "|")
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in body]
+    lines += ["| " + " | ".join(map(_md, r)) + " |" for r in body]
     return lines
 
 
 def to_table(summary: dict[str, Any]) -> str:
     """Aligned plain-text table plus sections, for a terminal."""
     rows = [list(COLUMNS)] + [[printable(c) for c in _cells(r)] for r in summary["rows"]]
-    for r, cut in zip(rows[1:], distinct_names([r[0] for r in rows[1:]], 40), strict=True):
+    for r, cut in zip(rows[1:], distinct_names([r[0] for r in rows[1:]], TABLE_NAME_CHARS), strict=True):
         r[0] = cut
     lines = [*_intro(summary), "", *aligned(rows, TEXT_COLUMNS)]
     if not summary["rows"]:
@@ -260,17 +267,13 @@ def to_table(summary: dict[str, Any]) -> str:
 
 def to_markdown(summary: dict[str, Any]) -> str:
     """A GitHub-flavoured markdown table plus sections."""
-
-    def esc(x: str) -> str:
-        return x.replace("|", "\\|")
-
     table = [_cells(r) for r in summary["rows"]]
     for cells in table:
         cells[0] = printable_cut(cells[0])  # a name of megabytes (a hand-made file) is cut
     lines = [*_intro(summary), "", *markdown_table(list(COLUMNS), table, TEXT_COLUMNS)]
     for title, body in _sections(summary):
         lines += ["", f"### {title}", ""]
-        lines += [f"- {esc(b.strip())}" if not b.startswith("    ") else f"  - {esc(b.strip())}"
+        lines += [f"- {_md(b.strip())}" if not b.startswith("    ") else f"  - {_md(b.strip())}"
                   for b in body]  # fmt: skip
     return "\n".join(map(printable, lines)) + "\n"
 

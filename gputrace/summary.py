@@ -85,6 +85,7 @@ import numpy.typing as npt
 from gputrace import figures
 from gputrace.durations import fmt_ns
 from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, Trace, flag_names
+from gputrace.npstats import Grouped
 from gputrace.rankview import rank_view
 
 SCHEMA = "gputrace-summary/1"
@@ -149,28 +150,6 @@ ADVICE: dict[str, tuple[str, str]] = {
         "run more iterations, check the host load, and compare medians with care",
     ),
 }
-
-
-class _Grouped:
-    """Values per group (sorted inside each group) for vectorised order statistics."""
-
-    def __init__(self, group: npt.NDArray[np.int64], values: npt.NDArray[Any], n_groups: int):
-        order = np.lexsort((values, group))
-        self.values = values[order].astype(np.float64)
-        self.counts = np.bincount(group, minlength=n_groups).astype(np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
-
-    def q(self, q: float) -> npt.NDArray[np.float64]:
-        """Linear-interpolation quantile (numpy's default) of each group; NaN for an empty one."""
-        out = np.full(len(self.counts), np.nan)
-        has = self.counts > 0
-        pos = (self.counts[has] - 1) * q
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, self.counts[has] - 1)
-        a = self.values[self.starts[has] + lo]
-        b = self.values[self.starts[has] + hi]
-        out[has] = a + (b - a) * (pos - lo)
-        return out
 
 
 def _num(x: float, kind: Callable[[float], Any] = float) -> Any:
@@ -323,12 +302,12 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
 
     calls = np.bincount(group, minlength=g)
     warm = ~cold
-    cpu_w = _Grouped(group[warm], cpu_ns[warm], g)
+    cpu_w = Grouped(group[warm], cpu_ns[warm], g)
     cpu_total = _sum_by(group, cpu_ns, g)
     gw = warm & timed
-    gpu_w = _Grouped(group[gw], gpu_ns[gw], g)
+    gpu_w = Grouped(group[gw], gpu_ns[gw], g)
     gpu_total = _sum_by(group[timed], gpu_ns[timed], g)
-    gap_w = _Grouped(group[warm & gap_known], gap_ns[warm & gap_known], g)
+    gap_w = Grouped(group[warm & gap_known], gap_ns[warm & gap_known], g)
     counts = {bit: np.bincount(group[(flags & int(bit)) != 0], minlength=g) for bit in Flag}
     cpu_med, cpu_p95 = cpu_w.q(0.5), cpu_w.q(0.95)
     cpu_q1, cpu_q3 = cpu_w.q(0.25), cpu_w.q(0.75)
@@ -337,14 +316,14 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     gap_med, gap_p95 = gap_w.q(0.5), gap_w.q(0.95)
     cal = figures.calibration_for(trace)
     backend = figures.trace_backend(trace)
-    busy_w = _Grouped(group[gw], busy_ns[gw], g)
+    busy_w = Grouped(group[gw], busy_ns[gw], g)
     busy_med = busy_w.q(0.5)
     busy_total = _sum_by(group[timed], busy_ns[timed], g)
     own_total = _sum_by(group[timed], own_busy[timed], g)
-    self_gpu_w = _Grouped(group[gw], self_gpu[gw], g)
+    self_gpu_w = Grouped(group[gw], self_gpu[gw], g)
     self_gpu_med = self_gpu_w.q(0.5)
     self_gpu_total = _sum_by(group[timed], self_gpu[timed], g)
-    self_cpu_med = _Grouped(group[warm], self_cpu[warm], g).q(0.5)
+    self_cpu_med = Grouped(group[warm], self_cpu[warm], g).q(0.5)
     self_cpu_total = _sum_by(group, self_cpu, g)
     waited_w = _sum_by(group[gw], waited[gw], g)
     launches_w = _sum_by(group[gw], n_launch[gw], g)
@@ -352,8 +331,8 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     free = figures.free_launch_cost(cal, backend) if cal is not None else None
     est_ns, est_ok = figures.launch_free_ns(trace, iv)
     ew = gw & est_ok
-    est_w = _Grouped(group[ew], est_ns[ew], g)
-    est_med, est_span = est_w.q(0.5), _Grouped(group[ew], gpu_ns[ew], g).q(0.5)
+    est_w = Grouped(group[ew], est_ns[ew], g)
+    est_med, est_span = est_w.q(0.5), Grouped(group[ew], gpu_ns[ew], g).q(0.5)
     cold_rows = np.flatnonzero(cold)
     cold_of = dict(zip(group[cold_rows].tolist(), cold_rows.tolist(), strict=True))
 
@@ -435,11 +414,6 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     if len(trace.ops):
         _add_ops(trace, out, group)
     return out
-
-
-def idle_per_stream(trace: Trace) -> list[dict[str, Any]]:
-    """GPU idle time per stream, split by cause (``gputrace.figures.stream_idle``)."""
-    return figures.stream_idle(trace)
 
 
 def anomalies(trace: Trace, rows: list[dict[str, Any]], iv: figures.Intervals) -> list[dict[str, Any]]:

@@ -17,8 +17,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,10 +40,6 @@ def steps(backend: str) -> tuple[str, ...]:
     return STEPS[backend] + SHARED_STEPS + (("numpy_breakeven",) if STEPS[backend] else ())
 
 
-# measure()'s progress callback, called as each group of measurements starts (DeviceRun.step)
-_progress: ContextVar[Callable[[str], None] | None] = ContextVar("calibration_progress", default=None)
-
-
 @dataclass
 class Plan:
     """How much to measure. ``quick`` keeps a run to seconds (tests, a first look)."""
@@ -53,15 +48,17 @@ class Plan:
     sizes: list[int]
     reps: int  # repetitions per data point
     batches: int  # batches for per-operation costs
+    progress: Callable[[str], None] | None = None  # measure()'s, told each group as it starts
 
     @classmethod
-    def make(cls, quick: bool) -> Plan:
+    def make(cls, quick: bool, progress: Callable[[str], None] | None = None) -> Plan:
         top = 20 if quick else 24
         return cls(
             quick=quick,
             sizes=[1 << e for e in range(4, top + 1, 2)],
             reps=5 if quick else 21,
             batches=20 if quick else 100,
+            progress=progress,
         )
 
 
@@ -70,6 +67,7 @@ class DeviceRun:
     """What the measurements of one calibration run gather, before it becomes a ``Calibration``."""
 
     device: str
+    progress: Callable[[str], None] | None = None  # the plan's (DeviceRun.step reports to it)
     measurements: list[Measurement] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -81,11 +79,37 @@ class DeviceRun:
     curves: dict[str, Any] = field(default_factory=dict)  # the break-even raw curves
     session_options: dict[str, Any] = field(default_factory=dict)  # for the scope-cost session
 
+    def add(
+        self,
+        key: str,
+        group: str,
+        what: str,
+        wall: Iterable[float] | None = None,
+        device: Iterable[float] | None = None,
+        *,
+        summary_wall: str | None = None,
+        summary_device: str | None = None,
+        **details: Any,
+    ) -> None:
+        """Record one measurement from its samples (ns per operation, each side becomes a ``Stat``);
+        ``summary_wall`` / ``summary_device`` name the headline number its wall / device median is."""
+        m = Measurement(
+            key,
+            group,
+            what,
+            None if wall is None else Stat.of(wall),
+            None if device is None else Stat.of(device),
+            **details,
+        )
+        self.measurements.append(m)
+        for name, stat in ((summary_wall, m.wall), (summary_device, m.device)):
+            if name is not None and stat is not None:
+                self.summary[name] = stat.median
+
     def step(self, key: str, fn: Callable[[], None]) -> None:
         """Run one group of measurements; if it fails, record why and carry on with the next."""
-        report = _progress.get()
-        if report is not None:
-            report(key)
+        if self.progress is not None:
+            self.progress(key)
         try:
             fn()
         except Exception as exc:
@@ -122,17 +146,13 @@ def measure(
 
     if backend not in BACKENDS:
         raise GputraceError(f"unknown calibration backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
-    plan = Plan.make(quick)
+    plan = Plan.make(quick, progress)
     load_before = loadavg()
-    token = _progress.set(progress)
-    try:
-        run = _device_run(backend, plan)
-        run.step("clock", lambda: on_cpu.clock(run, plan.batches))
-        run.step("scope_cost", lambda: on_cpu.scope_cost(run, backend, plan.batches, 100 if quick else 500))
-        if run.resident_ns:
-            run.step("numpy_breakeven", lambda: on_cpu.numpy_breakeven(run, plan.reps))
-    finally:
-        _progress.reset(token)
+    run = _device_run(backend, plan)
+    run.step("clock", lambda: on_cpu.clock(run, plan.batches))
+    run.step("scope_cost", lambda: on_cpu.scope_cost(run, backend, plan.batches, 100 if quick else 500))
+    if run.resident_ns:
+        run.step("numpy_breakeven", lambda: on_cpu.numpy_breakeven(run, plan.reps))
     host = host_facts()
     host["loadavg_before"] = load_before
     return Calibration(
@@ -151,7 +171,7 @@ def measure(
 
 def _device_run(backend: str, plan: Plan) -> DeviceRun:
     if backend == "cpu":
-        return DeviceRun(device=f"CPU · {platform.processor() or platform.machine()}")
+        return DeviceRun(device=f"CPU · {platform.processor() or platform.machine()}", progress=plan.progress)
     if backend == "cuda":
         from gputrace.calibrate import on_cuda
 

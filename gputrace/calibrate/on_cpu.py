@@ -30,22 +30,14 @@ def clock(run: DeviceRun, batches: int) -> None:
         while b == a:
             b = read()
         steps.append(float(b - a))
-    run.measurements += [
-        Measurement(
-            "clock_read",
-            "clock",
-            "session clock read (perf_counter_ns)",
-            wall=Stat.of(cost),
-            per=1000,
-        ),
-        Measurement(
-            "clock_step",
-            "clock",
-            "session clock: smallest visible step",
-            wall=Stat.of(steps),
-            note="the time between two reads that differ",
-        ),
-    ]
+    run.add("clock_read", "clock", "session clock read (perf_counter_ns)", cost, per=1000)
+    run.add(
+        "clock_step",
+        "clock",
+        "session clock: smallest visible step",
+        steps,
+        note="the time between two reads that differ",
+    )
     run.summary["clock_resolution_ns"] = float(min(steps))
 
 
@@ -58,15 +50,8 @@ def scope_cost(run: DeviceRun, backend: str, batches: int, per_batch: int) -> No
         with gputrace.trace("calibrate.scope"):
             pass
 
-    run.measurements.append(
-        Measurement(
-            "scope_cost_off",
-            "profiler",
-            "trace() scope, no session active",
-            wall=Stat.of(wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)),
-            per=per_batch,
-        )
-    )
+    off = wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)
+    run.add("scope_cost_off", "profiler", "trace() scope, no session active", off, per=per_batch)
     try:
         s = gputrace.session(backend=backend, quiet=True, backend_options=run.session_options)
         s.start()
@@ -74,20 +59,18 @@ def scope_cost(run: DeviceRun, backend: str, batches: int, per_batch: int) -> No
         run.skipped["scope_cost"] = f"a {backend} session could not start ({exc})"
         return
     try:
-        cost = Stat.of(wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch))
+        cost = wall_per_op(scope, batches=batches, per_batch=per_batch, warmup=per_batch)
     finally:
         s.stop()
-    run.measurements.append(
-        Measurement(
-            "scope_cost",
-            "profiler",
-            f"trace() scope inside a {backend} session",
-            wall=cost,
-            per=per_batch,
-            note="enter + exit, including the backend's begin/end",
-        )
+    run.add(
+        "scope_cost",
+        "profiler",
+        f"trace() scope inside a {backend} session",
+        cost,
+        per=per_batch,
+        note="enter + exit, including the backend's begin/end",
+        summary_wall="scope_cost_ns",
     )
-    run.summary["scope_cost_ns"] = cost.median
 
 
 def numpy_breakeven(run: DeviceRun, batches: int) -> None:

@@ -22,7 +22,6 @@ import numpy as np
 from gputrace.calibrate import DeviceRun, Plan
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
-from gputrace.calibrate.result import Measurement
 from gputrace.calibrate.stats import Stat, smallest_step, wall_per_op
 from gputrace.errors import GputraceError
 
@@ -145,7 +144,7 @@ def measure(plan: Plan) -> DeviceRun:
     props = cp.cuda.runtime.getDeviceProperties(0)
     name = props["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
-    run = DeviceRun(device=f"GPU 0 · {name} · cuda")
+    run = DeviceRun(device=f"GPU 0 · {name} · cuda", progress=plan.progress)
     run.info = {
         "cupy": cp.__version__,
         "runtime_version": cp.cuda.runtime.runtimeGetVersion(),
@@ -187,9 +186,7 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
         for k in samples:
             samples[k].append(float(got[k]))
     for key, what in FIRST_USE_ROWS:
-        run.measurements.append(
-            Measurement(f"first_{key}", "first use (fresh process)", what, wall=Stat.of(samples[key]))
-        )
+        run.add(f"first_{key}", "first use (fresh process)", what, samples[key])
     run.summary["first_launch_ns"] = Stat.of(
         [
             sum(samples[k][i] for k in ("context", "module", "first_launch"))
@@ -239,32 +236,28 @@ def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     c.stream.synchronize()
     cpu, gpu = _queued(c, empty, LAUNCH_BATCH, plan.batches)
     per_total = plan.batches * LAUNCH_BATCH
-    run.measurements.append(
-        Measurement(
-            "launch",
-            "launch",
-            f"empty kernel launch, queued ({per_total:,} launches)",
-            wall=Stat.of(cpu),
-            device=Stat.of(gpu),
-            per=LAUNCH_BATCH,
-            note="wall: CPU enqueue per launch; device: GPU time per launch back to back",
-        )
+    run.add(
+        "launch",
+        "launch",
+        f"empty kernel launch, queued ({per_total:,} launches)",
+        cpu,
+        gpu,
+        per=LAUNCH_BATCH,
+        note="wall: CPU enqueue per launch; device: GPU time per launch back to back",
+        summary_wall="launch_cpu_ns",
+        summary_device="launch_gpu_ns",
     )
-    run.summary["launch_cpu_ns"] = Stat.of(cpu).median
-    run.summary["launch_gpu_ns"] = Stat.of(gpu).median
 
     sync_wall, single_dev = c.wall_and_device(empty, plan.batches * 5)
-    run.measurements.append(
-        Measurement(
-            "launch_sync",
-            "launch",
-            "one empty launch + wait (idle GPU)",
-            wall=Stat.of(sync_wall),
-            device=Stat.of(single_dev),
-            note="wall: launch to synchronize() returning; device: event pair around it",
-        )
+    run.add(
+        "launch_sync",
+        "launch",
+        "one empty launch + wait (idle GPU)",
+        sync_wall,
+        single_dev,
+        note="wall: launch to synchronize() returning; device: event pair around it",
+        summary_wall="launch_sync_ns",
     )
-    run.summary["launch_sync_ns"] = Stat.of(sync_wall).median
 
 
 def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
@@ -277,15 +270,13 @@ def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
         for _ in range(20):
             launch()
         cpu, gpu = _queued(c, launch, per, max(5, plan.batches // 4))
-        run.measurements.append(
-            Measurement(
-                f"grid_{blocks}",
-                "grid size",
-                f"empty kernel, {blocks:,} blocks × 256 threads, queued",
-                wall=Stat.of(cpu),
-                device=Stat.of(gpu),
-                per=per,
-            )
+        run.add(
+            f"grid_{blocks}",
+            "grid size",
+            f"empty kernel, {blocks:,} blocks × 256 threads, queued",
+            cpu,
+            gpu,
+            per=per,
         )
 
 
@@ -312,28 +303,24 @@ def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
             c.ev1.record(gstream)
             cpu.append(float(t1 - t0))
             gpu.append(c.elapsed_ns() / GRAPH_KERNELS)
-    run.measurements.append(
-        Measurement(
-            "graph_launch",
-            "CUDA graph",
-            f"graph of {GRAPH_KERNELS} empty kernels: replay",
-            wall=Stat.of(cpu),
-            note="wall: CPU cost of one graph launch",
-        )
+    run.add(
+        "graph_launch",
+        "CUDA graph",
+        f"graph of {GRAPH_KERNELS} empty kernels: replay",
+        cpu,
+        note="wall: CPU cost of one graph launch",
+        summary_wall="graph_launch_ns",  # the launch-free estimate's one launch
     )
-    run.summary["graph_launch_ns"] = Stat.of(cpu).median  # the launch-free estimate's one launch
-    run.measurements.append(
-        Measurement(
-            "graph_kernel",
-            "CUDA graph",
-            "graph replay, per kernel",
-            wall=Stat.of([v / GRAPH_KERNELS for v in cpu]),
-            device=Stat.of(gpu),
-            per=GRAPH_KERNELS,
-            note="compare with the queued launch row",
-        )
+    run.add(
+        "graph_kernel",
+        "CUDA graph",
+        "graph replay, per kernel",
+        [v / GRAPH_KERNELS for v in cpu],
+        gpu,
+        per=GRAPH_KERNELS,
+        note="compare with the queued launch row",
+        summary_device="graph_kernel_gpu_ns",
     )
-    run.summary["graph_kernel_gpu_ns"] = Stat.of(gpu).median
 
 
 def _events(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
@@ -344,15 +331,13 @@ def _events(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
         pair.append(c.elapsed_ns())
     rec = wall_per_op(lambda: c.ev0.record(c.stream), batches=plan.batches, per_batch=100, warmup=100)
     c.stream.synchronize()
-    run.measurements.append(
-        Measurement(
-            "event_pair",
-            "timing",
-            "event pair with nothing between",
-            wall=Stat.of(rec),
-            device=Stat.of(pair),
-            note="wall: one Event.record(); device: the pair's floor",
-        )
+    run.add(
+        "event_pair",
+        "timing",
+        "event pair with nothing between",
+        rec,
+        pair,
+        note="wall: one Event.record(); device: the pair's floor",
     )
 
 
@@ -382,19 +367,17 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
                 c.stream.synchronize()
                 wall, device = c.wall_and_device(copy, reps)
                 key = f"{direction.lower()}_{'1k' if nbytes == 1024 else 'large'}_{memory}"
-                run.measurements.append(
-                    Measurement(
-                        key,
-                        "copies",
-                        f"{direction} {size}, {memory} host memory",
-                        wall=Stat.of(wall),
-                        device=Stat.of(device),
-                        bytes=nbytes,
-                        note="wall: copy + synchronize",
-                    )
+                headline = nbytes == 1024 and memory == "pageable"
+                run.add(
+                    key,
+                    "copies",
+                    f"{direction} {size}, {memory} host memory",
+                    wall,
+                    device,
+                    bytes=nbytes,
+                    note="wall: copy + synchronize",
+                    summary_wall=f"{direction.lower()}_1k_ns" if headline else None,
                 )
-                if nbytes == 1024 and memory == "pageable":
-                    run.summary[f"{direction.lower()}_1k_ns"] = Stat.of(wall).median
         del dev, hosts
 
 

@@ -17,7 +17,6 @@ import numpy as np
 from gputrace.calibrate import DeviceRun, Plan
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
-from gputrace.calibrate.result import Measurement
 from gputrace.calibrate.stats import Stat, smallest_step, wall_per_op
 from gputrace.errors import GputraceError
 
@@ -125,7 +124,8 @@ def measure(plan: Plan) -> DeviceRun:
     timestamps = "timestamp-query" in adapter.features
     device = adapter.request_device_sync(required_features=["timestamp-query"] if timestamps else [])
     info = dict(adapter.info)
-    run = DeviceRun(device=f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})")
+    device_name = f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})"
+    run = DeviceRun(device=device_name, progress=plan.progress)
     w = _Wgpu(wgpu, device, timestamps)
     run.info = {
         "wgpu": wgpu.__version__,
@@ -176,32 +176,30 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
         w.wait()
         launch_wait.append(float(clock() - t0))
     waits = wall_per_op(w.wait, batches=n // 2, per_batch=1, warmup=0)
-    run.measurements += [
-        Measurement("submit", "submit", "queue.submit, empty command buffer", wall=Stat.of(submit)),
-        Measurement(
-            "launch_cpu",
-            "submit",
-            "one-workgroup dispatch: encode + submit",
-            wall=Stat.of(launch),
-            note="the CPU cost of getting work going",
-        ),
-        Measurement(
-            "launch_sync",
-            "submit",
-            "one-workgroup dispatch + wait",
-            wall=Stat.of(launch_wait),
-            note="includes one completion wait",
-        ),
-        Measurement(
-            "wait",
-            "submit",
-            "completion wait (submit a 4 B copy + map it)",
-            wall=Stat.of(waits),
-            note="the way gputrace waits here",
-        ),
-    ]
-    run.summary["launch_cpu_ns"] = Stat.of(launch).median
-    run.summary["launch_sync_ns"] = Stat.of(launch_wait).median
+    run.add("submit", "submit", "queue.submit, empty command buffer", submit)
+    run.add(
+        "launch_cpu",
+        "submit",
+        "one-workgroup dispatch: encode + submit",
+        launch,
+        note="the CPU cost of getting work going",
+        summary_wall="launch_cpu_ns",
+    )
+    run.add(
+        "launch_sync",
+        "submit",
+        "one-workgroup dispatch + wait",
+        launch_wait,
+        note="includes one completion wait",
+        summary_wall="launch_sync_ns",
+    )
+    run.add(
+        "wait",
+        "submit",
+        "completion wait (submit a 4 B copy + map it)",
+        waits,
+        note="the way gputrace waits here",
+    )
     if not w.timestamps:
         return
     for groups, key, what in (
@@ -217,18 +215,15 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
             if i >= 5:
                 wall.append(float(t1 - t0))
                 dev.append(ns)
-        run.measurements.append(
-            Measurement(
-                key,
-                "timestamps",
-                what,
-                wall=Stat.of(wall),
-                device=Stat.of(dev),
-                note="device: end - begin timestamp of the pass",
-            )
+        run.add(
+            key,
+            "timestamps",
+            what,
+            wall,
+            dev,
+            note="device: end - begin timestamp of the pass",
+            summary_device="launch_gpu_ns" if groups else None,
         )
-        if groups:
-            run.summary["launch_gpu_ns"] = Stat.of(dev).median
 
 
 def _copies(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
@@ -258,21 +253,22 @@ def _copies(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
                 down.append(float(t2 - t1))
         size = "1 KB" if nbytes == 1024 else f"{nbytes >> 20} MB"
         tag = "1k" if nbytes == 1024 else "large"
-        run.measurements += [
-            Measurement(
-                f"h2d_{tag}", "copies", f"upload {size} (write_buffer + wait)", wall=Stat.of(up), bytes=nbytes
-            ),
-            Measurement(
-                f"d2h_{tag}",
-                "copies",
-                f"readback {size} (copy + map + read)",
-                wall=Stat.of(down),
-                bytes=nbytes,
-            ),
-        ]
-        if nbytes == 1024:
-            run.summary["h2d_1k_ns"] = Stat.of(up).median
-            run.summary["d2h_1k_ns"] = Stat.of(down).median
+        run.add(
+            f"h2d_{tag}",
+            "copies",
+            f"upload {size} (write_buffer + wait)",
+            up,
+            bytes=nbytes,
+            summary_wall="h2d_1k_ns" if nbytes == 1024 else None,
+        )
+        run.add(
+            f"d2h_{tag}",
+            "copies",
+            f"readback {size} (copy + map + read)",
+            down,
+            bytes=nbytes,
+            summary_wall="d2h_1k_ns" if nbytes == 1024 else None,
+        )
         buf.destroy()
         mapbuf.destroy()
 

@@ -1,11 +1,12 @@
-"""What the analysis commands share: loading a trace with one-sentence errors and exit code 2."""
+"""What the commands share: loading a trace, writing one, and turning a bad file into one sentence
+with exit code 2; the options more than one command takes."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -14,10 +15,24 @@ from gputrace.exporters import NotAGputraceTrace, load
 from gputrace.model import Trace
 from gputrace.progress import MIN_BYTES, Progress, content_size, is_terminal
 from gputrace.progress import clear as clear_progress
-from gputrace.safetext import printable
+from gputrace.safetext import path_text, printable
 
 EXIT_BAD_INPUT = 2
 PROGRESS_MIN_BYTES = MIN_BYTES  # a progress line only for loads that take a while
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def backend_option(help: str) -> Callable[[F], F]:
+    """``--backend`` of calibrate and run."""
+    choices = click.Choice(["auto", "cuda", "wgpu", "cpu"])
+    return click.option("--backend", type=choices, default="auto", show_default=True, help=help)
+
+
+def format_option(*flags: str, choices: tuple[str, ...], help: str | None = None) -> Callable[[F], F]:
+    """``--format`` (``fmt`` to the command), the first choice by default."""
+    fmt = click.Choice(choices)
+    return click.option(*flags, "--format", "fmt", type=fmt, default=choices[0], show_default=True, help=help)
 
 
 def fail(message: str) -> NoReturn:
@@ -66,3 +81,27 @@ def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace
         fail(f"{path}: too large to load into memory.")
     except RecursionError:
         fail(f"{path}: the trace is nested too deeply to read.")
+
+
+@contextmanager
+def malformed(what: str) -> Iterator[None]:
+    """Inside it, an error from what a file holds ends the command with ``what (Type: error).``:
+    a hand-edited file can hold anything, and gets one sentence, no traceback."""
+    try:
+        yield
+    except GputraceError:
+        raise
+    except Exception as exc:
+        fail(f"{what} ({type(exc).__name__}: {exc}).")
+
+
+def write_or_fail(trace: Trace, out: str) -> None:
+    """Write ``trace`` to ``out`` (format by extension); a failure ends the command in one sentence."""
+    from gputrace import exporters
+
+    try:
+        exporters.write(trace, out)
+    except OSError as exc:
+        fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
+    except Exception as exc:  # the trace cannot be serialised: one sentence, no traceback
+        fail(f"{path_text(out)}: cannot be written ({type(exc).__name__}: {exc}).")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from gputrace.commands._common import fail
+from gputrace.commands._common import backend_option, fail, format_option
 from gputrace.errors import GputraceError
 from gputrace.safetext import path_text, printable_lines
 
@@ -48,22 +48,9 @@ def _auto_backend() -> str:
 
 
 @click.command()
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "cuda", "wgpu", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="What to measure.",
-)
+@backend_option("What to measure.")
 @click.option("--quick", is_flag=True, help="Fewer repetitions and a smaller grid (seconds).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="What to print on stdout.",
-)
+@format_option(choices=("table", "json"), help="What to print on stdout.")
 @click.option(
     "-o",
     "--output",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from gputrace.commands._common import fail, load_any
+from gputrace.commands._common import load_any, write_or_fail
 from gputrace.safetext import path_text
 
 
@@ -20,13 +20,9 @@ from gputrace.safetext import path_text
 @click.argument("out", metavar="OUT", type=str)
 def convert(src: str, out: str) -> None:
     """Write the trace IN again as OUT (format by OUT's extension: .json, .json.gz, .pftrace)."""
-    from gputrace import exporters
     from gputrace.merge import check_paths
 
     check_paths(out, [src])  # never overwrite the input
     trace = load_any(src)
-    try:
-        exporters.write(trace, out)
-    except OSError as exc:
-        fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
+    write_or_fail(trace, out)
     click.echo(f"gputrace: wrote {path_text(out)} ({len(trace)} scopes).")

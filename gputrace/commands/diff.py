@@ -11,12 +11,12 @@ from __future__ import annotations
 import sys
 
 import click
-import orjson
 
-from gputrace.commands._common import fail, load_any
+from gputrace.commands._common import format_option, load_any, malformed
 from gputrace.compare import diff as diff_traces
 from gputrace.compare import to_table
-from gputrace.safetext import json_safe_text, path_text
+from gputrace.render import to_json
+from gputrace.safetext import path_text
 
 EXIT_REGRESSION = 1
 
@@ -24,14 +24,7 @@ EXIT_REGRESSION = 1
 @click.command("diff")
 @click.argument("a", type=str)
 @click.argument("b", type=str)
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "markdown"]),
-    default="table",
-    show_default=True,
-)
+@format_option("-f", choices=("table", "json", "markdown"))
 @click.option(
     "--fail-above",
     type=click.FloatRange(min=0),
@@ -45,15 +38,9 @@ def diff(a: str, b: str, fmt: str, fail_above: float | None) -> None:
     Exit code 0: no regression; 1: a name got slower than --fail-above; 2: a bad input file.
     """
     ta, tb = load_any(a), load_any(b)
-    try:
+    with malformed(f"{a} or {b}: cannot be compared, a trace looks malformed"):
         result = diff_traces(ta, tb, fail_above_pct=fail_above, a_name=path_text(a), b_name=path_text(b))
-        if fmt == "json":
-            text = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
-            text = json_safe_text(text) + "\n"
-        else:
-            text = to_table(result, markdown=fmt == "markdown")
-    except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
-        fail(f"{a} or {b}: cannot be compared, a trace looks malformed ({type(exc).__name__}: {exc}).")
+        text = to_json(result) if fmt == "json" else to_table(result, markdown=fmt == "markdown")
     click.echo(text, nl=False)
     if result["regressions"]:
         sys.exit(EXIT_REGRESSION)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import click
 
-from gputrace import exporters
-from gputrace.commands._common import fail, load_any
-from gputrace.errors import GputraceError
+from gputrace.commands._common import load_any, malformed, write_or_fail
 from gputrace.merge import check_paths, expand_inputs, placement_lines
 from gputrace.merge import merge as merge_traces
 from gputrace.progress import Progress
@@ -40,20 +38,10 @@ def merge(out: str, inputs: tuple[str, ...]) -> None:
             bar.step(f"reading {path_text(p)}")
             traces.append(load_any(p, foreign=False, progress=False))
         bar.step("merging")
-        try:
+        with malformed(f"cannot merge {', '.join(map(path_text, inputs))}: a trace looks malformed"):
             merged = merge_traces(traces, list(inputs))
-        except GputraceError:
-            raise
-        except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
-            names = ", ".join(map(path_text, inputs))
-            fail(f"cannot merge {names}: a trace looks malformed ({type(exc).__name__}: {exc}).")
         bar.step(f"writing {path_text(out)}")
-        try:
-            exporters.write(merged, out)
-        except OSError as exc:
-            fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
-        except Exception as exc:  # the merged trace cannot be serialised: one sentence, no traceback
-            fail(f"{path_text(out)}: cannot be written ({type(exc).__name__}: {exc}).")
+        write_or_fail(merged, out)
     procs = ", ".join(p["label"] for p in merged.header["processes"])
     click.echo(f"wrote {path_text(out)}: {len(merged)} scopes from {len(inputs)} traces ({procs}).", err=True)
     for line in placement_lines(merged.header):  # how each rank was put on the time line

@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from gputrace.backends import TIMINGS
+from gputrace.commands._common import backend_option
 from gputrace.safetext import path_text, printable
 
 
@@ -35,13 +36,7 @@ from gputrace.safetext import path_text, printable
     type=click.Path(path_type=Path),  # not a regular file: refused by check_output, in one sentence
     help="Where to write the trace (default: <script>.run.trace.json here; .gz to compress).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "cuda", "wgpu", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="Which GPU backend records the program's scopes.",
-)
+@backend_option("Which GPU backend records the program's scopes.")
 @click.option(
     "--trace-module",
     "trace_modules",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from gputrace.commands._common import fail, load_any
+from gputrace.commands._common import format_option, load_any, malformed
 from gputrace.fallback import lost_text
 from gputrace.render import FORMATS, render
 from gputrace.safetext import path_text
@@ -21,15 +21,7 @@ from gputrace.summary import summarize as summarize_trace
 
 @click.command("summarize")
 @click.argument("trace", type=str)
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default="table",
-    show_default=True,
-    help="Output format; json keeps exact nanoseconds.",
-)
+@format_option("-f", choices=FORMATS, help="Output format; json keeps exact nanoseconds.")
 @click.option(
     "--sort",
     type=click.Choice([*SORT_KEYS, *SORT_ALIASES]),
@@ -58,11 +50,9 @@ def summarize(
     """Per scope name: calls, cold call, CPU enqueue and GPU time, queue gap, stability;
     then GPU idle time, anomalies, clock uncertainty and host load."""
     t = load_any(trace)
-    try:
+    with malformed(f"{trace}: cannot be summarized, the trace looks malformed"):
         summary = summarize_trace(t, sort=sort, top=top, name=pattern, file=path_text(trace), group=group)
         text = render(summary, fmt)
-    except Exception as exc:  # a hand-edited file can hold anything: one sentence, no traceback
-        fail(f"{trace}: cannot be summarized, the trace looks malformed ({type(exc).__name__}: {exc}).")
     click.echo(text, nl=False)
     lost = t.header.get("lost")
     if isinstance(lost, dict) and (lost.get("scopes") or lost.get("degraded_chunks")):

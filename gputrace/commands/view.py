@@ -20,10 +20,10 @@ from gputrace.exporters import read_document
 from gputrace.safetext import path_text
 
 
-def check_viewable(trace: str) -> str:
+def check_viewable(trace: str) -> None:
     """Read ``trace`` as the viewer will; a bad file ends the command with the one sentence that
     ``summarize`` gives for it (exit code 2), not a blank page (a .pftrace, an export gputrace
-    does not read, gets the sentence naming the file to view instead). Returns the file to serve."""
+    does not read, gets the sentence naming the file to view instead)."""
     try:
         doc = read_document(trace)  # bounded: regular files only, size and gzip capped; an export
         # (.pftrace) is refused with the sentence naming the file to view instead
@@ -31,7 +31,6 @@ def check_viewable(trace: str) -> str:
         fail(f"{path_text(trace)}: too large to load into memory.")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         fail(f"{path_text(trace)}: not a Chrome trace (no traceEvents list).")
-    return trace
 
 
 @click.command()
@@ -54,11 +53,11 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     """Show TRACE (.json or .json.gz) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
     from gputrace.viewer_server import ViewerServer
 
-    served = check_viewable(trace)
+    check_viewable(trace)
     if check:
         click.echo(f"gputrace: {path_text(trace)} can be viewed.")
         return
-    server = ViewerServer(served, port=port)
+    server = ViewerServer(trace, port=port)
     url = server.perfetto_url if perfetto else server.url
     where = "for the Perfetto UI" if perfetto else ""
     click.echo(f"gputrace: viewing {path_text(trace)} {where + ' ' if where else ''}at {url}")

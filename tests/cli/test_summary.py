@@ -17,7 +17,7 @@ from gputrace.cli import cli
 from gputrace.clock import FakeClock
 from gputrace.model import NO_TIME
 from gputrace.render import human_ns, render
-from gputrace.summary import SCHEMA, idle_per_stream, summarize
+from gputrace.summary import SCHEMA, summarize
 from tests.data.make_golden import MATMUL_US
 
 DATA = Path(__file__).parents[1] / "data"
@@ -130,7 +130,7 @@ def _idle_reference(trace: gputrace.Trace, qi: int) -> tuple[int, int, int]:
 @pytest.mark.parametrize("name", ["story.json", "handmade.json"])
 def test_idle_time_matches_a_plain_reading(name: str) -> None:
     trace = gputrace.load(DATA / name)
-    for qi, q in enumerate(idle_per_stream(trace)):
+    for qi, q in enumerate(summarize(trace)["idle"]):
         busy, host, queued = _idle_reference(trace, qi)
         assert (q["busy_ns"], q["waiting_for_host_ns"], q["between_queued_work_ns"]) == (busy, host, queued)
         assert q["idle_ns"] == q["waiting_for_host_ns"] + q["between_queued_work_ns"] + q["unknown_ns"]
