@@ -34,7 +34,7 @@ from gputrace.exporters import _undo
 from gputrace.exporters import json as json_format
 from gputrace.exporters._text import Rows, varint_len
 from gputrace.exporters.chrome import render
-from gputrace.exporters.opener import TraceFileError
+from gputrace.exporters.opener import canonical_path
 from gputrace.exporters.plan import (
     GPU_PID_BASE,
     OP_TID_BASE,
@@ -47,24 +47,9 @@ from gputrace.exporters.plan import (
 )
 from gputrace.model import Trace
 
-EXTENSIONS = (".pftrace", ".perfetto-trace")
 SEQ = 1  # the one packet sequence written
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
 _DOUBLE = struct.Struct("<d")
-
-
-def canonical_path(path: str | os.PathLike[str]) -> Path:
-    """The ``.json.gz`` a session streams beside ``x.pftrace`` (the file gputrace reads)."""
-    p = Path(path)
-    stem = next((p.name[: -len(e)] for e in EXTENSIONS if p.name.lower().endswith(e)), p.name)
-    return p.with_name(stem + ".json.gz")
-
-
-def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
-    raise TraceFileError(
-        f"{path}: a .pftrace file is an export for Perfetto, which gputrace does not read back; "
-        f"use the .json.gz it was written from ({canonical_path(path).name} for a session's)."
-    )
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
