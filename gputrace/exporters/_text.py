@@ -147,6 +147,11 @@ class Rows:
         w = np.asarray(when, bool)
         return None if w.all() else w
 
+    def _col(self, kind: str, values: Any, when: Mask | None, blank: Any = 0) -> Rows:
+        """A column of numbers; what a row leaves out is ``blank``, so it never widens the column."""
+        self.cols.append((kind, values if when is None else np.where(when, values, blank), when))
+        return self
+
     def lit(self, text: str | bytes, when: Mask | None = None) -> Rows:
         """The same text in every row (that ``when`` selects)."""
         data = text.encode() if isinstance(text, str) else text
@@ -162,21 +167,13 @@ class Rows:
         """An integer per row."""
         v = np.asarray(values)
         when = self._when(when)
-        if when is not None:
-            v = np.where(when, v, 0)  # what a row leaves out never widens the column
-        elif len(v) and (v == v[0]).all():
+        if when is None and len(v) and (v == v[0]).all():
             return self.lit(str(int(v[0])))
-        self.cols.append(("int", v, when))
-        return self
+        return self._col("int", v, when)
 
     def us(self, ns: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """A time or duration per row: integer ns written as µs (≤ 3 decimals, exact)."""
-        v = np.asarray(ns)
-        when = self._when(when)
-        if when is not None:
-            v = np.where(when, v, 0)
-        self.cols.append(("us", v, when))
-        return self
+        return self._col("us", np.asarray(ns), self._when(when))
 
     def pick(self, table: Sequence[str | bytes], index: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """Per row, the text ``table[index]`` (written as it is: JSON-quote it first)."""
@@ -191,11 +188,7 @@ class Rows:
     def var(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """A protobuf varint per row (negative integers as 64-bit two's complement)."""
         v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
-        when = self._when(when)
-        if when is not None:
-            v = np.where(when, v, np.uint64(0))
-        self.cols.append(("var", v, when))
-        return self
+        return self._col("var", v, self._when(when), np.uint64(0))
 
     def raw8(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """Eight little-endian bytes per row (a protobuf fixed64 or double: int64 or float64)."""
@@ -231,7 +224,7 @@ class Rows:
     ) -> Rows:
         """An optional JSON object: ``opener`` (e.g. ``,"args":{``), then each item
         ``(key text, kind, value, has)`` a row has, comma-separated, then ``closer``; the object
-        is left out of rows that have none of the items. ``kind``: "lit", "int", "us" or "pick"
+        is left out of rows that have none of the items. ``kind``: "int", "us" or "pick"
         (value: a (table, index) pair)."""
         has = [np.ones(self.n, bool) if h is None else np.asarray(h, bool) for _k, _t, _v, h in items]
         if not items:
@@ -249,9 +242,7 @@ class Rows:
             else:
                 self.lit(",", h & before)
                 self.lit(key, h)
-            if kind == "lit":
-                self.lit(value, h)
-            elif kind == "int":
+            if kind == "int":
                 self.num(value, h)
             elif kind == "us":
                 self.us(value, h)
