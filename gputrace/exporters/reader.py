@@ -229,9 +229,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
         header["queues"] = [queue_dict(q) for q in queues]
     n = len(cpu)
-    first_met: defaultdict[Any, int] = defaultdict(count().__next__)  # names numbered as first met
-    name_col = np.fromiter(map(first_met.__getitem__, _col(cpu, "name")), np.int32, n)
-    names = [str(k) for k in first_met]
+    names: list[str] = []  # numbered as first met: the scopes' names, then labels and operations'
     label_ids: dict[str, int] = {}
 
     def intern(label: str) -> int:
@@ -242,7 +240,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         return i
 
     s = ScopeTable.empty(n)
-    s.name = name_col
+    s.name = _interned(_col(cpu, "name"), intern)
     tids = ints(_col(cpu, "tid"), "a cpu slice's tid") % OVERLAP_TID_STEP
     thread_row = {t.tid: i for i, t in enumerate(threads)}  # the last listed wins a repeat
     s.thread = _thread_rows(tids, thread_row)
