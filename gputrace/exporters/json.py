@@ -21,6 +21,7 @@ tokenizer also imports the complete events of a ``traceEvents`` array that ends 
 
 from __future__ import annotations
 
+import gzip
 import os
 import struct
 import zlib
@@ -84,12 +85,6 @@ class GzipStream:
 
     def copy(self) -> GzipStream:
         return GzipStream(self.crc, self.size)
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    """``data`` as one whole gzip member, compressed as the stream writer compresses."""
-    z = GzipStream()
-    return GzipStream.HEADER + z.compress(data) + z.flush(final=True)
 
 
 class StreamWriter:
@@ -258,9 +253,7 @@ def servable(path: str | os.PathLike[str]) -> bytes:
     fixed = repair(raw)
     if fixed is None:
         return data
-    if gz:
-        return gzip_bytes(fixed)
-    return fixed
+    return gzip.compress(fixed, compresslevel=1) if gz else fixed
 
 
 def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> tuple[Any, bool]:

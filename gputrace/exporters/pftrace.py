@@ -21,10 +21,11 @@ each chunk, ``x.pftrace`` (renamed from ``x.pftrace.partial`` at stop).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -232,13 +233,15 @@ class _Packets:
         )
         return u
 
-    def _track_of(self, pid: Ints, tid: Ints) -> Ints:
-        keys, inv = np.unique(
-            np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64), return_inverse=True
-        )
-        u = np.array([self._thread(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
-        out: Ints = u[inv.reshape(-1)]
-        return out
+    def _counter(self, names: list[str], pid: int, k: int) -> int:
+        return self._named(("c", pid, names[k]), self._process(pid), names[k], True)
+
+    @staticmethod
+    def _per_pair(pid: Ints, x: Ints, make: Callable[[int, int], int]) -> Ints:
+        """``make(pid, x)`` (a track's uuid) once per distinct pair, as a column."""
+        keys, inv = np.unique(np.asarray(pid, np.int64) << 32 | np.asarray(x, np.int64), return_inverse=True)
+        out: Ints = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
+        return out[inv.reshape(-1)]
 
     def _iid(self, field: int, text: str) -> int:
         i = self.interned.get((field, text))
@@ -304,7 +307,7 @@ class _Packets:
         points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
         for ev in chunk.events:
             n = len(ev.ts)
-            track = self._track_of(ev.pid, ev.tid)
+            track = self._per_pair(ev.pid, ev.tid, self._thread)
             typ = BEGIN if ev.dur is not None else INSTANT
             te = self._head(typ, n, track, self._iids(2, ev.names, ev.name), self._iids(1, ev.cats, ev.cat))
             self._args(te, ev.args, n)
@@ -339,15 +342,8 @@ class _Packets:
             te = self._head(BEGIN, len(w.id), track, self._iids(2, w.labels, w.label), None)
             slices.append((track, w.start, np.maximum(w.end, w.start), self._add(w.start, te)))
         for c in chunk.counters:
-            names = [f"{lb} {c.key}" for lb in c.labels]
-            keys, inv = np.unique(c.pid << 32 | c.label, return_inverse=True)
-            tu = [
-                self._named(
-                    ("c", k >> 32, names[k & 0xFFFFFFFF]), self._process(k >> 32), names[k & 0xFFFFFFFF], True
-                )
-                for k in keys.tolist()
-            ]
-            te = self._head(COUNTER, len(c.ts), np.array(tu, np.int64)[inv.reshape(-1)], None, None)
+            counter = functools.partial(self._counter, [f"{lb} {c.key}" for lb in c.labels])
+            te = self._head(COUNTER, len(c.ts), self._per_pair(c.pid, c.label, counter), None, None)
             points.append((c.ts, self._add(c.ts, te.lit(_key(30, 0)).var(c.value))))
         # the first chunk clears the sequence's state; later ones add to it
         head = (b"" if self.cleared else _int(13, 1)) + _len(12, b"".join(self.new))
