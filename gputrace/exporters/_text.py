@@ -92,19 +92,6 @@ def _us_text(ns: int) -> str:
     return text + f".{r:03d}".rstrip("0") if r else text
 
 
-_FRAC_TEXT = [""] + [f".{i:03d}".rstrip("0") for i in range(1, 1000)]
-
-
-def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
-    """``_us_text`` of each value, the whole µs and the fraction looked up apart."""
-    a = ns.astype(np.int64)
-    if len(a) and int(a.min()) < 0:
-        return list(map(_us_text, a.tolist()))
-    q, r = np.divmod(a, 1000)
-    frac = _FRAC_TEXT
-    return [w + frac[f] for w, f in zip(map(str, q.tolist()), r.tolist(), strict=True)]
-
-
 def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
     """Bytes of each value's varint (as ``Rows.var`` writes it)."""
     return _varint_len(np.asarray(values).astype(np.int64, copy=False).view(np.uint64))
@@ -273,7 +260,7 @@ class Rows:
             elif kind == "int":
                 cells = list(map(str, payload.tolist()))
             elif kind == "us":
-                cells = _us_cells(payload)
+                cells = list(map(_us_text, payload.tolist()))
             else:
                 table, idx = payload
                 text = [t.decode() for t in table]

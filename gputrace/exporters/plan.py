@@ -162,10 +162,10 @@ def capped_header(header: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
+def file_header(trace: Trace) -> dict[str, Any]:
     """The header written beside ``trace``'s events: its own, with the threads and queues listed."""
     header = dict(trace.header, format_version=FORMAT_VERSION)  # as written now, whatever it was read from
-    header["base_ns"] = export_base_ns(trace) if base_ns is None else base_ns
+    header["base_ns"] = export_base_ns(trace)
     header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
     header["queues"] = [queue_dict(q) for q in trace.queues]
     return capped_header(header)
