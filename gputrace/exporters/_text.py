@@ -327,20 +327,15 @@ class Rows:
         used = np.ones((b, width), bool)
         starts = []
         o = 0
-        last_when: tuple[Any, int] = (None, 0)  # a run of columns sharing one ``when``
         for (chars, keep, wb), w in zip(pieces, widths, strict=True):
             starts.append(o)
             if chars.ndim == 2:
                 out[:, o : o + w] = chars
             if keep is not None:
                 used[:, o : o + w] = keep
-            if wb is not last_when[0]:
-                if last_when[0] is not None:
-                    used[:, last_when[1] : o] &= last_when[0][lo:hi, None]
-                last_when = (wb, o)
+            if wb is not None:
+                used[:, o : o + w] &= wb[lo:hi, None]
             o += w
-        if last_when[0] is not None:
-            used[:, last_when[1] : o] &= last_when[0][lo:hi, None]
         flat = out[used]
         if not splices:
             return flat
