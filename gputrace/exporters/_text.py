@@ -143,7 +143,7 @@ class Rows:
         """The same text in every row (that ``when`` selects)."""
         data = text.encode() if isinstance(text, str) else text
         when = self._when(when)
-        if data:
+        if data and (when is None or when.any()):
             if self.cols and self.cols[-1][0] == "lit" and self.cols[-1][2] is when:
                 self.cols[-1] = ("lit", self.cols[-1][1] + data, when)
             else:
@@ -222,13 +222,7 @@ class Rows:
         for (key, kind, value, _h), h in zip(items, has, strict=True):
             if not h.any():
                 continue
-            if not (h & ~before).any():  # every row with it has an item before it
-                self.lit("," + key, h)
-            elif not (h & before).any():  # none has
-                self.lit(key, h)
-            else:
-                self.lit(",", h & before)
-                self.lit(key, h)
+            self.lit(",", h & before).lit(key, h)  # (one literal where every row has both)
             if kind == "int":
                 self.num(value, h)
             elif kind == "us":
