@@ -356,31 +356,25 @@ class _Packets:
     def _ordered(
         self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
     ) -> Iterable[Any]:
-        """Every packet, in time order; on each track the begins and ends as a stack walk gives
-        them (an end before a begin at the same time, the inner slice's end first)."""
+        """Every packet, in time order; at one time, what a stack walk of each track gives: the
+        ends (the inner slice's first), the empty slices (each begin with its end), the begins
+        (the outer slice's first), then instants and counter samples. The slices of a track nest
+        or are disjoint (the plan's lanes), so each end closes the slice it ends."""
 
         def cat(parts: list[Ints]) -> Ints:
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
         track, st, en = (cat([x[k] for x in slices]) for k in range(3))  # type: ignore[misc]
         begin = cat([f + np.arange(len(t)) for _tr, t, _e, f in slices])
-        m = len(st)
-        order = np.lexsort((np.arange(m), -en, st, track))  # by track, start, longest first
-        tr, s0, s1, b = track[order], st[order], en[order], begin[order]
-        _, rank = np.unique(np.concatenate([s0, s1]), return_inverse=True)
-        rank = rank.reshape(-1)
-        seg = np.cumsum(np.r_[0, tr[1:] != tr[:-1]]) * (2 * m + 1)
-        starts = seg + rank[:m]
-        # a slice ends just before the first later begin on its track at or after its end
-        k = np.maximum(np.searchsorted(starts, seg + rank[m:], side="left"), np.arange(m) + 1)
-        i = np.arange(m)
-        seq = np.lexsort((np.r_[np.zeros(m), -i], np.r_[np.ones(m), np.zeros(m)], np.r_[i, k]))
-        ends = self._add(s1, self._head(END, m, tr, None, None))
-        ts = np.r_[s0, s1][seq]
-        rid = np.r_[b, ends + i][seq]
-        ts = np.r_[ts, cat([x[0] for x in points])]
-        rid = np.r_[rid, cat([f + np.arange(len(t)) for t, f in points])]
-        rid = rid[np.argsort(ts, kind="stable")]
+        i, zero = np.arange(len(st)), en == st
+        ends = self._add(en, self._head(END, len(st), track, None, None))
+        pts = cat([x[0] for x in points])
+        ts = np.r_[st, en, pts]
+        group = np.r_[np.where(zero, 1, 2), np.where(zero, 1, 0), np.full(len(pts), 3)]
+        k1 = np.r_[np.where(zero, i, -en), np.where(zero, i, -st), np.zeros(len(pts), np.int64)]
+        k2 = np.r_[i, np.where(zero, len(st) + i, -i), np.arange(len(pts))]
+        rid = np.r_[begin, ends + i, cat([f + np.arange(len(t)) for t, f in points])]
+        rid = rid[np.lexsort((k2, k1, group, ts))]
         bufs = [np.frombuffer(p, np.uint8) for got, _lens in self.rows for p in got]
         flat = np.concatenate(bufs or [np.zeros(0, np.uint8)])
         lens = cat([lens for _b, lens in self.rows])
