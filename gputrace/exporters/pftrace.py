@@ -240,8 +240,9 @@ class _Packets:
     def _per_pair(pid: Ints, x: Ints, make: Callable[[int, int], int]) -> Ints:
         """``make(pid, x)`` (a track's uuid) once per distinct pair, as a column."""
         keys, inv = np.unique(np.asarray(pid, np.int64) << 32 | np.asarray(x, np.int64), return_inverse=True)
-        out: Ints = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
-        return out[inv.reshape(-1)]
+        uuid = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
+        out: Ints = uuid[inv.reshape(-1)]
+        return out
 
     def _iid(self, field: int, text: str) -> int:
         i = self.interned.get((field, text))
