@@ -206,11 +206,9 @@ class Rows:
             out += w if when is None else np.where(when, w, 0)
         return out
 
-    def members(
-        self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]], closer: str = "}"
-    ) -> Rows:
+    def members(self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]]) -> Rows:
         """An optional JSON object: ``opener`` (e.g. ``,"args":{``), then each item
-        ``(key text, kind, value, has)`` a row has, comma-separated, then ``closer``; the object
+        ``(key text, kind, value, has)`` a row has, comma-separated, then ``}``; the object
         is left out of rows that have none of the items. ``kind``: "int", "us" or "pick"
         (value: a (table, index) pair)."""
         has = [np.ones(self.n, bool) if h is None else np.asarray(h, bool) for _k, _t, _v, h in items]
@@ -230,7 +228,7 @@ class Rows:
             else:
                 self.pick(value[0], value[1], h)
             before = before | h
-        return self.lit(closer, any_has)
+        return self.lit("}", any_has)
 
     # -- building ------------------------------------------------------------------------------
     def tobytes(self) -> bytes:
