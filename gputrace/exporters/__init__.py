@@ -9,11 +9,10 @@
   Chrome traces.
 - ``pftrace``: Perfetto's protobuf (``.pftrace``), an export written from the same events.
 
-A format module provides ``EXTENSIONS``, ``write(trace, path) -> Path`` (atomic: temp + rename),
-``read(path, progress=None) -> Trace`` and ``StreamWriter(path, header)`` with ``append(chunk)``
-and ``close(header)``. The format is chosen by the file name's extension; JSON is the default
-for any name but an export's. Reading also looks at the first bytes, so a file renamed still
-loads.
+A format module provides ``write(trace, path) -> Path`` (atomic: temp + rename) and
+``StreamWriter(path, header)`` with ``append(chunk)`` and ``close(header)``; the format is chosen
+by the file name's extension, JSON for any name but an export's. Only JSON is read back: an
+export (``.pftrace``) is refused with the name of the ``.json.gz`` to read instead.
 
 >>> import gputrace, tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
@@ -32,45 +31,25 @@ from __future__ import annotations
 
 import importlib
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gputrace.exporters.opener import NotAGputraceTrace, TraceFileError
+from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, TraceFileError, canonical_path
 from gputrace.model import Trace
 from gputrace.outpath import check_output
 
 __all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "load", "read",
            "read_document", "stream_writer", "write"]  # fmt: skip
 Progress = Callable[[str], None]
-
-DEFAULT = "gputrace.exporters.json"  # the canonical format, for any name not listed here
-# name endings of the export-only formats; modules are imported on first use
-EXPORTS = {".pftrace": "gputrace.exporters.pftrace", ".perfetto-trace": "gputrace.exporters.pftrace"}
-JSON_START = (b"\x1f\x8b", b"{", b"[")  # gzip or JSON text: read as JSON whatever the name
+canonical = canonical_path  # (the name the session and the CLI use)
 
 
 def format_for(path: str | os.PathLike[str]) -> ModuleType:
     """The format module that writes ``path`` (by its extension)."""
-    name = Path(path).name.lower()
-    return importlib.import_module(next((m for ext, m in EXPORTS.items() if name.endswith(ext)), DEFAULT))
-
-
-def _format_of_file(path: str | os.PathLike[str]) -> ModuleType:
-    """The module that reads ``path``: JSON, unless the name says otherwise and the first bytes
-    agree (a renamed JSON file still loads). What is not a regular file, or cannot be opened,
-    goes to JSON too: the opener refuses it with the sentence that says why."""
-    fmt, json_format = format_for(path), importlib.import_module(DEFAULT)
-    try:
-        if fmt is json_format or not stat.S_ISREG(os.stat(path).st_mode):
-            return json_format  # (a FIFO or device is never opened here)
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return json_format
-    return json_format if head.lstrip().startswith(JSON_START) else fmt
+    export = Path(path).name.lower().endswith(EXPORTS)
+    return importlib.import_module("gputrace.exporters." + ("pftrace" if export else "json"))
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -89,9 +68,10 @@ def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> T
     A file cut short by a crash loads up to its last flushed chunk, with
     ``trace.header["truncated"] = True``. ``progress`` is called with "read", "parsed", "built".
     """
+    from gputrace.exporters import json as json_format
     from gputrace.figures import with_launch_submissions
 
-    trace: Trace = _format_of_file(path).read(path, progress=progress)
+    trace = json_format.read(path, progress=progress)
     return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
 
 
@@ -102,21 +82,8 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     """The parsed JSON of a (possibly gzipped) trace file, repaired if it was cut short; an
     export gputrace does not read (a real ``.pftrace``) is refused with its sentence."""
     from gputrace.exporters import json as json_format
-    from gputrace.gcpause import gc_paused
 
-    fmt = _format_of_file(path)
-    if fmt.__name__ != DEFAULT:
-        fmt.read(path)  # (raises: it names the file to read instead)
-    with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
-        doc, _ = json_format.read_document(path, progress)
-    return doc
-
-
-def canonical(path: str | os.PathLike[str]) -> Path:
-    """The file gputrace reads for a session asked to write ``path``: ``path`` itself, or, for
-    an export-only format (``.pftrace``), the ``.json.gz`` written beside it."""
-    to_canonical = getattr(format_for(path), "canonical_path", None)
-    return Path(path) if to_canonical is None else Path(to_canonical(path))
+    return json_format.read_document(path, progress)[0]
 
 
 def write_session(trace: Trace, path: str | os.PathLike[str]) -> Path:

@@ -92,19 +92,6 @@ def _us_text(ns: int) -> str:
     return text + f".{r:03d}".rstrip("0") if r else text
 
 
-_FRAC_TEXT = [""] + [f".{i:03d}".rstrip("0") for i in range(1, 1000)]
-
-
-def _us_cells(ns: npt.NDArray[Any]) -> list[str]:
-    """``_us_text`` of each value, the whole µs and the fraction looked up apart."""
-    a = ns.astype(np.int64)
-    if len(a) and int(a.min()) < 0:
-        return list(map(_us_text, a.tolist()))
-    q, r = np.divmod(a, 1000)
-    frac = _FRAC_TEXT
-    return [w + frac[f] for w, f in zip(map(str, q.tolist()), r.tolist(), strict=True)]
-
-
 def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
     """Bytes of each value's varint (as ``Rows.var`` writes it)."""
     return _varint_len(np.asarray(values).astype(np.int64, copy=False).view(np.uint64))
@@ -147,11 +134,16 @@ class Rows:
         w = np.asarray(when, bool)
         return None if w.all() else w
 
+    def _col(self, kind: str, values: Any, when: Mask | None, blank: Any = 0) -> Rows:
+        """A column of numbers; what a row leaves out is ``blank``, so it never widens the column."""
+        self.cols.append((kind, values if when is None else np.where(when, values, blank), when))
+        return self
+
     def lit(self, text: str | bytes, when: Mask | None = None) -> Rows:
         """The same text in every row (that ``when`` selects)."""
         data = text.encode() if isinstance(text, str) else text
         when = self._when(when)
-        if data:
+        if data and (when is None or when.any()):
             if self.cols and self.cols[-1][0] == "lit" and self.cols[-1][2] is when:
                 self.cols[-1] = ("lit", self.cols[-1][1] + data, when)
             else:
@@ -162,21 +154,13 @@ class Rows:
         """An integer per row."""
         v = np.asarray(values)
         when = self._when(when)
-        if when is not None:
-            v = np.where(when, v, 0)  # what a row leaves out never widens the column
-        elif len(v) and (v == v[0]).all():
+        if when is None and len(v) and (v == v[0]).all():
             return self.lit(str(int(v[0])))
-        self.cols.append(("int", v, when))
-        return self
+        return self._col("int", v, when)
 
     def us(self, ns: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """A time or duration per row: integer ns written as µs (≤ 3 decimals, exact)."""
-        v = np.asarray(ns)
-        when = self._when(when)
-        if when is not None:
-            v = np.where(when, v, 0)
-        self.cols.append(("us", v, when))
-        return self
+        return self._col("us", np.asarray(ns), self._when(when))
 
     def pick(self, table: Sequence[str | bytes], index: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """Per row, the text ``table[index]`` (written as it is: JSON-quote it first)."""
@@ -191,11 +175,7 @@ class Rows:
     def var(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """A protobuf varint per row (negative integers as 64-bit two's complement)."""
         v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
-        when = self._when(when)
-        if when is not None:
-            v = np.where(when, v, np.uint64(0))
-        self.cols.append(("var", v, when))
-        return self
+        return self._col("var", v, self._when(when), np.uint64(0))
 
     def raw8(self, values: npt.ArrayLike, when: Mask | None = None) -> Rows:
         """Eight little-endian bytes per row (a protobuf fixed64 or double: int64 or float64)."""
@@ -226,12 +206,10 @@ class Rows:
             out += w if when is None else np.where(when, w, 0)
         return out
 
-    def members(
-        self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]], closer: str = "}"
-    ) -> Rows:
+    def members(self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]]) -> Rows:
         """An optional JSON object: ``opener`` (e.g. ``,"args":{``), then each item
-        ``(key text, kind, value, has)`` a row has, comma-separated, then ``closer``; the object
-        is left out of rows that have none of the items. ``kind``: "lit", "int", "us" or "pick"
+        ``(key text, kind, value, has)`` a row has, comma-separated, then ``}``; the object
+        is left out of rows that have none of the items. ``kind``: "int", "us" or "pick"
         (value: a (table, index) pair)."""
         has = [np.ones(self.n, bool) if h is None else np.asarray(h, bool) for _k, _t, _v, h in items]
         if not items:
@@ -242,23 +220,15 @@ class Rows:
         for (key, kind, value, _h), h in zip(items, has, strict=True):
             if not h.any():
                 continue
-            if not (h & ~before).any():  # every row with it has an item before it
-                self.lit("," + key, h)
-            elif not (h & before).any():  # none has
-                self.lit(key, h)
-            else:
-                self.lit(",", h & before)
-                self.lit(key, h)
-            if kind == "lit":
-                self.lit(value, h)
-            elif kind == "int":
+            self.lit(",", h & before).lit(key, h)  # (one literal where every row has both)
+            if kind == "int":
                 self.num(value, h)
             elif kind == "us":
                 self.us(value, h)
             else:
                 self.pick(value[0], value[1], h)
             before = before | h
-        return self.lit(closer, any_has)
+        return self.lit("}", any_has)
 
     # -- building ------------------------------------------------------------------------------
     def tobytes(self) -> bytes:
@@ -282,7 +252,7 @@ class Rows:
             elif kind == "int":
                 cells = list(map(str, payload.tolist()))
             elif kind == "us":
-                cells = _us_cells(payload)
+                cells = list(map(_us_text, payload.tolist()))
             else:
                 table, idx = payload
                 text = [t.decode() for t in table]
@@ -349,20 +319,15 @@ class Rows:
         used = np.ones((b, width), bool)
         starts = []
         o = 0
-        last_when: tuple[Any, int] = (None, 0)  # a run of columns sharing one ``when``
         for (chars, keep, wb), w in zip(pieces, widths, strict=True):
             starts.append(o)
             if chars.ndim == 2:
                 out[:, o : o + w] = chars
             if keep is not None:
                 used[:, o : o + w] = keep
-            if wb is not last_when[0]:
-                if last_when[0] is not None:
-                    used[:, last_when[1] : o] &= last_when[0][lo:hi, None]
-                last_when = (wb, o)
+            if wb is not None:
+                used[:, o : o + w] &= wb[lo:hi, None]
             o += w
-        if last_when[0] is not None:
-            used[:, last_when[1] : o] &= last_when[0][lo:hi, None]
         flat = out[used]
         if not splices:
             return flat

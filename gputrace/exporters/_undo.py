@@ -30,43 +30,24 @@ _ATOMIC = (
 )  # fmt: skip
 
 
-def state_copy(x: Any, memo: dict[int, Any] | None = None) -> Any:
+def state_copy(x: Any) -> Any:
     """A copy of a writer's state deep enough that nothing the writer mutates is shared, and no
     deeper: tuples, strings, numbers and frozen dataclasses are shared (a ``copy.deepcopy`` of
-    a ``.pftrace`` writer's tables took 20-120 ms a chunk; this takes a few)."""
-    if isinstance(x, _ATOMIC):
+    a ``.pftrace`` writer's tables took 20-120 ms a chunk; this takes a few). A container met
+    twice is copied twice: what a writer mutates it reaches one way only."""
+    if isinstance(x, _ATOMIC) or getattr(getattr(type(x), "__dataclass_params__", None), "frozen", False):
         return x
-    memo = {} if memo is None else memo
-    got = memo.get(id(x))
-    if got is not None:
-        return got
-    out: Any
     if isinstance(x, dict):
         out = copy.copy(x)  # keeps the type (a defaultdict keeps its factory)
-        memo[id(x)] = out
-        for k, v in x.items():
-            if not isinstance(v, _ATOMIC):
-                out[k] = state_copy(v, memo)
-    elif isinstance(x, list):
-        out = type(x)(v if isinstance(v, _ATOMIC) else state_copy(v, memo) for v in x)
-    elif isinstance(x, set):
-        out = set(x)
-    elif getattr(getattr(type(x), "__dataclass_params__", None), "frozen", False):
-        return x
-    elif hasattr(x, "__dict__") or hasattr(type(x), "__slots__"):
-        out = copy.copy(x)
-        memo[id(x)] = out
-        names = list(getattr(x, "__dict__", {}))
-        names += [s for c in type(x).__mro__ for s in getattr(c, "__slots__", ()) if hasattr(x, s)]
-        for name in names:
-            v = getattr(x, name)
-            if not isinstance(v, _ATOMIC):
-                object.__setattr__(out, name, state_copy(v, memo))
+        out.update({k: state_copy(v) for k, v in x.items() if not isinstance(v, _ATOMIC)})
         return out
-    else:  # (a numpy array, say)
-        out = copy.deepcopy(x)
-    memo[id(x)] = out
-    return out
+    if isinstance(x, (list, set)):
+        return type(x)(v if isinstance(v, _ATOMIC) else state_copy(v) for v in x)
+    if hasattr(x, "__dict__"):
+        out = copy.copy(x)
+        out.__dict__.update({k: state_copy(v) for k, v in vars(x).items()})
+        return out
+    return copy.deepcopy(x)  # (a numpy array, a slotted object)
 
 
 class Checkpoint(NamedTuple):

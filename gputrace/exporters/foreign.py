@@ -40,6 +40,7 @@ from gputrace.model import (
 )
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu"})
+ROW_COLUMNS = ("thread", "cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns", "queue")
 MAX_ABS_US = 1e16  # absolute epoch µs (~1.7e15) are fine; beyond this it is not a time
 
 
@@ -74,7 +75,7 @@ def from_chrome(doc: Any, where: str) -> Trace:
     threads: dict[tuple[Any, Any], int] = {}
     queues: dict[tuple[Any, Any], int] = {}
     launch: dict[Any, int] = {}  # correlation id -> cpu row
-    rows: list[tuple[str, int, int, int, int, int, int, int]] = []  # name, thr, c0, c1, sub, g0, g1, q
+    rows: list[tuple[str, int, int, int, int, int, int, int]] = []  # name, then ROW_COLUMNS
     home = _overhead_threads(cpu)
     for e in cpu:
         key = home.get(id(e)) or (e.get("pid"), e.get("tid"))
@@ -110,13 +111,8 @@ def from_chrome(doc: Any, where: str) -> Trace:
     cols = list(zip(*rows, strict=True))
     s.name = np.array([ids.setdefault(nm, len(ids)) for nm in cols[0]], np.int32)
     names = list(ids)
-    s.thread = np.array(cols[1], np.int32)
-    s.cpu_start_ns = np.array(cols[2], np.int64)
-    s.cpu_end_ns = np.array(cols[3], np.int64)
-    s.submit_ns = np.array(cols[4], np.int64)
-    s.gpu_start_ns = np.array(cols[5], np.int64)
-    s.gpu_end_ns = np.array(cols[6], np.int64)
-    s.queue = np.array(cols[7], np.int32)
+    for col, values in zip(ROW_COLUMNS, cols[1:], strict=True):
+        setattr(s, col, np.array(values, getattr(s, col).dtype))
     nest(s)
     from gputrace.flags import flag_outliers
 

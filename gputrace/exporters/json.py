@@ -21,6 +21,7 @@ tokenizer also imports the complete events of a ``traceEvents`` array that ends 
 
 from __future__ import annotations
 
+import gzip
 import os
 import struct
 import zlib
@@ -38,7 +39,6 @@ from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
 from gputrace.model import Trace
 
-EXTENSIONS = (".json", ".json.gz")
 Progress = Callable[[str], None]
 
 PREFIX = b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'
@@ -85,12 +85,6 @@ class GzipStream:
 
     def copy(self) -> GzipStream:
         return GzipStream(self.crc, self.size)
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    """``data`` as one whole gzip member, compressed as the stream writer compresses."""
-    z = GzipStream()
-    return GzipStream.HEADER + z.compress(data) + z.flush(final=True)
 
 
 class StreamWriter:
@@ -259,28 +253,32 @@ def servable(path: str | os.PathLike[str]) -> bytes:
     fixed = repair(raw)
     if fixed is None:
         return data
-    if gz:
-        return gzip_bytes(fixed)
-    return fixed
+    return gzip.compress(fixed, compresslevel=1) if gz else fixed
 
 
 def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> tuple[Any, bool]:
     """The parsed JSON of a gputrace or Chrome trace file, and whether it was cut short (a
-    streamed gputrace file is then closed after its last complete chunk)."""
+    streamed gputrace file is then closed after its last complete chunk); an export that is
+    not JSON (a real ``.pftrace``) is refused with the sentence naming the file to read."""
     raw, cut = opener.read_trace(path)
     if not raw or raw.isspace():  # (no copy of the file, as strip() would make)
         raise TraceFileError(f"{path}: the file is empty.")
     if progress is not None:
         progress("read")
     try:
-        doc, repaired = orjson.loads(raw), False
+        with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
+            doc, repaired = orjson.loads(raw), False
     except orjson.JSONDecodeError as exc:
         fixed = repair(raw)
         try:
             if fixed is None:
                 raise
-            doc, repaired = orjson.loads(fixed), True
+            with gc_paused():
+                doc, repaired = orjson.loads(fixed), True
         except orjson.JSONDecodeError:
+            refused = opener.export_refused(path)
+            if refused is not None and bytes(raw[:64]).lstrip()[:1] not in (b"{", b"["):
+                raise refused from None
             if cut:
                 raise TraceFileError(f"{path}: the gzip data is truncated or corrupt.") from None
             detail = str(exc.args[0] if exc.args else exc)

@@ -21,10 +21,11 @@ each chunk, ``x.pftrace`` (renamed from ``x.pftrace.partial`` at stop).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from gputrace.exporters import _undo
 from gputrace.exporters import json as json_format
 from gputrace.exporters._text import Rows, varint_len
 from gputrace.exporters.chrome import render
-from gputrace.exporters.opener import TraceFileError
+from gputrace.exporters.opener import canonical_path
 from gputrace.exporters.plan import (
     GPU_PID_BASE,
     OP_TID_BASE,
@@ -47,24 +48,9 @@ from gputrace.exporters.plan import (
 )
 from gputrace.model import Trace
 
-EXTENSIONS = (".pftrace", ".perfetto-trace")
 SEQ = 1  # the one packet sequence written
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
 _DOUBLE = struct.Struct("<d")
-
-
-def canonical_path(path: str | os.PathLike[str]) -> Path:
-    """The ``.json.gz`` a session streams beside ``x.pftrace`` (the file gputrace reads)."""
-    p = Path(path)
-    stem = next((p.name[: -len(e)] for e in EXTENSIONS if p.name.lower().endswith(e)), p.name)
-    return p.with_name(stem + ".json.gz")
-
-
-def read(path: str | os.PathLike[str], progress: Any = None) -> Trace:
-    raise TraceFileError(
-        f"{path}: a .pftrace file is an export for Perfetto, which gputrace does not read back; "
-        f"use the .json.gz it was written from ({canonical_path(path).name} for a session's)."
-    )
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -247,12 +233,15 @@ class _Packets:
         )
         return u
 
-    def _track_of(self, pid: Ints, tid: Ints) -> Ints:
-        keys, inv = np.unique(
-            np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64), return_inverse=True
-        )
-        u = np.array([self._thread(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
-        out: Ints = u[inv.reshape(-1)]
+    def _counter(self, names: list[str], pid: int, k: int) -> int:
+        return self._named(("c", pid, names[k]), self._process(pid), names[k], True)
+
+    @staticmethod
+    def _per_pair(pid: Ints, x: Ints, make: Callable[[int, int], int]) -> Ints:
+        """``make(pid, x)`` (a track's uuid) once per distinct pair, as a column."""
+        keys, inv = np.unique(np.asarray(pid, np.int64) << 32 | np.asarray(x, np.int64), return_inverse=True)
+        uuid = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
+        out: Ints = uuid[inv.reshape(-1)]
         return out
 
     def _iid(self, field: int, text: str) -> int:
@@ -319,7 +308,7 @@ class _Packets:
         points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
         for ev in chunk.events:
             n = len(ev.ts)
-            track = self._track_of(ev.pid, ev.tid)
+            track = self._per_pair(ev.pid, ev.tid, self._thread)
             typ = BEGIN if ev.dur is not None else INSTANT
             te = self._head(typ, n, track, self._iids(2, ev.names, ev.name), self._iids(1, ev.cats, ev.cat))
             self._args(te, ev.args, n)
@@ -354,15 +343,8 @@ class _Packets:
             te = self._head(BEGIN, len(w.id), track, self._iids(2, w.labels, w.label), None)
             slices.append((track, w.start, np.maximum(w.end, w.start), self._add(w.start, te)))
         for c in chunk.counters:
-            names = [f"{lb} {c.key}" for lb in c.labels]
-            keys, inv = np.unique(c.pid << 32 | c.label, return_inverse=True)
-            tu = [
-                self._named(
-                    ("c", k >> 32, names[k & 0xFFFFFFFF]), self._process(k >> 32), names[k & 0xFFFFFFFF], True
-                )
-                for k in keys.tolist()
-            ]
-            te = self._head(COUNTER, len(c.ts), np.array(tu, np.int64)[inv.reshape(-1)], None, None)
+            counter = functools.partial(self._counter, [f"{lb} {c.key}" for lb in c.labels])
+            te = self._head(COUNTER, len(c.ts), self._per_pair(c.pid, c.label, counter), None, None)
             points.append((c.ts, self._add(c.ts, te.lit(_key(30, 0)).var(c.value))))
         # the first chunk clears the sequence's state; later ones add to it
         head = (b"" if self.cleared else _int(13, 1)) + _len(12, b"".join(self.new))
@@ -375,31 +357,25 @@ class _Packets:
     def _ordered(
         self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
     ) -> Iterable[Any]:
-        """Every packet, in time order; on each track the begins and ends as a stack walk gives
-        them (an end before a begin at the same time, the inner slice's end first)."""
+        """Every packet, in time order; at one time, what a stack walk of each track gives: the
+        ends (the inner slice's first), the empty slices (each begin with its end), the begins
+        (the outer slice's first), then instants and counter samples. The slices of a track nest
+        or are disjoint (the plan's lanes), so each end closes the slice it ends."""
 
         def cat(parts: list[Ints]) -> Ints:
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
         track, st, en = (cat([x[k] for x in slices]) for k in range(3))  # type: ignore[misc]
         begin = cat([f + np.arange(len(t)) for _tr, t, _e, f in slices])
-        m = len(st)
-        order = np.lexsort((np.arange(m), -en, st, track))  # by track, start, longest first
-        tr, s0, s1, b = track[order], st[order], en[order], begin[order]
-        _, rank = np.unique(np.concatenate([s0, s1]), return_inverse=True)
-        rank = rank.reshape(-1)
-        seg = np.cumsum(np.r_[0, tr[1:] != tr[:-1]]) * (2 * m + 1)
-        starts = seg + rank[:m]
-        # a slice ends just before the first later begin on its track at or after its end
-        k = np.maximum(np.searchsorted(starts, seg + rank[m:], side="left"), np.arange(m) + 1)
-        i = np.arange(m)
-        seq = np.lexsort((np.r_[np.zeros(m), -i], np.r_[np.ones(m), np.zeros(m)], np.r_[i, k]))
-        ends = self._add(s1, self._head(END, m, tr, None, None))
-        ts = np.r_[s0, s1][seq]
-        rid = np.r_[b, ends + i][seq]
-        ts = np.r_[ts, cat([x[0] for x in points])]
-        rid = np.r_[rid, cat([f + np.arange(len(t)) for t, f in points])]
-        rid = rid[np.argsort(ts, kind="stable")]
+        i, zero = np.arange(len(st)), en == st
+        ends = self._add(en, self._head(END, len(st), track, None, None))
+        pts = cat([x[0] for x in points])
+        ts = np.r_[st, en, pts]
+        group = np.r_[np.where(zero, 1, 2), np.where(zero, 1, 0), np.full(len(pts), 3)]
+        k1 = np.r_[np.where(zero, i, -en), np.where(zero, i, -st), np.zeros(len(pts), np.int64)]
+        k2 = np.r_[i, np.where(zero, len(st) + i, -i), np.arange(len(pts))]
+        rid = np.r_[begin, ends + i, cat([f + np.arange(len(t)) for t, f in points])]
+        rid = rid[np.lexsort((k2, k1, group, ts))]
         bufs = [np.frombuffer(p, np.uint8) for got, _lens in self.rows for p in got]
         flat = np.concatenate(bufs or [np.zeros(0, np.uint8)])
         lens = cat([lens for _b, lens in self.rows])

@@ -162,10 +162,10 @@ def capped_header(header: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def file_header(trace: Trace, base_ns: int | None = None) -> dict[str, Any]:
+def file_header(trace: Trace) -> dict[str, Any]:
     """The header written beside ``trace``'s events: its own, with the threads and queues listed."""
     header = dict(trace.header, format_version=FORMAT_VERSION)  # as written now, whatever it was read from
-    header["base_ns"] = export_base_ns(trace) if base_ns is None else base_ns
+    header["base_ns"] = export_base_ns(trace)
     header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
     header["queues"] = [queue_dict(q) for q in trace.queues]
     return capped_header(header)
@@ -321,15 +321,27 @@ class Planner:
                 {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name, **extra}}
             )
 
+    def _name_lanes(self, pid: int, tid: int, label: str, top: int, meta: list[Any], first: int = 1) -> None:
+        """Names of the lanes ``first`` .. ``top`` of track ``tid``: "<label> (overlap n)"."""
+        for ln in range(first, top + 1):
+            name = label + (f" (overlap {ln})" if ln else "")
+            self._name_thread(pid, tid + ln * OVERLAP_TID_STEP, name, meta)
+
     def _cpu_pid(self, tid: int) -> int:
         return self.pid_of_tid.get(tid % OVERLAP_TID_STEP, self.pid)
 
-    def _lanes(self, key: str, tracks: Ints, st: Ints, en: Ints, carry: LaneCarry) -> Ints:
+    def _cpu_pids(self, tids: Ints) -> Ints:
+        """The process of each CPU track's tid: the file's, or in a merged trace its thread's."""
+        if not self.pid_of_tid:
+            return _col(self.pid, len(tids))
+        return np.array([self._cpu_pid(t) for t in np.asarray(tids).tolist()], np.int64)
+
+    def _lanes(self, key: str, tracks: Ints, st: Ints, en: Ints) -> Ints:
         """Lane per slice, track by track (``tracks``: the track of each slice)."""
         lanes = np.zeros(len(st), np.int64)
         for k in distinct(tracks).tolist():
             at = np.flatnonzero(tracks == k)
-            lanes[at] = carry.lanes((key, k), st[at], np.maximum(en[at], st[at]))
+            lanes[at] = self.lane_carry.lanes((key, k), st[at], np.maximum(en[at], st[at]))
         return lanes
 
     # -- the chunk -----------------------------------------------------------------------------
@@ -363,7 +375,7 @@ class Planner:
             m = trace.marks
             kinds = sorted({x.kind for x in m})
             mtid = tids[np.array([x.thread for x in m], np.int64)]
-            mpid = np.array([self._cpu_pid(int(t)) for t in mtid], np.int64)
+            mpid = self._cpu_pids(mtid)
             objs = (
                 [None] + [dict(x.args) for x in m],
                 np.array([(k + 1) * bool(x.args) for k, x in enumerate(m)]),
@@ -390,15 +402,9 @@ class Planner:
                 # rows are in (start, -end) order, as the lanes take them
                 lanes = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rows], s.cpu_end_ns[rows])
                 cpu_tid[rows] += lanes * OVERLAP_TID_STEP
-                for ln in range(1, int(lanes.max()) + 1):
-                    tid = int(tids[th]) + ln * OVERLAP_TID_STEP
-                    self._name_thread(
-                        self._cpu_pid(tid), tid, f"{trace.threads[th].name} (overlap {ln})", meta
-                    )
-        if self.pid_of_tid:
-            pid = np.array([self._cpu_pid(int(t)) for t in cpu_tid.tolist()], np.int64)
-        else:
-            pid = _col(self.pid, n)
+                tid = int(tids[th])
+                self._name_lanes(self._cpu_pid(tid), tid, trace.threads[th].name, int(lanes.max()), meta)
+        pid = self._cpu_pids(cpu_tid)
         # the rare parts: a scope's own args and flags (equal ones written from one entry)
         flagged = np.flatnonzero(s.flags)
         objs: list[Any] = [None]
@@ -436,14 +442,11 @@ class Planner:
         q_of = s.queue[rows].astype(np.int64)
         g0, g1, sb = s.gpu_start_ns[rows], s.gpu_end_ns[rows], s.submit_ns[rows]
         # lanes per queue: a GPU slice that would partially overlap goes to an overflow track
-        lanes = self._lanes("gpu", q_of, g0, g1, self.lane_carry)
+        lanes = self._lanes("gpu", q_of, g0, g1)
         gtid = q_of + 1 + lanes * OVERLAP_TID_STEP
         for qi in distinct(q_of[lanes > 0]).tolist():
-            dev = queues[qi].device if 0 <= qi < nq else 0
-            label = queues[qi].label if 0 <= qi < nq else "queue"
-            for ln in range(1, int(lanes[q_of == qi].max()) + 1):
-                tid = qi + 1 + ln * OVERLAP_TID_STEP
-                self._name_thread(GPU_PID_BASE + dev, tid, f"{label} (overlap {ln})", out.meta)
+            dev, label = (queues[qi].device, queues[qi].label) if 0 <= qi < nq else (0, "queue")
+            self._name_lanes(GPU_PID_BASE + dev, qi + 1, label, int(lanes[q_of == qi].max()), out.meta)
         qn_idx = np.where((q_of >= 0) & (q_of < nq), q_of, nq)
         gpid = GPU_PID_BASE + np.array([q.device for q in queues] + [0], np.int64)[qn_idx]
         b = self.rows + rows
@@ -546,16 +549,12 @@ class Planner:
         row = np.where(scope >= 0, self.rows + scope, -1)
         thr = ops.thread.astype(np.int64)
         # an operations track per stream; an overlap (concurrent graph branches) gets a lane
-        lanes = self._lanes("ops", qcol, st, en, self.lane_carry)
+        lanes = self._lanes("ops", qcol, st, en)
         op_tid = OP_TID_BASE + qcol + lanes * OVERLAP_TID_STEP
         for qi in distinct(qcol).tolist():
-            d = queues[qi].device if 0 <= qi < nq else 0
-            label = queues[qi].label if 0 <= qi < nq else "stream ?"
-            for ln in range(int(lanes[qcol == qi].max()) + 1):
-                track = f"{label} · operations" + (f" (overlap {ln})" if ln else "")
-                tid = OP_TID_BASE + qi + ln * OVERLAP_TID_STEP
-                out.meta.append({"ph": "M", "name": "thread_name", "pid": GPU_PID_BASE + d, "tid": tid,
-                                 "args": {"name": track}})  # fmt: skip
+            d, label = (queues[qi].device, queues[qi].label) if 0 <= qi < nq else (0, "stream ?")
+            top, label = int(lanes[qcol == qi].max()), f"{label} · operations"
+            self._name_lanes(GPU_PID_BASE + d, OP_TID_BASE + qi, label, top, out.meta, first=0)
         # the launch call, inside its scope's CPU slice (only where it nests: never a partial
         # overlap; a call outside every scope only where it touches none), once per call
         cand = placed & seen & (thr >= 0)
@@ -611,10 +610,7 @@ class Planner:
             sd = np.maximum(scope[d], 0)
             ctid = np.where(scope[d] >= 0, tids[s.thread[sd]] if len(s) else 0, tids[thr[d]])
             cargs = [Arg("correlation", "int", ops.correlation[d]), Arg("External id", "int", row[d])]
-            if self.pid_of_tid:  # a merged trace: each call in the process of its thread
-                cpid = np.array([self._cpu_pid(int(t)) for t in ctid.tolist()], np.int64)
-            else:
-                cpid = _col(self.pid, len(d))
+            cpid = self._cpu_pids(ctid)  # (a merged trace: each call in the process of its thread)
             out.events.append(Events(
                 cats, ops.call_name[d], trace.names, ops.call_name[d], cpid, ctid, c0[d] - base,
                 c1[d] - c0[d], cargs, flow=flow[d], flow_has=None, flow_out=True,

@@ -229,9 +229,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
         header["queues"] = [queue_dict(q) for q in queues]
     n = len(cpu)
-    first_met: defaultdict[Any, int] = defaultdict(count().__next__)  # names numbered as first met
-    name_col = np.fromiter(map(first_met.__getitem__, _col(cpu, "name")), np.int32, n)
-    names = [str(k) for k in first_met]
+    names: list[str] = []  # numbered as first met: the scopes' names, then labels and operations'
     label_ids: dict[str, int] = {}
 
     def intern(label: str) -> int:
@@ -242,7 +240,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         return i
 
     s = ScopeTable.empty(n)
-    s.name = name_col
+    s.name = _interned(_col(cpu, "name"), intern)
     tids = ints(_col(cpu, "tid"), "a cpu slice's tid") % OVERLAP_TID_STEP
     thread_row = {t.tid: i for i, t in enumerate(threads)}  # the last listed wins a repeat
     s.thread = _thread_rows(tids, thread_row)
@@ -261,7 +259,8 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
                 s.flags[i] = flags_from_names(fl)
             if a:
                 s.args[i] = a
-    passes = _gpu_slices(s, gpu, base, len(queues), intern) + _passes(pass_events, n, base, intern)
+    folded = _gpu_slices(s, gpu, base, len(queues), intern)
+    passes = np.concatenate([folded, _passes(pass_events, n, base, intern)])
     order = np.arange(n)
     if not (np.diff(s.cpu_start_ns) > 0).all():  # a streamed file's scopes come as they ended
         order = np.lexsort((-s.cpu_end_ns, s.thread, s.cpu_start_ns))
@@ -274,7 +273,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
             **{c: getattr(s, c)[order] for c in ScopeTable.COLUMNS},
             args=dict(sorted((int(new_row[k]), v) for k, v in s.args.items())),
         )
-        passes = [(int(new_row[r]), lb, g0, g1, sb) for r, lb, g0, g1, sb in passes]
+        passes[:, 0] = new_row[passes[:, 0]]
     nest(s)
     spans = _span_table(s, passes, bool(header.get("spans_cover_children")), intern)
     procs = header.get("processes")  # a merged trace keeps each process's threads under its pid
@@ -297,16 +296,14 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     return trace
 
 
-Pass = tuple[int, int, int, int, int]  # scope row, label id, GPU start, GPU end, submission
+# passes: a row each of (scope row, label id, GPU start, GPU end, submission)
 
 
-def _gpu_slices(
-    s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Callable[[str], int]
-) -> list[Pass]:
+def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Callable[[str], int]) -> I64:
     """Each scope's GPU times, submission, uncertainty, queue and flags from its GPU slice (the
     slice's ``bind_id`` is its scope); returns the passes folded into their scope's slice."""
     if not gpu:
-        return []
+        return np.zeros((0, 5), np.int64)
     n = len(s)
     rows = ints(_col(gpu, "bind_id"), "a gpu slice's scope")
     if rows.min() < 0 or rows.max() >= n:
@@ -340,24 +337,15 @@ def _gpu_slices(
     for i, fl in enumerate(flags):
         if fl:
             s.flags[rows[i]] |= np.uint32(flags_from_names(fl))
-    r = rows.tolist()
-    return [
-        (
-            r[i],
-            intern(str(a["pass"])),
-            int(s.gpu_start_ns[r[i]]),
-            int(s.gpu_end_ns[r[i]]),
-            int(s.submit_ns[r[i]]),
-        )
-        for i, a in enumerate(ga)
-        if "pass" in a
-    ]
+    folded = [i for i, a in enumerate(ga) if "pass" in a]
+    r, label = rows[folded], np.array([intern(str(ga[i]["pass"])) for i in folded], np.int64)
+    return np.stack([r, label, s.gpu_start_ns[r], s.gpu_end_ns[r], s.submit_ns[r]], axis=1)
 
 
-def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]) -> list[Pass]:
+def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]) -> I64:
     """wgpu passes written as child slices of their scope's GPU slice."""
     if not events:
-        return []
+        return np.zeros((0, 5), np.int64)
     pa = _col(events, "args")
     rows = ints(_col(pa, "scope"), "a gpu pass's scope")
     if rows.min() < 0 or rows.max() >= n:
@@ -367,16 +355,13 @@ def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]
     sub = np.full(len(events), NO_TIME, np.int64)
     has, sub_ns = _optional_ns(pa, "submit_ts", base)
     sub[has] = sub_ns
-    labels = [intern(str(x)) for x in _col(events, "name")]
-    return list(zip(rows.tolist(), labels, g0.tolist(), g1.tolist(), sub.tolist(), strict=True))
+    labels = np.array([intern(str(x)) for x in _col(events, "name")], np.int64)
+    return np.stack([rows, labels, g0, g1, sub], axis=1)
 
 
-def _span_table(
-    s: ScopeTable, passes: list[Pass], covers_children: bool, intern: Callable[[str], int]
-) -> SpanTable:
+def _span_table(s: ScopeTable, p: I64, covers_children: bool, intern: Callable[[str], int]) -> SpanTable:
     """One span per pass, plus (where spans do not merely hull passes, as cuda's) one
     scope-level span, unlabelled, for each GPU scope without a pass; by scope, start and end."""
-    p = np.array(passes, np.int64).reshape(-1, 5)
     with_pass = np.zeros(len(s), bool)
     with_pass[p[:, 0]] = True
     unl = (

@@ -55,6 +55,33 @@ def _value(a: Any) -> Any:
     return getattr(a, kind) if kind else None
 
 
+def built_slices(got: dict[str, Any]) -> Counter[tuple[Any, int, int]]:
+    """The slices an importer builds from the packets in file order (each end closes the slice
+    last begun on its track and still open), as (name, start, duration) in ns."""
+    open_: dict[int, list[dict[str, Any]]] = {}
+    out: Counter[tuple[Any, int, int]] = Counter()
+    for e in got["events"]:
+        if e["type"] == 1:
+            open_.setdefault(e["track"], []).append(e)
+        elif e["type"] == 2:
+            b = open_[e["track"]].pop()
+            out[(b["name"], b["ts"], e["ts"] - b["ts"])] += 1
+    assert not any(open_.values()), "slices left open"
+    return out
+
+
+def json_slices(doc: dict[str, Any]) -> Counter[tuple[Any, int, int]]:
+    """The JSON file's complete slices and queued waits, as (name, start, duration) in ns."""
+    ns = lambda us: round(us * 1000)  # noqa: E731
+    out = Counter((e["name"], ns(e["ts"]), ns(e["dur"])) for e in doc["traceEvents"] if e["ph"] == "X")
+    begun = {(e["pid"], e["id2"]["local"]): e for e in doc["traceEvents"] if e["ph"] == "b"}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "e":
+            b = begun[(e["pid"], e["id2"]["local"])]
+            out[(b["name"], ns(b["ts"]), ns(e["ts"]) - ns(b["ts"]))] += 1
+    return out
+
+
 def track_name(tracks: dict[int, Any], uuid: int) -> str:
     t = tracks[uuid]
     return str(t.thread.thread_name if t.HasField("thread") else t.name)
@@ -72,6 +99,7 @@ def test_the_export_draws_the_json_files_slices_flows_and_args(tmp_path: Path, k
     ends = [e for e in got["events"] if e["type"] == 2]
     waits = [e for e in doc["traceEvents"] if e["ph"] == "b"]
     assert len(begins) == len(ends) == len(x) + len(waits)
+    assert built_slices(got) == json_slices(doc)  # each end closes its own slice
     # the same args on every slice, in both formats (keyed by name, start and category)
     key = lambda name, ts_ns, cat: (name, ts_ns, cat)  # noqa: E731
     json_args = Counter(
@@ -133,6 +161,9 @@ def test_each_tracks_slices_nest_even_when_thousands_of_waits_overlap(tmp_path: 
                 clock.advance(1_000)
     assert s.trace is not None
     got = parsed(gputrace.exporters.write(s.trace, tmp_path / "t.pftrace"))
+    assert built_slices(got) == json_slices(
+        perfetto_rules.read(gputrace.exporters.write(s.trace, tmp_path / "t.json"))
+    )
     depth: Counter[int] = Counter()
     lanes = set()
     for e in got["events"]:  # in file order: a track's begins and ends nest
