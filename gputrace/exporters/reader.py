@@ -141,10 +141,11 @@ def _optional_ns(args: list[Any], key: str, base: int) -> tuple[list[int], I64]:
 
 
 def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np.int32]:
-    """Name ids for ``values`` (each as ``str``), interning each distinct value once."""
-    first_met: defaultdict[str, int] = defaultdict(count().__next__)
-    local = np.fromiter(map(first_met.__getitem__, map(str, values)), np.int32, len(values))
-    return np.array([intern(k) for k in first_met], np.int32)[local] if len(local) else local
+    """Name ids for ``values`` (each as ``str``), interning each distinct value once (a value
+    that cannot be a name, such as a list, raises ``TypeError``: the file is malformed)."""
+    first_met: defaultdict[Any, int] = defaultdict(count().__next__)
+    local = np.fromiter(map(first_met.__getitem__, values), np.int32, len(values))
+    return np.array([intern(str(k)) for k in first_met], np.int32)[local] if len(local) else local
 
 
 # -- the events, by kind ---------------------------------------------------------------------------
