@@ -5,7 +5,8 @@
 Each (N, timing) in its own process: N scopes of one tiny kernel each, no sync, then the stop under
 cProfile; printed: the stop's wall ms (profiled, so inflated) and the cumulative ms of its phases
 (collect: the backend's harvest/drain/decode/join; resolve; write: the exporters' append and close;
-calibrate: the stop's clock samples).
+calibrate: the stop's clock samples; with a writer process, send: chunks handed to it,
+writer_wait: waiting for it to finish the file).
 """
 
 import json
@@ -35,7 +36,8 @@ pr.disable()
 t2 = time.perf_counter_ns()
 st = pstats.Stats(pr).stats
 phases = {"collect": ("collect", "_take_finished", "drain"), "decode": ("decode",), "join": ("_join",),
-          "resolve": ("resolve",), "write": ("append",), "close": ("close",),
+          "resolve": ("resolve",), "write": ("append",), "send": ("add",), "close": ("close",),
+          "writer_wait": ("_finish",),
           "calibrate": ("stop_samples", "calibrate"), "final_clock": ("final_clock",)}
 got = {}
 for ph, names in phases.items():
