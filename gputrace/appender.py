@@ -238,7 +238,9 @@ class WriterProcess:
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
         _check_writable(path)  # refused here, at once, as an in-process open would refuse it
         self.path, self.header = path, copy.deepcopy(header)  # as the writer process gets it
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        # the child finds this gputrace first (an editable install's finder may not be a path)
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *(p for p in sys.path if p)]))
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", "from gputrace.appender import serve; serve()"],
