@@ -256,8 +256,7 @@ class LibCuptiSource:
                 (cr.DOMAIN_DRIVER, ids.DRIVER, ids.DRIVER_SIZE),
                 (cr.DOMAIN_RUNTIME, ids.RUNTIME, ids.RUNTIME_SIZE),
             ):
-                keep = list(known)
-                self._call_names.update({(dom, k): v for k, v in known.items()})
+                keep = list(known)  # (their names are read from libcupti when a record needs one)
                 for cbid in range(top, _CBID_TOP[dom]):  # ids newer than the table: asked of libcupti
                     name = self.lib.callback_name(dom, cbid)
                     if name is not None:
