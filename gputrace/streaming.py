@@ -419,6 +419,8 @@ class Streamer:
                     item = rich[i : i + RICH]
                     late = item[2] > horizon if horizon is not None else item[3] > 0
                     (wait if late else ready).extend(item)
+                if wait and horizon is not None:  # a waiting scope's children wait with it
+                    ready, wait = _with_families(ready, wait)
                 if wait:
                     self.pending[key] = (buf, wait)
             self._add_thread(threads, buf, plain, ready, marks)
@@ -566,6 +568,20 @@ class Streamer:
                 self.out.close(header)
             finally:
                 _live.discard(self)
+
+
+def _with_families(ready: list[Any], wait: list[Any]) -> tuple[list[Any], list[Any]]:
+    """``ready`` and ``wait`` (flat items, ``RICH`` per scope, of one thread) with every ready
+    scope that started at or after the earliest waiting one moved to ``wait``: such a scope is
+    inside a waiting scope or after it, and written in one chunk with it, so the parent's GPU
+    span holds its children's work (a chunk resolves the spans of its own scopes only). A scope
+    that started earlier ended before the horizon, so it cannot hold a waiting one."""
+    first = min(wait[1::RICH])
+    keep: list[Any] = []
+    late: list[Any] = []
+    for i in range(0, len(ready), RICH):
+        (late if ready[i + 1] >= first else keep).extend(ready[i : i + RICH])
+    return keep, (late + wait if late else wait)
 
 
 def _waiting_bytes(backend: Any) -> int:

@@ -23,6 +23,7 @@ from gputrace.exporters import json as json_format
 from gputrace.exporters.opener import read_trace
 from gputrace.model import FORMAT_VERSION
 from tests import perfetto_rules
+from tests.builders import T0, cupti_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -393,3 +394,20 @@ def test_logs_swapped_out_by_backpressure_are_read_first(tmp_path: Path) -> None
         now = time.perf_counter_ns()
         old.extend(("late", now, now + 10))
     assert s2.trace is not None and sorted(sc.name for sc in s2.trace) == ["a", "late"]
+
+
+def test_a_chunk_cut_at_the_cupti_horizon_keeps_a_parent_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timer chunk between two steps (fake CUPTI, no sync): the first step ended after the
+    horizon (its last launches' records may still come), so it waits for the next chunk, and its
+    child "tiny", which ended before the horizon, waits with it. Written apart, the step's GPU
+    span started at its own operation (14.5 µs in) instead of its child's first kernel (3 µs)."""
+    monkeypatch.setenv("GPUTRACE_WRITER", "thread")
+    whole = cupti_trace(tmp_path, monkeypatch, tmp_path / "whole.json")
+    cut = cupti_trace(tmp_path, monkeypatch, tmp_path / "cut.json", between=lambda: time.sleep(1.2))
+    for t in (whole, cut):
+        assert [t.names[i] for i in t.scopes.name] == ["step", "tiny", "big"] * 2
+    assert (cut.scopes.gpu_start_ns - T0).tolist() == [3_000, 3_000, 115_000, 203_000, 203_000, 315_000]
+    assert np.array_equal(cut.scopes.gpu_start_ns, whole.scopes.gpu_start_ns)
+    assert np.array_equal(cut.ops.scope, whole.ops.scope)

@@ -33,13 +33,14 @@ def test_a_writer_process_writes_the_same_file(
     for writer in ("thread", "process"):
         monkeypatch.setenv("GPUTRACE_WRITER", writer)
         path = files[writer] = tmp_path / f"{writer}{suffix}"
-        # waited for: both sessions send a chunk in the pause (the fake clock stands still)
+        # waited for: the child is ready before the stop (both sessions pause alike)
         cupti_trace(tmp_path, monkeypatch, path, between=(lambda p=path: _pause(p)) if ready else None)
     a, b = (gputrace.load(gputrace.exporters.canonical(files[w])) for w in ("thread", "process"))
     assert len(a) == len(b) > 0 and len(a.ops) == len(b.ops) > 0
-    assert b.header["streamed"]["chunks"] == (2 if ready else 1)
-    if ready:  # the child says what it cost (its own peak memory)
+    if ready:  # the child wrote the file, and says what it cost (its own peak memory)
         assert b.header["writer_process"]["peak_rss_mb"] > 0
+    else:  # the session wrote it
+        assert "writer_process" not in b.header
     assert "writer_process" not in a.header
     docs = [_document(gputrace.exporters.canonical(files[w])) for w in ("thread", "process")]
     assert docs[0] == docs[1]
@@ -49,7 +50,7 @@ def test_a_writer_process_writes_the_same_file(
 
 def _pause(path: Path) -> None:
     """Wait until the file has its start (a writer process writes it once it is ready), then
-    past the streamer's interval (1 s), so a chunk is sent."""
+    past the streamer's interval (1 s), so its timer collects in both sessions."""
     started = gputrace.exporters.canonical(path)  # (a .pftrace's .json.gz is written first)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (started.exists() and started.stat().st_size):
