@@ -38,7 +38,7 @@ MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then 
 _FRAME = struct.Struct("<Q")
 READY = b"R"  # the writer process has the file open
 PIPE_BYTES = 1 << 20  # the pipe's buffer (Linux): chunks in flight before the streamer waits
-CLOSE_WAIT_S = 600.0  # the writer process's last chunks and final header, at most
+CLOSE_WAIT_S = 120.0  # a stop waits this long at most for the writer process to finish the file
 STALL_S = 60.0  # a writer process that reads nothing this long is given up (its chunks counted lost)
 
 
@@ -309,18 +309,25 @@ class WriterProcess:
         """End the writer process without a final header (the file reads as ending early)."""
         if not self.closed:
             self.closed = True
-            self._finish(False)
+            self._finish(False, wait=False)  # (it ends once it has read what was sent)
 
-    def _finish(self, answer: bool) -> Any:
-        """Close the pipe, read the writer process's answer (``answer``), wait for it to end."""
-        reply = None
+    def _finish(self, answer: bool, wait: bool = True) -> Any:
+        """Close the pipe; read the writer process's answer (``answer``: "late" if none came
+        within ``CLOSE_WAIT_S``, the child then finishes on its own); wait for it to end."""
+        reply: Any = None
         p = self.proc
         with contextlib.suppress(Exception):
             p.stdin.close()  # type: ignore[union-attr]
-            if answer:
+        if answer:
+            try:
+                if not select.select([p.stdout], [], [], CLOSE_WAIT_S)[0]:
+                    return "late"
                 reply = _receive(p.stdout)
-        with contextlib.suppress(Exception):
-            p.wait(CLOSE_WAIT_S)
+            except Exception:
+                reply = None
+        if wait:
+            with contextlib.suppress(Exception):
+                p.wait(CLOSE_WAIT_S)
         with contextlib.suppress(Exception):
             p.stdout.close()  # type: ignore[union-attr]
         return reply
@@ -342,6 +349,11 @@ class WriterProcess:
             header = dict(header, lost=lost)
         sent = self._send(("close", header))
         reply = self._finish(sent)
+        if reply == "late":
+            report_internal("writer-process", f"the trace's writer process is still writing {self.path} "
+                            f"after {CLOSE_WAIT_S:g} s; the file is complete once it ends (it goes on "
+                            "without the program).")  # fmt: skip
+            return
         if not isinstance(reply, dict):
             if sent:
                 report_internal("writer-process", "the trace's writer process ended before the final "
