@@ -34,7 +34,8 @@ import numpy as np
 from gputrace import exporters
 from gputrace.backends.base import Clock
 from gputrace.errors import GputraceError
-from gputrace.model import ANOMALY_FLAGS, FLAG_NAMES, Trace
+from gputrace.flags import flag_counts
+from gputrace.model import ANOMALY_FLAGS, Trace
 from gputrace.outpath import check_output
 from gputrace.recorder import Recorder, active_recorder
 
@@ -76,14 +77,9 @@ class RingWriter:
             chunks = [c for _, c in self.chunks]
         header = dict(header)
         flags = np.concatenate([c.scopes.flags for c in chunks] or [np.zeros(0, np.int64)])
-        counts = {name: int(np.count_nonzero(flags & int(bit))) for bit, name in FLAG_NAMES.items()}
         anomalous = int(np.count_nonzero(flags & int(ANOMALY_FLAGS)))
         # exact counts; the examples are rebuilt from the per-scope flags by the reader
-        header["anomalies"] = {
-            "counts": {k: n for k, n in counts.items() if n},
-            "items": [],
-            "truncated": anomalous,
-        }
+        header["anomalies"] = {"counts": flag_counts(flags), "items": [], "truncated": anomalous}
         header["ring"] = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
         tmp = self.path.with_name(".partial-" + self.path.name)  # same extension: same format
         check_output(self.path)  # the rename would replace a device node, FIFO or folder put there

@@ -137,10 +137,7 @@ def jsonsafe(value: Any, depth: int = 0, failures: list[str] | None = None) -> A
     >>> jsonsafe({"ok": 1, "bad": Broken([1])}, failures=why), why
     ({'ok': 1, 'bad': '<Broken object (conversion failed)>'}, ['Broken (RuntimeError: no)'])
     """
-    try:
-        return _convert(value, depth, set(), failures)
-    except Exception as exc:
-        return _failed(value, exc, failures)
+    return _child(value, depth, set(), failures)
 
 
 MAX_FAILURES = 10  # failures described per call; the placeholders mark every one
