@@ -128,9 +128,10 @@ class RingTriggers:
             self._usr1 = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
-    """Which ``gputrace.step()`` iterations are recorded, as torch.profiler's ``schedule`` counts
+    """Which ``gputrace.step()`` iterations are recorded (``session(schedule=...)``; made by
+    ``gputrace.schedule``, with torch.profiler.schedule's arguments), as torch.profiler counts
     them: ``skip_first`` steps, then cycles of ``wait`` steps, ``warmup`` steps and ``active``
     steps, ``repeat`` cycles (0: until the program ends). Only active steps are recorded, each
     cycle's as its own marked window ("window 0", "window 1" …).
@@ -144,6 +145,14 @@ class Schedule:
     [None, None, 0, 0, None, None, 1, 1, None]
     >>> sch.windows()
     [(2, 4), (6, 8)]
+    >>> import gputrace
+    >>> with gputrace.session(backend="cpu", schedule=gputrace.schedule(wait=1, active=1, repeat=2)) as s:
+    ...     for i in range(6):
+    ...         with gputrace.trace("iteration", i=i):
+    ...             pass
+    ...         gputrace.step()
+    >>> [sc.args["i"] for sc in s.trace], [m.name for m in s.trace.marks if m.name.startswith("window")]
+    ([1, 3], ['window 0', 'window 1'])
     """
 
     wait: int = 0
@@ -181,21 +190,7 @@ class Schedule:
         return [(first + k * self.cycle, first + k * self.cycle + self.active) for k in range(self.repeat)]
 
 
-def schedule(
-    *, wait: int = 0, warmup: int = 0, active: int = 1, repeat: int = 0, skip_first: int = 0
-) -> Schedule:
-    """A step schedule for ``session(schedule=...)``, with torch.profiler.schedule's arguments.
-
-    >>> import gputrace
-    >>> with gputrace.session(backend="cpu", schedule=gputrace.schedule(wait=1, active=1, repeat=2)) as s:
-    ...     for i in range(6):
-    ...         with gputrace.trace("iteration", i=i):
-    ...             pass
-    ...         gputrace.step()
-    >>> [sc.args["i"] for sc in s.trace], [m.name for m in s.trace.marks if m.name.startswith("window")]
-    ([1, 3], ['window 0', 'window 1'])
-    """
-    return Schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+schedule = Schedule  # gputrace.schedule(wait=, warmup=, active=, repeat=, skip_first=)
 
 
 def parse_schedule(spec: str | Schedule | dict[str, int]) -> Schedule:
