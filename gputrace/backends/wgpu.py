@@ -34,17 +34,9 @@ import weakref
 from collections.abc import Hashable
 from typing import Any
 
-from gputrace.backends import wgpu_hooks
+from gputrace.backends import wgpu_hooks, wgpu_queries
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
-from gputrace.backends.wgpu_queries import (
-    PAGE_QUERIES,
-    QueryPage,
-    abandon,
-    settle_parked,
-    ticks_to_ns,
-    timestamp_period,
-    wait_mapped,
-)
+from gputrace.backends.wgpu_queries import PAGE_QUERIES
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 from gputrace.recorder import active_recorder
@@ -210,7 +202,7 @@ class WgpuBackend(Backend):
             if self.closed or any(t.device is device for t in self.tracers):
                 return
             timed = "timestamp-query" in device.features
-            period = self.period_override or timestamp_period(device.queue)
+            period = self.period_override or wgpu_queries.timestamp_period(device.queue)
             tracer = wgpu_hooks.DeviceTracer(device, len(self.tracers), self, timed, period)
             self.tracers.append(tracer)
             wgpu_hooks.attach(device, tracer)
@@ -366,7 +358,7 @@ class Calibrator:
     def sample(self) -> CalibrationSample:
         t = self.tracer
         if self.page is None:  # the first sample, or the last page was given up on while mapping
-            self.page = QueryPage(t.device, 2)
+            self.page = wgpu_queries.QueryPage(t.device, 2)
         page = self.page
         enc = wgpu_hooks.raw_encoder(t.device)
         enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
@@ -381,12 +373,14 @@ class Calibrator:
         try:
             page.used = 2
             page.start_map()
-            wait_mapped(page.readback, page.promise, t.timeout_s, "reading a calibration timestamp")
-            gpu_ns = int(ticks_to_ns(page.read_ticks(), t.period)[0])
+            wgpu_queries.wait_mapped(
+                page.readback, page.promise, t.timeout_s, "reading a calibration timestamp"
+            )
+            gpu_ns = int(wgpu_queries.ticks_to_ns(page.read_ticks(), t.period)[0])
         except BaseException:
             # a read-back given up on (timed out, failed) must never be submitted again while
             # mapped or pending (wgpu-native aborts the process): unmapped, or parked and replaced
-            if not abandon(page.readback, page.promise, page):
+            if not wgpu_queries.abandon(page.readback, page.promise, page):
                 self.page = None
             raise
         finally:
@@ -395,7 +389,7 @@ class Calibrator:
 
     def release(self) -> None:
         self.page = None
-        settle_parked()
+        wgpu_queries.settle_parked()
 
 
 def _device_name(device: Any) -> str:
