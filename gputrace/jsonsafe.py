@@ -66,19 +66,15 @@ def _int(x: int) -> Any:
     return x if INT_MIN <= x <= INT_MAX else str(x) if abs(x) < 10**MAX_REPR else short_repr(x)
 
 
-def _key(k: Any) -> str:
-    if isinstance(k, str):
-        return clean_str(k, MAX_REPR)
-    if isinstance(k, bool) or k is None:
-        return "true" if k is True else "false" if k is False else "null"
-    if isinstance(k, (int, float)):
-        return clean_str(str(k), MAX_REPR)
-    return short_repr(k)
-
-
 def _child_key(k: Any, failures: list[str] | None) -> str:
     try:
-        return _key(k)
+        if isinstance(k, str):
+            return clean_str(k, MAX_REPR)
+        if isinstance(k, bool) or k is None:
+            return "true" if k is True else "false" if k is False else "null"
+        if isinstance(k, (int, float)):
+            return clean_str(str(k), MAX_REPR)
+        return short_repr(k)
     except Exception as exc:
         return _failed(k, exc, failures)
 
