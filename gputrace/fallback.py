@@ -38,28 +38,22 @@ def reported_problems() -> list[Any]:
 def cpu_scopes(header: dict[str, Any], threads: list[RawThread], reason: str) -> Trace:
     """The CPU scopes of ``threads`` as a trace (no GPU part); degraded with ``reason`` if given."""
     try:
-        names: list[str] = []
-        ids: dict[str, int] = {}
-        rows = []
-        for ti, t in enumerate(threads):
-            for k, nm in enumerate(t.names):
-                i = ids.setdefault(nm, len(names))
-                if i == len(names):
-                    names.append(nm)
-                a = dict(t.args.get(k) or {})
-                if reason:
-                    a["degraded"] = reason
-                flags = int(t.times[k, 3]) | (int(Flag.DEGRADED) if reason else 0)
-                rows.append((int(t.times[k, 0]), -int(t.times[k, 1]), ti, i, a, flags))
-        rows.sort(key=lambda r: (r[2], r[0], r[1]))
-        s = ScopeTable.empty(len(rows))
-        if rows:
-            s.cpu_start_ns = np.array([r[0] for r in rows], np.int64)
-            s.cpu_end_ns = np.array([-r[1] for r in rows], np.int64)
-            s.thread = np.array([r[2] for r in rows], np.int32)
-            s.name = np.array([r[3] for r in rows], np.int32)
-            s.flags = np.array([r[5] for r in rows], np.uint32)
-            s.args = {k: r[4] for k, r in enumerate(rows) if r[4]}
+        names = list(dict.fromkeys(nm for t in threads for nm in t.names))
+        ids = {nm: i for i, nm in enumerate(names)}
+        times = np.concatenate([t.times[: len(t.names)] for t in threads] or [np.zeros((0, 4), np.int64)])
+        thread = np.repeat(np.arange(len(threads)), [len(t.names) for t in threads])
+        given = [t.args.get(k) for t in threads for k in range(len(t.names))]
+        order = np.lexsort((-times[:, 1], times[:, 0], thread))  # as every trace is ordered
+        s = ScopeTable.empty(len(order))
+        if len(order):
+            s.cpu_start_ns, s.cpu_end_ns = times[order, 0], times[order, 1]
+            s.thread = thread[order].astype(np.int32)
+            s.name = np.array([ids[nm] for t in threads for nm in t.names], np.int32)[order]
+            s.flags = (times[order, 3] | (int(Flag.DEGRADED) if reason else 0)).astype(np.uint32)
+            mark = {"degraded": reason} if reason else {}
+            s.args = {
+                row: {**(given[k] or {}), **mark} for row, k in enumerate(order.tolist()) if given[k] or mark
+            }
             nest(s)
         th = [ThreadInfo(t.tid, t.name) for t in threads]
         return Trace(dict(header), names, th, [], s, SpanTable.empty(0), [], {})

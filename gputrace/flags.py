@@ -154,14 +154,16 @@ EXPLAIN = {
 }
 
 
+def flag_counts(flags: np.ndarray) -> dict[str, int]:
+    """How many scopes carry each flag (flags no scope carries left out)."""
+    counts = {name: int(np.count_nonzero(flags & int(bit))) for bit, name in FLAG_NAMES.items()}
+    return {name: c for name, c in counts.items() if c}
+
+
 def anomaly_report(trace: Trace) -> dict[str, Any]:
     """Counts per flag and the first ``MAX_ANOMALY_ITEMS`` anomalous scopes, with their numbers."""
     s = trace.scopes
-    counts: dict[str, int] = {}
-    for bit, name in FLAG_NAMES.items():
-        c = int(np.count_nonzero(s.flags & int(bit)))
-        if c:
-            counts[name] = c
+    counts = flag_counts(s.flags)
     rows = np.flatnonzero(s.flags & int(ANOMALY_FLAGS))
     shown = rows[:MAX_ANOMALY_ITEMS]
     names = trace.names

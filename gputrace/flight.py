@@ -34,7 +34,8 @@ import numpy as np
 from gputrace import exporters
 from gputrace.backends.base import Clock
 from gputrace.errors import GputraceError
-from gputrace.model import ANOMALY_FLAGS, FLAG_NAMES, Trace
+from gputrace.flags import flag_counts
+from gputrace.model import ANOMALY_FLAGS, Trace
 from gputrace.outpath import check_output
 from gputrace.recorder import Recorder, active_recorder
 
@@ -76,14 +77,9 @@ class RingWriter:
             chunks = [c for _, c in self.chunks]
         header = dict(header)
         flags = np.concatenate([c.scopes.flags for c in chunks] or [np.zeros(0, np.int64)])
-        counts = {name: int(np.count_nonzero(flags & int(bit))) for bit, name in FLAG_NAMES.items()}
         anomalous = int(np.count_nonzero(flags & int(ANOMALY_FLAGS)))
         # exact counts; the examples are rebuilt from the per-scope flags by the reader
-        header["anomalies"] = {
-            "counts": {k: n for k, n in counts.items() if n},
-            "items": [],
-            "truncated": anomalous,
-        }
+        header["anomalies"] = {"counts": flag_counts(flags), "items": [], "truncated": anomalous}
         header["ring"] = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
         tmp = self.path.with_name(".partial-" + self.path.name)  # same extension: same format
         check_output(self.path)  # the rename would replace a device node, FIFO or folder put there
@@ -132,9 +128,10 @@ class RingTriggers:
             self._usr1 = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Schedule:
-    """Which ``gputrace.step()`` iterations are recorded, as torch.profiler's ``schedule`` counts
+    """Which ``gputrace.step()`` iterations are recorded (``session(schedule=...)``; made by
+    ``gputrace.schedule``, with torch.profiler.schedule's arguments), as torch.profiler counts
     them: ``skip_first`` steps, then cycles of ``wait`` steps, ``warmup`` steps and ``active``
     steps, ``repeat`` cycles (0: until the program ends). Only active steps are recorded, each
     cycle's as its own marked window ("window 0", "window 1" …).
@@ -148,6 +145,14 @@ class Schedule:
     [None, None, 0, 0, None, None, 1, 1, None]
     >>> sch.windows()
     [(2, 4), (6, 8)]
+    >>> import gputrace
+    >>> with gputrace.session(backend="cpu", schedule=gputrace.schedule(wait=1, active=1, repeat=2)) as s:
+    ...     for i in range(6):
+    ...         with gputrace.trace("iteration", i=i):
+    ...             pass
+    ...         gputrace.step()
+    >>> [sc.args["i"] for sc in s.trace], [m.name for m in s.trace.marks if m.name.startswith("window")]
+    ([1, 3], ['window 0', 'window 1'])
     """
 
     wait: int = 0
@@ -185,21 +190,7 @@ class Schedule:
         return [(first + k * self.cycle, first + k * self.cycle + self.active) for k in range(self.repeat)]
 
 
-def schedule(
-    *, wait: int = 0, warmup: int = 0, active: int = 1, repeat: int = 0, skip_first: int = 0
-) -> Schedule:
-    """A step schedule for ``session(schedule=...)``, with torch.profiler.schedule's arguments.
-
-    >>> import gputrace
-    >>> with gputrace.session(backend="cpu", schedule=gputrace.schedule(wait=1, active=1, repeat=2)) as s:
-    ...     for i in range(6):
-    ...         with gputrace.trace("iteration", i=i):
-    ...             pass
-    ...         gputrace.step()
-    >>> [sc.args["i"] for sc in s.trace], [m.name for m in s.trace.marks if m.name.startswith("window")]
-    ([1, 3], ['window 0', 'window 1'])
-    """
-    return Schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+schedule = Schedule  # gputrace.schedule(wait=, warmup=, active=, repeat=, skip_first=)
 
 
 def parse_schedule(spec: str | Schedule | dict[str, int]) -> Schedule:

@@ -66,19 +66,15 @@ def _int(x: int) -> Any:
     return x if INT_MIN <= x <= INT_MAX else str(x) if abs(x) < 10**MAX_REPR else short_repr(x)
 
 
-def _key(k: Any) -> str:
-    if isinstance(k, str):
-        return clean_str(k, MAX_REPR)
-    if isinstance(k, bool) or k is None:
-        return "true" if k is True else "false" if k is False else "null"
-    if isinstance(k, (int, float)):
-        return clean_str(str(k), MAX_REPR)
-    return short_repr(k)
-
-
 def _child_key(k: Any, failures: list[str] | None) -> str:
     try:
-        return _key(k)
+        if isinstance(k, str):
+            return clean_str(k, MAX_REPR)
+        if isinstance(k, bool) or k is None:
+            return "true" if k is True else "false" if k is False else "null"
+        if isinstance(k, (int, float)):
+            return clean_str(str(k), MAX_REPR)
+        return short_repr(k)
     except Exception as exc:
         return _failed(k, exc, failures)
 
@@ -137,10 +133,7 @@ def jsonsafe(value: Any, depth: int = 0, failures: list[str] | None = None) -> A
     >>> jsonsafe({"ok": 1, "bad": Broken([1])}, failures=why), why
     ({'ok': 1, 'bad': '<Broken object (conversion failed)>'}, ['Broken (RuntimeError: no)'])
     """
-    try:
-        return _convert(value, depth, set(), failures)
-    except Exception as exc:
-        return _failed(value, exc, failures)
+    return _child(value, depth, set(), failures)
 
 
 MAX_FAILURES = 10  # failures described per call; the placeholders mark every one

@@ -31,7 +31,7 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -57,8 +57,9 @@ from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
 MAX_PID = 1 << 22
-TIME_COLUMNS = ("cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns")
-OP_TIME_COLUMNS = ("call_start_ns", "call_end_ns", "gpu_start_ns", "gpu_end_ns")
+# the time columns of the scope, span and operation tables (each has some of them)
+TIME_COLUMNS = ("cpu_start_ns", "cpu_end_ns", "submit_ns", "call_start_ns", "call_end_ns", "gpu_start_ns",
+                "gpu_end_ns")  # fmt: skip
 
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
@@ -159,28 +160,24 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
             clock.append(dict(device=dev_map[dev], **fit.to_dict()))
         # times are on the reference clock already (_moved): only rows, names, threads and queues move
         s, sp = t.scopes, t.spans
-        parts.append(ScopeTable(**{
-            **{c: getattr(s, c) for c in ScopeTable.COLUMNS},
-            "name": name_map[s.name].astype(np.int32) if len(s) else s.name,
-            "thread": (s.thread + thread0).astype(np.int32),
-            "parent": np.where(s.parent >= 0, s.parent + row0, -1),
-            "queue": np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
-        }, args={k + row0: v for k, v in s.args.items()}))  # fmt: skip
-        span_parts.append(SpanTable(
-            scope=sp.scope + row0,
-            label=name_map[sp.label].astype(np.int32) if len(sp) else sp.label,
+        parts.append(replace(
+            s, name=name_map[s.name].astype(np.int32) if len(s) else s.name,
+            thread=(s.thread + thread0).astype(np.int32), parent=np.where(s.parent >= 0, s.parent + row0, -1),
+            queue=np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
+            args={k + row0: v for k, v in s.args.items()},
+        ))  # fmt: skip
+        span_parts.append(replace(
+            sp, scope=sp.scope + row0, label=name_map[sp.label].astype(np.int32) if len(sp) else sp.label,
             queue=np.where(sp.queue >= 0, sp.queue + queue0, -1).astype(np.int32),
-            submit_ns=sp.submit_ns, gpu_start_ns=sp.gpu_start_ns, gpu_end_ns=sp.gpu_end_ns,
         ))  # fmt: skip
         op = t.ops
-        op_parts.append(OpTable(**{
-            **{c: getattr(op, c) for c in OpTable.COLUMNS},
-            "scope": np.where(op.scope >= 0, op.scope + row0, -1),
-            "name": name_map[op.name].astype(np.int32), "call_name": name_map[op.call_name].astype(np.int32),
-            "queue": (op.queue + queue0).astype(np.int32),
-            "thread": np.where(op.thread >= 0, op.thread + thread0, -1).astype(np.int32),
-            "correlation": op.correlation + correlation0,  # launch ids stay unique across processes
-        }))  # fmt: skip
+        op_parts.append(replace(
+            op, scope=np.where(op.scope >= 0, op.scope + row0, -1),
+            name=name_map[op.name].astype(np.int32), call_name=name_map[op.call_name].astype(np.int32),
+            queue=(op.queue + queue0).astype(np.int32),
+            thread=np.where(op.thread >= 0, op.thread + thread0, -1).astype(np.int32),
+            correlation=op.correlation + correlation0,  # launch ids stay unique across processes
+        ))  # fmt: skip
         correlation0 += int(op.correlation.max()) + 1 if len(op) else 0
         marks += [replace(m, thread=m.thread + thread0) for m in t.marks]
         merged_info.append({
@@ -237,8 +234,7 @@ def _concat(
     cols["parent"] = np.where(cols["parent"] >= 0, new_row[np.maximum(cols["parent"], 0)], -1)
     args = {int(new_row[k]): v for p in parts for k, v in p.args.items()}
     scopes = ScopeTable(**cols, args=dict(sorted(args.items())))
-    scol = {c: np.concatenate([getattr(p, c) for p in span_parts]) for c in
-            ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns")}  # fmt: skip
+    scol = {f.name: np.concatenate([getattr(p, f.name) for p in span_parts]) for f in fields(SpanTable)}
     scol["scope"] = new_row[scol["scope"]] if len(scol["scope"]) else scol["scope"]
     sorder = np.lexsort((scol["gpu_end_ns"], scol["gpu_start_ns"], scol["scope"]))
     spans = SpanTable(**{c: v[sorder] for c, v in scol.items()})
@@ -366,13 +362,10 @@ def _moved(t: Trace, to: Callable[[np.ndarray], np.ndarray], slope: float = 1.0)
     def one(ns: int) -> int:
         return int(to(np.array([ns], np.int64))[0])
 
-    s, sp = t.scopes, t.spans
-    scopes = ScopeTable(**{c: m(getattr(s, c)) if c in TIME_COLUMNS else getattr(s, c)
-                           for c in ScopeTable.COLUMNS}, args=s.args)  # fmt: skip
-    ops = OpTable(
-        *(m(getattr(t.ops, c)) if c in OP_TIME_COLUMNS else getattr(t.ops, c) for c in OpTable.COLUMNS)
-    )
-    spans = SpanTable(sp.scope, sp.label, sp.queue, m(sp.submit_ns), m(sp.gpu_start_ns), m(sp.gpu_end_ns))
+    def times(table: Any) -> Any:
+        return replace(table, **{c: m(getattr(table, c)) for c in TIME_COLUMNS if hasattr(table, c)})
+
+    scopes, spans, ops = times(t.scopes), times(t.spans), times(t.ops)
     marks = [replace(x, ts_ns=one(x.ts_ns)) for x in t.marks]
     fits = {d: replace(f, cpu_ref_ns=one(f.cpu_ref_ns), first_cpu_ns=one(f.first_cpu_ns),
                        last_cpu_ns=one(f.last_cpu_ns), slope=f.slope / slope)

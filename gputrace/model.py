@@ -187,6 +187,19 @@ class Mark:
     args: Mapping[str, Any] = field(default_factory=dict)
 
 
+_DTYPES = {"I32": np.int32, "I64": np.int64, "U32": np.uint32}
+_WIDE = ("grid", "block")  # (n, 3) columns
+
+
+def _columns(cls: type, n: int, **fill: int) -> dict[str, Any]:
+    """Every numpy column of table ``cls`` for ``n`` rows: 0, or the value ``fill`` gives it."""
+    return {
+        f.name: np.full((n, 3) if f.name in _WIDE else n, fill.get(f.name, 0), _DTYPES[str(f.type)])
+        for f in fields(cls)
+        if str(f.type) in _DTYPES
+    }
+
+
 @dataclass
 class ScopeTable:
     """Columns of the scopes, one row per scope, ordered by (cpu_start_ns, thread, -cpu_end_ns)."""
@@ -212,20 +225,8 @@ class ScopeTable:
 
     @classmethod
     def empty(cls, n: int = 0) -> ScopeTable:
-        return cls(
-            name=np.zeros(n, np.int32),
-            thread=np.zeros(n, np.int32),
-            parent=np.full(n, -1, np.int64),
-            depth=np.zeros(n, np.int32),
-            cpu_start_ns=np.zeros(n, np.int64),
-            cpu_end_ns=np.zeros(n, np.int64),
-            submit_ns=np.full(n, NO_TIME, np.int64),
-            gpu_start_ns=np.full(n, NO_TIME, np.int64),
-            gpu_end_ns=np.full(n, NO_TIME, np.int64),
-            queue=np.full(n, -1, np.int32),
-            flags=np.zeros(n, np.uint32),
-            uncertainty_ns=np.zeros(n, np.int64),
-        )
+        return cls(**_columns(cls, n, parent=-1, submit_ns=NO_TIME, gpu_start_ns=NO_TIME,
+                              gpu_end_ns=NO_TIME, queue=-1))  # fmt: skip
 
     def has_gpu(self) -> npt.NDArray[np.bool_]:
         return np.asarray(self.gpu_start_ns != NO_TIME, dtype=np.bool_)
@@ -247,14 +248,7 @@ class SpanTable:
 
     @classmethod
     def empty(cls, n: int = 0) -> SpanTable:
-        return cls(
-            scope=np.zeros(n, np.int64),
-            label=np.zeros(n, np.int32),
-            queue=np.zeros(n, np.int32),
-            submit_ns=np.full(n, NO_TIME, np.int64),
-            gpu_start_ns=np.zeros(n, np.int64),
-            gpu_end_ns=np.zeros(n, np.int64),
-        )
+        return cls(**_columns(cls, n, submit_ns=NO_TIME))
 
 
 @dataclass
@@ -292,24 +286,7 @@ class OpTable:
 
     @classmethod
     def empty(cls, n: int = 0) -> OpTable:
-        return cls(
-            scope=np.full(n, -1, np.int64),
-            kind=np.zeros(n, np.int32),
-            name=np.zeros(n, np.int32),
-            queue=np.zeros(n, np.int32),
-            thread=np.full(n, -1, np.int32),
-            correlation=np.zeros(n, np.int64),
-            call_start_ns=np.full(n, NO_TIME, np.int64),
-            call_end_ns=np.full(n, NO_TIME, np.int64),
-            gpu_start_ns=np.zeros(n, np.int64),
-            gpu_end_ns=np.zeros(n, np.int64),
-            bytes=np.zeros(n, np.int64),
-            grid=np.zeros((n, 3), np.int64),
-            block=np.zeros((n, 3), np.int64),
-            graph_id=np.zeros(n, np.int64),
-            graph_node_id=np.zeros(n, np.int64),
-            call_name=np.zeros(n, np.int32),
-        )
+        return cls(**_columns(cls, n, scope=-1, thread=-1, call_start_ns=NO_TIME, call_end_ns=NO_TIME))
 
     def take(self, rows: npt.NDArray[np.int64]) -> OpTable:
         return OpTable(*(getattr(self, c)[rows] for c in self.COLUMNS))

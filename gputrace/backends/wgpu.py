@@ -34,10 +34,12 @@ import weakref
 from collections.abc import Hashable
 from typing import Any
 
+from gputrace.backends import wgpu_hooks, wgpu_queries
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
 from gputrace.backends.wgpu_queries import PAGE_QUERIES
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
+from gputrace.recorder import active_recorder
 
 _instrumented: weakref.WeakSet[Any] = weakref.WeakSet()
 _active: WgpuBackend | None = None
@@ -86,8 +88,6 @@ def instrument(device: Any) -> Any:
     Outside a session (or a scope) the device behaves exactly as before, at the cost of one
     attribute read per encoder and per submit. ``uninstrument(device)`` undoes it.
     """
-    from gputrace.backends import wgpu_hooks
-
     try:
         from wgpu.backends.wgpu_native._api import GPUDevice
     except ImportError as exc:
@@ -109,16 +109,12 @@ def instrument(device: Any) -> Any:
 def _recording(backend: WgpuBackend) -> bool:
     """Is ``backend`` the one the active session records with (not one left over, say, by a
     session whose backend failed to close)?"""
-    from gputrace.recorder import active_recorder
-
     rec = active_recorder()
     return rec is not None and rec.backend is backend
 
 
 def uninstrument(device: Any) -> None:
     """Give ``device`` back its own classes; its passes are no longer timed."""
-    from gputrace.backends import wgpu_hooks
-
     _instrumented.discard(device)
     if _active is not None:
         _active.detach(device)
@@ -202,14 +198,11 @@ class WgpuBackend(Backend):
     # devices -------------------------------------------------------------------------------
     def attach(self, device: Any) -> None:
         """Trace ``device`` in this session (called for devices instrumented mid-session too)."""
-        from gputrace.backends import wgpu_hooks
-        from gputrace.backends.wgpu_queries import timestamp_period
-
         with self._lock:
             if self.closed or any(t.device is device for t in self.tracers):
                 return
             timed = "timestamp-query" in device.features
-            period = self.period_override or timestamp_period(device.queue)
+            period = self.period_override or wgpu_queries.timestamp_period(device.queue)
             tracer = wgpu_hooks.DeviceTracer(device, len(self.tracers), self, timed, period)
             self.tracers.append(tracer)
             wgpu_hooks.attach(device, tracer)
@@ -223,8 +216,6 @@ class WgpuBackend(Backend):
             self._pending_samples.extend(self._sample(tracer, self.calibration_samples))
 
     def detach(self, device: Any) -> None:
-        from gputrace.backends import wgpu_hooks
-
         for t in self.tracers:
             if t.device is device:
                 wgpu_hooks.attach(device, None)
@@ -340,8 +331,6 @@ class WgpuBackend(Backend):
 
     def close(self) -> None:
         global _active
-        from gputrace.backends import wgpu_hooks
-
         with self._lock:
             self.closed = True
             for t in self.tracers:
@@ -367,12 +356,9 @@ class Calibrator:
         self.page: Any = None  # a two-slot query page, made at the first sample
 
     def sample(self) -> CalibrationSample:
-        from gputrace.backends import wgpu_hooks
-        from gputrace.backends.wgpu_queries import QueryPage, abandon, ticks_to_ns, wait_mapped
-
         t = self.tracer
         if self.page is None:  # the first sample, or the last page was given up on while mapping
-            self.page = QueryPage(t.device, 2)
+            self.page = wgpu_queries.QueryPage(t.device, 2)
         page = self.page
         enc = wgpu_hooks.raw_encoder(t.device)
         enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
@@ -387,12 +373,14 @@ class Calibrator:
         try:
             page.used = 2
             page.start_map()
-            wait_mapped(page.readback, page.promise, t.timeout_s, "reading a calibration timestamp")
-            gpu_ns = int(ticks_to_ns(page.read_ticks(), t.period)[0])
+            wgpu_queries.wait_mapped(
+                page.readback, page.promise, t.timeout_s, "reading a calibration timestamp"
+            )
+            gpu_ns = int(wgpu_queries.ticks_to_ns(page.read_ticks(), t.period)[0])
         except BaseException:
             # a read-back given up on (timed out, failed) must never be submitted again while
             # mapped or pending (wgpu-native aborts the process): unmapped, or parked and replaced
-            if not abandon(page.readback, page.promise, page):
+            if not wgpu_queries.abandon(page.readback, page.promise, page):
                 self.page = None
             raise
         finally:
@@ -400,10 +388,8 @@ class Calibrator:
         return CalibrationSample(before, gpu_ns, after, t.index)
 
     def release(self) -> None:
-        from gputrace.backends.wgpu_queries import settle_parked
-
         self.page = None
-        settle_parked()
+        wgpu_queries.settle_parked()
 
 
 def _device_name(device: Any) -> str:
