@@ -16,7 +16,7 @@ import numpy as np
 from gputrace.errors import report_internal, reported
 from gputrace.jsonsafe import safe_header
 from gputrace.model import Flag, QueueInfo, ScopeTable, SpanTable, ThreadInfo, Trace, nest
-from gputrace.records import OpBatch, RawOp, RawSpan, RawThread
+from gputrace.records import OpBatch, RawSpan, RawThread
 from gputrace.resolver import RawRecording, resolve
 
 
@@ -74,17 +74,13 @@ def without_gpu(trace: Trace, reason: str) -> Trace:
 
 
 def complete_queues(
-    queues: Any,
-    spans: list[RawSpan],
-    backend: str,
-    ops: list[RawOp] | None = None,
-    batches: list[OpBatch] | None = None,
+    queues: Any, spans: list[RawSpan], backend: str, batches: list[OpBatch] | None = None
 ) -> list[QueueInfo]:
     """The backend's queues, with a stand-in for every queue a span or operation names that it
     did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
     out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
-    need = max([sp.queue for sp in spans] + [op.queue for op in ops or []]
-               + [int(b.rows["queue"].max()) for b in batches or [] if len(b)], default=-1) + 1  # fmt: skip
+    need = max([sp.queue for sp in spans] + [int(b.rows["queue"].max()) for b in batches or [] if len(b)],
+               default=-1) + 1  # fmt: skip
     for i in range(len(out), need):
         out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
     return out

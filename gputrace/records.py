@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from gputrace.model import QueueInfo
 
-# Kinds of GPU operation a timing source sees (``RawOp.kind``, ``OpTable.kind``).
+# Kinds of GPU operation a timing source sees (``OP_ROWS`` "kind", ``OpTable.kind``).
 OP_KERNEL = 0
 OP_MEMCPY = 1
 OP_MEMSET = 2
@@ -50,40 +50,12 @@ class RawSpan(NamedTuple):
     label: str = ""  # a pass label; "" for a scope-level event pair
 
 
-class RawOp(NamedTuple):
-    """One GPU operation (kernel, memcpy, memset) as an activity source saw it (a named tuple:
-    tens of thousands are made per collect).
-
-    Every time is on the source's clock (CUPTI: CLOCK_REALTIME ns), GPU and CPU alike; the
-    launch call's fields are ``call_*`` (``call_tid`` −1 and times 0 when the call was not seen).
-    The resolver attributes the operation to the innermost scope open on ``call_tid`` at
-    ``call_start_ns``.
-    """
-
-    kind: int  # OP_KERNEL, OP_MEMCPY or OP_MEMSET
-    name: str
-    device: int
-    queue: int  # index into Backend.queues()
-    correlation: int
-    gpu_start_ns: int
-    gpu_end_ns: int
-    call_tid: int = -1  # OS thread id of the launching thread
-    call_start_ns: int = 0
-    call_end_ns: int = 0
-    call_name: str = ""  # the API call, e.g. "cuLaunchKernel"
-    bytes: int = 0
-    grid: tuple[int, int, int] = (0, 0, 0)
-    block: tuple[int, int, int] = (0, 0, 0)
-    graph_id: int = 0
-    graph_node_id: int = 0
-    done_by_ns: int = 0  # session clock: the collect that delivered it
-    # other OS threads the launching thread may have been: CUPTI names threads by pthread id,
-    # which a thread started after another ended can reuse (the resolver picks the one whose
-    # scope holds the call)
-    call_tid_alt: tuple[int, ...] = ()
-
-
-# One row per GPU operation, the columns of ``RawOp`` (names as indices into ``OpBatch.names``).
+# One row per GPU operation (kernel, memcpy, memset) as an activity source saw it. Every time is
+# on the source's clock (CUPTI: CLOCK_REALTIME ns), GPU and CPU alike; the launch call's fields are
+# ``call_*`` (``call_tid`` −1 and times 0 when the call was not seen); ``name`` and ``call_name``
+# (the API call, e.g. "cuLaunchKernel") index ``OpBatch.names``; ``done_by_ns`` is the session
+# clock at the collect that delivered it. The resolver attributes the operation to the innermost
+# scope open on ``call_tid`` at ``call_start_ns``.
 OP_ROWS = np.dtype([("kind", "<i4"), ("name", "<i4"), ("device", "<i4"), ("queue", "<i4"),
                     ("correlation", "<i8"), ("gpu_start_ns", "<i8"), ("gpu_end_ns", "<i8"),
                     ("call_tid", "<i8"), ("call_start_ns", "<i8"), ("call_end_ns", "<i8"),
@@ -93,10 +65,12 @@ OP_ROWS = np.dtype([("kind", "<i4"), ("name", "<i4"), ("device", "<i4"), ("queue
 
 @dataclass
 class OpBatch:
-    """GPU operations as columns (what a bulk timing source hands over: no object per operation).
+    """GPU operations as columns (what a timing source hands over: no object per operation).
 
-    ``rows`` has the fields of ``RawOp`` (dtype ``OP_ROWS``); ``name`` and ``call_name`` index
-    ``names``; ``tid_alt`` maps a launching thread to the other OS threads it may have been.
+    ``rows`` has dtype ``OP_ROWS``; ``name`` and ``call_name`` index ``names``. ``tid_alt`` maps a
+    launching thread to the other OS threads it may have been: CUPTI names threads by pthread id,
+    which a thread started after another ended can reuse (the resolver picks the one whose scope
+    holds the call).
     """
 
     rows: np.ndarray
@@ -105,22 +79,6 @@ class OpBatch:
 
     def __len__(self) -> int:
         return len(self.rows)
-
-    @staticmethod
-    def of(ops: list[RawOp]) -> OpBatch:
-        """Operation objects (tests, a source that makes them) as one batch."""
-        rows = np.zeros(len(ops), OP_ROWS)
-        names: dict[str, int] = {}
-        alt: dict[int, tuple[int, ...]] = {}
-        if ops:
-            col = list(zip(*ops, strict=True))
-            for i, f in enumerate(RawOp._fields):
-                if f in ("name", "call_name"):
-                    rows[f] = [names.setdefault(n, len(names)) for n in col[i]]
-                elif f != "call_tid_alt":
-                    rows[f] = col[i]
-            alt = {o.call_tid: o.call_tid_alt for o in ops if o.call_tid_alt}
-        return OpBatch(rows, list(names), alt)
 
     @staticmethod
     def concat(batches: list[OpBatch]) -> OpBatch:
@@ -160,7 +118,6 @@ class Collected:
     spans: list[RawSpan] = field(default_factory=list)
     untimed: set[int] = field(default_factory=set)  # tokens the GPU could not time
     degraded: dict[int, str] = field(default_factory=dict)  # token -> what went wrong
-    ops: list[RawOp] = field(default_factory=list)
     blind: list[Blind] = field(default_factory=list)
     ops_timing: bool = False  # a timing source that observes every scope made this collect
     batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
@@ -194,7 +151,6 @@ class RawRecording:
     # error of the timing source's own GPU times beyond the clock fit (CUPTI's GPU-to-CPU
     # timestamp normalisation), added to the stated uncertainty of GPU times from operations
     source_error_ns: int = 0
-    ops: list[RawOp] = field(default_factory=list)
     blind: list[Blind] = field(default_factory=list)
     # True when a timing source observed every scope (CUPTI): a scope is then timed without a
     # token, and one whose subtree launched nothing is empty by fact.
@@ -209,12 +165,6 @@ class RawRecording:
         self.spans.extend(got.spans)
         self.untimed |= got.untimed
         self.degraded.update(got.degraded)
-        self.ops.extend(got.ops)
         self.batches.extend(b for b in got.batches if len(b))
         self.blind.extend(got.blind)
         self.ops_timing |= got.ops_timing
-
-
-def all_ops(ops: list[RawOp], batches: list[OpBatch]) -> OpBatch:
-    """Every operation of a recording (objects and batches) as one batch."""
-    return OpBatch.concat([OpBatch.of(ops), *batches])

@@ -56,7 +56,7 @@ from gputrace.model import (
     nest,
 )
 from gputrace.npstats import distinct
-from gputrace.records import Blind, CalibrationSample, RawRecording, RawSpan, RawThread, all_ops
+from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, RawSpan, RawThread
 
 __all__ = [
     "DEFAULT_DRIFT_PPM",
@@ -510,7 +510,7 @@ def _place_ops(
     the time by which its work was known complete, and per scope whether a blind stretch of the
     source (another tool held it) overlaps its CPU window.
     """
-    batch = all_ops(raw.ops, raw.batches)
+    batch = OpBatch.concat(raw.batches)
     n_ops = len(batch)
     blind = None
     if raw.blind and len(s):

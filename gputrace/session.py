@@ -514,7 +514,7 @@ class session:
         queues = self._queues(rec)
         if queues is None:  # GPU times on queues no stage could name: left out, and said so
             raw.problem = raw.problem or "listing the GPU queues failed"
-            raw.spans, raw.ops, raw.batches = [], [], []
+            raw.spans, raw.batches = [], []
         raw.queues = queues or []
         with reporting("close", "closing the backend"):
             rec.backend.close()
@@ -636,7 +636,7 @@ class session:
         None if even that fails (reported once): a chunk then keeps the queues known before."""
         raw, listed = self._raw, _safe(rec.backend.queues)
         with reporting("queues", "listing the GPU queues"):
-            return complete_queues(listed, raw.spans, rec.backend.name, raw.ops, raw.batches)
+            return complete_queues(listed, raw.spans, rec.backend.name, raw.batches)
         return None
 
     def _collect(self) -> None:

@@ -43,7 +43,7 @@ from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
 from gputrace.recorder import RICH, Recorder, ThreadBuffer, ThrottledLog, raw_thread
-from gputrace.records import OpBatch, RawThread, all_ops
+from gputrace.records import OpBatch, RawThread
 from gputrace.resolver import RawRecording, anomaly_report, resolve
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
@@ -264,7 +264,7 @@ class Streamer:
     def ops_backlog(self) -> int:
         """GPU operations collected and not yet written, less those carried for a scope still
         open (which only that scope's end lets go)."""
-        return sum(len(b) for b in list(self.raw.batches)) + len(self.raw.ops) - self.carried_ops
+        return sum(len(b) for b in list(self.raw.batches)) - self.carried_ops
 
     def backlog(self) -> int:
         """Plain scopes recorded and not yet written (read without stopping anyone)."""
@@ -432,7 +432,6 @@ class Streamer:
             return
         raw = self.raw
         spans, raw.spans = raw.spans, []
-        ops, raw.ops = raw.ops, []
         batches, raw.batches = raw.batches, []
         self.carried_ops = 0
         blind, raw.blind = raw.blind, []
@@ -449,7 +448,6 @@ class Streamer:
             spans_cover_children=raw.spans_cover_children,
             empty_span_ns=raw.empty_span_ns,
             source_error_ns=raw.source_error_ns,
-            ops=ops,
             blind=blind,
             ops_timing=raw.ops_timing,
             problem=raw.problem,
@@ -462,9 +460,9 @@ class Streamer:
             report_internal("stream-resolve", f"{reason}; its scopes keep CPU times only, flagged degraded.")
             chunk = cpu_scopes(self.header, threads, reason)
             self.degraded_chunks += 1
-        if (ops or batches) and (not self.final or getattr(self, "_more_pieces", False)):
+        if batches and (not self.final or getattr(self, "_more_pieces", False)):
             try:
-                chunk = self._carry_ops(chunk, all_ops(ops, batches))
+                chunk = self._carry_ops(chunk, OpBatch.concat(batches))
             except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 report_internal("stream-ops", f"carrying GPU operations failed ({why}).")

@@ -13,9 +13,9 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from gputrace.model import QueueInfo
-from gputrace.records import CalibrationSample, Collected, RawOp, RawSpan
+from gputrace.records import CalibrationSample, Collected, RawSpan
 
-__all__ = ["Backend", "CalibrationSample", "Clock", "Collected", "RawOp", "RawSpan"]
+__all__ = ["Backend", "CalibrationSample", "Clock", "Collected", "RawSpan"]
 
 Clock = Callable[[], int]
 
