@@ -28,7 +28,7 @@ import signal
 import struct
 import subprocess
 import sys
-from typing import Any
+from typing import IO, Any
 
 from gputrace.errors import report_internal, reported
 from gputrace.fallback import without_gpu
@@ -250,7 +250,9 @@ class WriterProcess:
         except Exception as exc:  # no interpreter to run: the session appends in-process
             raise SpawnFailed(f"{type(exc).__name__}: {exc}") from None
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self._fd = self.proc.stdin.fileno()
+        self._stdin: IO[bytes] = self.proc.stdin
+        self._stdout: IO[bytes] = self.proc.stdout
+        self._fd = self._stdin.fileno()
         os.set_blocking(self._fd, False)  # see _send: never wait on a writer process for ever
         with contextlib.suppress(OSError, AttributeError):
             import fcntl
@@ -299,9 +301,9 @@ class WriterProcess:
         """Whether the writer process said it has the file open (one byte, read without waiting)."""
         if self._kept is None:
             return True
-        out = self.proc.stdout
+        out = self._stdout
         with contextlib.suppress(Exception):
-            if select.select([out], [], [], 0)[0] and out.read(1) == READY:  # type: ignore[union-attr]
+            if select.select([out], [], [], 0)[0] and out.read(1) == READY:
                 self._kept = None
         return self._kept is None
 
@@ -317,19 +319,19 @@ class WriterProcess:
         reply: Any = None
         p = self.proc
         with contextlib.suppress(Exception):
-            p.stdin.close()  # type: ignore[union-attr]
+            self._stdin.close()
         if answer:
             try:
-                if not select.select([p.stdout], [], [], CLOSE_WAIT_S)[0]:
+                if not select.select([self._stdout], [], [], CLOSE_WAIT_S)[0]:
                     return "late"
-                reply = _receive(p.stdout)
+                reply = _receive(self._stdout)
             except Exception:
                 reply = None
         if wait:
             with contextlib.suppress(Exception):
                 p.wait(CLOSE_WAIT_S)
         with contextlib.suppress(Exception):
-            p.stdout.close()  # type: ignore[union-attr]
+            self._stdout.close()
         return reply
 
     def close(self, header: dict[str, Any]) -> None:
