@@ -259,10 +259,10 @@ class Stepper:
         self._mark(window)
 
     def _mark(self, window: int | None) -> None:
-        marks, now = self.rec.buffer().marks, self.clock()
+        now = self.clock()
         if window is not None:  # an active window starts: its own mark, so each can be found
-            marks.append((f"window {window}", now, "mark", {"window": window, "step": self.n}))
-        marks.append((f"step {self.n}", now, "mark", {"step": self.n}))
+            self.rec.add_mark(f"window {window}", now, "mark", {"window": window, "step": self.n})
+        self.rec.add_mark(f"step {self.n}", now, "mark", {"step": self.n})
 
 
 _stepper: Stepper | None = None

@@ -62,6 +62,7 @@ EXTRA_TID_BASE = 1 << 23
 
 
 THROTTLE_WAIT_S = 0.5  # the longest one scope's exit waits for the stream's writer
+MAX_OLD_LOGS = 4  # logs swapped out by backpressure kept readable (the empty oldest are dropped)
 
 
 class ThreadBuffer:
@@ -140,6 +141,66 @@ class Recorder:
         call's), for readers on other threads (the stream's writer, the drain at stop)."""
         with self._buffers_lock:
             return list(self.buffers)
+
+    def take_recorded(self) -> list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]]:
+        """Cut what every track recorded so far out of its buffers (the stream's writer): per
+        track that has any, (track, plain items (3 a scope), rich items (``RICH`` a scope),
+        marks). Each buffer's owner only appends (one ``extend`` per scope), so a prefix can be
+        cut while it keeps recording: what it appends meanwhile stays for the next take. One
+        taker at a time (two would both copy a prefix, then both delete one)."""
+        out = []
+        for buf in self.tracks():
+            plain: list[Any] = []
+            for old in list(buf.old_logs):  # swapped out by backpressure: older than ``log``
+                k = len(old)
+                plain += old[:k]
+                del old[:k]
+            log, rich, marks = buf.log, buf.rich, buf.marks
+            k = len(log)
+            plain += log[:k]
+            del log[:k]
+            k = len(rich)
+            k -= k % RICH
+            rich_items = rich[:k]
+            del rich[:k]
+            k = len(marks)
+            mk = marks[:k]
+            del marks[:k]
+            if plain or rich_items or mk:
+                out.append((buf, plain, rich_items, mk))
+        return out
+
+    def add_mark(self, name: str, ts_ns: int, kind: str = "mark", args: dict[str, Any] | None = None) -> None:
+        """An instant on this OS thread's track (a sync, a step, a window's start)."""
+        self.buffer().marks.append((name, ts_ns, kind, {} if args is None else args))
+
+    def unclosed(self, stop_ns: int) -> list[tuple[ThreadBuffer, list[Any]]]:
+        """Per track with scopes still open: their rich items, ending at ``stop_ns``, flagged
+        degraded, ``args["unclosed"] = True`` (nothing recorded is dropped at a stop)."""
+        got = [(buf, _unclosed(list(buf.stack), stop_ns)) for buf in self.tracks()]
+        return [(buf, rich) for buf, rich in got if rich]
+
+    def open_tids(self) -> list[int]:
+        """The tids of the tracks with a scope open now."""
+        return [b.tid for b in self.tracks() if b.stack]
+
+    def backlog(self) -> int:
+        """Plain scopes recorded and not yet taken (read without stopping anyone)."""
+        return sum(len(b.log) for b in self.tracks()) // 3
+
+    def throttle(self, gate: threading.Event | None) -> None:
+        """Backpressure (the stream's writer): with a ``gate``, each track's log becomes a
+        ``ThrottledLog`` whose scope exits wait at it; with None, plain lists come back. The old
+        lists stay readable (``old_logs``, taken first): a scope leaving during the swap may
+        still land in one. Call it from the taker's side (never during a take)."""
+        for buf in self.tracks():
+            old = buf.log
+            buf.log = ThrottledLog(gate) if gate is not None else []
+            # lists swapped out long ago (several swaps: seconds) and read empty are dropped
+            olds = [*buf.old_logs, old]
+            while len(olds) > MAX_OLD_LOGS and not olds[0]:
+                olds.pop(0)
+            buf.old_logs = olds
 
     def scopes_held(self, open_too: bool = True) -> int:
         """Scopes waiting in the tracks' buffers (what a failed drain would lose), and with
@@ -547,15 +608,22 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
         log = [x for old in list(buf.old_logs) for x in old] + list(buf.log)
         rich = list(buf.rich)
         del rich[len(rich) // RICH * RICH :]
-        for entry in stack:
-            obj = entry[0]
-            a = dict(getattr(obj, "args", None) or {})
-            a["unclosed"] = True
-            rich.extend(
-                (getattr(obj, "name", "?"), entry[1], max(stop_ns, entry[1]), max(entry[2], 0), _DEGRADED, a)
-            )
+        rich += _unclosed(stack, stop_ns)
         out.append(raw_thread(buf, log, rich, list(buf.marks)))
     return out
+
+
+def _unclosed(stack: list[Any], stop_ns: int) -> list[Any]:
+    """Rich items for the scopes open on ``stack``: ending at ``stop_ns``, flagged degraded,
+    ``args["unclosed"] = True``."""
+    rich: list[Any] = []
+    for entry in stack:
+        obj = entry[0]
+        a = dict(getattr(obj, "args", None) or {})
+        a["unclosed"] = True
+        name, start, token = getattr(obj, "name", "?"), entry[1], max(entry[2], 0)
+        rich.extend((name, start, max(stop_ns, start), token, _DEGRADED, a))
+    return rich
 
 
 RICH = 6  # items per scope in ``ThreadBuffer.rich``

@@ -452,7 +452,7 @@ class session:
                 self._write_chunk(lambda: taken, self._queues(rec), "writing a trace chunk")
         if timed_out is not None:
             return timed_out
-        rec.buffer().marks.append(("sync", self.clock(), "sync", {}))
+        rec.add_mark("sync", self.clock(), "sync")
         if self._ranks is not None:
             self._ranks.on_sync()
         else:

@@ -42,7 +42,7 @@ from gputrace.fallback import cpu_scopes, scopes_in
 from gputrace.gcpause import gc_paused
 from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
 from gputrace.npstats import distinct
-from gputrace.recorder import RICH, Recorder, ThreadBuffer, ThrottledLog, raw_thread
+from gputrace.recorder import RICH, Recorder, ThreadBuffer, raw_thread
 from gputrace.records import OpBatch, RawThread
 from gputrace.resolver import RawRecording, anomaly_report, resolve
 
@@ -53,7 +53,6 @@ PIECE = 50_000  # scopes resolved and written at a time
 # threads wait for the stream's writer (Streamer._throttle).
 BACKLOG_SCOPES = 500_000
 BACKLOG_CHECK_S = 0.1
-MAX_OLD_LOGS = 4
 EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 # CUPTI timing (an ``ops_timing`` backend): collect once this many bytes of activity records wait
 # (about 14,000 kernels with their launch calls), and make recording threads wait while more
@@ -61,7 +60,6 @@ EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 COLLECT_BYTES = 4 << 20
 OPS_BACKLOG = 30_000
 _COLD = int(Flag.COLD)
-_DEGRADED = int(Flag.DEGRADED)
 
 
 class Taken:
@@ -268,16 +266,14 @@ class Streamer:
 
     def backlog(self) -> int:
         """Plain scopes recorded and not yet written (read without stopping anyone)."""
-        return sum(len(b.log) for b in self.recorder.tracks()) // 3
+        return self.recorder.backlog()
 
     def _throttle(self, on: bool) -> None:
         """Backpressure. Without syncs, a loop of near-empty scopes records faster (1.6 M scopes/s
         measured) than this thread, which shares the interpreter with it, writes them (1.4 M/s
         alone), and the backlog grew without bound (949 MB after 10 M scopes). Past
-        ``BACKLOG_SCOPES`` waiting, each thread's log becomes a ``ThrottledLog``: a scope's exit
-        waits (at most ``THROTTLE_WAIT_S`` each) until this thread has written the backlog, then
-        the plain lists come back. The old lists stay readable (``old_logs``): a scope leaving
-        during the swap may still land in one."""
+        ``BACKLOG_SCOPES`` waiting, each thread's scope exits wait (at most ``THROTTLE_WAIT_S``
+        each, ``Recorder.throttle``) until this thread has written the backlog."""
         if on == self.throttling:
             return
         self.throttling = on
@@ -287,14 +283,7 @@ class Streamer:
         else:
             self._gate.set()
         with self.lock:  # never while a chunk is being taken
-            for buf in self.recorder.tracks():
-                old = buf.log
-                buf.log = ThrottledLog(self._gate) if on else []
-                # lists swapped out long ago (several swaps: seconds) and read empty are dropped
-                olds = [*buf.old_logs, old]
-                while len(olds) > MAX_OLD_LOGS and not olds[0]:
-                    olds.pop(0)
-                buf.old_logs = olds
+            self.recorder.throttle(self._gate if on else None)
 
     def halt_timer(self) -> None:
         """No new timer chunk from now (the stop's final collect would otherwise wait for one
@@ -321,26 +310,8 @@ class Streamer:
             return self._take()
 
     def _take(self) -> Taken:
-        out = Taken()
-        for buf in self.recorder.tracks():
-            plain = []
-            for old in list(buf.old_logs):  # swapped out by backpressure: older than ``log``
-                k = len(old)
-                plain += old[:k]
-                del old[:k]
-            log, rich, marks = buf.log, buf.rich, buf.marks
-            k = len(log)
-            plain += log[:k]
-            del log[:k]
-            k = len(rich)
-            k -= k % RICH
-            rich_items = rich[:k]
-            del rich[:k]
-            k = len(marks)
-            mk = marks[:k]
-            del marks[:k]
-            if plain or rich_items or mk:
-                out.threads.append((buf, plain, rich_items, mk))
+        out = Taken()  # (made before the records are cut out: nothing taken is ever dropped)
+        out.threads = self.recorder.take_recorded()
         return out
 
     def flush(self, complete: bool) -> None:
@@ -511,7 +482,7 @@ class Streamer:
         loose = o.scope < 0
         if not loose.any():
             return chunk
-        open_tids = [b.tid for b in self.recorder.tracks() if b.stack]
+        open_tids = self.recorder.open_tids()
         open_tids += [buf.tid for buf, _ in self.pending.values()]
         rows = ops.rows
         wait = np.isin(rows["correlation"], o.correlation[loose])
@@ -607,17 +578,7 @@ def _pieces(taken: Taken) -> list[Taken]:
 
 def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
     """Scopes still open at stop: kept, ending at ``stop_ns``, degraded, ``args["unclosed"]``."""
-    out = Taken()
-    for buf in recorder.tracks():
-        rich: list[Any] = []
-        for entry in list(buf.stack):
-            obj, cpu_start, token = entry[0], entry[1], entry[2]
-            a = dict(getattr(obj, "args", {}) or {})
-            a["unclosed"] = True
-            rich.extend((getattr(obj, "name", "?"), cpu_start, stop_ns, max(token, 0), _DEGRADED, a))
-        if rich:
-            out.threads.append((buf, [], rich, []))
-    return out
+    return Taken([(buf, [], rich, []) for buf, rich in recorder.unclosed(stop_ns)])
 
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:

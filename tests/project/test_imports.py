@@ -76,3 +76,27 @@ def test_the_output_layer_has_no_import_cycle() -> None:
 
     for m in mods:
         visit(m, ())
+
+
+def test_only_the_recorder_touches_its_thread_buffers() -> None:
+    """A track's lists (``log``, ``old_logs``, ``rich``, ``stack``) belong to the recorder: the
+    stream's writer and the session go through ``Recorder`` methods (``take_recorded``,
+    ``throttle``, ``unclosed``, ``add_mark``, ``open_tids``)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "gputrace"
+    internal = {"old_logs", "rich", "stack", "log"}
+    found = []
+    for p in sorted(root.rglob("*.py")):
+        if p.name == "recorder.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in internal:
+                owner = node.value
+                name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+                if name in ("buf", "b", "track", "buffer"):
+                    found.append(f"{p.relative_to(root)}:{node.lineno} {name}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module == "gputrace.recorder":
+                names = [a.name for a in node.names]
+                found += [f"{p.relative_to(root)}: imports ThrottledLog"] if "ThrottledLog" in names else []
+    assert not found, found
