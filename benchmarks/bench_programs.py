@@ -109,25 +109,10 @@ elif variant == "proton":
     scope = proton.scope
     start = lambda: proton.start(out, backend="cupti")
     stop = proton.finalize
-elif variant == "rawcupti":
+elif variant in ("rawcupti", "rawsame"):
     from cupti import cupti
-    got = [0]
-    def requested():
-        return 1 << 20, 0
-    def completed(activities):
-        got[0] += len(activities)
-    def start():
-        cupti.activity_register_callbacks(requested, completed)
-        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
-        cupti.activity_enable(cupti.ActivityKind.DRIVER)
-    def stop():
-        cupti.activity_flush_all(1)
-        cupti.activity_disable(cupti.ActivityKind.CONCURRENT_KERNEL)
-        cupti.activity_disable(cupti.ActivityKind.DRIVER)
-elif variant == "rawsame":
-    from cupti import cupti
-    from gputrace.backends import cupti_cbids as ids
     K = cupti.ActivityKind
+    kinds = [K.CONCURRENT_KERNEL, *((K.DRIVER,) if variant == "rawcupti" else (K.MEMCPY, K.MEMSET))]
     got = [0]
     def requested():
         return 1 << 20, 0
@@ -135,17 +120,21 @@ elif variant == "rawsame":
         got[0] += len(activities)
     def start():
         cupti.activity_register_callbacks(requested, completed)
-        for k in (K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET):
+        for k in kinds:
             cupti.activity_enable(k)
-        for table, enable in ((ids.DRIVER, cupti.activity_enable_driver_api),
-                              (ids.RUNTIME, cupti.activity_enable_runtime_api)):
-            for cbid in table:  # (as gputrace does: an id this CUPTI does not know is skipped)
-                try:
-                    enable(cbid, 1)
-                except cupti.cuptiError:
-                    pass
+        if variant == "rawsame":  # gputrace's API calls only (an id this CUPTI lacks is skipped)
+            from gputrace.backends import cupti_cbids as ids
+            for table, enable in ((ids.DRIVER, cupti.activity_enable_driver_api),
+                                  (ids.RUNTIME, cupti.activity_enable_runtime_api)):
+                for cbid in table:
+                    try:
+                        enable(cbid, 1)
+                    except cupti.cuptiError:
+                        pass
     def stop():
         cupti.activity_flush_all(1)
+        for k in kinds:
+            cupti.activity_disable(k)
 elif variant == "torch":
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
