@@ -263,7 +263,7 @@ class WriterProcess:
         self._broken: str | None = None
         self.lost_scopes = 0  # sent after the writer process ended
         # Until the writer process says it is ready (it imports numpy and the exporters first:
-        # 0.1-0.4 s), the chunks sent are kept here too: a session that ends before then writes
+        # 0.1-0.5 s), the chunks sent are kept here too: a session that ends before then writes
         # them itself rather than wait for the child to start (``close``).
         self._kept: list[tuple[Trace, int]] | None = []
         self._here: Appender | None = None  # the writer process failed before it was ready
