@@ -201,18 +201,9 @@ def _without_rows(items: list[dict[str, Any]], dropped: list[tuple[int, int]]) -
 
 
 # -- the writer process -------------------------------------------------------------------------
-def _send(fd: int, obj: Any, stall_s: float | None = None) -> None:
-    """Write one frame; on a non-blocking ``fd``, wait at most ``stall_s`` for the reader to make
-    room each time the pipe is full (a writer process that hangs never hangs the program)."""
+def _frame(obj: Any) -> bytes:
     data = pickle.dumps(obj, protocol=5)
-    view = memoryview(_FRAME.pack(len(data)) + data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            if not select.select([], [fd], [], stall_s)[1]:
-                why = f"the writer process read nothing for {stall_s} s"
-                raise TimeoutError(errno.ETIMEDOUT, why) from None
+    return _FRAME.pack(len(data)) + data
 
 
 def _read_exact(f: Any, n: int) -> bytes | None:
@@ -262,18 +253,38 @@ class WriterProcess:
         self.rows = 0  # scopes sent
         self._broken: str | None = None
         self.lost_scopes = 0  # sent after the writer process ended
-        # Until the writer process says it is ready (it imports numpy and the exporters first:
-        # 0.1-0.5 s), the chunks sent are kept here too: a session that ends before then writes
-        # them itself rather than wait for the child to start (``close``).
+        # Until a chunk is sent to a writer process that has said it is ready (it imports numpy
+        # and the exporters first: 0.1-0.5 s), the chunks sent are kept here too: a session that
+        # ends before then writes them itself (``close``). Rendering a session's chunks here at
+        # its stop costs no more than waiting for a child that has just started to render them.
         self._kept: list[tuple[Trace, int]] | None = []
+        self._is_ready = False
         self._here: Appender | None = None  # the writer process failed before it was ready
-        self._send(("open", os.fspath(path), header))
+        self._unsent: list[memoryview] = []  # frames not in the pipe yet (the child is starting)
+        self._send(("open", os.fspath(path), header), wait=False)
 
-    def _send(self, msg: Any) -> bool:
+    def _send(self, msg: Any, wait: bool = True) -> bool:
+        """Frame ``msg`` and write it after the frames not written yet; ``wait``: until all are
+        in the pipe (at most ``STALL_S`` each time it is full), else only what fits now (a child
+        still starting reads nothing: the rest goes with the next send). False once the writer
+        process has ended or hangs (reported once)."""
         if self._broken is not None:
             return False
+        self._unsent.append(memoryview(_frame(msg)))
         try:
-            _send(self._fd, msg, STALL_S)
+            while self._unsent:
+                try:
+                    n = os.write(self._fd, self._unsent[0])
+                except BlockingIOError:
+                    if not wait:
+                        return True
+                    if not select.select([], [self._fd], [], STALL_S)[1]:
+                        why = f"the writer process read nothing for {STALL_S:g} s"
+                        raise TimeoutError(errno.ETIMEDOUT, why) from None
+                    continue
+                self._unsent[0] = self._unsent[0][n:]
+                if not self._unsent[0].nbytes:
+                    self._unsent.pop(0)
             return True
         except OSError as exc:  # the writer process ended or hangs: what it had is in the file
             self._broken = exc.strerror or str(exc)
@@ -289,23 +300,26 @@ class WriterProcess:
         if self._here is not None:
             self._here.add(chunk, first_row)
             return
-        sent = self._send(("add", chunk, first_row))
-        if self._kept is not None and not self._ready():
+        ready = self._ready()  # (before the send: a chunk sent to a child still starting is kept)
+        sent = self._send(("add", chunk, first_row), wait=ready)
+        if self._kept is not None:
+            if ready and sent:  # the child appends from here on
+                self._kept = None
+                return
             self._kept.append((chunk, first_row))
-            if not sent:  # it ended before it was ready: this process writes the file
+            if not sent:  # it ended before it was sent a chunk when ready: this process writes the file
                 self._write_here()
         elif not sent:
             self.lost_scopes += len(chunk)
 
     def _ready(self) -> bool:
         """Whether the writer process said it has the file open (one byte, read without waiting)."""
-        if self._kept is None:
-            return True
-        out = self._stdout
-        with contextlib.suppress(Exception):
-            if select.select([out], [], [], 0)[0] and out.read(1) == READY:
-                self._kept = None
-        return self._kept is None
+        if not self._is_ready:
+            out = self._stdout
+            with contextlib.suppress(Exception):
+                if select.select([out], [], [], 0)[0] and out.read(1) == READY:
+                    self._is_ready = True
+        return self._is_ready
 
     def abandon(self) -> None:
         """End the writer process without a final header (the file reads as ending early)."""
@@ -340,7 +354,7 @@ class WriterProcess:
         if self.closed:
             return
         self.closed = True
-        if self._here is None and not self._ready():
+        if self._here is None and self._kept is not None:
             self._write_here()
         if self._here is not None:
             self._here.close(header)
@@ -367,9 +381,11 @@ class WriterProcess:
             raise OSError(errno.EIO, reply["error"])
 
     def _write_here(self) -> None:
-        """From now on this process appends: the session ends before the writer process was
-        ready (a short session never waits for a child's start), or it ended before then. It is
-        stopped, and the chunks kept are appended here first."""
+        """From now on this process appends: the session ends before a chunk was sent to a ready
+        writer process (a short session never waits for a child's start, nor for a child that
+        has just started to render all of it), or the child ended before then. It is stopped
+        (what it wrote is written again: the file is opened afresh), and the chunks kept are
+        appended here first."""
         from gputrace import exporters
 
         with contextlib.suppress(Exception):
@@ -433,4 +449,5 @@ def serve() -> None:
             if appender is not None:
                 appender.writer.abandon()
     with contextlib.suppress(OSError):
-        _send(stdout.fileno(), {"reports": reported(), "error": error})
+        stdout.write(_frame({"reports": reported(), "error": error}))
+        stdout.flush()

@@ -101,6 +101,34 @@ def test_a_killed_program_leaves_what_the_writer_process_had(tmp_path: Path) -> 
     assert t.header["truncated"] is True  # no final header: what a crash leaves, said so
 
 
+def test_a_session_never_waits_for_a_writer_process_still_starting(tmp_path: Path) -> None:
+    """Chunks that do not fit the pipe while the child is still starting wait in this process
+    (a send never blocks on a child that reads nothing yet), and a session that ends before the
+    child was ready writes the file itself, all of it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(  # the writer process, and only it, starts slowly
+        "import sys, time\nif 'serve()' in ' '.join(getattr(sys, 'orig_argv', [])):\n    time.sleep(60)\n"
+    )
+    out = tmp_path / "slow.json.gz"
+    program = textwrap.dedent(f"""
+        import gputrace
+        with gputrace.session({str(out)!r}, backend="fake", writer="process", quiet=True) as s:
+            for c in range(40):
+                for i in range(2000):
+                    with gputrace.trace("step", i=i):
+                        pass
+                gputrace.sync()
+        print(s.scopes_recorded())
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), *sys.path]))
+    p = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=50)
+    assert p.returncode == 0, p.stderr
+    t = gputrace.load(out)
+    assert len(t) == 80_000 == int(p.stdout.split()[-1])
+    assert "writer_process" not in t.header and "truncated" not in t.header  # this process wrote it
+
+
 def test_an_unknown_writer_is_one_sentence() -> None:
     with pytest.raises(GputraceError, match="writer='disk' is not one of auto, process, thread"):
         gputrace.session("x.json", writer="disk")
