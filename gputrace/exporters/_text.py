@@ -266,7 +266,7 @@ class Rows:
         b = hi - lo
         # per column: (chars (w,) for every row or (b, w), keep (b, w) or None, when (b,) or None)
         pieces: list[tuple[Any, Mask | None, Mask | None]] = []
-        splices: list[tuple[int, list[tuple[int, bytes]]]] = []  # (piece no., [(row, text)])
+        splices: list[tuple[int, Any, Any, Sequence[bytes]]] = []  # (piece no., rows, indexes, table)
         for kind, payload, wb in self.cols:  # ``wb``: the whole column's (sliced when applied)
             if kind == "lit":
                 pieces.append((np.frombuffer(payload, np.uint8), None, wb))
@@ -293,9 +293,9 @@ class Rows:
                 long_ = lens > INLINE
                 if long_.any():
                     spliced = long_[ib] if wb is None else long_[ib] & wb[lo:hi]
-                    rows = np.flatnonzero(spliced).tolist()
-                    if rows:
-                        splices.append((len(pieces), [(r, table[int(ib[r])]) for r in rows]))
+                    rows = np.flatnonzero(spliced)
+                    if len(rows):
+                        splices.append((len(pieces), rows, ib[rows], table))
                     lens = np.where(long_, 0, lens)
                 w = int(lens.max()) if len(lens) else 0
                 if not w:
@@ -331,20 +331,23 @@ class Rows:
         flat = out[used]
         if not splices:
             return flat
-        data = flat.tobytes()
+        # each long string's place in the text: its row's start plus the bytes before its column
         row_start = np.zeros(b + 1, np.int64)
         np.cumsum(used.sum(axis=1), out=row_start[1:])
-        at: list[tuple[int, int, bytes]] = []
-        for k, (p, items) in enumerate(splices):
+        at, order, which = [], [], []
+        for k, (p, rows, idx, _t) in enumerate(splices):
             col = starts[p] if p < len(starts) else width
-            for r, text in items:
-                at.append((int(row_start[r]) + int(used[r, :col].sum()), k, text))
-        at.sort(key=lambda x: (x[0], x[1]))
+            at.append(row_start[rows] + used[rows, :col].sum(axis=1))
+            order.append(np.full(len(rows), k))
+            which.append(idx)
+        pos, ks, idx = (np.concatenate(x) for x in (at, order, which))
+        sort = np.lexsort((ks, pos))
+        data = flat.tobytes()
         segs: list[bytes] = []
         cut = 0
-        for pos, _k, text in at:
-            segs.append(data[cut:pos])
-            segs.append(text)
-            cut = pos
+        for p_, k_, i_ in zip(pos[sort].tolist(), ks[sort].tolist(), idx[sort].tolist(), strict=True):
+            segs.append(data[cut:p_])
+            segs.append(splices[k_][3][i_])
+            cut = p_
         segs.append(data[cut:])
         return b"".join(segs)
