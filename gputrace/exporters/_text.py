@@ -22,7 +22,7 @@ length prefix of a nested message), and ``extend`` appends another builder's col
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -237,10 +237,17 @@ class Rows:
 
     def buffers(self) -> list[Any]:
         """Every row, each followed by ``sep``, as a few buffers (bytes or uint8 arrays)."""
+        return list(self.blocks())
+
+    def blocks(self) -> Iterator[Any]:
+        """``buffers``, each built when it is asked for (a writer compresses one while the next
+        is built)."""
         self.lit(self.sep)
         if self.n <= SMALL and not any(kind in ("var", "raw8") for kind, _p, _w in self.cols):
-            return [self._small()]
-        return [self._block(i, min(i + BLOCK, self.n)) for i in range(0, self.n, BLOCK)]
+            yield self._small()
+            return
+        for i in range(0, self.n, BLOCK):
+            yield self._block(i, min(i + BLOCK, self.n))
 
     def _small(self) -> bytes:
         """A few rows, cell by cell (numpy's per-call cost outweighs the work)."""

@@ -19,6 +19,7 @@ a dict per event costs far more than the numbers in it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,14 +37,15 @@ def _j(value: Any) -> str:
 class Encoder(Planner):
     """Events of one file as JSON text, appended chunk by chunk (see ``Planner``)."""
 
-    def encode(self, trace: Trace) -> list[Any]:
+    def encode(self, trace: Trace) -> Iterator[Any]:
         """The events of ``trace`` (one chunk) as pieces of JSON text (bytes-like: bytes or uint8
         arrays, never joined into one more copy), each event followed by a comma; rows are
-        numbered after the previous chunks'."""
+        numbered after the previous chunks'. The chunk is planned at once; its pieces are
+        rendered as they are taken."""
         return render(self.chunk(trace))
 
 
-def render(chunk: Chunk) -> list[Any]:
+def render(chunk: Chunk) -> Iterator[Any]:
     quoted: dict[int, list[str]] = {}  # a table's entries JSON-quoted, once per chunk
 
     def table(t: list[Any]) -> list[str]:
@@ -52,21 +54,19 @@ def render(chunk: Chunk) -> list[Any]:
             got = quoted[id(t)] = [_j(x) for x in t] or ['""']
         return got
 
-    parts: list[Any] = []
+    if chunk.meta:
+        yield (",".join(map(_j, chunk.meta)) + ",").encode()
     for ev in chunk.events:
-        parts += _events(ev, table)
+        yield from _events(ev, table)
     for w in chunk.waits:
-        parts += _waits(w)
+        yield from _waits(w)
     for c in chunk.counters:
         r = Rows(len(c.ts)).lit('{"ph":"C","name":').pick([_j(x) for x in c.labels], c.label)
         r.lit(',"pid":').num(c.pid).lit(',"ts":').us(c.ts).lit(',"args":{' + _j(c.key) + ":").num(c.value)
-        parts += r.lit("}}").buffers()
-    if chunk.meta:
-        parts.insert(0, (",".join(map(_j, chunk.meta)) + ",").encode())
-    return parts
+        yield from r.lit("}}").blocks()
 
 
-def _events(ev: Events, table: Any) -> list[Any]:
+def _events(ev: Events, table: Any) -> Iterator[Any]:
     r = Rows(len(ev.ts))
     r.lit('{"ph":"X","cat":' if ev.dur is not None else '{"ph":"i","s":"t","cat":')
     r.pick([_j(c) for c in ev.cats], ev.cat).lit(',"name":').pick(table(ev.names), ev.name)
@@ -85,10 +85,10 @@ def _events(ev: Events, table: Any) -> list[Any]:
     if ev.objs is not None:
         objs, idx = ev.objs
         r.pick([""] + [',"args":' + _j(o) for o in objs[1:]], idx)
-    return r.lit("}").buffers()
+    return r.lit("}").blocks()
 
 
-def _waits(w: Waits) -> list[Any]:
+def _waits(w: Waits) -> Iterator[Any]:
     # Only the begin is named; neither end has a category. Perfetto's JSON importer keys an async
     # slice's track by (process, cookie), the cookie being the hash of `cat` and id2.local
     # (json_trace_tokenizer.cc, ParseTraceEventContents), so both ends must carry the same `cat`:
@@ -104,4 +104,4 @@ def _waits(w: Waits) -> list[Any]:
     t = np.empty(2 * n, np.int64)
     t[0::2], t[1::2] = w.start, w.end
     r = Rows(2 * n).pick(heads, head).lit(',"id2":{"local":').num(w.id[two])
-    return r.lit('},"pid":').num(w.pid[two]).lit(',"ts":').us(t).lit("}").buffers()
+    return r.lit('},"pid":').num(w.pid[two]).lit(',"ts":').us(t).lit("}").blocks()
