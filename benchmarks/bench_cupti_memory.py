@@ -21,6 +21,15 @@ def rss_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
+def final_header(path):  # a .json.gz trace's final header: the JSON after its events, streamed
+    import zlib
+    z, tail = zlib.decompressobj(31), b""
+    with open(path, "rb") as f:
+        while data := f.read(1 << 24):
+            tail = (tail + z.decompress(data))[-(8 << 20):]
+    tail += z.flush()
+    at = tail.rfind(b'],"gputrace":') + len(b'],"gputrace":')
+    return json.JSONDecoder().raw_decode(tail[at:].decode())[0]
 started = 0.0
 n, variant, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 x = cupy.zeros(256, cupy.float32); x += 1; cupy.cuda.runtime.deviceSynchronize()
@@ -64,18 +73,18 @@ else:
     took = time.perf_counter() - t0
     if variant == "cupti_traced":
         marks.append({"traced_peak_mb": round(tracemalloc.get_traced_memory()[1] / 2**20, 1)})
-    info = s.trace.header.get("backend_info", {}) if s.trace is not None else {}
+    info = s.backend_info()
     keys = ("cupti_buffers", "cupti_buffers_allocated", "cupti_dropped_records", "cupti_incomplete_records",
             "launch_calls_without_operations")
     marks.append({k: info.get(k) for k in keys})
-    if s.trace is not None:
-        marks.append({"ops": s.trace.header.get("ops"), "chunks": s.trace.header.get("streamed")})
+    header = final_header(out)  # (a long run's file decompresses past load's 2 GiB cap)
+    marks.append({"ops": header.get("ops"), "chunks": header.get("streamed")})
 if variant in ("bare", "rawcupti"):
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     took = time.perf_counter() - t0
 writer = None  # the writer process's own peak (VmHWM: ru_maxrss would count its fork's pages)
-if variant not in ("bare", "rawcupti") and s.trace is not None:
-    writer = (s.trace.header.get("writer_process") or {}).get("peak_rss_mb")
+if variant not in ("bare", "rawcupti"):
+    writer = (header.get("writer_process") or {}).get("peak_rss_mb")
 print(json.dumps({"variant": variant, "before_mb": base / 1024, "peak_mb": peak / 1024, "s": took,
                   "writer_mb": writer,
                   "started_mb": started, "rss_quarters": marks}))
