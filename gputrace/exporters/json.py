@@ -24,10 +24,11 @@ from __future__ import annotations
 import gzip
 import itertools
 import os
+import queue
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,6 @@ class StreamWriter:
         self._head = GzipStream.HEADER if self._gz else b""
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._enc = Encoder(header)
-        self._pool: ThreadPoolExecutor | None = None  # compresses (gzip only), made at the first chunk
         self.closed = False
         try:
             start = capped_header(header) if start_header is None else start_header
@@ -155,20 +155,39 @@ class StreamWriter:
     def _compressed(self, parts: Iterable[Any], final: bool) -> list[bytes]:
         """``parts`` compressed in order on a second thread, each while the next is rendered
         (ISA-L and zlib let the interpreter go while they compress: tiny20k's stop on the H200
-        spent 29 of 193 ms compressing after rendering). Returns once every piece is done, also
-        when rendering one fails (the caller then rolls the compressor back)."""
+        spent 29 of 193 ms compressing after rendering). The thread is a daemon and lives for
+        one chunk (``gputrace run`` waits for the program's other threads before it stops the
+        session); where none can start (the interpreter is ending) the pieces are compressed
+        here. Returns once every piece is done, also when rendering one fails (the caller then
+        rolls the compressor back)."""
         z = self._z
         assert z is not None
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="gputrace-gzip")
-        done: list[Future[bytes]] = []
+        done: list[bytes] = []
+        failed: list[BaseException] = []
+        todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        def work() -> None:
+            while (p := todo.get()) is not None:
+                if not failed:
+                    try:
+                        done.append(z.compress(p))
+                    except BaseException as exc:  # raised by the chunk's append, below
+                        failed.append(exc)
+
+        worker = threading.Thread(target=work, name="gputrace-gzip", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError:
+            return [*map(z.compress, parts), z.flush(final)]
         try:
             for p in parts:
-                done.append(self._pool.submit(z.compress, p))
-            done.append(self._pool.submit(z.flush, final))
-            return [f.result() for f in done]
+                todo.put(p)
         finally:
-            wait(done)
+            todo.put(None)
+            worker.join()
+        if failed:
+            raise failed[0]
+        return [*done, z.flush(final)]
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -200,9 +219,6 @@ class StreamWriter:
 
     def _end(self) -> None:
         os.close(self._fd)
-        if self._pool is not None:  # (idle: every piece given to it was waited for)
-            self._pool.shutdown(wait=False)
-            self._pool = None
 
 
 def write_all(fd: int, parts: list[Any]) -> None:
