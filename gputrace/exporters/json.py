@@ -167,26 +167,29 @@ class StreamWriter:
         todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def work() -> None:
-            while (p := todo.get()) is not None:
-                if not failed:
-                    try:
-                        done.append(z.compress(p))
-                    except BaseException as exc:  # raised by the chunk's append, below
-                        failed.append(exc)
+            try:
+                while (p := todo.get()) is not None:
+                    done.append(z.compress(p))
+            except BaseException as exc:  # raised by the chunk's append, below
+                failed.append(exc)
 
         worker = threading.Thread(target=work, name="gputrace-gzip", daemon=True)
         try:
             worker.start()
         except RuntimeError:
             return [*map(z.compress, parts), z.flush(final)]
+        sent = 0
         try:
             for p in parts:
                 todo.put(p)
+                sent += 1
         finally:
             todo.put(None)
             worker.join()
         if failed:
             raise failed[0]
+        if len(done) != sent:  # the thread ended early: the chunk is not all there
+            raise RuntimeError(f"compressing a trace chunk stopped after {len(done)} of {sent} pieces")
         return [*done, z.flush(final)]
 
     def close(self, header: dict[str, Any]) -> None:
