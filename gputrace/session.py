@@ -15,6 +15,7 @@ import contextlib
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +26,14 @@ from gputrace.backends import create, with_timing
 from gputrace.backends.base import Backend, Clock
 from gputrace.calstore import header_calibration
 from gputrace.clock import clock_pair, session_clock
-from gputrace.errors import GputraceError, report_internal, reported, reporting, reset_reports
+from gputrace.errors import (
+    GputraceError,
+    GputraceWarning,
+    report_internal,
+    reported,
+    reporting,
+    reset_reports,
+)
 from gputrace.fallback import complete_queues, cpu_scopes, reported_problems, resolve_safely, without_gpu
 from gputrace.flight import (
     RingTriggers,
@@ -44,6 +52,7 @@ from gputrace.ranks import RankClock, transport_for
 from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import Recorder, active_recorder, drain
 from gputrace.records import RawRecording
+from gputrace.safetext import printable
 
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
@@ -282,11 +291,19 @@ class session:
 
     @property
     def trace(self) -> Trace | None:
-        """The resolved trace once stopped (a streamed one is read back from its file)."""
+        """The resolved trace once stopped (a streamed one is read back from its file; one that
+        cannot be, e.g. past the read limit after a long run, is its header only, said once)."""
         if self._trace is None and self._streamer is not None and self.written is not None:
             from gputrace.exporters import canonical, read
 
-            self._trace = read(canonical(self.written))
+            try:
+                self._trace = read(canonical(self.written))
+            except (GputraceError, OSError) as exc:  # the file is written: only the read failed
+                with contextlib.suppress(Exception):  # (after the stop: its own warning, always)
+                    warnings.warn(f"gputrace: the trace is written, but reading it back failed: "
+                                  f"{printable(str(exc))} session.trace holds its header only.",
+                                  GputraceWarning, stacklevel=2)  # fmt: skip
+                self._trace = resolve_safely(RawRecording(header=self._raw.header, threads=[]))
         return self._trace
 
     @trace.setter

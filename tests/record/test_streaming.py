@@ -411,3 +411,25 @@ def test_a_chunk_cut_at_the_cupti_horizon_keeps_a_parent_with_its_children(
     assert (cut.scopes.gpu_start_ns - T0).tolist() == [3_000, 3_000, 115_000, 203_000, 203_000, 315_000]
     assert np.array_equal(cut.scopes.gpu_start_ns, whole.scopes.gpu_start_ns)
     assert np.array_equal(cut.ops.scope, whole.ops.scope)
+
+
+def test_a_stop_never_fails_reading_back_a_file_past_the_read_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stop()`` (and ``session.trace``) read a streamed file back; one past the read limit (a
+    long run's) leaves the stop a trace of its header and one warning, and the file complete."""
+    path = tmp_path / "long.json.gz"
+    s = gputrace.session(path, backend="fake", quiet=True)
+    s.start()
+    for i in range(300):
+        with gputrace.trace("step", i=i):
+            pass
+        if i % 100 == 99:
+            gputrace.sync()
+    monkeypatch.setenv("GPUTRACE_MAX_TRACE_BYTES", "1K")
+    with pytest.warns(gputrace.GputraceWarning, match="the trace is written, but reading it back failed"):
+        t = s.stop()
+    assert len(t) == 0 and t.header["pid"] == os.getpid()  # the header, no scopes
+    assert s.trace is t
+    monkeypatch.delenv("GPUTRACE_MAX_TRACE_BYTES")
+    assert len(gputrace.load(path).find("step")) == 300
