@@ -216,3 +216,36 @@ def test_lanes_carry_open_slices_from_one_chunk_to_the_next() -> None:
     # a slice that nests inside one still open from an earlier chunk shares its lane
     assert carry.lanes(("gpu", 0), np.array([36], i64), np.array([38], i64)).tolist() == [0]
     assert carry.lanes(("gpu", 0), np.array([39], i64), np.array([45], i64)).tolist() == [1]
+
+
+def test_a_large_gzip_chunk_is_compressed_beside_its_rendering_and_a_fault_there_is_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk of 4,096 scopes or more is compressed on a second thread while it is rendered;
+    when compressing fails part-way the append is undone and written again with CPU times only
+    (flagged degraded): nothing reaches the program, every scope is in the file."""
+    import threading
+
+    from gputrace.exporters import json as json_format
+
+    real, calls = json_format.GzipStream.compress, []
+
+    def compress(self: json_format.GzipStream, data: object) -> bytes:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 3:
+            raise RuntimeError("an injected fault")
+        return real(self, data)
+
+    monkeypatch.setattr(json_format.GzipStream, "compress", compress)
+    path = tmp_path / "big.json.gz"
+    with pytest.warns(gputrace.GputraceWarning, match="injected fault"):
+        with gputrace.session(path, backend="fake", quiet=True):
+            for i in range(json_format.THREADED_ROWS):
+                with gputrace.trace("step", i=i):
+                    pass
+    assert calls[0] == threading.current_thread().name  # the file's start, before any chunk
+    assert calls[2] == "gputrace-gzip"  # the chunk's pieces: on the compressing thread
+    t = gputrace.load(path)
+    assert [sc.args["i"] for sc in t.find("step")] == list(range(json_format.THREADED_ROWS))
+    assert t.header["lost"] == {"scopes": 0, "chunks": 0, "degraded_chunks": 1}
+    assert not [th for th in threading.enumerate() if th.name == "gputrace-gzip"]
