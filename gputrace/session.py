@@ -303,7 +303,7 @@ class session:
                     warnings.warn(f"gputrace: the trace is written, but reading it back failed: "
                                   f"{printable(str(exc))} session.trace holds its header only.",
                                   GputraceWarning, stacklevel=2)  # fmt: skip
-                self._trace = resolve_safely(RawRecording(header=self._raw.header, threads=[]))
+                self._trace = self._header_only()
         return self._trace
 
     @trace.setter
@@ -313,8 +313,11 @@ class session:
     def _result(self) -> Trace:
         trace = self.trace
         if trace is None:  # a streamed file that could not be finished (reported once)
-            self._trace = trace = resolve_safely(RawRecording(header=self._raw.header, threads=[]))
+            self._trace = trace = self._header_only()
         return trace
+
+    def _header_only(self) -> Trace:
+        return resolve_safely(RawRecording(header=self._raw.header, threads=[]))
 
     # streaming (gputrace.streaming) ---------------------------------------------------------
     def _start_stream(self) -> None:

@@ -51,7 +51,7 @@ CLOSE = b'\n],"gputrace":'
 # events: 68 vs 274 ms, 99.4 vs 99.6 B per scope); zlib (where ISA-L has no wheel) at 3.
 ISAL_LEVEL, ZLIB_LEVEL = 1, 3
 # A chunk of this many scopes and operations or more is compressed on a second thread while it
-# is rendered (``StreamWriter._compressed``). A smaller one is compressed here: a thread per
+# is rendered (``StreamWriter._compressed_beside``). A smaller one is compressed here: a thread per
 # chunk waits for the interpreter's lock to start: about 1 ms a chunk (a sync after each of
 # 2,000 scopes, fake backend: 2.4-2.6 ms a sync with the thread, 1.4-1.5 ms without).
 THREADED_ROWS = 4096
@@ -122,7 +122,7 @@ class StreamWriter:
             self._write(PREFIX + dumps(start) + EVENTS_OPEN)
         except BaseException:
             self.closed = True
-            self._end()
+            os.close(self._fd)
             raise
 
     @property
@@ -152,24 +152,24 @@ class StreamWriter:
         if self._z is None:
             write_all(self._fd, list(parts))
             return
-        out = (
-            self._compressed(parts, final)
-            if threaded
-            else [*map(self._z.compress, parts), self._z.flush(final)]
-        )
+        z = self._z
+        out = self._compressed_beside(parts) if threaded else None
+        if out is None:
+            out = [*map(z.compress, parts)]
+        out.append(z.flush(final))
         if self._head:  # the gzip header, once, before the first compressed bytes
             out.insert(0, self._head)
             self._head = b""
         write_all(self._fd, out)
 
-    def _compressed(self, parts: Iterable[Any], final: bool) -> list[bytes]:
+    def _compressed_beside(self, parts: Iterable[Any]) -> list[bytes] | None:
         """``parts`` compressed in order on a second thread, each while the next is rendered
         (ISA-L and zlib let the interpreter go while they compress: tiny20k's stop on the H200
         spent 29 of 193 ms compressing after rendering). The thread is a daemon and lives for
         one chunk (``gputrace run`` waits for the program's other threads before it stops the
-        session); where none can start (the interpreter is ending) the pieces are compressed
-        here. Returns once every piece is done, also when rendering one fails (the caller then
-        rolls the compressor back)."""
+        session); None, with nothing taken from ``parts``, where none can start (the
+        interpreter is ending). Returns once every piece is done, also when rendering one fails
+        (the caller then rolls the compressor back)."""
         z = self._z
         assert z is not None
         done: list[bytes] = []
@@ -187,7 +187,7 @@ class StreamWriter:
         try:
             worker.start()
         except RuntimeError:
-            return [*map(z.compress, parts), z.flush(final)]
+            return None
         sent = 0
         try:
             for p in parts:
@@ -200,7 +200,7 @@ class StreamWriter:
             raise failed[0]
         if len(done) != sent:  # the thread ended early: the chunk is not all there
             raise RuntimeError(f"compressing a trace chunk stopped after {len(done)} of {sent} pieces")
-        return [*done, z.flush(final)]
+        return done
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -222,16 +222,13 @@ class StreamWriter:
         try:
             self._write(tail + b"}\n", final=True)
         finally:
-            self._end()
+            os.close(self._fd)
 
     def abandon(self) -> None:
         """Close the file as it stands (what a crash would leave: it reads as truncated)."""
         if not self.closed:
             self.closed = True
-            self._end()
-
-    def _end(self) -> None:
-        os.close(self._fd)
+            os.close(self._fd)
 
 
 def write_all(fd: int, parts: list[Any]) -> None:

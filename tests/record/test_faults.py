@@ -478,7 +478,10 @@ PIPELINE = (
 )
 # A fault at the very entry of a thread's target has no caller inside gputrace that could catch it
 # (its first statement is a ``try``): only the injector can raise there.
-NO_CALLER = {"streaming.Streamer.start_timer.<locals>.loop", "json.StreamWriter._compressed.<locals>.work"}
+NO_CALLER = {
+    "streaming.Streamer.start_timer.<locals>.loop",
+    "json.StreamWriter._compressed_beside.<locals>.work",
+}
 # The session's own guards, kept beside what they guard: they catch the faults of what they call
 # (faulted here as before), and a fault at their very entry is one in the session's lifecycle,
 # which calls them and which this census does not fault.
