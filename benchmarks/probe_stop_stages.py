@@ -6,7 +6,8 @@ Each program (default solver, tiny20k, matmul) runs twice with CUPTI timing writ
 each run in its own process, the writer chosen by ``W`` (default thread: the session renders).
 Timers around the stage functions add up the wall ms each took on the program's main thread;
 nested stages overlap ("stop_stream" holds "write_chunk", which holds "append", which holds
-"plan", "render" and "gzip"; "cupti.collect" holds "drain", which holds "decode").
+"plan" and "render_write" (rendering, compressing and writing run as one generator);
+"cupti.collect" holds "drain", which holds "decode").
 """
 
 import json
@@ -35,8 +36,7 @@ STAGES = [
     ("gputrace.appender", "WriterProcess", "_write_here", "write_here"),
     ("gputrace.appender", "WriterProcess", "_finish", "writer_wait"),
     ("gputrace.exporters.plan", "Planner", "chunk", "plan"),
-    ("gputrace.exporters.chrome", "", "render", "render"),
-    ("gputrace.exporters.json", "GzipStream", "compress", "gzip"),
+    ("gputrace.exporters.json", "StreamWriter", "append", "render_write"),
 ]
 
 TIMERS = r"""

@@ -229,12 +229,14 @@ class WriterProcess:
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
         _check_writable(path)  # refused here, at once, as an in-process open would refuse it
         self.path, self.header = path, copy.deepcopy(header)  # as the writer process gets it
-        # the child finds this gputrace first (an editable install's finder may not be a path)
+        # the child finds this gputrace first (an editable install's finder may not be a path),
+        # and every other module on this process's path: it skips ``site`` (-S), whose .pth
+        # files took 48 of the 58 ms an interpreter needs to start on the H200 (docs/cupti.md)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *(p for p in sys.path if p)]))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from gputrace.appender import serve; serve()"],
+                [sys.executable, "-S", "-c", "from gputrace.appender import serve; serve()"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env=env, close_fds=True, start_new_session=True,
             )  # fmt: skip

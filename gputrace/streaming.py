@@ -59,6 +59,9 @@ EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 # than OPS_BACKLOG collected operations are not yet written (docs/cupti.md, "Memory").
 COLLECT_BYTES = 4 << 20
 OPS_BACKLOG = 30_000
+# With a writer process, CUPTI records are collected and sent at least this often: the child
+# renders the run while it goes on, and the stop is left at most this much of it to write.
+OFFLOADED_COLLECT_S = 0.1
 _COLD = int(Flag.COLD)
 
 
@@ -188,6 +191,9 @@ class Streamer:
 
         def run() -> None:
             check_s = min(interval_s, BACKLOG_CHECK_S)  # the backlog is looked at more often
+            collect_s = (
+                min(interval_s, OFFLOADED_COLLECT_S) if isinstance(self.out, WriterProcess) else interval_s
+            )
             wait_s = check_s
             while not self._stop.wait(wait_s):
                 wait_s = check_s
@@ -202,7 +208,7 @@ class Streamer:
                     waiting = _waiting_bytes(self.recorder.backend)
                     if self.collect_ops is not None and (
                         self.throttling
-                        or time.monotonic() - self.last_collect >= interval_s
+                        or time.monotonic() - self.last_collect >= collect_s
                         or waiting >= COLLECT_BYTES
                     ):
                         self.last_collect = time.monotonic()

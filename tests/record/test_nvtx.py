@@ -128,8 +128,9 @@ def test_cupy_is_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_missing_nvtx_is_one_sentence_and_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "nvtx", None)
-    monkeypatch.setitem(sys.modules, "cupy", None)
+    # (every CuPy module: where CuPy is installed, earlier tests imported cupy.cuda already)
+    for name in ("nvtx", "cupy", "cupy.cuda", "cupy.cuda.nvtx"):
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(GputraceError) as err:
         gputrace.session(backend="cpu", nvtx=True, quiet=True).start()
     assert str(err.value) == MISSING and "pip install nvtx" in MISSING

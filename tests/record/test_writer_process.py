@@ -105,14 +105,14 @@ def test_a_session_never_waits_for_a_writer_process_still_starting(tmp_path: Pat
     """Chunks that do not fit the pipe while the child is still starting wait in this process
     (a send never blocks on a child that reads nothing yet), and a session that ends before the
     child was ready writes the file itself, all of it."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(  # the writer process, and only it, starts slowly
-        "import sys, time\nif 'serve()' in ' '.join(getattr(sys, 'orig_argv', [])):\n    time.sleep(60)\n"
-    )
+    slow = tmp_path / "slow-python"  # the interpreter the writer process starts with, slowly
+    slow.write_text(f'#!/bin/sh\nsleep 60\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
     out = tmp_path / "slow.json.gz"
     program = textwrap.dedent(f"""
+        import sys
         import gputrace
+        sys.executable = {str(slow)!r}
         with gputrace.session({str(out)!r}, backend="fake", writer="process", quiet=True) as s:
             for c in range(40):
                 for i in range(2000):
@@ -121,7 +121,7 @@ def test_a_session_never_waits_for_a_writer_process_still_starting(tmp_path: Pat
                 gputrace.sync()
         print(s.scopes_recorded())
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), *sys.path]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=50)
     assert p.returncode == 0, p.stderr
     t = gputrace.load(out)
