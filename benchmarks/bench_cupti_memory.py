@@ -73,7 +73,7 @@ else:
     took = time.perf_counter() - t0
     if variant == "cupti_traced":
         marks.append({"traced_peak_mb": round(tracemalloc.get_traced_memory()[1] / 2**20, 1)})
-    info = s.backend_info()
+    info = s.backend_info
     keys = ("cupti_buffers", "cupti_buffers_allocated", "cupti_dropped_records", "cupti_incomplete_records",
             "launch_calls_without_operations")
     marks.append({k: info.get(k) for k in keys})

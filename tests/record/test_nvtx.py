@@ -155,7 +155,11 @@ def run_cli(tmp_path: Path, *args: str, python: str = "") -> subprocess.Complete
     code = (
         f"{python}\nimport sys\nfrom gputrace.cli import main\nsys.argv = ['gputrace', *sys.argv[1:]]\nmain()"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT), FAKE_NVTX_LOG=str(tmp_path / "nvtx.log"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]),
+        FAKE_NVTX_LOG=str(tmp_path / "nvtx.log"),
+    )
     return subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
 
@@ -187,6 +191,6 @@ def test_import_and_a_plain_session_do_not_import_nvtx() -> None:
         "        pass\n"
         "print('nvtx' in sys.modules, 'gputrace.nvtx' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.split() == ["False", "False"]
