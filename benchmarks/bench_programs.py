@@ -194,6 +194,18 @@ def run_one(prog: str, variant: str, folder: Path, env: dict[str, str]) -> dict[
     return got
 
 
+def uncompiled_numpy() -> bool:
+    """Whether numpy has no compiled bytecode here. pip compiles it at install, but an image
+    built with ``--no-compile`` and ``PYTHONDONTWRITEBYTECODE=1`` (the H200's) compiles numpy in
+    every process that imports it: ``python3 -c "import numpy"`` took 0.38 s there against
+    0.11 s compiled, and a writer process was ready in 0.38-0.55 s against 0.13-0.21 s. The programs import numpy before the clock;
+    gputrace's writer process imports it while the program runs."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("numpy")
+    return spec is not None and spec.cached is not None and not os.path.exists(spec.cached)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", default=",".join(PROGRAMS))
@@ -202,6 +214,9 @@ def main() -> None:
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     progs, variants = a.programs.split(","), a.variants.split(",")
+    if uncompiled_numpy():
+        print("numpy has no compiled bytecode here: run `python3 -m compileall -q <site-packages>` "
+              "first, as pip does at install (see uncompiled_numpy)", file=sys.stderr)  # fmt: skip
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}

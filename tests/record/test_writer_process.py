@@ -132,3 +132,28 @@ def test_a_session_never_waits_for_a_writer_process_still_starting(tmp_path: Pat
 def test_an_unknown_writer_is_one_sentence() -> None:
     with pytest.raises(GputraceError, match="writer='disk' is not one of auto, process, thread"):
         gputrace.session("x.json", writer="disk")
+
+
+def test_a_cupti_session_sends_its_chunks_while_the_program_runs(tmp_path: Path) -> None:
+    """With a writer process, CUPTI's records are collected and sent several times a second
+    (the child renders the run as it goes, so the stop is left little of it), even without a
+    sync; every scope and kernel still reaches the file."""
+    from gputrace.backends.cupti import CuptiBackend
+    from gputrace.clock import session_clock
+    from tests.cupti_fake import FakeActivitySource
+
+    src = FakeActivitySource(session_clock)
+    path = tmp_path / "run.json.gz"
+    n, backend = 0, CuptiBackend(session_clock, source=src)
+    with gputrace.session(path, backend=backend, writer="process", quiet=True):
+        tr = gputrace.trace("tiny")
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            with tr:
+                src.launch("k", gpu_ns=900)
+            n += 1
+            time.sleep(0.0002)
+    t = gputrace.load(path)
+    assert len(t) == n == len(t.ops)
+    # one chunk a second at most if records were collected only at the session's flush_s (1 s)
+    assert t.header["streamed"]["chunks"] >= 4, t.header["streamed"]
