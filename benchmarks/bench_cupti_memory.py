@@ -103,7 +103,7 @@ def main() -> None:
         out = f"/tmp/mem-{v}.json.gz"
         p = subprocess.run(
             [sys.executable, "-c", CHILD, str(n), v.replace("cupti_malloc", "cupti_jsongz"), out],
-            capture_output=True, text=True, env=dict(env, **malloc) if v == "cupti_malloc" else env,
+            capture_output=True, text=True, env=dict(env, **malloc) if v == "cupti_malloc" else env, cwd="/",
         )  # fmt: skip
         if p.returncode:
             print(v, "failed:", p.stderr.strip().splitlines()[-1:])

@@ -184,8 +184,10 @@ SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".
 def run_one(prog: str, variant: str, folder: Path, env: dict[str, str]) -> dict[str, float] | str:
     out = str(folder / f"{prog}-{variant}{SUFFIX.get(variant, '')}")
     try:
+        # (run in the scratch folder: ``-c`` puts the working folder first on the path, and a
+        # checkout there would shadow the one this script's PYTHONPATH names)
         p = subprocess.run([sys.executable, "-c", CHILD, prog, variant, out], capture_output=True, text=True,
-                           env=env, timeout=240)  # fmt: skip
+                           env=env, timeout=240, cwd=folder)  # fmt: skip
     except subprocess.TimeoutExpired:
         return "timed out"
     if p.returncode != 0:
@@ -198,8 +200,9 @@ def uncompiled_numpy() -> bool:
     """Whether numpy has no compiled bytecode here. pip compiles it at install, but an image
     built with ``--no-compile`` and ``PYTHONDONTWRITEBYTECODE=1`` (the H200's) compiles numpy in
     every process that imports it: ``python3 -c "import numpy"`` took 0.38 s there against
-    0.11 s compiled, and a writer process was ready in 0.38-0.55 s against 0.13-0.21 s. The programs import numpy before the clock;
-    gputrace's writer process imports it while the program runs."""
+    0.11 s compiled, and a writer process was ready in 0.38-0.55 s against 0.13-0.21 s. The
+    programs import numpy before the clock; gputrace's writer process imports it while the
+    program runs."""
     import importlib.util
 
     spec = importlib.util.find_spec("numpy")

@@ -68,7 +68,7 @@ def main() -> None:
     for prog in sys.argv[1:] or ["solver", "tiny20k", "matmul"]:
         for _ in range(2):
             cmd = [sys.executable, "-c", child, prog, "cupti_jsongz", f"/tmp/stages-{prog}.json.gz"]
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/")  # (see bench_programs)
             if p.returncode:
                 print(prog, "failed:", p.stderr.strip().splitlines()[-1:])
                 continue
