@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from gputrace import exporters
 from gputrace.appender import Appender, SpawnFailed, WriterProcess
@@ -384,20 +385,14 @@ class Streamer:
                 ready, wait = [], list(held)
                 horizon = getattr(self, "_horizon", None)
                 if horizon is not None:  # CUPTI: what ended after the horizon waits, plain scopes too
-                    held, wait = wait, []
-                    for i in range(0, len(plain) - 2, 3):
-                        if plain[i + 2] > horizon:
-                            wait.extend((plain[i], plain[i + 1], plain[i + 2], 0, 0, None))
-                        else:
-                            ready.extend((plain[i], plain[i + 1], plain[i + 2], 0, 0, None))
-                    plain = []
-                    rich = held + rich
+                    rich, wait = wait + rich, []
+                    plain, wait = _split_plain(plain, _column(plain, 2) > horizon)
                 for i in range(0, len(rich), RICH):
                     item = rich[i : i + RICH]
                     late = item[2] > horizon if horizon is not None else item[3] > 0
                     (wait if late else ready).extend(item)
                 if wait and horizon is not None:  # a waiting scope's children wait with it
-                    ready, wait = _with_families(ready, wait)
+                    plain, ready, wait = _with_families(plain, ready, wait)
                 if wait:
                     self.pending[key] = (buf, wait)
             self._add_thread(threads, buf, plain, ready, marks)
@@ -545,18 +540,47 @@ class Streamer:
                 _live.discard(self)
 
 
-def _with_families(ready: list[Any], wait: list[Any]) -> tuple[list[Any], list[Any]]:
-    """``ready`` and ``wait`` (flat items, ``RICH`` per scope, of one thread) with every ready
-    scope that started at or after the earliest waiting one moved to ``wait``: such a scope is
-    inside a waiting scope or after it, and written in one chunk with it, so the parent's GPU
-    span holds its children's work (a chunk resolves the spans of its own scopes only). A scope
-    that started earlier ended before the horizon, so it cannot hold a waiting one."""
+def _with_families(
+    plain: list[Any], ready: list[Any], wait: list[Any]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """``plain`` (3 items per scope) and ``ready`` (``RICH`` per scope) scopes of one thread, and
+    ``wait``, with every scope that started at or after the earliest waiting one moved to
+    ``wait`` (plain ones first, then rich, each in order): such a scope is inside a waiting scope
+    or after it, and written in one chunk with it, so the parent's GPU span holds its children's
+    work (a chunk resolves the spans of its own scopes only). A scope that started earlier ended
+    before the horizon, so it cannot hold a waiting one."""
     first = min(wait[1::RICH])
+    plain, late = _split_plain(plain, _column(plain, 1) >= first)
     keep: list[Any] = []
-    late: list[Any] = []
     for i in range(0, len(ready), RICH):
         (late if ready[i + 1] >= first else keep).extend(ready[i : i + RICH])
-    return keep, (late + wait if late else wait)
+    return plain, keep, (late + wait if late else wait)
+
+
+def _column(plain: list[Any], k: int) -> npt.NDArray[np.int64]:
+    """Item ``k`` of every plain scope (1: its start, 2: its end) as an array."""
+    return np.fromiter(plain[k::3], np.int64, len(plain) // 3)
+
+
+def _split_plain(plain: list[Any], late: npt.NDArray[np.bool_]) -> tuple[list[Any], list[Any]]:
+    """``plain`` scopes (3 items each) cut by the mask ``late``: those not late, still plain, and
+    the late ones as rich items (``RICH`` each), both in order. A thread logs its scopes as they
+    end, so the late ones are mostly the last few: a slice of the list, no loop over the rest."""
+    at = np.flatnonzero(late)
+    if not len(at):
+        return plain, []
+    if at[0] == len(late) - len(at):  # a suffix
+        plain, moved = plain[: 3 * int(at[0])], plain[3 * int(at[0]) :]
+    else:
+        on = late.tolist()
+        plain, moved = (
+            [x for i, x in enumerate(plain) if not on[i // 3]],
+            [x for i, x in enumerate(plain) if on[i // 3]],
+        )
+    rich: list[Any] = []
+    for i in range(0, len(moved), 3):
+        rich.extend((moved[i], moved[i + 1], moved[i + 2], 0, 0, None))
+    return plain, rich
 
 
 def _waiting_bytes(backend: Any) -> int:
