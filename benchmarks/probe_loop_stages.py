@@ -1,0 +1,75 @@
+"""What a CUPTI-timed session with a writer process does in the program's interpreter, per stage.
+
+    python3 benchmarks/probe_loop_stages.py [SCOPES]     # default 100,000; fake CUPTI, any machine
+
+One run of ``bench_writer_stop.py``'s program (SCOPES scopes of one kernel each, paced, no
+sync, ``writer="process"``) with timers around the stage functions: the CPU ms of the thread
+that ran each (the streamer's thread while the program runs), for the loop and for the stop.
+"decode" and "join" are inside the collect, "resolve" and "send" (pickling a chunk down the
+pipe) inside "write"; "fake" is the test double's own work of laying out CUPTI's record bytes
+(libcupti's, in C, on a GPU), left out of every other stage.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r"""
+import os, sys, tempfile, time
+import gputrace
+from gputrace import appender, streaming
+from gputrace.backends import cupti, cupti_records
+from gputrace.clock import session_clock
+from tests.cupti_fake import FakeActivitySource
+took = {}
+def timed(owner, name, stage):
+    f = getattr(owner, name)
+    def run(*a, **k):
+        c = time.thread_time_ns()
+        try:
+            return f(*a, **k)
+        finally:
+            took[stage] = took.get(stage, 0) + time.thread_time_ns() - c
+    setattr(owner, name, run)
+timed(FakeActivitySource, "encode", "fake")
+timed(cupti_records.BufferDecoder, "decode", "decode")
+timed(cupti.CuptiBackend, "_join", "join")
+timed(streaming, "resolve", "resolve")
+timed(streaming.Streamer, "_write", "write")
+timed(appender.WriterProcess, "add", "send")
+n = int(sys.argv[1])
+src = FakeActivitySource(session_clock)
+path = os.path.join(tempfile.mkdtemp(), "run.json.gz")
+backend = cupti.CuptiBackend(session_clock, source=src)
+s = gputrace.session(path, backend=backend, writer="process", quiet=True)
+s.__enter__()
+tr = gputrace.trace("tiny")
+for i in range(n):
+    with tr:
+        src.launch("k", gpu_ns=900)
+    if i % 8 == 0:
+        time.sleep(0.0001)
+loop = dict(took)
+took.clear()
+s.__exit__(None, None, None)
+for part, got in (("loop", loop), ("stop", took)):
+    print(part, "  ".join(f"{k} {v / 1e6:.1f}" for k, v in got.items()),
+          f"(µs a scope: {' '.join(f'{k} {v / 1e3 / n:.2f}' for k, v in got.items())})")
+"""
+
+
+def main() -> None:
+    n = sys.argv[1] if len(sys.argv) > 1 else "100000"
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, root) if p))
+    print(f"{int(n):,} scopes + kernels (fake CUPTI), writer process: CPU ms per stage")
+    p = subprocess.run([sys.executable, "-c", CHILD, n], text=True, env=env, cwd="/")  # (see bench_programs)
+    sys.exit(p.returncode)
+
+
+if __name__ == "__main__":
+    main()
