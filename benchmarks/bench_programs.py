@@ -168,10 +168,10 @@ if stop is not None:
     stop()
 t3 = clock()
 extra = {}
-if variant.startswith("cupti_"):
-    info = session.trace.header.get("backend_info", {})
+if variant.startswith("cupti_"):  # (the session's facts, without reading its file back)
+    info = session.backend_info
     extra = {"cupti_start_ms": info.get("cupti_start_ms"), "timing": info.get("timing"),
-             "dropped": info.get("cupti_dropped_records"), "ops": session.trace.header.get("ops")}
+             "dropped": info.get("cupti_dropped_records")}
 print(json.dumps({"import": (t0 - t_import) / 1e6, "start": (t1 - t0) / 1e6, "loop": (t2 - t1) / 1e6,
                   "stop": (t3 - t2) / 1e6, **extra}))
 """
@@ -258,7 +258,6 @@ def main() -> None:
         if "cupti_start_ms" in r:
             print(
                 f"{p}/{v}: timing {r.get('timing')}, start parts {r.get('cupti_start_ms')}, "
-                f"ops {r.get('ops')}, "
                 f"dropped {r.get('dropped')}"
             )
 
