@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -232,7 +233,7 @@ def main() -> None:
                     if isinstance(got, str):
                         errors[(prog, v)] = got
                     else:
-                        runs.setdefault((prog, v), []).append(got)
+                        runs.setdefault((prog, v), []).append(dict(got, round=rep))
             print(f"round {rep + 1} of {a.reps} done", file=sys.stderr, flush=True)
     best = {k: min(r, key=lambda x: x["start"] + x["loop"] + x["stop"]) for k, r in runs.items()}
     if a.json:
@@ -249,6 +250,22 @@ def main() -> None:
                 continue
             ratio = (r["start"] + r["loop"] + r["stop"]) / b["loop"] if b else float("nan")
             cells.append(f"{r['start']:>7.1f}/{r['loop']:>8.1f}/{r['stop']:>7.1f} {ratio:>6.2f}×")
+        print(f"{v:<14}" + "".join(cells))
+    # The shared machines' speed drifts between rounds (bare loops 30-50% apart in one run), and
+    # best-of pairs the fastest bare round with each variant's fastest: each round's ratio to the
+    # bare loop of the same round, median over the rounds, is steadier.
+    print("median over rounds of × against the same round's bare loop (rounds with both):")
+    print(f"{'variant':<14}" + "".join(f"{p:>12}" for p in progs))
+    for v in variants:
+        cells = []
+        for p in progs:
+            bare = {r["round"]: r["loop"] for r in runs.get((p, "bare"), [])}
+            got = sorted(
+                (r["start"] + r["loop"] + r["stop"]) / bare[r["round"]]
+                for r in runs.get((p, v), [])
+                if r["round"] in bare
+            )
+            cells.append(f"{statistics.median(got):>11.2f}×" if got else f"{'-':>12}")
         print(f"{v:<14}" + "".join(cells))
     print(
         "import ms: "
