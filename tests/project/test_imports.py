@@ -44,6 +44,39 @@ def test_a_streamed_session_its_load_and_summary_never_import_numpy_ma(tmp_path:
     assert out.stdout.split() == ["600", "[]"], out.stdout + out.stderr
 
 
+CUPTI_SESSION = r"""
+import sys
+import gputrace
+from gputrace.backends.cupti import CuptiBackend
+from gputrace.clock import session_clock
+from tests.cupti_fake import FakeActivitySource
+src = FakeActivitySource(session_clock)
+path = sys.argv[1]
+with gputrace.session(path, backend=CuptiBackend(session_clock, source=src), writer="thread", quiet=True):
+    for i in range(200):  # a sync each: past the 64 clock samples a chunk's fit refines its hull
+        with gputrace.trace("step"):
+            src.launch("k", gpu_ns=900)
+        gputrace.sync()
+print(len(gputrace.load(path).ops), "numpy.ma" in sys.modules)
+"""
+
+
+def test_a_cupti_session_never_imports_numpy_ma(tmp_path: Path) -> None:
+    """The same for CUPTI timing, whose chunks fit the clock over many samples (the hull's
+    refinement once took ``np.setdiff1d``, whose ``np.unique`` imported numpy.ma in the program's
+    process, at its first chunk)."""
+    root = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", CUPTI_SESSION, str(tmp_path / "t.json.gz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=root,
+    )
+    assert out.stdout.split() == ["200", "False"], out.stdout + out.stderr
+
+
 def test_the_output_layer_has_no_import_cycle() -> None:
     """Every import between the modules of gputrace/exporters (lazy ones inside functions
     included) points one way: the opener and the plan at the bottom, the formats above them."""
