@@ -5,7 +5,7 @@ fails with an ``OSError`` (a full disk) and written again before the next one; a
 fails on is written again with CPU times only, flagged ``degraded``. What never reaches the file is
 counted, and ``close`` puts the counts in the final header (``"lost"``, ``"streamed"``).
 
-``WriterProcess`` runs an ``Appender`` in a child process (``python -c "...serve()"``): the session
+``WriterProcess`` runs an ``Appender`` in a child process (``python -S -c SERVE``): the session
 pickles each resolved chunk (numpy columns: a memory copy) down a pipe, and the child plans, renders,
 compresses and writes it. Rendering is most of a chunk's cost (about 1.2 µs of 2 µs per recorded
 item, docs/cupti.md "Where the time goes"), and in this process it holds the interpreter that the
@@ -40,6 +40,10 @@ READY = b"R"  # the writer process has the file open
 PIPE_BYTES = 1 << 20  # the pipe's buffer (Linux): chunks in flight before the streamer waits
 CLOSE_WAIT_S = 120.0  # a stop waits this long at most for the writer process to finish the file
 STALL_S = 60.0  # a writer process that reads nothing this long is given up (its chunks counted lost)
+# The writer process's program. Once ``serve`` has closed the file and sent its answer, it ends
+# without the interpreter's teardown of numpy and the exporters, which the session's stop would
+# wait for (32-64 ms on a 2-core machine).
+SERVE = "import os; from gputrace.appender import serve; serve(); os._exit(0)"
 
 
 class Appender:
@@ -236,7 +240,7 @@ class WriterProcess:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *(p for p in sys.path if p)]))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-S", "-c", "from gputrace.appender import serve; serve()"],
+                [sys.executable, "-S", "-c", SERVE],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env=env, close_fds=True, start_new_session=True,
             )  # fmt: skip
@@ -453,6 +457,3 @@ def serve() -> None:
     with contextlib.suppress(OSError):
         stdout.write(_frame({"reports": reported(), "error": error}))
         stdout.flush()
-    # The file is closed and the answer sent: end without the interpreter's teardown (numpy's
-    # and the exporters' modules), which the session's stop waits for: 30-60 ms here.
-    os._exit(0)
