@@ -22,6 +22,9 @@ Each run is its own process (``python3 -c CHILD``), variants interleaved within 
 (smallest total) of ``--reps`` rounds. Times: ``import`` the profiler's modules (before the clock);
 ``start`` the profiler's start call; ``loop`` the program, ending with a device sync; ``stop`` from
 there until the profiler stopped and wrote its file. ``×`` = (start + loop + stop) / bare loop.
+A second table gives, per variant, the median over the rounds of each round's ``×`` against the
+bare loop of the same round: steadier where the machine's speed drifts between rounds.
+Run with compiled bytecode, as ``pip install`` leaves it (the script says when numpy has none).
 """
 
 from __future__ import annotations
