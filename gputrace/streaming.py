@@ -566,6 +566,7 @@ def _split_plain(plain: list[Any], late: npt.NDArray[np.bool_]) -> tuple[list[An
     """``plain`` scopes (3 items each) cut by the mask ``late``: those not late, still plain, and
     the late ones as rich items (``RICH`` each), both in order. A thread logs its scopes as they
     end, so the late ones are mostly the last few: a slice of the list, no loop over the rest."""
+    del plain[3 * len(late) :]  # (whole scopes only, as ``raw_thread`` keeps them)
     at = np.flatnonzero(late)
     if not len(at):
         return plain, []
