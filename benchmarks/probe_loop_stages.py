@@ -3,7 +3,7 @@
     python3 benchmarks/probe_loop_stages.py [SCOPES]     # default 100,000; fake CUPTI, any machine
 
 One run of ``bench_writer_stop.py``'s program (SCOPES scopes of one kernel each, paced, no
-sync, ``writer="process"``) with timers around the stage functions: the CPU ms of the thread
+sync, ``writer="process"``) with timers put around the stage functions: the CPU ms of the thread
 that ran each (the streamer's thread while the program runs), for the loop and for the stop.
 "decode" and "join" are inside the collect, "resolve" and "send" (pickling a chunk down the
 pipe) inside "write"; "fake" is the test double's own work of laying out CUPTI's record bytes
@@ -17,13 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-CHILD = r"""
-import os, sys, tempfile, time
-import gputrace
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_writer_stop  # (the program, from beside this file)
+
+TIMERS = r"""
 from gputrace import appender, streaming
 from gputrace.backends import cupti, cupti_records
-from gputrace.clock import session_clock
-from tests.cupti_fake import FakeActivitySource
 took = {}
 def timed(owner, name, stage):
     f = getattr(owner, name)
@@ -40,25 +39,25 @@ timed(cupti.CuptiBackend, "_join", "join")
 timed(streaming, "resolve", "resolve")
 timed(streaming.Streamer, "_write", "write")
 timed(appender.WriterProcess, "add", "send")
-n = int(sys.argv[1])
-src = FakeActivitySource(session_clock)
-path = os.path.join(tempfile.mkdtemp(), "run.json.gz")
-backend = cupti.CuptiBackend(session_clock, source=src)
-s = gputrace.session(path, backend=backend, writer="process", quiet=True)
-s.__enter__()
-tr = gputrace.trace("tiny")
-for i in range(n):
-    with tr:
-        src.launch("k", gpu_ns=900)
-    if i % 8 == 0:
-        time.sleep(0.0001)
-loop = dict(took)
-took.clear()
-s.__exit__(None, None, None)
+"""
+
+REPORT = r"""
 for part, got in (("loop", loop), ("stop", took)):
     print(part, "  ".join(f"{k} {v / 1e6:.1f}" for k, v in got.items()),
           f"(µs a scope: {' '.join(f'{k} {v / 1e3 / n:.2f}' for k, v in got.items())})")
 """
+
+
+def child() -> str:
+    """bench_writer_stop's program with the timers: loop's stages kept apart from the stop's."""
+    code = bench_writer_stop.CHILD
+    for old, new in (
+        ("n = int(sys.argv[1])\n", "n = int(sys.argv[1])\n" + TIMERS),
+        ("t1 = time.perf_counter()\n", "t1 = time.perf_counter()\nloop = dict(took)\ntook.clear()\n"),
+    ):
+        assert old in code, old
+        code = code.replace(old, new, 1)
+    return code[: code.rindex("print(")] + REPORT
 
 
 def main() -> None:
@@ -67,7 +66,9 @@ def main() -> None:
     path = os.environ.get("PYTHONPATH", "")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, root) if p))
     print(f"{int(n):,} scopes + kernels (fake CUPTI), writer process: CPU ms per stage")
-    p = subprocess.run([sys.executable, "-c", CHILD, n], text=True, env=env, cwd="/")  # (see bench_programs)
+    p = subprocess.run(
+        [sys.executable, "-c", child(), n], text=True, env=env, cwd="/"
+    )  # (see bench_programs)
     sys.exit(p.returncode)
 
 
