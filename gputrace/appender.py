@@ -5,11 +5,11 @@ fails with an ``OSError`` (a full disk) and written again before the next one; a
 fails on is written again with CPU times only, flagged ``degraded``. What never reaches the file is
 counted, and ``close`` puts the counts in the final header (``"lost"``, ``"streamed"``).
 
-``WriterProcess`` runs an ``Appender`` in a child process (``python -S -c SERVE``): the session
-pickles each resolved chunk (numpy columns: a memory copy) down a pipe, and the child plans, renders,
-compresses and writes it. Rendering is most of a chunk's cost (about 1.2 µs of 2 µs per recorded
-item, docs/cupti.md "Where the time goes"), and in this process it holds the interpreter that the
-program runs in; in the child it runs on another core. The pipe is the backpressure: a writer
+``WriterProcess`` runs the resolving and appending (``chunks.Resolving`` and an ``Appender``) in a
+child process (``python -S -c SERVE``): the session pickles each chunk of raw records (numpy
+columns: a memory copy) down a pipe, and the child resolves, plans, renders, compresses and writes
+it. In this process that work would hold the interpreter that the program runs in; in the child
+it runs on another core. The pipe is the backpressure: a writer
 behind blocks the streamer's thread in ``write`` (which lets the interpreter go), never the program.
 The child ignores SIGINT (Ctrl-C stops the program, the child still finishes the file) and ends when
 the pipe closes: a program killed mid-run leaves what the child had received, as a crash leaves a
@@ -28,11 +28,14 @@ import signal
 import struct
 import subprocess
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from gputrace.errors import report_internal, reported
 from gputrace.fallback import without_gpu
 from gputrace.model import Trace
+
+if TYPE_CHECKING:
+    from gputrace.chunks import Chunk, Resolving
 
 MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
 _FRAME = struct.Struct("<Q")
@@ -228,7 +231,7 @@ class SpawnFailed(Exception):
 
 
 class WriterProcess:
-    """An ``Appender`` in a child process, with the same methods; never raises into the session."""
+    """``Resolving`` in a child process, with the same methods; never raises into the session."""
 
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
         _check_writable(path)  # refused here, at once, as an in-process open would refuse it
@@ -263,9 +266,9 @@ class WriterProcess:
         # and the exporters first: 0.1-0.5 s), the chunks sent are kept here too: a session that
         # ends before then writes them itself (``close``). Rendering a session's chunks here at
         # its stop costs no more than waiting for a child that has just started to render them.
-        self._kept: list[tuple[Trace, int]] | None = []
+        self._kept: list[Chunk] | None = []
         self._is_ready = False
-        self._here: Appender | None = None  # the writer process failed before it was ready
+        self._here: Resolving | None = None  # the writer process failed before it was ready
         self._unsent: list[memoryview] = []  # frames not in the pipe yet (the child is starting)
         self._send(("open", os.fspath(path), header), wait=False)
 
@@ -301,22 +304,23 @@ class WriterProcess:
             )
             return False
 
-    def add(self, chunk: Trace, first_row: int) -> None:
-        self.rows += len(chunk)
+    def add(self, chunk: Chunk) -> None:
+        n = chunk.scopes
+        self.rows += n
         if self._here is not None:
-            self._here.add(chunk, first_row)
+            self._here.add(chunk)
             return
         ready = self._ready()  # (before the send: a chunk sent to a child still starting is kept)
-        sent = self._send(("add", chunk, first_row), wait=ready)
+        sent = self._send(("add", chunk), wait=ready)
         if self._kept is not None:
-            if ready and sent:  # the child appends from here on
+            if ready and sent:  # the child resolves and appends from here on
                 self._kept = None
                 return
-            self._kept.append((chunk, first_row))
+            self._kept.append(chunk)
             if not sent:  # it ended before it was sent a chunk when ready: this process writes the file
                 self._write_here()
         elif not sent:
-            self.lost_scopes += len(chunk)
+            self.lost_scopes += n
 
     def _ready(self) -> bool:
         """Whether the writer process said it has the file open (one byte, read without waiting)."""
@@ -393,14 +397,15 @@ class WriterProcess:
         (what it wrote is written again: the file is opened afresh), and the chunks kept are
         appended here first."""
         from gputrace import exporters
+        from gputrace.chunks import Resolving
 
         with contextlib.suppress(Exception):
             self.proc.kill()
         self._finish(False)
-        self._here = Appender(exporters.stream_writer(self.path, self.header))
+        self._here = Resolving(Appender(exporters.stream_writer(self.path, self.header)), self.header)
         kept, self._kept = self._kept or [], None
-        for chunk, first_row in kept:
-            self._here.add(chunk, first_row)
+        for chunk in kept:
+            self._here.add(chunk)
 
 
 def _check_writable(path: str | os.PathLike[str]) -> None:
@@ -424,22 +429,24 @@ def _peak_rss_mb() -> float | None:
 
 
 def serve() -> None:
-    """The writer process: read chunks from stdin, append them, answer the close on stdout."""
+    """The writer process: read chunks from stdin, resolve and append them, answer the close on
+    stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
     from gputrace import exporters
+    from gputrace.chunks import Resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    appender: Appender | None = None
+    appender: Resolving | None = None
     error = ""
     while (msg := _receive(stdin)) is not None:
         try:
             if msg[0] == "open":  # a failure ends this process: the session then writes the file
-                appender = Appender(exporters.stream_writer(msg[1], msg[2]))
+                appender = Resolving(Appender(exporters.stream_writer(msg[1], msg[2])), msg[2])
                 with contextlib.suppress(OSError):  # (a session already gone: the file goes on)
                     stdout.write(READY)
                     stdout.flush()
             elif msg[0] == "add" and appender is not None:
-                appender.add(msg[1], msg[2])
+                appender.add(msg[1])
             elif msg[0] == "close" and appender is not None:
                 header = dict(msg[1], writer_process={"peak_rss_mb": _peak_rss_mb()})
                 if mine := [m for m in reported() if m not in header.get("problems", [])]:

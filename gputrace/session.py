@@ -326,6 +326,11 @@ class session:
         assert self._recorder is not None and self.path is not None
         header = dict(self._raw.header)
         header["base_ns"] = max(0, header["start_ns"] - STREAM_BASE_MARGIN_NS)
+        # which source times the GPU, on every chunk's GPU slices (the rest of the backend's
+        # facts come at stop, in the final header)
+        timing = (_safe(self._recorder.backend.info) or {}).get("timing")
+        if isinstance(timing, str):
+            header["backend_info"] = {"timing": timing}
         self._raw.header = header
         try:
             ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None

@@ -17,8 +17,9 @@ A chunk that fails costs no other chunk. A chunk the resolver fails on keeps its
 scopes flagged ``degraded``; appending (``gputrace.appender``) undoes an append that fails
 part-way, writes a chunk the encoder fails on with CPU times only, and holds one whose write fails
 (a full disk) to write it again before the next one. What is lost is counted in the final header,
-``"lost": {"scopes": n, "chunks": k}``, and ``summarize`` says so. With ``offload`` the appending
-runs in a writer process (``appender.WriterProcess``), off the program's interpreter.
+``"lost": {"scopes": n, "chunks": k}``, and ``summarize`` says so. The streamer cuts the chunks
+(``chunks.Chunk``: raw records); with ``offload`` they are resolved and appended in a writer
+process (``appender.WriterProcess``), off the program's interpreter.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import os
 import threading
 import time
 import weakref
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +38,14 @@ import numpy.typing as npt
 from gputrace import exporters
 from gputrace.appender import Appender, SpawnFailed, WriterProcess
 from gputrace.backends.base import CalibrationSample, RawSpan
+from gputrace.chunks import Chunk, Resolving
 from gputrace.errors import report_internal
-from gputrace.fallback import cpu_scopes, scopes_in
+from gputrace.fallback import scopes_in
 from gputrace.gcpause import gc_paused
-from gputrace.model import ANOMALY_FLAGS, Flag, QueueInfo, Trace, flag_names
-from gputrace.npstats import distinct
+from gputrace.model import QueueInfo, Trace
 from gputrace.recorder import RICH, Recorder, ThreadBuffer, raw_thread
-from gputrace.records import OpBatch, RawThread
-from gputrace.resolver import RawRecording, anomaly_report, resolve
+from gputrace.records import RawThread
+from gputrace.resolver import RawRecording
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
 MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
@@ -54,7 +54,6 @@ PIECE = 50_000  # scopes resolved and written at a time
 # threads wait for the stream's writer (Streamer._throttle).
 BACKLOG_SCOPES = 500_000
 BACKLOG_CHECK_S = 0.1
-EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
 # CUPTI timing (an ``ops_timing`` backend): collect once this many bytes of activity records wait
 # (about 14,000 kernels with their launch calls), and make recording threads wait while more
 # than OPS_BACKLOG collected operations are not yet written (docs/cupti.md, "Memory").
@@ -63,7 +62,6 @@ OPS_BACKLOG = 30_000
 # With a writer process, CUPTI records are collected and sent at least this often: the child
 # renders the run while it goes on, and the stop is left at most this much of it to write.
 OFFLOADED_COLLECT_S = 0.1
-_COLD = int(Flag.COLD)
 
 
 class Taken:
@@ -118,18 +116,15 @@ class Streamer:
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
         # a format's StreamWriter, or anything with its methods (the flight recorder's ring),
-        # appended to here or in a writer process
-        self.out: Appender | WriterProcess
+        # resolved and appended to here or in a writer process
+        self.out: Resolving | WriterProcess
         if writer is not None:
-            self.out = Appender(writer)
+            self.out = Resolving(Appender(writer), header)
         else:
             self.out = self._open(path, header, offload)
         self.lock = threading.RLock()  # one take or chunk at a time
         self.seen_names: set[str] = set()
         self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
-        self.counts: Counter[str] = Counter()
-        self.examples: list[dict[str, Any]] = []
-        self.anomalous = 0
         self.last_write = time.monotonic()  # the first timer chunk comes a full interval in
         self.queues: list[QueueInfo] = []
         self._stop = threading.Event()
@@ -141,31 +136,28 @@ class Streamer:
         self.throttled = 0  # backlogs that made recording threads wait
         self.lost_scopes = 0  # scopes that never reached the appender (counted in the final header)
         self.lost_chunks = 0
-        self.degraded_chunks = 0  # chunks resolved with CPU times only
-        self.rows_out = 0  # scopes handed to the appender: the row of the next chunk's first scope
         # set by the session (CUPTI): collect without a sync -> (horizon, queues)
         self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo] | None]] | None = None
         self.last_collect = time.monotonic()
-        self.carried_ops = 0  # operations waiting in raw.batches for a scope still open
         self.last_horizon: int | None = None  # CUPTI: the latest horizon, and whether it moved
         self.horizon_moves = True
         _live.add(self)
 
     @staticmethod
-    def _open(path: Any, header: dict[str, Any], offload: bool) -> Appender | WriterProcess:
+    def _open(path: Any, header: dict[str, Any], offload: bool) -> Resolving | WriterProcess:
         if offload:
             try:
                 return WriterProcess(path, header)
             except SpawnFailed as exc:
                 report_internal("writer-process", f"the trace's writer process could not be started "
                                 f"({exc}); the trace is written in the program's process.")  # fmt: skip
-        return Appender(exporters.stream_writer(path, header))
+        return Resolving(Appender(exporters.stream_writer(path, header)), header)
 
     @property
     def writer(self) -> Any:
         """What the chunks go to: the format's writer, or the writer process."""
         out = self.out
-        return out.writer if isinstance(out, Appender) else out
+        return out.writer if isinstance(out, Resolving) else out
 
     def detach(self) -> None:
         """In a forked child: never write to the parent's file (the child has no timer either)."""
@@ -175,7 +167,7 @@ class Streamer:
         if isinstance(fd, int) and not getattr(self.writer, "closed", True):
             with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
-        self.out = Appender(_Detached())
+        self.out = Resolving(Appender(_Detached()), self.header)
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
@@ -267,9 +259,9 @@ class Streamer:
         self._timer.start()
 
     def ops_backlog(self) -> int:
-        """GPU operations collected and not yet written, less those carried for a scope still
-        open (which only that scope's end lets go)."""
-        return sum(len(b) for b in list(self.raw.batches)) - self.carried_ops
+        """GPU operations collected and not yet cut into a chunk (those carried for a scope still
+        open, which only that scope's end lets go, are not counted)."""
+        return sum(len(b) for b in list(self.raw.batches))
 
     def backlog(self) -> int:
         """Plain scopes recorded and not yet written (read without stopping anyone)."""
@@ -405,45 +397,32 @@ class Streamer:
         raw = self.raw
         spans, raw.spans = raw.spans, []
         batches, raw.batches = raw.batches, []
-        self.carried_ops = 0
         blind, raw.blind = raw.blind, []
         untimed, raw.untimed = raw.untimed, set()
         degraded, raw.degraded = raw.degraded, {}
-        chunk_raw = RawRecording(
-            header=self.header,
-            threads=threads,
-            queues=self.queues,
-            spans=spans,
-            samples=raw.samples[-CHUNK_FIT_SAMPLES:],
-            untimed=untimed,
-            degraded=degraded,
-            spans_cover_children=raw.spans_cover_children,
-            empty_span_ns=raw.empty_span_ns,
-            source_error_ns=raw.source_error_ns,
-            blind=blind,
-            ops_timing=raw.ops_timing,
-            problem=raw.problem,
-            batches=batches,
+        more = getattr(self, "_more_pieces", False)
+        chunk = Chunk(
+            RawRecording(
+                header={},
+                threads=threads,
+                queues=self.queues,
+                spans=spans,
+                samples=raw.samples[-CHUNK_FIT_SAMPLES:],
+                untimed=untimed,
+                degraded=degraded,
+                spans_cover_children=raw.spans_cover_children,
+                empty_span_ns=raw.empty_span_ns,
+                source_error_ns=raw.source_error_ns,
+                blind=blind,
+                ops_timing=raw.ops_timing,
+                problem=raw.problem,
+                batches=batches,
+            ),
+            # (operations of a scope still open wait for it in ``Resolving``)
+            open_tids=self.recorder.open_tids() + [buf.tid for buf, _ in self.pending.values()],
+            carry=not self.final or more,
+            any_thread=more,
         )
-        try:
-            chunk = resolve(chunk_raw, report=False)
-        except Exception as exc:  # this chunk keeps its CPU times, flagged; the others are whole
-            reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
-            report_internal("stream-resolve", f"{reason}; its scopes keep CPU times only, flagged degraded.")
-            chunk = cpu_scopes(self.header, threads, reason)
-            self.degraded_chunks += 1
-        if batches and (not self.final or getattr(self, "_more_pieces", False)):
-            try:
-                chunk = self._carry_ops(chunk, OpBatch.concat(batches))
-            except Exception as exc:
-                why = f"{type(exc).__name__}: {exc}"
-                report_internal("stream-ops", f"carrying GPU operations failed ({why}).")
-        examples = len(self.examples)
-        try:
-            self._session_flags(chunk)
-        except Exception as exc:  # the counts in the header miss this chunk; the chunk is written
-            del self.examples[examples:]
-            report_internal("stream-flags", f"counting anomalies failed ({type(exc).__name__}: {exc}).")
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them);
         # CUPTI has none (a set of every scope's token cost 1.5 ms a 20k-scope chunk)
         tokens = (
@@ -461,7 +440,7 @@ class Streamer:
         raw.spans = left + raw.spans
         raw.untimed |= {t for t in untimed if t not in tokens}
         raw.degraded.update({t: v for t, v in degraded.items() if t not in tokens})
-        self._append(chunk)
+        self.out.add(chunk)
         self.last_write = time.monotonic()
 
     def _add_thread(
@@ -472,67 +451,11 @@ class Streamer:
         except Exception as exc:
             self._lose(len(plain) // 3 + len(rich) // RICH, "reading back recorded scopes", exc)
 
-    def _append(self, chunk: Trace) -> None:
-        self.out.add(chunk, self.rows_out)
-        self.rows_out += len(chunk)
-
-    def _carry_ops(self, chunk: Trace, ops: OpBatch) -> Trace:
-        """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
-        them) wait for it in the session's pending operations; the chunk goes out without them."""
-        o = chunk.ops
-        loose = o.scope < 0
-        if not loose.any():
-            return chunk
-        open_tids = self.recorder.open_tids()
-        open_tids += [buf.tid for buf, _ in self.pending.values()]
-        rows = ops.rows
-        wait = np.isin(rows["correlation"], o.correlation[loose])
-        if not getattr(self, "_more_pieces", False):  # else any thread's scope may come next
-            wait &= np.isin(rows["call_tid"], open_tids)
-        if not wait.any():
-            return chunk
-        carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_SPANS:])
-        keep = ~(loose & np.isin(o.correlation, carried.rows["correlation"]))
-        self.raw.batches.insert(0, carried)
-        self.carried_ops = len(carried)
-        chunk.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
-        return chunk
-
-    def _session_flags(self, chunk: Trace) -> None:
-        """ "cold" means first in the session, not first in the chunk; count anomalies."""
-        s = chunk.scopes
-        if len(s):
-            names = chunk.names
-            seen = np.array([names[i] in self.seen_names for i in range(len(names))], bool)
-            again = seen[s.name] & ((s.flags & _COLD) != 0)
-            if again.any():
-                s.flags = np.where(again, s.flags & ~np.uint32(_COLD), s.flags).astype(np.uint32)
-            self.seen_names.update(names[i] for i in distinct(s.name).tolist())
-            for bit in Flag:
-                c = int(np.count_nonzero(s.flags & int(bit)))
-                if c:
-                    self.counts[flag_names(int(bit))[0]] += c
-            self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
-        if len(self.examples) < EXAMPLES:
-            rows0 = self.rows_out  # the rows written, and held to be written, before this chunk
-            report = anomaly_report(chunk)
-            for item in report["items"][: EXAMPLES - len(self.examples)]:
-                self.examples.append(dict(item, scope=rows0 + int(item["scope"])))
-
     def close(self, final_header: dict[str, Any]) -> None:
-        """The final header, with what was lost here, to the appender (which adds its own)."""
+        """The final header, with what was lost here, to the resolving side (which adds its own)."""
         header = dict(final_header)
-        if self.lost_scopes or self.degraded_chunks:
-            header["lost"] = {
-                "scopes": self.lost_scopes,
-                "chunks": self.lost_chunks,
-                "degraded_chunks": self.degraded_chunks,
-            }
-        header["anomalies"] = {
-            "counts": dict(self.counts),
-            "items": self.examples,
-            "truncated": max(0, self.anomalous - len(self.examples)),
-        }
+        if self.lost_scopes:
+            header["lost"] = {"scopes": self.lost_scopes, "chunks": self.lost_chunks, "degraded_chunks": 0}
         with self.lock:
             try:
                 self.out.close(header)

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import gputrace
-from gputrace import fallback, streaming
+from gputrace import chunks, fallback, streaming
 from gputrace.backends.base import Backend
 from gputrace.backends.cpu import CpuBackend
 from gputrace.backends.fake import FakeBackend
@@ -43,7 +43,7 @@ MODES = ("first", "nth", "every")
 BACKEND_METHODS = ("begin", "end", "sync", "calibrate", "collect", "queues", "devices", "info", "close")
 # Stages after recording: (module, function). ``Encoder.encode`` is the exporter proper;
 # ``StreamWriter._write`` the file write (a non-OSError there is a bug, not a full disk). A session
-# with a path streams (chunks at each sync and at stop: ``streaming``'s drain and resolve); with
+# with a path streams (chunks at each sync and at stop: ``streaming``'s drain, ``chunks``' resolve); with
 # ``stream=False`` it drains and writes at stop (``session``'s), resolving through ``fallback``.
 STAGES: dict[str, tuple[Any, str]] = {
     "drain": (session_mod, "drain"),
@@ -53,7 +53,7 @@ STAGES: dict[str, tuple[Any, str]] = {
 }
 STREAM_STAGES: dict[str, tuple[Any, str]] = {
     "drain": (streaming, "raw_thread"),
-    "resolve": (streaming, "resolve"),
+    "resolve": (chunks, "resolve"),
     "export": (chrome.Encoder, "encode"),
     "write": (json_format.StreamWriter, "_write"),
 }
@@ -274,12 +274,12 @@ import sys
 sys.path.insert(0, {root!r})
 import importlib
 import gputrace
-from gputrace import streaming
+from gputrace import chunks, streaming
 from gputrace.exporters import chrome
 from gputrace.exporters import json as json_format
 from gputrace.backends.cpu import CpuBackend
 from tests.faults import inject
-target = {{"drain": (streaming, "raw_thread"), "resolve": (streaming, "resolve"),
+target = {{"drain": (streaming, "raw_thread"), "resolve": (chunks, "resolve"),
           "export": (chrome.Encoder, "encode"), "write": (json_format.StreamWriter, "_write"),
           "sync": (CpuBackend, "sync"), "info": (CpuBackend, "info")}}[sys.argv[1]]
 held = inject(*target, "every")  # kept: a dropped context manager would undo it
@@ -466,6 +466,7 @@ def test_cuda_backend(point: str, mode: str, timing: str, tmp_path: Path) -> Non
 # name elsewhere, a method or a nested function fails wherever it is called from.)
 PIPELINE = (
     "gputrace.streaming",
+    "gputrace.chunks",
     "gputrace.resolver",
     "gputrace.jsonsafe",
     "gputrace.fallback",

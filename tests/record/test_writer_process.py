@@ -134,6 +134,27 @@ def test_an_unknown_writer_is_one_sentence() -> None:
         gputrace.session("x.json", writer="disk")
 
 
+def test_the_writer_process_resolves_the_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolving a chunk is about as much work as rendering it: once the writer process is
+    ready, the program's process resolves none of the chunks (it only cuts and sends them)."""
+    import gputrace.chunks
+
+    here: list[int] = []
+    real = gputrace.chunks.resolve
+    monkeypatch.setattr(gputrace.chunks, "resolve", lambda raw, **kw: here.append(1) or real(raw, **kw))
+    path = tmp_path / "run.json"
+    with gputrace.session(path, backend="fake", writer="process", quiet=True):
+        _pause(path)  # the child has the file open
+        for i in range(30):
+            with gputrace.trace("step", i=i):
+                pass
+            if i % 10 == 9:
+                gputrace.sync()  # a chunk
+    t = gputrace.load(path)
+    assert len(t.find("step")) == 30 and t.header["streamed"]["chunks"] >= 3
+    assert t.header["writer_process"]["peak_rss_mb"] > 0 and here == []
+
+
 def test_a_cupti_session_sends_its_chunks_while_the_program_runs(tmp_path: Path) -> None:
     """With a writer process, CUPTI's records are collected and sent several times a second
     (the child renders the run as it goes, so the stop is left little of it), even without a

@@ -1,0 +1,178 @@
+"""A streamed session's chunks resolved and appended, in the program's process or in its writer process.
+
+The streamer (``gputrace.streaming``) cuts what the program recorded into ``Chunk``s of raw records:
+the scopes that are complete, with the GPU operations, spans and calibration samples collected
+since the last chunk. ``Resolving`` turns each into resolved scopes (``gputrace.resolver``), keeps
+the operations of scopes still open for a later chunk, counts the session's anomalies for the
+final header, and hands the result to its ``Appender``. With a writer process
+(``appender.WriterProcess``) this runs in the child: resolving a chunk is about as much work as
+rendering it, and there it runs on another core instead of in the interpreter the program runs in.
+
+Each chunk's result depends only on the chunks before it, so ``Resolving`` in the session's own
+process, given the chunks a writer process never got, writes what the child would have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gputrace.appender import Appender
+from gputrace.errors import report_internal
+from gputrace.fallback import cpu_scopes
+from gputrace.model import ANOMALY_FLAGS, Flag, Trace, flag_names
+from gputrace.npstats import distinct
+from gputrace.records import OpBatch, RawRecording
+from gputrace.resolver import anomaly_report, resolve
+
+MAX_CARRIED_OPS = 1 << 20  # GPU operations whose scope has not ended yet
+EXAMPLES = 20  # anomaly examples kept for the final header (counts stay exact)
+_COLD = int(Flag.COLD)
+
+
+@dataclass
+class Chunk:
+    """Raw records of one chunk (``raw.header`` is left empty: ``Resolving`` has the session's).
+
+    ``open_tids``: the threads with a scope still open when it was cut; ``carry``: operations no
+    scope of this chunk holds may belong to a later one (not the session's last chunk);
+    ``any_thread``: more pieces of the same take follow, so such an operation may belong to any
+    thread's scope, open or not."""
+
+    raw: RawRecording
+    open_tids: list[int] = field(default_factory=list)
+    carry: bool = True
+    any_thread: bool = False
+
+    @property
+    def scopes(self) -> int:
+        return sum(len(t.names) for t in self.raw.threads)
+
+
+class Resolving:
+    """Resolve chunks in order and append them; never raises into the caller."""
+
+    def __init__(self, appender: Appender, header: dict[str, Any]) -> None:
+        self.appender = appender
+        # as it was when the file was opened, in this process as in a writer process (the
+        # session's own goes on changing until its stop)
+        self.header = copy.deepcopy(header)
+        self.seen_names: set[str] = set()
+        self.counts: Counter[str] = Counter()
+        self.examples: list[dict[str, Any]] = []
+        self.anomalous = 0
+        self.carried: list[OpBatch] = []  # operations waiting for a scope still open
+        self.rows = 0  # scopes handed to the appender: the row of the next chunk's first scope
+        self.degraded_chunks = 0  # chunks resolved with CPU times only
+        self.lost_scopes = 0
+        self.lost_chunks = 0
+
+    @property
+    def writer(self) -> Any:
+        return self.appender.writer
+
+    @property
+    def closed(self) -> bool:
+        return self.appender.closed
+
+    def add(self, chunk: Chunk) -> None:
+        try:
+            self._add(chunk)
+        except Exception as exc:
+            self.lost_scopes += chunk.scopes
+            self.lost_chunks += 1
+            report_internal(
+                "stream-lost:resolving a trace chunk",
+                f"resolving a trace chunk failed ({type(exc).__name__}: {exc}); {chunk.scopes} scopes "
+                "are lost, counted in the trace.",
+            )
+
+    def _add(self, chunk: Chunk) -> None:
+        raw = chunk.raw
+        raw.header = self.header
+        batches = self.carried + raw.batches
+        self.carried = []
+        raw.batches = batches
+        try:
+            out = resolve(raw, report=False)
+        except Exception as exc:  # this chunk keeps its CPU times, flagged; the others are whole
+            reason = f"resolving GPU times failed ({type(exc).__name__}: {exc})"
+            report_internal("stream-resolve", f"{reason}; its scopes keep CPU times only, flagged degraded.")
+            out = cpu_scopes(self.header, raw.threads, reason)
+            self.degraded_chunks += 1
+        if batches and chunk.carry:
+            try:
+                out = self._carry_ops(out, OpBatch.concat(batches), chunk)
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                report_internal("stream-ops", f"carrying GPU operations failed ({why}).")
+        examples = len(self.examples)
+        try:
+            self._session_flags(out)
+        except Exception as exc:  # the counts in the header miss this chunk; the chunk is written
+            del self.examples[examples:]
+            report_internal("stream-flags", f"counting anomalies failed ({type(exc).__name__}: {exc}).")
+        self.appender.add(out, self.rows)
+        self.rows += len(out)
+
+    def _carry_ops(self, out: Trace, ops: OpBatch, chunk: Chunk) -> Trace:
+        """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
+        them) wait for it with the next chunk; this one goes out without them."""
+        o = out.ops
+        loose = o.scope < 0
+        if not loose.any():
+            return out
+        rows = ops.rows
+        wait = np.isin(rows["correlation"], o.correlation[loose])
+        if not chunk.any_thread:
+            wait &= np.isin(rows["call_tid"], chunk.open_tids)
+        if not wait.any():
+            return out
+        carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_OPS:])
+        keep = ~(loose & np.isin(o.correlation, carried.rows["correlation"]))
+        self.carried = [carried]
+        out.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
+        return out
+
+    def _session_flags(self, out: Trace) -> None:
+        """ "cold" means first in the session, not first in the chunk; count anomalies."""
+        s = out.scopes
+        if len(s):
+            names = out.names
+            seen = np.array([names[i] in self.seen_names for i in range(len(names))], bool)
+            again = seen[s.name] & ((s.flags & _COLD) != 0)
+            if again.any():
+                s.flags = np.where(again, s.flags & ~np.uint32(_COLD), s.flags).astype(np.uint32)
+            self.seen_names.update(names[i] for i in distinct(s.name).tolist())
+            for bit in Flag:
+                c = int(np.count_nonzero(s.flags & int(bit)))
+                if c:
+                    self.counts[flag_names(int(bit))[0]] += c
+            self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
+        if len(self.examples) < EXAMPLES:
+            report = anomaly_report(out)
+            for item in report["items"][: EXAMPLES - len(self.examples)]:
+                self.examples.append(dict(item, scope=self.rows + int(item["scope"])))
+
+    def close(self, header: dict[str, Any]) -> None:
+        """The final header with the session's anomalies and what was lost here, to the appender
+        (which adds its own counts)."""
+        header = dict(header)
+        with contextlib.suppress(Exception):
+            if self.lost_scopes or self.degraded_chunks:
+                lost = dict(header.get("lost") or {"scopes": 0, "chunks": 0, "degraded_chunks": 0})
+                lost["scopes"] = int(lost.get("scopes", 0)) + self.lost_scopes
+                lost["chunks"] = int(lost.get("chunks", 0)) + self.lost_chunks
+                lost["degraded_chunks"] = int(lost.get("degraded_chunks", 0)) + self.degraded_chunks
+                header["lost"] = lost
+            header["anomalies"] = {
+                "counts": dict(self.counts),
+                "items": self.examples,
+                "truncated": max(0, self.anomalous - len(self.examples)),
+            }
+        self.appender.close(header)
