@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import gputrace
+import gputrace.chunks
 import gputrace.exporters
 import gputrace.fallback
 import gputrace.resolver
@@ -79,9 +80,9 @@ class TimedWriter:
 def install() -> None:
     c = CLOCKED
     gputrace.fallback.resolve = c.wrap("resolve", gputrace.fallback.resolve)  # a session's resolve at stop
-    gputrace.streaming.resolve = c.wrap("resolve", gputrace.streaming.resolve)
+    gputrace.chunks.resolve = c.wrap("resolve", gputrace.chunks.resolve)
     gputrace.resolver._fits = c.wrap("resolve", gputrace.resolver._fits)
-    st = gputrace.streaming.Streamer
+    st = gputrace.chunks.Resolving
     st._session_flags = c.wrap("resolve", st._session_flags)  # type: ignore[method-assign]
     gputrace.exporters.write = c.wrap("write", gputrace.exporters.write)
     make = gputrace.exporters.stream_writer

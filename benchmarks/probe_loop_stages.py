@@ -5,8 +5,9 @@
 One run of ``bench_writer_stop.py``'s program (SCOPES scopes of one kernel each, paced, no
 sync, ``writer="process"``) with timers put around the stage functions: the CPU ms of the thread
 that ran each (the streamer's thread while the program runs), for the loop and for the stop.
-"decode" and "join" are inside the collect, "resolve" and "send" (pickling a chunk down the
-pipe) inside "write"; "fake" is the test double's own work of laying out CUPTI's record bytes
+"decode" and "join" are inside the collect, "send" (pickling a chunk of raw records down the
+pipe) inside "write"; "resolve" is what this process resolved itself (the chunks of a writer
+process that was not ready yet); "fake" is the test double's own work of laying out CUPTI's record bytes
 (libcupti's, in C, on a GPU), left out of every other stage.
 """
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_writer_stop  # (the program, from beside this file)
 
 TIMERS = r"""
-from gputrace import appender, streaming
+from gputrace import appender, chunks, streaming
 from gputrace.backends import cupti, cupti_records
 took = {}
 def timed(owner, name, stage):
@@ -36,7 +37,7 @@ def timed(owner, name, stage):
 timed(FakeActivitySource, "encode", "fake")
 timed(cupti_records.BufferDecoder, "decode", "decode")
 timed(cupti.CuptiBackend, "_join", "join")
-timed(streaming, "resolve", "resolve")
+timed(chunks, "resolve", "resolve")
 timed(streaming.Streamer, "_write", "write")
 timed(appender.WriterProcess, "add", "send")
 """

@@ -1,6 +1,7 @@
 """Where a CUDA session's stop goes, stage by stage, in bench_programs' programs (no profiler).
 
     python3 benchmarks/probe_stop_stages.py [PROGRAM ...]    # on a CUDA GPU; W=thread|auto|process
+    V=events python3 benchmarks/probe_stop_stages.py tiny20k   # another of bench_programs' variants
 
 Each program (default solver, tiny20k, matmul) runs twice with CUPTI timing writing ``.json.gz``,
 each run in its own process, the writer chosen by ``W`` (default thread: the session renders).
@@ -10,6 +11,7 @@ nested stages overlap ("stop_stream" holds "write_chunk", which holds "append", 
 "cupti.collect" holds "drain", which holds "decode").
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,7 +19,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import bench_programs  # (the programs, from beside this file)
+
+import gputrace
 
 # (module, owner inside it or "", function, stage)
 STAGES = [
@@ -25,7 +30,7 @@ STAGES = [
     ("gputrace.session", "session", "_collect", "collect_final"),
     ("gputrace.session", "session", "_stop_stream", "stop_stream"),
     ("gputrace.streaming", "Streamer", "_write", "write_chunk"),
-    ("gputrace.streaming", "", "resolve", "resolve"),
+    ("gputrace.chunks", "", "resolve", "resolve"),
     ("gputrace.streaming", "", "final_clock", "final_clock"),
     ("gputrace.backends.cupti", "CuptiBackend", "collect", "cupti.collect"),
     ("gputrace.backends.cupti", "CuptiBackend", "_join", "join"),
@@ -65,9 +70,10 @@ def main() -> None:
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, GPUTRACE_WRITER=os.environ.get("W", "thread"))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    variant = os.environ.get("V", "cupti_jsongz")  # or events (bench_programs' variants)
     for prog in sys.argv[1:] or ["solver", "tiny20k", "matmul"]:
         for _ in range(2):
-            cmd = [sys.executable, "-c", child, prog, "cupti_jsongz", f"/tmp/stages-{prog}.json.gz"]
+            cmd = [sys.executable, "-c", child, prog, variant, f"/tmp/stages-{prog}.json.gz"]
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/")  # (see bench_programs)
             if p.returncode:
                 print(prog, "failed:", p.stderr.strip().splitlines()[-1:])
@@ -75,6 +81,11 @@ def main() -> None:
             r = json.loads(p.stdout.strip().splitlines()[-1])
             stages = " ".join(f"{k} {v / 1e6:.1f}" for k, v in r["stages"].items())
             print(f"{prog:8} start {r['start']:.0f} loop {r['loop']:.0f} stop {r['stop']:.0f} | {stages}")
+            with contextlib.suppress(Exception):  # what the writer process says of itself
+                print(
+                    "   writer process:",
+                    gputrace.load(f"/tmp/stages-{prog}.json.gz").header["writer_process"],
+                )
 
 
 if __name__ == "__main__":

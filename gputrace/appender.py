@@ -432,23 +432,30 @@ def serve() -> None:
     """The writer process: read chunks from stdin, resolve and append them, answer the close on
     stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
+    import time
+
     from gputrace import exporters
     from gputrace.chunks import Resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     appender: Resolving | None = None
+    ready_s = 0.0
     error = ""
     while (msg := _receive(stdin)) is not None:
         try:
             if msg[0] == "open":  # a failure ends this process: the session then writes the file
                 appender = Resolving(Appender(exporters.stream_writer(msg[1], msg[2])), msg[2])
+                ready_s = time.process_time()
                 with contextlib.suppress(OSError):  # (a session already gone: the file goes on)
                     stdout.write(READY)
                     stdout.flush()
             elif msg[0] == "add" and appender is not None:
                 appender.add(msg[1])
             elif msg[0] == "close" and appender is not None:
-                header = dict(msg[1], writer_process={"peak_rss_mb": _peak_rss_mb()})
+                cpu_s = time.process_time()  # its CPU time: starting, then the chunks
+                facts = {"peak_rss_mb": _peak_rss_mb(), "start_cpu_s": round(ready_s, 3),
+                         "chunks_cpu_s": round(cpu_s - ready_s, 3)}  # fmt: skip
+                header = dict(msg[1], writer_process=facts)
                 if mine := [m for m in reported() if m not in header.get("problems", [])]:
                     header["problems"] = [*header.get("problems", []), *mine]
                 appender.close(header)
