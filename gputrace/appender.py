@@ -241,6 +241,9 @@ class WriterProcess:
         # files took 48 of the 58 ms an interpreter needs to start on the H200 (docs/cupti.md)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *(p for p in sys.path if p)]))
+        # the child does no linear algebra: numpy's BLAS would start a thread per core that
+        # spins while the program runs (2.0 s of CPU before the child was ready, on the H200's 16)
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-S", "-c", SERVE],

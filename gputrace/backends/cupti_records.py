@@ -9,10 +9,15 @@ fields read here sit at the same offsets in every 13.x release; the record *size
 libcupti itself (``cuptiActivityGetStructSize``), so a record that grew keeps the walk right.
 
 Finding where each record starts needs the kind of the one before it, a chain. It is walked
-without a loop per record: every 8-byte slot whose first word is a known kind is a candidate,
-each candidate points at the slot after its record, and pointer doubling over those links marks
-the chain from the first record in log2(records) numpy steps. The chain must land exactly on the
-buffer's valid end; anything else (an unknown kind, a short buffer) is reported, never guessed.
+without a loop per record. CUPTI's buffers are mostly runs of one pattern (each launch's API
+record, then its kernel's: 2 records per launch, alternating), so the chain is first predicted as
+such runs, each checked at once (every predicted record has the predicted kind), a new run
+starting where one breaks. Where the runs are short, or the chain would not end exactly at the
+buffer's end, the general walk decides: every 8-byte slot whose first word is a known kind is a
+candidate, each candidate points at the slot after its record, and pointer doubling over those
+links marks the chain from the first record in log2(records) numpy steps. The chain must land
+exactly on the buffer's valid end; anything else (an unknown kind, a short buffer) is reported,
+never guessed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ KIND_RUNTIME = 5
 KIND_CONCURRENT_KERNEL = 10
 KINDS = (KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME, KIND_CONCURRENT_KERNEL)
 RECORD_ALIGN = 8  # ACTIVITY_RECORD_ALIGNMENT
+RUN_CHECK = 4096  # records of a run predicted and checked at a time
+SHORT_RUNS = 8  # runs shorter than SHORT_RECORDS tolerated before the general walk decides
+SHORT_RECORDS = 16
 
 
 def _layout(fields: list[tuple[str, str, int]], itemsize: int) -> np.dtype:
@@ -143,6 +151,10 @@ class BufferDecoder:
         if n == 0:
             return np.zeros(0, np.int64), ("" if len(buf) == 0 else f"a {len(buf)} B buffer holds no record")
         words = buf[: n * RECORD_ALIGN].view("<u4")[0::2]  # the first word of every slot
+        runs = self._runs(words, n)
+        if runs is not None:
+            stray = len(buf) % RECORD_ALIGN
+            return runs * RECORD_ALIGN, (f"{stray} stray bytes after the last record" if stray else "")
         small = np.flatnonzero((words - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
         cand = small[self._slots[words[small]] > 0]
         slots = self._slots[words[cand]]
@@ -176,6 +188,38 @@ class BufferDecoder:
         elif len(buf) % RECORD_ALIGN:
             problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
         return starts, problem
+
+    def _runs(self, words: np.ndarray, n: int) -> np.ndarray | None:
+        """The chain's slots, predicted as runs of a repeating pattern of one or two kinds (see
+        the module docstring); None where it breaks off or the runs are short (the general walk
+        then decides, and says why)."""
+        slots, top = self._slots, self._top
+        found: list[np.ndarray] = []
+        pos, short = 0, 0
+        while pos < n:
+            k0 = int(words[pos])
+            s0 = int(slots[k0]) if k0 <= top else 0
+            k1 = int(words[pos + s0]) if s0 and pos + s0 < n else k0
+            s1 = int(slots[k1]) if k1 <= top else 0
+            if not (s0 and s1):
+                return None
+            pattern = np.array([0] if k1 == k0 else [0, s0], np.int64)
+            kinds = np.array([k0] if k1 == k0 else [k0, k1], words.dtype)
+            period = s0 if k1 == k0 else s0 + s1
+            reps = min((n - pos) // period + 1, RUN_CHECK)
+            at = (pos + period * np.arange(reps, dtype=np.int64)[:, None] + pattern).ravel()
+            inside = at < n
+            at = at[inside]
+            bad = np.flatnonzero(words[at] != np.tile(kinds, reps)[inside])
+            i = int(bad[0]) if len(bad) else len(at)
+            found.append(at[:i])  # (at[0] is pos, of kind k0: i >= 1)
+            # the record after the last one checked: where the next run starts
+            pos = int(at[i]) if i < len(at) else int(at[i - 1]) + int(slots[int(words[at[i - 1]])])
+            if i < SHORT_RECORDS and pos < n:
+                short += 1
+                if short > SHORT_RUNS:
+                    return None
+        return np.concatenate(found) if pos == n else None
 
     def decode(self, buf: np.ndarray) -> Decoded:
         """All records of one buffer, by kind. What cannot be decoded is said in ``problem``;

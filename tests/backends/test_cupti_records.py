@@ -164,6 +164,34 @@ def _walk_one_by_one(buf: np.ndarray, sizes: dict[int, int]) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_buffers_of_runs_decode_as_the_plain_walk_does(seed: int) -> None:
+    """CUPTI's usual buffer (a launch's API record, then its kernel's, over and over) with other
+    records breaking the runs at random, a run cut short, or a record at the end cut off: the
+    records found are the plain walk's, field by field, or the break is said."""
+    rng = np.random.default_rng(100 + seed)
+    recs: list[tuple[int, Any]] = []
+    while len(recs) < 3000:
+        for _ in range(int(rng.integers(1, 900))):
+            recs += [(cr.KIND_DRIVER, Api(kind=cr.KIND_DRIVER, correlationId=len(recs))),
+                     (cr.KIND_CONCURRENT_KERNEL, Kernel13(kind=cr.KIND_CONCURRENT_KERNEL,
+                                                          correlationId=len(recs), gridX=7))]  # fmt: skip
+        recs += _random_buffer(rng, int(rng.integers(1, 4)))[1]
+    if seed % 2:
+        recs = recs[: -int(rng.integers(1, 50))]  # a run's end missing
+    raw = b"".join(bytes(st) for _, st in recs)
+    buf = np.frombuffer(raw, np.uint8)
+    sizes = cr.CUPTI_13_SIZES
+    starts, problem = cr.BufferDecoder().starts(buf)
+    assert problem == "" and starts.tolist() == _walk_one_by_one(buf, sizes)
+    got = cr.BufferDecoder().decode(buf)
+    kernels = [st for k, st in recs if k == cr.KIND_CONCURRENT_KERNEL]
+    assert got.records == len(recs) and len(got.kernels) == len(kernels)
+    assert got.kernels["correlationId"].tolist() == [st.correlationId for st in kernels]
+    cut = cr.BufferDecoder().decode(buf[: -int(rng.integers(1, 200))])  # a short buffer: said
+    assert cut.problem and cut.records < len(recs)
+
+
 def test_real_h200_buffers() -> None:
     z = np.load(DATA / "cupti_buffers_h200.npz")
     sizes = {int(k): int(v) for k, v in z["sizes"].tolist()}
