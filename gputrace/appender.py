@@ -230,28 +230,53 @@ class SpawnFailed(Exception):
     """The writer process could not be started."""
 
 
+def spawn() -> subprocess.Popen[bytes]:
+    """Start a writer process: it imports what it needs, then waits for the file it writes. A
+    session starts it before its backend, so the child's start overlaps the backend's."""
+    # the child finds this gputrace first (an editable install's finder may not be a path),
+    # and every other module on this process's path: it skips ``site`` (-S), whose .pth
+    # files took 48 of the 58 ms an interpreter needs to start on the H200 (docs/cupti.md)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *(p for p in sys.path if p)]))
+    # the child does no linear algebra: numpy's BLAS would start a thread per core that
+    # spins while the program runs (2.0 s of CPU before the child was ready, on the H200's 16)
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-S", "-c", SERVE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=env, close_fds=True, start_new_session=True,
+        )  # fmt: skip
+    except Exception as exc:  # no interpreter to run: the session appends in-process
+        raise SpawnFailed(f"{type(exc).__name__}: {exc}") from None
+
+
+def discard(proc: subprocess.Popen[bytes] | None) -> None:
+    """End a writer process that was never given a file. Never raises."""
+    if proc is not None:
+        with contextlib.suppress(Exception):
+            proc.kill()
+            proc.wait(CLOSE_WAIT_S)
+        for f in (proc.stdin, proc.stdout):
+            with contextlib.suppress(Exception):
+                if f is not None:
+                    f.close()
+
+
 class WriterProcess:
     """``Resolving`` in a child process, with the same methods; never raises into the session."""
 
-    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        header: dict[str, Any],
+        proc: subprocess.Popen[bytes] | None = None,
+    ) -> None:
+        """``proc``: a writer process from ``spawn`` (one is started here without it); it is
+        the caller's to discard if this raises."""
         _check_writable(path)  # refused here, at once, as an in-process open would refuse it
         self.path, self.header = path, copy.deepcopy(header)  # as the writer process gets it
-        # the child finds this gputrace first (an editable install's finder may not be a path),
-        # and every other module on this process's path: it skips ``site`` (-S), whose .pth
-        # files took 48 of the 58 ms an interpreter needs to start on the H200 (docs/cupti.md)
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *(p for p in sys.path if p)]))
-        # the child does no linear algebra: numpy's BLAS would start a thread per core that
-        # spins while the program runs (2.0 s of CPU before the child was ready, on the H200's 16)
-        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-S", "-c", SERVE],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                env=env, close_fds=True, start_new_session=True,
-            )  # fmt: skip
-        except Exception as exc:  # no interpreter to run: the session appends in-process
-            raise SpawnFailed(f"{type(exc).__name__}: {exc}") from None
+        self.proc = proc if proc is not None else spawn()
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._stdin: IO[bytes] = self.proc.stdin
         self._stdout: IO[bytes] = self.proc.stdout

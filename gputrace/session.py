@@ -136,6 +136,7 @@ class session:
         self._stepper: Any = None
         self._ring_triggers: RingTriggers | None = None
         self._streamer: Any = None
+        self._spawned: Any = None  # a writer process started before the backend (appender.spawn)
         self._stream_path: Path | None = None  # where the streamed file was opened
         self._finished = False
         self._start_failed = ""  # why ``start`` failed inside gputrace (the session records nothing)
@@ -181,7 +182,7 @@ class session:
         """Take back whatever ``_start`` did before it failed (each step on its own: never raises)."""
         rec, self._recorder = self._recorder, None
         st, self._streamer = self._streamer, None
-        steps: list[Callable[[], object]] = []
+        steps: list[Callable[[], object]] = [self._discard_spawned]
         if rec is not None:
             steps.append(rec.deactivate)
         if outer is not None:
@@ -202,6 +203,13 @@ class session:
 
     def _start(self, outer: Recorder | None) -> session:
         self._pid = os.getpid()
+        if self.path is not None and self.stream and self.ring_s is None and self._offload():
+            # the writer process starts while the backend does (CUPTI's start: 18-28 ms on the H200)
+            with reporting("writer-process", "starting the trace's writer process"):
+                from gputrace.appender import SpawnFailed, spawn
+
+                with contextlib.suppress(SpawnFailed):  # (said when the stream opens without it)
+                    self._spawned = spawn()
         ranges = None
         if self.nvtx:  # missing NVTX: one sentence, nothing started
             from gputrace.nvtx import load as nvtx_ranges
@@ -259,6 +267,7 @@ class session:
             self._recorder.activate()
         if self.stream:
             self._start_stream()
+        self._discard_spawned()  # (not used: the stream opened without it)
         if self._steps is not None:
             self._stepper = start_steps(self._steps, self._recorder, self.clock)
         return self
@@ -321,6 +330,7 @@ class session:
 
     # streaming (gputrace.streaming) ---------------------------------------------------------
     def _start_stream(self) -> None:
+        from gputrace.appender import discard
         from gputrace.streaming import Streamer
 
         assert self._recorder is not None and self.path is not None
@@ -332,11 +342,15 @@ class session:
         if isinstance(timing, str):
             header["backend_info"] = {"timing": timing}
         self._raw.header = header
+        spawned, self._spawned = self._spawned, None
         try:
             ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
-            self._streamer = Streamer(self.path, header, self._recorder, self._raw, ring, self._offload())
+            self._streamer = Streamer(
+                self.path, header, self._recorder, self._raw, ring, self._offload(), spawned
+            )
             self._stream_path = self.path
         except Exception as exc:
+            discard(spawned)
             self.stream = False  # written at stop instead, where an OSError is reported once
             if isinstance(exc, OSError):
                 return
@@ -355,6 +369,12 @@ class session:
         if self.ring_s is not None:
             self._ring_triggers = RingTriggers(self._ring_at_exit, self.dump_ring)
             self._ring_triggers.install()
+
+    def _discard_spawned(self) -> None:
+        from gputrace.appender import discard
+
+        spawned, self._spawned = self._spawned, None
+        discard(spawned)
 
     def _offload(self) -> bool:
         """Whether the streamed file is written by a writer process (``gputrace.appender``)."""

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace import exporters
-from gputrace.appender import Appender, SpawnFailed, WriterProcess
+from gputrace.appender import Appender, SpawnFailed, WriterProcess, discard
 from gputrace.backends.base import CalibrationSample, RawSpan
 from gputrace.chunks import Chunk, Resolving
 from gputrace.errors import report_internal
@@ -111,17 +111,22 @@ class Streamer:
         raw: RawRecording,
         writer: Any = None,
         offload: bool = False,
+        spawned: Any = None,
     ) -> None:
+        """``spawned``: a writer process already started (``appender.spawn``) for ``offload``;
+        used, or discarded."""
         self.header = header
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
         # a format's StreamWriter, or anything with its methods (the flight recorder's ring),
         # resolved and appended to here or in a writer process
         self.out: Resolving | WriterProcess
+        if writer is not None or not offload:
+            discard(spawned)
         if writer is not None:
             self.out = Resolving(Appender(writer), header)
         else:
-            self.out = self._open(path, header, offload)
+            self.out = self._open(path, header, offload, spawned)
         self.lock = threading.RLock()  # one take or chunk at a time
         self.seen_names: set[str] = set()
         self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
@@ -144,11 +149,14 @@ class Streamer:
         _live.add(self)
 
     @staticmethod
-    def _open(path: Any, header: dict[str, Any], offload: bool) -> Resolving | WriterProcess:
+    def _open(path: Any, header: dict[str, Any], offload: bool, spawned: Any) -> Resolving | WriterProcess:
         if offload:
             try:
-                return WriterProcess(path, header)
-            except SpawnFailed as exc:
+                return WriterProcess(path, header, spawned)
+            except BaseException as exc:
+                discard(spawned)
+                if not isinstance(exc, SpawnFailed):
+                    raise
                 report_internal("writer-process", f"the trace's writer process could not be started "
                                 f"({exc}); the trace is written in the program's process.")  # fmt: skip
         return Resolving(Appender(exporters.stream_writer(path, header)), header)

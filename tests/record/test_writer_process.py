@@ -134,6 +134,39 @@ def test_an_unknown_writer_is_one_sentence() -> None:
         gputrace.session("x.json", writer="disk")
 
 
+def test_the_writer_process_starts_while_the_backend_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child is started before the backend (CUPTI's start takes 18-28 ms on the H200, the
+    child's 0.1-0.2 s), and writes the file; one never given a file is ended."""
+    from gputrace import appender
+    from gputrace.backends import create
+
+    session_mod = sys.modules["gputrace.session"]
+    started: list[subprocess.Popen[bytes]] = []
+    seen = []
+    real_spawn = appender.spawn
+    monkeypatch.setattr(appender, "spawn", lambda: started.append(real_spawn()) or started[-1])
+    monkeypatch.setattr(session_mod, "create", lambda *a, **k: seen.append(len(started)) or create(*a, **k))
+    path = tmp_path / "run.json"
+    with gputrace.session(path, backend="fake", writer="process", quiet=True):
+        _pause(path)
+        with gputrace.trace("step"):
+            pass
+    assert seen == [1] and len(started) == 1  # started before the backend, and used
+    assert gputrace.load(path).header["writer_process"]["peak_rss_mb"] > 0
+
+    def refuse(*a: Any, **k: Any) -> Any:
+        seen.append(len(started))
+        raise GputraceError("no such GPU here.")
+
+    monkeypatch.setattr(session_mod, "create", refuse)
+    with pytest.raises(GputraceError, match="no such GPU"):
+        gputrace.session(tmp_path / "never.json", backend="fake", writer="process", quiet=True).start()
+    assert seen == [1, 2] and started[1].wait(10) is not None  # started, then ended
+    assert not (tmp_path / "never.json").exists()
+
+
 def test_the_writer_process_resolves_the_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Resolving a chunk is about as much work as rendering it: once the writer process is
     ready, the program's process resolves none of the chunks (it only cuts and sends them)."""
