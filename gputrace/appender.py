@@ -28,6 +28,7 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from gputrace.errors import report_internal, reported
@@ -298,6 +299,8 @@ class WriterProcess:
         self._is_ready = False
         self._here: Resolving | None = None  # the writer process failed before it was ready
         self._unsent: list[memoryview] = []  # frames not in the pipe yet (the child is starting)
+        # told True while a send waits for room in the pipe (the child is behind), then False
+        self.on_wait: Callable[[bool], None] | None = None
         self._send(("open", os.fspath(path), header), wait=False)
 
     def _send(self, msg: Any, wait: bool = True) -> bool:
@@ -308,6 +311,7 @@ class WriterProcess:
         if self._broken is not None:
             return False
         self._unsent.append(memoryview(_frame(msg)))
+        waited = False
         try:
             while self._unsent:
                 try:
@@ -315,6 +319,9 @@ class WriterProcess:
                 except BlockingIOError:
                     if not wait:
                         return True
+                    if not waited and self.on_wait is not None:
+                        waited = True
+                        self.on_wait(True)
                     if not select.select([], [self._fd], [], STALL_S)[1]:
                         why = f"the writer process read nothing for {STALL_S:g} s"
                         raise TimeoutError(errno.ETIMEDOUT, why) from None
@@ -331,6 +338,9 @@ class WriterProcess:
                 "whole chunk, later scopes are counted as lost.",
             )
             return False
+        finally:
+            if waited and self.on_wait is not None:
+                self.on_wait(False)
 
     def add(self, chunk: Chunk) -> None:
         n = chunk.scopes

@@ -167,6 +167,40 @@ def test_the_writer_process_starts_while_the_backend_does(
     assert not (tmp_path / "never.json").exists()
 
 
+def test_a_writer_process_that_falls_behind_makes_the_program_wait(tmp_path: Path) -> None:
+    """A child that reads nothing for a while (stopped here; on a busy machine, slow): the chunk
+    for it waits for room in its pipe, and meanwhile the program waits at its scope exits, so the
+    CUPTI records waiting stay bounded. Without that the program recorded on, and the next chunk
+    held everything recorded meanwhile. Nothing is lost."""
+    import threading
+
+    from gputrace.backends.cupti import CuptiBackend
+    from gputrace.clock import session_clock
+    from tests.cupti_fake import FakeActivitySource
+
+    src = FakeActivitySource(session_clock, latency_ns=500)
+    backend = CuptiBackend(session_clock, source=src)
+    path = tmp_path / "behind.json.gz"
+    total, per, peak = 300_000, 100, 0
+    with gputrace.session(path, backend=backend, writer="process", quiet=True):
+        _pause(path)  # the child is ready; now it stops reading for 1.5 s
+        pid = os.getpid()
+        child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+        os.kill(child, signal.SIGSTOP)
+        threading.Timer(1.5, os.kill, (child, signal.SIGCONT)).start()
+        tr = gputrace.trace("block")
+        for _ in range(total // per):
+            with tr:
+                for _ in range(per):
+                    src.launch("k", gpu_ns=200)
+            peak = max(peak, backend.waiting_bytes())
+            time.sleep(0)  # (lets the streamer's thread in, as a real launch's driver time would)
+    t = gputrace.load(path)
+    assert len(t) == total // per and len(t.ops) == total and int((t.ops.scope < 0).sum()) == 0
+    # the fake's records: about 300 B a kernel with its launch call
+    assert peak / 300 < total / 4, peak
+
+
 def test_the_writer_process_resolves_the_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Resolving a chunk is about as much work as rendering it: once the writer process is
     ready, the program's process resolves none of the chunks (it only cuts and sends them)."""
