@@ -29,14 +29,11 @@ import struct
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from gputrace.errors import report_internal, reported
 from gputrace.fallback import without_gpu
 from gputrace.model import Trace
-
-if TYPE_CHECKING:
-    from gputrace.chunks import Chunk, Resolving
 
 MAX_HELD_SCOPES = 500_000  # scopes of chunks held while the disk is full (then the oldest are lost)
 _FRAME = struct.Struct("<Q")
@@ -295,9 +292,10 @@ class WriterProcess:
         # and the exporters first: 0.1-0.5 s), the chunks sent are kept here too: a session that
         # ends before then writes them itself (``close``). Rendering a session's chunks here at
         # its stop costs no more than waiting for a child that has just started to render them.
-        self._kept: list[Chunk] | None = []
+        # (``chunks.RawChunk``s and ``chunks.Resolving``: that module builds on this one)
+        self._kept: list[Any] | None = []
         self._is_ready = False
-        self._here: Resolving | None = None  # the writer process failed before it was ready
+        self._here: Any = None  # the writer process failed before it was ready
         self._unsent: list[memoryview] = []  # frames not in the pipe yet (the child is starting)
         # told True while a send waits for room in the pipe (the child is behind), then False
         self.on_wait: Callable[[bool], None] | None = None
@@ -342,7 +340,7 @@ class WriterProcess:
             if waited and self.on_wait is not None:
                 self.on_wait(False)
 
-    def add(self, chunk: Chunk) -> None:
+    def add(self, chunk: Any) -> None:
         n = chunk.scopes
         self.rows += n
         if self._here is not None:

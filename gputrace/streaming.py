@@ -18,7 +18,7 @@ scopes flagged ``degraded``; appending (``gputrace.appender``) undoes an append 
 part-way, writes a chunk the encoder fails on with CPU times only, and holds one whose write fails
 (a full disk) to write it again before the next one. What is lost is counted in the final header,
 ``"lost": {"scopes": n, "chunks": k}``, and ``summarize`` says so. The streamer cuts the chunks
-(``chunks.Chunk``: raw records); with ``offload`` they are resolved and appended in a writer
+(``chunks.RawChunk``: raw records); with ``offload`` they are resolved and appended in a writer
 process (``appender.WriterProcess``), off the program's interpreter.
 """
 
@@ -38,7 +38,7 @@ import numpy.typing as npt
 from gputrace import exporters
 from gputrace.appender import Appender, SpawnFailed, WriterProcess, discard
 from gputrace.backends.base import CalibrationSample, RawSpan
-from gputrace.chunks import Chunk, Resolving
+from gputrace.chunks import RawChunk, Resolving
 from gputrace.errors import report_internal
 from gputrace.fallback import scopes_in
 from gputrace.gcpause import gc_paused
@@ -424,7 +424,7 @@ class Streamer:
         untimed, raw.untimed = raw.untimed, set()
         degraded, raw.degraded = raw.degraded, {}
         more = getattr(self, "_more_pieces", False)
-        chunk = Chunk(
+        chunk = RawChunk(
             RawRecording(
                 header={},
                 threads=threads,

@@ -197,8 +197,9 @@ def test_a_writer_process_that_falls_behind_makes_the_program_wait(tmp_path: Pat
             time.sleep(0)  # (lets the streamer's thread in, as a real launch's driver time would)
     t = gputrace.load(path)
     assert len(t) == total // per and len(t.ops) == total and int((t.ops.scope < 0).sum()) == 0
-    # the fake's records: about 300 B a kernel with its launch call
-    assert peak / 300 < total / 4, peak
+    # the fake's records: about 300 B a kernel with its launch call (2 cores: 45-71k operations
+    # waiting at most, as many as with no stop; 267k without the program waiting)
+    assert peak / 300 < total / 2, peak
 
 
 def test_the_writer_process_resolves_the_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
