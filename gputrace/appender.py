@@ -41,6 +41,7 @@ READY = b"R"  # the writer process has the file open
 PIPE_BYTES = 1 << 20  # the pipe's buffer (Linux): chunks in flight before the streamer waits
 CLOSE_WAIT_S = 120.0  # a stop waits this long at most for the writer process to finish the file
 STALL_S = 60.0  # a writer process that reads nothing this long is given up (its chunks counted lost)
+WAIT_TELL_S = 0.05  # how often a send waiting for room in the pipe says so (``on_wait``)
 # The writer process's program. Once ``serve`` has closed the file and sent its answer, it ends
 # without the interpreter's teardown of numpy and the exporters, which the session's stop would
 # wait for (32-64 ms on a 2-core machine).
@@ -297,7 +298,8 @@ class WriterProcess:
         self._is_ready = False
         self._here: Any = None  # the writer process failed before it was ready
         self._unsent: list[memoryview] = []  # frames not in the pipe yet (the child is starting)
-        # told True while a send waits for room in the pipe (the child is behind), then False
+        # told True while a send waits for room in the pipe (the child is behind; every
+        # WAIT_TELL_S), then False once it is in
         self.on_wait: Callable[[bool], None] | None = None
         self._send(("open", os.fspath(path), header), wait=False)
 
@@ -317,10 +319,15 @@ class WriterProcess:
                 except BlockingIOError:
                     if not wait:
                         return True
-                    if not waited and self.on_wait is not None:
-                        waited = True
-                        self.on_wait(True)
-                    if not select.select([], [self._fd], [], STALL_S)[1]:
+                    # told every WAIT_TELL_S while the pipe stays full (the session decides
+                    # whether the program waits meanwhile)
+                    for _ in range(int(STALL_S / WAIT_TELL_S)):
+                        if select.select([], [self._fd], [], WAIT_TELL_S)[1]:
+                            break
+                        if self.on_wait is not None:
+                            waited = True
+                            self.on_wait(True)
+                    else:
                         why = f"the writer process read nothing for {STALL_S:g} s"
                         raise TimeoutError(errno.ETIMEDOUT, why) from None
                     continue

@@ -297,13 +297,19 @@ class Streamer:
 
     def _writer_waits(self, on: bool) -> None:
         """The writer process is behind: a chunk waits for room in its pipe, and this thread with
-        it. Meanwhile recording threads wait at their scope exits, as for a backlog here; else
-        the program records on while nothing collects, and the next chunk holds all of it (a
-        10M-kernel CUPTI run on the H200 grew to 2.0 GB, its writer process to 2.8 GB)."""
-        if on and not self.throttling:
-            self._held_for_writer = True
-            self._throttle(True)
-        elif not on and self._held_for_writer:
+        it (``on``, told every ``appender.WAIT_TELL_S``). Once records pile up meanwhile (two
+        collects' worth of CUPTI records, or ``BACKLOG_SCOPES`` scopes), recording threads wait
+        at their scope exits until the chunk is in, as for a backlog here; else the program
+        records on while nothing collects, and the next chunk holds all of it (a 10M-kernel
+        CUPTI run on the H200 grew to 2.0 GB, its writer process to 2.8 GB). A short wait (the
+        child catching up after its start) leaves the program alone."""
+        if on:
+            if not self.throttling and (
+                _waiting_bytes(self.recorder.backend) >= 2 * COLLECT_BYTES or self.backlog() >= BACKLOG_SCOPES
+            ):
+                self._held_for_writer = True
+                self._throttle(True)
+        elif self._held_for_writer:
             self._held_for_writer = False
             self._throttle(False)
 
