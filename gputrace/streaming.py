@@ -128,7 +128,6 @@ class Streamer:
         else:
             self.out = self._open(path, header, offload, spawned)
         self.lock = threading.RLock()  # one take or chunk at a time
-        self.seen_names: set[str] = set()
         self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
         self.last_write = time.monotonic()  # the first timer chunk comes a full interval in
         self.queues: list[QueueInfo] = []
