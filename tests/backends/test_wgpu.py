@@ -483,10 +483,13 @@ def test_a_device_instrumented_mid_session_is_traced(device: Any) -> None:
 
 
 @pytest.mark.wgpu
-def test_waiting_on_the_gpu_ends_in_a_clear_error(device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_waiting_on_the_gpu_ends_in_a_clear_error(adapter: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from gputrace.backends import wgpu_queries
     from gputrace.backends.wgpu_queries import WorkDone
 
+    # a device of its own: wgpu-py's poll thread polls a device while any of its read-backs is
+    # pending, and an earlier test's on the shared device would run the callback
+    device = adapter.request_device_sync(required_features=["timestamp-query"])
     k = Kernel(device, n=256)
     enc = device.create_command_encoder()
     k.record(enc)
