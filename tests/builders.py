@@ -87,6 +87,24 @@ def step_kernels(src: FakeActivitySource, clock: FakeClock) -> None:
 T0 = 100_000_000  # where the first step starts, on the fake clock
 
 
+def launch_blocks(src: FakeActivitySource, backend: CuptiBackend, total: int, per: int) -> int:
+    """``total`` fake kernels, ``per`` to a scope "block", no sync (inside an active session);
+    returns the most bytes of CUPTI records that waited in the source at once."""
+    import time
+
+    peak = 0
+    tr = gputrace.trace("block")
+    for _ in range(total // per):
+        with tr:
+            for _ in range(per):
+                src.launch("k", gpu_ns=200)
+        peak = max(peak, backend.waiting_bytes())
+        # a real launch takes microseconds in the driver; the fake's take nanoseconds of
+        # Python, so the timer thread is let in between blocks as a busy 2-core CI host would
+        time.sleep(0)
+    return peak
+
+
 def cupti_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path | None = None, between: Any = None
 ) -> gputrace.Trace:

@@ -25,6 +25,7 @@ from gputrace.records import OP_MEMCPY, RawRecording
 from gputrace.resolver import resolve
 from gputrace.summary import summarize
 from tests import perfetto_rules
+from tests.builders import launch_blocks
 from tests.cupti_fake import FakeActivitySource
 
 
@@ -571,17 +572,8 @@ def test_a_long_cupti_run_without_syncs_holds_a_bounded_number_of_operations(
     src = FakeActivitySource(session_clock, latency_ns=500)
     backend = CuptiBackend(session_clock, source=src)
     s = gputrace.session(path, backend=backend, quiet=True)
-    peak_waiting = 0
     with s:
-        tr = gputrace.trace("block")
-        for _ in range(total // per):
-            with tr:
-                for _ in range(per):
-                    src.launch("k", gpu_ns=200)
-            peak_waiting = max(peak_waiting, backend.waiting_bytes())
-            # a real launch takes microseconds in the driver; the fake's take nanoseconds of
-            # Python, so the timer thread is let in between blocks as a busy 2-core CI host would
-            time.sleep(0)
+        peak_waiting = launch_blocks(src, backend, total, per)
     bytes_per_op = streaming.COLLECT_BYTES / 3_500
     # (unbounded: nearly all of it by the end; bounded: 2-40k ops seen on a loaded 2-core machine)
     assert peak_waiting / bytes_per_op < total / 2

@@ -19,7 +19,7 @@ import pytest
 
 import gputrace
 from gputrace.errors import GputraceError
-from tests.builders import cupti_trace
+from tests.builders import cupti_trace, launch_blocks
 
 
 @pytest.mark.parametrize("ready", [True, False], ids=["child-writes", "ended-before-it-was-ready"])
@@ -181,20 +181,14 @@ def test_a_writer_process_that_falls_behind_makes_the_program_wait(tmp_path: Pat
     src = FakeActivitySource(session_clock, latency_ns=500)
     backend = CuptiBackend(session_clock, source=src)
     path = tmp_path / "behind.json.gz"
-    total, per, peak = 300_000, 100, 0
+    total, per = 300_000, 100
     with gputrace.session(path, backend=backend, writer="process", quiet=True):
         _pause(path)  # the child is ready; now it stops reading for 1.5 s
         pid = os.getpid()
         child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
         os.kill(child, signal.SIGSTOP)
         threading.Timer(1.5, os.kill, (child, signal.SIGCONT)).start()
-        tr = gputrace.trace("block")
-        for _ in range(total // per):
-            with tr:
-                for _ in range(per):
-                    src.launch("k", gpu_ns=200)
-            peak = max(peak, backend.waiting_bytes())
-            time.sleep(0)  # (lets the streamer's thread in, as a real launch's driver time would)
+        peak = launch_blocks(src, backend, total, per)
     t = gputrace.load(path)
     assert len(t) == total // per and len(t.ops) == total and int((t.ops.scope < 0).sum()) == 0
     # the fake's records: about 300 B a kernel with its launch call (2 cores: 50-95k operations
