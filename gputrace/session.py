@@ -330,7 +330,6 @@ class session:
 
     # streaming (gputrace.streaming) ---------------------------------------------------------
     def _start_stream(self) -> None:
-        from gputrace.appender import discard
         from gputrace.streaming import Streamer
 
         assert self._recorder is not None and self.path is not None
@@ -342,15 +341,14 @@ class session:
         if isinstance(timing, str):
             header["backend_info"] = {"timing": timing}
         self._raw.header = header
-        spawned, self._spawned = self._spawned, None
         try:
             ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
             self._streamer = Streamer(
-                self.path, header, self._recorder, self._raw, ring, self._offload(), spawned
+                self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned
             )
+            self._spawned = None  # the streamer's now (used, or ended); else ``_start`` ends it
             self._stream_path = self.path
         except Exception as exc:
-            discard(spawned)
             self.stream = False  # written at stop instead, where an OSError is reported once
             if isinstance(exc, OSError):
                 return
