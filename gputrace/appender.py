@@ -28,6 +28,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -255,11 +256,20 @@ def discard(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None:
         with contextlib.suppress(Exception):
             proc.kill()
-            proc.wait(CLOSE_WAIT_S)
+        _reap(proc)
         for f in (proc.stdin, proc.stdout):
             with contextlib.suppress(Exception):
                 if f is not None:
                     f.close()
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Collect the writer process's exit status once it ends, on a thread of its own: nothing
+    waits for it (the file is finished before it answers; a killed one ends at once), and
+    ``Popen.wait`` with a time-out polls in sleeps of 0.5 ms and more (1-3 ms at a stop)."""
+    if proc.poll() is None:
+        with contextlib.suppress(Exception):
+            threading.Thread(target=proc.wait, name="gputrace-reap", daemon=True).start()
 
 
 class WriterProcess:
@@ -304,13 +314,14 @@ class WriterProcess:
         self._send(("open", os.fspath(path), header), wait=False)
 
     def _send(self, msg: Any, wait: bool = True) -> bool:
-        """Frame ``msg`` and write it after the frames not written yet; ``wait``: until all are
-        in the pipe (at most ``STALL_S`` each time it is full), else only what fits now (a child
-        still starting reads nothing: the rest goes with the next send). False once the writer
-        process has ended or hangs (reported once)."""
+        """Frame ``msg`` (None: no new message) and write it after the frames not written yet;
+        ``wait``: until all are in the pipe (at most ``STALL_S`` each time it is full), else only
+        what fits now (a child still starting reads nothing: the rest goes with the next send).
+        False once the writer process has ended or hangs (reported once)."""
         if self._broken is not None:
             return False
-        self._unsent.append(memoryview(_frame(msg)))
+        if msg is not None:
+            self._unsent.append(memoryview(_frame(msg)))
         waited = False
         try:
             while self._unsent:
@@ -378,11 +389,11 @@ class WriterProcess:
         """End the writer process without a final header (the file reads as ending early)."""
         if not self.closed:
             self.closed = True
-            self._finish(False, wait=False)  # (it ends once it has read what was sent)
+            self._finish(False)  # (it ends once it has read what was sent)
 
-    def _finish(self, answer: bool, wait: bool = True) -> Any:
+    def _finish(self, answer: bool) -> Any:
         """Close the pipe; read the writer process's answer (``answer``: "late" if none came
-        within ``CLOSE_WAIT_S``, the child then finishes on its own); wait for it to end."""
+        within ``CLOSE_WAIT_S``, the child then finishes on its own); it is reaped once it ends."""
         reply: Any = None
         p = self.proc
         with contextlib.suppress(Exception):
@@ -394,9 +405,7 @@ class WriterProcess:
                 reply = _receive(self._stdout)
             except Exception:
                 reply = None
-        if wait:
-            with contextlib.suppress(Exception):
-                p.wait(CLOSE_WAIT_S)
+        _reap(p)
         with contextlib.suppress(Exception):
             self._stdout.close()
         return reply
@@ -408,7 +417,10 @@ class WriterProcess:
             return
         self.closed = True
         if self._here is None and self._kept is not None:
-            self._write_here()
+            if self._ready() and self._send(None):  # it is reading every chunk kept: it writes them
+                self._kept = None
+            else:
+                self._write_here()
         if self._here is not None:
             self._here.close(header)
             return

@@ -129,6 +129,40 @@ def test_a_session_never_waits_for_a_writer_process_still_starting(tmp_path: Pat
     assert "writer_process" not in t.header and "truncated" not in t.header  # this process wrote it
 
 
+def test_chunks_sent_while_the_writer_process_started_are_written_by_it(tmp_path: Path) -> None:
+    """CUPTI timing: the streamer's timer sends every chunk before the child is ready, and none
+    comes after; once the child is ready, the session's end hands it the close (it has every
+    chunk) instead of writing the file itself again."""
+    slow = tmp_path / "slow-python"
+    slow.write_text(f'#!/bin/sh\nsleep 0.5\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    out = tmp_path / "late.json.gz"
+    program = textwrap.dedent(f"""
+        import os, sys, time
+        import gputrace
+        from gputrace.backends.cupti import CuptiBackend
+        from gputrace.clock import session_clock
+        from tests.cupti_fake import FakeActivitySource
+        sys.executable = {str(slow)!r}
+        src = FakeActivitySource(session_clock)
+        backend = CuptiBackend(session_clock, source=src)
+        with gputrace.session({str(out)!r}, backend=backend, writer="process", quiet=True):
+            for i in range(60):
+                with gputrace.trace("step", i=i):
+                    src.launch("k", gpu_ns=1_000)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (os.path.exists({str(out)!r})
+                                                       and os.path.getsize({str(out)!r})):
+                time.sleep(0.02)  # until the child has the file open (the timer has sent all)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    t = gputrace.load(out)
+    assert len(t) == 60 and len(t.ops) == 60 and "truncated" not in t.header
+    assert t.header["writer_process"]["peak_rss_mb"] > 0  # the child wrote it
+
+
 def test_an_unknown_writer_is_one_sentence() -> None:
     with pytest.raises(GputraceError, match="writer='disk' is not one of auto, process, thread"):
         gputrace.session("x.json", writer="disk")
