@@ -87,16 +87,19 @@ def expected_counts(path: Path) -> dict[str, Any] | None:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None  # a file cut short (a crash, a full disk): gputrace repairs it, Perfetto cannot
-    outs: dict[int, float] = {}
-    ins: dict[int, float] = {}
-    for e in doc.get("traceEvents", []):
+    outs: dict[int, tuple[float, float, int]] = {}  # bind id -> (ts, -dur, place in the file)
+    ins: dict[int, tuple[float, float, int]] = {}
+    for i, e in enumerate(doc.get("traceEvents", [])):
         if e.get("ph") in ("X", "i", "b"):
             slices[int(e["pid"])] += 1
         if e.get("ph") == "X" and "bind_id" in e:
-            (outs if e.get("flow_out") else ins)[e["bind_id"]] = e["ts"]
-    # Perfetto draws no flow into the past (a GPU start before its CPU slice, flagged
+            (outs if e.get("flow_out") else ins)[e["bind_id"]] = (e["ts"], -e.get("dur", 0), i)
+    # Perfetto binds a flow's end only after its start, in the order it reads the slices: by
+    # time, a longer slice first at one time, then as in the file (seen in its UI v52: a kernel
+    # at its launch call's µs, longer than the call or written before it, gets no flow). So it
+    # draws no flow into the past either (a GPU start before its CPU slice, flagged
     # start_before_submit): counted as it draws them
-    flows = sum(1 for k, t in outs.items() if k in ins and ins[k] >= t)
+    flows = sum(1 for k, t in outs.items() if k in ins and ins[k] > t)
     return {"slices": dict(slices), "flows": flows}
 
 
