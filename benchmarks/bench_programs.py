@@ -104,9 +104,11 @@ scope = lambda name: contextlib.nullcontext()
 if variant.startswith("cupti_") or variant == "events":
     import gputrace
     timing = "events" if variant == "events" else "cupti"
-    session = gputrace.session(out, backend="cuda", backend_options={"timing": timing}, quiet=True)
     scope = gputrace.trace
-    start = session.__enter__
+    def start():  # the session made and started: both are the profiler's start
+        global session
+        session = gputrace.session(out, backend="cuda", backend_options={"timing": timing}, quiet=True)
+        session.__enter__()
     stop = lambda: session.__exit__(None, None, None)
 elif variant == "proton":
     import triton.profiler as proton

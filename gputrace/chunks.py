@@ -72,6 +72,7 @@ class Resolving:
         self.degraded_chunks = 0  # chunks resolved with CPU times only
         self.lost_scopes = 0
         self.lost_chunks = 0
+        self.ops: Counter[str] | None = None  # operations written (per-operation timing only)
 
     @property
     def writer(self) -> Any:
@@ -118,6 +119,9 @@ class Resolving:
         except Exception as exc:  # the counts in the header miss this chunk; the chunk is written
             del self.examples[examples:]
             report_internal("stream-flags", f"counting anomalies failed ({type(exc).__name__}: {exc}).")
+        if raw.ops_timing:
+            ops = self.ops = self.ops if self.ops is not None else Counter(count=0, unattributed=0)
+            ops.update(count=len(out.ops), unattributed=int(np.count_nonzero(out.ops.scope < 0)))
         self.appender.add(out, self.rows)
         self.rows += len(out)
 
@@ -171,6 +175,8 @@ class Resolving:
                 lost["chunks"] = int(lost.get("chunks", 0)) + self.lost_chunks
                 lost["degraded_chunks"] = int(lost.get("degraded_chunks", 0)) + self.degraded_chunks
                 header["lost"] = lost
+            if self.ops is not None:  # as a trace resolved at once says it (resolver)
+                header["ops"] = dict(self.ops)
             header["anomalies"] = {
                 "counts": dict(self.counts),
                 "items": self.examples,

@@ -434,6 +434,7 @@ def test_a_streamed_file_numbers_operations_and_flows_across_chunks(tmp_path: Pa
                 gputrace.sync()  # the open "outer" scope keeps its own operation for later
     back = gputrace.load(path)
     assert len(back.ops) == 7 and (back.ops.scope >= 0).all()
+    assert back.header["ops"] == {"count": 7, "unattributed": 0}  # as a file written at once says
     outer = back.find("outer")[0].index
     before = _ops_named(back, "before")
     assert [int(back.ops.scope[k]) for k in before] == [outer]
