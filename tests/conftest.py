@@ -12,16 +12,18 @@ from tests import perfetto_rules, perfetto_ui
 
 # files the tests wrote, for Perfetto's real importer at the end of the run: (path, expected, test)
 WRITTEN: list[tuple[Path, dict, str]] = []  # type: ignore[type-arg]
-PER_FORMAT = 15  # files per format opened in the real importer (about 1.5 s each)
+# files per format opened in the real importer (about 1.5 s each): every one (about 400 in a
+# whole run), or a sample of this many per format, one per test module first
+PER_FORMAT = int(os.environ.get("GPUTRACE_PERFETTO_UI_PER_FORMAT", "0")) or 1_000_000
 MAX_BYTES = 2 << 20  # larger files (hundreds of thousands of slices) take the UI minutes
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _perfetto_imports_every_format() -> Iterator[None]:
-    """At the end of the run, a sample of the files the tests wrote (every format, as many
-    different tests as the cap allows) is opened in Perfetto's own importer (its UI v52 in
-    headless chromium): no import error or data loss, and the slices per process and the flows
-    the file holds. The project's rule check (``perfetto_rules``) stays the fast path."""
+    """At the end of the run, every file the tests wrote (up to ``MAX_BYTES``; or a sample of
+    ``PER_FORMAT`` per format) is opened in Perfetto's own importer (its UI v52 in headless
+    chromium): no import error or data loss, and the slices per process and the flows the file
+    holds. The project's rule check (``perfetto_rules``) stays the fast path."""
     yield
     if not WRITTEN or perfetto_ui.skip_reason() or os.environ.get("GPUTRACE_SKIP_PERFETTO_UI"):
         return
@@ -42,7 +44,9 @@ def _perfetto_imports_every_format() -> Iterator[None]:
     failures = []
     listing = os.environ.get("GPUTRACE_PERFETTO_UI_LIST")  # (a file to note what was opened)
     if listing:
-        Path(listing).write_text("\n".join(f"{t} {f}" for g in picked.values() for f, _, t in g))
+        Path(listing).write_text(
+            "\n".join(f"{t} {f}" for g in picked.values() for f, _, t in g), errors="backslashreplace"
+        )
     ui = perfetto_ui.PerfettoUI()
     try:
         for f, expected, test in (x for group in picked.values() for x in group):

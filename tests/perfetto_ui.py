@@ -123,7 +123,8 @@ class PerfettoUI:
 
     def report(self, path: Path) -> dict[str, Any]:
         self.n += 1
-        route = f"/trace/{self.n}/{urllib.parse.quote(path.name)}"
+        # (a name the URL can carry: a file name may hold any byte, the importer reads the suffix)
+        route = f"/trace/{self.n}/{urllib.parse.quote(path.name, errors='surrogateescape')}"
         _Handler.traces[route] = path
         page = self.browser.new_page()
         try:
