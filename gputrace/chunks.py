@@ -119,9 +119,10 @@ class Resolving:
         except Exception as exc:  # the counts in the header miss this chunk; the chunk is written
             del self.examples[examples:]
             report_internal("stream-flags", f"counting anomalies failed ({type(exc).__name__}: {exc}).")
-        if raw.ops_timing:
-            ops = self.ops = self.ops if self.ops is not None else Counter(count=0, unattributed=0)
-            ops.update(count=len(out.ops), unattributed=int(np.count_nonzero(out.ops.scope < 0)))
+        if raw.ops_timing:  # (after carrying: an operation counts with its scope's chunk)
+            if self.ops is None:
+                self.ops = Counter(count=0, unattributed=0)
+            self.ops.update(count=len(out.ops), unattributed=int(np.count_nonzero(out.ops.scope < 0)))
         self.appender.add(out, self.rows)
         self.rows += len(out)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import glob
 import os
 import re
@@ -54,17 +55,10 @@ def find_libcupti() -> str | None:
     env = os.environ.get("GPUTRACE_LIBCUPTI")
     if env:
         return env
-    if _found:
-        return _found[0]
-    got = _find_libcupti()
-    if got:
-        _found.append(got)
-    return got
+    return _find_libcupti()
 
 
-_found: list[str] = []
-
-
+@functools.cache
 def _find_libcupti() -> str | None:
     import importlib.util
 

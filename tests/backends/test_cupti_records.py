@@ -275,6 +275,25 @@ def test_an_unknown_cupti_version_is_refused_with_one_sentence() -> None:
         LibCuptiSource(lib=StandInLib(120800))
 
 
+def test_a_registration_cupti_refuses_is_one_sentence_at_start() -> None:
+    """CUPTI's first registration runs on a thread from the source's construction; its failure
+    is raised by ``start``, on the session's thread, as CUPTI refusing to start."""
+
+    class Refusing(StandInLib):
+        def call(self, name: str, *args: Any) -> None:
+            super().call(name, *args)
+            if name == "cuptiActivityRegisterCallbacks":
+                raise GputraceError("cuptiActivityRegisterCallbacks failed: CUPTI_ERROR_NOT_INITIALIZED")
+
+    lib = Refusing(130401)
+    src = LibCuptiSource(lib=lib)
+    with pytest.raises(
+        GputraceError, match=r"CUPTI could not be enabled \(cuptiActivityRegisterCallbacks failed"
+    ):
+        src.start()
+    assert not any(c[0] == "cuptiActivityEnable" for c in lib.calls)  # nothing enabled after it
+
+
 def test_buffer_callbacks_hand_buffers_over_and_never_raise() -> None:
     """CUPTI's two callbacks, called as CUPTI calls them: a buffer is lent, filled with records,
     handed back; a failing hook inside the completed callback is reported, not raised."""
