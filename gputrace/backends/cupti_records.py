@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -289,17 +290,21 @@ class NameTable:
 
     def of_pointers(self, ptrs: np.ndarray, read: Callable[[int], str]) -> np.ndarray:
         """Name indices for C string pointers; ``read`` is called once per pointer never seen."""
-        if not len(ptrs):
-            return np.zeros(0, np.int32)
-        uniq, inv = np.unique(ptrs, return_inverse=True)
-        by_ptr = self._by_ptr
-        idx = np.empty(len(uniq), np.int32)
-        for i, p in enumerate(uniq.tolist()):
-            got = by_ptr.get(p)
+
+        def index_of(ptr: int) -> int:
+            got = self._by_ptr.get(ptr)
             if got is None:
-                got = by_ptr[p] = self.index(read(p) if p else "?")
-            idx[i] = got
-        return idx[inv.reshape(-1)]
+                got = self._by_ptr[ptr] = self.index(read(ptr) if ptr else "?")
+            return got
+
+        return per_unique(ptrs, index_of, np.int32)
+
+
+def per_unique(values: np.ndarray, f: Callable[[int], Any], dtype: Any) -> np.ndarray:
+    """``f`` of each of ``values`` as an array of ``dtype``, called once per distinct value."""
+    uniq, inv = np.unique(values, return_inverse=True)
+    out: np.ndarray = np.array([f(v) for v in uniq.tolist()], dtype)[inv.reshape(-1)]
+    return out
 
 
 def unfinished(ops: np.ndarray) -> np.ndarray:
@@ -330,6 +335,9 @@ def columns(
         raw = np.dtype((np.void, got[0].dtype.itemsize))
         return np.concatenate([g.view(raw) for g in got]).view(got[0].dtype)
 
+    def copy_name(copy_kind: int) -> int:
+        return names.index(MEMCPY_NAMES.get(copy_kind, "Memcpy"))
+
     k, mc, ms, c = cat("kernels"), cat("memcpys"), cat("memsets"), cat("calls")
     ops = np.zeros(len(k) + len(mc) + len(ms), OPS)
     a, b = len(k), len(k) + len(mc)
@@ -352,11 +360,7 @@ def columns(
         else:
             o["bytes"] = rec["bytes"]
             if kind == OP_MEMCPY:
-                ck, inv = np.unique(rec["copyKind"], return_inverse=True)
-                idx = np.array(
-                    [names.index(MEMCPY_NAMES.get(int(x), "Memcpy")) for x in ck.tolist()], np.int32
-                )
-                o["name"] = idx[inv.reshape(-1)]
+                o["name"] = per_unique(rec["copyKind"], copy_name, np.int32)
             else:
                 o["name"] = names.index("Memset")
     calls = np.zeros(len(c), CALLS)
