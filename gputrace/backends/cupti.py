@@ -74,10 +74,10 @@ class ActivitySource(Protocol):
 def probe() -> str | None:
     """Why CUPTI cannot be used here, or None. Never raises; loads nothing."""
     try:
-        from gputrace.backends.cupti_lib import find_libcupti
+        from gputrace.backends.cupti_lib import NOT_FOUND, find_libcupti
 
         if find_libcupti() is None:
-            return "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
+            return NOT_FOUND
     except Exception as exc:
         return f"looking for libcupti failed ({type(exc).__name__}: {exc})"
     return torch_profiler_active()

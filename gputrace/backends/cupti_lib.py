@@ -1,19 +1,11 @@
 """libcupti driven through ctypes: the activity source of CUPTI timing.
 
 No cupti-python on this path (importing it alone took 190–290 ms on the H200). CUPTI calls the
-buffer-completed callback on its own thread; the callback only queues the buffer's address and
-valid size, so its cost is per buffer, not per record. Buffers are decoded in bulk
-(``gputrace.backends.cupti_records``) when the backend drains them: at syncs, at stop, and
-whenever the session's streamer asks for a chunk. Every flush is forced (CUPTI's default
-flush held kernel records back until the stop on the H200): records of work still running then
-come with zero timestamps, which the backend leaves out and counts.
-
-Start-up checks: libcupti's API version must be 13.x (or 12.8/12.9, whose record sizes are known)
-and every record kind read must be at least as long as the layout gputrace reads
-(``cuptiActivityGetStructSize``); otherwise ``create`` raises
-and the cuda backend falls back to events with one notice. Every buffer's record chain must end
-exactly at its valid size; a buffer that does not is decoded up to the break, and what was lost
-is counted and said once.
+buffer-completed callback on its own thread, which only queues the buffer's address and valid
+size; buffers are decoded in bulk (``cupti_records``) when the backend drains them, every flush
+forced. Start-up checks (API version, record sizes) raise from ``LibCuptiSource``, and the cuda
+backend falls back to events with one notice; how buffers are found, flushed and checked:
+docs/cupti.md, "How CUPTI records are read" and "Nothing lost silently".
 """
 
 from __future__ import annotations
@@ -38,6 +30,7 @@ FLUSH_PERIOD_MS = 200  # CUPTI hands full buffers over at least this often
 SETTLE_S = 1.0  # a drain waits at most this long for a buffer callback in flight
 KEEP_CALLS = re.compile(r"Launch|Memcpy|Memset|Synchronize")  # the API records attribution needs
 _CB_DOMAIN = {cr.DOMAIN_DRIVER: 1, cr.DOMAIN_RUNTIME: 2}  # CUpti_CallbackDomain
+NOT_FOUND = "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
 _CBID_TOP = {cr.DOMAIN_DRIVER: 1024, cr.DOMAIN_RUNTIME: 768}  # ids looked up past the table's
 
 _REQUESTED = ctypes.CFUNCTYPE(
@@ -144,7 +137,6 @@ class LibCuptiSource:
     of ``gputrace.backends.cupti``, delivering arrays (``cupti_records.OPS`` / ``CALLS``)."""
 
     name = "libcupti"
-    bulk = True  # drain() returns arrays
 
     def __init__(
         self,
@@ -158,9 +150,7 @@ class LibCuptiSource:
         if lib is None:  # ``lib``: a stand-in with LibCupti's methods (tests)
             path = lib_path or find_libcupti()
             if not path:
-                raise GputraceError(
-                    "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
-                )
+                raise GputraceError(NOT_FOUND)
             try:
                 lib = LibCupti(path)
             except (OSError, AttributeError) as exc:
@@ -196,7 +186,6 @@ class LibCuptiSource:
         # the callbacks must outlive registration: CUPTI calls them until the process ends
         self._req_cb = _REQUESTED(self._requested)
         self._cmp_cb = _COMPLETED(self._completed)
-        self._started = False
         # CUPTI initializes itself at the first registration (16-23 ms on the H200, most of the
         # start): on a thread of its own, while the backend asks for the devices; ``start`` joins it
         self._register_error: BaseException | None = None
@@ -272,7 +261,6 @@ class LibCuptiSource:
             with contextlib.suppress(Exception):
                 self.stop()
             raise GputraceError(f"CUPTI could not be enabled ({exc})") from None
-        self._started = True
         self.start_ms["enable"] = (time.perf_counter_ns() - t0) / 1e6
 
     def _enable_calls(self, on: bool) -> None:
@@ -427,7 +415,6 @@ class LibCuptiSource:
         for k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET, cr.KIND_DRIVER, cr.KIND_RUNTIME):
             with contextlib.suppress(Exception):
                 self.lib.call("cuptiActivityDisable", k)
-        self._started = False
 
     def info(self) -> dict[str, Any]:
         return {

@@ -2,22 +2,14 @@
 
 A CUPTI activity buffer is a run of records packed back to back, each 8-byte aligned, each
 starting with its kind (``CUpti_ActivityKind``, uint32) and as long as that kind's struct. The
-layouts below are the ones ``cupti_activity.h`` of CUPTI 13 declares (``CUpti_ActivityKernel13``,
-``CUpti_ActivityAPI``, ``CUpti_ActivityMemcpy7``, ``CUpti_ActivityMemset5``; packed, fields
-naturally aligned by explicit padding). CUPTI 13 only appends fields to these structs, so the
-fields read here sit at the same offsets in every 13.x release; the record *sizes* come from
-libcupti itself (``cuptiActivityGetStructSize``), so a record that grew keeps the walk right.
+layouts below are those of CUPTI 13's ``cupti_activity.h``, which only appends fields: the offsets
+hold in every 13.x, and the record *sizes* come from libcupti (``cuptiActivityGetStructSize``).
 
-Finding where each record starts needs the kind of the one before it, a chain. It is walked
-without a loop per record. CUPTI's buffers are mostly runs of one pattern (each launch's API
-record, then its kernel's: 2 records per launch, alternating), so the chain is first predicted as
-such runs, each checked at once (every predicted record has the predicted kind), a new run
-starting where one breaks. Where the runs are short, or the chain would not end exactly at the
-buffer's end, the general walk decides: every 8-byte slot whose first word is a known kind is a
-candidate, each candidate points at the slot after its record, and pointer doubling over those
-links marks the chain from the first record in log2(records) numpy steps. The chain must land
-exactly on the buffer's valid end; anything else (an unknown kind, a short buffer) is reported,
-never guessed.
+Where each record starts depends on the kind of the one before it, a chain, walked without a loop
+per record: first predicted as runs of one repeating pattern (a launch's API record, then its
+kernel's), each run checked at once; where the runs are short, by pointer doubling over every
+8-byte slot whose first word is a known kind (log2(records) numpy steps). The chain must end
+exactly at the buffer's valid end; anything else is reported, never guessed.
 """
 
 from __future__ import annotations
@@ -34,7 +26,6 @@ KIND_MEMSET = 2
 KIND_DRIVER = 4
 KIND_RUNTIME = 5
 KIND_CONCURRENT_KERNEL = 10
-KINDS = (KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME, KIND_CONCURRENT_KERNEL)
 RECORD_ALIGN = 8  # ACTIVITY_RECORD_ALIGNMENT
 RUN_CHECK = 4096  # records of a run predicted and checked at a time
 SHORT_RUNS = 8  # runs shorter than SHORT_RECORDS tolerated before the general walk decides
@@ -75,11 +66,8 @@ MEMSET = _layout(
 LAYOUTS = {KIND_CONCURRENT_KERNEL: KERNEL, KIND_DRIVER: API, KIND_RUNTIME: API,
            KIND_MEMCPY: MEMCPY, KIND_MEMSET: MEMSET}  # fmt: skip
 CUPTI_13_SIZES = {k: d.itemsize for k, d in LAYOUTS.items()}
-# CUPTI 12 has no cuptiActivityGetStructSize: the record sizes by CUPTI API version, from the
-# headers of the nvidia-cuda-cupti-cu12 wheels 12.8.90 and 12.9.79 (``CUpti_ActivityKernel9``,
-# ``Memcpy6``, ``Memset4``, ``API``). Every field read above sits at the same offset there, and in
-# the older structs those headers keep (Kernel5–8, Memcpy4–5, Memset3): checked by compiling
-# ``offsetof`` against them. Older 12.x (API versions 19–24) may write other sizes: not listed.
+# CUPTI 12 has no cuptiActivityGetStructSize: the record sizes of 12.8 and 12.9 by API version,
+# from their headers, where every field above sits at the same offset (docs/cupti.md).
 CUPTI_12_SIZES = {
     v: {KIND_CONCURRENT_KERNEL: 208, KIND_DRIVER: 40, KIND_RUNTIME: 40, KIND_MEMCPY: 96, KIND_MEMSET: 88}
     for v in (26, 27, 28)  # CUDA 12.8, 12.9, 12.9 Update 1
@@ -97,13 +85,9 @@ COMPACT = {k: np.dtype([(f, t) for f, t, _ in fields_of(d)]) for k, d in LAYOUTS
 
 
 def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
-    """Record sizes to decode with, or why this CUPTI cannot be decoded in bulk.
-
-    ``version``: ``cuptiGetVersion`` (CUPTI API version, e.g. 130401); ``sizes``: per kind what
-    ``cuptiActivityGetStructSize`` answered. CUPTI 13.x: its structs keep the fields read here
-    at the offsets above, whatever their size (fields are only appended). CUPTI 12.8 and 12.9
-    (API versions 26–28): the same offsets, sizes from their headers (``CUPTI_12_SIZES``).
-    """
+    """Record sizes to decode with, or why this CUPTI cannot be decoded in bulk. ``version``: the
+    CUPTI API version (``cuptiGetVersion``, e.g. 130401); ``sizes``: per kind what
+    ``cuptiActivityGetStructSize`` answered (none for CUPTI 12: ``CUPTI_12_SIZES``)."""
     if version in CUPTI_12_SIZES and not sizes:
         sizes = CUPTI_12_SIZES[version]
     elif not 130000 <= version < 140000:
