@@ -13,15 +13,10 @@ Keep your wgpu code as it is; hand the device to the session (or instrument it o
             cpass.end()
             device.queue.submit([encoder.finish()])  # the passes' submission time
 
-Each pass becomes a GPU span of the innermost scope open on the thread that began it (labelled
-with the pass label, or "compute pass #n"); a scope's GPU span is the hull of its passes and of
-its children's. ``gputrace.backends.wgpu.instrument(device)`` does the same for ``backend="auto"``,
-which picks wgpu only when the program has imported wgpu itself (so programs that do not use
-wgpu are never given it), an adapter has "timestamp-query", and no CUDA GPU is usable.
-
-A device without "timestamp-query" is still traced: its scopes keep their CPU times and are
-marked untimed (one notice), never given made-up GPU numbers. Every wait on the GPU ends after
-``timeout_s`` with a ``GputraceError``.
+Each pass becomes a GPU span of the innermost scope open on the thread that began it; a scope's
+GPU span is the hull of its passes and of its children's. ``instrument(device)`` does the same
+for ``backend="auto"``. A device without "timestamp-query" keeps its scopes' CPU times, marked
+untimed, never made-up GPU numbers. What is timed, and how: docs/webgpu.md.
 """
 
 from __future__ import annotations
@@ -98,19 +93,14 @@ def instrument(device: Any) -> Any:
         )
     wgpu_hooks.swap_in(device)
     _instrumented.add(device)
-    if _active is not None and _recording(_active):
+    rec = active_recorder()
+    # (not a backend left over by, say, a session whose backend failed to close)
+    if _active is not None and rec is not None and rec.backend is _active:
         try:
             _active.attach(device)
         except Exception as exc:
             _active._lost(device, exc)
     return device
-
-
-def _recording(backend: WgpuBackend) -> bool:
-    """Is ``backend`` the one the active session records with (not one left over, say, by a
-    session whose backend failed to close)?"""
-    rec = active_recorder()
-    return rec is not None and rec.backend is backend
 
 
 def uninstrument(device: Any) -> None:
@@ -122,15 +112,9 @@ def uninstrument(device: Any) -> None:
 
 
 class WgpuBackend(Backend):
-    """Options (``backend_options``):
-
-    - ``device``: a wgpu device or a list of them (default: every instrumented device);
-    - ``timeout_s``: the longest wait on the GPU before a ``GputraceError`` (10);
-    - ``calibration_samples``: samples taken per device at each sync and at stop (4; twice that
-      at session start); the tightest half of them is kept;
-    - ``timestamp_period``: ns per tick (default: what the driver reports);
-    - ``page_queries``: the size of a pooled query set (4096, WebGPU's largest).
-    """
+    """Options (``backend_options``, docs/webgpu.md): ``device`` (one or a list; default: every
+    instrumented device), ``timeout_s``, ``calibration_samples`` (per device at each sync and at
+    stop, twice that at start), ``timestamp_period`` (ns per tick), ``page_queries``."""
 
     name = "wgpu"
     timed = True
@@ -216,9 +200,8 @@ class WgpuBackend(Backend):
             self._pending_samples.extend(self._sample(tracer, self.calibration_samples))
 
     def detach(self, device: Any) -> None:
-        for t in self.tracers:
-            if t.device is device:
-                wgpu_hooks.attach(device, None)
+        if any(t.device is device for t in self.tracers):
+            wgpu_hooks.attach(device, None)
 
     # scopes (hot path) ---------------------------------------------------------------------
     # A pass belongs to the innermost scope open on its thread's current track (the recorder
@@ -274,13 +257,14 @@ class WgpuBackend(Backend):
             got.spans.extend(spans)
             got.degraded.update(degraded)
         last = self._last_token
+        since = range(self._collected_upto + 1, last + 1)
         if not any(t.timed for t in self.tracers) and self.problem:
             # the device failed to attach: its scopes lost their GPU times (degraded, not untimed)
-            got.degraded.update(dict.fromkeys(range(self._collected_upto + 1, last + 1), self.problem))
+            got.degraded.update(dict.fromkeys(since, self.problem))
         elif not any(t.timed for t in self.tracers):
             # nothing could be timed: every scope so far keeps its CPU times, marked untimed
-            got.untimed.update(range(self._collected_upto + 1, last + 1))
-            if not self.tracers and last > self._collected_upto and not self._noticed_none:
+            got.untimed.update(since)
+            if not self.tracers and since and not self._noticed_none:
                 self._noticed_none = True
                 notice(
                     "no wgpu device is traced, so no pass was timed: pass "

@@ -1,18 +1,11 @@
 """Timing every pass of a wgpu device without query bookkeeping in the user's code.
 
 ``instrument(device)`` swaps the classes of the device and its queue for subclasses (the objects
-stay the same, ``isinstance`` still holds, nothing else changes while no session traces them):
-
-- ``device.create_command_encoder()`` returns an encoder whose ``begin_compute_pass`` and
-  ``begin_render_pass`` add ``timestamp_writes`` from pooled query sets (unless the user passed
-  their own) when a ``gputrace.trace`` scope is open on this thread; the pass belongs to the
-  innermost open scope.
-- ``encoder.finish()`` resolves exactly the slots this encoder wrote (resolving an unwritten slot
-  hangs NVIDIA's queue) into the page's read-back buffer.
-- ``queue.submit()`` reads the session clock just before submitting: the passes' ``submit_ns``.
-
-Reading back never stalls the user's frame: a full page is mapped asynchronously and read at a
-later submit, and whatever is left is read at the next ``gputrace.sync()`` or at stop.
+stay the same, ``isinstance`` still holds, nothing changes while no session traces them): inside a
+scope, ``begin_compute_pass``/``begin_render_pass`` get ``timestamp_writes`` from pooled query
+pages, ``encoder.finish()`` resolves exactly the slots that encoder wrote (resolving an unwritten
+slot hangs NVIDIA's queue), and ``queue.submit()`` notes the passes' ``submit_ns``. A full page is
+mapped asynchronously and read at a later submit, the rest at the next sync or at stop.
 """
 
 from __future__ import annotations
