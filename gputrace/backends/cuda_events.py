@@ -252,8 +252,7 @@ class CudaEventsBackend(Backend):
         with self._lock:
             d = self._devs.get(index)
             if d is None:
-                d = self._make_device(index)
-                self._devs[index] = d
+                d = self._devs[index] = self._make_device(index)
         return d
 
     def _make_device(self, index: int) -> _Device:

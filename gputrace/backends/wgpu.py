@@ -344,14 +344,16 @@ class Calibrator:
         if self.page is None:  # the first sample, or the last page was given up on while mapping
             self.page = wgpu_queries.QueryPage(t.device, 2)
         page = self.page
-        enc = wgpu_hooks.raw_encoder(t.device)
+        enc = wgpu_hooks.untraced(t.device).create_command_encoder(t.device, label="gputrace")
         enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
         enc.resolve_query_set(page.query_set, 0, 2, page.resolve_buf, 0)
         enc.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, 0, 16)
         cb = enc.finish()
         wd = t.work_done
+        queue = t.device.queue
+        submit = wgpu_hooks.untraced(queue).submit
         before = t.clock()
-        wgpu_hooks.raw_submit(t.device.queue, [cb])
+        submit(queue, [cb])
         req = wd.request()
         after = wd.wait(req, "a calibration pass")
         try:

@@ -236,12 +236,6 @@ class DeviceTracer:
                 with self.lock:
                     self.free.append(page)
             raise
-        self._emit(page, ns, done_by)
-        page.reset()
-        with self.lock:
-            self.free.append(page)
-
-    def _emit(self, page: QueryPage, ns: Any, done_by: int) -> None:
         starts = ns[0::2].tolist()
         ends = ns[1::2].tolist()
         for rec in page.records:
@@ -256,6 +250,9 @@ class DeviceTracer:
                 )
                 continue
             self.spans.append(RawSpan(rec.token, self.index, start, end, rec.submit_ns, done_by, rec.label))
+        page.reset()
+        with self.lock:
+            self.free.append(page)
 
     # at sync / stop ------------------------------------------------------------------------
     def collect(self) -> tuple[list[RawSpan], dict[int, str]]:
@@ -435,12 +432,6 @@ def attach(device: Any, tracer: DeviceTracer | None) -> None:
     device.queue._gputrace_tracer = tracer
 
 
-def raw_encoder(device: Any) -> Any:
-    """An encoder that gputrace itself uses (never traced)."""
-    base = getattr(type(device), "_gputrace_base", type(device))
-    return base.create_command_encoder(device, label="gputrace")
-
-
-def raw_submit(queue: Any, command_buffers: list[Any]) -> None:
-    base = getattr(type(queue), "_gputrace_base", type(queue))
-    base.submit(queue, command_buffers)
+def untraced(obj: Any) -> Any:
+    """The class of a device or queue without gputrace's hooks: what gputrace itself calls."""
+    return getattr(type(obj), "_gputrace_base", type(obj))
