@@ -73,6 +73,14 @@ def probe() -> str | None:
     return None
 
 
+def device_name(index: int) -> str:
+    """The name CuPy gives CUDA device ``index``."""
+    import cupy
+
+    raw = cupy.cuda.runtime.getDeviceProperties(index).get("name", b"")
+    return (raw.decode() if isinstance(raw, bytes) else str(raw)) or f"CUDA device {index}"
+
+
 def nearest(anchor_cpu_ns: list[int], cpu_ns: int) -> int:
     """Index of the anchor issued nearest to ``cpu_ns`` (ties go to the earlier one).
 
@@ -258,10 +266,7 @@ class CudaEventsBackend(Backend):
     def _make_device(self, index: int) -> _Device:
         cp = self._cp
         with cp.cuda.Device(index):
-            props = self._rt.getDeviceProperties(index)
-            raw_name = props.get("name", b"")
-            name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
-            d = _Device(index, name or f"CUDA device {index}", cp.cuda.Stream(non_blocking=True))
+            d = _Device(index, device_name(index), cp.cuda.Stream(non_blocking=True))
             d.pool = [self._rt.eventCreateWithFlags(0) for _ in range(64)]
             d.created = 64
         self._anchor(d, auto=False)

@@ -397,12 +397,9 @@ class LibCuptiSource:
     def devices(self) -> dict[int, str]:
         import cupy
 
-        rt = cupy.cuda.runtime
-        out = {}
-        for d in range(rt.getDeviceCount()):
-            raw = rt.getDeviceProperties(d).get("name", b"")
-            out[d] = (raw.decode() if isinstance(raw, bytes) else str(raw)) or f"CUDA device {d}"
-        return out
+        from gputrace.backends.cuda_events import device_name
+
+        return {d: device_name(d) for d in range(cupy.cuda.runtime.getDeviceCount())}
 
     def stop(self) -> None:
         registering = self._registering
