@@ -29,8 +29,8 @@ BUFFER_BYTES = 1 << 20  # one activity buffer: ~3,500 kernel + driver record pai
 FLUSH_PERIOD_MS = 200  # CUPTI hands full buffers over at least this often
 SETTLE_S = 1.0  # a drain waits at most this long for a buffer callback in flight
 KEEP_CALLS = re.compile(r"Launch|Memcpy|Memset|Synchronize")  # the API records attribution needs
-_CB_DOMAIN = {cr.DOMAIN_DRIVER: 1, cr.DOMAIN_RUNTIME: 2}  # CUpti_CallbackDomain
 NOT_FOUND = "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
+_CB_DOMAIN = {cr.DOMAIN_DRIVER: 1, cr.DOMAIN_RUNTIME: 2}  # CUpti_CallbackDomain
 _CBID_TOP = {cr.DOMAIN_DRIVER: 1024, cr.DOMAIN_RUNTIME: 768}  # ids looked up past the table's
 
 _REQUESTED = ctypes.CFUNCTYPE(
@@ -45,10 +45,7 @@ def find_libcupti() -> str | None:
     """Where libcupti is: ``GPUTRACE_LIBCUPTI``, the ``nvidia-cuda-cupti`` wheel's folder (as
     cupti-python finds it), cuda-pathfinder, or the loader's search path. Imports nothing heavy;
     a library found is remembered (0.5 ms a look on the H200; a session's start looks twice)."""
-    env = os.environ.get("GPUTRACE_LIBCUPTI")
-    if env:
-        return env
-    return _find_libcupti()
+    return os.environ.get("GPUTRACE_LIBCUPTI") or _find_libcupti()
 
 
 @functools.cache
@@ -144,11 +141,10 @@ class LibCuptiSource:
         buffer_bytes: int = BUFFER_BYTES,
         flush_period_ms: int = FLUSH_PERIOD_MS,
         api_filter: bool = True,
-        lib_path: str | None = None,
         lib: Any = None,
     ) -> None:
         if lib is None:  # ``lib``: a stand-in with LibCupti's methods (tests)
-            path = lib_path or find_libcupti()
+            path = find_libcupti()
             if not path:
                 raise GputraceError(NOT_FOUND)
             try:
@@ -310,11 +306,10 @@ class LibCuptiSource:
         t1 = self.lib.timestamp()
         return threading.get_native_id(), t0, t1
 
-    def take_buffers(self, flush: bool = True) -> list[tuple[np.ndarray, int]]:
-        """The completed buffers so far (forcing CUPTI to hand over partial ones when ``flush``)."""
-        if flush:
-            with contextlib.suppress(GputraceError):
-                self.lib.call("cuptiActivityFlushAll", 1)  # forced: incomplete buffers too
+    def take_buffers(self) -> list[tuple[np.ndarray, int]]:
+        """The completed buffers so far, CUPTI forced to hand over partial ones first."""
+        with contextlib.suppress(GputraceError):
+            self.lib.call("cuptiActivityFlushAll", 1)  # forced: incomplete buffers too
         # a buffer CUPTI's thread is handing over when the flush returns is taken too
         deadline = time.monotonic() + SETTLE_S
         while self._inflight and time.monotonic() < deadline:
