@@ -1,19 +1,7 @@
 """The wgpu backend: a timestamp pair per compute/render pass, through wgpu-py 0.32.
 
-Keep your wgpu code as it is; hand the device to the session (or instrument it once)::
-
-    import gputrace, wgpu
-    adapter = wgpu.gpu.request_adapter_sync()
-    device = adapter.request_device_sync(required_features=["timestamp-query"])
-    with gputrace.session("frame.json", backend="wgpu", backend_options={"device": device}):
-        with gputrace.trace("blur"):
-            encoder = device.create_command_encoder()
-            cpass = encoder.begin_compute_pass()   # timed: timestamp_writes added for you
-            ...
-            cpass.end()
-            device.queue.submit([encoder.finish()])  # the passes' submission time
-
-Each pass becomes a GPU span of the innermost scope open on the thread that began it; a scope's
+The user's wgpu code stays as it is: the device is handed to the session
+(``backend_options={"device": device}``) or instrumented once. Each pass becomes a GPU span of the innermost scope open on the thread that began it; a scope's
 GPU span is the hull of its passes and of its children's. ``instrument(device)`` does the same
 for ``backend="auto"``. A device without "timestamp-query" keeps its scopes' CPU times, marked
 untimed, never made-up GPU numbers. What is timed, and how: docs/webgpu.md.
@@ -57,9 +45,7 @@ def probe(*, auto: bool = True) -> str | None:
         from wgpu.backends.wgpu_native import _api  # noqa: F401
     except Exception as exc:
         return f"wgpu-py is not importable ({type(exc).__name__}: {exc})"
-    if not auto:
-        return None
-    return _probe_adapter()
+    return _probe_adapter() if auto else None
 
 
 @functools.cache  # asking for an adapter is slow
