@@ -379,13 +379,14 @@ class CudaEventsBackend(Backend):
     # sync, calibrate, collect ---------------------------------------------------------------
     def sync(self) -> None:
         deadline = time.monotonic() + self.sync_timeout_s
-        waits = []
-        for qs in self._queue_list:
-            if qs.last_end:
-                waits.append((qs.last_end, f"device {qs.dev.index} {_label(qs)}"))
-        for d in self._devs.values():
-            if d.anchors:
-                waits.append((d.anchors[-1].event, f"device {d.index} (gputrace's stream)"))
+        waits = [
+            (qs.last_end, f"device {qs.dev.index} {_label(qs)}") for qs in self._queue_list if qs.last_end
+        ]
+        waits += [
+            (d.anchors[-1].event, f"device {d.index} (gputrace's stream)")
+            for d in self._devs.values()
+            if d.anchors
+        ]
         self._wait(waits, deadline)
         self._synced_ns = self.clock()
 
@@ -500,8 +501,7 @@ class CudaEventsBackend(Backend):
                     continue
                 cutoff = done[-1].cpu_ns if oldest is None else oldest
                 # keep the newest finished anchor at or before the cutoff, and all after it
-                older = [a for a in done[:-1] if a.cpu_ns < cutoff]
-                drop = older[:-1] if older else []
+                drop = [a for a in done[:-1] if a.cpu_ns < cutoff][:-1]
                 if not drop:
                     continue
                 ids = {id(a) for a in drop}
@@ -519,13 +519,12 @@ class CudaEventsBackend(Backend):
         ]
 
     def info(self) -> dict[str, Any]:
-        cp = self._cp
         return {
             "name": self.name,
             "timing": "events",
             "timing_by_device": {str(d): "events" for d in self._devs},
             "timing_note": self.timing_note,
-            "cupy": cp.__version__,
+            "cupy": self._cp.__version__,
             "cuda_runtime": self._rt.runtimeGetVersion(),
             "cuda_driver": self._rt.driverGetVersion(),
             "clock_domain": "cuda-event-chain",

@@ -1,10 +1,11 @@
 """The wgpu backend: a timestamp pair per compute/render pass, through wgpu-py 0.32.
 
 The user's wgpu code stays as it is: the device is handed to the session
-(``backend_options={"device": device}``) or instrumented once. Each pass becomes a GPU span of the innermost scope open on the thread that began it; a scope's
-GPU span is the hull of its passes and of its children's. ``instrument(device)`` does the same
-for ``backend="auto"``. A device without "timestamp-query" keeps its scopes' CPU times, marked
-untimed, never made-up GPU numbers. What is timed, and how: docs/webgpu.md.
+(``backend_options={"device": device}``) or instrumented once (``instrument(device)``, which is
+also how ``backend="auto"`` finds it). Each pass becomes a GPU span of the innermost scope open on
+the thread that began it; a scope's GPU span is the hull of its passes and of its children's. A
+device without "timestamp-query" keeps its scopes' CPU times, marked untimed, never made-up GPU
+numbers. What is timed, and how: docs/webgpu.md.
 """
 
 from __future__ import annotations
