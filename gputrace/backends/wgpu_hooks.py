@@ -10,6 +10,7 @@ mapped asynchronously and read at a later submit, the rest at the next sync or a
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from typing import Any
@@ -137,11 +138,8 @@ class DeviceTracer:
     def settle(self, recs: list[PassRecord]) -> None:
         """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
         other passes on those pages are still read back."""
-        try:
-            with self.lock:  # the records ``submitted`` got to are done
-                self._release([rec for rec in recs if rec.submit_ns is None], _FAILED)
-        except Exception:
-            pass
+        with contextlib.suppress(Exception), self.lock:  # the records ``submitted`` got to are done
+            self._release([rec for rec in recs if rec.submit_ns is None], _FAILED)
 
     def _release(self, recs: list[PassRecord], submit_ns: int) -> None:
         """Give ``recs`` their submission time (a record that has one already failed) and their
@@ -173,7 +171,7 @@ class DeviceTracer:
     def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
         """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
         untraced; the scopes involved (default: the innermost open one) are marked degraded."""
-        try:
+        with contextlib.suppress(Exception):
             reason = f"{what} failed inside gputrace ({type(exc).__name__}: {exc})"
             report_internal(f"wgpu-{what}", f"{reason}; those passes are not timed, your program continues.")
             if tokens is None:
@@ -181,8 +179,6 @@ class DeviceTracer:
                 tokens = [token] if token else []
             for tok in tokens:
                 self.degraded.setdefault(tok, reason)
-        except Exception:
-            pass
 
     # pages ---------------------------------------------------------------------------------
     def _open_page(self) -> QueryPage:
