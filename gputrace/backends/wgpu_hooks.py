@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from gputrace.backends.base import Clock, RawSpan
@@ -115,7 +116,7 @@ class DeviceTracer:
             if not recs or recs[-1].page is not rec.page:
                 self._page_submitted(rec.page)  # the encoder holds no slot of it any more
 
-    def resolve(self, encoder: Any, recs: list[PassRecord]) -> None:
+    def resolve(self, encoder: Any, recs: Sequence[PassRecord]) -> None:
         """Resolve the slots ``recs`` wrote, run by contiguous run, into their pages' read-back."""
         i = 0
         while i < len(recs):
@@ -305,7 +306,7 @@ class _TracedDevice:
 
 class _TracedEncoder:
     _gputrace_tracer: DeviceTracer | None = None
-    _gputrace_records: list[PassRecord] | tuple[()] = ()
+    _gputrace_records: Sequence[PassRecord] = ()
     _gputrace_base: Any
 
     def begin_compute_pass(self, *, label: str = "", timestamp_writes: Any = None) -> Any:
@@ -340,18 +341,18 @@ class _TracedEncoder:
         tracer = self._gputrace_tracer
         if recs and tracer is not None:
             try:
-                tracer.resolve(self, recs)  # type: ignore[arg-type]
+                tracer.resolve(self, recs)
             except Exception as exc:
-                tracer.fault("resolving timestamps", exc, [r.token for r in recs])  # type: ignore[union-attr]
+                tracer.fault("resolving timestamps", exc, [r.token for r in recs])
                 for r in recs:
-                    r.submit_ns = _FAILED  # type: ignore[union-attr]
+                    r.submit_ns = _FAILED
         cb = self._gputrace_base.finish(self, label=label)
         if recs:
             try:
                 cb._gputrace_passes = (tracer, recs)
             except Exception as exc:
                 if tracer is not None:
-                    tracer.fault("noting a command buffer", exc, [r.token for r in recs])  # type: ignore[union-attr]
+                    tracer.fault("noting a command buffer", exc, [r.token for r in recs])
         return cb
 
 
