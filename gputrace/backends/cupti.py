@@ -273,10 +273,11 @@ class CuptiBackend(Backend):
         # (why forced, not CUPTI's default flush: docs/cupti.md, "Nothing lost silently").
         ops, calls = self.source.drain()
         unfinished = cr.unfinished(ops)
-        if self._rate_map is not None:
+        m = self._rate_map  # (as ``_source_ns``, over whole columns)
+        if m is not None:
             for arr in (ops, calls):
                 for f in ("start", "end"):
-                    arr[f] = self._source_ns_array(arr[f])
+                    arr[f] = m[1] + np.round((arr[f] - m[0]) / m[2]).astype(np.int64)
         self._learn_threads()
         done_by = self.clock()
         now = _last_per_correlation(calls)
@@ -320,12 +321,6 @@ class CuptiBackend(Backend):
         self._prev_pending_starts = now["start"][waiting]
         self._ops_total += len(ops) - int(np.count_nonzero(unfinished))
         return got
-
-    def _source_ns_array(self, ticks: np.ndarray) -> np.ndarray:
-        m = self._rate_map
-        if m is None:
-            return ticks
-        return m[1] + np.round((ticks - m[0]) / m[2]).astype(np.int64)
 
     def _is_launch(self, key: int) -> bool:
         got = self._launch_kind.get(key)
