@@ -215,28 +215,27 @@ class BufferDecoder:
             kind_last = int(buf[last : last + 4].view("<u4")[0])
             if last + self.sizes[kind_last] > len(buf):  # a record cut short: never read past the end
                 starts = starts[:-1]
-        n = len(buf) // RECORD_ALIGN
-        kind_at = buf[: n * RECORD_ALIGN].view("<u4")[0::2][starts // RECORD_ALIGN]
-
-        whole = buf[: n * RECORD_ALIGN]
+        whole = buf[: len(buf) // RECORD_ALIGN * RECORD_ALIGN]
+        kind_at = whole.view("<u4")[0::2][starts // RECORD_ALIGN]
         by_width = {1: whole, 2: whole.view("<u2"), 4: whole.view("<u4"), 8: whole.view("<u8")}
 
-        def take(which: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-            at = starts[np.isin(kind_at, which)]
-            out = np.zeros(len(at), COMPACT[which[0]])
+        def take(*kinds: int) -> np.ndarray:
+            """The records of ``kinds`` (which share one layout)."""
+            at = starts[np.isin(kind_at, kinds)]
+            out = np.zeros(len(at), COMPACT[kinds[0]])
             if not len(at):
                 return out
             # one gather per field: every field is naturally aligned inside its 8-aligned record
-            for field, ftype, off in fields_of(dtype):
+            for field, ftype, off in fields_of(LAYOUTS[kinds[0]]):
                 w = ftype.itemsize
                 out[field] = by_width[w][(at + off) // w]
             return out
 
         return Decoded(
-            kernels=take((KIND_CONCURRENT_KERNEL,), KERNEL),
-            memcpys=take((KIND_MEMCPY,), MEMCPY),
-            memsets=take((KIND_MEMSET,), MEMSET),
-            calls=take((KIND_DRIVER, KIND_RUNTIME), API),
+            kernels=take(KIND_CONCURRENT_KERNEL),
+            memcpys=take(KIND_MEMCPY),
+            memsets=take(KIND_MEMSET),
+            calls=take(KIND_DRIVER, KIND_RUNTIME),
             records=len(starts),
             problem=problem,
         )
