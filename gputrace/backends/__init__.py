@@ -110,15 +110,15 @@ def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> B
         for cand in AUTO_ORDER:
             why = probe(cand, auto=True)
             if why is None:
+                mine = {k: v for k, v in options.items() if k in takes[cand]}
                 try:
-                    mine = {k: v for k, v in options.items() if k in takes[cand]}
                     backend = _instantiate(cand, clock, **mine)
                 except GputraceError as exc:
-                    reasons.append(f"{cand}: {exc}")
-                    continue
-                if not quiet:
-                    notice(f"backend auto chose {cand}.")
-                return backend
+                    why = str(exc)
+                else:
+                    if not quiet:
+                        notice(f"backend auto chose {cand}.")
+                    return backend
             reasons.append(f"{cand}: {why}")
         if not quiet:
             notice(f"no GPU backend is usable ({'; '.join(reasons)}); recording CPU times only.")
@@ -136,6 +136,5 @@ def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> B
 
 def _instantiate(name: str, clock: Clock, **options: Any) -> Backend:
     modname, clsname = BACKENDS[name]
-    cls = getattr(importlib.import_module(modname), clsname)
-    backend: Backend = cls(clock, **options)
+    backend: Backend = getattr(importlib.import_module(modname), clsname)(clock, **options)
     return backend

@@ -26,30 +26,10 @@ from typing import Any
 
 from gputrace.backends import TIMINGS
 from gputrace.backends.base import Backend, Clock
-from gputrace.backends.cuda_events import (
-    EMPTY_SPAN_NS,
-    HARVEST_BATCH,
-    HARVEST_EVERY,
-    HARVEST_EXITS,
-    CudaEventsBackend,
-    ms_to_ns,
-    nearest,
-    probe,
-)
+from gputrace.backends.cuda_events import CudaEventsBackend, probe
 from gputrace.errors import GputraceError, notice
 
-__all__ = [
-    "EMPTY_SPAN_NS",
-    "HARVEST_BATCH",
-    "HARVEST_EVERY",
-    "HARVEST_EXITS",
-    "TIMINGS",
-    "CudaBackend",
-    "CudaEventsBackend",
-    "ms_to_ns",
-    "nearest",
-    "probe",
-]
+__all__ = ["CudaBackend", "probe"]
 
 _CUPTI_OPTIONS = ("buffer_bytes", "flush_period_ms", "api_filter")
 _EVENTS_OPTIONS = ("sync_timeout_s", "anchor_every_ns")
@@ -58,11 +38,8 @@ OPTIONS = ("timing", "samples", *_CUPTI_OPTIONS, *_EVENTS_OPTIONS)
 
 
 def CudaBackend(clock: Clock, *, timing: str = "auto", **options: Any) -> Backend:
-    """The cuda backend with the timing source ``timing`` picks (see the module docstring).
-
-    ``backend_options``: ``timing``; for events ``sync_timeout_s``, ``samples``,
-    ``anchor_every_ns``; for CUPTI ``buffer_bytes``, ``flush_period_ms``, ``samples``.
-    """
+    """The cuda backend with the timing source ``timing`` picks (see the module docstring), given
+    the options (``OPTIONS``) that source takes."""
     if timing not in TIMINGS:
         raise GputraceError(f"unknown timing {timing!r}; choose one of {', '.join(TIMINGS)}.")
     cannot = probe()

@@ -1,46 +1,25 @@
 """CUDA-event timing for the cuda backend: a pooled CUDA event pair per scope, through CuPy.
 
-The fallback where CUPTI cannot be used (``timing="events"``, or another CUPTI client holds it),
-and the path that coexists with other profilers: it sees one span per scope, not the operations
-inside it, and on an idle GPU a scope's start event fires before its launch (docs/cupti.md).
+The fallback where CUPTI cannot be used, and the path that coexists with other profilers: one span
+per scope, recorded on the stream its work goes to (CuPy's current stream, or ``trace(name,
+stream=s)``), submitted at the scope's entry; what that span can and cannot see: docs/cuda.md.
+Events come from a per-device pool and go back to it once read: creating one costs as much as
+recording it.
 
-Each scope records a start event when it is entered and an end event when it is left, on the
-stream its work goes to (CuPy's current stream, or ``trace(name, stream=s)``). The submission time
-is the CPU time the scope was entered. Events come from a per-device pool and return to it once a
-sync has collected them: creating an event costs as much as recording one.
+The GPU clock domain: ``cudaEventElapsedTime`` gives float32 ms, whose resolution falls with the
+distance between two events (61 ns at 1 s). So a chain of *anchor* events on the backend's own
+stream, one per calibration and from ``begin`` at most every ``ANCHOR_EVERY_NS``, places anchor
+``k`` at ``G(k-1) + elapsed(k-1, k)`` and a scope's event ``e`` at ``G(a) + elapsed(a, e)`` for the
+anchor ``a`` issued nearest to it: no time is read from far away. Calibration brackets an event
+record on that idle stream between two session-clock reads, polled to completion (6–8 µs wide on
+the H200); the tightest ``SAMPLES_KEPT`` of ``SAMPLES_PER_CALIBRATION`` are kept.
 
->>> import cupy, gputrace                                     # doctest: +SKIP
->>> with gputrace.session("mm.json", backend="cuda") as s:    # doctest: +SKIP
-...     a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
-...     with gputrace.trace("matmul"):
-...         b = a @ a
->>> s.trace.find("matmul")[0].gpu_ns                          # doctest: +SKIP
-1843200
+Why not ``%globaltimer`` anchors (a kernel reads the timer, an event follows it): on the H200 the
+event is timestamped when its record *arrives*, for a one-thread kernel after the kernel finished,
+at a time set by the CPU's launch jitter; such anchors disagreed by up to 10 µs.
 
-The GPU clock domain
---------------------
-CUDA events only give relative float32 milliseconds (``cudaEventElapsedTime``), whose resolution
-falls with the distance between the two events (exact below 8 ms, 61 ns at 1 s, 8 µs at 100 s).
-So the backend keeps a chain of *anchor* events on its own stream, one at every calibration and,
-from ``begin``, at most every ``ANCHOR_EVERY_NS``: anchor ``k`` sits at ``G(k-1) + elapsed(k-1,
-k)`` ns after the first one, and a scope's event ``e`` at ``G(a) + elapsed(a, e)`` for the anchor
-``a`` issued nearest to it. Every link is short, so no time is ever read from far away.
-
-Calibration brackets an event record between two session-clock reads: ``t0``; record ``R``; poll
-until ``R`` is done; ``t1``. An event is timestamped when the GPU reaches it, so on the idle
-backend stream ``R`` was timestamped inside ``[t0, t1]`` (6.2–7.8 µs wide on the H200). Six
-brackets are tried per calibration and the tightest two kept: the resolver's bound follows its
-worst sample, and a wide window (a preempted thread, a GPU waking up) only loosens it. On the
-H200 the fit then states ±4.3–4.9 µs and scope ends land 1.0–2.2 µs after the kernel's own
-``%globaltimer`` end (median, 91 s run, no growth; ``benchmarks/bench_cuda.py``).
-
-Why not ``%globaltimer`` anchors (a kernel reads the timer, then an event follows it): measured on
-the H200, the event is timestamped when its record *arrives*, which for a one-thread kernel is
-after the kernel already finished, at a time set by the CPU's launch jitter; anchors then
-disagreed with each other by up to 10 µs. The event chain has no such race.
-
-Work captured into a CUDA graph cannot be timed by ordinary event records; scopes entered while
-their stream is capturing are flagged ``untimed`` and one notice says so.
+Work captured into a CUDA graph cannot be timed by event records: scopes entered while their
+stream is capturing are flagged ``untimed``, with one notice.
 """
 
 from __future__ import annotations
@@ -57,22 +36,18 @@ from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected,
 from gputrace.errors import GputraceError, notice
 from gputrace.model import QueueInfo
 
-# Measured on the H200 in three runs (benchmarks/bench_cuda.py): two event records queued back to
-# back measure 1.25–2.34 µs apart, an empty kernel between them 2.69–3.94 µs. A span at or below
-# this floor holds no GPU work. An empty scope on an idle GPU measures the CPU time between its
-# two records instead (2.4–15 µs) and is mostly not caught by the floor.
+# A span at or below this holds no GPU work: two event records queued back to back measure
+# 1.25–2.34 µs apart on the H200, an empty kernel between them 2.69–3.94 µs (docs/cuda.md).
 EMPTY_SPAN_NS = 2_500
 ANCHOR_EVERY_NS = 1_000_000_000
-# Brackets tried per calibration, and how many of the tightest are kept: a wider window says less
-# (a preempted thread, a GPU waking up) and the resolver's bound follows its worst sample.
+# Brackets tried per calibration, and how many of the tightest are kept: the resolver's bound
+# follows its worst sample, and a wide window (a preempted thread, a GPU waking up) only loosens it.
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 DEFAULT_SYNC_TIMEOUT_S = 120.0
 # Without syncs the pool would grow by two events per scope: once this many ended scopes wait,
-# every HARVEST_EXITS-th scope exit reads the oldest HARVEST_BATCH finished ones and returns their
-# events to the pool (four per exit on average, as fast as scopes end; a few tens of µs at a time,
-# without waiting). Reading them all at once every 1,024 scopes stalled the program ~5 ms each time
-# (once 153 ms) on the H200; reading four at every exit paid a harvest's fixed cost at every exit.
+# every HARVEST_EXITS-th scope exit reads the oldest HARVEST_BATCH finished ones, without waiting
+# (reading all every 1,024 scopes stalled the program ~5 ms each time on the H200; docs/cupti.md).
 HARVEST_EVERY = 512
 HARVEST_EXITS = 8
 HARVEST_BATCH = 4 * HARVEST_EXITS
@@ -96,6 +71,14 @@ def probe() -> str | None:
     except Exception as exc:
         return f"CuPy could not query CUDA devices ({type(exc).__name__}: {exc})"
     return None
+
+
+def device_name(index: int) -> str:
+    """The name CuPy gives CUDA device ``index``."""
+    import cupy
+
+    raw = cupy.cuda.runtime.getDeviceProperties(index).get("name", b"")
+    return (raw.decode() if isinstance(raw, bytes) else str(raw)) or f"CUDA device {index}"
 
 
 def nearest(anchor_cpu_ns: list[int], cpu_ns: int) -> int:
@@ -277,17 +260,13 @@ class CudaEventsBackend(Backend):
         with self._lock:
             d = self._devs.get(index)
             if d is None:
-                d = self._make_device(index)
-                self._devs[index] = d
+                d = self._devs[index] = self._make_device(index)
         return d
 
     def _make_device(self, index: int) -> _Device:
         cp = self._cp
         with cp.cuda.Device(index):
-            props = self._rt.getDeviceProperties(index)
-            raw_name = props.get("name", b"")
-            name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
-            d = _Device(index, name or f"CUDA device {index}", cp.cuda.Stream(non_blocking=True))
+            d = _Device(index, device_name(index), cp.cuda.Stream(non_blocking=True))
             d.pool = [self._rt.eventCreateWithFlags(0) for _ in range(64)]
             d.created = 64
         self._anchor(d, auto=False)
@@ -400,13 +379,14 @@ class CudaEventsBackend(Backend):
     # sync, calibrate, collect ---------------------------------------------------------------
     def sync(self) -> None:
         deadline = time.monotonic() + self.sync_timeout_s
-        waits = []
-        for qs in self._queue_list:
-            if qs.last_end:
-                waits.append((qs.last_end, f"device {qs.dev.index} {_label(qs)}"))
-        for d in self._devs.values():
-            if d.anchors:
-                waits.append((d.anchors[-1].event, f"device {d.index} (gputrace's stream)"))
+        waits = [
+            (qs.last_end, f"device {qs.dev.index} {_label(qs)}") for qs in self._queue_list if qs.last_end
+        ]
+        waits += [
+            (d.anchors[-1].event, f"device {d.index} (gputrace's stream)")
+            for d in self._devs.values()
+            if d.anchors
+        ]
         self._wait(waits, deadline)
         self._synced_ns = self.clock()
 
@@ -419,8 +399,12 @@ class CudaEventsBackend(Backend):
 
     def collect(self) -> Collected:
         with self._harvest_lock:
-            got = self._take_finished(self._synced_ns or self.clock())
-            early, self._harvested = self._harvested, Collected()
+            return self._with_harvested(self._take_finished(self._synced_ns or self.clock()))
+
+    def _with_harvested(self, got: Collected) -> Collected:
+        """``got`` after the spans harvested at scope exits, with the refused scopes (under the
+        harvest lock)."""
+        early, self._harvested = self._harvested, Collected()
         got.spans[:0] = early.spans
         got.degraded.update(early.degraded)
         got.untimed, self._captured = self._captured, set()
@@ -438,13 +422,9 @@ class CudaEventsBackend(Backend):
         ended unread, or now. A scope is in ``_open`` until it is in ``_ended``, so none slips
         between them; harvests hold the same lock."""
         with self._harvest_lock:
-            got = self._take_finished(None)
-            early, self._harvested = self._harvested, Collected()
+            got = self._with_harvested(self._take_finished(None))
             now = self.clock()
             live = [c for _, _, c in list(self._open.values())] + [r[4] for r in list(self._ended)]
-        got.spans[:0] = early.spans
-        got.degraded.update(early.degraded)
-        got.untimed, self._captured = self._captured, set()
         return got, (min(live) - 1 if live else now)
 
     def _take_finished(self, done_by: int | None, limit: int | None = None, retire: bool = True) -> Collected:
@@ -521,8 +501,7 @@ class CudaEventsBackend(Backend):
                     continue
                 cutoff = done[-1].cpu_ns if oldest is None else oldest
                 # keep the newest finished anchor at or before the cutoff, and all after it
-                older = [a for a in done[:-1] if a.cpu_ns < cutoff]
-                drop = older[:-1] if older else []
+                drop = [a for a in done[:-1] if a.cpu_ns < cutoff][:-1]
                 if not drop:
                     continue
                 ids = {id(a) for a in drop}
@@ -540,13 +519,12 @@ class CudaEventsBackend(Backend):
         ]
 
     def info(self) -> dict[str, Any]:
-        cp = self._cp
-        facts: dict[str, Any] = {
+        return {
             "name": self.name,
             "timing": "events",
             "timing_by_device": {str(d): "events" for d in self._devs},
             "timing_note": self.timing_note,
-            "cupy": cp.__version__,
+            "cupy": self._cp.__version__,
             "cuda_runtime": self._rt.runtimeGetVersion(),
             "cuda_driver": self._rt.driverGetVersion(),
             "clock_domain": "cuda-event-chain",
@@ -561,7 +539,6 @@ class CudaEventsBackend(Backend):
             "events_created": {str(d.index): d.created for d in self._devs.values()},
             "graph_capture": "scopes inside stream capture are refused and flagged untimed",
         }
-        return facts
 
     def close(self) -> None:
         destroy = self._rt.eventDestroy
@@ -593,9 +570,8 @@ def _stream_ptr(stream: Any) -> int:
     )
 
 
+_NAMED_STREAMS = {0: "default stream", 1: "legacy default stream", 2: "per-thread default stream"}
+
+
 def _label(qs: _Queue) -> str:
-    if qs.sptr == 0:
-        return "default stream"
-    if qs.sptr in (1, 2):
-        return "per-thread default stream" if qs.sptr == 2 else "legacy default stream"
-    return f"stream {qs.sptr:#x}"
+    return _NAMED_STREAMS.get(qs.sptr) or f"stream {qs.sptr:#x}"

@@ -1,27 +1,16 @@
 """CUPTI timing for the cuda backend: every kernel, memcpy and memset, attributed to its scope.
 
-An *activity source* (libcupti through ctypes, ``gputrace.backends.cupti_lib``; the scripted
-``tests/cupti_fake.py`` in tests, which writes real CUPTI record bytes) delivers activity
-records as arrays, decoded in bulk from CUPTI's buffers: per GPU operation its name, device,
-stream, GPU start/end and the correlation id of the API call that launched it; per API call its
-thread and CPU start/end. This backend joins operations to their launch calls by correlation id
-with numpy (no Python object per record) and hands them to the resolver as one batch, which
-attributes each to the innermost scope open on the launching thread when the call
-started (the call's start inside the scope's CPU window). The recorder's hot path is untouched:
-this backend is not ``timed``, so scopes cost what CPU-only scopes cost, and nothing is pushed or
-popped per scope (measured against CUPTI's external-correlation push/pop in
-``benchmarks/bench_cuda.py``; docs/cupti.md).
+An *activity source* (libcupti through ctypes, ``cupti_lib``; in tests ``tests/cupti_fake.py``,
+which writes real CUPTI record bytes) delivers records decoded in bulk: per GPU operation its
+name, device, stream, GPU start/end and the correlation id of its launch call; per API call its
+thread and CPU start/end. Operations are joined to their launch calls by correlation id with numpy
+(no Python object per record) and handed to the resolver as one batch, which attributes each to
+the innermost scope open on the launching thread when the call started. The backend is not
+``timed``: scopes cost what CPU-only scopes cost, nothing is pushed or popped per scope (measured
+against CUPTI's external-correlation push/pop in ``benchmarks/bench_cuda.py``).
 
-Clocks: CUPTI's timestamps (CLOCK_REALTIME ns on Linux) are mapped onto the session clock by
-brackets ``(clock(), get_timestamp(), clock())`` taken at start, at every sync, at stop and at each
-buffer CUPTI completes; the resolver fits them like any GPU clock and states the uncertainty.
-
-Coexistence: CUPTI has one set of activity callbacks per process. When another client
-(torch.profiler's Kineto, Nsight) registers its own, ours stop receiving records, without error.
-Every sync checks that the API record of its own synchronize call arrived; when it did not, the
-stretch since the last good check is *blind* (scopes in it with no GPU work are flagged
-``untimed``, not empty), one notice says so, and the callbacks are registered again once the other
-tool is no longer active.
+How CUPTI's clock is bracketed onto the session clock, and how records that stop arriving (another
+CUPTI client took the callbacks) make *blind* stretches: docs/cupti.md.
 """
 
 from __future__ import annotations
@@ -47,10 +36,8 @@ SAMPLES_KEPT = 2
 RATE_TOLERANCE = 0.05  # a source clock within 5% of one tick per ns counts ns
 RATE_PROBE_NS = 2_000  # the first look at the source's rate spans at least this
 RATE_SPAN_NS = 20_000_000  # and the measurement, when it does not count ns
-# CUPTI maps each GPU timestamp onto its CPU clock itself; that mapping's error is not in the
-# clock fit's. Measured on the H200 against each kernel's own %globaltimer reads mapped by an
-# independent ping-pong fit (benchmarks/bench_cuda.py --only alignment, 1,300 kernels): up to
-# 0.67 µs. Stated uncertainties of CUPTI GPU times include this allowance (docs/cupti.md).
+# CUPTI's own GPU-to-CPU timestamp mapping, outside the clock fit: up to 0.67 µs measured on the
+# H200 (benchmarks/bench_cuda.py --only alignment); every stated uncertainty includes this allowance.
 SOURCE_ERROR_NS = 1_000
 LOST_GAP_NS = 1_000_000  # lost launch calls closer than this make one blind stretch
 HORIZON_MARGIN_NS = 10_000  # a streamed scope ends at least this long before the horizon
@@ -58,77 +45,47 @@ MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exac
 
 
 class ActivitySource(Protocol):
-    """What the backend asks of an activity source (real CUPTI or the test fake)."""
+    """What the backend asks of an activity source (real CUPTI or the test fake).
+
+    ``drain`` forces a flush and takes every record delivered so far: operations
+    (``cupti_records.OPS``, names as indices into ``names``) and API calls (``CALLS``); records of
+    work still running come with zero timestamps (``cupti_records.unfinished``). ``sync`` waits for
+    all GPU work and returns (OS tid, start, end) on the source clock of a window in which this
+    thread made an API call the source should have recorded (the canary).
+    """
 
     name: str
-
-    def start(self) -> None:
-        """Enable the activity kinds and register the buffer callbacks."""
-
-    def timestamp(self) -> int:
-        """The source's clock now (ns)."""
-        ...
-
-    def sync(self) -> tuple[int, int, int]:
-        """Wait for all GPU work; returns (OS tid, start, end) on the source clock of a window
-        in which this thread made an API call the source should have recorded (the canary)."""
-        ...
-
     names: NameTable  # operation and call names by index
 
-    def drain(self) -> tuple[np.ndarray, np.ndarray]:
-        """Flush and take every record delivered so far: operations (``cupti_records.OPS``, names
-        as indices into ``names``) and API calls (``cupti_records.CALLS``). The flush is forced:
-        records of work still running come with zero timestamps (``cupti_records.unfinished``)."""
-        ...
-
+    def start(self) -> None: ...  # enable the activity kinds, register the buffer callbacks
+    def timestamp(self) -> int: ...  # the source's clock now (ns)
+    def sync(self) -> tuple[int, int, int]: ...
+    def drain(self) -> tuple[np.ndarray, np.ndarray]: ...
     def call_name(self, domain: int, cbid: int) -> str: ...
-
-    def waiting_bytes(self) -> int:
-        """Bytes of records delivered and not yet drained."""
-        ...
-
-    def dropped(self) -> int:
-        """Records the source dropped so far (full buffers)."""
-        ...
-
-    def other_client_active(self) -> str | None:
-        """Why another CUPTI client is active now (so registering would break it), or None."""
-        ...
-
-    def reclaim(self) -> None:
-        """Register the callbacks and enable the kinds again (after another client took them)."""
-
-    def devices(self) -> dict[int, str]:
-        """Device index -> name."""
-        ...
-
+    def waiting_bytes(self) -> int: ...  # bytes of records delivered and not yet drained
+    def dropped(self) -> int: ...  # records dropped so far (full buffers)
+    def other_client_active(self) -> str | None: ...  # why another client is active now (or None)
+    def reclaim(self) -> None: ...  # start again, after another client took the callbacks
+    def devices(self) -> dict[int, str]: ...  # device index -> name
     def stop(self) -> None: ...
-
     def info(self) -> dict[str, Any]: ...
 
 
 def probe() -> str | None:
     """Why CUPTI cannot be used here, or None. Never raises; loads nothing."""
     try:
-        from gputrace.backends.cupti_lib import find_libcupti
+        from gputrace.backends.cupti_lib import NOT_FOUND, find_libcupti
 
         if find_libcupti() is None:
-            return "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
+            return NOT_FOUND
     except Exception as exc:
         return f"looking for libcupti failed ({type(exc).__name__}: {exc})"
     return torch_profiler_active()
 
 
 def torch_loaded() -> str | None:
-    """Why ``timing="auto"`` leaves CUPTI alone in a program that imported torch, or None.
-
-    Measured on the H200 (torch 2.11): a torch.profiler started while gputrace holds CUPTI's
-    activity callbacks records no kernels at all, and a CUPTI session started after
-    torch.profiler ran in the process loses records when Kineto tears CUPTI down. CUPTI is one
-    per process, so the cooperative choice in a torch program is events; ``timing="cupti"``
-    still forces it.
-    """
+    """Why ``timing="auto"`` leaves CUPTI alone in a program that imported torch, or None: CUPTI is
+    one per process, and torch.profiler loses its kernels to a CUPTI-timed session (docs/cupti.md)."""
     import sys
 
     if "torch" in sys.modules:
@@ -147,11 +104,10 @@ def torch_profiler_active() -> str | None:
     if torch is None:
         return None
     try:
-        if torch._C._autograd._profiler_enabled():
-            return "torch.profiler is recording and holds CUPTI"
+        recording = torch._C._autograd._profiler_enabled()
     except Exception:
         return None
-    return None
+    return "torch.profiler is recording and holds CUPTI" if recording else None
 
 
 class CuptiBackend(Backend):
@@ -180,7 +136,7 @@ class CuptiBackend(Backend):
         self._good_until: int | None = None  # source clock: last time records were known to arrive
         self._blind_noticed = False
         self._blind: list[Blind] = []
-        self._launch_kind: dict[tuple[int, int], bool] = {}
+        self._launch_kind: dict[int, bool] = {}  # by ``_call_keys``
         self._orphans = 0
         self._orphans_noticed = False
         self._bg_samples: list[CalibrationSample] = []
@@ -212,14 +168,9 @@ class CuptiBackend(Backend):
         return out
 
     def _check_rate(self) -> None:
-        """Find whether the source's clock counts ns. CUPTI counts CLOCK_REALTIME ns unless a tool
-        registered its own timestamp callback: torch.profiler's Kineto does, and leaves it in place
-        after it stops (measured on the H200: TSC ticks, 2.1 per ns). Then every source time is
-        converted to ns by the rate measured here, before the clock fit sees it.
-
-        A first look costs nothing (brackets already taken); only when it rules out one tick per
-        ns is the rate measured over ``RATE_SPAN_NS``.
-        """
+        """Find whether the source's clock counts ns (not when torch.profiler's Kineto left its own
+        timestamp source registered: TSC ticks, docs/cupti.md); if not, measure its rate over
+        ``RATE_SPAN_NS``, by which every source time is then converted before the clock fit."""
         a = self._brackets(1, raw=True)[0]
         b = self._brackets(1, raw=True)[0]
         for _ in range(64):  # a few µs apart, so the two windows' widths do not dominate
@@ -317,18 +268,16 @@ class CuptiBackend(Backend):
 
     def _collect(self, *, background: bool) -> Collected:
         got = Collected(ops_timing=True)
-        # Every drain forces CUPTI's buffers out, in the background too. Without a sync, work
-        # still running then comes unfinished (zero timestamps, never completed later): matched
-        # to its launch call, then left out and counted. CUPTI's default flush would wait for
-        # it, but holds back every buffer with one record still running: on the H200 kernel
-        # records then arrived mostly at the stop (a 1M-kernel run peaked at +847 MB over the
-        # bare program); forced, 4 of 1M records came unfinished.
+        # Every drain forces CUPTI's buffers out, in the background too: work still running comes
+        # unfinished (zero timestamps), is matched to its launch call, then left out and counted
+        # (why forced, not CUPTI's default flush: docs/cupti.md, "Nothing lost silently").
         ops, calls = self.source.drain()
         unfinished = cr.unfinished(ops)
-        if self._rate_map is not None:
+        m = self._rate_map  # (as ``_source_ns``, over whole columns)
+        if m is not None:
             for arr in (ops, calls):
                 for f in ("start", "end"):
-                    arr[f] = self._source_ns_array(arr[f])
+                    arr[f] = m[1] + np.round((arr[f] - m[0]) / m[2]).astype(np.int64)
         self._learn_threads()
         done_by = self.clock()
         now = _last_per_correlation(calls)
@@ -373,28 +322,22 @@ class CuptiBackend(Backend):
         self._ops_total += len(ops) - int(np.count_nonzero(unfinished))
         return got
 
-    def _source_ns_array(self, ticks: np.ndarray) -> np.ndarray:
-        m = self._rate_map
-        if m is None:
-            return ticks
-        return m[1] + np.round((ticks - m[0]) / m[2]).astype(np.int64)
-
-    def _is_launch(self, domain: int, cbid: int) -> bool:
-        key = (domain, cbid)
+    def _is_launch(self, key: int) -> bool:
         got = self._launch_kind.get(key)
         if got is None:
-            name = self.source.call_name(domain, cbid)
-            got = any(k in name for k in ("Launch", "Memcpy", "Memset")) and "HostFunc" not in name
-            self._launch_kind[key] = got
+            name = self._call_name(key)
+            got = self._launch_kind[key] = (
+                any(k in name for k in ("Launch", "Memcpy", "Memset")) and "HostFunc" not in name
+            )
         return got
+
+    def _call_name(self, key: int) -> str:
+        """The name of the API call ``_call_keys`` packed into ``key``."""
+        return self.source.call_name(key >> 32, key & 0xFFFFFFFF)
 
     def _launches(self, calls: np.ndarray) -> np.ndarray:
         """Which calls launch GPU work (their operations are expected)."""
-        if not len(calls):
-            return np.zeros(0, bool)
-        keys, inv = np.unique(calls["domain"].astype(np.int64) << 32 | calls["cbid"], return_inverse=True)
-        launch = np.array([self._is_launch(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys.tolist()], bool)
-        return launch[inv.reshape(-1)]
+        return cr.per_unique(_call_keys(calls), self._is_launch, bool)
 
     def _lost_operations(self, due: np.ndarray, got: Collected) -> None:
         """Launch calls whose operations never arrived: their stretches of time are blind (scopes
@@ -449,55 +392,43 @@ class CuptiBackend(Backend):
         rows["done_by_ns"] = done_by
         # queues: one per (device, stream), few
         pair = ops["device"].astype(np.int64) << 40 | ops["stream"]
-        upair, pinv = np.unique(pair, return_inverse=True)
-        qs = np.array([self._queue_of(p >> 40, p & ((1 << 40) - 1)) for p in upair.tolist()], np.int32)
-        rows["queue"] = qs[pinv.reshape(-1)]
+        rows["queue"] = cr.per_unique(pair, self._queue_of, np.int32)
+        rows["call_tid"] = -1
+        rows["call_name"] = names.index("")
         # calls by correlation: this collect's win over the previous one's
         pool = np.concatenate([now, prev])
+        if not len(pool):
+            return OpBatch(rows, names.names, {})
         which = np.concatenate([np.arange(len(now)), -1 - np.arange(len(prev))])
         order = np.argsort(pool["correlation"], kind="stable")
         corr_sorted = pool["correlation"][order]
-        first = (
-            np.concatenate([[True], corr_sorted[1:] != corr_sorted[:-1]]) if len(order) else np.zeros(0, bool)
-        )
+        first = np.concatenate([[True], corr_sorted[1:] != corr_sorted[:-1]])
         order, corr_sorted = order[first], corr_sorted[first]
         j = np.searchsorted(corr_sorted, ops["correlation"])
-        jc = np.minimum(j, max(len(corr_sorted) - 1, 0))
-        hit = (
-            (j < len(corr_sorted)) & (corr_sorted[jc] == ops["correlation"])
-            if len(corr_sorted)
-            else np.zeros(n, bool)
-        )
-        rows["call_tid"] = -1
-        rows["call_name"] = names.index("")
-        if hit.any():
-            at = order[jc[hit]]
-            c, w = np.take(pool, at), which[at]  # (np.take: a structured fancy index is 15x slower)
-            now_matched[w[w >= 0]] = True
-            prev_matched[-1 - w[w < 0]] = True
-            rows["call_start_ns"][hit] = c["start"]
-            rows["call_end_ns"][hit] = c["end"]
-            key = c["domain"].astype(np.int64) << 32 | c["cbid"]
-            ukey, kinv = np.unique(key, return_inverse=True)
-            cname = np.array(
-                [
-                    names.index(self.source.call_name(int(k >> 32), int(k & 0xFFFFFFFF)))
-                    for k in ukey.tolist()
-                ],
-                np.int32,
-            )
-            rows["call_name"][hit] = cname[kinv.reshape(-1)]
-            utid, tinv = np.unique(c["tid"], return_inverse=True)
-            primary = np.empty(len(utid), np.int64)
-            alts: dict[int, tuple[int, ...]] = {}
-            for i, t in enumerate(utid.tolist()):
-                tids = self._os_tids(t)
-                primary[i] = tids[-1] if tids else -1
-                if len(tids) > 1:
-                    alts[tids[-1]] = tuple(tids[:-1])
-            rows["call_tid"][hit] = primary[tinv.reshape(-1)]
-            return OpBatch(rows, names.names, alts)
-        return OpBatch(rows, names.names, {})
+        jc = np.minimum(j, len(corr_sorted) - 1)
+        hit = (j < len(corr_sorted)) & (corr_sorted[jc] == ops["correlation"])
+        if not hit.any():
+            return OpBatch(rows, names.names, {})
+        at = order[jc[hit]]
+        c, w = np.take(pool, at), which[at]  # (np.take: a structured fancy index is 15x slower)
+        now_matched[w[w >= 0]] = True
+        prev_matched[-1 - w[w < 0]] = True
+        rows["call_start_ns"][hit] = c["start"]
+        rows["call_end_ns"][hit] = c["end"]
+        rows["call_name"][hit] = cr.per_unique(_call_keys(c), self._call_name_index, np.int32)
+        alts: dict[int, tuple[int, ...]] = {}
+
+        def os_tid(tid: int) -> int:  # the latest OS thread with this id; the others go in ``alts``
+            tids = self._os_tids(tid)
+            if len(tids) > 1:
+                alts[tids[-1]] = tuple(tids[:-1])
+            return tids[-1] if tids else -1
+
+        rows["call_tid"][hit] = cr.per_unique(c["tid"], os_tid, np.int64)
+        return OpBatch(rows, names.names, alts)
+
+    def _call_name_index(self, key: int) -> int:
+        return self.source.names.index(self._call_name(key))
 
     def _check_canary(self, calls: np.ndarray, got: Collected) -> None:
         canary, self._canary = self._canary, None
@@ -531,11 +462,9 @@ class CuptiBackend(Backend):
                     "cupti:reclaim", f"re-registering with CUPTI failed ({type(exc).__name__}: {exc})."
                 )
 
-    def _queue_of(self, dev: int, sid: int) -> int:
-        q = self._queues.get((dev, sid))
-        return self._new_queue(dev, sid) if q is None else q
-
-    def _new_queue(self, dev: int, sid: int) -> int:
+    def _queue_of(self, pair: int) -> int:
+        """The queue of a (device << 40 | stream) pair, made at its first operation."""
+        dev, sid = pair >> 40, pair & ((1 << 40) - 1)
         with self._lock:
             q = self._queues.get((dev, sid))
             if q is None:
@@ -646,6 +575,12 @@ def self_check_problem(
     if call_name is not None and "Memset" not in call_name(int(c["domain"]), int(c["cbid"])):
         return "the check's launch call came back as another API call"
     return None
+
+
+def _call_keys(calls: np.ndarray) -> np.ndarray:
+    """Each API call's (domain, callback id) packed into one integer."""
+    keys: np.ndarray = calls["domain"].astype(np.int64) << 32 | calls["cbid"]
+    return keys
 
 
 def _last_per_correlation(calls: np.ndarray) -> np.ndarray:

@@ -1,19 +1,11 @@
 """libcupti driven through ctypes: the activity source of CUPTI timing.
 
 No cupti-python on this path (importing it alone took 190–290 ms on the H200). CUPTI calls the
-buffer-completed callback on its own thread; the callback only queues the buffer's address and
-valid size, so its cost is per buffer, not per record. Buffers are decoded in bulk
-(``gputrace.backends.cupti_records``) when the backend drains them: at syncs, at stop, and
-whenever the session's streamer asks for a chunk. Every flush is forced (CUPTI's default
-flush held kernel records back until the stop on the H200): records of work still running then
-come with zero timestamps, which the backend leaves out and counts.
-
-Start-up checks: libcupti's API version must be 13.x (or 12.8/12.9, whose record sizes are known)
-and every record kind read must be at least as long as the layout gputrace reads
-(``cuptiActivityGetStructSize``); otherwise ``create`` raises
-and the cuda backend falls back to events with one notice. Every buffer's record chain must end
-exactly at its valid size; a buffer that does not is decoded up to the break, and what was lost
-is counted and said once.
+buffer-completed callback on its own thread, which only queues the buffer's address and valid
+size; buffers are decoded in bulk (``cupti_records``) when the backend drains them, every flush
+forced. Start-up checks (API version, record sizes) raise from ``LibCuptiSource``, and the cuda
+backend falls back to events with one notice; how buffers are found, flushed and checked:
+docs/cupti.md, "How CUPTI records are read" and "Nothing lost silently".
 """
 
 from __future__ import annotations
@@ -37,6 +29,7 @@ BUFFER_BYTES = 1 << 20  # one activity buffer: ~3,500 kernel + driver record pai
 FLUSH_PERIOD_MS = 200  # CUPTI hands full buffers over at least this often
 SETTLE_S = 1.0  # a drain waits at most this long for a buffer callback in flight
 KEEP_CALLS = re.compile(r"Launch|Memcpy|Memset|Synchronize")  # the API records attribution needs
+NOT_FOUND = "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
 _CB_DOMAIN = {cr.DOMAIN_DRIVER: 1, cr.DOMAIN_RUNTIME: 2}  # CUpti_CallbackDomain
 _CBID_TOP = {cr.DOMAIN_DRIVER: 1024, cr.DOMAIN_RUNTIME: 768}  # ids looked up past the table's
 
@@ -52,10 +45,7 @@ def find_libcupti() -> str | None:
     """Where libcupti is: ``GPUTRACE_LIBCUPTI``, the ``nvidia-cuda-cupti`` wheel's folder (as
     cupti-python finds it), cuda-pathfinder, or the loader's search path. Imports nothing heavy;
     a library found is remembered (0.5 ms a look on the H200; a session's start looks twice)."""
-    env = os.environ.get("GPUTRACE_LIBCUPTI")
-    if env:
-        return env
-    return _find_libcupti()
+    return os.environ.get("GPUTRACE_LIBCUPTI") or _find_libcupti()
 
 
 @functools.cache
@@ -144,7 +134,6 @@ class LibCuptiSource:
     of ``gputrace.backends.cupti``, delivering arrays (``cupti_records.OPS`` / ``CALLS``)."""
 
     name = "libcupti"
-    bulk = True  # drain() returns arrays
 
     def __init__(
         self,
@@ -152,15 +141,12 @@ class LibCuptiSource:
         buffer_bytes: int = BUFFER_BYTES,
         flush_period_ms: int = FLUSH_PERIOD_MS,
         api_filter: bool = True,
-        lib_path: str | None = None,
         lib: Any = None,
     ) -> None:
         if lib is None:  # ``lib``: a stand-in with LibCupti's methods (tests)
-            path = lib_path or find_libcupti()
+            path = find_libcupti()
             if not path:
-                raise GputraceError(
-                    "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
-                )
+                raise GputraceError(NOT_FOUND)
             try:
                 lib = LibCupti(path)
             except (OSError, AttributeError) as exc:
@@ -196,7 +182,6 @@ class LibCuptiSource:
         # the callbacks must outlive registration: CUPTI calls them until the process ends
         self._req_cb = _REQUESTED(self._requested)
         self._cmp_cb = _COMPLETED(self._completed)
-        self._started = False
         # CUPTI initializes itself at the first registration (16-23 ms on the H200, most of the
         # start): on a thread of its own, while the backend asks for the devices; ``start`` joins it
         self._register_error: BaseException | None = None
@@ -272,7 +257,6 @@ class LibCuptiSource:
             with contextlib.suppress(Exception):
                 self.stop()
             raise GputraceError(f"CUPTI could not be enabled ({exc})") from None
-        self._started = True
         self.start_ms["enable"] = (time.perf_counter_ns() - t0) / 1e6
 
     def _enable_calls(self, on: bool) -> None:
@@ -322,11 +306,10 @@ class LibCuptiSource:
         t1 = self.lib.timestamp()
         return threading.get_native_id(), t0, t1
 
-    def take_buffers(self, flush: bool = True) -> list[tuple[np.ndarray, int]]:
-        """The completed buffers so far (forcing CUPTI to hand over partial ones when ``flush``)."""
-        if flush:
-            with contextlib.suppress(GputraceError):
-                self.lib.call("cuptiActivityFlushAll", 1)  # forced: incomplete buffers too
+    def take_buffers(self) -> list[tuple[np.ndarray, int]]:
+        """The completed buffers so far, CUPTI forced to hand over partial ones first."""
+        with contextlib.suppress(GputraceError):
+            self.lib.call("cuptiActivityFlushAll", 1)  # forced: incomplete buffers too
         # a buffer CUPTI's thread is handing over when the flush returns is taken too
         deadline = time.monotonic() + SETTLE_S
         while self._inflight and time.monotonic() < deadline:
@@ -409,12 +392,9 @@ class LibCuptiSource:
     def devices(self) -> dict[int, str]:
         import cupy
 
-        rt = cupy.cuda.runtime
-        out = {}
-        for d in range(rt.getDeviceCount()):
-            raw = rt.getDeviceProperties(d).get("name", b"")
-            out[d] = (raw.decode() if isinstance(raw, bytes) else str(raw)) or f"CUDA device {d}"
-        return out
+        from gputrace.backends.cuda_events import device_name
+
+        return {d: device_name(d) for d in range(cupy.cuda.runtime.getDeviceCount())}
 
     def stop(self) -> None:
         registering = self._registering
@@ -427,7 +407,6 @@ class LibCuptiSource:
         for k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET, cr.KIND_DRIVER, cr.KIND_RUNTIME):
             with contextlib.suppress(Exception):
                 self.lib.call("cuptiActivityDisable", k)
-        self._started = False
 
     def info(self) -> dict[str, Any]:
         return {

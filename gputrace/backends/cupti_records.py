@@ -2,28 +2,21 @@
 
 A CUPTI activity buffer is a run of records packed back to back, each 8-byte aligned, each
 starting with its kind (``CUpti_ActivityKind``, uint32) and as long as that kind's struct. The
-layouts below are the ones ``cupti_activity.h`` of CUPTI 13 declares (``CUpti_ActivityKernel13``,
-``CUpti_ActivityAPI``, ``CUpti_ActivityMemcpy7``, ``CUpti_ActivityMemset5``; packed, fields
-naturally aligned by explicit padding). CUPTI 13 only appends fields to these structs, so the
-fields read here sit at the same offsets in every 13.x release; the record *sizes* come from
-libcupti itself (``cuptiActivityGetStructSize``), so a record that grew keeps the walk right.
+layouts below are those of CUPTI 13's ``cupti_activity.h``, which only appends fields: the offsets
+hold in every 13.x, and the record *sizes* come from libcupti (``cuptiActivityGetStructSize``).
 
-Finding where each record starts needs the kind of the one before it, a chain. It is walked
-without a loop per record. CUPTI's buffers are mostly runs of one pattern (each launch's API
-record, then its kernel's: 2 records per launch, alternating), so the chain is first predicted as
-such runs, each checked at once (every predicted record has the predicted kind), a new run
-starting where one breaks. Where the runs are short, or the chain would not end exactly at the
-buffer's end, the general walk decides: every 8-byte slot whose first word is a known kind is a
-candidate, each candidate points at the slot after its record, and pointer doubling over those
-links marks the chain from the first record in log2(records) numpy steps. The chain must land
-exactly on the buffer's valid end; anything else (an unknown kind, a short buffer) is reported,
-never guessed.
+Where each record starts depends on the kind of the one before it, a chain, walked without a loop
+per record: first predicted as runs of one repeating pattern (a launch's API record, then its
+kernel's), each run checked at once; where the runs are short, by pointer doubling over every
+8-byte slot whose first word is a known kind (log2(records) numpy steps). The chain must end
+exactly at the buffer's valid end; anything else is reported, never guessed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +26,6 @@ KIND_MEMSET = 2
 KIND_DRIVER = 4
 KIND_RUNTIME = 5
 KIND_CONCURRENT_KERNEL = 10
-KINDS = (KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME, KIND_CONCURRENT_KERNEL)
 RECORD_ALIGN = 8  # ACTIVITY_RECORD_ALIGNMENT
 RUN_CHECK = 4096  # records of a run predicted and checked at a time
 SHORT_RUNS = 8  # runs shorter than SHORT_RECORDS tolerated before the general walk decides
@@ -74,11 +66,8 @@ MEMSET = _layout(
 LAYOUTS = {KIND_CONCURRENT_KERNEL: KERNEL, KIND_DRIVER: API, KIND_RUNTIME: API,
            KIND_MEMCPY: MEMCPY, KIND_MEMSET: MEMSET}  # fmt: skip
 CUPTI_13_SIZES = {k: d.itemsize for k, d in LAYOUTS.items()}
-# CUPTI 12 has no cuptiActivityGetStructSize: the record sizes by CUPTI API version, from the
-# headers of the nvidia-cuda-cupti-cu12 wheels 12.8.90 and 12.9.79 (``CUpti_ActivityKernel9``,
-# ``Memcpy6``, ``Memset4``, ``API``). Every field read above sits at the same offset there, and in
-# the older structs those headers keep (Kernel5–8, Memcpy4–5, Memset3): checked by compiling
-# ``offsetof`` against them. Older 12.x (API versions 19–24) may write other sizes: not listed.
+# CUPTI 12 has no cuptiActivityGetStructSize: the record sizes of 12.8 and 12.9 by API version,
+# from their headers, where every field above sits at the same offset (docs/cupti.md).
 CUPTI_12_SIZES = {
     v: {KIND_CONCURRENT_KERNEL: 208, KIND_DRIVER: 40, KIND_RUNTIME: 40, KIND_MEMCPY: 96, KIND_MEMSET: 88}
     for v in (26, 27, 28)  # CUDA 12.8, 12.9, 12.9 Update 1
@@ -96,13 +85,9 @@ COMPACT = {k: np.dtype([(f, t) for f, t, _ in fields_of(d)]) for k, d in LAYOUTS
 
 
 def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
-    """Record sizes to decode with, or why this CUPTI cannot be decoded in bulk.
-
-    ``version``: ``cuptiGetVersion`` (CUPTI API version, e.g. 130401); ``sizes``: per kind what
-    ``cuptiActivityGetStructSize`` answered. CUPTI 13.x: its structs keep the fields read here
-    at the offsets above, whatever their size (fields are only appended). CUPTI 12.8 and 12.9
-    (API versions 26–28): the same offsets, sizes from their headers (``CUPTI_12_SIZES``).
-    """
+    """Record sizes to decode with, or why this CUPTI cannot be decoded in bulk. ``version``: the
+    CUPTI API version (``cuptiGetVersion``, e.g. 130401); ``sizes``: per kind what
+    ``cuptiActivityGetStructSize`` answered (none for CUPTI 12: ``CUPTI_12_SIZES``)."""
     if version in CUPTI_12_SIZES and not sizes:
         sizes = CUPTI_12_SIZES[version]
     elif not 130000 <= version < 140000:
@@ -230,28 +215,27 @@ class BufferDecoder:
             kind_last = int(buf[last : last + 4].view("<u4")[0])
             if last + self.sizes[kind_last] > len(buf):  # a record cut short: never read past the end
                 starts = starts[:-1]
-        n = len(buf) // RECORD_ALIGN
-        kind_at = buf[: n * RECORD_ALIGN].view("<u4")[0::2][starts // RECORD_ALIGN]
-
-        whole = buf[: n * RECORD_ALIGN]
+        whole = buf[: len(buf) // RECORD_ALIGN * RECORD_ALIGN]
+        kind_at = whole.view("<u4")[0::2][starts // RECORD_ALIGN]
         by_width = {1: whole, 2: whole.view("<u2"), 4: whole.view("<u4"), 8: whole.view("<u8")}
 
-        def take(which: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-            at = starts[np.isin(kind_at, which)]
-            out = np.zeros(len(at), COMPACT[which[0]])
+        def take(*kinds: int) -> np.ndarray:
+            """The records of ``kinds`` (which share one layout)."""
+            at = starts[np.isin(kind_at, kinds)]
+            out = np.zeros(len(at), COMPACT[kinds[0]])
             if not len(at):
                 return out
             # one gather per field: every field is naturally aligned inside its 8-aligned record
-            for field, ftype, off in fields_of(dtype):
+            for field, ftype, off in fields_of(LAYOUTS[kinds[0]]):
                 w = ftype.itemsize
                 out[field] = by_width[w][(at + off) // w]
             return out
 
         return Decoded(
-            kernels=take((KIND_CONCURRENT_KERNEL,), KERNEL),
-            memcpys=take((KIND_MEMCPY,), MEMCPY),
-            memsets=take((KIND_MEMSET,), MEMSET),
-            calls=take((KIND_DRIVER, KIND_RUNTIME), API),
+            kernels=take(KIND_CONCURRENT_KERNEL),
+            memcpys=take(KIND_MEMCPY),
+            memsets=take(KIND_MEMSET),
+            calls=take(KIND_DRIVER, KIND_RUNTIME),
             records=len(starts),
             problem=problem,
         )
@@ -289,17 +273,21 @@ class NameTable:
 
     def of_pointers(self, ptrs: np.ndarray, read: Callable[[int], str]) -> np.ndarray:
         """Name indices for C string pointers; ``read`` is called once per pointer never seen."""
-        if not len(ptrs):
-            return np.zeros(0, np.int32)
-        uniq, inv = np.unique(ptrs, return_inverse=True)
-        by_ptr = self._by_ptr
-        idx = np.empty(len(uniq), np.int32)
-        for i, p in enumerate(uniq.tolist()):
-            got = by_ptr.get(p)
+
+        def index_of(ptr: int) -> int:
+            got = self._by_ptr.get(ptr)
             if got is None:
-                got = by_ptr[p] = self.index(read(p) if p else "?")
-            idx[i] = got
-        return idx[inv.reshape(-1)]
+                got = self._by_ptr[ptr] = self.index(read(ptr) if ptr else "?")
+            return got
+
+        return per_unique(ptrs, index_of, np.int32)
+
+
+def per_unique(values: np.ndarray, f: Callable[[int], Any], dtype: Any) -> np.ndarray:
+    """``f`` of each of ``values`` as an array of ``dtype``, called once per distinct value."""
+    uniq, inv = np.unique(values, return_inverse=True)
+    out: np.ndarray = np.array([f(v) for v in uniq.tolist()], dtype)[inv.reshape(-1)]
+    return out
 
 
 def unfinished(ops: np.ndarray) -> np.ndarray:
@@ -330,6 +318,9 @@ def columns(
         raw = np.dtype((np.void, got[0].dtype.itemsize))
         return np.concatenate([g.view(raw) for g in got]).view(got[0].dtype)
 
+    def copy_name(copy_kind: int) -> int:
+        return names.index(MEMCPY_NAMES.get(copy_kind, "Memcpy"))
+
     k, mc, ms, c = cat("kernels"), cat("memcpys"), cat("memsets"), cat("calls")
     ops = np.zeros(len(k) + len(mc) + len(ms), OPS)
     a, b = len(k), len(k) + len(mc)
@@ -352,11 +343,7 @@ def columns(
         else:
             o["bytes"] = rec["bytes"]
             if kind == OP_MEMCPY:
-                ck, inv = np.unique(rec["copyKind"], return_inverse=True)
-                idx = np.array(
-                    [names.index(MEMCPY_NAMES.get(int(x), "Memcpy")) for x in ck.tolist()], np.int32
-                )
-                o["name"] = idx[inv.reshape(-1)]
+                o["name"] = per_unique(rec["copyKind"], copy_name, np.int32)
             else:
                 o["name"] = names.index("Memset")
     calls = np.zeros(len(c), CALLS)

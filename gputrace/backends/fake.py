@@ -25,6 +25,7 @@ from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected,
 from gputrace.model import QueueInfo
 
 # (delay after submission, duration) in ns; a None duration means the GPU cannot time the scope.
+FAKE_GPU = "Fake GPU"
 Script = Callable[[str, int], tuple[int, int | None]]
 
 
@@ -51,7 +52,6 @@ class FakeBackend(Backend):
         in_order: bool = True,
         samples_per_calibration: int = 1,
         spans_cover_children: bool = False,
-        device_name: str = "Fake GPU",
         windows: Callable[[int], tuple[int, int]] | None = None,
     ) -> None:
         super().__init__(clock)
@@ -62,7 +62,6 @@ class FakeBackend(Backend):
         self.in_order = in_order
         self.samples_per_calibration = samples_per_calibration
         self.spans_cover_children = spans_cover_children
-        self.device_name = device_name
         self.windows = windows
         self._next = 0
         self._calls: dict[str, int] = {}
@@ -137,10 +136,10 @@ class FakeBackend(Backend):
 
     def queues(self) -> list[QueueInfo]:
         labels = [0 if label is None else label for label in self._streams] or [0]
-        return [QueueInfo(0, self.device_name, self.name, f"stream {label}") for label in labels]
+        return [QueueInfo(0, FAKE_GPU, self.name, f"stream {label}") for label in labels]
 
     def devices(self) -> list[dict[str, Any]]:
-        return [{"index": 0, "name": self.device_name, "backend": self.name}]
+        return [{"index": 0, "name": FAKE_GPU, "backend": self.name}]
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "offset_ns": self.offset_ns, "drift_ppm": self.drift_ppm}

@@ -1,27 +1,11 @@
 """The wgpu backend: a timestamp pair per compute/render pass, through wgpu-py 0.32.
 
-Keep your wgpu code as it is; hand the device to the session (or instrument it once)::
-
-    import gputrace, wgpu
-    adapter = wgpu.gpu.request_adapter_sync()
-    device = adapter.request_device_sync(required_features=["timestamp-query"])
-    with gputrace.session("frame.json", backend="wgpu", backend_options={"device": device}):
-        with gputrace.trace("blur"):
-            encoder = device.create_command_encoder()
-            cpass = encoder.begin_compute_pass()   # timed: timestamp_writes added for you
-            ...
-            cpass.end()
-            device.queue.submit([encoder.finish()])  # the passes' submission time
-
-Each pass becomes a GPU span of the innermost scope open on the thread that began it (labelled
-with the pass label, or "compute pass #n"); a scope's GPU span is the hull of its passes and of
-its children's. ``gputrace.backends.wgpu.instrument(device)`` does the same for ``backend="auto"``,
-which picks wgpu only when the program has imported wgpu itself (so programs that do not use
-wgpu are never given it), an adapter has "timestamp-query", and no CUDA GPU is usable.
-
-A device without "timestamp-query" is still traced: its scopes keep their CPU times and are
-marked untimed (one notice), never given made-up GPU numbers. Every wait on the GPU ends after
-``timeout_s`` with a ``GputraceError``.
+The user's wgpu code stays as it is: the device is handed to the session
+(``backend_options={"device": device}``) or instrumented once (``instrument(device)``, which is
+also how ``backend="auto"`` finds it). Each pass becomes a GPU span of the innermost scope open on
+the thread that began it; a scope's GPU span is the hull of its passes and of its children's. A
+device without "timestamp-query" keeps its scopes' CPU times, marked untimed, never made-up GPU
+numbers. What is timed, and how: docs/webgpu.md.
 """
 
 from __future__ import annotations
@@ -62,9 +46,7 @@ def probe(*, auto: bool = True) -> str | None:
         from wgpu.backends.wgpu_native import _api  # noqa: F401
     except Exception as exc:
         return f"wgpu-py is not importable ({type(exc).__name__}: {exc})"
-    if not auto:
-        return None
-    return _probe_adapter()
+    return _probe_adapter() if auto else None
 
 
 @functools.cache  # asking for an adapter is slow
@@ -98,19 +80,14 @@ def instrument(device: Any) -> Any:
         )
     wgpu_hooks.swap_in(device)
     _instrumented.add(device)
-    if _active is not None and _recording(_active):
+    rec = active_recorder()
+    # (not a backend left over by, say, a session whose backend failed to close)
+    if _active is not None and rec is not None and rec.backend is _active:
         try:
             _active.attach(device)
         except Exception as exc:
             _active._lost(device, exc)
     return device
-
-
-def _recording(backend: WgpuBackend) -> bool:
-    """Is ``backend`` the one the active session records with (not one left over, say, by a
-    session whose backend failed to close)?"""
-    rec = active_recorder()
-    return rec is not None and rec.backend is backend
 
 
 def uninstrument(device: Any) -> None:
@@ -122,15 +99,9 @@ def uninstrument(device: Any) -> None:
 
 
 class WgpuBackend(Backend):
-    """Options (``backend_options``):
-
-    - ``device``: a wgpu device or a list of them (default: every instrumented device);
-    - ``timeout_s``: the longest wait on the GPU before a ``GputraceError`` (10);
-    - ``calibration_samples``: samples taken per device at each sync and at stop (4; twice that
-      at session start); the tightest half of them is kept;
-    - ``timestamp_period``: ns per tick (default: what the driver reports);
-    - ``page_queries``: the size of a pooled query set (4096, WebGPU's largest).
-    """
+    """Options (``backend_options``, docs/webgpu.md): ``device`` (one or a list; default: every
+    instrumented device), ``timeout_s``, ``calibration_samples`` (per device at each sync and at
+    stop, twice that at start), ``timestamp_period`` (ns per tick), ``page_queries``."""
 
     name = "wgpu"
     timed = True
@@ -216,9 +187,8 @@ class WgpuBackend(Backend):
             self._pending_samples.extend(self._sample(tracer, self.calibration_samples))
 
     def detach(self, device: Any) -> None:
-        for t in self.tracers:
-            if t.device is device:
-                wgpu_hooks.attach(device, None)
+        if any(t.device is device for t in self.tracers):
+            wgpu_hooks.attach(device, None)
 
     # scopes (hot path) ---------------------------------------------------------------------
     # A pass belongs to the innermost scope open on its thread's current track (the recorder
@@ -274,13 +244,14 @@ class WgpuBackend(Backend):
             got.spans.extend(spans)
             got.degraded.update(degraded)
         last = self._last_token
+        since = range(self._collected_upto + 1, last + 1)
         if not any(t.timed for t in self.tracers) and self.problem:
             # the device failed to attach: its scopes lost their GPU times (degraded, not untimed)
-            got.degraded.update(dict.fromkeys(range(self._collected_upto + 1, last + 1), self.problem))
+            got.degraded.update(dict.fromkeys(since, self.problem))
         elif not any(t.timed for t in self.tracers):
             # nothing could be timed: every scope so far keeps its CPU times, marked untimed
-            got.untimed.update(range(self._collected_upto + 1, last + 1))
-            if not self.tracers and last > self._collected_upto and not self._noticed_none:
+            got.untimed.update(since)
+            if not self.tracers and since and not self._noticed_none:
                 self._noticed_none = True
                 notice(
                     "no wgpu device is traced, so no pass was timed: pass "
@@ -360,14 +331,16 @@ class Calibrator:
         if self.page is None:  # the first sample, or the last page was given up on while mapping
             self.page = wgpu_queries.QueryPage(t.device, 2)
         page = self.page
-        enc = wgpu_hooks.raw_encoder(t.device)
+        enc = wgpu_hooks.untraced(t.device).create_command_encoder(t.device, label="gputrace")
         enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
         enc.resolve_query_set(page.query_set, 0, 2, page.resolve_buf, 0)
         enc.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, 0, 16)
         cb = enc.finish()
         wd = t.work_done
+        queue = t.device.queue
+        submit = wgpu_hooks.untraced(queue).submit
         before = t.clock()
-        wgpu_hooks.raw_submit(t.device.queue, [cb])
+        submit(queue, [cb])
         req = wd.request()
         after = wd.wait(req, "a calibration pass")
         try:

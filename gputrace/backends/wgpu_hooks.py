@@ -1,24 +1,19 @@
 """Timing every pass of a wgpu device without query bookkeeping in the user's code.
 
 ``instrument(device)`` swaps the classes of the device and its queue for subclasses (the objects
-stay the same, ``isinstance`` still holds, nothing else changes while no session traces them):
-
-- ``device.create_command_encoder()`` returns an encoder whose ``begin_compute_pass`` and
-  ``begin_render_pass`` add ``timestamp_writes`` from pooled query sets (unless the user passed
-  their own) when a ``gputrace.trace`` scope is open on this thread; the pass belongs to the
-  innermost open scope.
-- ``encoder.finish()`` resolves exactly the slots this encoder wrote (resolving an unwritten slot
-  hangs NVIDIA's queue) into the page's read-back buffer.
-- ``queue.submit()`` reads the session clock just before submitting: the passes' ``submit_ns``.
-
-Reading back never stalls the user's frame: a full page is mapped asynchronously and read at a
-later submit, and whatever is left is read at the next ``gputrace.sync()`` or at stop.
+stay the same, ``isinstance`` still holds, nothing changes while no session traces them): inside a
+scope, ``begin_compute_pass``/``begin_render_pass`` get ``timestamp_writes`` from pooled query
+pages, ``encoder.finish()`` resolves exactly the slots that encoder wrote (resolving an unwritten
+slot hangs NVIDIA's queue), and ``queue.submit()`` notes the passes' ``submit_ns``. A full page is
+mapped asynchronously and read at a later submit, the rest at the next sync or at stop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from gputrace.backends.base import Clock, RawSpan
@@ -121,7 +116,7 @@ class DeviceTracer:
             if not recs or recs[-1].page is not rec.page:
                 self._page_submitted(rec.page)  # the encoder holds no slot of it any more
 
-    def resolve(self, encoder: Any, recs: list[PassRecord]) -> None:
+    def resolve(self, encoder: Any, recs: Sequence[PassRecord]) -> None:
         """Resolve the slots ``recs`` wrote, run by contiguous run, into their pages' read-back."""
         i = 0
         while i < len(recs):
@@ -144,11 +139,8 @@ class DeviceTracer:
     def settle(self, recs: list[PassRecord]) -> None:
         """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
         other passes on those pages are still read back."""
-        try:
-            with self.lock:  # the records ``submitted`` got to are done
-                self._release([rec for rec in recs if rec.submit_ns is None], _FAILED)
-        except Exception:
-            pass
+        with contextlib.suppress(Exception), self.lock:  # the records ``submitted`` got to are done
+            self._release([rec for rec in recs if rec.submit_ns is None], _FAILED)
 
     def _release(self, recs: list[PassRecord], submit_ns: int) -> None:
         """Give ``recs`` their submission time (a record that has one already failed) and their
@@ -180,7 +172,7 @@ class DeviceTracer:
     def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
         """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
         untraced; the scopes involved (default: the innermost open one) are marked degraded."""
-        try:
+        with contextlib.suppress(Exception):
             reason = f"{what} failed inside gputrace ({type(exc).__name__}: {exc})"
             report_internal(f"wgpu-{what}", f"{reason}; those passes are not timed, your program continues.")
             if tokens is None:
@@ -188,8 +180,6 @@ class DeviceTracer:
                 tokens = [token] if token else []
             for tok in tokens:
                 self.degraded.setdefault(tok, reason)
-        except Exception:
-            pass
 
     # pages ---------------------------------------------------------------------------------
     def _open_page(self) -> QueryPage:
@@ -243,12 +233,6 @@ class DeviceTracer:
                 with self.lock:
                     self.free.append(page)
             raise
-        self._emit(page, ns, done_by)
-        page.reset()
-        with self.lock:
-            self.free.append(page)
-
-    def _emit(self, page: QueryPage, ns: Any, done_by: int) -> None:
         starts = ns[0::2].tolist()
         ends = ns[1::2].tolist()
         for rec in page.records:
@@ -263,6 +247,9 @@ class DeviceTracer:
                 )
                 continue
             self.spans.append(RawSpan(rec.token, self.index, start, end, rec.submit_ns, done_by, rec.label))
+        page.reset()
+        with self.lock:
+            self.free.append(page)
 
     # at sync / stop ------------------------------------------------------------------------
     def collect(self) -> tuple[list[RawSpan], dict[int, str]]:
@@ -319,7 +306,7 @@ class _TracedDevice:
 
 class _TracedEncoder:
     _gputrace_tracer: DeviceTracer | None = None
-    _gputrace_records: list[PassRecord] | tuple[()] = ()
+    _gputrace_records: Sequence[PassRecord] = ()
     _gputrace_base: Any
 
     def begin_compute_pass(self, *, label: str = "", timestamp_writes: Any = None) -> Any:
@@ -354,18 +341,18 @@ class _TracedEncoder:
         tracer = self._gputrace_tracer
         if recs and tracer is not None:
             try:
-                tracer.resolve(self, recs)  # type: ignore[arg-type]
+                tracer.resolve(self, recs)
             except Exception as exc:
-                tracer.fault("resolving timestamps", exc, [r.token for r in recs])  # type: ignore[union-attr]
+                tracer.fault("resolving timestamps", exc, [r.token for r in recs])
                 for r in recs:
-                    r.submit_ns = _FAILED  # type: ignore[union-attr]
+                    r.submit_ns = _FAILED
         cb = self._gputrace_base.finish(self, label=label)
         if recs:
             try:
                 cb._gputrace_passes = (tracer, recs)
             except Exception as exc:
                 if tracer is not None:
-                    tracer.fault("noting a command buffer", exc, [r.token for r in recs])  # type: ignore[union-attr]
+                    tracer.fault("noting a command buffer", exc, [r.token for r in recs])
         return cb
 
 
@@ -442,12 +429,6 @@ def attach(device: Any, tracer: DeviceTracer | None) -> None:
     device.queue._gputrace_tracer = tracer
 
 
-def raw_encoder(device: Any) -> Any:
-    """An encoder that gputrace itself uses (never traced)."""
-    base = getattr(type(device), "_gputrace_base", type(device))
-    return base.create_command_encoder(device, label="gputrace")
-
-
-def raw_submit(queue: Any, command_buffers: list[Any]) -> None:
-    base = getattr(type(queue), "_gputrace_base", type(queue))
-    base.submit(queue, command_buffers)
+def untraced(obj: Any) -> Any:
+    """The class of a device or queue without gputrace's hooks: what gputrace itself calls."""
+    return getattr(type(obj), "_gputrace_base", type(obj))

@@ -122,25 +122,23 @@ def settle_parked() -> None:
         todo = list(_parked)
     done = []
     for item in todo:
-        buffer, promise = item[0], item[1]
+        buffer, promise, _ = item
         try:
             if promise is None or not mapped_ready(promise):
                 continue  # still pending on the GPU (or unknowable): kept
             try:
                 promise.sync_wait()  # settled: runs its handler (the buffer becomes mapped) or raises
             except Exception:
-                done.append(item)  # the mapping failed: the buffer is not mapped
-                continue
-            if str(buffer.map_state) == "mapped":
-                buffer.unmap()
-            done.append(item)
+                pass  # the mapping failed: the buffer is not mapped
+            else:
+                if str(buffer.map_state) == "mapped":
+                    buffer.unmap()
         except Exception:
             continue
+        done.append(item)
     if done:
         with _parked_lock:
-            for item in done:
-                if item in _parked:
-                    _parked.remove(item)
+            _parked[:] = [item for item in _parked if item not in done]
 
 
 # Work-done callbacks wgpu-native has not called yet: their owners stay alive until it does (a

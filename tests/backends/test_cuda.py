@@ -19,7 +19,7 @@ import pytest
 
 import gputrace
 from gputrace import backends
-from gputrace.backends import cuda
+from gputrace.backends import cuda, cuda_events
 from gputrace.model import NO_TIME, Flag
 
 GPU_REASON = cuda.probe()
@@ -30,10 +30,11 @@ BAD = Flag.OVERLAP | Flag.START_BEFORE_SUBMIT | Flag.GPU_EXCEEDS_WALL | Flag.DEG
 
 # CPU side ---------------------------------------------------------------------------------------
 def test_pure_helpers() -> None:
-    assert [cuda.nearest([0, 100, 200], t) for t in (-5, 49, 51, 150, 151, 10_000)] == [0, 0, 1, 1, 2, 2]
-    assert cuda.ms_to_ns(1.248e-3) == 1248
-    assert cuda.ms_to_ns(-0.000032) == -32
-    assert cuda.ms_to_ns(7.999968) == 7_999_968
+    times = (-5, 49, 51, 150, 151, 10_000)
+    assert [cuda_events.nearest([0, 100, 200], t) for t in times] == [0, 0, 1, 1, 2, 2]
+    assert cuda_events.ms_to_ns(1.248e-3) == 1248
+    assert cuda_events.ms_to_ns(-0.000032) == -32
+    assert cuda_events.ms_to_ns(7.999968) == 7_999_968
 
 
 def test_probe_says_why_without_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -279,14 +280,14 @@ def test_events_are_reclaimed_without_any_sync(spin) -> None:  # type: ignore[no
     from gputrace.clock import session_clock
 
     b = cuda.CudaBackend(session_clock, timing="events")
-    n = 5 * cuda.HARVEST_EVERY
+    n = 5 * cuda_events.HARVEST_EVERY
     with gputrace.session(backend=b, quiet=True) as s:
         for i in range(n):
             with gputrace.trace("k"):
                 if i % 100 == 0:
                     spin(20_000)
     created = b.info()["events_created"]["0"]
-    assert created < 3 * cuda.HARVEST_EVERY, created  # two per scope would be 10 × HARVEST_EVERY
+    assert created < 3 * cuda_events.HARVEST_EVERY, created  # two per scope would be 10 × HARVEST_EVERY
     t = s.trace
     assert t is not None and len(t) == n
     assert all(sc.gpu_start_ns is not None for sc in t)
