@@ -1,13 +1,10 @@
 """Merge traces from several processes (ranks of one job) onto one time line.
 
-Each trace records a ``clock_pair`` (its session clock and the realtime clock read together). The
-first input (the lowest rank) is the reference: input ``i``'s times move by
-``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns, which puts every process on the
-reference's session clock. Traces whose ranks measured their clock offsets through the job's process
-group (``gputrace.ranks``) are placed by those instead, on rank 0's clock; each input's
-``merged[i]["offset"]`` says which way it was placed and with what uncertainty. Processes keep
-their own tracks (their own pid, named by rank when the trace recorded one); GPU processes, thread
-ids and flow ids are renumbered so they never collide.
+Input ``i``'s times move by ``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns
+(its ``clock_pair`` against the first input's), or, where the ranks measured their offsets through
+the job's process group (``gputrace.ranks``), by those fits onto rank 0's clock; each input's
+``merged[i]["offset"]`` says which, and how well. Processes keep their own tracks; GPU processes,
+thread ids and flow ids are renumbered so they never collide.
 
 >>> import gputrace, os, tempfile
 >>> from gputrace.clock import FakeClock
@@ -52,7 +49,7 @@ from gputrace.model import (
     canonical_names,
 )
 from gputrace.outpath import check_output
-from gputrace.ranks import to_reference
+from gputrace.ranks import offset_at, to_reference
 from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
@@ -244,10 +241,7 @@ def _concat(
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
-    """Load ``inputs``, merge them, write ``out``; returns the merged trace.
-
-    Raises ``GputraceError`` if ``out`` is one of the inputs or an input is given twice.
-    """
+    """Load ``inputs``, merge them, write ``out``; returns the merged trace (``check_paths`` first)."""
     check_paths(out, inputs)
     traces = [load(f) for f in inputs]
     merged = merge(traces, list(inputs))
@@ -259,11 +253,10 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
 def place_ranks(
     traces: list[Trace], shifts: list[int]
 ) -> tuple[list[Trace], list[int], list[dict[str, Any]]]:
-    """Every trace moved onto one time line: where ranks measured their offsets against one rank 0,
-    those map their times onto rank 0's clock (offset and drift); the others move by their
-    clock-pair ``shifts``, re-anchored on that clock.
+    """Every trace moved onto one time line: ranks that measured their offsets against one rank 0
+    by their fits onto its clock, the others by their clock-pair ``shifts``, re-anchored there.
 
-    Returns the moved traces, the constant shift of each (0 for a mapped one), and per trace how
+    Returns the moved traces, the constant shift of each (0 for a fitted one), and per trace how
     it was placed and with what uncertainty.
     """
     recs = [r if isinstance(r := t.header.get("ranks"), dict) else None for t in traces]
@@ -278,7 +271,7 @@ def place_ranks(
     a_off = (
         0
         if not ref_id or a_rec.get("status") == "reference"
-        else _offset(a_rec["fit"], _start(traces[anchor]))
+        else offset_at(a_rec["fit"], _start(traces[anchor]))
     )
     out, out_shifts, info = [], [], []
     for t, rec, shift, is_measured in zip(traces, recs, shifts, measured, strict=True):
@@ -304,7 +297,7 @@ def place_ranks(
         start, end = _start(t), int(t.header.get("end_ns", _start(t)))
         out.append(_moved(t, functools.partial(to_reference, fit), float(fit["slope"])))
         info.append({
-            "method": "measured", **base, "offset_ns": _offset(fit, start),
+            "method": "measured", **base, "offset_ns": offset_at(fit, start),
             "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
             "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
             "fit_method": fit.get("method"), "bound": fit.get("bound"),
@@ -322,11 +315,6 @@ def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
 
     cf = ClockFit.from_dict(fit)
     return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
-
-
-def _offset(fit: dict[str, Any], ns: int) -> int:
-    """How far ``fit`` moves the time ``ns`` (rank 0's clock minus this rank's, there)."""
-    return int(to_reference(fit, np.array([ns], np.int64))[0]) - ns
 
 
 def _start(t: Trace) -> int:

@@ -1,13 +1,5 @@
-"""``gputrace calibrate``: measure this machine's launch, copy and timer costs, and save them.
-
-    gputrace calibrate                      # auto: cuda, else wgpu, else cpu
-    gputrace calibrate --backend wgpu --quick
-    gputrace calibrate --format json -o calib.json
-
-The results are also saved per machine and backend (``~/.cache/gputrace/calibration-<host>-
-<backend>.json``, or the file named by ``GPUTRACE_CALIBRATION``); sessions started later on this
-machine with the same backend record the headline numbers in their trace header.
-"""
+"""``gputrace calibrate``: measure this machine's launch, copy and timer costs, and save them
+(per machine and backend, or to ``GPUTRACE_CALIBRATION``) for later sessions' headers."""
 
 from __future__ import annotations
 
