@@ -131,7 +131,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     clock: list[dict[str, Any]] = []
     merged_info: list[dict[str, Any]] = []
     row0 = n_devices = 0
-    for t, f, shift in zip(traces, files, shifts, strict=True):
+    for t, f, shift, how in zip(traces, files, shifts, placed, strict=True):
         name_map = np.array([name_id.setdefault(n, len(name_id)) for n in t.names] or [0], np.int64)
         thread0, queue0 = len(threads), len(queues)
         tids = [_free_id(th.tid, used_tids, 0 <= th.tid < MAX_TID, MAX_TID) for th in t.threads]
@@ -180,11 +180,9 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         merged_info.append({
             "file": path_text(f), "pid": pid, "rank": rank, "shift_ns": shift,
             "backend": t.header.get("backend"), "clock_pair": t.header.get("clock_pair"),
-            "host": t.header.get("host"), "argv": t.header.get("argv"),
+            "host": t.header.get("host"), "argv": t.header.get("argv"), "offset": how,
         })  # fmt: skip
         row0 += len(s)
-    for info, how in zip(merged_info, placed, strict=True):
-        info["offset"] = how
 
     scopes, spans, ops = _concat(parts, span_parts, op_parts)
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))

@@ -1,19 +1,10 @@
 """The per-rank view of a merged trace: GPU busy per rank, time in collectives, the slowest rank per step.
 
-Rules (stated in the summary too):
-
-- A scope belongs to the rank whose process recorded it (``header["processes"]`` of a merged trace).
-- **GPU busy** of a rank: the union of its GPU intervals (scopes' GPU spans and per-operation spans).
-- **Collectives**: GPU intervals (CPU windows of scopes without GPU time) named like a collective:
-  ``nccl*`` (NCCL kernels as CUPTI names them) or containing all_reduce/allreduce,
-  all_gather/allgather, reduce_scatter, all_to_all/alltoall, broadcast (a user's scope around the
-  call, timed by events). Waiting for a slower rank inside a
-  collective counts as collective time.
-- **Steps**: ``ProfilerStep#N`` scopes where the trace has them (matched across ranks by N); else the
-  top-level scope name that every rank repeats most often (matched by its k-th occurrence).
-- A step on a rank lasts from entering its scope to the later of leaving it and the end of the GPU
-  work started inside it; its **work** is that minus its time in collectives. The **slowest rank**
-  of a step is the one with the most work: the others wait for it in the collective.
+A scope belongs to the rank whose process recorded it (``header["processes"]``). Collectives are
+GPU intervals (the CPU window of a scope without GPU time) named like one (``COLLECTIVE``); steps
+are ``ProfilerStep#N`` scopes (matched by N), else the top-level name every rank repeats most
+often (matched by occurrence). A step's work is its span minus its time in collectives, and its
+slowest rank the one with the most work: the others wait for it. docs/ranks.md states the rules.
 
 >>> import gputrace
 >>> with gputrace.session(backend="fake", quiet=True) as s:
