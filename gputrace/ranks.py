@@ -221,23 +221,18 @@ class TorchTransport:
 
     def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
         t = self.torch.tensor(values, dtype=self.torch.int64, device=self.device)
-        return _TorchPending(
-            self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG), t, self.blocking_wait
-        )
+        work = self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG)
+        return _TorchPending(work, t, self.blocking_wait)
 
     def irecv(self, src: int) -> Pending:
         t = self.torch.zeros(4, dtype=self.torch.int64, device=self.device)
-        return _TorchPending(
-            self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG), t, self.blocking_wait
-        )
+        work = self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG)
+        return _TorchPending(work, t, self.blocking_wait)
 
 
 def transport_for(group: Any) -> Transport | None:
     """The transport for ``group``: an mpi4py communicator, a torch ProcessGroup, a ``Transport``;
-    ``None`` (the default) finds an initialised ``torch.distributed``; ``False`` turns it off.
-
-    Never imports an engine the program has not imported itself.
-    """
+    ``None`` (the default) finds an initialised ``torch.distributed``; ``False`` turns it off."""
     if group is False:
         return None
     if group is None:

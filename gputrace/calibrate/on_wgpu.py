@@ -150,7 +150,7 @@ def measure(plan: Plan) -> DeviceRun:
 def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
     clock = time.perf_counter_ns
     n = plan.batches * 5
-    submit, launch, launch_wait = [], [], []
+    submit, launch = [], []
     for i in range(n + 10):
         cb = w.device.create_command_encoder().finish()
         t0 = clock()
@@ -170,11 +170,12 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
         if i % 50 == 49:
             w.wait()
     w.wait()
-    for _ in range(n // 2):
-        t0 = clock()
+
+    def launch_and_wait() -> None:
         w.queue.submit([w.dispatch(w.empty, 1).finish()])
         w.wait()
-        launch_wait.append(float(clock() - t0))
+
+    launch_wait = wall_per_op(launch_and_wait, batches=n // 2, per_batch=1, warmup=0)
     waits = wall_per_op(w.wait, batches=n // 2, per_batch=1, warmup=0)
     run.add("submit", "submit", "queue.submit, empty command buffer", submit)
     run.add(
