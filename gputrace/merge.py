@@ -61,11 +61,8 @@ TIME_COLUMNS = ("cpu_start_ns", "cpu_end_ns", "submit_ns", "call_start_ns", "cal
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
     """Refuse an output that is one of the inputs or not a regular file (``check_output``), and
-    an input given twice (same file).
-
-    Files are compared by device and inode, so ``a.json``, ``./a.json``, a symbolic link and a
-    hard link to it are one file. Inputs that do not exist are left for loading to report.
-    """
+    an input given twice. Files are compared by device and inode (links are the same file); inputs
+    that do not exist are left for loading to report."""
     check_output(out)  # never onto a device node, a FIFO or a folder
     seen: dict[tuple[int, int], str] = {}
     for f in inputs:
@@ -101,10 +98,8 @@ def clock_offset(header: dict[str, Any], where: str) -> int:
 
 
 def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
-    """One trace holding every input's scopes, placed on the first input's session clock.
-
-    Inputs are ordered by rank (traces without one last, in the given order).
-    """
+    """One trace holding every input's scopes on one time line, ordered by rank (traces without
+    one last, in the given order)."""
     if not traces:
         raise GputraceError("nothing to merge: give at least one trace.")
     files = files or [f"<trace {i}>" for i in range(len(traces))]
@@ -142,16 +137,12 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         label = f"rank {rank}" if rank is not None else f"pid {pid}"
         host = t.header.get("host")
         host_name = host.get("name") if isinstance(host, dict) else None
+        devices = dict.fromkeys([q.device for q in t.queues] + sorted(t.clock_fits))
+        dev_map = {dev: n_devices + k for k, dev in enumerate(devices)}
+        n_devices += len(dev_map)
         processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids, "host": host_name,
-                          "pid_is_real": pid == real_pid, "devices": []})  # fmt: skip
-        dev_map: dict[int, int] = {}
-        for dev in [q.device for q in t.queues] + sorted(t.clock_fits):
-            if dev not in dev_map:
-                dev_map[dev] = n_devices
-                processes[-1]["devices"].append(n_devices)
-                n_devices += 1
-        for q in t.queues:
-            queues.append(QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label))
+                          "pid_is_real": pid == real_pid, "devices": list(dev_map.values())})  # fmt: skip
+        queues += [QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label) for q in t.queues]
         for dev, fit in t.clock_fits.items():
             fits[dev_map[dev]] = fit
             clock.append(dict(device=dev_map[dev], **fit.to_dict()))

@@ -61,6 +61,8 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
     busy = union_by_group(g_proc[known & on_gpu], g0[known & on_gpu], g1[known & on_gpu], n)
     in_coll = union_by_group(g_proc[known & coll], g0[known & coll], g1[known & coll], n)
     scopes = np.bincount(scope_proc[scope_proc >= 0], minlength=n)
+    start, end = trace.header.get("start_ns"), trace.header.get("end_ns")
+    window = int(end) - int(start) if isinstance(start, int) and isinstance(end, int) else 0
     merged = trace.header.get("merged") or []
     out_ranks = []
     for k, p in enumerate(procs):
@@ -69,11 +71,8 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
             "rank": p.get("rank"), "label": p.get("label"), "scopes": int(scopes[k]),
             "gpu_busy_ns": int(busy[k]), "collective_ns": int(in_coll[k]),
             "placed_by": (off or {}).get("method"), "uncertainty_ns": (off or {}).get("uncertainty_ns"),
+            "gpu_busy_share": int(busy[k]) / window if window > 0 else None,
         })  # fmt: skip
-    start, end = trace.header.get("start_ns"), trace.header.get("end_ns")
-    window = int(end) - int(start) if isinstance(start, int) and isinstance(end, int) else 0
-    for r in out_ranks:
-        r["gpu_busy_share"] = r["gpu_busy_ns"] / window if window > 0 else None
     return {
         "ranks": out_ranks,
         "window_ns": window,

@@ -21,7 +21,6 @@ b'{"displayTimeUn'
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import urllib.parse
@@ -63,17 +62,15 @@ def viewer_dir() -> Path:
 
 
 class ViewerServer:
-    """One trace and the viewer on ``127.0.0.1:port`` (``port=0``: a free port chosen by the OS).
-
-    Raises ``GputraceError`` if the port cannot be bound or the trace cannot be read.
-    """
+    """One trace and the viewer on ``127.0.0.1:port`` (0: any free port); a ``GputraceError`` if
+    the port cannot be bound or the trace cannot be read."""
 
     def __init__(
         self, trace_path: str | os.PathLike[str], port: int = 0, idle_timeout_s: float = IDLE_TIMEOUT_S
     ) -> None:
         self.trace_path = Path(trace_path)
         self.idle_timeout_s = idle_timeout_s
-        # bounded and regular files only (a FIFO would block here); the sentence names the problem
+        # bounded and regular files only (a FIFO would block here)
         gz = read_file(self.trace_path)[:2] == b"\x1f\x8b"
         self.trace_route = "/trace.json.gz" if gz else "/trace.json"
         self.routes: dict[str, tuple[bytes | None, str]] = {}
@@ -89,7 +86,6 @@ class ViewerServer:
             raise GputraceError(
                 f"cannot listen on {HOST}:{port} ({exc.strerror or exc}); pick another --port."
             ) from None
-        self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
         self._thread: threading.Thread | None = None
 
@@ -147,7 +143,7 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+        if isinstance(exc, (ConnectionError, TimeoutError)):  # socket.timeout is TimeoutError
             return  # the client went away or went quiet: nothing to report
         print(f"gputrace: view: a request failed ({type(exc).__name__}: {exc}).", file=sys.stderr)
 

@@ -84,12 +84,11 @@ def probe() -> Any:
     except ImportError as exc:
         raise GputraceError(f"CUDA calibration needs CuPy, which could not be imported ({exc}).") from None
     try:
-        if not cp.cuda.is_available():
-            raise GputraceError("CUDA calibration needs a CUDA GPU, and CuPy sees none here.")
-    except GputraceError:
-        raise
+        available = cp.cuda.is_available()
     except Exception as exc:
         raise GputraceError(f"CUDA is not usable here ({type(exc).__name__}: {exc}).") from None
+    if not available:
+        raise GputraceError("CUDA calibration needs a CUDA GPU, and CuPy sees none here.")
     return cp
 
 
@@ -187,12 +186,8 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
             samples[k].append(float(got[k]))
     for key, what in FIRST_USE_ROWS:
         run.add(f"first_{key}", "first use (fresh process)", what, samples[key])
-    run.summary["first_launch_ns"] = Stat.of(
-        [
-            sum(samples[k][i] for k in ("context", "module", "first_launch"))
-            for i in range(len(samples["context"]))
-        ]
-    ).median
+    parts = zip(samples["context"], samples["module"], samples["first_launch"], strict=True)
+    run.summary["first_launch_ns"] = Stat.of([sum(p) for p in parts]).median
 
 
 def _queued(c: _Cuda, launch: Callable[[], None], per: int, batches: int) -> tuple[list[float], list[float]]:

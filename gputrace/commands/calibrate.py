@@ -58,25 +58,22 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
     from gputrace.outpath import check_output
     from gputrace.progress import Progress
 
-    try:
-        chosen = _auto_backend() if backend == "auto" else backend
-        targets = [] if no_save else [default_path(chosen)]
-        if output is not None:
-            targets.insert(0, output)
-        for path in targets:  # a device node, FIFO or folder: refused before measuring
-            check_output(path)
-        if backend == "auto":
-            click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
-        with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps(chosen))) as bar:
-            cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
-    except GputraceError as exc:
-        fail(str(exc))
+    # a GputraceError (no such backend here, an output that is not a regular file) ends the
+    # command in one sentence (gputrace.cli)
+    chosen = _auto_backend() if backend == "auto" else backend
+    targets = [] if no_save else [default_path(chosen)]
+    if output is not None:
+        targets.insert(0, output)
+    for path in targets:  # a device node, FIFO or folder: refused before measuring
+        check_output(path)
+    if backend == "auto":
+        click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
+    with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps(chosen))) as bar:
+        cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
     doc = cal.to_json()
     for path in targets:
         try:
             save(doc, path)
-        except GputraceError as exc:
-            fail(str(exc))
         except OSError as exc:
             fail(f"could not save the calibration to {path_text(path)} ({exc.strerror or exc}).")
     if fmt == "json":
