@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.backends.wgpu_queries import timestamp_period
 from gputrace.calibrate import DeviceRun, Plan
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
@@ -67,7 +68,10 @@ class _Wgpu:
             layout="auto",
             compute={"module": device.create_shader_module(code=EMPTY_WGSL), "entry_point": "main"},
         )
-        self.period = _timestamp_period(device)
+        try:
+            self.period = timestamp_period(device.queue)
+        except Exception:  # not wgpu-native: its timestamps are taken as ns
+            self.period = 1.0
         self.durations_seen: list[float] = []
         if timestamps:
             self.qs = device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
@@ -108,15 +112,6 @@ class _Wgpu:
         ns = float(int(ticks[1]) - int(ticks[0])) * self.period
         self.durations_seen.append(ns)
         return ns
-
-
-def _timestamp_period(device: Any) -> float:
-    from gputrace.backends.wgpu_queries import timestamp_period
-
-    try:
-        return timestamp_period(device.queue)
-    except Exception:  # not wgpu-native: its timestamps are taken as ns
-        return 1.0
 
 
 def measure(plan: Plan) -> DeviceRun:
