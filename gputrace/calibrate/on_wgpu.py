@@ -249,22 +249,12 @@ def _copies(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
                 down.append(float(t2 - t1))
         size = "1 KB" if nbytes == 1024 else f"{nbytes >> 20} MB"
         tag = "1k" if nbytes == 1024 else "large"
-        run.add(
-            f"h2d_{tag}",
-            "copies",
-            f"upload {size} (write_buffer + wait)",
-            up,
-            bytes=nbytes,
-            summary_wall="h2d_1k_ns" if nbytes == 1024 else None,
-        )
-        run.add(
-            f"d2h_{tag}",
-            "copies",
-            f"readback {size} (copy + map + read)",
-            down,
-            bytes=nbytes,
-            summary_wall="d2h_1k_ns" if nbytes == 1024 else None,
-        )
+        for direction, what, samples in (
+            ("h2d", f"upload {size} (write_buffer + wait)", up),
+            ("d2h", f"readback {size} (copy + map + read)", down),
+        ):
+            headline = f"{direction}_1k_ns" if nbytes == 1024 else None
+            run.add(f"{direction}_{tag}", "copies", what, samples, bytes=nbytes, summary_wall=headline)
         buf.destroy()
         mapbuf.destroy()
 
