@@ -1,10 +1,8 @@
 """Where calibrations live (``gputrace calibrate`` saves them), and the part of one that later traces record.
 
-``gputrace calibrate`` saves to a per-machine, per-backend file (``default_path``), or to the file
-named by the environment variable ``GPUTRACE_CALIBRATION``. A session started later on the same
-machine and backend reads it back (``header_calibration``) so ``summarize`` can judge scopes
-against this machine's own launch cost. Reading never fails a session: a missing, unreadable or
-foreign file simply records nothing.
+A session started later on the same machine and backend reads it back (``header_calibration``),
+so ``summarize`` can judge scopes against this machine's own launch cost; a missing, unreadable
+or foreign file records nothing.
 
 >>> import os
 >>> str(default_path("cuda", host="node1", env={"XDG_CACHE_HOME": "/c"}))
@@ -60,14 +58,11 @@ def save(doc: Mapping[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def header_calibration(backend: str, path: Path | None = None) -> dict[str, Any] | None:
-    """The calibration block for a trace header, or None.
-
-    Only a calibration of the same backend with both launch costs counts; anything else (no file,
-    a broken file, another backend's numbers) gives None and never raises.
-    """
+def header_calibration(backend: str) -> dict[str, Any] | None:
+    """The calibration block for a trace header: only one of the same backend with both launch
+    costs counts; anything else gives None, and it never raises."""
     try:
-        src = path or default_path(backend)
+        src = default_path(backend)
         if not src.is_file():
             return None
         doc = json.loads(src.read_text(encoding="utf-8"))

@@ -1,8 +1,5 @@
-"""The ``gputrace`` command line: thin click commands over the library's pure functions.
-
-Each command lives in its own module under ``gputrace.commands`` and is imported only when used,
-so ``gputrace --help`` stays fast and never imports cupy or wgpu.
-"""
+"""The ``gputrace`` command line: each command in its own module under ``gputrace.commands``,
+imported only when used, so ``gputrace --help`` stays fast and never imports cupy or wgpu."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ import click
 from gputrace._version import __version__
 from gputrace.errors import GputraceError
 
-# each command in its own module, gputrace.commands.<name>, as the attribute <name>
 COMMANDS = ("summarize", "diff", "merge", "convert", "calibrate", "run", "view")
 
 
@@ -29,8 +25,7 @@ class LazyGroup(click.Group):
         return cmd
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Every command: a ``GputraceError`` (a problem the user can fix) ends it with its one
-        sentence and exit code 2, never a traceback."""
+        """A ``GputraceError`` (a problem the user can fix) ends any command in one sentence, exit 2."""
         try:
             return super().invoke(ctx)
         except GputraceError as exc:

@@ -1,13 +1,9 @@
 """Compare two traces per scope name: is B slower or faster than A, beyond the noise of both?
 
-For each name the compared time is the median GPU time of the warm calls (the cold first call
-left out, empty GPU spans too); for a name without GPU times in either run, the CPU enqueue time.
-A run's noise is the interquartile range (IQR) of those times. The verdict is:
-
-- ``slower`` / ``faster``: the medians differ by more than the IQR of *both* runs;
-- ``within noise``: they do not;
-- ``too few calls``: fewer than ``MIN_CALLS`` warm calls in a run, so noise cannot be judged;
-- ``only in A`` / ``only in B``.
+Per name, the median GPU time of the warm calls (cold first calls and empty GPU spans left out;
+the CPU enqueue time for a name without GPU times) and its noise, the interquartile range (IQR).
+The verdict: ``slower`` / ``faster`` when the medians differ by more than the IQR of *both* runs,
+else ``within noise``; ``too few calls`` (under ``MIN_CALLS`` warm calls), ``only in A`` / ``B``.
 
 >>> import gputrace
 >>> from gputrace.clock import FakeClock

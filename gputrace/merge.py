@@ -1,13 +1,10 @@
 """Merge traces from several processes (ranks of one job) onto one time line.
 
-Each trace records a ``clock_pair`` (its session clock and the realtime clock read together). The
-first input (the lowest rank) is the reference: input ``i``'s times move by
-``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns, which puts every process on the
-reference's session clock. Traces whose ranks measured their clock offsets through the job's process
-group (``gputrace.ranks``) are placed by those instead, on rank 0's clock; each input's
-``merged[i]["offset"]`` says which way it was placed and with what uncertainty. Processes keep
-their own tracks (their own pid, named by rank when the trace recorded one); GPU processes, thread
-ids and flow ids are renumbered so they never collide.
+Input ``i``'s times move by ``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns
+(its ``clock_pair`` against the first input's), or, where the ranks measured their offsets through
+the job's process group (``gputrace.ranks``), by those fits onto rank 0's clock; each input's
+``merged[i]["offset"]`` says which, and how well. Processes keep their own tracks; GPU processes,
+thread ids and flow ids are renumbered so they never collide.
 
 >>> import gputrace, os, tempfile
 >>> from gputrace.clock import FakeClock
@@ -52,7 +49,7 @@ from gputrace.model import (
     canonical_names,
 )
 from gputrace.outpath import check_output
-from gputrace.ranks import to_reference
+from gputrace.ranks import offset_at, to_reference
 from gputrace.safetext import path_text
 
 MAX_TID = 1 << 22  # Linux tids stay below this; remapped ones go just above it
@@ -64,11 +61,8 @@ TIME_COLUMNS = ("cpu_start_ns", "cpu_end_ns", "submit_ns", "call_start_ns", "cal
 
 def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
     """Refuse an output that is one of the inputs or not a regular file (``check_output``), and
-    an input given twice (same file).
-
-    Files are compared by device and inode, so ``a.json``, ``./a.json``, a symbolic link and a
-    hard link to it are one file. Inputs that do not exist are left for loading to report.
-    """
+    an input given twice. Files are compared by device and inode (links are the same file); inputs
+    that do not exist are left for loading to report."""
     check_output(out)  # never onto a device node, a FIFO or a folder
     seen: dict[tuple[int, int], str] = {}
     for f in inputs:
@@ -104,10 +98,8 @@ def clock_offset(header: dict[str, Any], where: str) -> int:
 
 
 def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
-    """One trace holding every input's scopes, placed on the first input's session clock.
-
-    Inputs are ordered by rank (traces without one last, in the given order).
-    """
+    """One trace holding every input's scopes on one time line, ordered by rank (traces without
+    one last, in the given order)."""
     if not traces:
         raise GputraceError("nothing to merge: give at least one trace.")
     files = files or [f"<trace {i}>" for i in range(len(traces))]
@@ -134,7 +126,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     clock: list[dict[str, Any]] = []
     merged_info: list[dict[str, Any]] = []
     row0 = n_devices = 0
-    for t, f, shift in zip(traces, files, shifts, strict=True):
+    for t, f, shift, how in zip(traces, files, shifts, placed, strict=True):
         name_map = np.array([name_id.setdefault(n, len(name_id)) for n in t.names] or [0], np.int64)
         thread0, queue0 = len(threads), len(queues)
         tids = [_free_id(th.tid, used_tids, 0 <= th.tid < MAX_TID, MAX_TID) for th in t.threads]
@@ -145,16 +137,12 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         label = f"rank {rank}" if rank is not None else f"pid {pid}"
         host = t.header.get("host")
         host_name = host.get("name") if isinstance(host, dict) else None
+        devices = dict.fromkeys([q.device for q in t.queues] + sorted(t.clock_fits))
+        dev_map = {dev: n_devices + k for k, dev in enumerate(devices)}
+        n_devices += len(dev_map)
         processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids, "host": host_name,
-                          "pid_is_real": pid == real_pid, "devices": []})  # fmt: skip
-        dev_map: dict[int, int] = {}
-        for dev in [q.device for q in t.queues] + sorted(t.clock_fits):
-            if dev not in dev_map:
-                dev_map[dev] = n_devices
-                processes[-1]["devices"].append(n_devices)
-                n_devices += 1
-        for q in t.queues:
-            queues.append(QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label))
+                          "pid_is_real": pid == real_pid, "devices": list(dev_map.values())})  # fmt: skip
+        queues += [QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label) for q in t.queues]
         for dev, fit in t.clock_fits.items():
             fits[dev_map[dev]] = fit
             clock.append(dict(device=dev_map[dev], **fit.to_dict()))
@@ -183,11 +171,9 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         merged_info.append({
             "file": path_text(f), "pid": pid, "rank": rank, "shift_ns": shift,
             "backend": t.header.get("backend"), "clock_pair": t.header.get("clock_pair"),
-            "host": t.header.get("host"), "argv": t.header.get("argv"),
+            "host": t.header.get("host"), "argv": t.header.get("argv"), "offset": how,
         })  # fmt: skip
         row0 += len(s)
-    for info, how in zip(merged_info, placed, strict=True):
-        info["offset"] = how
 
     scopes, spans, ops = _concat(parts, span_parts, op_parts)
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
@@ -244,10 +230,7 @@ def _concat(
 
 
 def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
-    """Load ``inputs``, merge them, write ``out``; returns the merged trace.
-
-    Raises ``GputraceError`` if ``out`` is one of the inputs or an input is given twice.
-    """
+    """Load ``inputs``, merge them, write ``out``; returns the merged trace (``check_paths`` first)."""
     check_paths(out, inputs)
     traces = [load(f) for f in inputs]
     merged = merge(traces, list(inputs))
@@ -259,11 +242,10 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
 def place_ranks(
     traces: list[Trace], shifts: list[int]
 ) -> tuple[list[Trace], list[int], list[dict[str, Any]]]:
-    """Every trace moved onto one time line: where ranks measured their offsets against one rank 0,
-    those map their times onto rank 0's clock (offset and drift); the others move by their
-    clock-pair ``shifts``, re-anchored on that clock.
+    """Every trace moved onto one time line: ranks that measured their offsets against one rank 0
+    by their fits onto its clock, the others by their clock-pair ``shifts``, re-anchored there.
 
-    Returns the moved traces, the constant shift of each (0 for a mapped one), and per trace how
+    Returns the moved traces, the constant shift of each (0 for a fitted one), and per trace how
     it was placed and with what uncertainty.
     """
     recs = [r if isinstance(r := t.header.get("ranks"), dict) else None for t in traces]
@@ -278,7 +260,7 @@ def place_ranks(
     a_off = (
         0
         if not ref_id or a_rec.get("status") == "reference"
-        else _offset(a_rec["fit"], _start(traces[anchor]))
+        else offset_at(a_rec["fit"], _start(traces[anchor]))
     )
     out, out_shifts, info = [], [], []
     for t, rec, shift, is_measured in zip(traces, recs, shifts, measured, strict=True):
@@ -304,7 +286,7 @@ def place_ranks(
         start, end = _start(t), int(t.header.get("end_ns", _start(t)))
         out.append(_moved(t, functools.partial(to_reference, fit), float(fit["slope"])))
         info.append({
-            "method": "measured", **base, "offset_ns": _offset(fit, start),
+            "method": "measured", **base, "offset_ns": offset_at(fit, start),
             "drift_ppm": -float(fit.get("drift_ppm", 0.0)),
             "uncertainty_ns": int(np.ceil(uncertainty(fit, start, end))),
             "fit_method": fit.get("method"), "bound": fit.get("bound"),
@@ -322,11 +304,6 @@ def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
 
     cf = ClockFit.from_dict(fit)
     return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
-
-
-def _offset(fit: dict[str, Any], ns: int) -> int:
-    """How far ``fit`` moves the time ``ns`` (rank 0's clock minus this rank's, there)."""
-    return int(to_reference(fit, np.array([ns], np.int64))[0]) - ns
 
 
 def _start(t: Trace) -> int:

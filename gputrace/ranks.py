@@ -1,21 +1,11 @@
 """Measured clock offsets between the ranks of a job, through the job's own process group.
 
-When a session has a process group (``torch.distributed`` initialised, or an ``mpi4py``
-communicator handed to it as ``session(..., group=comm)``), every rank measures its session clock
-against rank 0's by ping-pong through that group: rank ``i`` reads its clock (``before``), sends a
-ping, rank 0 answers with its own clock ``T``, rank ``i`` reads its clock again (``after``). Rank 0's
-clock read ``T`` happened while rank ``i``'s clock ran from ``before`` to ``after`` (Cristian's
-bound), so the offset is known to ± half the round trip. Many rounds are taken and the ones with
-the lowest round trips kept; exchanges happen at session start, at ``gputrace.sync()`` (at most
-every ``refresh_s`` seconds) and at stop, and the offset and drift are fitted over all of them with
-the same rigorous fit the resolver uses for GPU clocks (``gputrace.resolver.fit_clock`` and the
-feasible-set band of ``gputrace.clockbound``). The trace header records, per rank, the kept samples
-and the fit with its uncertainty; ``gputrace merge`` then places each rank by its fit
-(``gputrace.merge.place_ranks``).
-
+Every rank measures its session clock against rank 0's by ping-pong (Cristian's bound: rank 0's
+clock read lies between this rank's two reads) at session start, at ``gputrace.sync()`` and at
+stop, and fits offset and drift with the resolver's clock fit; ``gputrace merge`` places each rank
+by that fit. docs/ranks.md describes the exchange, the header it writes and the failure cases.
 Nothing here opens a socket or imports torch or mpi4py: a group is only used when the program
-already imported its engine. An exchange that fails or takes longer than ``timeout_s`` is given up
-with one notice; the program goes on and the trace says so.
+already imported its engine. An exchange that fails is given up with one notice.
 
 >>> class Alone:                      # a one-rank "group": nothing to exchange
 ...     engine, rank, size = "test", 0, 1
@@ -81,10 +71,6 @@ class _Mismatch(Exception):
     pass
 
 
-# ------------------------------------------------------------------------------------------------
-# engines
-
-
 class _MpiPending:
     def __init__(self, req: Any, buf: np.ndarray) -> None:
         self.req, self.buf = req, buf
@@ -97,11 +83,9 @@ class _MpiPending:
         return a, b, c, d
 
     def cancel(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # best effort: the request may have completed meanwhile
             self.req.Cancel()
             self.req.Free()
-        except Exception:  # best effort: the request may have completed meanwhile
-            pass
 
 
 class MpiTransport:
@@ -237,23 +221,18 @@ class TorchTransport:
 
     def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
         t = self.torch.tensor(values, dtype=self.torch.int64, device=self.device)
-        return _TorchPending(
-            self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG), t, self.blocking_wait
-        )
+        work = self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG)
+        return _TorchPending(work, t, self.blocking_wait)
 
     def irecv(self, src: int) -> Pending:
         t = self.torch.zeros(4, dtype=self.torch.int64, device=self.device)
-        return _TorchPending(
-            self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG), t, self.blocking_wait
-        )
+        work = self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG)
+        return _TorchPending(work, t, self.blocking_wait)
 
 
 def transport_for(group: Any) -> Transport | None:
     """The transport for ``group``: an mpi4py communicator, a torch ProcessGroup, a ``Transport``;
-    ``None`` (the default) finds an initialised ``torch.distributed``; ``False`` turns it off.
-
-    Never imports an engine the program has not imported itself.
-    """
+    ``None`` (the default) finds an initialised ``torch.distributed``; ``False`` turns it off."""
     if group is False:
         return None
     if group is None:
@@ -276,10 +255,6 @@ def transport_for(group: Any) -> Transport | None:
         "group must be an mpi4py communicator or a torch.distributed process group, "
         f"not {type(group).__name__}."
     )
-
-
-# ------------------------------------------------------------------------------------------------
-# the exchange
 
 
 @dataclass(frozen=True)
@@ -495,15 +470,11 @@ class RankClock:
 
 
 def fit_offsets(samples: Sequence[CalibrationSample]) -> dict[str, Any]:
-    """Fit rank 0's clock against this rank's from ping-pong samples (before, rank 0's T, after).
+    """Fit rank 0's clock against this rank's from ping-pong samples (before, rank 0's T, after),
+    in the resolver's convention (``local = cpu_ref + slope·(T − gpu_ref)``).
 
-    The fit maps rank 0's clock onto this rank's (``local = cpu_ref + slope·(T − gpu_ref)``, the
-    resolver's convention); ``offset_ns`` is ``T − local`` at the first sample.
-
-    Only samples with round trips up to ``3 × (the lowest tenth) + 2 µs`` enter the fit: on a busy
-    machine a whole exchange can be slow (every round ms long), and such loose windows would keep
-    the fit from resolving the drift. Every kept sample stays in the header; ``fit_samples`` says
-    how many were used.
+    Only round trips up to ``3 × (the lowest tenth) + 2 µs`` enter the fit: on a busy machine a
+    whole exchange can be slow, and such loose windows would keep the fit from resolving the drift.
     """
     from gputrace.resolver import RawRecording, _fits
 
@@ -513,7 +484,7 @@ def fit_offsets(samples: Sequence[CalibrationSample]) -> dict[str, Any]:
     fit, _band = _fits(RawRecording(header={}, threads=[], samples=used))[0]
     d = fit.to_dict()
     d["fit_samples"], d["rtt_limit_ns"] = len(used), round(limit)
-    d["offset_ns"] = int(to_reference(d, np.array([fit.first_cpu_ns], np.int64))[0]) - fit.first_cpu_ns
+    d["offset_ns"] = offset_at(d, fit.first_cpu_ns)
     d["direction"] = "local = cpu_ref_ns + slope * (reference - gpu_ref_ns)"
     return d
 
@@ -522,6 +493,11 @@ def to_reference(fit: dict[str, Any], local_ns: np.ndarray) -> np.ndarray:
     """Rank 0's clock at this rank's session-clock times ``local_ns`` (int64 ns)."""
     delta = (local_ns - int(fit["cpu_ref_ns"])).astype(np.float64) / float(fit["slope"])
     return (int(fit["gpu_ref_ns"]) + np.rint(delta).astype(np.int64)).astype(np.int64)
+
+
+def offset_at(fit: dict[str, Any], ns: int) -> int:
+    """How far ``fit`` moves this rank's time ``ns``: rank 0's clock minus this rank's, there."""
+    return int(to_reference(fit, np.array([ns], np.int64))[0]) - ns
 
 
 def attach(group: Any, clock: Callable[[], int], options: dict[str, Any] | None = None) -> RankClock | None:

@@ -1,19 +1,10 @@
 """The per-rank view of a merged trace: GPU busy per rank, time in collectives, the slowest rank per step.
 
-Rules (stated in the summary too):
-
-- A scope belongs to the rank whose process recorded it (``header["processes"]`` of a merged trace).
-- **GPU busy** of a rank: the union of its GPU intervals (scopes' GPU spans and per-operation spans).
-- **Collectives**: GPU intervals (CPU windows of scopes without GPU time) named like a collective:
-  ``nccl*`` (NCCL kernels as CUPTI names them) or containing all_reduce/allreduce,
-  all_gather/allgather, reduce_scatter, all_to_all/alltoall, broadcast (a user's scope around the
-  call, timed by events). Waiting for a slower rank inside a
-  collective counts as collective time.
-- **Steps**: ``ProfilerStep#N`` scopes where the trace has them (matched across ranks by N); else the
-  top-level scope name that every rank repeats most often (matched by its k-th occurrence).
-- A step on a rank lasts from entering its scope to the later of leaving it and the end of the GPU
-  work started inside it; its **work** is that minus its time in collectives. The **slowest rank**
-  of a step is the one with the most work: the others wait for it in the collective.
+A scope belongs to the rank whose process recorded it (``header["processes"]``). Collectives are
+GPU intervals (the CPU window of a scope without GPU time) named like one (``COLLECTIVE``); steps
+are ``ProfilerStep#N`` scopes (matched by N), else the top-level name every rank repeats most
+often (matched by occurrence). A step's work is its span minus its time in collectives, and its
+slowest rank the one with the most work: the others wait for it. docs/ranks.md states the rules.
 
 >>> import gputrace
 >>> with gputrace.session(backend="fake", quiet=True) as s:
@@ -70,6 +61,8 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
     busy = union_by_group(g_proc[known & on_gpu], g0[known & on_gpu], g1[known & on_gpu], n)
     in_coll = union_by_group(g_proc[known & coll], g0[known & coll], g1[known & coll], n)
     scopes = np.bincount(scope_proc[scope_proc >= 0], minlength=n)
+    start, end = trace.header.get("start_ns"), trace.header.get("end_ns")
+    window = int(end) - int(start) if isinstance(start, int) and isinstance(end, int) else 0
     merged = trace.header.get("merged") or []
     out_ranks = []
     for k, p in enumerate(procs):
@@ -78,11 +71,8 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
             "rank": p.get("rank"), "label": p.get("label"), "scopes": int(scopes[k]),
             "gpu_busy_ns": int(busy[k]), "collective_ns": int(in_coll[k]),
             "placed_by": (off or {}).get("method"), "uncertainty_ns": (off or {}).get("uncertainty_ns"),
+            "gpu_busy_share": int(busy[k]) / window if window > 0 else None,
         })  # fmt: skip
-    start, end = trace.header.get("start_ns"), trace.header.get("end_ns")
-    window = int(end) - int(start) if isinstance(start, int) and isinstance(end, int) else 0
-    for r in out_ranks:
-        r["gpu_busy_share"] = r["gpu_busy_ns"] / window if window > 0 else None
     return {
         "ranks": out_ranks,
         "window_ns": window,

@@ -1,11 +1,8 @@
 """Calibration at stop: samples until the clock fit rests on the stop's too.
 
-A fit from the start's samples alone rests on a corner of the session: seen on lavapipe under
-load, the stop's windows 2 ms wide (the driver's worker thread woken late), left out of the fit
-as too wide, and the fit 1 ms off by the end. So at stop, while none of the stop's samples is
-about as tight as the session's earlier ones (and within the backend's
-``calibration_target_ns``), more rounds are taken, ``STOP_CALIBRATION_ROUNDS`` at most, keeping
-the tightest. A fit still short of the stop says so in the header (``ClockFit.note``).
+A fit from the start's samples alone rests on a corner of the session (seen on lavapipe under
+load: the stop's windows 2 ms wide, left out of the fit, and the fit 1 ms off by the end). So at
+stop, more rounds are taken while none of the stop's samples is about as tight as the earlier ones.
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ STOP_WINDOW_RATIO = 2.0  # "about as tight": within this many times the earlier 
 
 
 def stop_samples(backend: Backend, earlier: list[CalibrationSample]) -> list[CalibrationSample]:
-    """The stop's samples: the backend's first round, and the tightest of up to
-    ``STOP_CALIBRATION_ROUNDS`` more (as many as the first gave) where it was not tight enough."""
+    """The backend's first round at stop, and the tightest of up to ``STOP_CALIBRATION_ROUNDS``
+    more (as many as the first gave) while it was not tight enough."""
     got = backend.calibrate()
     target = int(getattr(backend, "calibration_target_ns", 0) or 0)
     extra: list[CalibrationSample] = []
@@ -35,9 +32,8 @@ def stop_samples(backend: Backend, earlier: list[CalibrationSample]) -> list[Cal
 
 
 def tightest(pool: list[CalibrationSample], like: list[CalibrationSample]) -> list[CalibrationSample]:
-    """Per device, the tightest of ``pool``, as many as ``like`` has: the stop's extra rounds
-    add their best windows, they do not pile up wide ones (which in numbers would pass for the
-    session's typical width)."""
+    """Per device, the tightest of ``pool``, as many as ``like`` has: extra rounds add their best
+    windows and do not pile up wide ones (which in numbers would pass for the typical width)."""
     out = []
     for d in dict.fromkeys(x.device for x in like):
         mine = sorted((x for x in pool if x.device == d), key=lambda x: x.half_width_ns)
@@ -48,10 +44,8 @@ def tightest(pool: list[CalibrationSample], like: list[CalibrationSample]) -> li
 def fit_reaches(
     samples: list[CalibrationSample], latest: list[CalibrationSample], target_ns: int = 0
 ) -> bool:
-    """Do ``latest`` (the stop's samples, the last of ``samples``) hold, for every device, one
-    about as tight as that device's earlier ones (within ``STOP_WINDOW_RATIO`` of their median
-    half-width) and within the backend's calibration target (``target_ns``, 0: none), that its
-    clock fit rests on?"""
+    """Do ``latest`` (the last of ``samples``) hold, per device, one window about as tight as the
+    earlier ones (``STOP_WINDOW_RATIO``) and the target (``target_ns``, 0: none), that the fit reaches?"""
     n_old = len(samples) - len(latest)
     for d in {x.device for x in latest}:
         mine = [x for x in latest if x.device == d]

@@ -1,16 +1,10 @@
 """Serve the static viewer and exactly one trace file on 127.0.0.1 (what ``gputrace view`` runs).
 
-The server answers a fixed table of routes built at start: ``/`` and each file of the viewer
-(read into memory once), plus ``/trace.json`` (or ``/trace.json.gz``) for the one trace, read
-from disk on each request so a reload shows a re-written trace. A request path is looked up in
-that table as sent; it is never joined to a directory, so ``/../../etc/passwd`` and its encoded
-variants are plain misses (404), and there is no directory listing. Requests whose ``Host``
-header is not this server's own address are refused (a web page cannot reach the server through
-DNS rebinding).
-
-Each connection gets its own thread; the listen backlog holds ``LISTEN_BACKLOG`` waiting
-connections, and a connection that sends nothing for ``IDLE_TIMEOUT_S`` is closed. A client that
-goes away mid-answer (a closed tab, a cancelled fetch) is not an error: nothing is printed.
+The routes are a fixed table built at start: ``/`` and each viewer file (read once), plus
+``/trace.json`` (or ``.json.gz``), read from disk per request so a reload shows a re-written trace.
+A request path is looked up as sent, never joined to a directory, so ``/../`` and its encodings
+are plain 404s. A ``Host`` header other than this server's is refused (DNS rebinding). A client
+that goes away mid-answer is not an error.
 
 >>> import tempfile, urllib.request, gputrace
 >>> path = tempfile.mkdtemp() + "/t.json"
@@ -27,7 +21,6 @@ b'{"displayTimeUn'
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import urllib.parse
@@ -42,15 +35,13 @@ from gputrace.exporters.opener import read_file
 HOST = "127.0.0.1"
 LISTEN_BACKLOG = 128
 IDLE_TIMEOUT_S = 10.0
+# the viewer's files served, by suffix (the README's screenshot .png stays out of the routes)
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".svg": "image/svg+xml",
-    ".png": "image/png",
 }
-# Files of viewer/ that the page needs; the README screenshot stays out of the package and routes.
-SERVED_SUFFIXES = (".html", ".js", ".css", ".svg")
 # Scripts and styles only from this server; fetch only from it; no plugins, no <base>, no framing.
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -71,23 +62,21 @@ def viewer_dir() -> Path:
 
 
 class ViewerServer:
-    """One trace and the viewer on ``127.0.0.1:port`` (``port=0``: a free port chosen by the OS).
-
-    Raises ``GputraceError`` if the port cannot be bound or the trace cannot be read.
-    """
+    """One trace and the viewer on ``127.0.0.1:port`` (0: any free port); a ``GputraceError`` if
+    the port cannot be bound or the trace cannot be read."""
 
     def __init__(
         self, trace_path: str | os.PathLike[str], port: int = 0, idle_timeout_s: float = IDLE_TIMEOUT_S
     ) -> None:
         self.trace_path = Path(trace_path)
         self.idle_timeout_s = idle_timeout_s
-        # bounded and regular files only (a FIFO would block here); the sentence names the problem
+        # bounded and regular files only (a FIFO would block here)
         gz = read_file(self.trace_path)[:2] == b"\x1f\x8b"
         self.trace_route = "/trace.json.gz" if gz else "/trace.json"
         self.routes: dict[str, tuple[bytes | None, str]] = {}
         vdir = viewer_dir()
         for f in sorted(vdir.iterdir()):
-            if f.is_file() and f.suffix in SERVED_SUFFIXES and not f.name.startswith("."):
+            if f.is_file() and f.suffix in CONTENT_TYPES and not f.name.startswith("."):
                 self.routes["/" + f.name] = (f.read_bytes(), CONTENT_TYPES[f.suffix])
         self.routes["/"] = self.routes["/index.html"]
         self.routes[self.trace_route] = (None, "application/gzip" if gz else "application/json")
@@ -97,11 +86,9 @@ class ViewerServer:
             raise GputraceError(
                 f"cannot listen on {HOST}:{port} ({exc.strerror or exc}); pick another --port."
             ) from None
-        self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
         self._thread: threading.Thread | None = None
 
-    # addresses -----------------------------------------------------------------------------
     @property
     def origin(self) -> str:
         return f"http://{HOST}:{self.port}"
@@ -125,7 +112,6 @@ class ViewerServer:
     def trace_url(self) -> str:
         return self.origin + self.trace_route
 
-    # lifecycle -----------------------------------------------------------------------------
     def serve_forever(self) -> None:
         """Serve until ``close()`` or Ctrl-C (``KeyboardInterrupt`` propagates to the caller)."""
         self.httpd.serve_forever(poll_interval=0.2)
@@ -157,7 +143,7 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+        if isinstance(exc, (ConnectionError, TimeoutError)):  # socket.timeout is TimeoutError
             return  # the client went away or went quiet: nothing to report
         print(f"gputrace: view: a request failed ({type(exc).__name__}: {exc}).", file=sys.stderr)
 

@@ -93,14 +93,9 @@ class DeviceRun:
     ) -> None:
         """Record one measurement from its samples (ns per operation, each side becomes a ``Stat``);
         ``summary_wall`` / ``summary_device`` name the headline number its wall / device median is."""
-        m = Measurement(
-            key,
-            group,
-            what,
-            None if wall is None else Stat.of(wall),
-            None if device is None else Stat.of(device),
-            **details,
-        )
+        wall_stat = None if wall is None else Stat.of(wall)
+        device_stat = None if device is None else Stat.of(device)
+        m = Measurement(key, group, what, wall_stat, device_stat, **details)
         self.measurements.append(m)
         for name, stat in ((summary_wall, m.wall), (summary_device, m.device)):
             if name is not None and stat is not None:
@@ -116,22 +111,6 @@ class DeviceRun:
             self.skipped[key] = f"{type(exc).__name__}: {exc}"
 
 
-def host_facts() -> dict[str, Any]:
-    import numpy as np
-
-    from gputrace.host import loadavg
-
-    return {
-        "name": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "loadavg": loadavg(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "platform": platform.platform(),
-        "executable": sys.executable,
-    }
-
-
 def measure(
     backend: str, *, quick: bool = False, progress: Callable[[str], None] | None = None
 ) -> Calibration:
@@ -141,6 +120,8 @@ def measure(
     recorded in ``skipped`` with its reason; the others still run. ``progress`` is called with the
     key of each group of measurements as it starts (``steps(backend)``).
     """
+    import numpy as np
+
     from gputrace.calibrate import on_cpu
     from gputrace.host import loadavg
 
@@ -153,8 +134,16 @@ def measure(
     run.step("scope_cost", lambda: on_cpu.scope_cost(run, backend, plan.batches, 100 if quick else 500))
     if run.resident_ns:
         run.step("numpy_breakeven", lambda: on_cpu.numpy_breakeven(run, plan.reps))
-    host = host_facts()
-    host["loadavg_before"] = load_before
+    host = {
+        "name": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "loadavg": loadavg(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "executable": sys.executable,
+        "loadavg_before": load_before,
+    }
     return Calibration(
         backend=backend,
         device=run.device,
@@ -181,13 +170,4 @@ def _device_run(backend: str, plan: Plan) -> DeviceRun:
     return on_wgpu.measure(plan)
 
 
-__all__ = [
-    "BreakEven",
-    "Calibration",
-    "DeviceRun",
-    "Measurement",
-    "Plan",
-    "Stat",
-    "measure",
-    "steps",
-]
+__all__ = ["BreakEven", "Calibration", "DeviceRun", "Measurement", "Plan", "Stat", "measure", "steps"]

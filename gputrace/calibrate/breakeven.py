@@ -1,10 +1,8 @@
 """The CPU-vs-GPU break-even table, from measured curves.
 
-For each arithmetic intensity (multiply-adds per element) both sides are timed over the same
-grid of element counts: the CPU side with numpy on this machine (one pass per multiply-add, as
-numpy runs it), the GPU side as one kernel launch plus the wait for it (data resident), and with
-the copies in and out. The break-even is where the two curves cross, interpolated in log-log
-between the two grid points that bracket it.
+For each intensity (multiply-adds per element), over one grid of element counts: numpy on this
+CPU against one kernel launch plus its wait (data resident), and with the copies in and out. The
+break-even is where the curves cross, interpolated in log-log between the bracketing grid points.
 
 >>> sizes = [100, 1000, 10000]
 >>> crossing(sizes, cpu_ns=[1e3, 1e4, 1e5], gpu_ns=[1e4, 1e4, 1e4])

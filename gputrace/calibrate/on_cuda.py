@@ -84,12 +84,11 @@ def probe() -> Any:
     except ImportError as exc:
         raise GputraceError(f"CUDA calibration needs CuPy, which could not be imported ({exc}).") from None
     try:
-        if not cp.cuda.is_available():
-            raise GputraceError("CUDA calibration needs a CUDA GPU, and CuPy sees none here.")
-    except GputraceError:
-        raise
+        available = cp.cuda.is_available()
     except Exception as exc:
         raise GputraceError(f"CUDA is not usable here ({type(exc).__name__}: {exc}).") from None
+    if not available:
+        raise GputraceError("CUDA calibration needs a CUDA GPU, and CuPy sees none here.")
     return cp
 
 
@@ -187,44 +186,31 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
             samples[k].append(float(got[k]))
     for key, what in FIRST_USE_ROWS:
         run.add(f"first_{key}", "first use (fresh process)", what, samples[key])
-    run.summary["first_launch_ns"] = Stat.of(
-        [
-            sum(samples[k][i] for k in ("context", "module", "first_launch"))
-            for i in range(len(samples["context"]))
-        ]
-    ).median
+    parts = zip(samples["context"], samples["module"], samples["first_launch"], strict=True)
+    run.summary["first_launch_ns"] = Stat.of([sum(p) for p in parts]).median
 
 
 def _queued(c: _Cuda, launch: Callable[[], None], per: int, batches: int) -> tuple[list[float], list[float]]:
     """(CPU ns per launch, GPU ns per launch) of ``batches`` batches of ``per`` launches, each
     batch queued behind a spin kernel long enough that the GPU then runs it back to back."""
-    spin_ns = _spin_for(c, launch, per)
-    got = [_queued_batch(c, launch, per, spin_ns) for _ in range(batches)]
-    return [cpu for cpu, _ in got], [gpu for _, gpu in got]
-
-
-def _queued_batch(c: _Cuda, launch: Callable[[], None], per: int, spin_ns: float) -> tuple[float, float]:
-    """(CPU ns per launch, GPU ns per launch) for ``per`` launches queued behind a spin kernel."""
-    clock = time.perf_counter_ns
-    c.spin(spin_ns)
-    c.ev0.record(c.stream)
-    t0 = clock()
-    for _ in range(per):
-        launch()
-    t1 = clock()
-    c.ev1.record(c.stream)
-    return (t1 - t0) / per, c.elapsed_ns() / per
-
-
-def _spin_for(c: _Cuda, launch: Callable[[], None], per: int) -> float:
-    """A spin long enough that the CPU enqueues ``per`` launches before the GPU reaches them."""
     clock = time.perf_counter_ns
     t0 = clock()
     for _ in range(per):
         launch()
-    enqueue = clock() - t0
+    spin_ns = 3.0 * (clock() - t0) + 200_000.0  # the CPU enqueues a batch before the GPU reaches it
     c.stream.synchronize()
-    return 3.0 * enqueue + 200_000.0
+    cpu, gpu = [], []
+    for _ in range(batches):
+        c.spin(spin_ns)
+        c.ev0.record(c.stream)
+        t0 = clock()
+        for _ in range(per):
+            launch()
+        t1 = clock()
+        c.ev1.record(c.stream)
+        cpu.append((t1 - t0) / per)
+        gpu.append(c.elapsed_ns() / per)
+    return cpu, gpu
 
 
 def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
@@ -342,15 +328,16 @@ def _events(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 
 
 def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
+    import cupyx
+
     cp = c.cp
     rt = cp.cuda.runtime
     large = (64 if plan.quick else 256) << 20
     for nbytes in (1024, large):
         dev = cp.empty(nbytes, dtype=cp.uint8)
-        hosts = {
-            "pageable": np.ones(nbytes, dtype=np.uint8),
-            "pinned": _pinned(cp, nbytes),
-        }
+        pinned = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+        pinned[:] = 1
+        hosts = {"pageable": np.ones(nbytes, dtype=np.uint8), "pinned": pinned}
         reps = (plan.batches * 5) if nbytes <= 1 << 20 else (5 if plan.quick else 20)
         size = "1 KB" if nbytes == 1024 else f"{nbytes >> 20} MB"
         for memory, host in hosts.items():
@@ -378,15 +365,7 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
                     note="wall: copy + synchronize",
                     summary_wall=f"{direction.lower()}_1k_ns" if headline else None,
                 )
-        del dev, hosts
-
-
-def _pinned(cp: Any, nbytes: int) -> Any:
-    import cupyx
-
-    arr = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
-    arr[:] = 1
-    return arr
+        del dev, hosts, pinned
 
 
 def _breakeven(run: DeviceRun, plan: Plan, c: _Cuda) -> None:

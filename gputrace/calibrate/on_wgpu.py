@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.backends.wgpu_queries import timestamp_period
 from gputrace.calibrate import DeviceRun, Plan
 from gputrace.calibrate.breakeven import INTENSITIES
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B
@@ -67,7 +68,10 @@ class _Wgpu:
             layout="auto",
             compute={"module": device.create_shader_module(code=EMPTY_WGSL), "entry_point": "main"},
         )
-        self.period = _timestamp_period(device)
+        try:
+            self.period = timestamp_period(device.queue)
+        except Exception:  # not wgpu-native: its timestamps are taken as ns
+            self.period = 1.0
         self.durations_seen: list[float] = []
         if timestamps:
             self.qs = device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
@@ -110,15 +114,6 @@ class _Wgpu:
         return ns
 
 
-def _timestamp_period(device: Any) -> float:
-    from gputrace.backends.wgpu_queries import timestamp_period
-
-    try:
-        return timestamp_period(device.queue)
-    except Exception:  # not wgpu-native: its timestamps are taken as ns
-        return 1.0
-
-
 def measure(plan: Plan) -> DeviceRun:
     wgpu, adapter = probe()
     timestamps = "timestamp-query" in adapter.features
@@ -150,7 +145,7 @@ def measure(plan: Plan) -> DeviceRun:
 def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
     clock = time.perf_counter_ns
     n = plan.batches * 5
-    submit, launch, launch_wait = [], [], []
+    submit, launch = [], []
     for i in range(n + 10):
         cb = w.device.create_command_encoder().finish()
         t0 = clock()
@@ -170,11 +165,12 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
         if i % 50 == 49:
             w.wait()
     w.wait()
-    for _ in range(n // 2):
-        t0 = clock()
+
+    def launch_and_wait() -> None:
         w.queue.submit([w.dispatch(w.empty, 1).finish()])
         w.wait()
-        launch_wait.append(float(clock() - t0))
+
+    launch_wait = wall_per_op(launch_and_wait, batches=n // 2, per_batch=1, warmup=0)
     waits = wall_per_op(w.wait, batches=n // 2, per_batch=1, warmup=0)
     run.add("submit", "submit", "queue.submit, empty command buffer", submit)
     run.add(
@@ -253,22 +249,12 @@ def _copies(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
                 down.append(float(t2 - t1))
         size = "1 KB" if nbytes == 1024 else f"{nbytes >> 20} MB"
         tag = "1k" if nbytes == 1024 else "large"
-        run.add(
-            f"h2d_{tag}",
-            "copies",
-            f"upload {size} (write_buffer + wait)",
-            up,
-            bytes=nbytes,
-            summary_wall="h2d_1k_ns" if nbytes == 1024 else None,
-        )
-        run.add(
-            f"d2h_{tag}",
-            "copies",
-            f"readback {size} (copy + map + read)",
-            down,
-            bytes=nbytes,
-            summary_wall="d2h_1k_ns" if nbytes == 1024 else None,
-        )
+        for direction, what, samples in (
+            ("h2d", f"upload {size} (write_buffer + wait)", up),
+            ("d2h", f"readback {size} (copy + map + read)", down),
+        ):
+            headline = f"{direction}_1k_ns" if nbytes == 1024 else None
+            run.add(f"{direction}_{tag}", "copies", what, samples, bytes=nbytes, summary_wall=headline)
         buf.destroy()
         mapbuf.destroy()
 

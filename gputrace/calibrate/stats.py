@@ -2,12 +2,6 @@
 
 Every measurement is repeated many times after a warm-up that is thrown away, and reported as a
 median with its spread (p5/p95 and min/max), never as a single number or a mean.
-
->>> s = Stat.of([5.0, 1.0, 3.0, 2.0, 4.0])
->>> s.median, s.min, s.max, s.n
-(3.0, 1.0, 5.0, 5)
->>> s.p5 <= s.median <= s.p95
-True
 """
 
 from __future__ import annotations
@@ -61,14 +55,8 @@ def wall_per_op(
     warmup: int,
     clock: Callable[[], int] = time.perf_counter_ns,
 ) -> list[float]:
-    """CPU wall time per call of ``op`` (ns): ``batches`` samples, each ``per_batch`` calls long.
-
-    Batching keeps the clock read (~100 ns) out of operations that cost about as much.
-
-    >>> samples = wall_per_op(lambda: None, batches=4, per_batch=10, warmup=5)
-    >>> len(samples), all(s > 0 for s in samples)
-    (4, True)
-    """
+    """CPU wall time per call of ``op`` (ns): ``batches`` samples, each ``per_batch`` calls long
+    (batching keeps the clock read, ~100 ns, out of operations that cost about as much)."""
     for _ in range(warmup):
         op()
     out = []

@@ -54,11 +54,8 @@ def _progress(path: str) -> Iterator[Callable[[str], None] | None]:
 
 
 def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace:
-    """A trace from ``path``; another tool's Chrome trace is read as CPU/GPU slices if ``foreign``.
-
-    Any problem with the file ends the command with one sentence and exit code 2. A large file
-    shows a progress line on a terminal unless ``progress`` is false (the caller shows its own).
-    """
+    """A trace from ``path`` (another tool's Chrome trace too if ``foreign``); any problem with the
+    file ends the command in one sentence, exit code 2. ``progress``: a line for a large file."""
     try:
         if not progress:
             return load(path)
@@ -75,8 +72,6 @@ def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace
             fail(str(inner))
         except Exception as inner:  # a foreign file can hold anything: never a traceback
             fail(f"{path}: cannot be read as a Chrome trace ({type(inner).__name__}: {inner}).")
-    except GputraceError as exc:
-        fail(str(exc))
     except MemoryError:
         fail(f"{path}: too large to load into memory.")
     except RecursionError:
@@ -85,8 +80,8 @@ def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace
 
 @contextmanager
 def malformed(what: str) -> Iterator[None]:
-    """Inside it, an error from what a file holds ends the command with ``what (Type: error).``:
-    a hand-edited file can hold anything, and gets one sentence, no traceback."""
+    """Inside it, an error from what a file holds (a hand-edited file can hold anything) ends the
+    command with ``what (Type: error).``"""
     try:
         yield
     except GputraceError:

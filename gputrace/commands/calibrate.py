@@ -1,13 +1,5 @@
-"""``gputrace calibrate``: measure this machine's launch, copy and timer costs, and save them.
-
-    gputrace calibrate                      # auto: cuda, else wgpu, else cpu
-    gputrace calibrate --backend wgpu --quick
-    gputrace calibrate --format json -o calib.json
-
-The results are also saved per machine and backend (``~/.cache/gputrace/calibration-<host>-
-<backend>.json``, or the file named by ``GPUTRACE_CALIBRATION``); sessions started later on this
-machine with the same backend record the headline numbers in their trace header.
-"""
+"""``gputrace calibrate``: measure this machine's launch, copy and timer costs, and save them
+(per machine and backend, or to ``GPUTRACE_CALIBRATION``) for later sessions' headers."""
 
 from __future__ import annotations
 
@@ -66,25 +58,22 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
     from gputrace.outpath import check_output
     from gputrace.progress import Progress
 
-    try:
-        chosen = _auto_backend() if backend == "auto" else backend
-        targets = [] if no_save else [default_path(chosen)]
-        if output is not None:
-            targets.insert(0, output)
-        for path in targets:  # a device node, FIFO or folder: refused before measuring
-            check_output(path)
-        if backend == "auto":
-            click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
-        with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps(chosen))) as bar:
-            cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
-    except GputraceError as exc:
-        fail(str(exc))
+    # a GputraceError (no such backend here, an output that is not a regular file) ends the
+    # command in one sentence (gputrace.cli)
+    chosen = _auto_backend() if backend == "auto" else backend
+    targets = [] if no_save else [default_path(chosen)]
+    if output is not None:
+        targets.insert(0, output)
+    for path in targets:  # a device node, FIFO or folder: refused before measuring
+        check_output(path)
+    if backend == "auto":
+        click.echo(f"gputrace: calibrating the {chosen} backend.", err=True)
+    with Progress(f"gputrace calibrate --backend {chosen}", total=len(steps(chosen))) as bar:
+        cal = measure(chosen, quick=quick, progress=lambda key: bar.step(STEP_NAMES.get(key, key)))
     doc = cal.to_json()
     for path in targets:
         try:
             save(doc, path)
-        except GputraceError as exc:
-            fail(str(exc))
         except OSError as exc:
             fail(f"could not save the calibration to {path_text(path)} ({exc.strerror or exc}).")
     if fmt == "json":

@@ -1,11 +1,5 @@
-"""``gputrace convert IN OUT``: a trace file written again in the format OUT's name asks for.
-
-    gputrace convert run.json.gz run.pftrace     # for Perfetto's native format
-    gputrace convert torch_trace.json run.json.gz # another tool's Chrome trace, as gputrace's file
-
-IN is anything ``summarize`` reads (gputrace's ``.json``/``.json.gz``, other tools' Chrome
-traces); OUT is ``.json``, ``.json.gz`` (the canonical file) or ``.pftrace`` (an export).
-"""
+"""``gputrace convert IN OUT``: a trace file (or another tool's Chrome trace) written again in the
+format OUT's name asks for."""
 
 from __future__ import annotations
 

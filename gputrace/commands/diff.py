@@ -1,10 +1,4 @@
-"""``gputrace diff A B``: per scope name, did B get slower or faster than A, beyond the noise?
-
-    gputrace diff before.json after.json
-    gputrace diff before.json after.json --fail-above 5     # exit 1 on a >5 % regression (CI)
-
-Exit codes: 0 no regression, 1 a regression above ``--fail-above``, 2 a bad input file.
-"""
+"""``gputrace diff A B``: per scope name, did B get slower or faster than A, beyond the noise?"""
 
 from __future__ import annotations
 

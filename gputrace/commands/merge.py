@@ -1,14 +1,5 @@
-"""``gputrace merge OUT IN...``: traces of several processes (ranks) on one time line.
-
-    torchrun --nproc-per-node 4 train.py          # each rank writes trace-$RANK.json
-    gputrace merge all.json trace-*.json           # one file, one track group per rank
-    gputrace merge all.json 'run.rank*.trace.json' # ranks that measured their clock offsets
-
-Each input's recorded (monotonic, realtime) clock pair puts it on the first rank's clock, or, where
-the ranks measured their offsets through the job's process group, the fitted offsets put them on
-rank 0's clock (``gputrace.ranks``); one line per input says which and how well. Every process
-keeps its own tracks, named by its rank; GPU process ids and flow ids never collide.
-"""
+"""``gputrace merge OUT IN...``: traces of several processes (ranks) on one time line
+(``gputrace.merge``); one line per input says how it was placed, and how well."""
 
 from __future__ import annotations
 

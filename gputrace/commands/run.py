@@ -1,15 +1,5 @@
 """``gputrace run``: trace a Python program without editing it.
 
-    gputrace run train.py --epochs 3                 # writes train.run.trace.json
-    gputrace run -o t.json --backend cuda train.py
-    gputrace run --trace-module mymodel train.py     # every top-level function of mymodel
-    gputrace run --trace-function __main__:step train.py
-    gputrace run --ring 30 -o last.json.gz train.py  # flight recorder: kill -USR1 <pid> writes it
-    gputrace run --steps 100:110 train.py            # only steps 100..109 (gputrace.step())
-    gputrace run --schedule wait=5,warmup=1,active=3,repeat=2 train.py   # torch.profiler's schedule
-    gputrace run --timing events train.py            # CUDA events instead of CUPTI
-    python -m gputrace run train.py
-
 Options go before the script; everything after it belongs to the program. The program's exit
 status is passed through (1 with a traceback when it raises); the trace is written in every case.
 """

@@ -1,11 +1,4 @@
-"""``gputrace summarize TRACE``: the per-scope table and what to look at next.
-
-gputrace summarize trace.json
-gputrace summarize trace.json.gz --sort gpu_median --top 10 --name 'matmul*'
-gputrace summarize trace.json --format json > summary.json
-gputrace summarize torch_trace.json --group --top 10
-gputrace summarize trace.json --sort self
-"""
+"""``gputrace summarize TRACE``: the per-scope table and what to look at next."""
 
 from __future__ import annotations
 

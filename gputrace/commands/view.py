@@ -1,9 +1,5 @@
 """``gputrace view TRACE``: open a trace in the bundled viewer (or the Perfetto UI).
 
-    $ gputrace view run.json.gz
-    gputrace: viewing run.json.gz at http://127.0.0.1:41237/?trace=trace.json.gz&name=run.json.gz
-    gputrace: press Ctrl-C to stop.
-
 The viewer and the trace are served on 127.0.0.1 only; nothing leaves the machine unless
 ``--perfetto`` is given, which hands the trace to https://ui.perfetto.dev in the browser.
 """
@@ -21,12 +17,10 @@ from gputrace.safetext import path_text
 
 
 def check_viewable(trace: str) -> None:
-    """Read ``trace`` as the viewer will; a bad file ends the command with the one sentence that
-    ``summarize`` gives for it (exit code 2), not a blank page (a .pftrace, an export gputrace
-    does not read, gets the sentence naming the file to view instead)."""
+    """Read ``trace`` as the viewer will (bounded, as every read); a bad file ends the command with
+    the sentence ``summarize`` gives for it (exit code 2), not a blank page."""
     try:
-        doc = read_document(trace)  # bounded: regular files only, size and gzip capped; an export
-        # (.pftrace) is refused with the sentence naming the file to view instead
+        doc = read_document(trace)
     except MemoryError:
         fail(f"{path_text(trace)}: too large to load into memory.")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -59,8 +53,8 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
         return
     server = ViewerServer(trace, port=port)
     url = server.perfetto_url if perfetto else server.url
-    where = "for the Perfetto UI" if perfetto else ""
-    click.echo(f"gputrace: viewing {path_text(trace)} {where + ' ' if where else ''}at {url}")
+    where = "for the Perfetto UI " if perfetto else ""
+    click.echo(f"gputrace: viewing {path_text(trace)} {where}at {url}")
     click.echo("gputrace: press Ctrl-C to stop.")
     sys.stdout.flush()
     if not no_browser:
