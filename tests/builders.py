@@ -24,8 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child that imports gputrace from this checkout: the checkout
+    first on ``PYTHONPATH``, whatever else was on it kept (the device image puts dependencies there)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def gputrace_run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = child_env()
     return subprocess.run(
         [sys.executable, "-m", "gputrace", "run", *map(str, args)],
         cwd=cwd,

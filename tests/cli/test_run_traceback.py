@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
+from tests.builders import child_env
 
 SCRIPT = """\
 import helper
@@ -47,7 +46,7 @@ def test_traced_functions_leave_no_gputrace_frames_in_the_traceback(tmp_path: Pa
     done = subprocess.run(
         [sys.executable, "-m", "gputrace", "run", "-o", "t.json", "--backend", "cpu",
          *args, "--trace-module", "helper", "prog.py"],
-        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=tmp_path, env=child_env(),
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 1

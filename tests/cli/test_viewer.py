@@ -33,6 +33,7 @@ from gputrace.clock import FakeClock
 from gputrace.durations import fmt_ns
 from gputrace.exporters.plan import GPU_PID_BASE, OVERLAP_TID_STEP
 from gputrace.viewer_server import ViewerServer, viewer_dir
+from tests.builders import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -228,13 +229,13 @@ def test_gzip_trace_is_served_as_is(tmp_path: Path, golden: Path) -> None:
 
 # -- the command -----------------------------------------------------------------------------------
 def run_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run([sys.executable, "-m", "gputrace", "view", *args], capture_output=True,
                           text=True, timeout=30, env=env, cwd=ROOT, **kw)  # fmt: skip
 
 
 def test_view_serves_until_ctrl_c(golden: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env = child_env(PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gputrace", "view", str(golden), "--no-browser"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
@@ -258,7 +259,7 @@ def test_view_serves_until_ctrl_c(golden: Path) -> None:
 
 
 def test_view_perfetto_prints_the_handoff_page(golden: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env = child_env(PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gputrace", "view", str(golden), "--no-browser", "--perfetto"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
