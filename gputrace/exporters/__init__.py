@@ -3,10 +3,9 @@
 - ``opener``: the one place a trace file is read from (regular files only, size cap, capped
   inflate); ``TraceFileError`` for a file that cannot be read as a trace.
 - ``plan``: the format-neutral layout (processes, tracks, lanes, the header as written).
-- ``chrome``: a trace as Chrome trace events (JSON text), chunk by chunk.
-- ``json``: the canonical file (``.json``, ``.json.gz``): writer, streaming writer, repair of a
-  cut file; ``reader`` turns its document into the ``Trace`` model, ``foreign`` other tools'
-  Chrome traces.
+- ``json``: the canonical file (``.json``, ``.json.gz``): Chrome trace events (JSON text)
+  rendered chunk by chunk, writer, streaming writer, repair of a cut file; ``reader`` turns its
+  document into the ``Trace`` model, ``foreign`` other tools' Chrome traces.
 - ``pftrace``: Perfetto's protobuf (``.pftrace``), an export written from the same events.
 
 A format module provides ``write(trace, path) -> Path`` (atomic: temp + rename) and

@@ -4,7 +4,7 @@
 processes and tracks) and a few batches of events of one shape each, held as columns (``Events``:
 slices or instants, ``Waits``, ``Counters``; numpy arrays of pid, tid, times in ns relative to
 the file's zero, name indexes, argument columns, flows). Both writers render the same chunk
-(``chrome`` as JSON text, ``pftrace`` as protobuf packets), so the two formats draw the same
+(``json`` as JSON text, ``pftrace`` as protobuf packets), so the two formats draw the same
 tracks and carry the same args, and neither does Python work per scope or per operation:
 - each traced process (pid = its OS pid) has a thread track per Python thread; each GPU is a
   process (pid = ``GPU_PID_BASE + device``) with a track per stream/queue (tid = queue + 1) and
