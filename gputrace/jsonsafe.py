@@ -20,7 +20,6 @@ import os
 from typing import Any
 
 import numpy as np
-import orjson
 
 from gputrace.errors import report_internal
 
@@ -139,11 +138,6 @@ def jsonsafe(value: Any, depth: int = 0, failures: list[str] | None = None) -> A
 MAX_FAILURES = 10  # failures described per call; the placeholders mark every one
 
 
-def placeholder(value: Any) -> str:
-    """What stands in a trace file for a value that could not be converted."""
-    return f"<{_type_name(value)} object (conversion failed)>"
-
-
 def _type_name(value: Any) -> str:
     try:
         return clean_str(str(type(value).__qualname__), 80)
@@ -159,7 +153,7 @@ def _failed(value: Any, exc: Exception, failures: list[str] | None) -> str:
             text = ""
         why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         failures.append(f"{_type_name(value)} ({why})")
-    return placeholder(value)
+    return f"<{_type_name(value)} object (conversion failed)>"  # what stands in the file for it
 
 
 def _child(value: Any, depth: int, seen: set[int], failures: list[str] | None) -> Any:
@@ -285,6 +279,8 @@ def dumps(value: Any) -> bytes:
     """JSON bytes of ``value``; what orjson refuses (integers beyond 64 bits, nesting deeper than
     it writes, text that is not UTF-8, other objects) is made writable instead of failing:
     integers as floats (as a reader took them), deep nesting by a note, objects by a short repr."""
+    import orjson  # (here: ``import gputrace`` need not load it)
+
     try:
         return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
     except (orjson.JSONEncodeError, TypeError):

@@ -18,20 +18,9 @@ The keys before ``traceEvents`` are ones Perfetto's JSON tokenizer knows (``disp
 header sits inside ``metadata`` at the start and under its own key only after the events. The
 tokenizer also imports the complete events of a ``traceEvents`` array that ends early.
 
-The events are rendered from the chunk's ``plan`` (see docs/trace-format.md):
-- a ``cat: "cpu"`` X slice per scope on its thread, spanning its CPU enqueue window;
-- a ``cat: "gpu"`` X slice per GPU scope on its stream (wgpu passes: ``gpu.pass`` children),
-  its args every field a reader needs: submission, submission -> start, GPU and CPU durations,
-  alignment uncertainty, flags (and the operations' busy time where the trace has them);
-- the submission -> GPU start wait as process-scoped async ``b``/``e`` events (``id2.local``),
-  the ``b`` named "queued · <stream>", the ``e`` with no name (neither with a category), so they
-  sit inside their GPU process and overlapping waits stack;
-- a flow v2 from each scope's CPU slice to its GPU slice (``bind_id``, ``flow_out``/``flow_in``),
-  which Perfetto binds to exactly those slices;
-- a queue-depth counter per stream; instants for syncs, marks and anomalies; per-operation
-  events (CUPTI) with the fields Holistic Trace Analysis reads.
-Each batch of the plan is formatted a column at a time (``_text.Rows``): building text or a dict
-per event costs far more than the numbers in it.
+The events (docs/trace-format.md lists what each carries) are rendered from each chunk's
+``plan``, a batch a column at a time (``_text.Rows``): building text or a dict per event costs
+far more than the numbers in it.
 """
 
 from __future__ import annotations
@@ -48,7 +37,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import orjson
@@ -74,6 +63,18 @@ ISAL_LEVEL, ZLIB_LEVEL = 1, 3
 # chunk waits for the interpreter's lock to start: about 1 ms a chunk (a sync after each of
 # 2,000 scopes, fake backend: 2.4-2.6 ms a sync with the thread, 1.4-1.5 ms without).
 THREADED_ROWS = 4096
+# The header written before the events where the whole one follows them: what a cut file needs.
+START_KEYS = (
+    "format_version",
+    "version",
+    "backend",
+    "start_ns",
+    "base_ns",
+    "pid",
+    "rank",
+    "host",
+    "processes",
+)
 
 
 class GzipStream:
@@ -227,11 +228,7 @@ def state_copy(x: Any) -> Any:
     return copy.deepcopy(x)  # (a numpy array, a slotted object)
 
 
-class Checkpoint(NamedTuple):
-    """A file's length and its writer's state, before an append."""
-
-    offset: int
-    state: dict[str, Any]
+Checkpoint = tuple[int, dict[str, Any]]  # a file's length and its writer's state, before an append
 
 
 def checkpoint(fd: int, writer: Any, *names: str) -> Checkpoint:
@@ -241,15 +238,16 @@ def checkpoint(fd: int, writer: Any, *names: str) -> Checkpoint:
     for name in names:
         v = getattr(writer, name)
         state[name] = v.copy() if hasattr(v, "flush") and hasattr(v, "copy") else state_copy(v)
-    return Checkpoint(os.lseek(fd, 0, os.SEEK_CUR), state)
+    return os.lseek(fd, 0, os.SEEK_CUR), state
 
 
 def rollback(fd: int, writer: Any, cp: Checkpoint) -> None:
     """Cut ``fd`` back to ``cp``'s length and give ``writer`` back the state it had then. Raises
     OSError if the file cannot be cut (then the writer must not append again)."""
-    os.ftruncate(fd, cp.offset)
-    os.lseek(fd, cp.offset, os.SEEK_SET)
-    for name, v in cp.state.items():
+    offset, state = cp
+    os.ftruncate(fd, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    for name, v in state.items():
         setattr(writer, name, v)
 
 
@@ -373,7 +371,7 @@ class StreamWriter:
             header["ops_not_drawn"] = enc.ops_not_drawn
         last = {"ph": "M", "name": "process_sort_index", "pid": enc.pid, "tid": 0, "args": {"sort_index": 0}}
         tail = dumps(last) + CLOSE + dumps(header)
-        if enc.has_ops:
+        if enc.op_rows:  # per-operation events written: the file names its rank for HTA
             # Holistic Trace Analysis finds the rank with the regex '"rank":\s+(\d+)' (PyTorch
             # writes indented JSON), so this one key keeps its space.
             tail += b',"distributedInfo": {"rank": %d}' % int(header.get("rank") or 0)
@@ -406,12 +404,6 @@ def write_all(fd: int, parts: list[Any]) -> None:
                 n = 0
 
 
-def start_stub(header: dict[str, Any]) -> dict[str, Any]:
-    """What the header before the events needs when the whole header follows them."""
-    keep = ("format_version", "version", "backend", "start_ns", "base_ns", "pid", "rank", "host", "processes")
-    return {k: header[k] for k in keep if k in header}
-
-
 @contextmanager
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """The name to write ``path``'s content under (``<name>.partial``), renamed onto ``path``
@@ -433,7 +425,8 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     header = file_header(trace)
     with replacing(p) as tmp:
         # the whole header follows the events; the one before them is what a cut file needs
-        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"), start_header=start_stub(header))
+        start = {k: header[k] for k in START_KEYS if k in header}
+        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"), start_header=start)
         try:
             w.append(trace)
             w.close(header)

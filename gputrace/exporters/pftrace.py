@@ -256,7 +256,7 @@ class _Packets:
         body_len = 2 + varint_len(ts) + varint_len(te_len) + te_len + len(TAIL)
         packet = Rows(n, b"").lit(b"\x0a").var(body_len).extend(body)
         first = sum(len(lens) for _b, lens in self.rows)
-        self.rows.append((packet.buffers(), 1 + varint_len(body_len) + body_len))
+        self.rows.append((list(packet.blocks()), 1 + varint_len(body_len) + body_len))
         return first
 
     def _head(self, typ: int, n: int, uuid: Ints, name: Ints | None, cat: Ints | None) -> Rows:
@@ -288,11 +288,9 @@ class _Packets:
 
     # -- the file
     def encode(self, chunk: Chunk) -> Iterable[Any]:
-        for m in chunk.meta:
-            if m.get("name") in ("process_name", "thread_name"):
-                self.names[(int(m["pid"]), int(m["tid"]) if m["name"] == "thread_name" else 0)] = str(
-                    m["args"]["name"]
-                )
+        for m in chunk.meta:  # (a process's name event has tid 0)
+            if m["name"] in ("process_name", "thread_name"):
+                self.names[(int(m["pid"]), int(m["tid"]))] = str(m["args"]["name"])
         slices: list[tuple[Ints, Ints, Ints, int]] = []  # (track, start, end, first packet)
         points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
         for ev in chunk.events:
