@@ -78,26 +78,6 @@ def _child_key(k: Any, failures: list[str] | None) -> str:
         return _failed(k, exc, failures)
 
 
-def _numpy(value: Any) -> tuple[bool, Any]:
-    """numpy scalars become Python numbers, arrays a short summary, dtypes their name."""
-    if isinstance(value, np.generic):
-        try:
-            item = value.item()
-        except Exception:
-            return True, short_repr(value)
-        if isinstance(item, (bool, int, float, str)) or item is None:
-            return True, jsonsafe(item)
-        return True, short_repr(value)
-    if isinstance(value, np.ndarray):
-        try:
-            return True, f"ndarray(shape={value.shape}, dtype={value.dtype}) {short_repr(value, 120)}"
-        except Exception:
-            return True, short_repr(value)
-    if isinstance(value, np.dtype):
-        return True, str(value)
-    return False, None  # numpy's scalar types too: a type is written by its name
-
-
 def is_plain(d: dict[Any, Any]) -> bool:
     """True if ``d`` is already JSON-safe and flat (short ASCII str keys; str, int, finite
     float, bool or None values): the common case, checked faster than it is converted."""
@@ -207,9 +187,22 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
         return _float(float(value))
     if isinstance(value, str):
         return clean_str(str(value))
-    done, got = _numpy(value)
-    if done:
-        return got
+    # numpy scalars become Python numbers, arrays a short summary, dtypes their name (numpy's
+    # scalar types, below, are types: written by their name)
+    if isinstance(value, np.generic):
+        try:
+            item = value.item()
+        except Exception:
+            return short_repr(value)
+        plain = isinstance(item, (bool, int, float, str)) or item is None
+        return jsonsafe(item) if plain else short_repr(value)
+    if isinstance(value, np.ndarray):
+        try:
+            return f"ndarray(shape={value.shape}, dtype={value.dtype}) {short_repr(value, 120)}"
+        except Exception:
+            return short_repr(value)
+    if isinstance(value, np.dtype):
+        return str(value)
     if isinstance(value, os.PathLike):
         try:
             return clean_str(os.fspath(value))  # type: ignore[arg-type]
