@@ -60,13 +60,13 @@ timed(FakeActivitySource, "encode", "fake")
 if os.environ.get("STAGES"):
     from gputrace import streaming
     from gputrace.backends import cupti_records, cupti
-    from gputrace.exporters import chrome, json as js, plan, pftrace
+    from gputrace.exporters import json as js, plan, pftrace
     for owner, name, stage in ((cupti.CuptiBackend, "collect", "collect"),
                                (cupti_records.BufferDecoder, "decode", "decode"),
                                (cupti.CuptiBackend, "_join", "join"), (streaming, "resolve", "resolve"),
                                (js.StreamWriter, "append", "append"),
                                (pftrace.StreamWriter, "append", "append"),
-                               (plan.Planner, "chunk", "plan"), (chrome, "render", "render"),
+                               (plan.Planner, "chunk", "plan"), (js, "render", "render"),
                                (js.GzipStream, "compress", "gzip"), (js.GzipStream, "flush", "gzip"),
                                (js, "write_all", "os write")):
         timed(owner, name, stage)

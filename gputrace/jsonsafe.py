@@ -20,7 +20,6 @@ import os
 from typing import Any
 
 import numpy as np
-import orjson
 
 from gputrace.errors import report_internal
 
@@ -79,26 +78,6 @@ def _child_key(k: Any, failures: list[str] | None) -> str:
         return _failed(k, exc, failures)
 
 
-def _numpy(value: Any) -> tuple[bool, Any]:
-    """numpy scalars become Python numbers, arrays a short summary, dtypes their name."""
-    if isinstance(value, np.generic):
-        try:
-            item = value.item()
-        except Exception:
-            return True, short_repr(value)
-        if isinstance(item, (bool, int, float, str)) or item is None:
-            return True, jsonsafe(item)
-        return True, short_repr(value)
-    if isinstance(value, np.ndarray):
-        try:
-            return True, f"ndarray(shape={value.shape}, dtype={value.dtype}) {short_repr(value, 120)}"
-        except Exception:
-            return True, short_repr(value)
-    if isinstance(value, np.dtype):
-        return True, str(value)
-    return False, None  # numpy's scalar types too: a type is written by its name
-
-
 def is_plain(d: dict[Any, Any]) -> bool:
     """True if ``d`` is already JSON-safe and flat (short ASCII str keys; str, int, finite
     float, bool or None values): the common case, checked faster than it is converted."""
@@ -139,11 +118,6 @@ def jsonsafe(value: Any, depth: int = 0, failures: list[str] | None = None) -> A
 MAX_FAILURES = 10  # failures described per call; the placeholders mark every one
 
 
-def placeholder(value: Any) -> str:
-    """What stands in a trace file for a value that could not be converted."""
-    return f"<{_type_name(value)} object (conversion failed)>"
-
-
 def _type_name(value: Any) -> str:
     try:
         return clean_str(str(type(value).__qualname__), 80)
@@ -159,7 +133,7 @@ def _failed(value: Any, exc: Exception, failures: list[str] | None) -> str:
             text = ""
         why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         failures.append(f"{_type_name(value)} ({why})")
-    return placeholder(value)
+    return f"<{_type_name(value)} object (conversion failed)>"  # what stands in the file for it
 
 
 def _child(value: Any, depth: int, seen: set[int], failures: list[str] | None) -> Any:
@@ -213,9 +187,22 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
         return _float(float(value))
     if isinstance(value, str):
         return clean_str(str(value))
-    done, got = _numpy(value)
-    if done:
-        return got
+    # numpy scalars become Python numbers, arrays a short summary, dtypes their name (numpy's
+    # scalar types, below, are types: written by their name)
+    if isinstance(value, np.generic):
+        try:
+            item = value.item()
+        except Exception:
+            return short_repr(value)
+        plain = isinstance(item, (bool, int, float, str)) or item is None
+        return jsonsafe(item) if plain else short_repr(value)
+    if isinstance(value, np.ndarray):
+        try:
+            return f"ndarray(shape={value.shape}, dtype={value.dtype}) {short_repr(value, 120)}"
+        except Exception:
+            return short_repr(value)
+    if isinstance(value, np.dtype):
+        return str(value)
     if isinstance(value, os.PathLike):
         try:
             return clean_str(os.fspath(value))  # type: ignore[arg-type]
@@ -285,6 +272,8 @@ def dumps(value: Any) -> bytes:
     """JSON bytes of ``value``; what orjson refuses (integers beyond 64 bits, nesting deeper than
     it writes, text that is not UTF-8, other objects) is made writable instead of failing:
     integers as floats (as a reader took them), deep nesting by a note, objects by a short repr."""
+    import orjson  # (here: ``import gputrace`` need not load it)
+
     try:
         return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
     except (orjson.JSONEncodeError, TypeError):

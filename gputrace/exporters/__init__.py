@@ -1,13 +1,5 @@
-"""The output layer: every reader and writer of trace files, and ``load``.
-
-- ``opener``: the one place a trace file is read from (regular files only, size cap, capped
-  inflate); ``TraceFileError`` for a file that cannot be read as a trace.
-- ``plan``: the format-neutral layout (processes, tracks, lanes, the header as written).
-- ``chrome``: a trace as Chrome trace events (JSON text), chunk by chunk.
-- ``json``: the canonical file (``.json``, ``.json.gz``): writer, streaming writer, repair of a
-  cut file; ``reader`` turns its document into the ``Trace`` model, ``foreign`` other tools'
-  Chrome traces.
-- ``pftrace``: Perfetto's protobuf (``.pftrace``), an export written from the same events.
+"""The output layer: every reader and writer of trace files, and ``load`` (docs/output.md says
+what each of its modules does).
 
 A format module provides ``write(trace, path) -> Path`` (atomic: temp + rename) and
 ``StreamWriter(path, header)`` with ``append(chunk)`` and ``close(header)``; the format is chosen

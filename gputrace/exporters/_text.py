@@ -232,16 +232,12 @@ class Rows:
 
     # -- building ------------------------------------------------------------------------------
     def tobytes(self) -> bytes:
-        """Every row, each followed by ","."""
-        return b"".join(self.buffers())
-
-    def buffers(self) -> list[Any]:
-        """Every row, each followed by ``sep``, as a few buffers (bytes or uint8 arrays)."""
-        return list(self.blocks())
+        """Every row, each followed by ``sep``."""
+        return b"".join(self.blocks())
 
     def blocks(self) -> Iterator[Any]:
-        """``buffers``, each built when it is asked for (a writer compresses one while the next
-        is built)."""
+        """Every row, each followed by ``sep``, as a few buffers (bytes or uint8 arrays), each
+        built when it is asked for (a writer compresses one while the next is built)."""
         self.lit(self.sep)
         if self.n <= SMALL and not any(kind in ("var", "raw8") for kind, _p, _w in self.cols):
             yield self._small()

@@ -17,27 +17,35 @@ The keys before ``traceEvents`` are ones Perfetto's JSON tokenizer knows (``disp
 ``metadata``): it stops reading at the first top-level key it does not know, so the gputrace
 header sits inside ``metadata`` at the start and under its own key only after the events. The
 tokenizer also imports the complete events of a ``traceEvents`` array that ends early.
+
+The events (docs/trace-format.md lists what each carries) are rendered from each chunk's
+``plan``, a batch a column at a time (``_text.Rows``): building text or a dict per event costs
+far more than the numbers in it.
 """
 
 from __future__ import annotations
 
+import copy
 import gzip
 import itertools
 import os
 import queue
 import struct
 import threading
+import types
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
-from gputrace.exporters import _undo, opener, reader
-from gputrace.exporters.chrome import Encoder
+from gputrace.exporters import opener, reader
+from gputrace.exporters._text import Rows
 from gputrace.exporters.opener import TraceFileError
-from gputrace.exporters.plan import capped_header, file_header, queue_dict
+from gputrace.exporters.plan import Chunk, Events, Planner, Waits, capped_header, file_header, queue_dict
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
 from gputrace.model import Trace
@@ -55,6 +63,18 @@ ISAL_LEVEL, ZLIB_LEVEL = 1, 3
 # chunk waits for the interpreter's lock to start: about 1 ms a chunk (a sync after each of
 # 2,000 scopes, fake backend: 2.4-2.6 ms a sync with the thread, 1.4-1.5 ms without).
 THREADED_ROWS = 4096
+# The header written before the events where the whole one follows them: what a cut file needs.
+START_KEYS = (
+    "format_version",
+    "version",
+    "backend",
+    "start_ns",
+    "base_ns",
+    "pid",
+    "rank",
+    "host",
+    "processes",
+)
 
 
 class GzipStream:
@@ -62,7 +82,7 @@ class GzipStream:
     speed on trace events; zlib's otherwise) with the gzip header and trailer written here.
 
     Each ``flush`` ends in a full flush, so nothing after it refers to the bytes before it: a
-    ``copy`` taken there (``_undo``'s checkpoint) is a fresh compressor with the same CRC and
+    ``copy`` taken there (a ``checkpoint``) is a fresh compressor with the same CRC and
     length, and a failed append can be cut off and written again. (ISA-L's compressors cannot
     be copied; this never needs to.)
     """
@@ -95,6 +115,142 @@ class GzipStream:
         return GzipStream(self.crc, self.size)
 
 
+# -- the events ------------------------------------------------------------------------------------
+def _j(value: Any) -> str:
+    return dumps(value).decode()
+
+
+def render(chunk: Chunk) -> Iterator[Any]:
+    """The events of one chunk's plan as pieces of JSON text (bytes-like: bytes or uint8 arrays,
+    never joined into one more copy), each event followed by a comma; each piece rendered as it
+    is taken."""
+    quoted: dict[int, list[str]] = {}  # a table's entries JSON-quoted, once per chunk
+
+    def table(t: list[Any]) -> list[str]:
+        got = quoted.get(id(t))
+        if got is None:
+            got = quoted[id(t)] = [_j(x) for x in t] or ['""']
+        return got
+
+    if chunk.meta:
+        yield (",".join(map(_j, chunk.meta)) + ",").encode()
+    for ev in chunk.events:
+        yield from _events(ev, table)
+    for w in chunk.waits:
+        yield from _waits(w)
+    for c in chunk.counters:
+        r = Rows(len(c.ts)).lit('{"ph":"C","name":').pick([_j(x) for x in c.labels], c.label)
+        r.lit(',"pid":').num(c.pid).lit(',"ts":').us(c.ts).lit(',"args":{' + _j(c.key) + ":").num(c.value)
+        yield from r.lit("}}").blocks()
+
+
+def _events(ev: Events, table: Any) -> Iterator[Any]:
+    r = Rows(len(ev.ts))
+    r.lit('{"ph":"X","cat":' if ev.dur is not None else '{"ph":"i","s":"t","cat":')
+    r.pick([_j(c) for c in ev.cats], ev.cat).lit(',"name":').pick(table(ev.names), ev.name)
+    r.lit(',"pid":').num(ev.pid).lit(',"tid":').num(ev.tid).lit(',"ts":').us(ev.ts)
+    if ev.dur is not None:
+        r.lit(',"dur":').us(ev.dur)
+    if ev.flow is not None:
+        way = ',"flow_out":true' if ev.flow_out else ',"flow_in":true'
+        r.lit(',"bind_id":', ev.flow_has).num(ev.flow, ev.flow_has).lit(way, ev.flow_has)
+    if ev.args:
+        items = [
+            (_j(a.key) + ":", a.kind, (table(a.value[0]), a.value[1]) if a.kind == "pick" else a.value, a.has)
+            for a in ev.args
+        ]
+        r.members(',"args":{', items)
+    if ev.objs is not None:
+        objs, idx = ev.objs
+        r.pick([""] + [',"args":' + _j(o) for o in objs[1:]], idx)
+    return r.lit("}").blocks()
+
+
+def _waits(w: Waits) -> Iterator[Any]:
+    # Only the begin is named; neither end has a category. Perfetto's JSON importer keys an async
+    # slice's track by (process, cookie), the cookie being the hash of `cat` and id2.local
+    # (json_trace_tokenizer.cc, ParseTraceEventContents), so both ends must carry the same `cat`:
+    # here none. The track takes its name from the first event of that cookie, the begin
+    # (track_compressor.cc, InternLegacyAsyncTrack), and an end with no name and no category
+    # closes the open slice on it (slice_tracker.cc, MatchingIncompleteSliceIndex). Readers pair
+    # them by (pid, id). Each wait's begin and end come one after the other.
+    n = len(w.id)
+    heads = [f'{{"ph":"b","name":{_j(x)}' for x in w.labels] + ['{"ph":"e"']
+    two = np.repeat(np.arange(n), 2)
+    head = w.label[two].copy()
+    head[1::2] = len(heads) - 1
+    t = np.empty(2 * n, np.int64)
+    t[0::2], t[1::2] = w.start, w.end
+    r = Rows(2 * n).pick(heads, head).lit(',"id2":{"local":').num(w.id[two])
+    return r.lit('},"pid":').num(w.pid[two]).lit(',"ts":').us(t).lit("}").blocks()
+
+
+# -- undoing an append that failed -----------------------------------------------------------------
+# A streamed file is written chunk by chunk, and each chunk depends on its writer's state (names
+# and tracks already announced, the lanes still open, for ``.pftrace`` the time of the previous
+# packet, for ``.json.gz`` the compressor's history). An ``append`` that fails part-way (a full
+# disk, a fault while encoding) would leave half a chunk in the file and a state that later chunks
+# build on, and every later chunk would be unreadable. So the streamer takes a ``checkpoint``
+# before each append and, when it fails, a ``rollback`` cuts the file back to the checkpoint's
+# length and puts back the writer's state as it was: the file is again exactly the chunks written
+# before, and the next append continues from there.
+# Values that no writer changes in place: kept, not copied (tuples of these are what keys are).
+_ATOMIC = (
+    int, float, complex, str, bytes, bool, type(None), tuple, frozenset, type,
+    types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+)  # fmt: skip
+
+
+def state_copy(x: Any) -> Any:
+    """A copy of a writer's state deep enough that nothing the writer mutates is shared, and no
+    deeper: tuples, strings, numbers and frozen dataclasses are shared (a ``copy.deepcopy`` of
+    a ``.pftrace`` writer's tables took 20-120 ms a chunk; this takes a few). A container met
+    twice is copied twice: what a writer mutates it reaches one way only.
+
+    >>> state = {"named": {(1, 0)}, "rows": 3, "open": [[(0, 5)]]}
+    >>> copied = state_copy(state)
+    >>> state["named"].add((1, 2)); state["open"][0].append((6, 7))
+    >>> copied
+    {'named': {(1, 0)}, 'rows': 3, 'open': [[(0, 5)]]}
+    """
+    if isinstance(x, _ATOMIC) or getattr(getattr(type(x), "__dataclass_params__", None), "frozen", False):
+        return x
+    if isinstance(x, dict):
+        out = copy.copy(x)  # keeps the type (a defaultdict keeps its factory)
+        out.update({k: state_copy(v) for k, v in x.items() if not isinstance(v, _ATOMIC)})
+        return out
+    if isinstance(x, (list, set)):
+        return type(x)(v if isinstance(v, _ATOMIC) else state_copy(v) for v in x)
+    if hasattr(x, "__dict__"):
+        out = copy.copy(x)
+        out.__dict__.update({k: state_copy(v) for k, v in vars(x).items()})
+        return out
+    return copy.deepcopy(x)  # (a numpy array, a slotted object)
+
+
+Checkpoint = tuple[int, dict[str, Any]]  # a file's length and its writer's state, before an append
+
+
+def checkpoint(fd: int, writer: Any, *names: str) -> Checkpoint:
+    """The length of ``fd`` and a copy of ``writer``'s attributes ``names`` (a compressor is
+    copied with its own ``copy()``)."""
+    state = {}
+    for name in names:
+        v = getattr(writer, name)
+        state[name] = v.copy() if hasattr(v, "flush") and hasattr(v, "copy") else state_copy(v)
+    return os.lseek(fd, 0, os.SEEK_CUR), state
+
+
+def rollback(fd: int, writer: Any, cp: Checkpoint) -> None:
+    """Cut ``fd`` back to ``cp``'s length and give ``writer`` back the state it had then. Raises
+    OSError if the file cannot be cut (then the writer must not append again)."""
+    offset, state = cp
+    os.ftruncate(fd, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    for name, v in state.items():
+        setattr(writer, name, v)
+
+
 class StreamWriter:
     """Append chunks to a trace file as a session runs; ``close`` writes the final header.
 
@@ -115,7 +271,7 @@ class StreamWriter:
         self._z = GzipStream() if self._gz else None
         self._head = GzipStream.HEADER if self._gz else b""
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._enc = Encoder(header)
+        self._enc = Planner(header)
         self.closed = False
         try:
             start = capped_header(header) if start_header is None else start_header
@@ -131,19 +287,19 @@ class StreamWriter:
         return self._enc.rows
 
     def append(self, chunk: Trace) -> None:
-        parts = self._enc.encode(chunk)
+        parts = render(self._enc.chunk(chunk))  # (planned at once, rendered piece by piece)
         first = next(parts, None)
         if first is not None:
             threaded = len(chunk) + len(chunk.ops) >= THREADED_ROWS
             self._write(itertools.chain([first], parts, [b"\n"]), threaded=threaded)
 
-    def checkpoint(self) -> _undo.Checkpoint:
-        """What ``rollback`` needs to undo the appends after it (see ``_undo``)."""
-        return _undo.checkpoint(self._fd, self, "_enc", "_z")
+    def checkpoint(self) -> Checkpoint:
+        """What ``rollback`` needs to undo the appends after it (see ``checkpoint``)."""
+        return checkpoint(self._fd, self, "_enc", "_z")
 
-    def rollback(self, cp: _undo.Checkpoint) -> None:
+    def rollback(self, cp: Checkpoint) -> None:
         """The file and the writer as they were at ``cp`` (an append failed part-way)."""
-        _undo.rollback(self._fd, self, cp)
+        rollback(self._fd, self, cp)
 
     def _write(self, data: bytes | Iterable[Any], final: bool = False, threaded: bool = False) -> None:
         """Bytes, or a chunk given in bytes-like pieces: compressed piece by piece and written
@@ -215,7 +371,7 @@ class StreamWriter:
             header["ops_not_drawn"] = enc.ops_not_drawn
         last = {"ph": "M", "name": "process_sort_index", "pid": enc.pid, "tid": 0, "args": {"sort_index": 0}}
         tail = dumps(last) + CLOSE + dumps(header)
-        if enc.has_ops:
+        if enc.op_rows:  # per-operation events written: the file names its rank for HTA
             # Holistic Trace Analysis finds the rank with the regex '"rank":\s+(\d+)' (PyTorch
             # writes indented JSON), so this one key keeps its space.
             tail += b',"distributedInfo": {"rank": %d}' % int(header.get("rank") or 0)
@@ -248,31 +404,35 @@ def write_all(fd: int, parts: list[Any]) -> None:
                 n = 0
 
 
-def start_stub(header: dict[str, Any]) -> dict[str, Any]:
-    """What the header before the events needs when the whole header follows them."""
-    keep = ("format_version", "version", "backend", "start_ns", "base_ns", "pid", "rank", "host", "processes")
-    return {k: header[k] for k in keep if k in header}
+@contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """The name to write ``path``'s content under (``<name>.partial``), renamed onto ``path``
+    when the block ends and removed when it fails: a crash mid-write never leaves a truncated
+    trace under the real name."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".partial")
+    try:
+        yield tmp
+        tmp.replace(p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write the whole ``trace`` (gzip when the name ends in ``.gz``); atomic: temp file + rename."""
+    """Write the whole ``trace`` (gzip when the name ends in ``.gz``); atomic (``replacing``)."""
     p = Path(path)
     header = file_header(trace)
-    tmp = p.with_name(p.name + ".partial")
-    try:
+    with replacing(p) as tmp:
         # the whole header follows the events; the one before them is what a cut file needs
-        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"), start_header=start_stub(header))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:
-        w.append(trace)
-        w.close(header)
-        tmp.replace(p)  # a crash mid-write never leaves a truncated trace under the real name
-    except BaseException:
-        w.abandon()
-        tmp.unlink(missing_ok=True)
-        raise
+        start = {k: header[k] for k in START_KEYS if k in header}
+        w = StreamWriter(tmp, header, gzip=p.name.endswith(".gz"), start_header=start)
+        try:
+            w.append(trace)
+            w.close(header)
+        except BaseException:
+            w.abandon()
+            raise
     return p
 
 

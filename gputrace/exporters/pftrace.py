@@ -31,10 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.exporters import _undo
 from gputrace.exporters import json as json_format
 from gputrace.exporters._text import Rows, varint_len
-from gputrace.exporters.chrome import render
 from gputrace.exporters.opener import canonical_path
 from gputrace.exporters.plan import (
     GPU_PID_BASE,
@@ -54,19 +52,12 @@ _DOUBLE = struct.Struct("<d")
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
-    """Write ``trace`` as ``.pftrace`` (atomic: temp file + rename)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".partial")
+    """Write ``trace`` as ``.pftrace`` (atomic: ``json.replacing``)."""
     chunk = Planner(file_header(trace)).chunk(trace)
-    try:
-        with open(tmp, "wb") as f:
-            for data in _Packets().encode(chunk):
-                f.write(data)
-        tmp.replace(p)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return p
+    with json_format.replacing(path) as tmp, open(tmp, "wb") as f:
+        for data in _Packets().encode(chunk):
+            f.write(data)
+    return Path(path)
 
 
 class StreamWriter(json_format.StreamWriter):
@@ -92,17 +83,15 @@ class StreamWriter(json_format.StreamWriter):
     def append(self, chunk: Trace) -> None:
         plan = self._enc.chunk(chunk)
         packets = list(self._packets.encode(plan))  # (both rendered before either file is written)
-        parts = render(plan)
-        if parts:
-            self._write([*parts, b"\n"])
+        self._write([*json_format.render(plan), b"\n"])
         json_format.write_all(self._pf, packets)
 
     def checkpoint(self) -> Any:
-        return super().checkpoint(), _undo.checkpoint(self._pf, self, "_packets")
+        return super().checkpoint(), json_format.checkpoint(self._pf, self, "_packets")
 
     def rollback(self, cp: Any) -> None:
         super().rollback(cp[0])
-        _undo.rollback(self._pf, self, cp[1])
+        json_format.rollback(self._pf, self, cp[1])
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -267,7 +256,7 @@ class _Packets:
         body_len = 2 + varint_len(ts) + varint_len(te_len) + te_len + len(TAIL)
         packet = Rows(n, b"").lit(b"\x0a").var(body_len).extend(body)
         first = sum(len(lens) for _b, lens in self.rows)
-        self.rows.append((packet.buffers(), 1 + varint_len(body_len) + body_len))
+        self.rows.append((list(packet.blocks()), 1 + varint_len(body_len) + body_len))
         return first
 
     def _head(self, typ: int, n: int, uuid: Ints, name: Ints | None, cat: Ints | None) -> Rows:
@@ -299,11 +288,9 @@ class _Packets:
 
     # -- the file
     def encode(self, chunk: Chunk) -> Iterable[Any]:
-        for m in chunk.meta:
-            if m.get("name") in ("process_name", "thread_name"):
-                self.names[(int(m["pid"]), int(m["tid"]) if m["name"] == "thread_name" else 0)] = str(
-                    m["args"]["name"]
-                )
+        for m in chunk.meta:  # (a process's name event has tid 0)
+            if m["name"] in ("process_name", "thread_name"):
+                self.names[(int(m["pid"]), int(m["tid"]))] = str(m["args"]["name"])
         slices: list[tuple[Ints, Ints, Ints, int]] = []  # (track, start, end, first packet)
         points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
         for ev in chunk.events:

@@ -4,7 +4,7 @@
 processes and tracks) and a few batches of events of one shape each, held as columns (``Events``:
 slices or instants, ``Waits``, ``Counters``; numpy arrays of pid, tid, times in ns relative to
 the file's zero, name indexes, argument columns, flows). Both writers render the same chunk
-(``chrome`` as JSON text, ``pftrace`` as protobuf packets), so the two formats draw the same
+(``json`` as JSON text, ``pftrace`` as protobuf packets), so the two formats draw the same
 tracks and carry the same args, and neither does Python work per scope or per operation:
 - each traced process (pid = its OS pid) has a thread track per Python thread; each GPU is a
   process (pid = ``GPU_PID_BASE + device``) with a track per stream/queue (tid = queue + 1) and
@@ -51,17 +51,12 @@ MAX_OP_NS = 10**15
 
 def export_base_ns(trace: Trace) -> int:
     """The zero of the file's time axis: session start, or anything earlier (no negative ts)."""
-    s = trace.scopes
-    base = int(trace.header.get("start_ns", trace.header["base_ns"]))
-    cands = [base]
-    for col in (s.cpu_start_ns, s.submit_ns, s.gpu_start_ns, s.gpu_end_ns):
+    s, sp = trace.scopes, trace.spans
+    cands = [int(trace.header.get("start_ns", trace.header["base_ns"]))] + [m.ts_ns for m in trace.marks[:1]]
+    for col in (s.cpu_start_ns, s.submit_ns, s.gpu_start_ns, s.gpu_end_ns, sp.gpu_start_ns, sp.gpu_end_ns):
         v = col[col != NO_TIME]
         if len(v):
             cands.append(int(v.min()))
-    if len(trace.spans):
-        cands.append(int(trace.spans.gpu_start_ns.min()))
-        cands.append(int(trace.spans.gpu_end_ns.min()))
-    cands.extend(m.ts_ns for m in trace.marks[:1])
     return min(cands)
 
 
@@ -279,7 +274,6 @@ class Planner:
             int(d): p for p in self.processes for d in p.get("devices", [])
         }
         self.rows = 0  # scopes written so far: the file-order row of the next scope
-        self.has_ops = False  # per-operation events written (the file then names its rank for HTA)
         self.op_rows = 0  # operations written so far (numbers them, and their flows, across chunks)
         self.ops_not_drawn = 0  # operations off the file's time line (before it, or never aligned)
         self.named: set[tuple[int, int]] = set()  # (pid, tid) with a name event; tid 0: process
@@ -369,7 +363,6 @@ class Planner:
             out.events.append(self._cpu(trace, tids, has_gpu, meta))
         self._gpu(trace, has_gpu, out)
         if len(trace.ops):
-            self.has_ops = True
             self._ops(trace, tids, out)
         if trace.marks:  # syncs and marks: an instant each, with its args
             m = trace.marks

@@ -230,15 +230,10 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
         header["queues"] = [queue_dict(q) for q in queues]
     n = len(cpu)
-    names: list[str] = []  # numbered as first met: the scopes' names, then labels and operations'
-    label_ids: dict[str, int] = {}
+    name_ids: dict[str, int] = {}  # numbered as first met: the scopes' names, then labels and operations'
 
     def intern(label: str) -> int:
-        i = label_ids.get(label)
-        if i is None:
-            i = label_ids[label] = len(names)
-            names.append(label)
-        return i
+        return name_ids.setdefault(label, len(name_ids))
 
     s = ScopeTable.empty(n)
     s.name = _interned(_col(cpu, "name"), intern)
@@ -286,7 +281,7 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         if e.get("cat") in ("mark", "sync") and e.get("pid") in pids
     ]  # fmt: skip
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
-    names = canonical_names(names, s, spans, ops)
+    names = canonical_names(list(name_ids), s, spans, ops)
     fits = {int(c["device"]): ClockFit.from_dict(c) for c in header.get("clock", [])}
     trace = Trace(header, names, threads, queues, s, spans, marks, fits, ops)
     an = header.get("anomalies")

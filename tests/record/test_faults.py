@@ -29,7 +29,7 @@ from gputrace import chunks, fallback, streaming
 from gputrace.backends.base import Backend
 from gputrace.backends.cpu import CpuBackend
 from gputrace.backends.fake import FakeBackend
-from gputrace.exporters import canonical, chrome
+from gputrace.exporters import canonical, plan
 from gputrace.exporters import json as json_format
 from gputrace.model import Flag
 from tests.builders import wgpu_adapter
@@ -41,20 +41,20 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
 MODES = ("first", "nth", "every")
 BACKEND_METHODS = ("begin", "end", "sync", "calibrate", "collect", "queues", "devices", "info", "close")
-# Stages after recording: (module, function). ``Encoder.encode`` is the exporter proper;
+# Stages after recording: (module, function). ``Planner.chunk`` is the exporter proper;
 # ``StreamWriter._write`` the file write (a non-OSError there is a bug, not a full disk). A session
 # with a path streams (chunks at each sync and at stop: ``streaming``'s drain, ``chunks``' resolve); with
 # ``stream=False`` it drains and writes at stop (``session``'s), resolving through ``fallback``.
 STAGES: dict[str, tuple[Any, str]] = {
     "drain": (session_mod, "drain"),
     "resolve": (fallback, "resolve"),
-    "export": (chrome.Encoder, "encode"),
+    "export": (plan.Planner, "chunk"),
     "write": (json_format.StreamWriter, "_write"),
 }
 STREAM_STAGES: dict[str, tuple[Any, str]] = {
     "drain": (streaming, "raw_thread"),
     "resolve": (chunks, "resolve"),
-    "export": (chrome.Encoder, "encode"),
+    "export": (plan.Planner, "chunk"),
     "write": (json_format.StreamWriter, "_write"),
 }
 # Points whose failure costs some step its GPU times: such steps must say so (flag and reason).
@@ -275,12 +275,12 @@ sys.path.insert(0, {root!r})
 import importlib
 import gputrace
 from gputrace import chunks, streaming
-from gputrace.exporters import chrome
+from gputrace.exporters import plan
 from gputrace.exporters import json as json_format
 from gputrace.backends.cpu import CpuBackend
 from tests.faults import inject
 target = {{"drain": (streaming, "raw_thread"), "resolve": (chunks, "resolve"),
-          "export": (chrome.Encoder, "encode"), "write": (json_format.StreamWriter, "_write"),
+          "export": (plan.Planner, "chunk"), "write": (json_format.StreamWriter, "_write"),
           "sync": (CpuBackend, "sync"), "info": (CpuBackend, "info")}}[sys.argv[1]]
 held = inject(*target, "every")  # kept: a dropped context manager would undo it
 held.__enter__()
@@ -470,12 +470,10 @@ PIPELINE = (
     "gputrace.resolver",
     "gputrace.jsonsafe",
     "gputrace.fallback",
-    "gputrace.exporters.chrome",
     "gputrace.exporters.json",
     "gputrace.exporters.pftrace",
     "gputrace.exporters.plan",
     "gputrace.exporters._text",
-    "gputrace.exporters._undo",
 )
 # A fault at the very entry of a thread's target has no caller inside gputrace that could catch it
 # (its first statement is a ``try``): only the injector can raise there.
@@ -554,7 +552,7 @@ def test_a_fault_at_any_call_of_the_pipeline_costs_the_program_nothing(
     assert clean == {"seen": [], "unloadable": "", "uncounted": 0}
     reached = {code_name(c).split(".")[0] for c in census.calls}
     own = "pftrace" if fmt == ".pftrace" else "json"
-    assert {"resolver", "jsonsafe", "chrome", own} | ({"streaming"} if stream else set()) <= reached, reached
+    assert {"resolver", "jsonsafe", "json", own} | ({"streaming"} if stream else set()) <= reached, reached
     failures = []
     for code, calls in sorted(census.calls.items(), key=lambda kv: code_name(kv[0])):
         name = code_name(code)
