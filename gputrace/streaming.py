@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,15 +52,11 @@ OPS_BACKLOG = 30_000
 OFFLOADED_COLLECT_S = 0.1
 
 
+@dataclass(slots=True)
 class Taken:
     """Records taken out of the recorder's buffers: per thread, flat plain and rich scopes."""
 
-    __slots__ = ("threads",)
-
-    def __init__(
-        self, threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] | None = None
-    ) -> None:
-        self.threads = threads if threads is not None else []
+    threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] = field(default_factory=list)
 
 
 class _Detached:
@@ -198,7 +195,7 @@ class Streamer:
         """One round of the timer; True when the next should come at once (recording threads
         wait for this one to catch up)."""
         if self.collect_ops is None and not getattr(self.recorder.backend, "ops_timing", False):
-            behind = self.backlog() >= BACKLOG_SCOPES
+            behind = self.recorder.backlog() >= BACKLOG_SCOPES
             if behind:
                 self._throttle(True)  # recording threads wait while this one catches up
             elif self.throttling:
@@ -250,10 +247,6 @@ class Streamer:
         open, which only that scope's end lets go, are not counted)."""
         return sum(len(b) for b in list(self.raw.batches))
 
-    def backlog(self) -> int:
-        """Plain scopes recorded and not yet written (read without stopping anyone)."""
-        return self.recorder.backlog()
-
     def _throttle(self, on: bool) -> None:
         """Backpressure. Without syncs, a loop of near-empty scopes records faster (1.6 M scopes/s
         measured) than this thread, which shares the interpreter with it, writes them (1.4 M/s
@@ -280,8 +273,9 @@ class Streamer:
         CUPTI run on the H200 grew to 2.0 GB, its writer process to 2.8 GB). A short wait (the
         child catching up after its start) leaves the program alone."""
         if on:
+            rec = self.recorder
             if not self.throttling and (
-                _waiting_bytes(self.recorder.backend) >= 2 * COLLECT_BYTES or self.backlog() >= BACKLOG_SCOPES
+                _waiting_bytes(rec.backend) >= 2 * COLLECT_BYTES or rec.backlog() >= BACKLOG_SCOPES
             ):
                 self._held_for_writer = True
                 self._throttle(True)
@@ -337,7 +331,7 @@ class Streamer:
                     self._write(piece, complete, queues)
                 except Exception as exc:
                     self._lose(scopes_in(piece.threads), "writing a trace chunk", exc)
-                if timer and not self.throttling and self.backlog() >= BACKLOG_SCOPES:
+                if timer and not self.throttling and self.recorder.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
             self._more_pieces = False
 
