@@ -1,19 +1,15 @@
 """Appending a streamed session's chunks to its file, in order, in this process or in a writer process.
 
-``Appender`` owns the format's ``StreamWriter``: each chunk is appended, or held while its write
-fails with an ``OSError`` (a full disk) and written again before the next one; a chunk the encoder
-fails on is written again with CPU times only, flagged ``degraded``. What never reaches the file is
-counted, and ``close`` puts the counts in the final header (``"lost"``, ``"streamed"``).
+``Appender`` owns the format's ``StreamWriter``: a chunk whose write fails with an ``OSError`` (a
+full disk) is held and written again before the next one; one the encoder fails on is written
+again with CPU times only, flagged ``degraded``; ``close`` counts what never reached the file in
+the final header (``"lost"``, ``"streamed"``).
 
-``WriterProcess`` runs the resolving and appending (``chunks.Resolving`` and an ``Appender``) in a
-child process (``python -S -c SERVE``): the session pickles each chunk of raw records (numpy
-columns: a memory copy) down a pipe, and the child resolves, plans, renders, compresses and writes
-it. In this process that work would hold the interpreter that the program runs in; in the child
-it runs on another core. The pipe is the backpressure: a writer
-behind blocks the streamer's thread in ``write`` (which lets the interpreter go), never the program.
-The child ignores SIGINT (Ctrl-C stops the program, the child still finishes the file) and ends when
-the pipe closes: a program killed mid-run leaves what the child had received, as a crash leaves a
-file written in-process.
+``WriterProcess`` runs ``chunks.Resolving`` and an ``Appender`` in a child process (``python -S
+-c SERVE``; docs/reliability.md, "The writer process"), sent each chunk of raw records pickled
+down a pipe: in this process that work would hold the interpreter the program runs in. The pipe
+is the backpressure: a writer behind blocks the streamer's thread (which lets the interpreter
+go), never the program.
 """
 
 from __future__ import annotations
@@ -47,6 +43,23 @@ WAIT_TELL_S = 0.05  # how often a send waiting for room in the pipe says so (``o
 # without the interpreter's teardown of numpy and the exporters, which the session's stop would
 # wait for (32-64 ms on a 2-core machine).
 SERVE = "import os; from gputrace.appender import serve; serve(); os._exit(0)"
+
+
+def add_lost(header: dict[str, Any], scopes: int, chunks: int = 0, degraded: int = 0) -> dict[str, Any]:
+    """``header`` with these counts added to its ``lost`` (``Appender.close`` leaves out one that
+    counts nothing)."""
+    lost = dict(header.get("lost") or {})
+    for key, n in (("scopes", scopes), ("chunks", chunks), ("degraded_chunks", degraded)):
+        lost[key] = int(lost.get(key, 0)) + n
+    return dict(header, lost=lost)
+
+
+def report_lost(what: str, scopes: int, exc: BaseException) -> None:
+    """``what`` failed and cost ``scopes`` scopes, which the final header counts."""
+    report_internal(
+        f"stream-lost:{what}",
+        f"{what} failed ({type(exc).__name__}: {exc}); {scopes} scopes are lost, counted in the trace.",
+    )
 
 
 class Appender:
@@ -160,11 +173,7 @@ class Appender:
         self.dropped.append((first, len(chunk)))
         self.lost_scopes += len(chunk)
         self.lost_chunks += 1
-        report_internal(
-            "stream-lost:appending a trace chunk",
-            f"appending a trace chunk failed ({type(exc).__name__}: {exc}); {len(chunk)} scopes are "
-            "lost, counted in the trace.",
-        )
+        report_lost("appending a trace chunk", len(chunk), exc)
 
     def close(self, header: dict[str, Any]) -> None:
         """Write what is held (a last try), then the final header with this appender's counts
@@ -176,18 +185,10 @@ class Appender:
             self.held.clear()
             self.lost_scopes += n
             self.lost_chunks += 1
-            report_internal("stream-lost:appending the last trace chunks",
-                            f"appending the last trace chunks failed ({type(exc).__name__}: {exc}); "
-                            f"{n} scopes are lost, counted in the trace.")  # fmt: skip
-        header = dict(header)
-        lost = dict(header.get("lost") or {"scopes": 0, "chunks": 0, "degraded_chunks": 0})
-        lost["scopes"] = int(lost.get("scopes", 0)) + self.lost_scopes
-        lost["chunks"] = int(lost.get("chunks", 0)) + self.lost_chunks
-        lost["degraded_chunks"] = int(lost.get("degraded_chunks", 0)) + self.degraded_chunks
-        if lost["scopes"] or lost["degraded_chunks"]:
-            header["lost"] = lost
-        else:
-            header.pop("lost", None)
+            report_lost("appending the last trace chunks", n, exc)
+        header = add_lost(header, self.lost_scopes, self.lost_chunks, self.degraded_chunks)
+        if not (header["lost"]["scopes"] or header["lost"]["degraded_chunks"]):
+            del header["lost"]
         anomalies = header.get("anomalies")
         if self.dropped and isinstance(anomalies, dict):
             anomalies["items"] = _without_rows(anomalies.get("items") or [], self.dropped)
@@ -424,11 +425,7 @@ class WriterProcess:
         if self._here is not None:
             self._here.close(header)
             return
-        if self.lost_scopes:
-            lost = dict(header.get("lost") or {})
-            lost["scopes"] = int(lost.get("scopes", 0)) + self.lost_scopes
-            header = dict(header, lost=lost)
-        sent = self._send(("close", header))
+        sent = self._send(("close", add_lost(header, self.lost_scopes)))
         reply = self._finish(sent)
         if reply == "late":
             report_internal("writer-process", f"the trace's writer process is still writing {self.path} "

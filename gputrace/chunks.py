@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.appender import Appender
+from gputrace.appender import Appender, add_lost, report_lost
 from gputrace.errors import report_internal
 from gputrace.fallback import cpu_scopes
 from gputrace.model import ANOMALY_FLAGS, Flag, Trace, flag_names
@@ -88,11 +88,7 @@ class Resolving:
         except Exception as exc:
             self.lost_scopes += chunk.scopes
             self.lost_chunks += 1
-            report_internal(
-                "stream-lost:resolving a trace chunk",
-                f"resolving a trace chunk failed ({type(exc).__name__}: {exc}); {chunk.scopes} scopes "
-                "are lost, counted in the trace.",
-            )
+            report_lost("resolving a trace chunk", chunk.scopes, exc)
 
     def _add(self, chunk: RawChunk) -> None:
         raw = chunk.raw
@@ -170,12 +166,7 @@ class Resolving:
         (which adds its own counts)."""
         header = dict(header)
         with contextlib.suppress(Exception):
-            if self.lost_scopes or self.degraded_chunks:
-                lost = dict(header.get("lost") or {"scopes": 0, "chunks": 0, "degraded_chunks": 0})
-                lost["scopes"] = int(lost.get("scopes", 0)) + self.lost_scopes
-                lost["chunks"] = int(lost.get("chunks", 0)) + self.lost_chunks
-                lost["degraded_chunks"] = int(lost.get("degraded_chunks", 0)) + self.degraded_chunks
-                header["lost"] = lost
+            header = add_lost(header, self.lost_scopes, self.lost_chunks, self.degraded_chunks)
             if self.ops is not None:  # as a trace resolved at once says it (resolver)
                 header["ops"] = dict(self.ops)
             header["anomalies"] = {

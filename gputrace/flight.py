@@ -1,21 +1,10 @@
-"""The flight recorder (``session(path, ring_s=N)``) and step windows (``session(steps="a:b")``).
+"""The flight recorder (``session(path, ring_s=N)``) and step windows (``session(steps="a:b")``,
+``schedule=``), as docs/output.md ("Flight recorder and step windows") describes them.
 
-Flight recorder: the session resolves what it records in chunks, as a streaming session does (at
-each sync and at least every second), but keeps only the chunks of the last ``ring_s`` seconds in
-memory instead of appending them to a file. It writes them to ``path`` (replacing the file, which
-is complete each time) when the session stops — a normal exit, an unhandled exception, or the
-interpreter exiting without stopping it — and on ``SIGUSR1``, after which the program keeps
-running and recording::
-
-    with gputrace.session("last.json.gz", ring_s=30):
-        train()            # kill -USR1 <pid> writes the last 30 s now
-
-Step windows: ``gputrace.step()`` marks the end of an iteration (the first iteration is step 0);
-``session(steps="100:110")`` records only steps 100 to 109, the way torch.profiler's schedule
-skips and warms up. Outside the window the session records nothing and ``gputrace.sync()`` does
-nothing; each step inside it is marked ("step 100" …) on the thread that called ``step()``.
-``start_steps`` and ``stop_steps`` are what a session calls; ``RingTriggers`` the flight
-recorder's writes besides the session's stop.
+The flight recorder resolves chunks as a streaming session does but keeps those of the last
+``ring_s`` seconds (``RingWriter``), written as one complete file at the session's stop, and, by
+``RingTriggers``, at interpreter exit and on ``SIGUSR1``. A session starts and stops a
+``Stepper``, which ``gputrace.step()`` drives.
 """
 
 from __future__ import annotations
@@ -240,6 +229,22 @@ class Stepper:
         self.first_recorded = plan.first_recorded()
         self.seen: list[tuple[int, int]] = []  # windows entered: (first step, last step + 1)
 
+    def start(self) -> Stepper:
+        """From now on ``gputrace.step()`` calls ``step`` here (a session's start)."""
+        global _stepper
+        _stepper = self
+        first = self.plan.window(0)
+        if first is not None:
+            self.enter(first)
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        """``step()`` counts nothing more; returns the header's ``schedule``: the plan, the steps
+        counted and the windows entered."""
+        global _stepper
+        _stepper = None
+        return dict(asdict(self.plan), steps=self.n, windows=[list(w) for w in self.seen])
+
     def step(self) -> None:
         was = self.plan.window(self.n)
         self.n += 1
@@ -283,22 +288,3 @@ def step() -> None:
     st = _stepper
     if st is not None:
         st.step()
-
-
-def start_steps(plan: Schedule, rec: Recorder, clock: Clock) -> Stepper:
-    """From now on ``gputrace.step()`` switches ``rec`` on inside each of ``plan``'s windows (and
-    off outside them), marking each window's start and each step inside one."""
-    global _stepper
-    _stepper = st = Stepper(plan, rec, clock)
-    first = plan.window(0)
-    if first is not None:
-        st.enter(first)
-    return st
-
-
-def stop_steps(st: Stepper) -> dict[str, Any]:
-    """``step()`` counts nothing more; returns the header's ``schedule``: the plan, the steps
-    counted and the windows entered."""
-    global _stepper
-    _stepper = None
-    return dict(asdict(st.plan), steps=st.n, windows=[list(w) for w in st.seen])

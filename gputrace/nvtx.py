@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from gputrace.errors import GputraceError, report_internal
@@ -77,12 +76,9 @@ class Ranges:
                 report_internal("nvtx:push", f"an NVTX range could not be pushed ({exc!r}).")
             return enter(self)  # type: ignore[no-any-return]
 
-        def __exit__(
-            self: trace, et: type[BaseException] | None, ev: BaseException | None,
-            tb: TracebackType | None,
-        ) -> None:  # fmt: skip
+        def __exit__(self: trace, *exc_info: Any) -> None:
             try:
-                leave(self, et, ev, tb)
+                leave(self, *exc_info)
             finally:
                 pushed = getattr(local, "pushed", None)
                 if pushed and pushed[-1] is self:  # scopes entered before ``enable`` pushed none
@@ -116,6 +112,3 @@ def load() -> Ranges:
             continue
         return Ranges(push, pop, source)
     raise GputraceError(MISSING)
-
-
-__all__ = ["DOMAIN", "MISSING", "Ranges", "load"]

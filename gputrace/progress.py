@@ -19,7 +19,6 @@ import stat
 import sys
 import threading
 import time
-from types import TracebackType
 from typing import TextIO
 
 MIN_BYTES = 32 << 20  # loads of less than this much JSON finish before a bar would help
@@ -115,9 +114,7 @@ class Progress:
             self._ticker.start()
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -139,6 +136,3 @@ def content_size(path: str | os.PathLike[str]) -> int:
     while isize < size:  # files over 4 GiB: the trailer wrapped around
         isize += 1 << 32
     return isize
-
-
-__all__ = ["MIN_BYTES", "Progress", "clear", "content_size", "is_terminal"]

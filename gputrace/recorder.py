@@ -150,24 +150,13 @@ class Recorder:
         taker at a time (two would both copy a prefix, then both delete one)."""
         out = []
         for buf in self.tracks():
-            plain: list[Any] = []
-            for old in list(buf.old_logs):  # swapped out by backpressure: older than ``log``
-                k = len(old)
-                plain += old[:k]
-                del old[:k]
-            log, rich, marks = buf.log, buf.rich, buf.marks
-            k = len(log)
-            plain += log[:k]
-            del log[:k]
-            k = len(rich)
-            k -= k % RICH
-            rich_items = rich[:k]
-            del rich[:k]
-            k = len(marks)
-            mk = marks[:k]
-            del marks[:k]
-            if plain or rich_items or mk:
-                out.append((buf, plain, rich_items, mk))
+            # the logs swapped out by backpressure are older than ``log``
+            plain = [x for old in list(buf.old_logs) for x in _cut(old, len(old))]
+            plain += _cut(buf.log, len(buf.log))
+            rich = _cut(buf.rich, len(buf.rich) // RICH * RICH)
+            marks = _cut(buf.marks, len(buf.marks))
+            if plain or rich or marks:
+                out.append((buf, plain, rich, marks))
         return out
 
     def add_mark(self, name: str, ts_ns: int, kind: str = "mark", args: dict[str, Any] | None = None) -> None:
@@ -378,6 +367,13 @@ def innermost_token() -> int:
         if stack[i][2] > 0:
             return stack[i][2]
     return 0
+
+
+def _cut(items: list[Any], k: int) -> list[Any]:
+    """The first ``k`` of ``items``, cut out of it (its owner may append meanwhile)."""
+    got = items[:k]
+    del items[:k]
+    return got
 
 
 def active_recorder() -> Recorder | None:

@@ -142,11 +142,8 @@ def run_script(opts: RunOptions) -> RunResult:
     metadata = {"command": "gputrace run", "script": str(script), "args": list(opts.args)}
     s = session(opts.output, metadata=metadata, **{k: getattr(opts, k) for k in SESSION_OPTIONS})
     s.yields_to_inner = True  # a session the program starts itself records its own scopes
-    saved_argv, saved_path0, saved_main = (
-        list(sys.argv),
-        (sys.path[0] if sys.path else None),
-        sys.modules[MAIN],
-    )
+    saved_argv, saved_main = list(sys.argv), sys.modules[MAIN]
+    saved_path0 = sys.path[0] if sys.path else None
     sys.argv = [str(opts.script), *opts.args]
     if sys.path:
         sys.path[0] = os.path.dirname(os.path.realpath(script))
@@ -473,10 +470,8 @@ def _wrap_qualname(module: types.ModuleType, qual: str, scope: str) -> bool:
         if owner is None:
             return False
     raw = vars(owner).get(last) if hasattr(owner, "__dict__") else None
-    if isinstance(raw, staticmethod):
-        setattr(owner, last, staticmethod(_traced(raw.__func__, scope)))
-    elif isinstance(raw, classmethod):
-        setattr(owner, last, classmethod(_traced(raw.__func__, scope)))
+    if isinstance(raw, (staticmethod, classmethod)):
+        setattr(owner, last, type(raw)(_traced(raw.__func__, scope)))
     elif inspect.isfunction(raw):
         setattr(owner, last, _traced(raw, scope))
     else:

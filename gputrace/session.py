@@ -16,9 +16,8 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from gputrace._version import __version__
@@ -35,14 +34,7 @@ from gputrace.errors import (
     reset_reports,
 )
 from gputrace.fallback import complete_queues, cpu_scopes, reported_problems, resolve_safely, without_gpu
-from gputrace.flight import (
-    RingTriggers,
-    RingWriter,
-    parse_schedule,
-    parse_steps,
-    start_steps,
-    stop_steps,
-)
+from gputrace.flight import RingTriggers, RingWriter, Stepper, parse_schedule, parse_steps
 from gputrace.gcpause import gc_paused
 from gputrace.host import host_facts, launcher_rank, loadavg, rank_file
 from gputrace.jsonsafe import safe_header, safe_metadata
@@ -133,7 +125,7 @@ class session:
             raise GputraceError("give steps= or schedule=, not both (steps='a:b' is a one-window schedule).")
         if steps is not None or schedule is not None:
             self._steps = parse_steps(steps) if steps is not None else parse_schedule(schedule)
-        self._stepper: Any = None
+        self._stepper: Stepper | None = None
         self._ring_triggers: RingTriggers | None = None
         self._streamer: Any = None
         self._spawned: Any = None  # a writer process started before the backend (appender.spawn)
@@ -192,7 +184,7 @@ class session:
         if rec is not None:
             steps.append(rec.backend.close)
         if self._stepper is not None:
-            steps.append(lambda: stop_steps(self._stepper))
+            steps.append(self._stepper.stop)
         if self._ring_triggers is not None:
             steps.append(self._ring_triggers.remove)
         for step in steps:
@@ -259,7 +251,7 @@ class session:
         if outer is not None:
             outer.deactivate()
             self._outer = outer
-        self._attach_ranks("start")
+        self._exchange_clocks("start")
         if self.path is not None:  # each rank writes its own file
             measured = self._ranks.rank if self._ranks is not None else None
             self.path = rank_file(self.path, measured, launched=self.group is not False)
@@ -269,7 +261,7 @@ class session:
             self._start_stream()
         self._discard_spawned()  # (not used: the stream opened without it)
         if self._steps is not None:
-            self._stepper = start_steps(self._steps, self._recorder, self.clock)
+            self._stepper = Stepper(self._steps, self._recorder, self.clock).start()
         return self
 
     def scopes_recorded(self) -> int:
@@ -396,23 +388,31 @@ class session:
     def dump_ring(self) -> Path | None:
         """Write the flight recorder's last ``ring_s`` seconds to ``path`` now (SIGUSR1 does this);
         the session keeps recording. Returns the path, or None when not a flight recorder."""
-        from gputrace.streaming import final_clock
-
         st = self._streamer
         if st is None or self.ring_s is None or st.writer.closed:
             return None
         with reporting("ring", "writing the flight recorder"):
             st.flush(complete=False)
-            header = dict(self._raw.header)
-            header["end_ns"] = self.clock()
-            header["clock"] = final_clock(self._raw.samples)
-            header["spans_cover_children"] = self._raw.spans_cover_children
-            self.written = st.writer.dump(header)
+            self.written = st.writer.dump(self._final_header(self.clock()))
             return self.written
         return None
 
+    def _final_header(self, end_ns: int) -> dict[str, Any]:
+        """The header a streamed file ends with (at stop, and at each flight-recorder dump): the
+        clock fit over every sample, and the problems reported so far."""
+        from gputrace.streaming import final_clock
+
+        raw = self._raw
+        header = dict(raw.header, end_ns=end_ns, clock=[])
+        with reporting("stream-clock", "fitting the final clock"):
+            header["spans_cover_children"] = raw.spans_cover_children or raw.ops_timing
+            header["clock"] = final_clock(raw.samples)
+        if problems := reported():
+            header["problems"] = problems
+        return header
+
     def _stop_stream(self, stop_ns: int) -> None:
-        from gputrace.streaming import final_clock, unclosed
+        from gputrace.streaming import unclosed
 
         st, rec, streamed = self._streamer, self._recorder, self._stream_path
         assert rec is not None and self.path is not None and streamed is not None
@@ -423,15 +423,8 @@ class session:
             st.lost_scopes += rec.scopes_held(open_too=False)  # never taken: what the buffers hold is lost
         st.final = True
         self._write_chunk(lambda: unclosed(rec, stop_ns), self._raw.queues, "ending the scopes still open")
-        header = dict(self._raw.header)
-        header.setdefault("clock", [])
-        with reporting("stream-clock", "fitting the final clock"):
-            header["spans_cover_children"] = self._raw.spans_cover_children or self._raw.ops_timing
-            header["clock"] = final_clock(self._raw.samples)
-        if problems := reported():
-            header["problems"] = problems
         try:
-            st.close(safe_header(header))
+            st.close(safe_header(self._final_header(stop_ns)))
             if self.path != streamed:
                 check_output(self.path)
                 os.replace(streamed, self.path)  # the rank became known after the file was opened
@@ -496,10 +489,7 @@ class session:
         if timed_out is not None:
             return timed_out
         rec.add_mark("sync", self.clock(), "sync")
-        if self._ranks is not None:
-            self._ranks.on_sync()
-        else:
-            self._attach_ranks("sync")
+        self._exchange_clocks("sync")
         return None
 
     def stop(self) -> Trace:
@@ -522,7 +512,7 @@ class session:
         self._finished = True
         rec.deactivate()
         if self._stepper is not None:
-            self._raw.header["schedule"] = stop_steps(self._stepper)
+            self._raw.header["schedule"] = self._stepper.stop()
         if self._ring_triggers is not None:
             self._ring_triggers.remove()
         outer, self._outer = self._outer, None
@@ -540,10 +530,7 @@ class session:
                 rec.backend.sync()
             self._calibrate(final=True)
             self._collect()
-        if self._ranks is not None:
-            self._ranks.exchange("stop")
-        else:
-            self._attach_ranks("stop")
+        self._exchange_clocks("stop")
         if self._ranks is not None:
             self._raw.header["ranks"] = self._ranks.header()
             if self.path is not None:
@@ -649,16 +636,23 @@ class session:
         them too (``gputrace.stopcal``)."""
         rec = self._recorder
         assert rec is not None
-        try:
+        with self._degrading("calibrate", "taking a clock calibration sample"):
             if final:
                 from gputrace.stopcal import stop_samples
 
                 self._raw.samples.extend(stop_samples(rec.backend, self._raw.samples))
             else:
                 self._raw.samples.extend(rec.backend.calibrate())
+
+    @contextlib.contextmanager
+    def _degrading(self, kind: str, doing: str) -> Iterator[None]:
+        """A stage whose failure costs the trace its GPU part (or some of it): reported once, and
+        the first such reason kept as the recording's ``problem`` (the trace says it)."""
+        try:
+            yield
         except Exception as exc:
-            reason = f"taking a clock calibration sample failed ({type(exc).__name__}: {exc})"
-            report_internal("calibrate", f"{reason}.")
+            reason = f"{doing} failed ({type(exc).__name__}: {exc})"
+            report_internal(kind, f"{reason}.")
             self._raw.problem = self._raw.problem or reason
 
     def _collect_background(self) -> tuple[int | None, list[QueueInfo] | None]:
@@ -685,37 +679,28 @@ class session:
     def _collect(self) -> None:
         rec = self._recorder
         assert rec is not None
-        try:
-            got = rec.backend.collect()
-        except Exception as exc:
-            reason = f"collecting GPU timestamps failed ({type(exc).__name__}: {exc})"
-            report_internal("collect", f"{reason}.")
-            self._raw.problem = self._raw.problem or reason
-            return
-        self._raw.add(got)
+        with self._degrading("collect", "collecting GPU timestamps"):
+            self._raw.add(rec.backend.collect())
 
-    def _attach_ranks(self, reason: str) -> None:
-        """Find the job's process group (now, or when torch.distributed is initialised later) and
-        exchange clocks with the other ranks through it."""
-        if self._ranks is not None or self.group is False:
-            return
-        if reason != "start" and self.group is not None:
-            return  # a group given explicitly is attached at start, or not at all
-        self._ranks = attach_ranks(self.group, self.clock, self.group_options)
-        if self._ranks is not None:
-            self._raw.header["rank"] = self._ranks.rank
+    def _exchange_clocks(self, reason: str) -> None:
+        """Exchange clocks with the other ranks (at a ``sync``, when rank 0 scheduled one), through
+        the job's process group, found first (at start, or when torch.distributed is initialised
+        later; a group given explicitly is attached at start, or not at all)."""
+        if self._ranks is not None and reason == "sync":
+            self._ranks.on_sync()
+        elif self._ranks is not None:
             self._ranks.exchange(reason)
+        elif self.group is not False and (reason == "start" or self.group is None):
+            self._ranks = attach_ranks(self.group, self.clock, self.group_options)
+            if self._ranks is not None:
+                self._raw.header["rank"] = self._ranks.rank
+                self._ranks.exchange(reason)
 
     # context manager -----------------------------------------------------------------------
     def __enter__(self) -> session:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._load_at_stop = False
         self.stop()
 

@@ -1,25 +1,12 @@
-"""Streaming: a session with a path writes its trace as it runs, in chunks, with bounded memory.
+"""Streaming: a session with a path writes its trace as it runs, in chunks, with bounded memory
+(docs/output.md, "Streaming"; what each failure costs: docs/reliability.md).
 
-At each ``sync()`` the session takes every scope recorded so far (``take``, before the GPU sync, so
-their GPU work is complete once the sync returns), resolves them and appends them to the file
-(``write``); a background timer does the same at least every ``interval_s`` for scopes that have
-no GPU work pending. A scope with GPU work waits for the next sync (or the end) so its GPU times
-are in. After a chunk is appended it is in the OS's hands: a process killed later leaves a file
-that loads up to there, saying it ended early.
-
-Resolution is per chunk, so it is piecewise by nature: a chunk's GPU times use the clock fit known
-when it was written (from the latest calibration samples); the final header holds the fit over
-every sample. "cold" is the first call of a name in the whole session; "outlier" is judged among
-the calls of a name within a chunk. A scope's GPU span only hulls its children's (wgpu) when they
-end in the same chunk.
-
-A chunk that fails costs no other chunk. A chunk the resolver fails on keeps its CPU times, its
-scopes flagged ``degraded``; appending (``gputrace.appender``) undoes an append that fails
-part-way, writes a chunk the encoder fails on with CPU times only, and holds one whose write fails
-(a full disk) to write it again before the next one. What is lost is counted in the final header,
-``"lost": {"scopes": n, "chunks": k}``, and ``summarize`` says so. The streamer cuts the chunks
-(``chunks.RawChunk``: raw records); with ``offload`` they are resolved and appended in a writer
-process (``appender.WriterProcess``), off the program's interpreter.
+At each ``sync()`` the session takes every scope recorded so far (``take``), before the GPU sync,
+so that their GPU work is complete once the sync returns; a background timer takes what has no
+GPU work pending at least every ``interval_s``. A chunk that fails costs no other chunk: what is
+lost is counted in the final header (``"lost"``). The streamer cuts the chunks (``chunks.RawChunk``:
+raw records); with ``offload`` they are resolved and appended in a writer process
+(``appender.WriterProcess``), off the program's interpreter.
 """
 
 from __future__ import annotations
@@ -30,14 +17,15 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from gputrace import exporters
-from gputrace.appender import Appender, SpawnFailed, WriterProcess, discard
-from gputrace.backends.base import CalibrationSample, RawSpan
+from gputrace.appender import Appender, SpawnFailed, WriterProcess, add_lost, discard, report_lost
+from gputrace.backends.base import CalibrationSample
 from gputrace.chunks import RawChunk, Resolving
 from gputrace.errors import report_internal
 from gputrace.fallback import scopes_in
@@ -64,15 +52,11 @@ OPS_BACKLOG = 30_000
 OFFLOADED_COLLECT_S = 0.1
 
 
+@dataclass(slots=True)
 class Taken:
     """Records taken out of the recorder's buffers: per thread, flat plain and rich scopes."""
 
-    __slots__ = ("threads",)
-
-    def __init__(
-        self, threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] | None = None
-    ) -> None:
-        self.threads = threads if threads is not None else []
+    threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] = field(default_factory=list)
 
 
 class _Detached:
@@ -186,96 +170,82 @@ class Streamer:
     # -- the timer -----------------------------------------------------------------------------
     def start_timer(self, interval_s: float) -> None:
         def loop() -> None:
-            try:
-                run()
-            except Exception as exc:  # the timer ends; chunks are still written at syncs and stop
-                why = f"{type(exc).__name__}: {exc}"
-                report_internal("stream-timer", f"the trace's writing timer failed ({why}).")
-
-        def run() -> None:
             check_s = min(interval_s, BACKLOG_CHECK_S)  # the backlog is looked at more often
             collect_s = (
                 min(interval_s, OFFLOADED_COLLECT_S) if isinstance(self.out, WriterProcess) else interval_s
             )
-            wait_s = check_s
-            while not self._stop.wait(wait_s):
-                wait_s = check_s
-                if self.collect_ops is not None or getattr(self.recorder.backend, "ops_timing", False):
-                    # CUPTI: the kernels that arrived are collected, and the scopes that ended
-                    # before every launch still waiting for its kernels are written (the others
-                    # wait); CUDA events alike, with the spans read so far and the scopes that
-                    # ended before the first one not read yet. Memory stays flat: records are
-                    # collected as soon as a few MB of them wait, and while the operations
-                    # collected outrun the writer, recording threads wait at scope exits
-                    # (``_throttle``) until it has caught up.
-                    waiting = _waiting_bytes(self.recorder.backend)
-                    if self.collect_ops is not None and (
-                        self.throttling
-                        or time.monotonic() - self.last_collect >= collect_s
-                        or waiting >= COLLECT_BYTES
-                    ):
-                        self.last_collect = time.monotonic()
-                        try:
-                            # records piled up past two collects' worth, or the writer is behind;
-                            # once throttled, until both are down to half their bounds. Decided
-                            # before the collect too, so the program waits while a big one runs.
-                            # Never while the horizon stands still (a launch whose kernels never
-                            # came): waiting would not let the writer catch up, only slow the program.
-                            k = 2 if self.throttling else 1
-                            behind = waiting * k >= 2 * COLLECT_BYTES or (
-                                self.horizon_moves and self.ops_backlog() * k >= OPS_BACKLOG
-                            )
-                            if behind != self.throttling:
-                                self._throttle(behind)
-                            horizon, queues = self.collect_ops()
-                            last = self.last_horizon
-                            self.horizon_moves = horizon is not None and (last is None or horizon > last)
-                            if self.horizon_moves:
-                                self.last_horizon = horizon
-                            elif self.throttling and waiting * 2 < 2 * COLLECT_BYTES:
-                                self._throttle(False)
-                            if (
-                                not self.throttling
-                                and self.horizon_moves
-                                and self.ops_backlog() >= OPS_BACKLOG
-                            ):
-                                self._throttle(True)
-                            if self.throttling:
-                                wait_s = 0.0
-                            if horizon is not None:
-                                with self.lock:
-                                    self.write(self.take(), False, queues, horizon)
-                        except Exception as exc:  # never let the timer die silently
-                            self._throttle(False)
-                            report_internal(
-                                "stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc})."
-                            )
-                    continue
-                try:
-                    behind = self.backlog() >= BACKLOG_SCOPES
-                    if behind:
-                        self._throttle(True)  # recording threads wait while this one catches up
-                        wait_s = 0.0
-                    elif self.throttling:
+            again = False
+            try:
+                while not self._stop.wait(0.0 if again else check_s):
+                    try:
+                        again = self._tick(interval_s, collect_s)
+                    except Exception as exc:  # never let the timer die silently, never break the program
+                        again = False
                         self._throttle(False)
-                    if not behind and time.monotonic() - self.last_write < interval_s:
-                        continue  # a sync wrote a chunk meanwhile: no need to compete for the GIL
-                    self.flush(complete=False)
-                except Exception as exc:  # never let the timer die silently, never break the program
-                    self._throttle(False)
-                    report_internal("stream", f"writing a trace chunk failed ({type(exc).__name__}: {exc}).")
+                        why = f"{type(exc).__name__}: {exc}"
+                        report_internal("stream", f"writing a trace chunk failed ({why}).")
+            except Exception as exc:  # the timer ends; chunks are still written at syncs and stop
+                why = f"{type(exc).__name__}: {exc}"
+                report_internal("stream-timer", f"the trace's writing timer failed ({why}).")
 
         self._timer = threading.Thread(target=loop, name="gputrace-stream", daemon=True)
         self._timer.start()
+
+    def _tick(self, interval_s: float, collect_s: float) -> bool:
+        """One round of the timer; True when the next should come at once (recording threads
+        wait for this one to catch up)."""
+        if self.collect_ops is None and not getattr(self.recorder.backend, "ops_timing", False):
+            behind = self.recorder.backlog() >= BACKLOG_SCOPES
+            if behind:
+                self._throttle(True)  # recording threads wait while this one catches up
+            elif self.throttling:
+                self._throttle(False)
+            # (unless a sync wrote a chunk meanwhile: no need to compete for the GIL)
+            if behind or time.monotonic() - self.last_write >= interval_s:
+                self.flush(complete=False)
+            return behind
+        # CUPTI: the kernels that arrived are collected, and the scopes that ended before every
+        # launch still waiting for its kernels are written (the others wait); CUDA events alike,
+        # with the spans read so far and the scopes that ended before the first one not read yet.
+        # Memory stays flat: records are collected as soon as a few MB of them wait, and while
+        # the operations collected outrun the writer, recording threads wait at scope exits
+        # (``_throttle``) until it has caught up.
+        waiting = _waiting_bytes(self.recorder.backend)
+        if self.collect_ops is None or not (
+            self.throttling or time.monotonic() - self.last_collect >= collect_s or waiting >= COLLECT_BYTES
+        ):
+            return False
+        self.last_collect = time.monotonic()
+        # records piled up past two collects' worth, or the writer is behind; once throttled,
+        # until both are down to half their bounds. Decided before the collect too, so the
+        # program waits while a big one runs. Never while the horizon stands still (a launch
+        # whose kernels never came): waiting would not let the writer catch up, only slow the
+        # program.
+        k = 2 if self.throttling else 1
+        behind = waiting * k >= 2 * COLLECT_BYTES or (
+            self.horizon_moves and self.ops_backlog() * k >= OPS_BACKLOG
+        )
+        if behind != self.throttling:
+            self._throttle(behind)
+        horizon, queues = self.collect_ops()
+        last = self.last_horizon
+        self.horizon_moves = horizon is not None and (last is None or horizon > last)
+        if self.horizon_moves:
+            self.last_horizon = horizon
+        elif self.throttling and waiting * 2 < 2 * COLLECT_BYTES:
+            self._throttle(False)
+        if not self.throttling and self.horizon_moves and self.ops_backlog() >= OPS_BACKLOG:
+            self._throttle(True)
+        again = self.throttling
+        if horizon is not None:
+            with self.lock:
+                self.write(self.take(), False, queues, horizon)
+        return again
 
     def ops_backlog(self) -> int:
         """GPU operations collected and not yet cut into a chunk (those carried for a scope still
         open, which only that scope's end lets go, are not counted)."""
         return sum(len(b) for b in list(self.raw.batches))
-
-    def backlog(self) -> int:
-        """Plain scopes recorded and not yet written (read without stopping anyone)."""
-        return self.recorder.backlog()
 
     def _throttle(self, on: bool) -> None:
         """Backpressure. Without syncs, a loop of near-empty scopes records faster (1.6 M scopes/s
@@ -303,8 +273,9 @@ class Streamer:
         CUPTI run on the H200 grew to 2.0 GB, its writer process to 2.8 GB). A short wait (the
         child catching up after its start) leaves the program alone."""
         if on:
+            rec = self.recorder
             if not self.throttling and (
-                _waiting_bytes(self.recorder.backend) >= 2 * COLLECT_BYTES or self.backlog() >= BACKLOG_SCOPES
+                _waiting_bytes(rec.backend) >= 2 * COLLECT_BYTES or rec.backlog() >= BACKLOG_SCOPES
             ):
                 self._held_for_writer = True
                 self._throttle(True)
@@ -328,18 +299,12 @@ class Streamer:
 
     # -- chunks --------------------------------------------------------------------------------
     def take(self) -> Taken:
-        """Take every scope and mark recorded so far out of the recorder's buffers.
-
-        Each buffer's owner only appends (one ``extend`` per scope), so a prefix can be cut
-        while it keeps recording: what it appends meanwhile stays for the next chunk.
-        """
+        """Take every scope and mark recorded so far out of the recorder's buffers (what is
+        recorded meanwhile stays for the next chunk: ``Recorder.take_recorded``)."""
         with self.lock:  # two takers at once would both copy a prefix, then both delete one
-            return self._take()
-
-    def _take(self) -> Taken:
-        out = Taken()  # (made before the records are cut out: nothing taken is ever dropped)
-        out.threads = self.recorder.take_recorded()
-        return out
+            out = Taken()  # (made before the records are cut out: nothing taken is ever dropped)
+            out.threads = self.recorder.take_recorded()
+            return out
 
     def flush(self, complete: bool) -> None:
         """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
@@ -366,7 +331,7 @@ class Streamer:
                     self._write(piece, complete, queues)
                 except Exception as exc:
                     self._lose(scopes_in(piece.threads), "writing a trace chunk", exc)
-                if timer and not self.throttling and self.backlog() >= BACKLOG_SCOPES:
+                if timer and not self.throttling and self.recorder.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
             self._more_pieces = False
 
@@ -383,10 +348,7 @@ class Streamer:
         """``scopes`` never reach the file: counted (the final header says so) and reported."""
         self.lost_scopes += scopes
         self.lost_chunks += 1
-        report_internal(
-            f"stream-lost:{what}",
-            f"{what} failed ({type(exc).__name__}: {exc}); {scopes} scopes are lost, counted in the trace.",
-        )
+        report_lost(what, scopes, exc)
 
     def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
         if self.writer.closed:
@@ -481,9 +443,7 @@ class Streamer:
 
     def close(self, final_header: dict[str, Any]) -> None:
         """The final header, with what was lost here, to the resolving side (which adds its own)."""
-        header = dict(final_header)
-        if self.lost_scopes:
-            header["lost"] = {"scopes": self.lost_scopes, "chunks": self.lost_chunks, "degraded_chunks": 0}
+        header = add_lost(final_header, self.lost_scopes, self.lost_chunks)
         with self.lock:
             try:
                 self.out.close(header)
@@ -569,6 +529,3 @@ def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
 
     fits = _fits(RawRecording(header={}, threads=[], samples=samples))
     return [dict(device=d, **fits[d][0].to_dict()) for d in sorted(fits)]
-
-
-__all__ = ["RawSpan", "Streamer", "Taken", "final_clock", "unclosed"]
