@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputrace.calibrate.result import BreakEven, Calibration, Measurement
-from gputrace.calibrate.stats import Stat
+from gputrace.calibrate.result import BreakEven, Calibration, Measurement, Stat
 from gputrace.errors import GputraceError
 
 BACKENDS = ("cuda", "wgpu", "cpu")

@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 from gputrace.calibrate import DeviceRun, Plan
-from gputrace.calibrate.breakeven import INTENSITIES
-from gputrace.calibrate.on_cpu import FMA_A, FMA_B
-from gputrace.calibrate.stats import Stat, smallest_step, wall_per_op
+from gputrace.calibrate.on_cpu import FMA_A, FMA_B, INTENSITIES, smallest_step, wall_per_op
+from gputrace.calibrate.result import Stat
 from gputrace.errors import GputraceError
 
 KERNELS = r"""
