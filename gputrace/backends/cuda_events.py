@@ -157,10 +157,7 @@ class CudaEventsBackend(Backend):
         samples: int = SAMPLES_PER_CALIBRATION,
         anchor_every_ns: int = ANCHOR_EVERY_NS,
     ) -> None:
-        super().__init__(clock)
-        why = probe()
-        if why is not None:
-            raise GputraceError(f"the cuda backend is not usable here: {why}.")
+        super().__init__(clock)  # (gputrace.backends.cuda.CudaBackend probed CuPy already)
         import cupy
 
         self._cp = cupy
@@ -260,17 +257,13 @@ class CudaEventsBackend(Backend):
         with self._lock:
             d = self._devs.get(index)
             if d is None:
-                d = self._devs[index] = self._make_device(index)
-        return d
-
-    def _make_device(self, index: int) -> _Device:
-        cp = self._cp
-        with cp.cuda.Device(index):
-            d = _Device(index, device_name(index), cp.cuda.Stream(non_blocking=True))
-            d.pool = [self._rt.eventCreateWithFlags(0) for _ in range(64)]
-            d.created = 64
-        self._anchor(d, auto=False)
-        self._pending_samples.extend(self._bracket(d))
+                with self._cp.cuda.Device(index):
+                    d = _Device(index, device_name(index), self._cp.cuda.Stream(non_blocking=True))
+                    d.pool = [self._rt.eventCreateWithFlags(0) for _ in range(64)]
+                    d.created = 64
+                self._anchor(d, auto=False)
+                self._pending_samples.extend(self._bracket(d))
+                self._devs[index] = d
         return d
 
     def _new_event(self, d: _Device) -> int:

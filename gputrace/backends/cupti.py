@@ -15,6 +15,7 @@ CUPTI client took the callbacks) make *blind* stretches: docs/cupti.md.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any, Protocol
@@ -86,8 +87,6 @@ def probe() -> str | None:
 def torch_loaded() -> str | None:
     """Why ``timing="auto"`` leaves CUPTI alone in a program that imported torch, or None: CUPTI is
     one per process, and torch.profiler loses its kernels to a CUPTI-timed session (docs/cupti.md)."""
-    import sys
-
     if "torch" in sys.modules:
         return (
             "torch is loaded, and torch.profiler loses its kernels when started during a "
@@ -98,8 +97,6 @@ def torch_loaded() -> str | None:
 
 def torch_profiler_active() -> str | None:
     """Why torch.profiler holds CUPTI right now, or None (never imports torch)."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None:
         return None

@@ -31,7 +31,6 @@ SETTLE_S = 1.0  # a drain waits at most this long for a buffer callback in fligh
 KEEP_CALLS = re.compile(r"Launch|Memcpy|Memset|Synchronize")  # the API records attribution needs
 NOT_FOUND = "libcupti was not found; pip install 'gputrace[cuda13]' (nvidia-cuda-cupti)"
 _CB_DOMAIN = {cr.DOMAIN_DRIVER: 1, cr.DOMAIN_RUNTIME: 2}  # CUpti_CallbackDomain
-_CBID_TOP = {cr.DOMAIN_DRIVER: 1024, cr.DOMAIN_RUNTIME: 768}  # ids looked up past the table's
 
 _REQUESTED = ctypes.CFUNCTYPE(
     None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
@@ -262,25 +261,14 @@ class LibCuptiSource:
     def _enable_calls(self, on: bool) -> None:
         """Record only the API calls that launch GPU work or synchronize (the canary): each
         recorded call costs CUPTI time in the program (~1 µs, measured from C on the H200)."""
-        if not self._kept:
-            from gputrace.backends import cupti_cbids as ids
+        from gputrace.backends import cupti_cbids as ids
 
-            for dom, known, top in (
-                (cr.DOMAIN_DRIVER, ids.DRIVER, ids.DRIVER_SIZE),
-                (cr.DOMAIN_RUNTIME, ids.RUNTIME, ids.RUNTIME_SIZE),
-            ):
-                keep = list(known)  # (their names are read from libcupti when a record needs one)
-                for cbid in range(top, _CBID_TOP[dom]):  # ids newer than the table: asked of libcupti
-                    name = self.lib.callback_name(dom, cbid)
-                    if name is not None:
-                        self._call_names[(dom, cbid)] = re.sub(r"_v\d+$", "", name)
-                        if KEEP_CALLS.search(name):
-                            keep.append(cbid)
-                self._kept[dom] = keep
-        for dom, fn in (
-            (cr.DOMAIN_DRIVER, "cuptiActivityEnableDriverApi"),
-            (cr.DOMAIN_RUNTIME, "cuptiActivityEnableRuntimeApi"),
+        for dom, known, newer, fn in (  # newer: ids past the table's, their names asked of libcupti
+            (cr.DOMAIN_DRIVER, ids.DRIVER, range(ids.DRIVER_SIZE, 1024), "cuptiActivityEnableDriverApi"),
+            (cr.DOMAIN_RUNTIME, ids.RUNTIME, range(ids.RUNTIME_SIZE, 768), "cuptiActivityEnableRuntimeApi"),
         ):
+            if dom not in self._kept:
+                self._kept[dom] = [*known, *(i for i in newer if KEEP_CALLS.search(self.call_name(dom, i)))]
             for cbid in self._kept[dom]:
                 with contextlib.suppress(GputraceError):
                     self.lib.call(fn, cbid, 1 if on else 0)

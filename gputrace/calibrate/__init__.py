@@ -13,16 +13,15 @@ numpy side of the break-even table, and the headline ``summary`` that later trac
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import os
 import platform
-import socket
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputrace.calibrate.result import BreakEven, Calibration, Measurement
-from gputrace.calibrate.stats import Stat
+from gputrace.calibrate.result import BreakEven, Calibration, Measurement, Stat
 from gputrace.errors import GputraceError
 
 BACKENDS = ("cuda", "wgpu", "cpu")
@@ -129,13 +128,16 @@ def measure(
         raise GputraceError(f"unknown calibration backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
     plan = Plan.make(quick, progress)
     load_before = loadavg()
-    run = _device_run(backend, plan)
+    if backend == "cpu":
+        run = DeviceRun(device=f"CPU · {platform.processor() or platform.machine()}", progress=plan.progress)
+    else:  # on_cuda, on_wgpu
+        run = importlib.import_module(f"gputrace.calibrate.on_{backend}").measure(plan)
     run.step("clock", lambda: on_cpu.clock(run, plan.batches))
     run.step("scope_cost", lambda: on_cpu.scope_cost(run, backend, plan.batches, 100 if quick else 500))
     if run.resident_ns:
         run.step("numpy_breakeven", lambda: on_cpu.numpy_breakeven(run, plan.reps))
     host = {
-        "name": socket.gethostname(),
+        "name": platform.node(),
         "cpu_count": os.cpu_count(),
         "loadavg": loadavg(),
         "python": platform.python_version(),
@@ -156,18 +158,6 @@ def measure(
         summary={k: round(v, 3) for k, v in run.summary.items()},
         skipped=run.skipped,
     )
-
-
-def _device_run(backend: str, plan: Plan) -> DeviceRun:
-    if backend == "cpu":
-        return DeviceRun(device=f"CPU · {platform.processor() or platform.machine()}", progress=plan.progress)
-    if backend == "cuda":
-        from gputrace.calibrate import on_cuda
-
-        return on_cuda.measure(plan)
-    from gputrace.calibrate import on_wgpu
-
-    return on_wgpu.measure(plan)
 
 
 __all__ = ["BreakEven", "Calibration", "DeviceRun", "Measurement", "Plan", "Stat", "measure", "steps"]

@@ -1,22 +1,117 @@
 """Measurements every backend shares: the session clock, the profiler's own cost per scope, and
-the CPU's rate on the break-even workload (numpy, on this machine).
+the CPU's rate on the break-even workload (numpy, on this machine); the timing loops; the
+CPU-vs-GPU break-even table.
+
+The table: for each intensity (multiply-adds per element), over one grid of element counts, numpy
+on this CPU against one kernel launch plus its wait (data resident), and with the copies in and
+out. The break-even is where the curves cross, interpolated in log-log between the bracketing grid
+points.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from gputrace.calibrate import DeviceRun
-from gputrace.calibrate.breakeven import table
-from gputrace.calibrate.result import Measurement
-from gputrace.calibrate.stats import Stat, wall_per_op
+from gputrace.calibrate.result import BreakEven, Measurement, Stat
+from gputrace.npstats import distinct
 
 # The break-even workload: ``ops`` multiply-adds per float32 element, y = y * A + B, repeated.
 FMA_A = 0.999
 FMA_B = 0.001
+INTENSITIES = (1, 10, 1000)  # multiply-adds per element, the break-even table's rows
+
+
+def wall_per_op(
+    op: Callable[[], Any],
+    *,
+    batches: int,
+    per_batch: int,
+    warmup: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> list[float]:
+    """CPU wall time per call of ``op`` (ns): ``batches`` samples, each ``per_batch`` calls long
+    (batching keeps the clock read, ~100 ns, out of operations that cost about as much)."""
+    for _ in range(warmup):
+        op()
+    out = []
+    for _ in range(batches):
+        t0 = clock()
+        for _ in range(per_batch):
+            op()
+        out.append((clock() - t0) / per_batch)
+    return out
+
+
+def smallest_step(values: Sequence[float]) -> float | None:
+    """The smallest positive difference between distinct values: a timer's visible resolution.
+
+    >>> smallest_step([0.0, 64.0, 32.0, 32.0, 96.0])
+    32.0
+    >>> smallest_step([5.0, 5.0]) is None
+    True
+    """
+    uniq = distinct(np.asarray(values, dtype=np.float64))
+    if uniq.size < 2:
+        return None
+    return float(np.diff(uniq).min())
+
+
+def crossing(
+    sizes: Sequence[int], cpu_ns: Sequence[float], gpu_ns: Sequence[float]
+) -> tuple[int | None, bool]:
+    """(smallest element count where the GPU is faster, whether that is already the grid's first
+    point); (None, False) when the CPU is faster everywhere on the grid.
+
+    >>> sizes = [100, 1000, 10000]
+    >>> crossing(sizes, cpu_ns=[1e3, 1e4, 1e5], gpu_ns=[1e4, 1e4, 1e4])
+    (1000, False)
+    >>> crossing(sizes, cpu_ns=[1e3, 1e4, 1e5], gpu_ns=[1e2, 1e2, 1e2])
+    (100, True)
+    >>> crossing(sizes, cpu_ns=[1e3, 1e4, 1e5], gpu_ns=[1e6, 1e6, 1e6])
+    (None, False)
+    """
+    wins = [g < c for c, g in zip(cpu_ns, gpu_ns, strict=True)]
+    if not wins:
+        return None, False
+    if wins[0]:
+        return int(sizes[0]), True
+    for i in range(1, len(wins)):
+        if wins[i]:
+            d0 = math.log(cpu_ns[i - 1] / gpu_ns[i - 1])  # <= 0: CPU at least as fast
+            d1 = math.log(cpu_ns[i] / gpu_ns[i])  # > 0: GPU faster
+            frac = -d0 / (d1 - d0) if d1 != d0 else 1.0
+            log_n = math.log(sizes[i - 1]) + frac * (math.log(sizes[i]) - math.log(sizes[i - 1]))
+            return math.ceil(round(math.exp(log_n), 6)), False
+    return None, False
+
+
+def table(
+    sizes: Sequence[int],
+    cpu_pass_ns: Sequence[float],
+    gpu_resident_ns: Mapping[int, Sequence[float]],
+    gpu_copies_ns: Mapping[int, Sequence[float]],
+) -> tuple[list[BreakEven], dict[str, Any]]:
+    """Break-even rows for each intensity measured, and the curves they came from (for the JSON)."""
+    rows = []
+    curves: dict[str, Any] = {"elements": list(sizes), "cpu_pass_ns": [round(v, 1) for v in cpu_pass_ns]}
+    for ops in sorted(gpu_resident_ns):
+        cpu = [ops * v for v in cpu_pass_ns]
+        res_n, res_below = crossing(sizes, cpu, gpu_resident_ns[ops])
+        copies = gpu_copies_ns.get(ops)
+        cp_n, cp_below = crossing(sizes, cpu, copies) if copies else (None, False)
+        rows.append(BreakEven(ops, res_n, cp_n, res_below, cp_below))
+        curves[f"ops{ops}"] = {
+            "cpu_ns": [round(v, 1) for v in cpu],
+            "gpu_resident_ns": [round(v, 1) for v in gpu_resident_ns[ops]],
+            "gpu_with_copies_ns": [round(v, 1) for v in copies] if copies else None,
+        }
+    return rows, curves
 
 
 def clock(run: DeviceRun, batches: int) -> None:

@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 
 from gputrace.calibrate import DeviceRun, Plan
-from gputrace.calibrate.breakeven import INTENSITIES
-from gputrace.calibrate.on_cpu import FMA_A, FMA_B
-from gputrace.calibrate.stats import Stat, smallest_step, wall_per_op
+from gputrace.calibrate.on_cpu import FMA_A, FMA_B, INTENSITIES, smallest_step, wall_per_op
+from gputrace.calibrate.result import Stat
 from gputrace.errors import GputraceError
 
 KERNELS = r"""
@@ -190,24 +189,29 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
     run.summary["first_launch_ns"] = Stat.of([sum(p) for p in parts]).median
 
 
-def _queued(c: _Cuda, launch: Callable[[], None], per: int, batches: int) -> tuple[list[float], list[float]]:
-    """(CPU ns per launch, GPU ns per launch) of ``batches`` batches of ``per`` launches, each
-    batch queued behind a spin kernel long enough that the GPU then runs it back to back."""
+def _queued(
+    c: _Cuda, launch: Callable[[], None], per: int, batches: int, stream: Any = None, spin_ns: float = 0.0
+) -> tuple[list[float], list[float]]:
+    """(CPU ns per launch, GPU ns per launch) of ``batches`` batches of ``per`` launches on
+    ``stream`` (the current one; default ``c.stream``), each batch queued behind a spin kernel long
+    enough that the GPU then runs it back to back (``spin_ns``; 0: measured from one batch)."""
+    stream = c.stream if stream is None else stream
     clock = time.perf_counter_ns
-    t0 = clock()
-    for _ in range(per):
-        launch()
-    spin_ns = 3.0 * (clock() - t0) + 200_000.0  # the CPU enqueues a batch before the GPU reaches it
-    c.stream.synchronize()
+    if not spin_ns:
+        t0 = clock()
+        for _ in range(per):
+            launch()
+        spin_ns = 3.0 * (clock() - t0) + 200_000.0  # the CPU enqueues a batch before the GPU reaches it
+        stream.synchronize()
     cpu, gpu = [], []
     for _ in range(batches):
         c.spin(spin_ns)
-        c.ev0.record(c.stream)
+        c.ev0.record(stream)
         t0 = clock()
         for _ in range(per):
             launch()
         t1 = clock()
-        c.ev1.record(c.stream)
+        c.ev1.record(stream)
         cpu.append((t1 - t0) / per)
         gpu.append(c.elapsed_ns() / per)
     return cpu, gpu
@@ -277,18 +281,8 @@ def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     for _ in range(20):
         graph.launch(gstream)
     gstream.synchronize()
-    clock = time.perf_counter_ns
-    cpu, gpu = [], []
-    with gstream:
-        for _ in range(plan.batches):
-            c.spin(200_000)
-            c.ev0.record(gstream)
-            t0 = clock()
-            graph.launch(gstream)
-            t1 = clock()
-            c.ev1.record(gstream)
-            cpu.append(float(t1 - t0))
-            gpu.append(c.elapsed_ns() / GRAPH_KERNELS)
+    with gstream:  # (graph.launch() launches on the current stream)
+        cpu, gpu = _queued(c, graph.launch, 1, plan.batches, gstream, spin_ns=200_000)
     run.add(
         "graph_launch",
         "CUDA graph",
@@ -302,7 +296,7 @@ def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
         "CUDA graph",
         "graph replay, per kernel",
         [v / GRAPH_KERNELS for v in cpu],
-        gpu,
+        [v / GRAPH_KERNELS for v in gpu],
         per=GRAPH_KERNELS,
         note="compare with the queued launch row",
         summary_device="graph_kernel_gpu_ns",

@@ -16,9 +16,8 @@ import numpy as np
 
 from gputrace.backends.wgpu_queries import timestamp_period
 from gputrace.calibrate import DeviceRun, Plan
-from gputrace.calibrate.breakeven import INTENSITIES
-from gputrace.calibrate.on_cpu import FMA_A, FMA_B
-from gputrace.calibrate.stats import Stat, smallest_step, wall_per_op
+from gputrace.calibrate.on_cpu import FMA_A, FMA_B, INTENSITIES, smallest_step, wall_per_op
+from gputrace.calibrate.result import Stat
 from gputrace.errors import GputraceError
 
 EMPTY_WGSL = "@compute @workgroup_size(1) fn main() {}"
@@ -145,26 +144,19 @@ def measure(plan: Plan) -> DeviceRun:
 def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
     clock = time.perf_counter_ns
     n = plan.batches * 5
-    submit, launch = [], []
-    for i in range(n + 10):
-        cb = w.device.create_command_encoder().finish()
-        t0 = clock()
-        w.queue.submit([cb])
-        t1 = clock()
-        if i >= 10:
-            submit.append(float(t1 - t0))
-        if i % 50 == 49:
-            w.wait()
-    w.wait()
-    for i in range(n + 10):
-        t0 = clock()
-        w.queue.submit([w.dispatch(w.empty, 1).finish()])
-        t1 = clock()
-        if i >= 10:
-            launch.append(float(t1 - t0))
-        if i % 50 == 49:
-            w.wait()
-    w.wait()
+    submit: list[float] = []
+    launch: list[float] = []
+    for encoded, out in ((True, submit), (False, launch)):  # launch: the encoding timed too
+        for i in range(n + 10):
+            cb = w.device.create_command_encoder().finish() if encoded else None
+            t0 = clock()
+            w.queue.submit([cb or w.dispatch(w.empty, 1).finish()])
+            t1 = clock()
+            if i >= 10:
+                out.append(float(t1 - t0))
+            if i % 50 == 49:
+                w.wait()
+        w.wait()
 
     def launch_and_wait() -> None:
         w.queue.submit([w.dispatch(w.empty, 1).finish()])

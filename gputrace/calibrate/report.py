@@ -8,8 +8,7 @@
 
 from __future__ import annotations
 
-from gputrace.calibrate.result import BreakEven, Calibration, Measurement
-from gputrace.calibrate.stats import Stat
+from gputrace.calibrate.result import BreakEven, Calibration, Measurement, Stat
 from gputrace.durations import fmt_ns
 
 

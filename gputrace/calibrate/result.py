@@ -1,17 +1,50 @@
 """What a calibration produces: measurements, a break-even table and a few headline numbers.
 
+Every measurement is repeated many times after a warm-up that is thrown away, and reported as a
+median with its spread (``Stat``: p5/p95 and min/max), never as a single number or a mean.
 A ``Calibration`` round-trips through JSON (``to_json``/``from_json``); the headline numbers in
 ``summary`` are what later traces record in their header (``launch_cpu_ns``, ``launch_gpu_ns``, …).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gputrace.calibrate.stats import Stat
+import numpy as np
 
 FORMAT = "gputrace-calibration/1"
+_NS_FIELDS = ("median", "p5", "p95", "min", "max")  # Stat's fields after n, saved as "<name>_ns"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The distribution of repeated samples of one quantity, in nanoseconds."""
+
+    n: int
+    median: float
+    p5: float
+    p95: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, samples: Iterable[float]) -> Stat:
+        arr = np.asarray(list(samples), dtype=np.float64)
+        if arr.size == 0:
+            raise ValueError("a statistic needs at least one sample")
+        p5, med, p95 = np.percentile(arr, [5.0, 50.0, 95.0])
+        # kept at the precision a saved calibration has (ps), so a calibration read back prints
+        # the same digits as the one measured (40.34999… printed 40.3, its saved 40.35 then 40.4)
+        return cls(int(arr.size), *(round(float(v), 3) for v in (med, p5, p95, arr.min(), arr.max())))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.n, **{f"{k}_ns": round(getattr(self, k), 3) for k in _NS_FIELDS}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Stat:
+        return cls(int(d["n"]), *(float(d[f"{k}_ns"]) for k in _NS_FIELDS))
 
 
 def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:

@@ -12,10 +12,9 @@ from click.testing import CliRunner
 
 import gputrace
 from gputrace.calibrate import Calibration, Stat, measure
-from gputrace.calibrate.breakeven import crossing, table
+from gputrace.calibrate.on_cpu import crossing, smallest_step, table, wall_per_op
 from gputrace.calibrate.report import render
 from gputrace.calibrate.result import FORMAT
-from gputrace.calibrate.stats import smallest_step, wall_per_op
 from gputrace.calstore import ENV_VAR, default_path, header_calibration
 from gputrace.cli import cli
 from gputrace.clock import FakeClock
