@@ -411,7 +411,7 @@ def test_scope_gpu_slices_carry_busy_time_and_timing_source(tmp_path: Path) -> N
             clock.advance(20_000)
             src.launch("b", gpu_ns=2_000)
     doc = perfetto_rules.read(path)
-    # a scope's GPU slice: no category, in a GPU process (gputrace.exporters.chrome)
+    # a scope's GPU slice (cat "gpu"), in a GPU process (gputrace.exporters.json)
     (gpu,) = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "gpu"]
     assert gpu["args"]["gpu_busy_us"] == 3.0 and gpu["args"]["timing"] == "cupti"
     assert gpu["dur"] > 20.0  # the span: the GPU waited for the second launch
