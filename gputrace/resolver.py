@@ -31,18 +31,8 @@ from typing import Any
 import numpy as np
 
 from gputrace.clockbound import FeasibleBand, sample_columns
-from gputrace.figures import first_submission_ns, op_intervals
-from gputrace.flags import (
-    EXPLAIN,
-    MAX_ANOMALY_ITEMS,
-    OUTLIER_MIN_CALLS,
-    OUTLIER_MIN_REL,
-    OUTLIER_SIGMAS,
-    anomaly_report,
-    flag,
-    flag_outliers,
-    flag_overlaps,
-)
+from gputrace.figures import ancestor_pairs, first_submission_ns, op_intervals
+from gputrace.flags import anomaly_report, flag
 from gputrace.model import (
     NO_TIME,
     ClockFit,
@@ -56,28 +46,17 @@ from gputrace.model import (
     nest,
 )
 from gputrace.npstats import distinct
-from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, RawSpan, RawThread
+from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording
 
 __all__ = [
     "DEFAULT_DRIFT_PPM",
-    "EXPLAIN",
-    "MAX_ANOMALY_ITEMS",
-    "OUTLIER_MIN_CALLS",
-    "OUTLIER_MIN_REL",
-    "OUTLIER_SIGMAS",
-    "CalibrationSample",
     "RawRecording",
-    "RawSpan",
-    "RawThread",
     "anomaly_report",
     "fit_clock",
     "fit_weakness",
     "resolve",
     "uncertainty_at",
 ]
-# Kept for callers of the former private names.
-_flag_outliers = flag_outliers
-_flag_overlaps = flag_overlaps
 
 # A RawSpan's integer fields, in one tuple: pulled out of every span in one pass.
 _SPAN_FIELDS = operator.attrgetter("token", "queue", "gpu_start_ns", "gpu_end_ns", "submit_ns", "done_by_ns")
@@ -421,20 +400,10 @@ def _place_spans(
     if not len(table):
         return table, None
     # Hull per scope (and, where spans belong to the innermost scope, per ancestor too).
-    owners = [table.scope]
-    idx = [np.arange(len(table))]
     if raw.spans_cover_children:
-        cur = table.scope
-        while True:
-            cur = s.parent[cur]
-            keep = cur >= 0
-            if not keep.any():
-                break
-            cur = cur[keep]
-            idx.append(idx[-1][keep])
-            owners.append(cur)
-    own = np.concatenate(owners)
-    sel = np.concatenate(idx)
+        own, sel = ancestor_pairs(s.parent, table.scope)
+    else:
+        own, sel = table.scope, np.arange(len(table))
     sub = np.full(len(s), np.iinfo(np.int64).max, np.int64)
     np.minimum.at(sub, own, table.submit_ns[sel])
     s_done = _hull(
@@ -570,21 +539,9 @@ def _place_ops(
                 if got[0] >= 0:
                     ops.thread[k], ops.scope[k] = th, got[0]
                     break
-    # hull per scope over its subtree
-    owners: list[np.ndarray] = []
-    idx: list[np.ndarray] = []
-    cur, ix = ops.scope, np.arange(n_ops)
-    while True:
-        keep = cur >= 0
-        if not keep.any():
-            break
-        cur, ix = cur[keep], ix[keep]
-        owners.append(cur)
-        idx.append(ix)
-        cur = s.parent[cur]
-    if not owners:
+    own, sel = ancestor_pairs(s.parent, ops.scope)  # hull per scope over its subtree
+    if not len(own):
         return ops, None, blind
-    own, sel = np.concatenate(owners), np.concatenate(idx)
 
     def fit_of(q: int) -> tuple[ClockFit, FeasibleBand | None] | None:
         d = raw.queues[q].device if q < len(raw.queues) else 0
