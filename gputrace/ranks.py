@@ -72,14 +72,14 @@ class _Mismatch(Exception):
 
 
 class _MpiPending:
-    def __init__(self, req: Any, buf: np.ndarray) -> None:
-        self.req, self.buf = req, buf
+    def __init__(self, req: Any, buf: Any) -> None:
+        self.req, self.buf = req, buf  # buf: a numpy array, or a torch tensor (_TorchPending)
 
     def test(self) -> bool:
         return bool(self.req.Test())
 
     def values(self) -> tuple[int, int, int, int]:
-        a, b, c, d = (int(x) for x in self.buf)
+        a, b, c, d = (int(x) for x in self.buf.tolist())
         return a, b, c, d
 
     def cancel(self) -> None:
@@ -107,25 +107,19 @@ class MpiTransport:
         return _MpiPending(self.comm.Irecv(buf, source=src, tag=TAG), buf)
 
 
-class _TorchPending:
+class _TorchPending(_MpiPending):
     """A torch.distributed message whose completion is polled (NCCL's ``is_completed``)."""
 
-    def __init__(self, work: Any, tensor: Any) -> None:
-        self.work, self.tensor = work, tensor
-        self.done = False
+    done = False
 
     def test(self) -> bool:
         if not self.done:
-            self.done = bool(self.work.is_completed())
+            self.done = bool(self.req.is_completed())
         return self.done
-
-    def values(self) -> tuple[int, int, int, int]:
-        a, b, c, d = (int(x) for x in self.tensor.tolist())
-        return a, b, c, d
 
     def cancel(self) -> None:
         with contextlib.suppress(Exception):  # not every backend can abort one operation
-            self.work.abort()
+            self.req.abort()
 
 
 class _BlockingTorchPending(_TorchPending):
@@ -137,7 +131,7 @@ class _BlockingTorchPending(_TorchPending):
         from datetime import timedelta
 
         try:
-            self.work.wait(timedelta(seconds=max(seconds, 0.001)))
+            self.req.wait(timedelta(seconds=max(seconds, 0.001)))
         except Exception:  # gloo raises when the timeout passes
             return False
         self.done = True
