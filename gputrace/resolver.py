@@ -170,12 +170,11 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
         offset += len(t.names)
     n = sum(len(c) for c in cols)
     s = ScopeTable.empty(n)
+    tokens = np.zeros(0, np.int64)
     if n:
-        allt = np.concatenate(cols)
-        name_a, thread_a = np.concatenate(name_col), np.concatenate(thread_col)
+        allt, thread_a = np.concatenate(cols), np.concatenate(thread_col)
         order = np.lexsort((-allt[:, 1], thread_a, allt[:, 0]))
-        allt, name_a, thread_a = allt[order], name_a[order], thread_a[order]
-        s.name, s.thread = name_a, thread_a
+        allt, s.name, s.thread = allt[order], np.concatenate(name_col)[order], thread_a[order]
         s.cpu_start_ns = np.ascontiguousarray(allt[:, 0])
         s.cpu_end_ns = np.ascontiguousarray(allt[:, 1])
         tokens = np.ascontiguousarray(allt[:, 2])
@@ -185,14 +184,10 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
             new_row[order] = np.arange(n)
             s.args = {int(new_row[old]): a for old, a in sorted(args_in.items()) if a}
         nest(s)
-    else:
-        tokens = np.zeros(0, np.int64)
 
     fitted = _fits(raw)
-    ops = OpTable.empty(0)
-    blind = None
+    spans, ops, blind = SpanTable.empty(0), OpTable.empty(0), None
     if raw.ops_timing:
-        spans = SpanTable.empty(0)
         ops, done_by, blind = _place_ops(raw, s, intern, fitted)
     else:
         spans, done_by = _place_spans(raw, s, tokens, intern, fitted)
@@ -337,7 +332,6 @@ def _place_spans(
     """
     if not raw.spans or not len(s):
         return SpanTable.empty(0), None
-    fits = {d: f for d, (f, _) in fitted.items()}
     sorted_rows = np.argsort(tokens, kind="stable")
     sorted_tokens = tokens[sorted_rows]
     raw_spans = raw.spans
@@ -365,28 +359,26 @@ def _place_spans(
     c0 = np.full(m, NO_TIME, np.int64)
     c1 = np.full(m, NO_TIME, np.int64)
     for d in distinct(dev).tolist():
-        fit = fits.get(d)
-        if fit is None:
-            continue
-        on = dev == d
-        c0[on], c1[on] = fit.to_cpu(g0[on]), fit.to_cpu(g1[on])
-    aligned = pos_ok & (c0 != NO_TIME)
+        if d in fitted:
+            on = dev == d
+            c0[on], c1[on] = fitted[d][0].to_cpu(g0[on]), fitted[d][0].to_cpu(g1[on])
+    aligned = np.flatnonzero(pos_ok & (c0 != NO_TIME))
     rows = sorted_rows[pos[aligned]]
-    ranks = label_rank[aligned]
+    by_scope = np.lexsort((c1[aligned], c0[aligned], rows))  # in scope order, as a loaded file has them
+    keep = aligned[by_scope]
+    ranks = label_rank[keep]
     label_id = np.zeros(len(label_list), np.int32)
     for r in distinct(ranks).tolist():
         label_id[r] = intern(label_list[r])
-    c0, c1 = c0[aligned], c1[aligned]
-    by_scope = np.lexsort((c1, c0, rows))  # rows in scope order (as a loaded trace file gives them back)
     table = SpanTable(
-        scope=rows.astype(np.int64)[by_scope],
-        label=label_id[ranks][by_scope],
-        queue=queue[aligned][by_scope],
-        submit_ns=fields[:, 4][aligned][by_scope],
-        gpu_start_ns=c0[by_scope],
-        gpu_end_ns=c1[by_scope],
+        scope=rows[by_scope].astype(np.int64),
+        label=label_id[ranks],
+        queue=queue[keep],
+        submit_ns=fields[keep, 4],
+        gpu_start_ns=c0[keep],
+        gpu_end_ns=c1[keep],
     )
-    done_by = fields[:, 5][aligned][by_scope]
+    done_by = fields[keep, 5]
     if not len(table):
         return table, None
     # Hull per scope (and, where spans belong to the innermost scope, per ancestor too).
