@@ -53,7 +53,7 @@ def intervals(trace: Trace) -> Intervals:
     if len(sp):
         # spans where the trace has them; a timed scope with no span in its subtree keeps its own
         covered = np.zeros(len(s), bool)
-        covered[_up(s.parent, sp.scope.astype(np.int64), strict=False)[0]] = True
+        covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
         timed = timed[~covered[timed]]
         return Intervals(
             np.concatenate([sp.scope.astype(np.int64), timed]),
@@ -77,7 +77,7 @@ def op_intervals(s: ScopeTable, ops: OpTable) -> Intervals:
     return Intervals(own, ops.queue.astype(np.int64), ops.gpu_start_ns, ops.gpu_end_ns, sub, "operations")
 
 
-def _up(parent: I64, owner: I64, *, strict: bool) -> tuple[I64, I64]:
+def ancestor_pairs(parent: I64, owner: I64, *, strict: bool = False) -> tuple[I64, I64]:
     """(ancestor, interval row) pairs: every interval paired with its owner's ancestors (and the
     owner itself unless ``strict``)."""
     rows = np.flatnonzero(owner >= 0)
@@ -127,14 +127,14 @@ def union_by_group(group: I64, start: I64, end: I64, n_groups: int) -> I64:
 def busy_ns(trace: Trace, iv: Intervals | None = None) -> I64:
     """Per scope, its GPU busy time: the union of the GPU intervals of its subtree."""
     iv = intervals(trace) if iv is None else iv
-    anc, idx = _up(trace.scopes.parent, iv.owner, strict=False)
+    anc, idx = ancestor_pairs(trace.scopes.parent, iv.owner)
     return union_by_group(anc, iv.start_ns[idx], iv.end_ns[idx], len(trace.scopes))
 
 
 def busy_on_own_stream_ns(trace: Trace, iv: Intervals | None = None) -> I64:
     """Per scope, the union of its subtree's GPU intervals on its own stream (the share's numerator)."""
     iv = intervals(trace) if iv is None else iv
-    anc, idx = _up(trace.scopes.parent, iv.owner, strict=False)
+    anc, idx = ancestor_pairs(trace.scopes.parent, iv.owner)
     mine = iv.queue[idx] == trace.scopes.queue[anc]
     return union_by_group(anc[mine], iv.start_ns[idx[mine]], iv.end_ns[idx[mine]], len(trace.scopes))
 
@@ -143,7 +143,7 @@ def self_gpu_ns(trace: Trace, iv: Intervals | None = None) -> I64:
     """Per scope, its exclusive GPU busy time: busy time not covered by its children's busy time."""
     iv = intervals(trace) if iv is None else iv
     s = trace.scopes
-    anc, idx = _up(s.parent, iv.owner, strict=True)
+    anc, idx = ancestor_pairs(s.parent, iv.owner, strict=True)
     below = union_by_group(anc, iv.start_ns[idx], iv.end_ns[idx], len(s))
     return busy_ns(trace, iv) - below
 
@@ -177,7 +177,7 @@ def first_submission_ns(s: ScopeTable, iv: Intervals) -> I64:
     out: I64 = s.submit_ns.copy()
     if iv.source == "scopes":
         return out
-    anc, idx = _up(s.parent, iv.owner, strict=False)
+    anc, idx = ancestor_pairs(s.parent, iv.owner)
     if not len(anc):
         return out
     order = np.lexsort((iv.start_ns[idx], anc))
@@ -289,7 +289,7 @@ def host_wait_ns(trace: Trace, iv: Intervals | None = None) -> I64:
     h = np.flatnonzero(gp.host)
     owner = iv.owner[gp.closer[h]]
     length = (gp.end_ns - gp.start_ns)[h]
-    anc, idx = _up(trace.scopes.parent, owner, strict=False)
+    anc, idx = ancestor_pairs(trace.scopes.parent, owner)
     out = np.zeros(n, np.int64)
     np.add.at(out, anc, length[idx])
     return out
@@ -298,7 +298,7 @@ def host_wait_ns(trace: Trace, iv: Intervals | None = None) -> I64:
 def launches(trace: Trace, iv: Intervals | None = None) -> I64:
     """Per scope, how many GPU intervals its subtree holds (operations, spans or its own span)."""
     iv = intervals(trace) if iv is None else iv
-    anc, _ = _up(trace.scopes.parent, iv.owner, strict=False)
+    anc, _ = ancestor_pairs(trace.scopes.parent, iv.owner)
     return np.bincount(anc, minlength=len(trace.scopes)).astype(np.int64)
 
 

@@ -72,14 +72,14 @@ class _Mismatch(Exception):
 
 
 class _MpiPending:
-    def __init__(self, req: Any, buf: np.ndarray) -> None:
-        self.req, self.buf = req, buf
+    def __init__(self, req: Any, buf: Any) -> None:
+        self.req, self.buf = req, buf  # buf: a numpy array, or a torch tensor (_TorchPending)
 
     def test(self) -> bool:
         return bool(self.req.Test())
 
     def values(self) -> tuple[int, int, int, int]:
-        a, b, c, d = (int(x) for x in self.buf)
+        a, b, c, d = (int(x) for x in self.buf.tolist())
         return a, b, c, d
 
     def cancel(self) -> None:
@@ -107,35 +107,35 @@ class MpiTransport:
         return _MpiPending(self.comm.Irecv(buf, source=src, tag=TAG), buf)
 
 
-class _TorchPending:
-    def __init__(self, work: Any, tensor: Any, blocking_wait: bool) -> None:
-        self.work, self.tensor, self.blocking_wait = work, tensor, blocking_wait
-        self.done = False
+class _TorchPending(_MpiPending):
+    """A torch.distributed message whose completion is polled (NCCL's ``is_completed``)."""
+
+    done = False
 
     def test(self) -> bool:
         if not self.done:
-            self.done = bool(self.work.is_completed())
+            self.done = bool(self.req.is_completed())
         return self.done
-
-    def wait(self, seconds: float) -> bool:
-        """gloo's send/recv report completion only through ``wait``: wait with a timeout there."""
-        if self.done or not self.blocking_wait:
-            return self.test()
-        from datetime import timedelta
-
-        try:
-            self.done = bool(self.work.wait(timedelta(seconds=max(seconds, 0.001)))) or True
-        except Exception:  # gloo raises when the timeout passes
-            return False
-        return True
-
-    def values(self) -> tuple[int, int, int, int]:
-        a, b, c, d = (int(x) for x in self.tensor.tolist())
-        return a, b, c, d
 
     def cancel(self) -> None:
         with contextlib.suppress(Exception):  # not every backend can abort one operation
-            self.work.abort()
+            self.req.abort()
+
+
+class _BlockingTorchPending(_TorchPending):
+    """gloo's send/recv report completion only through ``wait``: wait with a timeout there."""
+
+    def wait(self, seconds: float) -> bool:
+        if self.done:
+            return True
+        from datetime import timedelta
+
+        try:
+            self.req.wait(timedelta(seconds=max(seconds, 0.001)))
+        except Exception:  # gloo raises when the timeout passes
+            return False
+        self.done = True
+        return True
 
 
 class TorchTransport:
@@ -153,7 +153,7 @@ class TorchTransport:
         self.nccl = "nccl" in backend.lower()
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.nccl else torch.device("cpu")
         # NCCL's is_completed() polls the GPU; gloo's send/recv complete only through wait()
-        self.blocking_wait = not self.nccl
+        self.pending = _TorchPending if self.nccl else _BlockingTorchPending
         # A gloo wait that times out closes the connection, and an NCCL message nobody receives
         # stalls the communicator: both would break the program's own next collective. So the two
         # sides first agree through the group's key-value store (non-blocking reads) that both are
@@ -222,12 +222,12 @@ class TorchTransport:
     def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
         t = self.torch.tensor(values, dtype=self.torch.int64, device=self.device)
         work = self.dist.isend(t, self._peer(dst), group=self.group, tag=TAG)
-        return _TorchPending(work, t, self.blocking_wait)
+        return self.pending(work, t)
 
     def irecv(self, src: int) -> Pending:
         t = self.torch.zeros(4, dtype=self.torch.int64, device=self.device)
         work = self.dist.irecv(t, self._peer(src), group=self.group, tag=TAG)
-        return _TorchPending(work, t, self.blocking_wait)
+        return self.pending(work, t)
 
 
 def transport_for(group: Any) -> Transport | None:

@@ -32,10 +32,6 @@ PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 MAX_STEP_ROWS = 50
 
 
-def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
-    return int(union_by_group(np.zeros(len(start), np.int64), start, end, 1)[0])
-
-
 def rank_view(trace: Trace) -> dict[str, Any] | None:
     """The per-rank view of a merged trace, or ``None`` for a trace of one process."""
     procs = trace.header.get("processes")
@@ -124,7 +120,8 @@ def _steps(
             )
             mine = np.isin(rows, inside)
             end = max(t1, int(g1[mine].max())) if mine.any() else t1
-            c = _union_ns(g0[mine & coll], g1[mine & coll])
+            mc = np.flatnonzero(mine & coll)
+            c = int(union_by_group(np.zeros(len(mc), np.int64), g0[mc], g1[mc], 1)[0])
             per_rank.append({"rank": procs[k].get("rank"), "span_ns": end - t0, "collective_ns": c,
                              "work_ns": end - t0 - c})  # fmt: skip
         work = [r["work_ns"] for r in per_rank]

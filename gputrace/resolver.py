@@ -31,18 +31,8 @@ from typing import Any
 import numpy as np
 
 from gputrace.clockbound import FeasibleBand, sample_columns
-from gputrace.figures import first_submission_ns, op_intervals
-from gputrace.flags import (
-    EXPLAIN,
-    MAX_ANOMALY_ITEMS,
-    OUTLIER_MIN_CALLS,
-    OUTLIER_MIN_REL,
-    OUTLIER_SIGMAS,
-    anomaly_report,
-    flag,
-    flag_outliers,
-    flag_overlaps,
-)
+from gputrace.figures import ancestor_pairs, first_submission_ns, op_intervals
+from gputrace.flags import anomaly_report, flag
 from gputrace.model import (
     NO_TIME,
     ClockFit,
@@ -56,28 +46,17 @@ from gputrace.model import (
     nest,
 )
 from gputrace.npstats import distinct
-from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, RawSpan, RawThread
+from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording
 
 __all__ = [
     "DEFAULT_DRIFT_PPM",
-    "EXPLAIN",
-    "MAX_ANOMALY_ITEMS",
-    "OUTLIER_MIN_CALLS",
-    "OUTLIER_MIN_REL",
-    "OUTLIER_SIGMAS",
-    "CalibrationSample",
     "RawRecording",
-    "RawSpan",
-    "RawThread",
     "anomaly_report",
     "fit_clock",
     "fit_weakness",
     "resolve",
     "uncertainty_at",
 ]
-# Kept for callers of the former private names.
-_flag_outliers = flag_outliers
-_flag_overlaps = flag_overlaps
 
 # A RawSpan's integer fields, in one tuple: pulled out of every span in one pass.
 _SPAN_FIELDS = operator.attrgetter("token", "queue", "gpu_start_ns", "gpu_end_ns", "submit_ns", "done_by_ns")
@@ -103,7 +82,8 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     order = np.lexsort((after, before, gpu))
     before, gpu, after = before[order], gpu[order], after[order]
     hw_all = (after - before) / 2.0
-    keep = hw_all <= WIDE_WINDOW * max(_typical_width(hw_all), 0.5)
+    typical = float(np.sort(hw_all)[(len(hw_all) - 1) // 4])  # the lower quartile
+    keep = hw_all <= WIDE_WINDOW * max(typical, 0.5)
     before, gpu, after = before[keep], gpu[keep], after[keep]
     hw = hw_all[keep]
     best = int(np.argmin(hw))
@@ -144,10 +124,6 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
 # are left out of the fit. The lower quartile, not the median: when the stop's windows are all
 # wide (a thread woken late under load), as many wide ones as tight would move the median.
 WIDE_WINDOW = 4.0
-
-
-def _typical_width(hw: np.ndarray) -> float:
-    return float(np.sort(hw)[(len(hw) - 1) // 4])
 
 
 def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
@@ -194,12 +170,11 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
         offset += len(t.names)
     n = sum(len(c) for c in cols)
     s = ScopeTable.empty(n)
+    tokens = np.zeros(0, np.int64)
     if n:
-        allt = np.concatenate(cols)
-        name_a, thread_a = np.concatenate(name_col), np.concatenate(thread_col)
+        allt, thread_a = np.concatenate(cols), np.concatenate(thread_col)
         order = np.lexsort((-allt[:, 1], thread_a, allt[:, 0]))
-        allt, name_a, thread_a = allt[order], name_a[order], thread_a[order]
-        s.name, s.thread = name_a, thread_a
+        allt, s.name, s.thread = allt[order], np.concatenate(name_col)[order], thread_a[order]
         s.cpu_start_ns = np.ascontiguousarray(allt[:, 0])
         s.cpu_end_ns = np.ascontiguousarray(allt[:, 1])
         tokens = np.ascontiguousarray(allt[:, 2])
@@ -209,14 +184,10 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
             new_row[order] = np.arange(n)
             s.args = {int(new_row[old]): a for old, a in sorted(args_in.items()) if a}
         nest(s)
-    else:
-        tokens = np.zeros(0, np.int64)
 
     fitted = _fits(raw)
-    ops = OpTable.empty(0)
-    blind = None
+    spans, ops, blind = SpanTable.empty(0), OpTable.empty(0), None
     if raw.ops_timing:
-        spans = SpanTable.empty(0)
         ops, done_by, blind = _place_ops(raw, s, intern, fitted)
     else:
         spans, done_by = _place_spans(raw, s, tokens, intern, fitted)
@@ -361,7 +332,6 @@ def _place_spans(
     """
     if not raw.spans or not len(s):
         return SpanTable.empty(0), None
-    fits = {d: f for d, (f, _) in fitted.items()}
     sorted_rows = np.argsort(tokens, kind="stable")
     sorted_tokens = tokens[sorted_rows]
     raw_spans = raw.spans
@@ -389,52 +359,33 @@ def _place_spans(
     c0 = np.full(m, NO_TIME, np.int64)
     c1 = np.full(m, NO_TIME, np.int64)
     for d in distinct(dev).tolist():
-        fit = fits.get(d)
-        if fit is None:
-            continue
-        on = dev == d
-        c0[on], c1[on] = fit.to_cpu(g0[on]), fit.to_cpu(g1[on])
-    aligned = pos_ok & (c0 != NO_TIME)
+        if d in fitted:
+            on = dev == d
+            c0[on], c1[on] = fitted[d][0].to_cpu(g0[on]), fitted[d][0].to_cpu(g1[on])
+    aligned = np.flatnonzero(pos_ok & (c0 != NO_TIME))
     rows = sorted_rows[pos[aligned]]
-    ranks = label_rank[aligned]
+    by_scope = np.lexsort((c1[aligned], c0[aligned], rows))  # in scope order, as a loaded file has them
+    keep = aligned[by_scope]
+    ranks = label_rank[keep]
     label_id = np.zeros(len(label_list), np.int32)
     for r in distinct(ranks).tolist():
         label_id[r] = intern(label_list[r])
     table = SpanTable(
-        scope=rows.astype(np.int64),
+        scope=rows[by_scope].astype(np.int64),
         label=label_id[ranks],
-        queue=queue[aligned],
-        submit_ns=fields[:, 4][aligned],
-        gpu_start_ns=c0[aligned],
-        gpu_end_ns=c1[aligned],
+        queue=queue[keep],
+        submit_ns=fields[keep, 4],
+        gpu_start_ns=c0[keep],
+        gpu_end_ns=c1[keep],
     )
-    done_by = fields[:, 5][aligned]
-    # rows in scope order (as a loaded trace file gives them back)
-    by_scope = np.lexsort((table.gpu_end_ns, table.gpu_start_ns, table.scope))
-    table = SpanTable(
-        *(
-            getattr(table, c)[by_scope]
-            for c in ("scope", "label", "queue", "submit_ns", "gpu_start_ns", "gpu_end_ns")
-        )
-    )
-    done_by = done_by[by_scope]
+    done_by = fields[keep, 5]
     if not len(table):
         return table, None
     # Hull per scope (and, where spans belong to the innermost scope, per ancestor too).
-    owners = [table.scope]
-    idx = [np.arange(len(table))]
     if raw.spans_cover_children:
-        cur = table.scope
-        while True:
-            cur = s.parent[cur]
-            keep = cur >= 0
-            if not keep.any():
-                break
-            cur = cur[keep]
-            idx.append(idx[-1][keep])
-            owners.append(cur)
-    own = np.concatenate(owners)
-    sel = np.concatenate(idx)
+        own, sel = ancestor_pairs(s.parent, table.scope)
+    else:
+        own, sel = table.scope, np.arange(len(table))
     sub = np.full(len(s), np.iinfo(np.int64).max, np.int64)
     np.minimum.at(sub, own, table.submit_ns[sel])
     s_done = _hull(
@@ -488,11 +439,11 @@ def _hull(
     return s_done
 
 
-def _fit_for(fitted: dict[int, tuple[ClockFit, FeasibleBand | None]], device: int) -> ClockFit | None:
-    got = fitted.get(device)
-    if got is None and fitted:  # a host-side clock (CUPTI) is one clock for every device
-        got = fitted[min(fitted)]
-    return got[0] if got is not None else None
+def _host_fit(
+    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]], device: int
+) -> tuple[ClockFit, FeasibleBand | None] | None:
+    """``device``'s fit and band; a host-side clock (CUPTI) is one clock for every device."""
+    return fitted.get(device) or (fitted[min(fitted)] if fitted else None)
 
 
 def _place_ops(
@@ -514,7 +465,7 @@ def _place_ops(
     n_ops = len(batch)
     blind = None
     if raw.blind and len(s):
-        blind = _blind_scopes(s, raw.blind, _fit_for(fitted, 0))
+        blind = _blind_scopes(s, raw.blind, (_host_fit(fitted, 0) or (None,))[0])
     if not n_ops:
         return OpTable.empty(0), None, blind
     # sorted by GPU start (ties: end, device, queue, correlation, name), whatever order the
@@ -528,16 +479,9 @@ def _place_ops(
     r = np.take(r, order)  # (a structured array's ``r[order]`` copies field by field: 20x slower)
     ids = _intern_all(batch.names, intern) if batch.names else np.zeros(1, np.int32)
     ops = OpTable.empty(n_ops)
-    ops.kind = r["kind"].astype(np.int32)
-    ops.name = ids[r["name"]].astype(np.int32)
-    ops.call_name = ids[r["call_name"]].astype(np.int32)
-    ops.queue = r["queue"].astype(np.int32)
-    ops.correlation = r["correlation"].astype(np.int64)
-    ops.bytes = r["bytes"].astype(np.int64)
-    ops.grid = np.ascontiguousarray(r["grid"], np.int64)
-    ops.block = np.ascontiguousarray(r["block"], np.int64)
-    ops.graph_id = r["graph_id"].astype(np.int64)
-    ops.graph_node_id = r["graph_node_id"].astype(np.int64)
+    for c in ("kind", "queue", "correlation", "bytes", "grid", "block", "graph_id", "graph_node_id"):
+        setattr(ops, c, np.ascontiguousarray(r[c], getattr(ops, c).dtype))
+    ops.name, ops.call_name = ids[r["name"]].astype(np.int32), ids[r["call_name"]].astype(np.int32)
     dev = r["device"].astype(np.int64)
     g0, g1 = r["gpu_start_ns"], r["gpu_end_ns"]
     c0, c1 = r["call_start_ns"], r["call_end_ns"]
@@ -545,15 +489,13 @@ def _place_ops(
     done = r["done_by_ns"]
     seen = tid >= 0
     for d in distinct(dev).tolist():
-        fit = _fit_for(fitted, d)
+        fit_band = _host_fit(fitted, d)
+        # no calibration at all: keep the raw clock (the header says so)
+        to = fit_band[0].to_cpu if fit_band else np.asarray
         m = dev == d
-        if fit is None:  # no calibration at all: keep the raw clock, the header says so
-            ops.gpu_start_ns[m], ops.gpu_end_ns[m] = g0[m], g1[m]
-            ops.call_start_ns[m & seen], ops.call_end_ns[m & seen] = c0[m & seen], c1[m & seen]
-            continue
-        ops.gpu_start_ns[m], ops.gpu_end_ns[m] = fit.to_cpu(g0[m]), fit.to_cpu(g1[m])
         ms = m & seen
-        ops.call_start_ns[ms], ops.call_end_ns[ms] = fit.to_cpu(c0[ms]), fit.to_cpu(c1[ms])
+        ops.gpu_start_ns[m], ops.gpu_end_ns[m] = to(g0[m]), to(g1[m])
+        ops.call_start_ns[ms], ops.call_end_ns[ms] = to(c0[ms]), to(c1[ms])
     # launching thread -> row of raw.threads
     by_tid = {t.tid: i for i, t in enumerate(raw.threads)}
     uniq_tid, tid_inv = np.unique(tid, return_inverse=True)
@@ -570,27 +512,13 @@ def _place_ops(
                 if got[0] >= 0:
                     ops.thread[k], ops.scope[k] = th, got[0]
                     break
-    # hull per scope over its subtree
-    owners: list[np.ndarray] = []
-    idx: list[np.ndarray] = []
-    cur, ix = ops.scope, np.arange(n_ops)
-    while True:
-        keep = cur >= 0
-        if not keep.any():
-            break
-        cur, ix = cur[keep], ix[keep]
-        owners.append(cur)
-        idx.append(ix)
-        cur = s.parent[cur]
-    if not owners:
+    own, sel = ancestor_pairs(s.parent, ops.scope)  # hull per scope over its subtree
+    if not len(own):
         return ops, None, blind
-    own, sel = np.concatenate(owners), np.concatenate(idx)
-
-    def fit_of(q: int) -> tuple[ClockFit, FeasibleBand | None] | None:
-        d = raw.queues[q].device if q < len(raw.queues) else 0
-        return fitted.get(d) or (fitted[min(fitted)] if fitted else None)  # CUPTI: one host clock
-
-    s_done = _hull(s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel], fit_of)
+    s_done = _hull(
+        s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel],
+        lambda q: _host_fit(fitted, raw.queues[q].device if q < len(raw.queues) else 0),
+    )  # fmt: skip
     if raw.source_error_ns:  # the source's own error in its GPU times, beyond the clock fit
         s.uncertainty_ns = np.where(
             s.gpu_start_ns != NO_TIME, s.uncertainty_ns + raw.source_error_ns, s.uncertainty_ns

@@ -300,14 +300,19 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     n_launch = figures.launches(trace, iv)
     stream_busy = {(q["device"], q["queue"]): q["busy_ns"] for q in idle}
 
-    calls = np.bincount(group, minlength=g)
     warm = ~cold
-    cpu_w = Grouped(group[warm], cpu_ns[warm], g)
-    cpu_total = _sum_by(group, cpu_ns, g)
     gw = warm & timed
-    gpu_w = Grouped(group[gw], gpu_ns[gw], g)
-    gpu_total = _sum_by(group[timed], gpu_ns[timed], g)
-    gap_w = Grouped(group[warm & gap_known], gap_ns[warm & gap_known], g)
+    every = np.ones(n, bool)
+
+    def by(rows: npt.NDArray[np.bool_], values: npt.NDArray[np.int64]) -> Grouped:
+        return Grouped(group[rows], values[rows], g)
+
+    def total(rows: npt.NDArray[np.bool_], values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        return _sum_by(group[rows], values[rows], g)
+
+    calls = np.bincount(group, minlength=g)
+    cpu_w, gpu_w, gap_w = by(warm, cpu_ns), by(gw, gpu_ns), by(warm & gap_known, gap_ns)
+    cpu_total, gpu_total = total(every, cpu_ns), total(timed, gpu_ns)
     counts = {bit: np.bincount(group[(flags & int(bit)) != 0], minlength=g) for bit in Flag}
     cpu_med, cpu_p95 = cpu_w.q(0.5), cpu_w.q(0.95)
     cpu_q1, cpu_q3 = cpu_w.q(0.25), cpu_w.q(0.75)
@@ -316,23 +321,15 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     gap_med, gap_p95 = gap_w.q(0.5), gap_w.q(0.95)
     cal = figures.calibration_for(trace)
     backend = figures.trace_backend(trace)
-    busy_w = Grouped(group[gw], busy_ns[gw], g)
-    busy_med = busy_w.q(0.5)
-    busy_total = _sum_by(group[timed], busy_ns[timed], g)
-    own_total = _sum_by(group[timed], own_busy[timed], g)
-    self_gpu_w = Grouped(group[gw], self_gpu[gw], g)
-    self_gpu_med = self_gpu_w.q(0.5)
-    self_gpu_total = _sum_by(group[timed], self_gpu[timed], g)
-    self_cpu_med = Grouped(group[warm], self_cpu[warm], g).q(0.5)
-    self_cpu_total = _sum_by(group, self_cpu, g)
-    waited_w = _sum_by(group[gw], waited[gw], g)
-    launches_w = _sum_by(group[gw], n_launch[gw], g)
-    busy_sum_w = _sum_by(group[gw], busy_ns[gw], g)
+    busy_med, busy_total, own_total = by(gw, busy_ns).q(0.5), total(timed, busy_ns), total(timed, own_busy)
+    self_gpu_med, self_gpu_total = by(gw, self_gpu).q(0.5), total(timed, self_gpu)
+    self_cpu_med, self_cpu_total = by(warm, self_cpu).q(0.5), total(every, self_cpu)
+    waited_w, launches_w, busy_sum_w = total(gw, waited), total(gw, n_launch), total(gw, busy_ns)
     free = figures.free_launch_cost(cal, backend) if cal is not None else None
     est_ns, est_ok = figures.launch_free_ns(trace, iv)
     ew = gw & est_ok
-    est_w = Grouped(group[ew], est_ns[ew], g)
-    est_med, est_span = est_w.q(0.5), Grouped(group[ew], gpu_ns[ew], g).q(0.5)
+    est_w = by(ew, est_ns)
+    est_med, est_span = est_w.q(0.5), by(ew, gpu_ns).q(0.5)
     cold_rows = np.flatnonzero(cold)
     cold_of = dict(zip(group[cold_rows].tolist(), cold_rows.tolist(), strict=True))
 

@@ -454,3 +454,46 @@ def test_summarize_of_a_merged_trace_names_the_slowest_rank(
     text = render(summarize(merged), "table")
     assert "slowest rank per step (train_step, 3 steps): rank 1 in 3" in text
     assert summarize(load(files[0]))["ranks"] is None  # one process: no per-rank view
+
+
+def test_an_nccl_message_still_in_flight_is_polled_not_timed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL reports completion by polling (``is_completed``): a message not complete at the first
+    poll is waited for until the deadline, not given up as a timeout."""
+
+    class Tensor:
+        def __init__(self, values: Any) -> None:
+            self.values = list(values)
+
+        def tolist(self) -> list[int]:
+            return self.values
+
+    class Work:  # completes at its fourth poll
+        def __init__(self) -> None:
+            self.polls = 0
+
+        def is_completed(self) -> bool:
+            self.polls += 1
+            return self.polls > 3
+
+    def no_store() -> None:
+        raise RuntimeError("no store")
+
+    torch = types.ModuleType("torch")
+    torch.int64 = "int64"  # type: ignore[attr-defined]
+    torch.device = lambda *a: a  # type: ignore[attr-defined]
+    torch.cuda = types.SimpleNamespace(current_device=lambda: 0)  # type: ignore[attr-defined]
+    torch.tensor = lambda values, dtype, device: Tensor(values)  # type: ignore[attr-defined]
+    torch.zeros = lambda n, dtype, device: Tensor([0, 1_000, 1, 7])  # type: ignore[attr-defined]
+    dist = types.ModuleType("torch.distributed")
+    dist.get_rank = lambda group: 1  # type: ignore[attr-defined]
+    dist.get_world_size = lambda group: 2  # type: ignore[attr-defined]
+    dist.get_backend = lambda group: "nccl"  # type: ignore[attr-defined]
+    dist.is_initialized = lambda: True  # type: ignore[attr-defined]
+    dist.distributed_c10d = types.SimpleNamespace(_get_default_store=no_store)  # type: ignore[attr-defined]
+    dist.isend = dist.irecv = lambda tensor, peer, group, tag: Work()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    rc = ranks.RankClock(ranks.TorchTransport(None), FakeClock(step_ns=10), rounds=2, timeout_s=5.0)
+    rc.exchange("start")
+    h = rc.header()
+    assert "failed" not in h and h["status"] == "measured"
