@@ -58,12 +58,12 @@ def timed(owner, name, stage):
     setattr(owner, name, run)
 timed(FakeActivitySource, "encode", "fake")
 if os.environ.get("STAGES"):
-    from gputrace import streaming
+    from gputrace import chunks
     from gputrace.backends import cupti_records, cupti
     from gputrace.exporters import json as js, plan, pftrace
     for owner, name, stage in ((cupti.CuptiBackend, "collect", "collect"),
                                (cupti_records.BufferDecoder, "decode", "decode"),
-                               (cupti.CuptiBackend, "_join", "join"), (streaming, "resolve", "resolve"),
+                               (cupti.CuptiBackend, "_join", "join"), (chunks, "resolve", "resolve"),
                                (js.StreamWriter, "append", "append"),
                                (pftrace.StreamWriter, "append", "append"),
                                (plan.Planner, "chunk", "plan"), (js, "render", "render"),

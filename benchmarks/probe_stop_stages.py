@@ -1,4 +1,4 @@
-"""Where a CUDA session's stop goes, stage by stage, in bench_programs' programs (no profiler).
+"""Where a CUDA session's start and stop go, stage by stage, in bench_programs' programs (no profiler).
 
     python3 benchmarks/probe_stop_stages.py [PROGRAM ...]    # on a CUDA GPU; W=thread|auto|process
     V=events python3 benchmarks/probe_stop_stages.py tiny20k   # another of bench_programs' variants
@@ -26,6 +26,16 @@ import gputrace
 
 # (module, owner inside it or "", function, stage)
 STAGES = [
+    ("gputrace.session", "session", "_start", "start"),
+    ("gputrace.appender", "", "spawn", "spawn"),
+    ("gputrace.session", "", "create", "backend_create"),
+    ("gputrace.backends.cupti", "", "create", "cupti_create"),
+    ("gputrace.session", "", "host_facts", "host_facts"),
+    ("gputrace.session", "", "header_calibration", "header_cal"),
+    ("gputrace.session", "session", "_calibrate", "calibrate"),
+    ("gputrace.session", "session", "_exchange_clocks", "exchange_clocks"),
+    ("gputrace.session", "session", "_start_stream", "start_stream"),
+    ("gputrace.streaming", "Streamer", "__init__", "streamer_init"),
     ("gputrace.session", "session", "stop", "stop"),
     ("gputrace.session", "session", "_collect", "collect_final"),
     ("gputrace.session", "session", "_stop_stream", "stop_stream"),

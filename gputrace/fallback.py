@@ -43,7 +43,7 @@ def cpu_scopes(header: dict[str, Any], threads: list[RawThread], reason: str) ->
         times = np.concatenate([t.times[: len(t.names)] for t in threads] or [np.zeros((0, 4), np.int64)])
         thread = np.repeat(np.arange(len(threads)), [len(t.names) for t in threads])
         given = [t.args.get(k) for t in threads for k in range(len(t.names))]
-        order = np.lexsort((-times[:, 1], times[:, 0], thread))  # as every trace is ordered
+        order = np.lexsort((-times[:, 1], thread, times[:, 0]))  # (start, thread, -end), as ScopeTable says
         s = ScopeTable.empty(len(order))
         if len(order):
             s.cpu_start_ns, s.cpu_end_ns = times[order, 0], times[order, 1]

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.builders import child_env
 
 GPU_REASON: str | None
 try:
@@ -76,6 +77,7 @@ def test_the_same_buffers_decode_alike_with_cupti_python() -> None:
 PROGRAM = r"""
 import json, sys
 import cupy
+from tests.builders import child_env
 x = cupy.zeros(1024, cupy.float32); y = cupy.ones(1024, cupy.float32)
 x += 1; x *= y; cupy.cuda.runtime.deviceSynchronize()
 def work():
@@ -108,7 +110,7 @@ else:
 
 def test_kernel_counts_equal_torch_profilers() -> None:
     pytest.importorskip("torch", reason="torch is not installed")
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     got = {}
     for who in ("gputrace", "torch"):
         out = subprocess.run([sys.executable, "-c", PROGRAM, who], capture_output=True, text=True, env=env,

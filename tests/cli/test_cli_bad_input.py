@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gputrace.cli import cli
+from tests.builders import child_env
 
 DATA = Path(__file__).parents[1] / "data"
 STORY = orjson.loads((DATA / "handmade.json").read_bytes())
@@ -279,7 +280,7 @@ def broken_trace(path: Path) -> Path:
 def gputrace_cli(*args: str | Path, cwd: Path | None = None) -> tuple[int, str]:
     """The real command in its own process: stdout and stderr as the terminal gets them (warnings,
     notices and the program's output included)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = child_env()
     res = subprocess.run([sys.executable, "-m", "gputrace", *map(str, args)], capture_output=True,
                          cwd=cwd, env=env, timeout=120)  # fmt: skip
     return res.returncode, (res.stdout + res.stderr).decode("utf-8", "surrogateescape")
@@ -409,7 +410,7 @@ print("exit", code, "VmHWM", [x for x in open("/proc/self/status") if x.startswi
 
 
 def peak_kib(args: list[str], folder: Path) -> int:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = child_env()
     with (folder / "stdout").open("wb") as out:  # not into this process
         res = subprocess.run([sys.executable, "-c", PEAK_CHILD, *args], stdout=out, stderr=subprocess.PIPE,
                              cwd=folder, env=env, timeout=300)  # fmt: skip

@@ -18,6 +18,7 @@ import pytest
 
 from gputrace.errors import GputraceError
 from gputrace.viewer_server import LISTEN_BACKLOG, ViewerServer
+from tests.builders import child_env
 
 DATA = Path(__file__).parents[1] / "data"
 ROOT = Path(__file__).parents[2]
@@ -72,7 +73,7 @@ def test_client_disconnects_print_nothing(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gputrace", "view", str(big), "--no-browser"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
     )  # fmt: skip
     try:
         assert proc.stdout is not None

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 import gputrace
 from gputrace.cli import cli
 from gputrace.exporters import load
+from tests.builders import child_env
 
 DATA = Path(__file__).parents[1] / "data"
 ROOT = Path(__file__).parents[2]
@@ -132,7 +133,7 @@ def test_non_utf8_file_names_merge_and_view(tmp_path: Path) -> None:
     a, out = d + b"/r\xff0.json", d + b"/m\xfe.json"
     with open(a, "wb") as f:
         f.write((DATA / "rank0.json").read_bytes())
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     r = subprocess.run([sys.executable, "-m", "gputrace", "merge", out, a, str(DATA / "rank1.json")],
                        capture_output=True, env=env, timeout=60)  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -178,7 +179,7 @@ def test_merge_that_runs_out_of_space_leaves_no_partial(tmp_path: Path, name: st
     r = subprocess.run(
         [sys.executable, "-m", "gputrace", "merge", str(tmp_path / name), str(big)],
         capture_output=True, text=True, timeout=120, preexec_fn=_fsize_limit,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert r.stderr == f"gputrace: {tmp_path / name}: cannot be written (File too large).\n"

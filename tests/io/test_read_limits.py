@@ -18,6 +18,7 @@ import pytest
 
 from gputrace.exporters import TraceFileError, load
 from gputrace.exporters.opener import human_bytes, parse_size, read_trace
+from tests.builders import child_env
 
 DATA = Path(__file__).parents[1] / "data"
 ROOT = Path(__file__).parents[2]
@@ -33,7 +34,7 @@ def cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """``python -m gputrace ARGS`` in 1 GiB of address space; a hang fails the test (timeout)."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", **(env or {})}
+    full_env = child_env(OPENBLAS_NUM_THREADS="1", **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "gputrace", *args], capture_output=True, text=True, timeout=timeout,
         env=full_env, preexec_fn=_limit_memory, cwd=ROOT,

@@ -32,7 +32,7 @@ from gputrace.backends.fake import FakeBackend
 from gputrace.exporters import canonical, plan
 from gputrace.exporters import json as json_format
 from gputrace.model import Flag
-from tests.builders import wgpu_adapter
+from tests.builders import child_env, wgpu_adapter
 from tests.faults import Fault, inject
 
 session_mod = importlib.import_module("gputrace.session")  # the module, not gputrace.session()
@@ -303,7 +303,7 @@ def test_gputrace_run_keeps_the_exit_status_and_writes_a_trace(point: str, tmp_p
         text=True,
         timeout=120,
         cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=child_env(),
     )
     assert done.returncode == 3, done.stderr
     assert done.stdout == "result 42\n"
@@ -754,7 +754,7 @@ def test_wgpu_read_backs_that_fail_or_time_out_never_abort_the_program(
     aborted the process ("Buffer with 'gputrace calibration readback' label is still mapped")."""
     runs = [(f"gputrace.backends.wgpu_queries.{h}", n, "10") for h in WGPU_HOOKS for n in (1, 2)]
     runs += [("", 0, "1e-5")] * 2
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUTRACE_ROOT=str(ROOT))
+    env = child_env(GPUTRACE_ROOT=str(ROOT))
     script = str(ROOT / "tests" / "scripts" / "wgpu_faults.py")
     procs = []
     for k, (target, n, timeout_s) in enumerate(runs):
@@ -786,7 +786,7 @@ def test_a_fault_at_any_call_of_the_wgpu_backend_costs_the_program_nothing(
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests/scripts/wgpu_call_faults.py"), str(tmp_path), str(SAMPLE_SEED)],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), GPUTRACE_ROOT=str(ROOT)),
+        env=child_env(GPUTRACE_ROOT=str(ROOT)),
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.rstrip().endswith("DONE"), done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]

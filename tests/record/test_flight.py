@@ -15,6 +15,7 @@ from click.testing import CliRunner
 import gputrace
 from gputrace.cli import cli
 from gputrace.clock import FakeClock
+from tests.builders import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 S = 1_000_000_000
@@ -71,7 +72,7 @@ def test_ring_is_written_when_the_interpreter_exits_without_stopping_it(tmp_path
         "with gputrace.trace('kept'):\n    pass\n"
         "raise SystemExit(4)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 4, out.stderr
     assert [sc.name for sc in gputrace.load(path)] == ["kept"]

@@ -32,6 +32,7 @@ from gputrace.backends.fake import FakeBackend
 from gputrace.clock import FakeClock
 from gputrace.jsonsafe import MAX_DEPTH, jsonsafe
 from gputrace.model import Flag
+from tests.builders import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -230,7 +231,7 @@ def test_a_forked_child_records_nothing_and_never_touches_the_parent_s_file(tmp_
             capture_output=True,
             text=True,
             timeout=60,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            env=child_env(),
         )
         assert done.returncode == 0, done.stderr
         assert sorted(done.stdout.split("\n")[:2]) == ["child 0 None", "parent 2 True"]
@@ -246,7 +247,7 @@ def _run_in_background(script: Path, out: Path, cwd: Path) -> subprocess.Popen[s
     return subprocess.Popen(
         [sys.executable, "-m", "gputrace", "run", "-o", str(out), "--backend", "cpu", str(script)],
         cwd=cwd,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -365,7 +366,7 @@ def test_a_forked_pool_worker_gets_a_notice_not_silence() -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=child_env(),
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[2]", "[4]"]
@@ -392,7 +393,7 @@ def test_a_program_that_forks_under_gputrace_run_keeps_one_trace(tmp_path: Path)
         text=True,
         timeout=60,
         cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=child_env(),
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("trace written to") == 1  # the parent's; the child writes nothing

@@ -23,14 +23,14 @@ from gputrace.exporters import json as json_format
 from gputrace.exporters.opener import read_trace
 from gputrace.model import FORMAT_VERSION
 from tests import perfetto_rules
-from tests.builders import T0, cupti_trace
+from tests.builders import T0, child_env, cupti_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def run_killed(path: Path, how: str, seconds: float = 2.0) -> int:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     out = subprocess.run(
         [sys.executable, str(SCRIPTS / "killed.py"), str(path), how, str(seconds)],
         capture_output=True, text=True, env=env, timeout=120,

@@ -25,6 +25,7 @@ from gputrace.errors import GputraceWarning, reset_reports
 from gputrace.exporters import load
 from gputrace.host import rank_path
 from gputrace.merge import merge, merge_files, uncertainty
+from tests.builders import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 # Loose on purpose: 4 ranks share 2 cores here and busy-polling MPI ranks get descheduled, so the
@@ -243,7 +244,7 @@ def _mpiexec() -> list[str] | None:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = child_env()
     # Open MPI refuses root without these (CI runs as root); MPICH ignores them
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return env

@@ -308,3 +308,23 @@ def test_resolver_states_the_tighter_bound_in_the_header() -> None:
     for row, (_submit, start, end) in enumerate(truth_rows(trace, fb)):
         assert abs(int(s.gpu_start_ns[row]) - start) <= int(s.uncertainty_ns[row])
         assert abs(int(s.gpu_end_ns[row]) - end) <= int(s.uncertainty_ns[row])
+
+
+def test_the_cpu_only_fallback_orders_scopes_as_every_trace_is_ordered() -> None:
+    """When resolving fails, the CPU scopes are kept in the model's order: (start, thread, -end),
+    not thread by thread, so two threads' scopes interleave in time as they do in a resolved trace."""
+    from gputrace.fallback import cpu_scopes
+    from gputrace.records import RawThread
+
+    def thread(tid: int, *spans: tuple[int, int]) -> RawThread:
+        times = np.array([[a, b, 0, 0] for a, b in spans], np.int64)
+        return RawThread(tid, f"t{tid}", [f"s{tid}.{i}" for i in range(len(spans))], times, {})
+
+    # thread 1: 10-40 holding 10-20; thread 2: 5-15 and 30-35
+    got = cpu_scopes({}, [thread(1, (10, 40), (10, 20)), thread(2, (5, 15), (30, 35))], "resolving failed")
+    s = got.scopes
+    assert [got.names[n] for n in s.name] == ["s2.0", "s1.0", "s1.1", "s2.1"]
+    assert s.cpu_start_ns.tolist() == [5, 10, 10, 30]
+    assert s.thread.tolist() == [1, 0, 0, 1]
+    assert s.depth.tolist() == [0, 0, 1, 0]  # nesting still per thread
+    assert all(int(f) & int(Flag.DEGRADED) for f in s.flags)
