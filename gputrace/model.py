@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -406,6 +406,30 @@ class Trace:
         from gputrace.figures import busy_ns  # the figures build on this model
 
         return busy_ns(self)
+
+
+class FileTrace(Trace):
+    """A trace read from its file when first used (any field or method), not when made: a
+    streamed session's ``stop()`` returns one, so a stop never waits for a read-back it may not
+    need (20 µs a scope), and a long run's trace is not held until asked for."""
+
+    def __init__(self, *args: Any, read: Callable[[], Trace] | None = None, **fields: Any) -> None:
+        if read is None:  # (``dataclasses.replace`` of a read one)
+            super().__init__(*args, **fields)
+        else:
+            self.__dict__["_read"] = read
+
+    @property
+    def unread(self) -> bool:
+        """Whether the file has not been read yet."""
+        return "_read" in self.__dict__
+
+    def __getattr__(self, name: str) -> Any:  # only for what is not there yet: the fields
+        read = None if name.startswith("__") else self.__dict__.pop("_read", None)
+        if read is None:
+            raise AttributeError(name)
+        self.__dict__.update(vars(read()))
+        return getattr(self, name)
 
 
 _SIBLING_ROUNDS = 8

@@ -183,7 +183,6 @@ def run_script(opts: RunOptions) -> RunResult:
             _restore_signals(previous)
             deferred = _Deferred()  # a second Ctrl-C or SIGTERM must not cut the write short
             try:
-                s._load_at_stop = False  # the file holds it: no read-back at exit
                 s.stop()
             finally:
                 arrived = deferred.restore()

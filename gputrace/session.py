@@ -38,7 +38,7 @@ from gputrace.flight import RingTriggers, RingWriter, Stepper, parse_schedule, p
 from gputrace.gcpause import gc_paused
 from gputrace.host import host_facts, launcher_rank, loadavg, rank_file
 from gputrace.jsonsafe import safe_header, safe_metadata
-from gputrace.model import FORMAT_VERSION, QueueInfo, Trace
+from gputrace.model import FORMAT_VERSION, FileTrace, QueueInfo, Trace
 from gputrace.outpath import check_output
 from gputrace.ranks import RankClock, transport_for
 from gputrace.ranks import attach as attach_ranks
@@ -132,7 +132,6 @@ class session:
         self._stream_path: Path | None = None  # where the streamed file was opened
         self._finished = False
         self._start_failed = ""  # why ``start`` failed inside gputrace (the session records nothing)
-        self._load_at_stop = True  # ``with session(...)`` leaves a streamed trace on disk until used
         self._recorder: Recorder | None = None
         self._raw = RawRecording(header={}, threads=[])
         self._lock = threading.Lock()
@@ -266,7 +265,7 @@ class session:
 
     def scopes_recorded(self) -> int:
         """Scopes in the trace once stopped (counted as written when streamed: no read-back)."""
-        if self._trace is not None:
+        if self._trace is not None and not (isinstance(self._trace, FileTrace) and self._trace.unread):
             return len(self._trace)
         st = self._streamer
         if st is None:
@@ -292,24 +291,29 @@ class session:
 
     @property
     def trace(self) -> Trace | None:
-        """The resolved trace once stopped (a streamed one is read back from its file; one that
-        cannot be, e.g. past the read limit after a long run, is its header only, said once)."""
+        """The resolved trace once stopped. A streamed one is read back from its file when first
+        used (``model.FileTrace``); one that cannot be, e.g. past the read limit after a long run,
+        is its header only, said once."""
         if self._trace is None and self._streamer is not None and self.written is not None:
-            from gputrace.exporters import canonical, read
-
-            try:
-                self._trace = read(canonical(self.written))
-            except (GputraceError, OSError) as exc:  # the file is written: only the read failed
-                with contextlib.suppress(Exception):  # (after the stop: its own warning, always)
-                    warnings.warn(f"gputrace: the trace is written, but reading it back failed: "
-                                  f"{printable(str(exc))} session.trace holds its header only.",
-                                  GputraceWarning, stacklevel=2)  # fmt: skip
-                self._trace = self._header_only()
+            self._trace = FileTrace(read=self._read_back)
         return self._trace
 
     @trace.setter
     def trace(self, value: Trace | None) -> None:
         self._trace = value
+
+    def _read_back(self) -> Trace:
+        from gputrace.exporters import canonical, read
+
+        assert self.written is not None
+        try:
+            return read(canonical(self.written))
+        except (GputraceError, OSError) as exc:  # the file is written: only the read failed
+            with contextlib.suppress(Exception):  # (its own warning, always)
+                warnings.warn(f"gputrace: the trace is written, but reading it back failed: "
+                              f"{printable(str(exc))} session.trace holds its header only.",
+                              GputraceWarning, stacklevel=4)  # fmt: skip
+            return self._header_only()
 
     def _result(self) -> Trace:
         trace = self.trace
@@ -382,7 +386,6 @@ class session:
     # the flight recorder (gputrace.flight) ------------------------------------------------------
     def _ring_at_exit(self) -> None:
         if not self._finished:
-            self._load_at_stop = False  # the interpreter is ending: write, do not read back
             self.stop()
 
     def dump_ring(self) -> Path | None:
@@ -553,7 +556,7 @@ class session:
             raw.problem = lost
         if self._streamer is not None:
             self._stop_stream(stop_ns)
-            return self._result() if self._load_at_stop else self._trace  # type: ignore[return-value]
+            return self._result()
         recorded = rec.scopes_held()
         try:
             raw.threads = drain(rec, stop_ns)
@@ -701,7 +704,6 @@ class session:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
-        self._load_at_stop = False
         self.stop()
 
 

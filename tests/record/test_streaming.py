@@ -416,8 +416,9 @@ def test_a_chunk_cut_at_the_cupti_horizon_keeps_a_parent_with_its_children(
 def test_a_stop_never_fails_reading_back_a_file_past_the_read_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``stop()`` (and ``session.trace``) read a streamed file back; one past the read limit (a
-    long run's) leaves the stop a trace of its header and one warning, and the file complete."""
+    """``stop()``'s trace (``session.trace``) of a streamed file is read back when first used; one
+    past the read limit (a long run's) is a trace of its header, with one warning, and the file
+    is complete."""
     path = tmp_path / "long.json.gz"
     s = gputrace.session(path, backend="fake", quiet=True)
     s.start()
@@ -427,9 +428,33 @@ def test_a_stop_never_fails_reading_back_a_file_past_the_read_limit(
         if i % 100 == 99:
             gputrace.sync()
     monkeypatch.setenv("GPUTRACE_MAX_TRACE_BYTES", "1K")
-    with pytest.warns(gputrace.GputraceWarning, match="the trace is written, but reading it back failed"):
-        t = s.stop()
-    assert len(t) == 0 and t.header["pid"] == os.getpid()  # the header, no scopes
+    t = s.stop()
     assert s.trace is t
+    with pytest.warns(gputrace.GputraceWarning, match="the trace is written, but reading it back failed"):
+        assert len(t) == 0
+    assert t.header["pid"] == os.getpid()  # the header, no scopes
     monkeypatch.delenv("GPUTRACE_MAX_TRACE_BYTES")
     assert len(gputrace.load(path).find("step")) == 300
+
+
+def test_a_streamed_stop_reads_its_file_back_only_when_the_trace_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a file back costs far more than the stop (20 µs a scope): ``stop()`` returns the
+    trace unread, and the first use of it reads the file once."""
+    from gputrace import exporters
+
+    reads = []
+    real = exporters.read
+    monkeypatch.setattr(exporters, "read", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+    path = tmp_path / "t.json.gz"
+    s = gputrace.session(path, backend="fake", quiet=True)
+    s.start()
+    for i in range(50):
+        with gputrace.trace("step", i=i):
+            pass
+    t = s.stop()
+    assert reads == [] and isinstance(t, gputrace.Trace)
+    assert [t.scope(i).args["i"] for i in range(3)] == [0, 1, 2] and len(t.find("step")) == 50
+    assert len(s.trace) == 50 and s.trace is t and s.stop() is t
+    assert reads == [path]  # once
