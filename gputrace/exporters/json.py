@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gputrace.exporters import opener, reader
+from gputrace.exporters import opener
 from gputrace.exporters._text import Rows
 from gputrace.exporters.opener import TraceFileError
 from gputrace.exporters.plan import Chunk, Events, Planner, Waits, capped_header, file_header, queue_dict
@@ -509,6 +509,8 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
 
 def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
     """The trace of a gputrace JSON file (``reader``), cut files up to their last chunk."""
+    from gputrace.exporters import reader  # (a writer never needs it)
+
     with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
         doc, truncated = read_document(path, progress)
         trace = reader.from_document(doc, str(path), truncated=truncated)
