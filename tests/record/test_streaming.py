@@ -413,6 +413,18 @@ def test_a_chunk_cut_at_the_cupti_horizon_keeps_a_parent_with_its_children(
     assert np.array_equal(cut.ops.scope, whole.ops.scope)
 
 
+def _recorded(path: Path, n: int, sync_every: int = 0) -> gputrace.session:
+    """A started streamed session (fake backend) that recorded ``n`` scopes "step" with ``i``."""
+    s = gputrace.session(path, backend="fake", quiet=True)
+    s.start()
+    for i in range(n):
+        with gputrace.trace("step", i=i):
+            pass
+        if sync_every and i % sync_every == sync_every - 1:
+            gputrace.sync()
+    return s
+
+
 def test_a_stop_never_fails_reading_back_a_file_past_the_read_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -420,13 +432,7 @@ def test_a_stop_never_fails_reading_back_a_file_past_the_read_limit(
     past the read limit (a long run's) is a trace of its header, with one warning, and the file
     is complete."""
     path = tmp_path / "long.json.gz"
-    s = gputrace.session(path, backend="fake", quiet=True)
-    s.start()
-    for i in range(300):
-        with gputrace.trace("step", i=i):
-            pass
-        if i % 100 == 99:
-            gputrace.sync()
+    s = _recorded(path, 300, sync_every=100)
     monkeypatch.setenv("GPUTRACE_MAX_TRACE_BYTES", "1K")
     t = s.stop()
     assert s.trace is t
@@ -448,12 +454,7 @@ def test_a_streamed_stop_reads_its_file_back_only_when_the_trace_is_used(
     real = exporters.read
     monkeypatch.setattr(exporters, "read", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
     path = tmp_path / "t.json.gz"
-    s = gputrace.session(path, backend="fake", quiet=True)
-    s.start()
-    for i in range(50):
-        with gputrace.trace("step", i=i):
-            pass
-    t = s.stop()
+    t = (s := _recorded(path, 50)).stop()
     assert reads == [] and isinstance(t, gputrace.Trace)
     assert [t.scope(i).args["i"] for i in range(3)] == [0, 1, 2] and len(t.find("step")) == 50
     assert len(s.trace) == 50 and s.trace is t and s.stop() is t
