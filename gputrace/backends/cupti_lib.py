@@ -39,6 +39,44 @@ _COMPLETED = ctypes.CFUNCTYPE(
     None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t
 )
 
+# -- what outlives a session -----------------------------------------------------------------------
+# CUPTI calls the buffer callbacks it was given last until the process ends, and may hand back,
+# after a session stopped or in the next one, a buffer it held at that stop. So the two callbacks
+# and every buffer lent to CUPTI belong to the process, not to one session's source: a callback
+# freed with its source is a crash on CUPTI's thread, and a buffer freed while lent is memory
+# CUPTI writes records into after the program reused it (a crash later, anywhere).
+SPARE_BUFFERS = 8  # buffers handed back and decoded, kept to be lent again
+_lock = threading.Lock()
+_lent: dict[int, tuple[np.ndarray, LibCuptiSource]] = {}  # address -> (buffer, the source that lent it)
+_spare: list[np.ndarray] = []
+_current: list[LibCuptiSource] = []  # the source the callbacks deliver to: the last made, until it stops
+
+
+def _deliver_to() -> LibCuptiSource | None:
+    return _current[0] if _current else None
+
+
+def _requested(buf: Any, size: Any, max_records: Any) -> None:
+    src = _deliver_to()
+    if src is None:
+        size[0] = 0  # no session: CUPTI counts what it could not record as dropped
+        return
+    src._requested(buf, size, max_records)
+
+
+def _completed(ctx: Any, stream: int, buf: Any, size: int, valid: int) -> None:
+    src = _deliver_to()
+    if src is not None:
+        src._completed(ctx, stream, buf, size, valid)
+        return
+    with _lock:  # records made after the last session stopped: nobody's; the buffer is spare again
+        got = _lent.pop(int(buf or 0), None)
+        if got is not None and len(_spare) < SPARE_BUFFERS:
+            _spare.append(got[0])
+
+
+_on_requested, _on_completed = _REQUESTED(_requested), _COMPLETED(_completed)  # the C pointers CUPTI is given
+
 
 def find_libcupti() -> str | None:
     """Where libcupti is: ``GPUTRACE_LIBCUPTI``, the ``nvidia-cuda-cupti`` wheel's folder (as
@@ -170,17 +208,13 @@ class LibCuptiSource:
         self.undecoded = 0  # buffers whose record chain broke
         self.problem = ""  # the first such break, said once
         self.start_ms: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._free: list[np.ndarray] = []
-        self._owned: dict[int, np.ndarray] = {}  # address -> buffer handed to CUPTI
-        self._filled: list[tuple[int, int]] = []  # (address, valid bytes), in completion order
+        self._filled: list[tuple[np.ndarray, int]] = []  # (buffer, valid bytes), in completion order
         self._inflight = 0
         self._on_buffer: Any = None  # called after each completed buffer (CUPTI's thread)
         self._call_names: dict[tuple[int, int], str] = {}
         self._kept: dict[int, list[int]] = {}
-        # the callbacks must outlive registration: CUPTI calls them until the process ends
-        self._req_cb = _REQUESTED(self._requested)
-        self._cmp_cb = _COMPLETED(self._completed)
+        with _lock:
+            _current[:] = [self]
         # CUPTI initializes itself at the first registration (16-23 ms on the H200, most of the
         # start): on a thread of its own, while the backend asks for the devices; ``start`` joins it
         self._register_error: BaseException | None = None
@@ -192,7 +226,7 @@ class LibCuptiSource:
     def _register(self) -> None:
         t0 = time.perf_counter_ns()
         try:
-            self.lib.call("cuptiActivityRegisterCallbacks", self._req_cb, self._cmp_cb)
+            self.lib.call("cuptiActivityRegisterCallbacks", _on_requested, _on_completed)
         except BaseException as exc:  # raised by ``start``, on the session's thread
             self._register_error = exc
         self.start_ms["register"] = (time.perf_counter_ns() - t0) / 1e6
@@ -200,14 +234,16 @@ class LibCuptiSource:
     # CUPTI's thread ---------------------------------------------------------------------------
     def _requested(self, buf: Any, size: Any, max_records: Any) -> None:
         try:
-            with self._lock:
-                arr = self._free.pop() if self._free else None
+            with _lock:
+                arr = next((a for a in _spare if len(a) == self.buffer_bytes), None)
+                if arr is not None:
+                    _spare.remove(arr)
             if arr is None:
                 arr = np.empty(self.buffer_bytes, np.uint8)  # not zeroed: CUPTI writes it
                 self.buffers_made += 1
             addr = arr.ctypes.data
-            with self._lock:
-                self._owned[addr] = arr
+            with _lock:
+                _lent[addr] = (arr, self)
             buf[0] = addr
             size[0] = self.buffer_bytes
             max_records[0] = 0
@@ -215,10 +251,13 @@ class LibCuptiSource:
             size[0] = 0
 
     def _completed(self, ctx: Any, stream: int, buf: Any, size: int, valid: int) -> None:
-        with self._lock:
+        with _lock:
             self._inflight += 1
-            if buf:
-                self._filled.append((int(buf), int(valid)))
+            got = _lent.pop(int(buf or 0), None)
+            if got is not None and got[1] is self:
+                self._filled.append((got[0], int(valid)))
+            elif got is not None and len(_spare) < SPARE_BUFFERS:
+                _spare.append(got[0])  # lent in an earlier session: its records are not this one's
         try:
             cb = self._on_buffer
             if cb is not None:
@@ -226,7 +265,7 @@ class LibCuptiSource:
         except Exception as exc:  # never raise into CUPTI's thread
             report_internal("cupti:buffer", f"a CUPTI buffer callback failed ({type(exc).__name__}: {exc}).")
         finally:
-            with self._lock:
+            with _lock:
                 self._inflight -= 1
 
     # the backend's calls ----------------------------------------------------------------------
@@ -241,7 +280,9 @@ class LibCuptiSource:
                 if self._register_error is not None:
                     raise self._register_error
             else:
-                c("cuptiActivityRegisterCallbacks", self._req_cb, self._cmp_cb)
+                with _lock:
+                    _current[:] = [self]
+                c("cuptiActivityRegisterCallbacks", _on_requested, _on_completed)
             for k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET):
                 c("cuptiActivityEnable", k)
             self.start_ms["enable_kinds"] = (time.perf_counter_ns() - t0) / 1e6
@@ -302,10 +343,9 @@ class LibCuptiSource:
         deadline = time.monotonic() + SETTLE_S
         while self._inflight and time.monotonic() < deadline:
             time.sleep(0.0002)
-        with self._lock:
+        with _lock:
             filled, self._filled = self._filled, []
-            out = [(self._owned.pop(addr), valid) for addr, valid in filled if addr in self._owned]
-        return out
+        return filled
 
     def self_check(self) -> str | None:
         """Launch one memset of a known odd size, sync, and check that its records decode to
@@ -348,8 +388,8 @@ class LibCuptiSource:
             parts.append(got)
         self.buffers += len(bufs)
         ops, calls = cr.columns(parts, self.names, _read_c_string)
-        with self._lock:  # keep a few buffers for reuse, free the rest
-            self._free.extend(arr for arr, _ in bufs[: max(0, 8 - len(self._free))])
+        with _lock:  # keep a few buffers for reuse, free the rest (never one still lent)
+            _spare.extend(arr for arr, _ in bufs[: max(0, SPARE_BUFFERS - len(_spare))])
         self.api_records += len(calls)
         return ops, calls
 
@@ -395,6 +435,9 @@ class LibCuptiSource:
         for k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET, cr.KIND_DRIVER, cr.KIND_RUNTIME):
             with contextlib.suppress(Exception):
                 self.lib.call("cuptiActivityDisable", k)
+        with _lock:  # what CUPTI hands back from here on is nobody's (``_on_completed``)
+            if _current and _current[0] is self:
+                _current.clear()
 
     def info(self) -> dict[str, Any]:
         return {

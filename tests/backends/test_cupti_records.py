@@ -321,6 +321,41 @@ def test_buffer_callbacks_hand_buffers_over_and_never_raise() -> None:
     assert {src.names.names[i] for i in ops["name"][ops["kind"] == 0]} <= {"my_kernel"}
 
 
+def test_a_buffer_cupti_holds_past_a_stop_outlives_its_source() -> None:
+    """CUPTI may keep a lent buffer past a session's stop and hand it back later: the buffer
+    stays allocated after the source that lent it is collected (CUPTI writes into it), the
+    callbacks CUPTI was given stay the same, and its records do not join the next session's."""
+    import gc
+    import weakref
+
+    from gputrace.backends import cupti_lib
+
+    lib_a = StandInLib(130401)
+    a = LibCuptiSource(lib=lib_a, buffer_bytes=4096)
+    a.start()
+    registered = [c[1:] for c in lib_a.calls if c[0] == "cuptiActivityRegisterCallbacks"]
+    requested, completed = registered[-1]
+    bufp, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+    requested(ctypes.pointer(bufp), ctypes.pointer(size), ctypes.pointer(maxrec))  # as CUPTI calls it
+    held = weakref.ref(cupti_lib._lent[bufp.value][0])
+    a.stop()
+    del a
+    gc.collect()
+    assert held() is not None, "a buffer CUPTI still holds was freed with its source"
+    kname = ctypes.create_string_buffer(b"late_kernel")
+    raw, _ = _random_buffer(np.random.default_rng(5), 6, ctypes.addressof(kname))
+    ctypes.memmove(bufp.value, raw, len(raw))  # CUPTI writes its last records
+    lib_b = StandInLib(130401)
+    b = LibCuptiSource(lib=lib_b, buffer_bytes=4096)
+    b.start()
+    again = [c[1:] for c in lib_b.calls if c[0] == "cuptiActivityRegisterCallbacks"]
+    assert again[-1] == (requested, completed)
+    completed(None, 0, bufp.value, 4096, len(raw))  # handed back in the next session
+    ops, calls = b.drain()
+    assert len(ops) == len(calls) == 0  # the earlier session's records are not this one's
+    b.stop()
+
+
 def test_a_short_buffer_in_a_session_is_counted_and_said() -> None:
     clock = FakeClock(0, 1_000)
     src = FakeActivitySource(clock)
