@@ -234,10 +234,9 @@ class LibCuptiSource:
     # CUPTI's thread ---------------------------------------------------------------------------
     def _requested(self, buf: Any, size: Any, max_records: Any) -> None:
         try:
-            with _lock:
-                arr = next((a for a in _spare if len(a) == self.buffer_bytes), None)
-                if arr is not None:
-                    _spare.remove(arr)
+            with _lock:  # (by index: ``list.remove`` would compare arrays by value)
+                i = next((i for i, a in enumerate(_spare) if len(a) == self.buffer_bytes), None)
+                arr = _spare.pop(i) if i is not None else None
             if arr is None:
                 arr = np.empty(self.buffer_bytes, np.uint8)  # not zeroed: CUPTI writes it
                 self.buffers_made += 1

@@ -356,6 +356,20 @@ def test_a_buffer_cupti_holds_past_a_stop_outlives_its_source() -> None:
     b.stop()
 
 
+def test_buffers_handed_back_are_lent_again_whatever_sizes_came_before() -> None:
+    """Spare buffers of another session's size do not stop a source from getting one."""
+    bufp, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+    args = (ctypes.pointer(bufp), ctypes.pointer(size), ctypes.pointer(maxrec))
+    for nbytes in (8192, 4096, 4096, 8192):  # spare buffers of both sizes, interleaved
+        src = LibCuptiSource(lib=StandInLib(130401), buffer_bytes=nbytes)
+        src.start()
+        src._requested(*args)
+        assert bufp.value and size.value == nbytes
+        src._completed(None, 0, bufp.value, nbytes, 0)
+        src.drain()
+        src.stop()
+
+
 def test_a_short_buffer_in_a_session_is_counted_and_said() -> None:
     clock = FakeClock(0, 1_000)
     src = FakeActivitySource(clock)
