@@ -476,12 +476,12 @@ def fit_offsets(samples: Sequence[CalibrationSample]) -> dict[str, Any]:
     Only round trips up to ``3 × (the lowest tenth) + 2 µs`` enter the fit: on a busy machine a
     whole exchange can be slow, and such loose windows would keep the fit from resolving the drift.
     """
-    from gputrace.resolver import RawRecording, _fits
+    from gputrace.resolver import clock_fits
 
     rtt = np.array([smp.cpu_after_ns - smp.cpu_before_ns for smp in samples], np.float64)
     limit = 3.0 * quantile(rtt, 0.1) + 2_000.0
     used = [smp for smp, r in zip(samples, rtt, strict=True) if r <= limit]
-    fit, _band = _fits(RawRecording(header={}, threads=[], samples=used))[0]
+    fit = clock_fits(used)[0]
     d = fit.to_dict()
     d["fit_samples"], d["rtt_limit_ns"] = len(used), round(limit)
     d["offset_ns"] = offset_at(d, fit.first_cpu_ns)

@@ -224,6 +224,12 @@ def _intern_all(names: list[str], intern: Callable[[object], int]) -> np.ndarray
     return np.fromiter(map(ids.__getitem__, names), np.int32, len(names))
 
 
+def clock_fits(samples: list[CalibrationSample]) -> dict[int, ClockFit]:
+    """Per device: the clock fitted over ``samples`` alone (a session's final header, a rank's
+    offsets against rank 0)."""
+    return {d: f for d, (f, _) in _fits(RawRecording(header={}, threads=[], samples=samples)).items()}
+
+
 def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
     """Per device: the fitted clock and, where the windows allow, the feasible-set band."""
     if not raw.samples:

@@ -525,7 +525,7 @@ def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
     """The clock fit over every sample of the session, per device (the final header's)."""
-    from gputrace.resolver import _fits
+    from gputrace.resolver import clock_fits
 
-    fits = _fits(RawRecording(header={}, threads=[], samples=samples))
-    return [dict(device=d, **fits[d][0].to_dict()) for d in sorted(fits)]
+    fits = clock_fits(samples)
+    return [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
