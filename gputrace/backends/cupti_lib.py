@@ -52,12 +52,13 @@ _spare: list[np.ndarray] = []
 _current: list[LibCuptiSource] = []  # the source the callbacks deliver to: the last made, until it stops
 
 
-def _deliver_to() -> LibCuptiSource | None:
-    return _current[0] if _current else None
+def _keep_spare(bufs: list[np.ndarray]) -> None:
+    """Keep a few buffers handed back to lend again; the rest are freed (under ``_lock``)."""
+    _spare.extend(bufs[: max(0, SPARE_BUFFERS - len(_spare))])
 
 
 def _requested(buf: Any, size: Any, max_records: Any) -> None:
-    src = _deliver_to()
+    src = _current[0] if _current else None
     if src is None:
         size[0] = 0  # no session: CUPTI counts what it could not record as dropped
         return
@@ -65,14 +66,14 @@ def _requested(buf: Any, size: Any, max_records: Any) -> None:
 
 
 def _completed(ctx: Any, stream: int, buf: Any, size: int, valid: int) -> None:
-    src = _deliver_to()
-    if src is not None:
-        src._completed(ctx, stream, buf, size, valid)
-        return
-    with _lock:  # records made after the last session stopped: nobody's; the buffer is spare again
+    with _lock:
         got = _lent.pop(int(buf or 0), None)
-        if got is not None and len(_spare) < SPARE_BUFFERS:
-            _spare.append(got[0])
+        src = _current[0] if _current else None
+        if got is not None and got[1] is not src:  # lent in a session that stopped: nobody's records
+            _keep_spare([got[0]])
+            got = None
+    if src is not None:
+        src._completed(got[0] if got is not None else None, int(valid))
 
 
 _on_requested, _on_completed = _REQUESTED(_requested), _COMPLETED(_completed)  # the C pointers CUPTI is given
@@ -249,14 +250,12 @@ class LibCuptiSource:
         except Exception:  # never raise into CUPTI: no buffer, CUPTI counts the records dropped
             size[0] = 0
 
-    def _completed(self, ctx: Any, stream: int, buf: Any, size: int, valid: int) -> None:
+    def _completed(self, buf: np.ndarray | None, valid: int) -> None:
+        """``buf`` handed back with ``valid`` bytes of records (None: not one this source lent)."""
         with _lock:
             self._inflight += 1
-            got = _lent.pop(int(buf or 0), None)
-            if got is not None and got[1] is self:
-                self._filled.append((got[0], int(valid)))
-            elif got is not None and len(_spare) < SPARE_BUFFERS:
-                _spare.append(got[0])  # lent in an earlier session: its records are not this one's
+            if buf is not None:
+                self._filled.append((buf, valid))
         try:
             cb = self._on_buffer
             if cb is not None:
@@ -387,8 +386,8 @@ class LibCuptiSource:
             parts.append(got)
         self.buffers += len(bufs)
         ops, calls = cr.columns(parts, self.names, _read_c_string)
-        with _lock:  # keep a few buffers for reuse, free the rest (never one still lent)
-            _spare.extend(arr for arr, _ in bufs[: max(0, SPARE_BUFFERS - len(_spare))])
+        with _lock:  # (never one still lent: these were handed back)
+            _keep_spare([arr for arr, _ in bufs])
         self.api_records += len(calls)
         return ops, calls
 
@@ -434,7 +433,7 @@ class LibCuptiSource:
         for k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET, cr.KIND_DRIVER, cr.KIND_RUNTIME):
             with contextlib.suppress(Exception):
                 self.lib.call("cuptiActivityDisable", k)
-        with _lock:  # what CUPTI hands back from here on is nobody's (``_on_completed``)
+        with _lock:  # what CUPTI hands back from here on is nobody's (``_completed``)
             if _current and _current[0] is self:
                 _current.clear()
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import gputrace
+from gputrace.backends import cupti_lib
 from gputrace.backends import cupti_records as cr
 from gputrace.backends.cupti import CuptiBackend
 from gputrace.backends.cupti_lib import LibCuptiSource
@@ -299,7 +300,7 @@ def test_buffer_callbacks_hand_buffers_over_and_never_raise() -> None:
     handed back; a failing hook inside the completed callback is reported, not raised."""
     src = LibCuptiSource(lib=StandInLib(130401), buffer_bytes=4096)
     bufp, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
-    src._requested(ctypes.pointer(bufp), ctypes.pointer(size), ctypes.pointer(maxrec))
+    cupti_lib._on_requested(ctypes.pointer(bufp), ctypes.pointer(size), ctypes.pointer(maxrec))
     assert bufp.value and size.value == 4096
     kname = ctypes.create_string_buffer(b"my_kernel")
     raw, recs = _random_buffer(np.random.default_rng(3), 10, ctypes.addressof(kname))
@@ -312,7 +313,7 @@ def test_buffer_callbacks_hand_buffers_over_and_never_raise() -> None:
     reset_reports()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        src._completed(None, 0, bufp.value, 4096, len(raw))  # must not raise into CUPTI
+        cupti_lib._on_completed(None, 0, bufp.value, 4096, len(raw))  # must not raise into CUPTI
     assert any("hook failed" in m for m in reported())
     ops, calls = src.drain()
     n_ops = sum(1 for k, _ in recs if k in (cr.KIND_CONCURRENT_KERNEL, cr.KIND_MEMCPY, cr.KIND_MEMSET))
@@ -327,8 +328,6 @@ def test_a_buffer_cupti_holds_past_a_stop_outlives_its_source() -> None:
     callbacks CUPTI was given stay the same, and its records do not join the next session's."""
     import gc
     import weakref
-
-    from gputrace.backends import cupti_lib
 
     lib_a = StandInLib(130401)
     a = LibCuptiSource(lib=lib_a, buffer_bytes=4096)
@@ -363,9 +362,9 @@ def test_buffers_handed_back_are_lent_again_whatever_sizes_came_before() -> None
     for nbytes in (8192, 4096, 4096, 8192):  # spare buffers of both sizes, interleaved
         src = LibCuptiSource(lib=StandInLib(130401), buffer_bytes=nbytes)
         src.start()
-        src._requested(*args)
+        cupti_lib._on_requested(*args)  # as CUPTI calls them
         assert bufp.value and size.value == nbytes
-        src._completed(None, 0, bufp.value, nbytes, 0)
+        cupti_lib._on_completed(None, 0, bufp.value, nbytes, 0)
         src.drain()
         src.stop()
 
