@@ -8,9 +8,12 @@ main thread's CPU time against the loop's wall time says whether the loop waited
 another thread of the program held, or for the driver); the process's CPU time less the main
 thread's is what the other threads of the program used (CUPTI's own, gputrace's streamer).
 Variants: ``bare``; ``rawsame`` (CUPTI with gputrace's kinds through cupti-python, no scopes);
-``scopes`` (gputrace scopes, cpu backend: the recorder alone); ``cupti`` (gputrace CUPTI → .json,
-the default writer process); ``cupti_nostream`` (the same, no chunk before the stop:
-``flush_s`` longer than the run); ``cupti_gz`` (→ .json.gz).
+``scopes`` (gputrace scopes, cpu backend: the recorder alone); ``cupti_noscope`` (a gputrace
+CUPTI session, the loop without scopes: what collecting and writing the kernels costs);
+``cupti`` (gputrace CUPTI → .json, the default writer process); ``cupti_nostream`` (the same,
+no chunk before the stop: ``flush_s`` longer than the run); ``cupti_gz`` (→ .json.gz).
+A second table splits the loop's CPU time by thread (``/proc/self/task/*/schedstat``): Python's
+threads by name, the others (CUPTI's, the CUDA driver's) as "native".
 """
 
 from __future__ import annotations
@@ -58,18 +61,36 @@ elif variant != "bare":
     s.__enter__()
     scope = gputrace.trace
     stop = lambda: s.__exit__(None, None, None)
+if variant == "cupti_noscope":
+    scope = lambda name: contextlib.nullcontext()
+import os, threading
+def on_cpu():  # ns each thread of the process ran (schedstat), by thread name (native: not Python's)
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    got = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except OSError:
+            continue
+        name = names.get(int(tid), "native")
+        got[name] = got.get(name, 0) + ns
+    return got
+t0 = on_cpu()
 w0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
 for _ in range(n):
     with scope("tiny"):
         x += 1
 cupy.cuda.runtime.deviceSynchronize()
 w1, c1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
+t1 = on_cpu()
 stop()
 print(json.dumps({"wall": (w1 - w0) * 1e3, "main_cpu": (c1 - c0) * 1e3,
-                  "others_cpu": ((p1 - p0) - (c1 - c0)) * 1e3}))
+                  "others_cpu": ((p1 - p0) - (c1 - c0)) * 1e3,
+                  "threads": {k: (v - t0.get(k, 0)) / 1e6 for k, v in t1.items()}}))
 """
 
-VARIANTS = ("bare", "rawsame", "scopes", "cupti", "cupti_nostream", "cupti_gz")
+VARIANTS = ("bare", "rawsame", "scopes", "cupti_noscope", "cupti", "cupti_nostream", "cupti_gz")
 
 
 def main() -> None:
@@ -97,6 +118,12 @@ def main() -> None:
             m = {k: statistics.median(r[k] for r in got[v]) for k in ("wall", "main_cpu", "others_cpu")}
             extra = (m["wall"] - bare) * 1e3 / a.n
             print(f"{v:<16}{m['wall']:>10.1f}{m['main_cpu']:>10.1f}{m['others_cpu']:>11.1f}{extra:>10.2f}")
+    print("CPU ms of each thread during the loop (median; 'native': threads Python did not start)")
+    for v in variants:
+        if got[v]:
+            names = sorted({k for r in got[v] for k in r["threads"]})
+            cells = [f"{k} {statistics.median(r['threads'].get(k, 0.0) for r in got[v]):.0f}" for k in names]
+            print(f"{v:<16}" + ", ".join(cells))
 
 
 if __name__ == "__main__":

@@ -382,9 +382,9 @@ class Streamer:
             for buf, held in self.pending.values():
                 self._add_thread(threads, buf, [], held, [])
             self.pending.clear()
-        if not any(len(t.names) or t.marks for t in threads):
-            return
         raw = self.raw
+        if not any(len(t.names) or t.marks for t in threads) and not any(len(b) for b in raw.batches):
+            return  # (operations outside every scope are written too: kept, never piled up)
         spans, raw.spans = raw.spans, []
         batches, raw.batches = raw.batches, []
         blind, raw.blind = raw.blind, []

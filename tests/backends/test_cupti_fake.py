@@ -553,6 +553,30 @@ def test_cupti_streams_without_syncs_and_no_kernel_loses_its_scope(tmp_path: Pat
     assert back.scope(int(back.ops.scope[slow])).name == "late"
 
 
+def test_a_cupti_run_without_any_scope_streams_and_keeps_every_operation(tmp_path: Path) -> None:
+    """Kernels launched outside every scope, no sync: the timer writes them as they come (scope
+    −1), nothing piles up in the program. (Before: a chunk with no scope was never written, so the
+    operations collected piled up, each collect went over all of them, the timer spun throttling a
+    program that had no scope exit to wait at (35.7 s for a 1.4 s loop of 100k kernels on the
+    H200), and the stop dropped them all: 0 operations in the file.)"""
+    path = tmp_path / "loose.json"
+    clock = FakeClock(1_000_000, 1_000)
+    src = FakeActivitySource(clock)
+    s = gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True, flush_s=0.05)
+    with s:
+        for _ in range(30):
+            src.launch("loose", gpu_ns=100)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "loose" not in gputrace.load(path).names:
+            time.sleep(0.02)
+        assert len(gputrace.load(path).ops) == 30  # written while the program runs
+        for _ in range(5):
+            src.launch("loose", gpu_ns=100)
+    back = gputrace.load(path)
+    assert len(back) == 0 and len(back.ops) == 35
+    assert back.header["ops"] == {"count": 35, "unattributed": 35}
+
+
 def test_a_long_cupti_run_without_syncs_holds_a_bounded_number_of_operations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
