@@ -30,15 +30,13 @@ from tests.cupti_fake import FakeActivitySource
 
 
 def _session(
-    path: Path | None = None, **src_opts: object
+    path: Path | None = None, flush_s: float = 1.0, **src_opts: object
 ) -> tuple[gputrace.session, FakeActivitySource, FakeClock]:
+    """A session timed by a fake CUPTI source; ``flush_s``: how often its timer writes a chunk."""
     clock = FakeClock(1_000_000, 1_000)
     src = FakeActivitySource(clock, **src_opts)  # type: ignore[arg-type]
-    return (
-        gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True),
-        src,
-        clock,
-    )
+    backend = CuptiBackend(clock, source=src)
+    return gputrace.session(path, backend=backend, clock=clock, quiet=True, flush_s=flush_s), src, clock
 
 
 def _ops_named(t: gputrace.Trace, name: str) -> list[int]:
@@ -522,9 +520,7 @@ def test_cupti_streams_without_syncs_and_no_kernel_loses_its_scope(tmp_path: Pat
     that ended before every launch still waiting for its kernel; one scope whose kernel has not
     arrived (held back by the fake, like a kernel still queued) waits, and is written with it."""
     path = tmp_path / "bg.json"
-    clock = FakeClock(1_000_000, 1_000)
-    src = FakeActivitySource(clock)
-    s = gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True, flush_s=0.05)
+    s, src, _ = _session(path, flush_s=0.05)
     with s:
         for i in range(20):
             with gputrace.trace("early", i=i):
@@ -560,9 +556,7 @@ def test_a_cupti_run_without_any_scope_streams_and_keeps_every_operation(tmp_pat
     program that had no scope exit to wait at (35.7 s for a 1.4 s loop of 100k kernels on the
     H200), and the stop dropped them all: 0 operations in the file.)"""
     path = tmp_path / "loose.json"
-    clock = FakeClock(1_000_000, 1_000)
-    src = FakeActivitySource(clock)
-    s = gputrace.session(path, backend=CuptiBackend(clock, source=src), clock=clock, quiet=True, flush_s=0.05)
+    s, src, _ = _session(path, flush_s=0.05)
     with s:
         for _ in range(30):
             src.launch("loose", gpu_ns=100)
