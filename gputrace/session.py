@@ -128,8 +128,7 @@ class session:
         self._stepper: Stepper | None = None
         self._ring_triggers: RingTriggers | None = None
         self._streamer: Any = None
-        self._spawned: Any = None  # a writer process started beside the backend (appender.spawn)
-        self._preparing: threading.Thread | None = None  # _prepare_stream, while the backend starts
+        self._spawned: Any = None  # a writer process started before the backend (appender.spawn)
         self._stream_path: Path | None = None  # where the streamed file was opened
         self._finished = False
         self._start_failed = ""  # why ``start`` failed inside gputrace (the session records nothing)
@@ -174,7 +173,7 @@ class session:
         """Take back whatever ``_start`` did before it failed (each step on its own: never raises)."""
         rec, self._recorder = self._recorder, None
         st, self._streamer = self._streamer, None
-        steps: list[Callable[[], object]] = [self._prepared, self._discard_spawned]
+        steps: list[Callable[[], object]] = [self._discard_spawned]
         if rec is not None:
             steps.append(rec.deactivate)
         if outer is not None:
@@ -195,13 +194,13 @@ class session:
 
     def _start(self, outer: Recorder | None) -> session:
         self._pid = os.getpid()
-        if self.path is not None and self.stream:
-            # the stream's modules load, and its writer process starts, while the backend starts
-            # (CUPTI's first registration, 14-24 ms on the H200, waits in C without the GIL)
-            self._preparing = threading.Thread(
-                target=self._prepare_stream, name="gputrace-start", daemon=True
-            )
-            self._preparing.start()
+        if self.path is not None and self.stream and self.ring_s is None and self._offload():
+            # the writer process starts while the backend does (CUPTI's start: 18-28 ms on the H200)
+            with reporting("writer-process", "starting the trace's writer process"):
+                from gputrace.appender import SpawnFailed, spawn
+
+                with contextlib.suppress(SpawnFailed):  # (said when the stream opens without it)
+                    self._spawned = spawn()
         ranges = None
         if self.nvtx:  # missing NVTX: one sentence, nothing started
             from gputrace.nvtx import load as nvtx_ranges
@@ -252,7 +251,6 @@ class session:
             outer.deactivate()
             self._outer = outer
         self._exchange_clocks("start")
-        self._prepared()
         if self.path is not None:  # each rank writes its own file
             measured = self._ranks.rank if self._ranks is not None else None
             self.path = rank_file(self.path, measured, launched=self.group is not False)
@@ -365,24 +363,6 @@ class session:
         if self.ring_s is not None:
             self._ring_triggers = RingTriggers(self._ring_at_exit, self.dump_ring)
             self._ring_triggers.install()
-
-    def _prepare_stream(self) -> None:
-        """Import the stream's modules and, where a writer process writes the file, start it
-        (``appender.spawn``): on a thread of its own, beside the backend's start."""
-        with reporting("stream", "loading the trace's stream"):
-            import gputrace.streaming  # noqa: F401  (and the appender, the chunks)
-        if self.ring_s is None and self._offload():
-            with reporting("writer-process", "starting the trace's writer process"):
-                from gputrace.appender import SpawnFailed, spawn
-
-                with contextlib.suppress(SpawnFailed):  # (said when the stream opens without it)
-                    self._spawned = spawn()
-
-    def _prepared(self) -> None:
-        """Wait for ``_prepare_stream`` (never raises: it reports its own faults)."""
-        preparing, self._preparing = self._preparing, None
-        if preparing is not None:
-            preparing.join()
 
     def _discard_spawned(self) -> None:
         from gputrace.appender import discard
