@@ -3,6 +3,8 @@
     python3 benchmarks/bench_programs.py                       # every program and variant, best of 3
     python3 benchmarks/bench_programs.py --programs tiny20k --variants bare,cupti_jsongz --reps 1
     python3 benchmarks/bench_programs.py --json out.json      # every run's numbers too
+    python3 benchmarks/bench_programs.py --tree old=/tmp/old --variants bare,cupti_jsongz,cupti_jsongz@old
+                                                  # a variant of another checkout, in the same rounds
 
 Programs (CuPy; each warmed up before the clock starts, so compiling its kernels is not counted):
 - ``tiny20k``: 20,000 tiny kernels (``x += 1`` on 256 floats), one scope each;
@@ -188,6 +190,8 @@ SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".
 
 
 def run_one(prog: str, variant: str, folder: Path, env: dict[str, str]) -> dict[str, float] | str:
+    """One run of ``prog`` under ``variant`` (``name@tree``: with another checkout's gputrace)."""
+    variant = variant.split("@")[0]
     out = str(folder / f"{prog}-{variant}{SUFFIX.get(variant, '')}")
     try:
         # (run in the scratch folder: ``-c`` puts the working folder first on the path, and a
@@ -221,20 +225,26 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", default="")
+    ap.add_argument("--tree", action="append", default=[], help="NAME=PATH: variant V@NAME imports it")
     a = ap.parse_args()
     progs, variants = a.programs.split(","), a.variants.split(",")
     if uncompiled_numpy():
         print("numpy has no compiled bytecode here: run `python3 -m compileall -q <site-packages>` "
               "first, as pip does at install (see uncompiled_numpy)", file=sys.stderr)  # fmt: skip
     root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    trees = dict(t.split("=", 1) for t in a.tree)
+    path_after = os.pathsep + os.environ.get("PYTHONPATH", "")
+    envs = {
+        name: dict(os.environ, PYTHONPATH=os.path.abspath(path) + path_after)
+        for name, path in [("", root), *trees.items()]
+    }
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}
     errors: dict[tuple[str, str], str] = {}
     with tempfile.TemporaryDirectory() as d:
         for rep in range(a.reps):
             for prog in progs:
                 for v in variants:
-                    got = run_one(prog, v, Path(d), env)
+                    got = run_one(prog, v, Path(d), envs[v.partition("@")[2]])
                     if isinstance(got, str):
                         errors[(prog, v)] = got
                     else:
