@@ -25,7 +25,10 @@ Each run is its own process (``python3 -c CHILD``), variants interleaved within 
 ``start`` the profiler's start call; ``loop`` the program, ending with a device sync; ``stop`` from
 there until the profiler stopped and wrote its file. ``×`` = (start + loop + stop) / bare loop.
 A second table gives, per variant, the median over the rounds of each round's ``×`` against the
-bare loop of the same round: steadier where the machine's speed drifts between rounds.
+bare loop of the same round: steadier where the machine's speed drifts between rounds. A third,
+the same for CPU time from start to stop: every thread of the program's process (CUPTI's and the
+profiler's included) plus what gputrace's writer process says it took (the header's
+``writer_process``); steadier still where other work shares the machine's cores.
 Run with compiled bytecode, as ``pip install`` leaves it (the script says when numpy has none).
 """
 
@@ -156,6 +159,7 @@ elif variant == "nvtx":
     import nvtx
     scope = lambda name: nvtx.annotate(name)
 t0 = clock()
+cpu0 = time.process_time_ns()  # every thread of this process (CUPTI's, the profiler's)
 if start is not None:
     start()
 t1 = clock()
@@ -175,13 +179,18 @@ t2 = clock()
 if stop is not None:
     stop()
 t3 = clock()
+cpu = time.process_time_ns() - cpu0
 extra = {}
 if variant.startswith("cupti_"):  # (the session's facts, without reading its file back)
     info = session.backend_info
     extra = {"cupti_start_ms": info.get("cupti_start_ms"), "timing": info.get("timing"),
              "dropped": info.get("cupti_dropped_records")}
+if variant.startswith("cupti_") or variant == "events":  # what the writer process says it took
+    from gputrace.exporters import canonical
+    w = gputrace.load(canonical(out)).header.get("writer_process") or {}
+    cpu += int(1e9 * (w.get("start_cpu_s", 0) + w.get("chunks_cpu_s", 0)))
 print(json.dumps({"import": (t0 - t_import) / 1e6, "start": (t1 - t0) / 1e6, "loop": (t2 - t1) / 1e6,
-                  "stop": (t3 - t2) / 1e6, **extra}))
+                  "stop": (t3 - t2) / 1e6, "cpu": cpu / 1e6, **extra}))
 """
 
 SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".pftrace",
@@ -280,6 +289,18 @@ def main() -> None:
                 for r in runs.get((p, v), [])
                 if r["round"] in bare
             )
+            cells.append(f"{statistics.median(got):>11.2f}×" if got else f"{'-':>12}")
+        print(f"{v:<14}" + "".join(cells))
+    # CPU time, start to stop, of every thread of the program's process and of gputrace's writer
+    # process: what the profiler costs the machine, and steadier than wall time where the
+    # machine is shared (each round's against the bare program's CPU of the same round).
+    print("median over rounds of CPU time (the process and its writer process), × the same round's bare:")
+    print(f"{'variant':<14}" + "".join(f"{p:>12}" for p in progs))
+    for v in variants:
+        cells = []
+        for p in progs:
+            bare = {r["round"]: r["cpu"] for r in runs.get((p, "bare"), [])}
+            got = sorted(r["cpu"] / bare[r["round"]] for r in runs.get((p, v), []) if r["round"] in bare)
             cells.append(f"{statistics.median(got):>11.2f}×" if got else f"{'-':>12}")
         print(f"{v:<14}" + "".join(cells))
     print(
