@@ -86,16 +86,6 @@ def complete_queues(
     return out
 
 
-def scopes_in(threads: list[Any]) -> int:
-    """Scopes held in ``Taken.threads``-like tuples (buffer, plain, rich, marks)."""
-    from gputrace.recorder import RICH
-
-    n = 0
-    for item in threads:
-        n += len(item[1]) // 3 + len(item[2]) // RICH
-    return n
-
-
 def lost_text(lost: dict[str, Any]) -> str:
     """The header's ``lost`` in words (``summarize`` prints it).
 

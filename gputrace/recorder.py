@@ -142,12 +142,12 @@ class Recorder:
         with self._buffers_lock:
             return list(self.buffers)
 
-    def take_recorded(self) -> list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]]:
-        """Cut what every track recorded so far out of its buffers (the stream's writer): per
-        track that has any, (track, plain items (3 a scope), rich items (``RICH`` a scope),
-        marks). Each buffer's owner only appends (one ``extend`` per scope), so a prefix can be
-        cut while it keeps recording: what it appends meanwhile stays for the next take. One
-        taker at a time (two would both copy a prefix, then both delete one)."""
+    def take_recorded(self) -> list[Recorded]:
+        """Cut what every track recorded so far out of its buffers (the stream's writer): a
+        ``Recorded`` per track that has any. Each buffer's owner only appends (one ``extend``
+        per scope), so a prefix can be cut while it keeps recording: what it appends meanwhile
+        stays for the next take. One taker at a time (two would both copy a prefix, then both
+        delete one)."""
         out = []
         for buf in self.tracks():
             # the logs swapped out by backpressure are older than ``log``
@@ -156,18 +156,18 @@ class Recorder:
             rich = _cut(buf.rich, len(buf.rich) // RICH * RICH)
             marks = _cut(buf.marks, len(buf.marks))
             if plain or rich or marks:
-                out.append((buf, plain, rich, marks))
+                out.append(Recorded(buf, plain, rich, marks))
         return out
 
     def add_mark(self, name: str, ts_ns: int, kind: str = "mark", args: dict[str, Any] | None = None) -> None:
         """An instant on this OS thread's track (a sync, a step, a window's start)."""
         self.buffer().marks.append((name, ts_ns, kind, {} if args is None else args))
 
-    def unclosed(self, stop_ns: int) -> list[tuple[ThreadBuffer, list[Any]]]:
-        """Per track with scopes still open: their rich items, ending at ``stop_ns``, flagged
+    def unclosed(self, stop_ns: int) -> list[Recorded]:
+        """Per track with scopes still open: those scopes, ending at ``stop_ns``, flagged
         degraded, ``args["unclosed"] = True`` (nothing recorded is dropped at a stop)."""
-        got = [(buf, _unclosed(list(buf.stack), stop_ns)) for buf in self.tracks()]
-        return [(buf, rich) for buf, rich in got if rich]
+        got = [Recorded(buf, [], _unclosed(list(buf.stack), stop_ns), []) for buf in self.tracks()]
+        return [r for r in got if r.rich]
 
     def open_tids(self) -> list[int]:
         """The tids of the tracks with a scope open now."""
@@ -623,6 +623,114 @@ def _unclosed(stack: list[Any], stop_ns: int) -> list[Any]:
 
 
 RICH = 6  # items per scope in ``ThreadBuffer.rich``
+
+
+class Recorded:
+    """What one track recorded since the last take (``Recorder.take_recorded``): its scopes, in
+    the recorder's flat layout, and its marks. The stream's writer counts, cuts and converts
+    them through these methods only; ``plain`` holds 3 items a scope (name, start, end),
+    ``rich`` ``RICH`` (name, start, end, token, flags, args)."""
+
+    __slots__ = ("buf", "marks", "plain", "rich")
+
+    def __init__(self, buf: ThreadBuffer, plain: list[Any], rich: list[Any], marks: list[Any]) -> None:
+        self.buf, self.plain, self.rich, self.marks = buf, plain, rich, marks
+
+    @property
+    def tid(self) -> int:
+        return self.buf.tid
+
+    @property
+    def key(self) -> int:
+        """The same for every take of one track."""
+        return id(self.buf)
+
+    def scopes(self) -> int:
+        return len(self.plain) // 3 + len(self.rich) // RICH
+
+    def pieces(self, n: int) -> list[Recorded]:
+        """This track's scopes in pieces of at most ``n`` scopes (its marks with the first)."""
+        out = [
+            Recorded(self.buf, self.plain[i : i + 3 * n], [], self.marks if i == 0 else [])
+            for i in range(0, max(len(self.plain), 1), 3 * n)
+        ]
+        return out + [
+            Recorded(self.buf, [], self.rich[i : i + RICH * n], [])
+            for i in range(0, len(self.rich), RICH * n)
+        ]
+
+    def settle(self, held: list[Any], horizon: int | None) -> tuple[Recorded, list[Any]]:
+        """What can be written now, and what must wait (to be passed back as ``held`` with the
+        track's next take), given ``held``, this track's scopes still waiting from before. A
+        scope waits while its GPU work may still be running: with a ``horizon`` (CUPTI: every
+        operation launched before it has arrived), one that ended after it, plain or not, and
+        every scope that started at or after the earliest waiting one (its children, written
+        in one chunk with it); without one, a scope with a GPU token (until a sync)."""
+        plain, rich, wait = self.plain, self.rich, list(held)
+        ready: list[Any] = []
+        if horizon is not None:
+            rich, wait = wait + rich, []
+            plain, wait = _split_plain(plain, _column(plain, 2) > horizon)
+        for i in range(0, len(rich), RICH):
+            item = rich[i : i + RICH]
+            late = item[2] > horizon if horizon is not None else item[3] > 0
+            (wait if late else ready).extend(item)
+        if wait and horizon is not None:
+            plain, ready, wait = _with_families(plain, ready, wait)
+        return Recorded(self.buf, plain, ready, self.marks), wait
+
+    def raw(self) -> RawThread:
+        """As a ``RawThread``: names, args and marks made JSON-safe."""
+        return raw_thread(self.buf, self.plain, self.rich, self.marks)
+
+
+def scopes_in(recorded: list[Recorded]) -> int:
+    """Scopes held in ``recorded``."""
+    return sum(r.scopes() for r in recorded)
+
+
+def _with_families(
+    plain: list[Any], ready: list[Any], wait: list[Any]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """``plain`` (3 items per scope) and ``ready`` (``RICH`` per scope) scopes of one thread, and
+    ``wait``, with every scope that started at or after the earliest waiting one moved to
+    ``wait`` (plain ones first, then rich, each in order): such a scope is inside a waiting scope
+    or after it, and written in one chunk with it, so the parent's GPU span holds its children's
+    work (a chunk resolves the spans of its own scopes only). A scope that started earlier ended
+    before the horizon, so it cannot hold a waiting one."""
+    first = min(wait[1::RICH])
+    plain, late = _split_plain(plain, _column(plain, 1) >= first)
+    keep: list[Any] = []
+    for i in range(0, len(ready), RICH):
+        (late if ready[i + 1] >= first else keep).extend(ready[i : i + RICH])
+    return plain, keep, (late + wait if late else wait)
+
+
+def _column(plain: list[Any], k: int) -> np.ndarray:
+    """Item ``k`` of every plain scope (1: its start, 2: its end) as an array."""
+    return np.fromiter(plain[k::3], np.int64, len(plain) // 3)
+
+
+def _split_plain(plain: list[Any], late: np.ndarray) -> tuple[list[Any], list[Any]]:
+    """``plain`` scopes (3 items each) cut by the mask ``late``: those not late, still plain, and
+    the late ones as rich items (``RICH`` each), both in order. A thread logs its scopes as they
+    end, so the late ones are mostly the last few: a slice of the list, no loop over the rest."""
+    del plain[3 * len(late) :]  # (whole scopes only, as ``raw_thread`` keeps them)
+    at = np.flatnonzero(late)
+    if not len(at):
+        return plain, []
+    if at[0] == len(late) - len(at):  # a suffix
+        plain, moved = plain[: 3 * int(at[0])], plain[3 * int(at[0]) :]
+    else:
+        on = late.tolist()
+        plain, moved = (
+            [x for i, x in enumerate(plain) if not on[i // 3]],
+            [x for i, x in enumerate(plain) if on[i // 3]],
+        )
+    rich: list[Any] = []
+    for i in range(0, len(moved), 3):
+        rich.extend((moved[i], moved[i + 1], moved[i + 2], 0, 0, None))
+    return plain, rich
 
 
 def raw_thread(

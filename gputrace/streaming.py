@@ -20,18 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from gputrace import exporters
 from gputrace.appender import Appender, SpawnFailed, WriterProcess, add_lost, discard, report_lost
 from gputrace.backends.base import CalibrationSample
 from gputrace.chunks import RawChunk, Resolving
 from gputrace.errors import report_internal
-from gputrace.fallback import scopes_in
 from gputrace.gcpause import gc_paused
 from gputrace.model import QueueInfo, Trace
-from gputrace.recorder import RICH, Recorder, ThreadBuffer, raw_thread
+from gputrace.recorder import Recorded, Recorder, scopes_in
 from gputrace.records import RawThread
 from gputrace.resolver import RawRecording
 
@@ -54,9 +50,9 @@ OFFLOADED_COLLECT_S = 0.1
 
 @dataclass(slots=True)
 class Taken:
-    """Records taken out of the recorder's buffers: per thread, flat plain and rich scopes."""
+    """Records taken out of the recorder's buffers: what each track recorded."""
 
-    threads: list[tuple[ThreadBuffer, list[Any], list[Any], list[Any]]] = field(default_factory=list)
+    threads: list[Recorded] = field(default_factory=list)
 
 
 class _Detached:
@@ -112,7 +108,7 @@ class Streamer:
         else:
             self.out = self._open(path, header, offload, spawned)
         self.lock = threading.RLock()  # one take or chunk at a time
-        self.pending: dict[int, tuple[ThreadBuffer, list[Any]]] = {}  # GPU scopes waiting for a sync
+        self.pending: dict[int, Recorded] = {}  # per track, scopes waiting for their GPU work
         self.last_write = time.monotonic()  # the first timer chunk comes a full interval in
         self.queues: list[QueueInfo] = []
         self._stop = threading.Event()
@@ -358,29 +354,19 @@ class Streamer:
         if queues is not None and len(queues) >= len(self.queues):
             self.queues = list(queues)
         threads: list[RawThread] = []
-        for buf, plain, rich, marks in taken.threads:
-            key = id(buf)
-            held = self.pending.pop(key, (buf, []))[1]
+        for rec in taken.threads:
+            held = self.pending.pop(rec.key, None)
+            held_rich = held.rich if held is not None else []
             if complete:
-                ready = held + rich
-            else:  # scopes whose GPU work may still be running wait for a sync
-                ready, wait = [], list(held)
-                horizon = getattr(self, "_horizon", None)
-                if horizon is not None:  # CUPTI: what ended after the horizon waits, plain scopes too
-                    rich, wait = wait + rich, []
-                    plain, wait = _split_plain(plain, _column(plain, 2) > horizon)
-                for i in range(0, len(rich), RICH):
-                    item = rich[i : i + RICH]
-                    late = item[2] > horizon if horizon is not None else item[3] > 0
-                    (wait if late else ready).extend(item)
-                if wait and horizon is not None:  # a waiting scope's children wait with it
-                    plain, ready, wait = _with_families(plain, ready, wait)
+                ready = Recorded(rec.buf, rec.plain, held_rich + rec.rich, rec.marks)
+            else:  # scopes whose GPU work may still be running wait (CUPTI: for the horizon)
+                ready, wait = rec.settle(held_rich, getattr(self, "_horizon", None))
                 if wait:
-                    self.pending[key] = (buf, wait)
-            self._add_thread(threads, buf, plain, ready, marks)
+                    self.pending[rec.key] = Recorded(rec.buf, [], wait, [])
+            self._add_thread(threads, ready)
         if complete:  # pending scopes of threads that recorded nothing new since
-            for buf, held in self.pending.values():
-                self._add_thread(threads, buf, [], held, [])
+            for held in self.pending.values():
+                self._add_thread(threads, held)
             self.pending.clear()
         raw = self.raw
         if not any(len(t.names) or t.marks for t in threads) and not any(len(b) for b in raw.batches):
@@ -409,7 +395,7 @@ class Streamer:
                 batches=batches,
             ),
             # (operations of a scope still open wait for it in ``Resolving``)
-            open_tids=self.recorder.open_tids() + [buf.tid for buf, _ in self.pending.values()],
+            open_tids=self.recorder.open_tids() + [held.tid for held in self.pending.values()],
             carry=not self.final or more,
             any_thread=more,
         )
@@ -433,13 +419,11 @@ class Streamer:
         self.out.add(chunk)
         self.last_write = time.monotonic()
 
-    def _add_thread(
-        self, threads: list[RawThread], buf: ThreadBuffer, plain: list[Any], rich: list[Any], marks: list[Any]
-    ) -> None:
+    def _add_thread(self, threads: list[RawThread], rec: Recorded) -> None:
         try:
-            threads.append(raw_thread(buf, plain, rich, marks))
+            threads.append(rec.raw())
         except Exception as exc:
-            self._lose(len(plain) // 3 + len(rich) // RICH, "reading back recorded scopes", exc)
+            self._lose(rec.scopes(), "reading back recorded scopes", exc)
 
     def close(self, final_header: dict[str, Any]) -> None:
         """The final header, with what was lost here, to the resolving side (which adds its own)."""
@@ -449,50 +433,6 @@ class Streamer:
                 self.out.close(header)
             finally:
                 _live.discard(self)
-
-
-def _with_families(
-    plain: list[Any], ready: list[Any], wait: list[Any]
-) -> tuple[list[Any], list[Any], list[Any]]:
-    """``plain`` (3 items per scope) and ``ready`` (``RICH`` per scope) scopes of one thread, and
-    ``wait``, with every scope that started at or after the earliest waiting one moved to
-    ``wait`` (plain ones first, then rich, each in order): such a scope is inside a waiting scope
-    or after it, and written in one chunk with it, so the parent's GPU span holds its children's
-    work (a chunk resolves the spans of its own scopes only). A scope that started earlier ended
-    before the horizon, so it cannot hold a waiting one."""
-    first = min(wait[1::RICH])
-    plain, late = _split_plain(plain, _column(plain, 1) >= first)
-    keep: list[Any] = []
-    for i in range(0, len(ready), RICH):
-        (late if ready[i + 1] >= first else keep).extend(ready[i : i + RICH])
-    return plain, keep, (late + wait if late else wait)
-
-
-def _column(plain: list[Any], k: int) -> npt.NDArray[np.int64]:
-    """Item ``k`` of every plain scope (1: its start, 2: its end) as an array."""
-    return np.fromiter(plain[k::3], np.int64, len(plain) // 3)
-
-
-def _split_plain(plain: list[Any], late: npt.NDArray[np.bool_]) -> tuple[list[Any], list[Any]]:
-    """``plain`` scopes (3 items each) cut by the mask ``late``: those not late, still plain, and
-    the late ones as rich items (``RICH`` each), both in order. A thread logs its scopes as they
-    end, so the late ones are mostly the last few: a slice of the list, no loop over the rest."""
-    del plain[3 * len(late) :]  # (whole scopes only, as ``raw_thread`` keeps them)
-    at = np.flatnonzero(late)
-    if not len(at):
-        return plain, []
-    if at[0] == len(late) - len(at):  # a suffix
-        plain, moved = plain[: 3 * int(at[0])], plain[3 * int(at[0]) :]
-    else:
-        on = late.tolist()
-        plain, moved = (
-            [x for i, x in enumerate(plain) if not on[i // 3]],
-            [x for i, x in enumerate(plain) if on[i // 3]],
-        )
-    rich: list[Any] = []
-    for i in range(0, len(moved), 3):
-        rich.extend((moved[i], moved[i + 1], moved[i + 2], 0, 0, None))
-    return plain, rich
 
 
 def _waiting_bytes(backend: Any) -> int:
@@ -505,22 +445,14 @@ def _waiting_bytes(backend: Any) -> int:
 
 def _pieces(taken: Taken) -> list[Taken]:
     """``taken`` cut into pieces of at most ``PIECE`` scopes of one thread each (one if small)."""
-    if sum(len(p) // 3 + len(r) // RICH for _, p, r, _ in taken.threads) <= PIECE:
+    if scopes_in(taken.threads) <= PIECE:
         return [taken]
-    out = []
-    for buf, plain, rich, marks in taken.threads:
-        first = True
-        for i in range(0, max(len(plain), 1), 3 * PIECE):
-            out.append(Taken([(buf, plain[i : i + 3 * PIECE], [], marks if first else [])]))
-            first = False
-        for i in range(0, len(rich), RICH * PIECE):
-            out.append(Taken([(buf, [], rich[i : i + RICH * PIECE], [])]))
-    return out
+    return [Taken([piece]) for rec in taken.threads for piece in rec.pieces(PIECE)]
 
 
 def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
     """Scopes still open at stop: kept, ending at ``stop_ns``, degraded, ``args["unclosed"]``."""
-    return Taken([(buf, [], rich, []) for buf, rich in recorder.unclosed(stop_ns)])
+    return Taken(recorder.unclosed(stop_ns))
 
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:

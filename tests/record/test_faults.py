@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import gputrace
-from gputrace import chunks, fallback, streaming
+from gputrace import chunks, fallback, recorder, streaming
 from gputrace.backends.base import Backend
 from gputrace.backends.cpu import CpuBackend
 from gputrace.backends.fake import FakeBackend
@@ -43,7 +43,7 @@ MODES = ("first", "nth", "every")
 BACKEND_METHODS = ("begin", "end", "sync", "calibrate", "collect", "queues", "devices", "info", "close")
 # Stages after recording: (module, function). ``Planner.chunk`` is the exporter proper;
 # ``StreamWriter._write`` the file write (a non-OSError there is a bug, not a full disk). A session
-# with a path streams (chunks at each sync and at stop: ``streaming``'s drain, ``chunks``' resolve); with
+# with a path streams (chunks at each sync and at stop: ``Recorded.raw``, ``chunks``' resolve); with
 # ``stream=False`` it drains and writes at stop (``session``'s), resolving through ``fallback``.
 STAGES: dict[str, tuple[Any, str]] = {
     "drain": (session_mod, "drain"),
@@ -52,7 +52,7 @@ STAGES: dict[str, tuple[Any, str]] = {
     "write": (json_format.StreamWriter, "_write"),
 }
 STREAM_STAGES: dict[str, tuple[Any, str]] = {
-    "drain": (streaming, "raw_thread"),
+    "drain": (recorder.Recorded, "raw"),
     "resolve": (chunks, "resolve"),
     "export": (plan.Planner, "chunk"),
     "write": (json_format.StreamWriter, "_write"),
@@ -274,12 +274,12 @@ import sys
 sys.path.insert(0, {root!r})
 import importlib
 import gputrace
-from gputrace import chunks, streaming
+from gputrace import chunks, recorder
 from gputrace.exporters import plan
 from gputrace.exporters import json as json_format
 from gputrace.backends.cpu import CpuBackend
 from tests.faults import inject
-target = {{"drain": (streaming, "raw_thread"), "resolve": (chunks, "resolve"),
+target = {{"drain": (recorder.Recorded, "raw"), "resolve": (chunks, "resolve"),
           "export": (plan.Planner, "chunk"), "write": (json_format.StreamWriter, "_write"),
           "sync": (CpuBackend, "sync"), "info": (CpuBackend, "info")}}[sys.argv[1]]
 held = inject(*target, "every")  # kept: a dropped context manager would undo it
@@ -475,6 +475,10 @@ PIPELINE = (
     "gputrace.exporters.plan",
     "gputrace.exporters._text",
 )
+# The recorder's side of the stream: what it hands the stream's writer (``Recorded``), cut and
+# converted there (the rest of the recorder is the hot path, not a stage after recording).
+STREAMED = ("recorder.Recorded.", "recorder._with_families", "recorder._column", "recorder._split_plain",
+            "recorder.scopes_in", "recorder.raw_thread")  # fmt: skip
 # A fault at the very entry of a thread's target has no caller inside gputrace that could catch it
 # (its first statement is a ``try``): only the injector can raise there.
 NO_CALLER = {
@@ -547,6 +551,7 @@ def test_a_fault_at_any_call_of_the_pipeline_costs_the_program_nothing(
 
     modules = [importlib.import_module(m) for m in PIPELINE]
     codes = [c for c in functions_of(*modules) if code_name(c) not in NO_CALLER | GUARDS]
+    codes += [c for c in functions_of(recorder) if code_name(c).startswith(STREAMED)]
     census = CallFaults(codes)
     clean = _faulted_session(tmp_path / f"census{fmt}", stream, census)
     assert clean == {"seen": [], "unloadable": "", "uncounted": 0}
@@ -732,7 +737,7 @@ def test_summarize_says_what_was_lost(tmp_path: Path) -> None:
     _, _, _, t = _run(
         lambda: FakeBackend(gputrace.clock.session_clock),
         _cpu_program,
-        (streaming, "raw_thread"),
+        (recorder.Recorded, "raw"),
         "first",
         out,
     )
