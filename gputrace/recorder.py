@@ -659,14 +659,20 @@ class Recorded:
             for i in range(0, len(self.rich), RICH * n)
         ]
 
-    def settle(self, held: list[Any], horizon: int | None) -> tuple[Recorded, list[Any]]:
-        """What can be written now, and what must wait (to be passed back as ``held`` with the
-        track's next take), given ``held``, this track's scopes still waiting from before. A
-        scope waits while its GPU work may still be running: with a ``horizon`` (CUPTI: every
-        operation launched before it has arrived), one that ended after it, plain or not, and
-        every scope that started at or after the earliest waiting one (its children, written
-        in one chunk with it); without one, a scope with a GPU token (until a sync)."""
-        plain, rich, wait = self.plain, self.rich, list(held)
+    def settle(
+        self, held: Recorded | None, horizon: int | None, complete: bool = False
+    ) -> tuple[Recorded, Recorded | None]:
+        """What can be written now, and what must wait (None: nothing), given ``held``, this
+        track's scopes that waited at its last take (what this returned as waiting then).
+        ``complete`` (a sync: every GPU span is read): nothing waits. Else a scope waits while
+        its GPU work may still be running: with a ``horizon`` (CUPTI: every operation launched
+        before it has arrived), one that ended after it, plain or not, and every scope that
+        started at or after the earliest waiting one (its children, written in one chunk with
+        it); without one, a scope with a GPU token."""
+        before = held.rich if held is not None else []
+        if complete:
+            return Recorded(self.buf, self.plain, before + self.rich, self.marks), None
+        plain, rich, wait = self.plain, self.rich, list(before)
         ready: list[Any] = []
         if horizon is not None:
             rich, wait = wait + rich, []
@@ -677,7 +683,8 @@ class Recorded:
             (wait if late else ready).extend(item)
         if wait and horizon is not None:
             plain, ready, wait = _with_families(plain, ready, wait)
-        return Recorded(self.buf, plain, ready, self.marks), wait
+        waiting = Recorded(self.buf, [], wait, []) if wait else None
+        return Recorded(self.buf, plain, ready, self.marks), waiting
 
     def raw(self) -> RawThread:
         """As a ``RawThread``: names, args and marks made JSON-safe."""

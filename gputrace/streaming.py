@@ -354,15 +354,11 @@ class Streamer:
         if queues is not None and len(queues) >= len(self.queues):
             self.queues = list(queues)
         threads: list[RawThread] = []
-        for rec in taken.threads:
-            held = self.pending.pop(rec.key, None)
-            held_rich = held.rich if held is not None else []
-            if complete:
-                ready = Recorded(rec.buf, rec.plain, held_rich + rec.rich, rec.marks)
-            else:  # scopes whose GPU work may still be running wait (CUPTI: for the horizon)
-                ready, wait = rec.settle(held_rich, getattr(self, "_horizon", None))
-                if wait:
-                    self.pending[rec.key] = Recorded(rec.buf, [], wait, [])
+        horizon = getattr(self, "_horizon", None)
+        for rec in taken.threads:  # scopes whose GPU work may still be running wait
+            ready, waiting = rec.settle(self.pending.pop(rec.key, None), horizon, complete)
+            if waiting is not None:
+                self.pending[rec.key] = waiting
             self._add_thread(threads, ready)
         if complete:  # pending scopes of threads that recorded nothing new since
             for held in self.pending.values():
