@@ -8,6 +8,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -288,3 +289,74 @@ def test_sessions_can_follow_each_other() -> None:
                 with gputrace.trace("x"):
                     pass
         assert s.trace is not None and len(s.trace) == n
+
+
+# What a take hands the stream's writer (``Recorded``) -----------------------------------------------
+def _take(program: Any, clock: FakeClock) -> Any:
+    """Run ``program`` under a recorder of its own (cpu backend) and take what it recorded: the one
+    track's ``Recorded``."""
+    from gputrace.backends.cpu import CpuBackend
+    from gputrace.recorder import Recorder
+
+    rec = Recorder(clock, CpuBackend(clock))
+    rec.activate()
+    try:
+        program()
+    finally:
+        rec.deactivate()
+    (one,) = rec.take_recorded()
+    return one
+
+
+def _names_times(r: Any) -> list[tuple[str, int, int]]:
+    raw = r.raw()
+    return [(n, int(t[0]), int(t[1])) for n, t in zip(raw.names, raw.times, strict=True)]
+
+
+def _a_b_then_c() -> None:
+    with gputrace.trace("a"):  # 1000 .. 1030
+        with gputrace.trace("b"):  # 1010 .. 1020
+            pass
+    with gputrace.trace("c"):  # 1040 .. 1050
+        pass
+
+
+def test_a_take_settles_against_the_gpu_horizon() -> None:
+    """With a horizon (CUPTI: every operation launched before it has arrived) a scope that ended
+    after it waits; a scope still waiting is written with the next take, or at a sync
+    (``complete``), after that take's own scopes; without a horizon an untimed scope never waits."""
+    clock = FakeClock(1_000, 10)
+    took = _take(_a_b_then_c, clock)
+    assert took.scopes() == 3
+    assert _names_times(took) == [("b", 1010, 1020), ("a", 1000, 1030), ("c", 1040, 1050)]
+
+    ready, waiting = _take(_a_b_then_c, FakeClock(1_000, 10)).settle(None, horizon=1045)
+    assert _names_times(ready) == [("b", 1010, 1020), ("a", 1000, 1030)]
+    assert waiting is not None and _names_times(waiting) == [("c", 1040, 1050)]
+
+    def d() -> None:
+        with gputrace.trace("d"):
+            pass
+
+    later = _take(d, FakeClock(2_000, 10))
+    ready, none = later.settle(waiting, horizon=None, complete=True)
+    assert none is None and _names_times(ready) == [("d", 2000, 2010), ("c", 1040, 1050)]
+
+    ready, none = _take(_a_b_then_c, FakeClock(1_000, 10)).settle(None, horizon=None)
+    assert none is None and ready.scopes() == 3  # (no GPU token: nothing to wait for)
+
+
+def test_a_scope_waiting_for_the_horizon_keeps_its_children_with_it() -> None:
+    """A parent that ended after the horizon waits, and so does every scope that started inside
+    it, though it ended before: a chunk resolves the spans of its own scopes only, so a parent's
+    GPU span must be written with its children's work."""
+    ready, waiting = _take(_a_b_then_c, FakeClock(1_000, 10)).settle(None, horizon=1025)
+    assert ready.scopes() == 0 and waiting is not None
+    assert sorted(n for n, _, _ in _names_times(waiting)) == ["a", "b", "c"]
+
+
+def test_a_take_cut_into_pieces_keeps_every_scope_once() -> None:
+    took = _take(_a_b_then_c, FakeClock(1_000, 10))
+    pieces = took.pieces(2)
+    assert [p.scopes() for p in pieces] == [2, 1]
+    assert [x for p in pieces for x in _names_times(p)] == _names_times(took)
