@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 PROGRAMS = ("tiny20k", "tiny100k", "solver", "matmul")
@@ -275,34 +276,30 @@ def main() -> None:
             ratio = (r["start"] + r["loop"] + r["stop"]) / b["loop"] if b else float("nan")
             cells.append(f"{r['start']:>7.1f}/{r['loop']:>8.1f}/{r['stop']:>7.1f} {ratio:>6.2f}×")
         print(f"{v:<14}" + "".join(cells))
+
     # The shared machines' speed drifts between rounds (bare loops 30-50% apart in one run), and
     # best-of pairs the fastest bare round with each variant's fastest: each round's ratio to the
     # bare loop of the same round, median over the rounds, is steadier.
-    print("median over rounds of × against the same round's bare loop (rounds with both):")
-    print(f"{'variant':<14}" + "".join(f"{p:>12}" for p in progs))
-    for v in variants:
-        cells = []
-        for p in progs:
-            bare = {r["round"]: r["loop"] for r in runs.get((p, "bare"), [])}
-            got = sorted(
-                (r["start"] + r["loop"] + r["stop"]) / bare[r["round"]]
-                for r in runs.get((p, v), [])
-                if r["round"] in bare
-            )
-            cells.append(f"{statistics.median(got):>11.2f}×" if got else f"{'-':>12}")
-        print(f"{v:<14}" + "".join(cells))
+    def medians(title: str, cost: Callable[[dict[str, float]], float], of_bare: str) -> None:
+        """Per variant and program, the median over the rounds of ``cost(run)`` over the bare
+        run's ``of_bare`` in the same round (rounds with both)."""
+        print(title)
+        print(f"{'variant':<14}" + "".join(f"{p:>12}" for p in progs))
+        for v in variants:
+            cells = []
+            for p in progs:
+                bare = {r["round"]: r[of_bare] for r in runs.get((p, "bare"), [])}
+                got = sorted(cost(r) / bare[r["round"]] for r in runs.get((p, v), []) if r["round"] in bare)
+                cells.append(f"{statistics.median(got):>11.2f}×" if got else f"{'-':>12}")
+            print(f"{v:<14}" + "".join(cells))
+
+    medians("median over rounds of × against the same round's bare loop (rounds with both):",
+            lambda r: r["start"] + r["loop"] + r["stop"], "loop")  # fmt: skip
     # CPU time, start to stop, of every thread of the program's process and of gputrace's writer
     # process: what the profiler costs the machine, and steadier than wall time where the
-    # machine is shared (each round's against the bare program's CPU of the same round).
-    print("median over rounds of CPU time (the process and its writer process), × the same round's bare:")
-    print(f"{'variant':<14}" + "".join(f"{p:>12}" for p in progs))
-    for v in variants:
-        cells = []
-        for p in progs:
-            bare = {r["round"]: r["cpu"] for r in runs.get((p, "bare"), [])}
-            got = sorted(r["cpu"] / bare[r["round"]] for r in runs.get((p, v), []) if r["round"] in bare)
-            cells.append(f"{statistics.median(got):>11.2f}×" if got else f"{'-':>12}")
-        print(f"{v:<14}" + "".join(cells))
+    # machine is shared.
+    medians("median over rounds of CPU time (the process and its writer process), × the same round's bare:",
+            lambda r: r["cpu"], "cpu")  # fmt: skip
     print(
         "import ms: "
         + ", ".join(f"{v} {best[(progs[0], v)]['import']:.0f}" for v in variants if (progs[0], v) in best)
