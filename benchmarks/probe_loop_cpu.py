@@ -11,7 +11,8 @@ Variants: ``bare``; ``rawsame`` (CUPTI with gputrace's kinds through cupti-pytho
 ``scopes`` (gputrace scopes, cpu backend: the recorder alone); ``cupti_noscope`` (a gputrace
 CUPTI session, the loop without scopes: what collecting and writing the kernels costs);
 ``cupti`` (gputrace CUPTI → .json, the default writer process); ``cupti_nostream`` (the same,
-no chunk before the stop: ``flush_s`` longer than the run); ``cupti_gz`` (→ .json.gz).
+no chunk before the stop: ``flush_s`` longer than the run); ``cupti_gz`` (→ .json.gz); ``events``
+(CUDA events timing → .json.gz) and ``events_nostream`` (the same, no chunk before the stop).
 A second table splits the loop's CPU time by thread (``/proc/self/task/*/schedstat``): Python's
 threads by name, the others (CUPTI's, the CUDA driver's) as "native".
 """
@@ -52,11 +53,12 @@ if variant == "rawsame":
     stop = lambda: cupti.activity_flush_all(1)
 elif variant != "bare":
     import gputrace
+    timing = "events" if variant.startswith("events") else "cupti"
     kw = {"backend": "cpu"} if variant == "scopes" else {
-        "backend": "cuda", "backend_options": {"timing": "cupti"}}
-    if variant == "cupti_nostream":
+        "backend": "cuda", "backend_options": {"timing": timing}}
+    if variant.endswith("_nostream"):
         kw["flush_s"] = 1e6
-    path = out + (".json.gz" if variant == "cupti_gz" else ".json")
+    path = out + (".json.gz" if variant in ("cupti_gz", "events") else ".json")
     s = gputrace.session(path, quiet=True, **kw)
     s.__enter__()
     scope = gputrace.trace
@@ -90,7 +92,8 @@ print(json.dumps({"wall": (w1 - w0) * 1e3, "main_cpu": (c1 - c0) * 1e3,
                   "threads": {k: (v - t0.get(k, 0)) / 1e6 for k, v in t1.items()}}))
 """
 
-VARIANTS = ("bare", "rawsame", "scopes", "cupti_noscope", "cupti", "cupti_nostream", "cupti_gz")
+VARIANTS = ("bare", "rawsame", "scopes", "cupti_noscope", "cupti", "cupti_nostream", "cupti_gz", "events",
+            "events_nostream")
 
 
 def main() -> None:

@@ -8,6 +8,8 @@ hands them over (``gputrace.recorder.drain``).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -48,6 +50,31 @@ class RawSpan(NamedTuple):
     submit_ns: int  # session clock: when the CPU submitted this work
     done_by_ns: int  # session clock: by then the work was known complete (the collecting sync)
     label: str = ""  # a pass label; "" for a scope-level event pair
+
+
+_SPAN_INTS = operator.itemgetter(slice(0, 6))  # (token … done_by_ns: ``RawSpan``'s integer fields)
+
+
+def span_columns(spans: list[RawSpan]) -> npt.NDArray[np.int64]:
+    """The integer fields of ``spans`` as an (n, 6) array, in ``RawSpan``'s order, in one pass."""
+    m = len(spans)
+    return np.fromiter(itertools.chain.from_iterable(map(_SPAN_INTS, spans)), np.int64, 6 * m).reshape(m, 6)
+
+
+def _pack_spans(spans: list[RawSpan]) -> tuple[npt.NDArray[np.int64], list[str] | None]:
+    """``spans`` as columns, to pickle: a named tuple pickles through a Python call per object
+    (2.8 µs a span on a 2-core machine, against 0.3 µs this way), on the streamer's thread, which
+    holds the interpreter the program runs in while it does."""
+    labels = [sp.label for sp in spans] if any(sp.label for sp in spans) else None
+    return span_columns(spans), labels
+
+
+def _unpack_spans(packed: tuple[npt.NDArray[np.int64], list[str] | None]) -> list[RawSpan]:
+    cols, labels = packed
+    rows = cols.tolist()
+    if labels is None:
+        return list(itertools.starmap(RawSpan, rows))
+    return [RawSpan(*r, lb) for r, lb in zip(rows, labels, strict=True)]
 
 
 # One row per GPU operation (kernel, memcpy, memset) as an activity source saw it. Every time is
@@ -159,6 +186,12 @@ class RawRecording:
     # GPU span is then flagged degraded with this reason, not empty.
     problem: str = ""
     batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__, spans=_pack_spans(self.spans))  # (a chunk to the writer process)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, spans=_unpack_spans(state["spans"]))
 
     def add(self, got: Collected) -> None:
         """Take what one ``collect()`` returned: spans, untimed and degraded tokens, operations."""

@@ -22,8 +22,6 @@ of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertai
 from __future__ import annotations
 
 import functools
-import itertools
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -46,7 +44,7 @@ from gputrace.model import (
     nest,
 )
 from gputrace.npstats import distinct
-from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording
+from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, span_columns
 
 __all__ = [
     "DEFAULT_DRIFT_PPM",
@@ -57,10 +55,6 @@ __all__ = [
     "resolve",
     "uncertainty_at",
 ]
-
-# A RawSpan's integer fields, in one tuple: pulled out of every span in one pass.
-_SPAN_FIELDS = operator.attrgetter("token", "queue", "gpu_start_ns", "gpu_end_ns", "submit_ns", "done_by_ns")
-_N_SPAN_FIELDS = 6
 
 # The largest clock drift assumed when a single sample cannot measure it (FACTS: −2 … +44 ppm seen).
 DEFAULT_DRIFT_PPM = 50.0
@@ -342,9 +336,7 @@ def _place_spans(
     sorted_tokens = tokens[sorted_rows]
     raw_spans = raw.spans
     m = len(raw_spans)
-    fields = np.fromiter(
-        itertools.chain.from_iterable(map(_SPAN_FIELDS, raw_spans)), np.int64, _N_SPAN_FIELDS * m
-    ).reshape(m, _N_SPAN_FIELDS)
+    fields = span_columns(raw_spans)
     labels = [r.label for r in raw_spans]
     label_list = sorted(set(labels))  # spans sort by label last, as strings
     rank_of = {lb: i for i, lb in enumerate(label_list)}

@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -18,8 +19,10 @@ from typing import Any
 import pytest
 
 import gputrace
+from gputrace.chunks import RawChunk
 from gputrace.errors import GputraceError
-from tests.builders import cupti_trace, launch_blocks
+from gputrace.records import RawRecording, RawSpan
+from tests.builders import cupti_trace, gpu_session, launch_blocks
 
 
 @pytest.mark.parametrize("ready", [True, False], ids=["child-writes", "ended-before-it-was-ready"])
@@ -274,3 +277,33 @@ def test_a_cupti_session_sends_its_chunks_while_the_program_runs(tmp_path: Path)
     assert len(t) == n == len(t.ops)
     # one chunk a second at most if records were collected only at the session's flush_s (1 s)
     assert t.header["streamed"]["chunks"] >= 4, t.header["streamed"]
+
+
+def test_gpu_spans_reach_the_writer_process_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scopes' GPU spans go down the pipe as columns (not an object each): the child places them as
+    the program's own process does, and a chunk read back has every span and its label."""
+    placed = []
+    for writer in ("thread", "process"):
+        monkeypatch.setenv("GPUTRACE_WRITER", writer)
+        path = tmp_path / f"{writer}.json"
+        s, clock = gpu_session(path, lambda n, i: (2_000 + 500 * i, 30_000 + 100 * i))
+        with s:
+            _pause(path)  # (the child is ready: it resolves every chunk)
+            for i in range(30):
+                with gputrace.trace("step"):
+                    clock.advance(10_000)
+                if i % 10 == 9:
+                    gputrace.sync()
+        t = gputrace.load(path)
+        assert ("writer_process" in t.header) == (writer == "process")
+        sc = t.scopes
+        placed.append(
+            ((sc.gpu_start_ns - sc.cpu_start_ns).tolist(), (sc.gpu_end_ns - sc.gpu_start_ns).tolist())
+        )
+    assert placed[0] == placed[1]
+    assert [round(d, -2) for d in placed[1][1]] == [30_000 + 100 * i for i in range(30)]  # (4 ppm drift)
+    spans = [RawSpan(7, 1, 10**15, 10**15 + 9, 3, 4, "pass: shadow"), RawSpan(8, 0, -1, 2, 3, 4)]
+    back = pickle.loads(pickle.dumps(RawChunk(RawRecording(header={}, threads=[], spans=spans)), protocol=5))
+    assert back.raw.spans == spans and [type(v) for v in back.raw.spans[0]] == [int] * 6 + [str]
