@@ -74,7 +74,7 @@ def _unpack_spans(packed: tuple[npt.NDArray[np.int64], list[str] | None]) -> lis
     rows = cols.tolist()
     if labels is None:
         return list(itertools.starmap(RawSpan, rows))
-    return [RawSpan(*r, lb) for r, lb in zip(rows, labels, strict=True)]
+    return [RawSpan._make((*r, lb)) for r, lb in zip(rows, labels, strict=True)]
 
 
 # One row per GPU operation (kernel, memcpy, memset) as an activity source saw it. Every time is
