@@ -4,7 +4,7 @@
     W=thread TREE=/tmp/old python3 benchmarks/probe_events_python.py   # writer; another checkout
 
 The stand-in ``cupy`` answers every runtime call the events timing makes with a C builtin (an event
-record stores the stream, every event is done, every elapsed time is 1 µs), so what a loop of
+record stores the stream, every event is done, an elapsed time is a float), so what a loop of
 empty scopes costs over the bare loop is gputrace's own Python: the recorder, the backend's
 ``begin``/``end``, its harvests, and the streamer's thread (collect, chunks, the pipe). On a GPU
 the CUDA calls themselves add their own cost (``probe_event_costs.py``: 1.4 µs an event record).
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 FAKE_CUPY = r"""
-import itertools, sys, types
+import itertools, operator, sys, types
 cupy = types.ModuleType("cupy"); cuda = types.ModuleType("cupy.cuda"); rt = types.ModuleType("cupy.cuda.runtime")
 class Stream:
     def __init__(self, non_blocking=False, ptr=7):
@@ -38,7 +38,7 @@ _ids = itertools.count(1)
 rt.eventRecord = recorded.__setitem__          # (event, stream)
 rt.streamIsCapturing = (0).__mul__             # never capturing
 rt.eventQuery = (0).__mul__                    # every event done
-rt.eventElapsedTime = lambda a, b: 0.001
+rt.eventElapsedTime = operator.truediv            # (some float)
 rt.eventCreateWithFlags = lambda flags: next(_ids)
 rt.eventDestroy = recorded.pop
 rt.getDevice = int

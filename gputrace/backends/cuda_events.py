@@ -28,6 +28,7 @@ import bisect
 import contextlib
 import functools
 import itertools
+import operator
 import threading
 import time
 from collections.abc import Hashable
@@ -50,15 +51,18 @@ SAMPLES_KEPT = 2
 DEFAULT_SYNC_TIMEOUT_S = 120.0
 # Without syncs the pool would grow by two events per scope: once this many ended scopes wait,
 # every HARVEST_EXITS-th scope exit reads the oldest HARVEST_BATCH finished ones, without waiting
-# (reading all every 1,024 scopes stalled the program ~5 ms each time on the H200; docs/cupti.md).
+# (reading all every 1,024 scopes stalled the program ~5 ms each time on the H200 when each was
+# read in Python; in bulk a harvest's own cost is what a small batch pays: 1.2 µs a scope in
+# batches of 32, 0.7 in batches of 256 on a 2-core machine, ``benchmarks/probe_events_python.py``).
 HARVEST_EVERY = 512
-HARVEST_EXITS = 8
+HARVEST_EXITS = 64
 HARVEST_BATCH = 4 * HARVEST_EXITS
 WAIT_NAP_S = 1e-4  # longest nap while waiting for the GPU (1 ms naps made a stop ~0.5 ms late)
 RETIRE_EVERY = 256  # harvests between two anchor retirements (it walks every live scope)
 SPAN_BYTES = 256  # a span read and waiting: its 7-field tuple (112 B) and its ints (28–32 B each)
 _MS = 1e6
 _RAW_SPAN = functools.partial(tuple.__new__, RawSpan)  # a RawSpan of a 7-tuple, made in C
+_EV0, _EV1 = operator.itemgetter(2), operator.itemgetter(3)  # an ended scope's two events
 
 
 def probe() -> str | None:
@@ -448,8 +452,11 @@ class CudaEventsBackend(Backend):
         # events of one stream complete in order: when the newest end event of a queue in this
         # batch is done, so are the older ones (one query per queue instead of one per scope)
         newest: dict[int, int] = {}
+        queues = len(self._queue_list)
         for rec in reversed(ended):
             newest.setdefault(rec[1].q, rec[3])
+            if len(newest) == queues:  # (every queue has its newest: the rest are older)
+                break
         queue_done = {q: query(ev) == 0 for q, ev in newest.items()}
         spans = None
         ready1 = next(iter(cpu_index.values()))[1] if len(cpu_index) == 1 else []
@@ -458,9 +465,9 @@ class CudaEventsBackend(Backend):
         if spans is not None:
             got.spans = spans
             pool = ended[0][1].dev.pool
-            pool.extend(rec[2] for rec in ended)
-            pool.extend(rec[3] for rec in ended)
-            released = {rec[3] for rec in ended}
+            pool.extend(map(_EV0, ended))
+            pool.extend(map(_EV1, ended))
+            released = set(map(_EV1, ended))
             ended = []
         blocked: set[int] = set()  # queues with an end event not done: the later ones are not either
         for rec in ended:
