@@ -228,27 +228,7 @@ def state_copy(x: Any) -> Any:
     return copy.deepcopy(x)  # (a numpy array, a slotted object)
 
 
-Checkpoint = tuple[int, dict[str, Any]]  # a file's length and its writer's state, before an append
-
-
-def checkpoint(fd: int, writer: Any, *names: str) -> Checkpoint:
-    """The length of ``fd`` and a copy of ``writer``'s attributes ``names`` (a compressor is
-    copied with its own ``copy()``)."""
-    state = {}
-    for name in names:
-        v = getattr(writer, name)
-        state[name] = v.copy() if hasattr(v, "flush") and hasattr(v, "copy") else state_copy(v)
-    return os.lseek(fd, 0, os.SEEK_CUR), state
-
-
-def rollback(fd: int, writer: Any, cp: Checkpoint) -> None:
-    """Cut ``fd`` back to ``cp``'s length and give ``writer`` back the state it had then. Raises
-    OSError if the file cannot be cut (then the writer must not append again)."""
-    offset, state = cp
-    os.ftruncate(fd, offset)
-    os.lseek(fd, offset, os.SEEK_SET)
-    for name, v in state.items():
-        setattr(writer, name, v)
+Checkpoint = tuple[list[int], dict[str, Any]]  # the files' lengths and the writer's state, before an append
 
 
 class StreamWriter:
@@ -257,6 +237,8 @@ class StreamWriter:
     Each ``append`` is one ``write`` to the OS (and, for gzip, a sync flush first), so after it
     returns the chunk survives the process being killed.
     """
+
+    STATE: tuple[str, ...] = ("_enc", "_z")  # what an append changes besides the files (``_fds``)
 
     def __init__(
         self,
@@ -271,6 +253,7 @@ class StreamWriter:
         self._z = GzipStream() if self._gz else None
         self._head = GzipStream.HEADER if self._gz else b""
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fds = [self._fd]
         self._enc = Planner(header)
         self.closed = False
         try:
@@ -281,11 +264,6 @@ class StreamWriter:
             os.close(self._fd)
             raise
 
-    @property
-    def rows(self) -> int:
-        """Scopes written so far."""
-        return self._enc.rows
-
     def append(self, chunk: Trace) -> None:
         parts = render(self._enc.chunk(chunk))  # (planned at once, rendered piece by piece)
         first = next(parts, None)
@@ -294,12 +272,23 @@ class StreamWriter:
             self._write(itertools.chain([first], parts, [b"\n"]), threaded=threaded)
 
     def checkpoint(self) -> Checkpoint:
-        """What ``rollback`` needs to undo the appends after it (see ``checkpoint``)."""
-        return checkpoint(self._fd, self, "_enc", "_z")
+        """What ``rollback`` needs to undo the appends after it: the length of each file and a
+        copy of the attributes ``STATE`` (a compressor copied with its own ``copy()``)."""
+        state = {
+            k: v.copy() if isinstance(v := getattr(self, k), GzipStream) else state_copy(v)
+            for k in self.STATE
+        }
+        return [os.lseek(fd, 0, os.SEEK_CUR) for fd in self._fds], state
 
     def rollback(self, cp: Checkpoint) -> None:
-        """The file and the writer as they were at ``cp`` (an append failed part-way)."""
-        rollback(self._fd, self, cp)
+        """The files cut back to their length at ``cp`` and the writer's state as it was then (an
+        append failed part-way). Raises OSError if a file cannot be cut (then the writer must not
+        append again)."""
+        for fd, offset in zip(self._fds, cp[0], strict=True):
+            os.ftruncate(fd, offset)
+            os.lseek(fd, offset, os.SEEK_SET)
+        for name, v in cp[1].items():
+            setattr(self, name, v)
 
     def _write(self, data: bytes | Iterable[Any], final: bool = False, threaded: bool = False) -> None:
         """Bytes, or a chunk given in bytes-like pieces: compressed piece by piece and written

@@ -68,6 +68,8 @@ class StreamWriter(json_format.StreamWriter):
     Chunks are each in time order, not the whole file: Perfetto sorts what it imports, and each
     chunk's slices begin and end in it."""
 
+    STATE = (*json_format.StreamWriter.STATE, "_packets")
+
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
         self.target = Path(path)
         self.partial = self.target.with_name(self.target.name + ".partial")
@@ -79,19 +81,13 @@ class StreamWriter(json_format.StreamWriter):
             os.close(self._pf)
             self.partial.unlink(missing_ok=True)
             raise
+        self._fds.append(self._pf)
 
     def append(self, chunk: Trace) -> None:
         plan = self._enc.chunk(chunk)
         packets = list(self._packets.encode(plan))  # (both rendered before either file is written)
         self._write([*json_format.render(plan), b"\n"])
         json_format.write_all(self._pf, packets)
-
-    def checkpoint(self) -> Any:
-        return super().checkpoint(), json_format.checkpoint(self._pf, self, "_packets")
-
-    def rollback(self, cp: Any) -> None:
-        super().rollback(cp[0])
-        json_format.rollback(self._pf, self, cp[1])
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
