@@ -1,6 +1,7 @@
 """Chrome/Perfetto JSON (``.json``, ``.json.gz``): writer, streaming writer and reader.
 
-The file is written so that any prefix of it that ends at a chunk boundary can be read back::
+The file is written so that any prefix of it that ends at a chunk boundary can be read back
+(docs/output.md says how a cut file is read, served and repaired)::
 
     {"displayTimeUnit":"ms","metadata":{"gputrace_stream":{...header at start...}},"traceEvents":[
     {event},{event},...,{event},            <- one line per chunk (one sync), flushed to the OS
@@ -8,18 +9,9 @@ The file is written so that any prefix of it that ends at a chunk boundary can b
     {closing event}
     ],"gputrace":{...final header: full clock fit, anomaly counts, end time...}}
 
-Serialised JSON holds no raw newline, so a line is a chunk. A file cut anywhere (SIGKILL,
-``os._exit``, a full disk) is read up to its last complete line, with ``"truncated": true`` in the
-header; a ``.json.gz`` is flushed (``Z_SYNC_FLUSH``) after each chunk, so the same holds for it.
-``gputrace view`` serves a cut file repaired, so Perfetto and the viewer open it too.
-
-The keys before ``traceEvents`` are ones Perfetto's JSON tokenizer knows (``displayTimeUnit``,
-``metadata``): it stops reading at the first top-level key it does not know, so the gputrace
-header sits inside ``metadata`` at the start and under its own key only after the events. The
-tokenizer also imports the complete events of a ``traceEvents`` array that ends early.
-
-The events (docs/trace-format.md lists what each carries) are rendered from each chunk's
-``plan``, a batch a column at a time (``_text.Rows``): building text or a dict per event costs
+Only keys Perfetto's JSON tokenizer knows (``displayTimeUnit``, ``metadata``) come before the
+events: it stops reading at the first top-level key it does not know. The events are rendered
+from each chunk's ``plan`` a column at a time (``_text.Rows``): text or a dict per event costs
 far more than the numbers in it.
 """
 
@@ -167,13 +159,9 @@ def _events(ev: Events, table: Any) -> Iterator[Any]:
 
 
 def _waits(w: Waits) -> Iterator[Any]:
-    # Only the begin is named; neither end has a category. Perfetto's JSON importer keys an async
-    # slice's track by (process, cookie), the cookie being the hash of `cat` and id2.local
-    # (json_trace_tokenizer.cc, ParseTraceEventContents), so both ends must carry the same `cat`:
-    # here none. The track takes its name from the first event of that cookie, the begin
-    # (track_compressor.cc, InternLegacyAsyncTrack), and an end with no name and no category
-    # closes the open slice on it (slice_tracker.cc, MatchingIncompleteSliceIndex). Readers pair
-    # them by (pid, id). Each wait's begin and end come one after the other.
+    # Only the begin is named, and neither end has a category: Perfetto pairs an async slice's
+    # ends by (process, cat, id2.local) and names its track after the begin (docs/output.md
+    # quotes its source). Each wait's begin and end come one after the other.
     n = len(w.id)
     heads = [f'{{"ph":"b","name":{_j(x)}' for x in w.labels] + ['{"ph":"e"']
     two = np.repeat(np.arange(n), 2)
@@ -186,14 +174,11 @@ def _waits(w: Waits) -> Iterator[Any]:
 
 
 # -- undoing an append that failed -----------------------------------------------------------------
-# A streamed file is written chunk by chunk, and each chunk depends on its writer's state (names
-# and tracks already announced, the lanes still open, for ``.pftrace`` the time of the previous
-# packet, for ``.json.gz`` the compressor's history). An ``append`` that fails part-way (a full
-# disk, a fault while encoding) would leave half a chunk in the file and a state that later chunks
-# build on, and every later chunk would be unreadable. So the streamer takes a ``checkpoint``
-# before each append and, when it fails, a ``rollback`` cuts the file back to the checkpoint's
-# length and puts back the writer's state as it was: the file is again exactly the chunks written
-# before, and the next append continues from there.
+# Each chunk depends on its writer's state (names and tracks announced, lanes still open, the
+# compressor's history): an append that fails part-way (a full disk, a fault while encoding) would
+# leave half a chunk, and a state, that every later chunk builds on. So the streamer takes a
+# ``checkpoint`` before each append and, when one fails, ``rollback`` cuts the files back and puts
+# the state back: the file is again exactly the chunks written before.
 # Values that no writer changes in place: kept, not copied (tuples of these are what keys are).
 _ATOMIC = (
     int, float, complex, str, bytes, bool, type(None), tuple, frozenset, type,

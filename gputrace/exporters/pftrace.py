@@ -1,22 +1,15 @@
 """Perfetto's protobuf (``.pftrace``): an export, rendered from the same ``plan`` as the JSON file.
 
 The plan's batches (the same processes, tracks, lanes, flows and args as the JSON file) become
-``TrackEvent`` packets, a column at a time (``_text.Rows``: varints of whole columns, one
-packet layout per batch, interned names), never a Python object per event:
-- a process track per process; a thread track per Python thread; the GPU's stream, overflow,
-  operations, queued and queue-depth tracks as named tracks of its process, with names a person
-  reads that begin with the stream's ("stream 7", "stream 7 · operations", "stream 7 · queued"):
-  Perfetto orders a process's tracks by name, so each stream's tracks sit together;
-- each slice a begin/end pair on its track, its args as debug annotations, its flow as
-  ``flow_ids``/``terminating_flow_ids``; each wait a slice on a "<stream> · queued" track
-  (extra lanes of it where waits overlap); each counter sample on a counter track; instants on
-  their track; packets in time order, each track's begins and ends nested;
-- names, categories and argument names interned once per file.
+``TrackEvent`` packets a column at a time (``_text.Rows``: varints of whole columns, one packet
+layout per batch, names interned once per file), never a Python object per event. What is drawn
+where is in docs/output.md ("The .pftrace export"): GPU tracks are named tracks of their process,
+named after their stream, so that Perfetto, which orders a process's tracks by name, keeps each
+stream's tracks together; waits take lanes of a "<stream> · queued" track; packets come in time
+order, each track's begins and ends nested.
 
-gputrace does not read ``.pftrace`` back: the ``.json.gz`` is the file it reads, and
-``gputrace convert`` turns one into the other. A session asked for ``x.pftrace`` streams
-``x.json.gz`` as it runs (a killed program leaves that file, loadable) and, from the same plan of
-each chunk, ``x.pftrace`` (renamed from ``x.pftrace.partial`` at stop).
+gputrace does not read ``.pftrace`` back: a session asked for ``x.pftrace`` streams ``x.json.gz``
+as it runs and, from the same plan of each chunk, ``x.pftrace.partial``, renamed at stop.
 """
 
 from __future__ import annotations
