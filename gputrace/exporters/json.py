@@ -435,14 +435,13 @@ def servable(path: str | os.PathLike[str]) -> bytes:
     read): as they are, or, for a streamed file cut short (a killed program, or one still
     running), closed after its last complete chunk."""
     data = opener.read_file(path)
-    gz = data[:2] == b"\x1f\x8b"
-    raw, cut = opener.inflate(data, Path(path)) if gz else (data, False)
+    raw, cut = opener.inflate(data, Path(path))
     if not cut and (not raw.startswith(PREFIX) or raw.rfind(CLOSE, max(0, len(raw) - (1 << 20))) >= 0):
         return data  # not streamed by gputrace, or closed: the final header follows the events
     fixed = repair(raw)
     if fixed is None:
         return data
-    return gzip.compress(fixed, compresslevel=1) if gz else fixed
+    return gzip.compress(fixed, compresslevel=1) if data[:2] == b"\x1f\x8b" else fixed
 
 
 def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> tuple[Any, bool]:

@@ -149,15 +149,14 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
 def read_trace(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
     """The bytes of a trace file, inflated when it is gzip (under ``gzip_cap``), and whether its
     gzip stream ends early (a streamed file cut by a killed program: kept up to where it ends)."""
-    raw = read_file(path)
-    if raw[:2] != b"\x1f\x8b":
-        return raw, False
-    return inflate(raw, Path(path))
+    return inflate(read_file(path), Path(path))
 
 
 def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
-    """Every gzip member of ``raw``, stopping as soon as the output passes the cap; a stream
-    that ends early is kept up to its end (returned with True)."""
+    """Every gzip member of ``raw`` (``raw`` itself if it is not gzip), stopping as soon as the
+    output passes the cap; a stream that ends early is kept up to its end (returned with True)."""
+    if raw[:2] != b"\x1f\x8b":
+        return raw, False
     cap = gzip_cap(len(raw))
     out = bytearray()
     data = memoryview(raw)
