@@ -249,6 +249,11 @@ class StreamWriter:
             os.close(self._fd)
             raise
 
+    @property
+    def rows(self) -> int:
+        """Scopes written so far (what ``gputrace run`` reports: the session reads it by name)."""
+        return self._enc.rows
+
     def append(self, chunk: Trace) -> None:
         parts = render(self._enc.chunk(chunk))  # (planned at once, rendered piece by piece)
         first = next(parts, None)
