@@ -22,7 +22,7 @@ import stat
 from gputrace.errors import GputraceError
 from gputrace.safetext import path_text
 
-_KINDS = (
+FILE_KINDS = (  # (the opener names what it refuses to read with these too)
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISCHR, "a character device"),
@@ -41,7 +41,7 @@ def check_output(path: str | os.PathLike[str]) -> None:
         return
     if stat.S_ISREG(mode):
         return
-    kind = next((name for test, name in _KINDS if test(mode)), "of another kind")
+    kind = next((name for test, name in FILE_KINDS if test(mode)), "of another kind")
     raise GputraceError(
         f"{path_text(path)}: is {kind}, not a regular file; choose a regular file or a new path."
     )

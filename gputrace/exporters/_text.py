@@ -93,13 +93,9 @@ def _us_text(ns: int) -> str:
 
 
 def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
-    """Bytes of each value's varint (as ``Rows.var`` writes it)."""
-    return _varint_len(np.asarray(values).astype(np.int64, copy=False).view(np.uint64))
-
-
-def _varint_len(v: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp]:
-    """Bytes of each varint: one, and one more per 7-bit step the value reaches (a few
-    comparisons of the whole column: a binary search per value costs more)."""
+    """Bytes of each value's varint (as ``Rows.var`` writes it): one, and one more per 7-bit step
+    the value reaches (a few comparisons of the whole column: a binary search per value costs more)."""
+    v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
     nb = np.ones(len(v), np.intp)
     top = int(v.max()) if len(v) else 0
     for k in range(1, max(top.bit_length() + 6, 7) // 7):
@@ -196,7 +192,7 @@ class Rows:
             if kind == "lit":
                 w: Any = len(payload)
             elif kind == "var":
-                w = _varint_len(payload)
+                w = varint_len(payload)
             elif kind == "raw8":
                 w = 8
             elif kind == "pick":

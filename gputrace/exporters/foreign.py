@@ -57,12 +57,9 @@ def from_chrome(doc: Any, where: str) -> Trace:
     gpu: list[dict[str, Any]] = []
     ranges = 0
     for e in events:
-        if not (isinstance(e, dict) and e.get("ph") == "X" and _num(e.get("ts"))):
+        if not (isinstance(e, dict) and e.get("ph") == "X" and _num(e.get("ts")) and _num(e.get("dur"))):
             continue
-        dur = e.get("dur")
-        if not (_num(dur) and dur is not None and dur >= 0):
-            continue
-        if e.get("cat") == "Trace":  # Kineto's "PyTorch Profiler (0)": the session, not work
+        if e["dur"] < 0 or e.get("cat") == "Trace":  # (Kineto's "PyTorch Profiler (0)": the session)
             continue
         if e.get("cat") == "gpu_user_annotation":  # a CPU range's span on the stream, not work:
             ranges += 1  # the range's GPU figures come from its kernels
@@ -122,13 +119,14 @@ def from_chrome(doc: Any, where: str) -> Trace:
     s.flags = flags.astype(np.uint32)
     spans = SpanTable.empty(0)
     names = canonical_names(names, s, spans)
+    # (each dict numbers its keys in the order they were added)
     thread_infos = [
         ThreadInfo(i, f"pid {k[0]} tid {k[1]}" if k[0] != "gpu" else f"GPU stream {k[1]}")
-        for k, i in sorted(threads.items(), key=lambda kv: kv[1])
+        for i, k in enumerate(threads)
     ]
     queue_infos = [
         QueueInfo(int(k[0]) if isinstance(k[0], int) else i, f"GPU {k[0]}", "chrome", f"stream {k[1]}")
-        for k, i in sorted(queues.items(), key=lambda kv: kv[1])
+        for i, k in enumerate(queues)
     ]
     gpu_rows = s.has_gpu()  # (every row has a CPU window: a GPU slice's own start, at least)
     start = int(np.concatenate([s.cpu_start_ns, s.gpu_start_ns[gpu_rows]]).min())

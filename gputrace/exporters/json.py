@@ -1,6 +1,7 @@
 """Chrome/Perfetto JSON (``.json``, ``.json.gz``): writer, streaming writer and reader.
 
-The file is written so that any prefix of it that ends at a chunk boundary can be read back::
+The file is written so that any prefix of it that ends at a chunk boundary can be read back
+(docs/output.md says how a cut file is read, served and repaired)::
 
     {"displayTimeUnit":"ms","metadata":{"gputrace_stream":{...header at start...}},"traceEvents":[
     {event},{event},...,{event},            <- one line per chunk (one sync), flushed to the OS
@@ -8,18 +9,9 @@ The file is written so that any prefix of it that ends at a chunk boundary can b
     {closing event}
     ],"gputrace":{...final header: full clock fit, anomaly counts, end time...}}
 
-Serialised JSON holds no raw newline, so a line is a chunk. A file cut anywhere (SIGKILL,
-``os._exit``, a full disk) is read up to its last complete line, with ``"truncated": true`` in the
-header; a ``.json.gz`` is flushed (``Z_SYNC_FLUSH``) after each chunk, so the same holds for it.
-``gputrace view`` serves a cut file repaired, so Perfetto and the viewer open it too.
-
-The keys before ``traceEvents`` are ones Perfetto's JSON tokenizer knows (``displayTimeUnit``,
-``metadata``): it stops reading at the first top-level key it does not know, so the gputrace
-header sits inside ``metadata`` at the start and under its own key only after the events. The
-tokenizer also imports the complete events of a ``traceEvents`` array that ends early.
-
-The events (docs/trace-format.md lists what each carries) are rendered from each chunk's
-``plan``, a batch a column at a time (``_text.Rows``): building text or a dict per event costs
+Only keys Perfetto's JSON tokenizer knows (``displayTimeUnit``, ``metadata``) come before the
+events: it stops reading at the first top-level key it does not know. The events are rendered
+from each chunk's ``plan`` a column at a time (``_text.Rows``): text or a dict per event costs
 far more than the numbers in it.
 """
 
@@ -167,13 +159,9 @@ def _events(ev: Events, table: Any) -> Iterator[Any]:
 
 
 def _waits(w: Waits) -> Iterator[Any]:
-    # Only the begin is named; neither end has a category. Perfetto's JSON importer keys an async
-    # slice's track by (process, cookie), the cookie being the hash of `cat` and id2.local
-    # (json_trace_tokenizer.cc, ParseTraceEventContents), so both ends must carry the same `cat`:
-    # here none. The track takes its name from the first event of that cookie, the begin
-    # (track_compressor.cc, InternLegacyAsyncTrack), and an end with no name and no category
-    # closes the open slice on it (slice_tracker.cc, MatchingIncompleteSliceIndex). Readers pair
-    # them by (pid, id). Each wait's begin and end come one after the other.
+    # Only the begin is named, and neither end has a category: Perfetto pairs an async slice's
+    # ends by (process, cat, id2.local) and names its track after the begin (docs/output.md
+    # quotes its source). Each wait's begin and end come one after the other.
     n = len(w.id)
     heads = [f'{{"ph":"b","name":{_j(x)}' for x in w.labels] + ['{"ph":"e"']
     two = np.repeat(np.arange(n), 2)
@@ -186,14 +174,11 @@ def _waits(w: Waits) -> Iterator[Any]:
 
 
 # -- undoing an append that failed -----------------------------------------------------------------
-# A streamed file is written chunk by chunk, and each chunk depends on its writer's state (names
-# and tracks already announced, the lanes still open, for ``.pftrace`` the time of the previous
-# packet, for ``.json.gz`` the compressor's history). An ``append`` that fails part-way (a full
-# disk, a fault while encoding) would leave half a chunk in the file and a state that later chunks
-# build on, and every later chunk would be unreadable. So the streamer takes a ``checkpoint``
-# before each append and, when it fails, a ``rollback`` cuts the file back to the checkpoint's
-# length and puts back the writer's state as it was: the file is again exactly the chunks written
-# before, and the next append continues from there.
+# Each chunk depends on its writer's state (names and tracks announced, lanes still open, the
+# compressor's history): an append that fails part-way (a full disk, a fault while encoding) would
+# leave half a chunk, and a state, that every later chunk builds on. So the streamer takes a
+# ``checkpoint`` before each append and, when one fails, ``rollback`` cuts the files back and puts
+# the state back: the file is again exactly the chunks written before.
 # Values that no writer changes in place: kept, not copied (tuples of these are what keys are).
 _ATOMIC = (
     int, float, complex, str, bytes, bool, type(None), tuple, frozenset, type,
@@ -228,27 +213,7 @@ def state_copy(x: Any) -> Any:
     return copy.deepcopy(x)  # (a numpy array, a slotted object)
 
 
-Checkpoint = tuple[int, dict[str, Any]]  # a file's length and its writer's state, before an append
-
-
-def checkpoint(fd: int, writer: Any, *names: str) -> Checkpoint:
-    """The length of ``fd`` and a copy of ``writer``'s attributes ``names`` (a compressor is
-    copied with its own ``copy()``)."""
-    state = {}
-    for name in names:
-        v = getattr(writer, name)
-        state[name] = v.copy() if hasattr(v, "flush") and hasattr(v, "copy") else state_copy(v)
-    return os.lseek(fd, 0, os.SEEK_CUR), state
-
-
-def rollback(fd: int, writer: Any, cp: Checkpoint) -> None:
-    """Cut ``fd`` back to ``cp``'s length and give ``writer`` back the state it had then. Raises
-    OSError if the file cannot be cut (then the writer must not append again)."""
-    offset, state = cp
-    os.ftruncate(fd, offset)
-    os.lseek(fd, offset, os.SEEK_SET)
-    for name, v in state.items():
-        setattr(writer, name, v)
+Checkpoint = tuple[list[int], dict[str, Any]]  # the files' lengths and the writer's state, before an append
 
 
 class StreamWriter:
@@ -257,6 +222,8 @@ class StreamWriter:
     Each ``append`` is one ``write`` to the OS (and, for gzip, a sync flush first), so after it
     returns the chunk survives the process being killed.
     """
+
+    STATE: tuple[str, ...] = ("_enc", "_z")  # what an append changes besides the files (``_fds``)
 
     def __init__(
         self,
@@ -271,6 +238,7 @@ class StreamWriter:
         self._z = GzipStream() if self._gz else None
         self._head = GzipStream.HEADER if self._gz else b""
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fds = [self._fd]
         self._enc = Planner(header)
         self.closed = False
         try:
@@ -283,7 +251,7 @@ class StreamWriter:
 
     @property
     def rows(self) -> int:
-        """Scopes written so far."""
+        """Scopes written so far (what ``gputrace run`` reports: the session reads it by name)."""
         return self._enc.rows
 
     def append(self, chunk: Trace) -> None:
@@ -294,12 +262,23 @@ class StreamWriter:
             self._write(itertools.chain([first], parts, [b"\n"]), threaded=threaded)
 
     def checkpoint(self) -> Checkpoint:
-        """What ``rollback`` needs to undo the appends after it (see ``checkpoint``)."""
-        return checkpoint(self._fd, self, "_enc", "_z")
+        """What ``rollback`` needs to undo the appends after it: the length of each file and a
+        copy of the attributes ``STATE`` (a compressor copied with its own ``copy()``)."""
+        state = {
+            k: v.copy() if isinstance(v := getattr(self, k), GzipStream) else state_copy(v)
+            for k in self.STATE
+        }
+        return [os.lseek(fd, 0, os.SEEK_CUR) for fd in self._fds], state
 
     def rollback(self, cp: Checkpoint) -> None:
-        """The file and the writer as they were at ``cp`` (an append failed part-way)."""
-        rollback(self._fd, self, cp)
+        """The files cut back to their length at ``cp`` and the writer's state as it was then (an
+        append failed part-way). Raises OSError if a file cannot be cut (then the writer must not
+        append again)."""
+        for fd, offset in zip(self._fds, cp[0], strict=True):
+            os.ftruncate(fd, offset)
+            os.lseek(fd, offset, os.SEEK_SET)
+        for name, v in cp[1].items():
+            setattr(self, name, v)
 
     def _write(self, data: bytes | Iterable[Any], final: bool = False, threaded: bool = False) -> None:
         """Bytes, or a chunk given in bytes-like pieces: compressed piece by piece and written
@@ -461,14 +440,13 @@ def servable(path: str | os.PathLike[str]) -> bytes:
     read): as they are, or, for a streamed file cut short (a killed program, or one still
     running), closed after its last complete chunk."""
     data = opener.read_file(path)
-    gz = data[:2] == b"\x1f\x8b"
-    raw, cut = opener.inflate(data, Path(path)) if gz else (data, False)
+    raw, cut = opener.inflate(data, Path(path))
     if not cut and (not raw.startswith(PREFIX) or raw.rfind(CLOSE, max(0, len(raw) - (1 << 20))) >= 0):
         return data  # not streamed by gputrace, or closed: the final header follows the events
     fixed = repair(raw)
     if fixed is None:
         return data
-    return gzip.compress(fixed, compresslevel=1) if gz else fixed
+    return gzip.compress(fixed, compresslevel=1) if data[:2] == b"\x1f\x8b" else fixed
 
 
 def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> tuple[Any, bool]:

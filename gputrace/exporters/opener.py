@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gputrace.errors import GputraceError
+from gputrace.outpath import FILE_KINDS
 
 ENV_VAR = "GPUTRACE_MAX_TRACE_BYTES"
 DEFAULT_MAX_BYTES = 2 << 30
@@ -35,14 +36,6 @@ _CHUNK = 1 << 20
 MAX_GZIP_RATIO = 40  # real traces compress 5–25-fold; 40 × 20 MB stays under 1 GB of memory
 GZIP_RATIO_FLOOR = 256 << 20  # (the ratio is checked past this size only)
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 EXPORTS = (".pftrace", ".perfetto-trace")  # formats gputrace writes but does not read back
 
 
@@ -127,11 +120,10 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
         raise TraceFileError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise TraceFileError(f"{p}: is a directory, not a trace file.")
         if not stat.S_ISREG(st.st_mode):
-            what = next((w for test, w in _KINDS if test(st.st_mode)), "not a regular file")
-            raise TraceFileError(f"{p}: is {what}, not a trace file; copy it to a regular file first.")
+            what = next((w for test, w in FILE_KINDS if test(st.st_mode)), "not a regular file")
+            how = "" if stat.S_ISDIR(st.st_mode) else "; copy it to a regular file first"
+            raise TraceFileError(f"{p}: is {what}, not a trace file{how}.")
     except BaseException:
         os.close(fd)
         raise
@@ -157,15 +149,14 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
 def read_trace(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
     """The bytes of a trace file, inflated when it is gzip (under ``gzip_cap``), and whether its
     gzip stream ends early (a streamed file cut by a killed program: kept up to where it ends)."""
-    raw = read_file(path)
-    if raw[:2] != b"\x1f\x8b":
-        return raw, False
-    return inflate(raw, Path(path))
+    return inflate(read_file(path), Path(path))
 
 
 def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
-    """Every gzip member of ``raw``, stopping as soon as the output passes the cap; a stream
-    that ends early is kept up to its end (returned with True)."""
+    """Every gzip member of ``raw`` (``raw`` itself if it is not gzip), stopping as soon as the
+    output passes the cap; a stream that ends early is kept up to its end (returned with True)."""
+    if raw[:2] != b"\x1f\x8b":
+        return raw, False
     cap = gzip_cap(len(raw))
     out = bytearray()
     data = memoryview(raw)

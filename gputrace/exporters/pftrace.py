@@ -1,22 +1,15 @@
 """Perfetto's protobuf (``.pftrace``): an export, rendered from the same ``plan`` as the JSON file.
 
 The plan's batches (the same processes, tracks, lanes, flows and args as the JSON file) become
-``TrackEvent`` packets, a column at a time (``_text.Rows``: varints of whole columns, one
-packet layout per batch, interned names), never a Python object per event:
-- a process track per process; a thread track per Python thread; the GPU's stream, overflow,
-  operations, queued and queue-depth tracks as named tracks of its process, with names a person
-  reads that begin with the stream's ("stream 7", "stream 7 · operations", "stream 7 · queued"):
-  Perfetto orders a process's tracks by name, so each stream's tracks sit together;
-- each slice a begin/end pair on its track, its args as debug annotations, its flow as
-  ``flow_ids``/``terminating_flow_ids``; each wait a slice on a "<stream> · queued" track
-  (extra lanes of it where waits overlap); each counter sample on a counter track; instants on
-  their track; packets in time order, each track's begins and ends nested;
-- names, categories and argument names interned once per file.
+``TrackEvent`` packets a column at a time (``_text.Rows``: varints of whole columns, one packet
+layout per batch, names interned once per file), never a Python object per event. What is drawn
+where is in docs/output.md ("The .pftrace export"): GPU tracks are named tracks of their process,
+named after their stream, so that Perfetto, which orders a process's tracks by name, keeps each
+stream's tracks together; waits take lanes of a "<stream> · queued" track; packets come in time
+order, each track's begins and ends nested.
 
-gputrace does not read ``.pftrace`` back: the ``.json.gz`` is the file it reads, and
-``gputrace convert`` turns one into the other. A session asked for ``x.pftrace`` streams
-``x.json.gz`` as it runs (a killed program leaves that file, loadable) and, from the same plan of
-each chunk, ``x.pftrace`` (renamed from ``x.pftrace.partial`` at stop).
+gputrace does not read ``.pftrace`` back: a session asked for ``x.pftrace`` streams ``x.json.gz``
+as it runs and, from the same plan of each chunk, ``x.pftrace.partial``, renamed at stop.
 """
 
 from __future__ import annotations
@@ -68,6 +61,8 @@ class StreamWriter(json_format.StreamWriter):
     Chunks are each in time order, not the whole file: Perfetto sorts what it imports, and each
     chunk's slices begin and end in it."""
 
+    STATE = (*json_format.StreamWriter.STATE, "_packets")
+
     def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
         self.target = Path(path)
         self.partial = self.target.with_name(self.target.name + ".partial")
@@ -79,19 +74,13 @@ class StreamWriter(json_format.StreamWriter):
             os.close(self._pf)
             self.partial.unlink(missing_ok=True)
             raise
+        self._fds.append(self._pf)
 
     def append(self, chunk: Trace) -> None:
         plan = self._enc.chunk(chunk)
         packets = list(self._packets.encode(plan))  # (both rendered before either file is written)
         self._write([*json_format.render(plan), b"\n"])
         json_format.write_all(self._pf, packets)
-
-    def checkpoint(self) -> Any:
-        return super().checkpoint(), json_format.checkpoint(self._pf, self, "_packets")
-
-    def rollback(self, cp: Any) -> None:
-        super().rollback(cp[0])
-        json_format.rollback(self._pf, self, cp[1])
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:

@@ -39,12 +39,6 @@ OP_FLOW_BASE = 1 << 40  # flow ids of launch call -> operation, apart from the s
 OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # PyTorch's categories, which HTA reads
 
 
-def stream_number(label: str, queue: int) -> int:
-    """The stream id a queue label names ("stream 7" -> 7), else the queue index."""
-    head, _, num = label.rpartition(" ")
-    return int(num) if head == "stream" and num.isdigit() else queue
-
-
 # an operation more than this far from the file's zero is not on its time line (never aligned)
 MAX_OP_NS = 10**15
 
@@ -166,16 +160,16 @@ def file_header(trace: Trace) -> dict[str, Any]:
     return capped_header(header)
 
 
-def process_label(rank: Any, host: Any, pid: int, pid_is_real: bool) -> str:
-    parts = []
-    if rank is not None:
-        parts.append(f"rank {rank}")
-    if host:
-        parts.append(str(host))
+def process_label(p: dict[str, Any], pid: int) -> str:
+    """A process named by its rank and host (``p``: a merged trace's entry of ``processes``), with
+    its pid where it is real; "python <pid>" where it has neither."""
+    parts = [] if p.get("rank") is None else [f"rank {p['rank']}"]
+    if p.get("host"):
+        parts.append(str(p["host"]))
     if not parts:
         return f"python {pid}"
     label = " · ".join(parts)
-    return f"{label} (pid {pid})" if pid_is_real and pid else label
+    return f"{label} (pid {pid})" if p.get("pid_is_real", True) and pid else label
 
 
 # -- the plan of one chunk -------------------------------------------------------------------------
@@ -262,9 +256,8 @@ class Planner:
     def __init__(self, header: dict[str, Any]) -> None:
         self.base = int(header["base_ns"])
         self.pid = int(header.get("pid") or 1)
-        self.rank = header.get("rank")
         host = header.get("host")
-        self.host = str(host.get("name")) if isinstance(host, dict) and host.get("name") else None
+        self.own = {"rank": header.get("rank"), "host": host.get("name") if isinstance(host, dict) else None}
         procs = header.get("processes")
         self.processes: list[dict[str, Any]] = procs if isinstance(procs, list) else []
         self.pid_of_tid: dict[int, int] = {
@@ -282,12 +275,6 @@ class Planner:
         self.queues: list[QueueInfo] = []
 
     # -- names ---------------------------------------------------------------------------------
-    def _proc_label(self, pid: int) -> str:
-        for p in self.processes:
-            if int(p["pid"]) == pid:
-                return process_label(p.get("rank"), p.get("host"), pid, bool(p.get("pid_is_real", True)))
-        return process_label(self.rank, self.host, pid, True)
-
     def _name_process(self, pid: int, meta: list[dict[str, Any]]) -> None:
         if (pid, 0) in self.named:
             return
@@ -298,11 +285,12 @@ class Planner:
             label = f"GPU {d} · {q.device_name} · {q.backend}" if q else f"GPU {d}"
             owner = self.proc_of_device.get(d)
             if owner is not None:
-                label = f"{process_label(owner.get('rank'), owner.get('host'), 0, False)} · {label}"
+                label = f"{process_label(owner, 0)} · {label}"
             sort = 1 << 16 | d  # GPUs after every Python process
         else:
-            label = self._proc_label(pid)
-            sort = next((k for k, p in enumerate(self.processes) if int(p["pid"]) == pid), 0)
+            found = [(k, p) for k, p in enumerate(self.processes) if int(p["pid"]) == pid]
+            sort, p = found[0] if found else (0, self.own)
+            label = process_label(p, pid)
         meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}})
         meta.append(
             {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}}
@@ -536,8 +524,10 @@ class Planner:
         known_q = (qcol >= 0) & (qcol < nq)
         qi_safe = np.where(known_q, qcol, nq)
         dev = np.array([q.device for q in queues] + [0], np.int64)[qi_safe]
-        numbers = np.array([stream_number(q.label, i) for i, q in enumerate(queues)] + [0], np.int64)
-        stream = np.where(known_q, numbers[qi_safe], qcol)
+        # the stream id a queue label names ("stream 7" -> 7), else the queue index
+        heads = [q.label.rpartition(" ") for q in queues]
+        numbers = [int(n) if h == "stream" and n.isdigit() else i for i, (h, _, n) in enumerate(heads)]
+        stream = np.where(known_q, np.array([*numbers, 0], np.int64)[qi_safe], qcol)
         scope = ops.scope.astype(np.int64)
         row = np.where(scope >= 0, self.rows + scope, -1)
         thr = ops.thread.astype(np.int64)

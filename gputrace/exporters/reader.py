@@ -74,38 +74,36 @@ def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) 
         header["truncated"] = True
     try:
         return build(doc["traceEvents"], header)
-    except Malformed as exc:
-        raise TraceFileError(f"{where}: the trace is malformed: {exc}.") from None
-    except KeyError as exc:
-        raise TraceFileError(
-            f"{where}: the trace is malformed: the field {exc.args[0]!r} is missing."
-        ) from None
-    except AttributeError:
-        raise TraceFileError(
-            f"{where}: the trace is malformed: an event, its args or a header entry is not an object."
-        ) from None
-    except (TypeError, ValueError, IndexError, OverflowError) as exc:
-        raise TraceFileError(f"{where}: the trace is malformed ({type(exc).__name__}: {exc}).") from None
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError, OverflowError) as exc:
+        if isinstance(exc, Malformed):
+            why = f": {exc}"
+        elif isinstance(exc, KeyError):
+            why = f": the field {exc.args[0]!r} is missing"
+        elif isinstance(exc, AttributeError):
+            why = ": an event, its args or a header entry is not an object"
+        else:
+            why = f" ({type(exc).__name__}: {exc})"
+        raise TraceFileError(f"{where}: the trace is malformed{why}.") from None
 
 
 # -- columns ---------------------------------------------------------------------------------------
-def _array(values: list[Any], empty: type[np.generic]) -> npt.NDArray[Any]:
-    """``np.array(values)``, or an object array (refused by the callers) where numpy cannot."""
-    if not values:
-        return np.zeros(0, empty)
+def _column(values: list[Any], what: str, kinds: str) -> npt.NDArray[Any]:
+    """``np.array(values)``, refused unless a column of integers (``kinds`` "iu") or numbers
+    ("iuf"): no strings, nulls, nested or ragged lists."""
     try:
-        return np.array(values)
+        arr = np.array(values) if values else np.zeros(0, np.int64)
     except (ValueError, TypeError, OverflowError):  # ragged lists, mixed nesting
-        return np.array([None])
+        arr = np.array([None])
+    if arr.ndim != 1 or arr.dtype.kind not in kinds:
+        ok, kind = ((int,), "an integer") if kinds == "iu" else ((int, float), "a number")
+        bad = next((v for v in values if type(v) not in ok), None)
+        raise Malformed(f"{what} must be {kind}, not {type(bad).__name__} {bad!r:.40}")
+    return arr
 
 
 def floats(values: list[Any], what: str, *, non_negative: bool = False) -> npt.NDArray[np.float64]:
-    """Numbers as float64, refusing strings, nulls, nested lists and absurd magnitudes."""
-    arr = _array(values, np.float64)
-    if arr.ndim != 1 or arr.dtype.kind not in "iuf":
-        bad = next((v for v in values if type(v) not in (int, float)), None)
-        raise Malformed(f"{what} must be a number, not {type(bad).__name__} {bad!r:.40}")
-    out = arr.astype(np.float64)
+    """Numbers as float64, refusing what ``_column`` refuses and absurd magnitudes."""
+    out = _column(values, what, "iuf").astype(np.float64)
     if len(out) and not (np.abs(out).max() < MAX_ABS_US):
         raise Malformed(f"{what} holds an absurd value ({np.abs(out).max():g} µs)")
     if non_negative and len(out) and out.min() < 0:
@@ -114,11 +112,7 @@ def floats(values: list[Any], what: str, *, non_negative: bool = False) -> npt.N
 
 
 def ints(values: list[Any], what: str) -> I64:
-    arr = _array(values, np.int64)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        bad = next((v for v in values if type(v) is not int), None)
-        raise Malformed(f"{what} must be an integer, not {type(bad).__name__} {bad!r:.40}")
-    return arr.astype(np.int64)
+    return _column(values, what, "iu").astype(np.int64)
 
 
 def _col(events: list[Any], key: str) -> list[Any]:
@@ -186,18 +180,8 @@ def _names_from_metadata(events: list[Event]) -> tuple[list[ThreadInfo], list[Qu
     return list(threads.values()), qlist
 
 
-def _thread_rows(tids: I64, thread_row: dict[int, int]) -> npt.NDArray[np.int32]:
-    """Row of the thread of each tid; a tid the header does not list is malformed."""
-    if len(tids) and not thread_row:
-        raise Malformed("the header lists no threads, but the trace has cpu slices")
-    rows = np.fromiter(map(thread_row.get, tids.tolist(), repeat(-1)), np.int32, len(tids))
-    if (rows < 0).any():
-        raise Malformed(f"a cpu slice is on thread {int(tids[rows < 0][0])}, which the header does not list")
-    return rows
-
-
-def _repeated_cpu_slice(tid: I64, name: Any, ts: Any, dur: Any, events: list[Event]) -> str | None:
-    """Why the CPU slices are malformed if one appears twice (every field equal)."""
+def _refuse_repeats(tid: I64, name: Any, ts: Any, dur: Any, events: list[Event]) -> None:
+    """Refuse the CPU slices if one appears twice (every field equal)."""
     order = np.lexsort((dur, ts, name, tid))
     same = np.ones(len(order) - 1, bool)
     for col in (tid, name, ts, dur):
@@ -210,11 +194,10 @@ def _repeated_cpu_slice(tid: I64, name: Any, ts: Any, dur: Any, events: list[Eve
         except RecursionError:  # args nested deeper than Python compares
             repeated = False
         if repeated:
-            return (
+            raise Malformed(
                 f"the cpu slice {str(a.get('name'))[:60]!r} at ts {a.get('ts')} appears twice "
                 "(was the file concatenated or edited?)"
             )
-    return None
 
 
 # -- the trace -------------------------------------------------------------------------------------
@@ -239,12 +222,18 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     s.name = _interned(_col(cpu, "name"), intern)
     tids = ints(_col(cpu, "tid"), "a cpu slice's tid") % OVERLAP_TID_STEP
     thread_row = {t.tid: i for i, t in enumerate(threads)}  # the last listed wins a repeat
-    s.thread = _thread_rows(tids, thread_row)
+    if n and not thread_row:
+        raise Malformed("the header lists no threads, but the trace has cpu slices")
+    s.thread = np.fromiter(map(thread_row.get, tids.tolist(), repeat(-1)), np.int32, n)
+    if (s.thread < 0).any():
+        raise Malformed(
+            f"a cpu slice is on thread {int(tids[s.thread < 0][0])}, which the header does not list"
+        )
     ts = floats(_col(cpu, "ts"), "a cpu slice's ts")
     dur = floats(_col(cpu, "dur"), "a cpu slice's dur", non_negative=True)
     # a slice can only repeat another with the same start: none where starts only increase
-    if n > 1 and not (np.diff(ts) > 0).all() and (why := _repeated_cpu_slice(tids, s.name, ts, dur, cpu)):
-        raise Malformed(why)
+    if n > 1 and not (np.diff(ts) > 0).all():
+        _refuse_repeats(tids, s.name, ts, dur, cpu)
     s.cpu_start_ns = base + _ns(ts)
     s.cpu_end_ns = s.cpu_start_ns + _ns(dur)
     for i, a in enumerate(_get(cpu, "args", None)):
