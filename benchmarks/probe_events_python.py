@@ -25,7 +25,8 @@ from pathlib import Path
 
 FAKE_CUPY = r"""
 import itertools, operator, sys, types
-cupy = types.ModuleType("cupy"); cuda = types.ModuleType("cupy.cuda"); rt = types.ModuleType("cupy.cuda.runtime")
+cupy, cuda = types.ModuleType("cupy"), types.ModuleType("cupy.cuda")
+rt = types.ModuleType("cupy.cuda.runtime")
 class Stream:
     def __init__(self, non_blocking=False, ptr=7):
         self.ptr, self.device_id = ptr, 0
@@ -53,7 +54,9 @@ cupy.cuda, cupy.__version__ = cuda, "stand-in"
 sys.modules.update({"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.runtime": rt})
 """
 
-CHILD = FAKE_CUPY + r"""
+CHILD = (
+    FAKE_CUPY
+    + r"""
 import json, os, time, contextlib
 n, variant, path, profile = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 import gputrace
@@ -88,6 +91,7 @@ if prof:
 print(json.dumps({"main": (c1 - c0) * 1e6 / n, "others": ((p1 - p0) - (c1 - c0)) * 1e6 / n,
                   "wall": ((w1 - w0) - 0.002 * (n // 1000)) * 1e6 / n, "stop_ms": stop * 1e3}))
 """
+)
 
 
 def main() -> None:
@@ -107,7 +111,7 @@ def main() -> None:
         if a.profile:
             cmd = [sys.executable, "-c", CHILD, str(a.scopes), "events", f"{d}/p.json.gz", "1"]
             print(subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=True).stderr)
-    print(f"{a.scopes:,} empty scopes, CUDA events timing on a stand-in CuPy; median of {a.reps} (µs a scope)")
+    print(f"{a.scopes:,} empty scopes, events timing, stand-in CuPy; median of {a.reps} (µs a scope)")
     print(f"{'variant':<8}{'wall':>8}{'main CPU':>10}{'others CPU':>12}{'stop ms':>9}")
     for v, runs in got.items():
         m = {k: statistics.median(r[k] for r in runs) for k in ("wall", "main", "others", "stop_ms")}
