@@ -461,6 +461,34 @@ def test_cuda_backend(point: str, mode: str, timing: str, tmp_path: Path) -> Non
     _check(point, mode, fault, msgs, t, gpu=True)
 
 
+# cuda's events timing on a stand-in CuPy (tests/cupy_standin.py), everywhere ------------------------------
+@pytest.mark.parametrize(("point", "mode"), _cases([*BACKEND_METHODS, *STAGES]))
+def test_cuda_events_on_a_standin_cupy(
+    point: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events timing's code (its harvests and reads included), without a GPU: the stand-in's
+    events land at scripted GPU times."""
+    from gputrace.backends.cuda_events import CudaEventsBackend
+    from tests.cupy_standin import install
+
+    gpu = install(monkeypatch)
+
+    def program() -> int:
+        for i in range(STEPS):
+            with gputrace.trace("step", i=i):
+                gpu.advance(20_000)  # (2.5 µs or less would be an empty span)
+            if i == 2:
+                gputrace.sync()
+        return STEPS
+
+    result, fault, msgs, t = _run(
+        lambda: "cuda", program, _target(point, CudaEventsBackend), mode, tmp_path / "t.json",
+        backend_options={"timing": "events"}, writer="thread", **_stage_options(point),
+    )  # fmt: skip
+    assert result == STEPS
+    _check(point, mode, fault, msgs, t, gpu=True)
+
+
 # A fault at a sampled call of every function of the pipeline, for every format -------------------------
 # (tests/faults.CallFaults counts calls by code object on every thread, so a function imported by
 # name elsewhere, a method or a nested function fails wherever it is called from.)
