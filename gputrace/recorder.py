@@ -673,14 +673,13 @@ class Recorded:
         if complete:
             return Recorded(self.buf, self.plain, before + self.rich, self.marks), None
         plain, rich, wait = self.plain, self.rich, list(before)
-        ready: list[Any] = []
         if horizon is not None:
             rich, wait = wait + rich, []
             plain, wait = _split_plain(plain, _column(plain, 2) > horizon)
-        for i in range(0, len(rich), RICH):
-            item = rich[i : i + RICH]
-            late = item[2] > horizon if horizon is not None else item[3] > 0
-            (wait if late else ready).extend(item)
+            ready, late = _split(rich, _column(rich, 2, RICH) > horizon, RICH)
+        else:
+            ready, late = _split(rich, _column(rich, 3, RICH) > 0, RICH)
+        wait += late
         if wait and horizon is not None:
             plain, ready, wait = _with_families(plain, ready, wait)
         waiting = Recorded(self.buf, [], wait, []) if wait else None
@@ -707,33 +706,39 @@ def _with_families(
     before the horizon, so it cannot hold a waiting one."""
     first = min(wait[1::RICH])
     plain, late = _split_plain(plain, _column(plain, 1) >= first)
-    keep: list[Any] = []
-    for i in range(0, len(ready), RICH):
-        (late if ready[i + 1] >= first else keep).extend(ready[i : i + RICH])
+    keep, late_rich = _split(ready, _column(ready, 1, RICH) >= first, RICH)
+    late += late_rich
     return plain, keep, (late + wait if late else wait)
 
 
-def _column(plain: list[Any], k: int) -> np.ndarray:
-    """Item ``k`` of every plain scope (1: its start, 2: its end) as an array."""
-    return np.fromiter(plain[k::3], np.int64, len(plain) // 3)
+def _column(items: list[Any], k: int, width: int = 3) -> np.ndarray:
+    """Item ``k`` of every scope in a flat list of ``width`` items a scope (plain: 3, 1 its
+    start, 2 its end; rich: ``RICH``, 3 its token) as an array."""
+    return np.fromiter(items[k::width], np.int64, len(items) // width)
+
+
+def _split(items: list[Any], late: np.ndarray, width: int) -> tuple[list[Any], list[Any]]:
+    """Scopes of a flat list (``width`` items each) cut by the mask ``late``: those not late, and
+    the late ones, both in order; whole scopes only. A thread logs its scopes as they end, so
+    the late ones are mostly the last few: a slice of the list, no loop over the rest."""
+    if len(items) != width * len(late):
+        items = items[: width * len(late)]
+    at = np.flatnonzero(late)
+    if not len(at):
+        return items, []
+    if at[0] == len(late) - len(at):  # a suffix
+        return items[: width * int(at[0])], items[width * int(at[0]) :]
+    on = late.tolist()
+    return (
+        [x for i, x in enumerate(items) if not on[i // width]],
+        [x for i, x in enumerate(items) if on[i // width]],
+    )
 
 
 def _split_plain(plain: list[Any], late: np.ndarray) -> tuple[list[Any], list[Any]]:
     """``plain`` scopes (3 items each) cut by the mask ``late``: those not late, still plain, and
-    the late ones as rich items (``RICH`` each), both in order. A thread logs its scopes as they
-    end, so the late ones are mostly the last few: a slice of the list, no loop over the rest."""
-    del plain[3 * len(late) :]  # (whole scopes only, as ``raw_thread`` keeps them)
-    at = np.flatnonzero(late)
-    if not len(at):
-        return plain, []
-    if at[0] == len(late) - len(at):  # a suffix
-        plain, moved = plain[: 3 * int(at[0])], plain[3 * int(at[0]) :]
-    else:
-        on = late.tolist()
-        plain, moved = (
-            [x for i, x in enumerate(plain) if not on[i // 3]],
-            [x for i, x in enumerate(plain) if on[i // 3]],
-        )
+    the late ones as rich items (``RICH`` each), both in order."""
+    plain, moved = _split(plain, late, 3)
     rich: list[Any] = []
     for i in range(0, len(moved), 3):
         rich.extend((moved[i], moved[i + 1], moved[i + 2], 0, 0, None))

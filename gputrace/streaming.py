@@ -12,6 +12,8 @@ raw records); with ``offload`` they are resolved and appended in a writer proces
 from __future__ import annotations
 
 import contextlib
+import itertools
+import operator
 import os
 import threading
 import time
@@ -19,6 +21,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from gputrace import exporters
 from gputrace.appender import Appender, SpawnFailed, WriterProcess, add_lost, discard, report_lost
@@ -28,7 +32,7 @@ from gputrace.errors import report_internal
 from gputrace.gcpause import gc_paused
 from gputrace.model import QueueInfo, Trace
 from gputrace.recorder import Recorded, Recorder, scopes_in
-from gputrace.records import RawThread
+from gputrace.records import RawSpan, RawThread
 from gputrace.resolver import RawRecording
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
@@ -397,12 +401,9 @@ class Streamer:
         )
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them);
         # CUPTI has none (a set of every scope's token cost 1.5 ms a 20k-scope chunk)
-        tokens = (
-            {int(t) for th in threads for t in th.times[:, 2].tolist() if t > 0}
-            if spans or untimed or degraded
-            else set()
-        )
-        left = [sp for sp in spans if sp.token not in tokens]
+        ended = np.concatenate([th.times[:, 2] for th in threads]) if threads else np.zeros(0, np.int64)
+        left = list(itertools.compress(spans, np.isin(_span_tokens(spans), ended, invert=True).tolist()))
+        tokens = set(ended[ended > 0].tolist()) if untimed or degraded else set()
         if len(left) > MAX_CARRIED_SPANS:
             report_internal(
                 "stream-spans",
@@ -457,3 +458,11 @@ def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
 
     fits = clock_fits(samples)
     return [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
+
+
+_TOKEN = operator.itemgetter(0)
+
+
+def _span_tokens(spans: list[RawSpan]) -> np.ndarray:
+    """The scope token of each span, as an array."""
+    return np.fromiter(map(_TOKEN, spans), np.int64, len(spans))

@@ -17,6 +17,7 @@ import gputrace
 from gputrace.backends.base import Backend
 from gputrace.clock import FakeClock
 from gputrace.model import Flag
+from gputrace.recorder import RICH, Recorded, ThreadBuffer
 
 
 def cpu_session(clock: FakeClock | None = None, **kw: object) -> gputrace.session:
@@ -353,6 +354,26 @@ def test_a_scope_waiting_for_the_horizon_keeps_its_children_with_it() -> None:
     ready, waiting = _take(_a_b_then_c, FakeClock(1_000, 10)).settle(None, horizon=1025)
     assert ready.scopes() == 0 and waiting is not None
     assert sorted(n for n, _, _ in _names_times(waiting)) == ["a", "b", "c"]
+
+
+def test_scopes_with_a_gpu_span_settle_in_order() -> None:
+    """Scopes in the rich layout (a GPU token, args) settle as plain ones do. Without a horizon
+    those with a token wait and the others are ready, each in order, wherever they stand; with
+    one, those that ended after it wait, with every scope that started inside them."""
+    buf = ThreadBuffer(None, "t", 1)
+    rich: list[Any] = []
+    for name, start, end, token in [("b", 5, 8, 1), ("a", 0, 10, 0), ("c", 20, 30, 2), ("d", 40, 50, 0)]:
+        rich.extend((name, start, end, token, 0, None))
+
+    def names(r: Any) -> list[str]:
+        return [] if r is None else list(r.rich[0::RICH])
+
+    ready, waiting = Recorded(buf, [], list(rich), []).settle(None, horizon=None)
+    assert (names(ready), names(waiting)) == (["a", "d"], ["b", "c"])
+    ready, waiting = Recorded(buf, [], list(rich), []).settle(None, horizon=25)
+    assert (names(ready), names(waiting)) == (["b", "a"], ["c", "d"])
+    ready, waiting = Recorded(buf, [], list(rich), []).settle(None, horizon=9)
+    assert (names(ready), names(waiting)) == ([], ["b", "a", "c", "d"])  # (b ended before 9, inside a)
 
 
 def test_a_take_cut_into_pieces_keeps_every_scope_once() -> None:
