@@ -190,15 +190,16 @@ def _bends(g: F64, lower: F64, upper: F64) -> F64:
     out = []
     for vals in (lower, upper):
         m = np.isfinite(vals)
-        gx, vy = g[m], vals[m]
-        if len(gx) < 2:
-            continue
-        order = np.argsort(gx, kind="stable")
-        gx, vy = gx[order], vy[order]
-        dg = np.diff(gx)
-        ok = dg > 0
-        out.append(np.diff(vy)[ok] / dg[ok])
-    return np.concatenate(out) if out else np.zeros(0)
+        order = np.argsort(g[m], kind="stable")
+        out.append(_slopes(g[m][order], vals[m][order]))
+    return np.concatenate(out)
+
+
+def _slopes(x: F64, y: F64) -> F64:
+    """Slopes between neighbouring points (sorted by ``x``; points at the same ``x`` give none)."""
+    dx = np.diff(x)
+    ok = dx > 0
+    return np.asarray(np.diff(y)[ok] / dx[ok])
 
 
 def _edge_low(g: F64, lower: F64, d: F64) -> F64:
@@ -258,9 +259,7 @@ def _upper_hull_in_range(x: F64, y: F64) -> npt.NDArray[np.intp]:
             break
         won = np.array(sorted(had | new), np.intp)
         hull = won[_upper_hull(x[won], y[won])]
-        dx = np.diff(x[hull])
-        ok = dx > 0
-        bends = np.diff(y[hull])[ok] / dx[ok]
+        bends = _slopes(x[hull], y[hull])
         at = np.concatenate([[-MAX_DRIFT, MAX_DRIFT], bends[np.abs(bends) < MAX_DRIFT]])
     return won[_upper_hull(x[won], y[won])]
 

@@ -17,7 +17,7 @@ import importlib
 import os
 import platform
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,8 @@ STEPS = {
     "cpu": (),
 }
 SHARED_STEPS = ("clock", "scope_cost")  # then, for GPU backends, "numpy_breakeven"
+# One point of the GPU's break-even grid: (multiply-adds per element, kernel, kernel with copies)
+Case = tuple[int, Callable[[], None], Callable[[], None]]
 
 
 def steps(backend: str) -> tuple[str, ...]:
@@ -99,6 +101,19 @@ class DeviceRun:
         for name, stat in ((summary_wall, m.wall), (summary_device, m.device)):
             if name is not None and stat is not None:
                 self.summary[name] = stat.median
+
+    def gpu_breakeven(
+        self, sizes: Sequence[int], cases: Callable[[int], Iterable[Case]], time_ns: Callable[..., float]
+    ) -> None:
+        """The GPU side of the break-even table: for each size ``n``, every case of ``cases(n)``
+        timed by ``time_ns`` (the kernel first, then with copies)."""
+        resident: dict[int, list[float]] = {}
+        copies: dict[int, list[float]] = {}
+        for n in sizes:
+            for ops, kernel, with_copies in cases(n):
+                resident.setdefault(ops, []).append(time_ns(kernel))
+                copies.setdefault(ops, []).append(time_ns(with_copies))
+        self.sizes, self.resident_ns, self.with_copies_ns = list(sizes), resident, copies
 
     def step(self, key: str, fn: Callable[[], None]) -> None:
         """Run one group of measurements; if it fails, record why and carry on with the next."""
