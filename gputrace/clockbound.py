@@ -71,13 +71,12 @@ class FeasibleBand:
     ) -> None:
         self.fit = fit  # the line whose error is bounded; its cpu_ref may move (see centre_offset)
         self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
-        self.x, self.lower, self.upper = x, lower, upper  # hull points only (±inf: not a bound)
+        self.x = x  # the hull points' GPU times
         self.span = span  # GPU times of the first and the last sample the fit rests on (frame of x)
         self.d_lo, self.d_hi = d_lo, d_hi
         # The polygon's vertices: every drift where L or U bends, inside [d_lo, d_hi], and the ends.
         bends = _bends(x, lower, upper)
-        d = distinct(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
-        self._drift = d
+        self._drift = d = distinct(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
         self._low_at = _edge_low(x, lower, d)  # L(δ) at each vertex drift
         self._high_at = _edge_high(x, upper, d)  # U(δ) at each vertex drift
 

@@ -46,21 +46,12 @@ class Plan:
     """How much to measure. ``quick`` keeps a run to seconds (tests, a first look)."""
 
     quick: bool
-    sizes: list[int]
-    reps: int  # repetitions per data point
-    batches: int  # batches for per-operation costs
     progress: Callable[[str], None] | None = None  # measure()'s, told each group as it starts
 
-    @classmethod
-    def make(cls, quick: bool, progress: Callable[[str], None] | None = None) -> Plan:
-        top = 20 if quick else 24
-        return cls(
-            quick=quick,
-            sizes=[1 << e for e in range(4, top + 1, 2)],
-            reps=5 if quick else 21,
-            batches=20 if quick else 100,
-            progress=progress,
-        )
+    def __post_init__(self) -> None:
+        self.sizes = [1 << e for e in range(4, (20 if self.quick else 24) + 1, 2)]  # break-even grid
+        self.reps = 5 if self.quick else 21  # repetitions per data point
+        self.batches = 20 if self.quick else 100  # batches for per-operation costs
 
 
 @dataclass
@@ -141,7 +132,7 @@ def measure(
 
     if backend not in BACKENDS:
         raise GputraceError(f"unknown calibration backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
-    plan = Plan.make(quick, progress)
+    plan = Plan(quick, progress)
     load_before = loadavg()
     if backend == "cpu":
         run = DeviceRun(device=f"CPU · {platform.processor() or platform.machine()}", progress=plan.progress)
