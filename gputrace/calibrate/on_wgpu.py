@@ -119,8 +119,7 @@ def measure(plan: Plan) -> DeviceRun:
     timestamps = "timestamp-query" in adapter.features
     device = adapter.request_device_sync(required_features=["timestamp-query"] if timestamps else [])
     info = dict(adapter.info)
-    device_name = f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})"
-    run = DeviceRun(device=device_name, progress=plan.progress)
+    run = DeviceRun(f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})", plan.progress)
     w = _Wgpu(wgpu, device, timestamps)
     run.info = {
         "wgpu": wgpu.__version__,
