@@ -71,13 +71,12 @@ class FeasibleBand:
     ) -> None:
         self.fit = fit  # the line whose error is bounded; its cpu_ref may move (see centre_offset)
         self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
-        self.x, self.lower, self.upper = x, lower, upper  # hull points only (±inf: not a bound)
+        self.x = x  # the hull points' GPU times
         self.span = span  # GPU times of the first and the last sample the fit rests on (frame of x)
         self.d_lo, self.d_hi = d_lo, d_hi
         # The polygon's vertices: every drift where L or U bends, inside [d_lo, d_hi], and the ends.
         bends = _bends(x, lower, upper)
-        d = distinct(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
-        self._drift = d
+        self._drift = d = distinct(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
         self._low_at = _edge_low(x, lower, d)  # L(δ) at each vertex drift
         self._high_at = _edge_high(x, upper, d)  # U(δ) at each vertex drift
 
@@ -190,15 +189,16 @@ def _bends(g: F64, lower: F64, upper: F64) -> F64:
     out = []
     for vals in (lower, upper):
         m = np.isfinite(vals)
-        gx, vy = g[m], vals[m]
-        if len(gx) < 2:
-            continue
-        order = np.argsort(gx, kind="stable")
-        gx, vy = gx[order], vy[order]
-        dg = np.diff(gx)
-        ok = dg > 0
-        out.append(np.diff(vy)[ok] / dg[ok])
-    return np.concatenate(out) if out else np.zeros(0)
+        order = np.argsort(g[m], kind="stable")
+        out.append(_slopes(g[m][order], vals[m][order]))
+    return np.concatenate(out)
+
+
+def _slopes(x: F64, y: F64) -> F64:
+    """Slopes between neighbouring points (sorted by ``x``; points at the same ``x`` give none)."""
+    dx = np.diff(x)
+    ok = dx > 0
+    return np.asarray(np.diff(y)[ok] / dx[ok])
 
 
 def _edge_low(g: F64, lower: F64, d: F64) -> F64:
@@ -258,9 +258,7 @@ def _upper_hull_in_range(x: F64, y: F64) -> npt.NDArray[np.intp]:
             break
         won = np.array(sorted(had | new), np.intp)
         hull = won[_upper_hull(x[won], y[won])]
-        dx = np.diff(x[hull])
-        ok = dx > 0
-        bends = np.diff(y[hull])[ok] / dx[ok]
+        bends = _slopes(x[hull], y[hull])
         at = np.concatenate([[-MAX_DRIFT, MAX_DRIFT], bends[np.abs(bends) < MAX_DRIFT]])
     return won[_upper_hull(x[won], y[won])]
 

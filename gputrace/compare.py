@@ -74,19 +74,10 @@ def diff(
     rows = []
     for nm in sorted(set(sa) | set(sb)):
         x, y = sa.get(nm), sb.get(nm)
-        row: dict[str, Any] = {
-            "name": nm,
-            "metric": (y or x or {}).get("metric"),
-            "calls_a": x["calls"] if x else None,
-            "calls_b": y["calls"] if y else None,
-            "median_a_ns": x["median"] if x else None,
-            "median_b_ns": y["median"] if y else None,
-            "iqr_a_ns": x["iqr"] if x else None,
-            "iqr_b_ns": y["iqr"] if y else None,
-            "change_ns": None,
-            "change_pct": None,
-            "exceeds_noise": None,
-        }
+        row: dict[str, Any] = {"name": nm, "metric": (y or x or {}).get("metric")}
+        for key, stat in (("calls_{}", "calls"), ("median_{}_ns", "median"), ("iqr_{}_ns", "iqr")):
+            row.update({key.format(side): st[stat] if st else None for side, st in (("a", x), ("b", y))})
+        row.update(change_ns=None, change_pct=None, exceeds_noise=None)
         if x is None:
             row["verdict"] = "only in B"
         elif y is None:

@@ -84,7 +84,6 @@ def _steps(
     s = trace.scopes
     n = len(procs)
     keyed: dict[int, dict[Any, int]] = {k: {} for k in range(n)}  # proc -> step key -> scope row
-    step_name = None
     prof = [i for i, name in enumerate(trace.names) if PROFILER_STEP.match(name)]
     if prof:
         step_name = "ProfilerStep#N"

@@ -17,7 +17,7 @@ import importlib
 import os
 import platform
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,8 @@ STEPS = {
     "cpu": (),
 }
 SHARED_STEPS = ("clock", "scope_cost")  # then, for GPU backends, "numpy_breakeven"
+# One point of the GPU's break-even grid: (multiply-adds per element, kernel, kernel with copies)
+Case = tuple[int, Callable[[], None], Callable[[], None]]
 
 
 def steps(backend: str) -> tuple[str, ...]:
@@ -44,21 +46,12 @@ class Plan:
     """How much to measure. ``quick`` keeps a run to seconds (tests, a first look)."""
 
     quick: bool
-    sizes: list[int]
-    reps: int  # repetitions per data point
-    batches: int  # batches for per-operation costs
     progress: Callable[[str], None] | None = None  # measure()'s, told each group as it starts
 
-    @classmethod
-    def make(cls, quick: bool, progress: Callable[[str], None] | None = None) -> Plan:
-        top = 20 if quick else 24
-        return cls(
-            quick=quick,
-            sizes=[1 << e for e in range(4, top + 1, 2)],
-            reps=5 if quick else 21,
-            batches=20 if quick else 100,
-            progress=progress,
-        )
+    def __post_init__(self) -> None:
+        self.sizes = [1 << e for e in range(4, (20 if self.quick else 24) + 1, 2)]  # break-even grid
+        self.reps = 5 if self.quick else 21  # repetitions per data point
+        self.batches = 20 if self.quick else 100  # batches for per-operation costs
 
 
 @dataclass
@@ -100,6 +93,19 @@ class DeviceRun:
             if name is not None and stat is not None:
                 self.summary[name] = stat.median
 
+    def gpu_breakeven(
+        self, sizes: Sequence[int], cases: Callable[[int], Iterable[Case]], time_ns: Callable[..., float]
+    ) -> None:
+        """The GPU side of the break-even table: for each size ``n``, every case of ``cases(n)``
+        timed by ``time_ns`` (the kernel first, then with copies)."""
+        resident: dict[int, list[float]] = {}
+        copies: dict[int, list[float]] = {}
+        for n in sizes:
+            for ops, kernel, with_copies in cases(n):
+                resident.setdefault(ops, []).append(time_ns(kernel))
+                copies.setdefault(ops, []).append(time_ns(with_copies))
+        self.sizes, self.resident_ns, self.with_copies_ns = list(sizes), resident, copies
+
     def step(self, key: str, fn: Callable[[], None]) -> None:
         """Run one group of measurements; if it fails, record why and carry on with the next."""
         if self.progress is not None:
@@ -126,7 +132,7 @@ def measure(
 
     if backend not in BACKENDS:
         raise GputraceError(f"unknown calibration backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
-    plan = Plan.make(quick, progress)
+    plan = Plan(quick, progress)
     load_before = loadavg()
     if backend == "cpu":
         run = DeviceRun(device=f"CPU · {platform.processor() or platform.machine()}", progress=plan.progress)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gputrace.calibrate import DeviceRun
-from gputrace.calibrate.result import BreakEven, Measurement, Stat
+from gputrace.calibrate.result import BreakEven, Stat
 from gputrace.npstats import distinct
 
 # The break-even workload: ``ops`` multiply-adds per float32 element, y = y * A + B, repeated.
@@ -171,7 +171,7 @@ def scope_cost(run: DeviceRun, backend: str, batches: int, per_batch: int) -> No
 def numpy_breakeven(run: DeviceRun, batches: int) -> None:
     """The CPU side of the break-even table: one multiply-add pass over ``n`` float32 elements
     with numpy, per size of the GPU's grid; then the table itself."""
-    cpu_pass = []
+    medians = []
     a, b = np.float32(FMA_A), np.float32(FMA_B)
     for n in run.sizes:
         y = np.ones(n, dtype=np.float32)
@@ -181,16 +181,9 @@ def numpy_breakeven(run: DeviceRun, batches: int) -> None:
             np.add(y, b, out=y)
 
         per_batch = max(1, min(1000, (1 << 18) // n))
-        cpu_pass.append(Stat.of(wall_per_op(one_pass, batches=batches, per_batch=per_batch, warmup=2)))
-    run.measurements.append(
-        Measurement(
-            "numpy_pass",
-            "break-even",
-            f"numpy multiply-add pass, {run.sizes[-1]:,} elements",
-            wall=cpu_pass[-1],
-            note="the CPU side of the break-even table",
-        )
-    )
-    medians = [s.median for s in cpu_pass]
+        samples = wall_per_op(one_pass, batches=batches, per_batch=per_batch, warmup=2)
+        medians.append(Stat.of(samples).median)
+    what = f"numpy multiply-add pass, {run.sizes[-1]:,} elements"
+    run.add("numpy_pass", "break-even", what, samples, note="the CPU side of the break-even table")
     run.breakeven, run.curves = table(run.sizes, medians, run.resident_ns, run.with_copies_ns)
-    run.summary["cpu_ns_per_element_op"] = cpu_pass[-1].median / run.sizes[-1]
+    run.summary["cpu_ns_per_element_op"] = medians[-1] / run.sizes[-1]

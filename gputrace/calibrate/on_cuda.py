@@ -14,12 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from gputrace.calibrate import DeviceRun, Plan
+from gputrace.calibrate import Case, DeviceRun, Plan
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B, INTENSITIES, smallest_step, wall_per_op
 from gputrace.calibrate.result import Stat
 from gputrace.errors import GputraceError
@@ -99,7 +99,7 @@ class _Cuda:
         self.stream = cp.cuda.Stream(non_blocking=True)
         mod = cp.RawModule(code=KERNELS)
         self.empty = mod.get_function("gt_empty")
-        self.spin_kernel = mod.get_function("gt_spin")
+        self.spin = mod.get_function("gt_spin")
         self.fma = mod.get_function("gt_fma")
         self.ev0 = cp.cuda.Event()
         self.ev1 = cp.cuda.Event()
@@ -132,9 +132,6 @@ class _Cuda:
             self.ev1.record(self.stream)
             device.append(self.elapsed_ns())
         return wall, device
-
-    def spin(self, ns: float) -> None:
-        self.spin_kernel((1,), (1,), (np.int64(int(ns)),))
 
 
 def measure(plan: Plan) -> DeviceRun:
@@ -205,7 +202,7 @@ def _queued(
         stream.synchronize()
     cpu, gpu = [], []
     for _ in range(batches):
-        c.spin(spin_ns)
+        c.spin((1,), (1,), (np.int64(int(spin_ns)),))
         c.ev0.record(stream)
         t0 = clock()
         for _ in range(per):
@@ -365,33 +362,27 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 def _breakeven(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     cp = c.cp
     rt = cp.cuda.runtime
-    run.sizes = list(plan.sizes)
     a, b = np.float32(FMA_A), np.float32(FMA_B)
-    resident: dict[int, list[float]] = {k: [] for k in INTENSITIES}
-    copies: dict[int, list[float]] = {k: [] for k in INTENSITIES}
-    for n in plan.sizes:
+
+    def cases(n: int) -> Iterator[Case]:
         y = cp.ones(n, dtype=cp.float32)
         host = np.ones(n, dtype=np.float32)
         grid = ((n + 255) // 256,)
+        dev, hptr, nbytes = y.data.ptr, host.ctypes.data, 4 * n
         for ops in INTENSITIES:
             args = (y, np.int64(n), np.int32(ops), a, b)
 
-            def kernel(args: Any = args, grid: tuple[int] = grid) -> None:
+            def kernel(args: Any = args) -> None:
                 c.fma(grid, (256,), args)
 
-            def with_copies(
-                kernel: Callable[[], None] = kernel,
-                dev: int = y.data.ptr,
-                hptr: int = host.ctypes.data,
-                nbytes: int = 4 * n,
-            ) -> None:
+            def with_copies(kernel: Callable[[], None] = kernel) -> None:
                 rt.memcpyAsync(dev, hptr, nbytes, rt.memcpyHostToDevice, c.stream.ptr)
                 kernel()
                 rt.memcpyAsync(hptr, dev, nbytes, rt.memcpyDeviceToHost, c.stream.ptr)
 
-            for fn, out in ((kernel, resident), (with_copies, copies)):
-                wall = wall_per_op(c.synced(fn), batches=plan.reps, per_batch=1, warmup=2)
-                out[ops].append(Stat.of(wall).median)
-        del y, host
-    run.resident_ns = resident
-    run.with_copies_ns = copies
+            yield ops, kernel, with_copies
+
+    def median_wall(fn: Callable[[], None]) -> float:
+        return Stat.of(wall_per_op(c.synced(fn), batches=plan.reps, per_batch=1, warmup=2)).median
+
+    run.gpu_breakeven(plan.sizes, cases, median_wall)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from gputrace.backends.wgpu_queries import timestamp_period
-from gputrace.calibrate import DeviceRun, Plan
+from gputrace.calibrate import Case, DeviceRun, Plan
 from gputrace.calibrate.on_cpu import FMA_A, FMA_B, INTENSITIES, smallest_step, wall_per_op
 from gputrace.calibrate.result import Stat
 from gputrace.errors import GputraceError
@@ -118,8 +119,7 @@ def measure(plan: Plan) -> DeviceRun:
     timestamps = "timestamp-query" in adapter.features
     device = adapter.request_device_sync(required_features=["timestamp-query"] if timestamps else [])
     info = dict(adapter.info)
-    device_name = f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})"
-    run = DeviceRun(device=device_name, progress=plan.progress)
+    run = DeviceRun(f"{info.get('device', '?')} · wgpu ({info.get('backend_type', '?')})", plan.progress)
     w = _Wgpu(wgpu, device, timestamps)
     run.info = {
         "wgpu": wgpu.__version__,
@@ -256,15 +256,13 @@ def _breakeven(run: DeviceRun, plan: Plan, w: _Wgpu, cpu_adapter: bool) -> None:
     usage = wgpu.BufferUsage
     clock = time.perf_counter_ns
     top = CPU_ADAPTER_MAX_LOG2 - (4 if plan.quick else 0)
-    sizes = [n for n in plan.sizes if not cpu_adapter or n <= 1 << top]
     pipeline = device.create_compute_pipeline(
         layout="auto",
         compute={"module": device.create_shader_module(code=FMA_WGSL), "entry_point": "main"},
     )
     params = device.create_buffer(size=16, usage=usage.UNIFORM | usage.COPY_DST)
-    resident: dict[int, list[float]] = {k: [] for k in INTENSITIES}
-    copies: dict[int, list[float]] = {k: [] for k in INTENSITIES}
-    for n in sizes:
+
+    def cases(n: int) -> Iterator[Case]:
         y = device.create_buffer(size=4 * n, usage=usage.STORAGE | usage.COPY_DST | usage.COPY_SRC)
         ymap = device.create_buffer(size=4 * n, usage=usage.MAP_READ | usage.COPY_DST)
         host = np.ones(n, dtype=np.float32)
@@ -276,37 +274,31 @@ def _breakeven(run: DeviceRun, plan: Plan, w: _Wgpu, cpu_adapter: bool) -> None:
             ],
         )
         groups = min((n + 63) // 64, MAX_WORKGROUPS)
-        for ops in INTENSITIES:
+
+        def kernel() -> None:
+            w.queue.submit([w.dispatch(pipeline, groups, bind).finish()])
+            w.wait()
+
+        def with_copies() -> None:
+            w.queue.write_buffer(y, 0, host)
+            enc = w.dispatch(pipeline, groups, bind)
+            enc.copy_buffer_to_buffer(y, 0, ymap, 0, 4 * n)
+            w.queue.submit([enc.finish()])
+            ymap.map_sync(wgpu.MapMode.READ)
+            host[:] = np.frombuffer(ymap.read_mapped(), dtype=np.float32)
+            ymap.unmap()
+
+        for ops in INTENSITIES:  # the kernel reads its intensity from params
             w.queue.write_buffer(params, 0, struct.pack("<IIff", n, ops, FMA_A, FMA_B))
-
-            def kernel(bind: Any = bind, groups: int = groups) -> None:
-                w.queue.submit([w.dispatch(pipeline, groups, bind).finish()])
-                w.wait()
-
-            def with_copies(
-                y: Any = y,
-                ymap: Any = ymap,
-                host: Any = host,
-                bind: Any = bind,
-                groups: int = groups,
-                n: int = n,
-            ) -> None:
-                w.queue.write_buffer(y, 0, host)
-                enc = w.dispatch(pipeline, groups, bind)
-                enc.copy_buffer_to_buffer(y, 0, ymap, 0, 4 * n)
-                w.queue.submit([enc.finish()])
-                ymap.map_sync(wgpu.MapMode.READ)
-                host[:] = np.frombuffer(ymap.read_mapped(), dtype=np.float32)
-                ymap.unmap()
-
-            for fn, out in ((kernel, resident), (with_copies, copies)):
-                t0 = clock()
-                fn()  # warm-up, and a guess of the cost to bound the repetitions
-                first = clock() - t0
-                reps = max(3, min(plan.reps, int(0.3e9 / max(first, 1))))
-                out[ops].append(Stat.of(wall_per_op(fn, batches=reps, per_batch=1, warmup=0)).median)
+            yield ops, kernel, with_copies
         y.destroy()
         ymap.destroy()
-    run.sizes = sizes
-    run.resident_ns = resident
-    run.with_copies_ns = copies
+
+    def median_wall(fn: Callable[[], None]) -> float:
+        t0 = clock()
+        fn()  # warm-up, and a guess of the cost to bound the repetitions
+        first = clock() - t0
+        reps = max(3, min(plan.reps, int(0.3e9 / max(first, 1))))
+        return Stat.of(wall_per_op(fn, batches=reps, per_batch=1, warmup=0)).median
+
+    run.gpu_breakeven([n for n in plan.sizes if not cpu_adapter or n <= 1 << top], cases, median_wall)
