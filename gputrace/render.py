@@ -18,6 +18,7 @@ import orjson
 
 from gputrace.durations import fmt_ns
 from gputrace.safetext import json_safe_text, printable, printable_cut
+from gputrace.summary import field
 
 FORMATS = ("table", "json", "csv", "markdown")
 human_ns = fmt_ns  # the one duration format, under the name the renderers use
@@ -180,8 +181,7 @@ def _op_lines(summary: dict[str, Any]) -> list[str]:
     for r in summary["rows"]:
         if "ops" not in r:
             continue
-        g, b = r["gpu_ns"] or {}, r.get("gpu_busy_ns") or {}
-        span, busy = g.get("median"), b.get("median")
+        span, busy = field(r, "gpu_ns.median"), field(r, "gpu_busy_ns.median")
         share = f" ({_pct(busy / span)})" if span and busy is not None else ""
         cold = r["cold"] or {}
         cold_q = (f"; cold call queued {human_ns(cold['queue_gap_ns'])}"
@@ -278,14 +278,20 @@ def to_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(map(printable, lines)) + "\n"
 
 
-CSV_FIELDS = (
-    "name", "device", "device_name", "queue", "calls", "warm_calls", "timed_calls", "empty",
-    "untimed", "errors", "cold_cpu_ns", "cold_gpu_ns", "cpu_median_ns", "cpu_p95_ns", "cpu_total_ns",
-    "gpu_median_ns", "gpu_p95_ns", "gpu_min_ns", "gpu_max_ns", "gpu_total_ns", "gpu_share",
-    "gap_median_ns", "gap_p95_ns", "gpu_over_cpu", "spread", "noisy", "outliers", "launch_bound",
-    "busy_median_ns", "busy_total_ns", "self_cpu_total_ns", "self_gpu_total_ns",
-    "if_launches_free_median_ns",
-)  # fmt: skip
+# CSV column -> its field in a summary row (``cold.cpu_ns``: ``row["cold"]["cpu_ns"]``)
+CSV_FIELDS = {
+    "name": "name", "device": "device", "device_name": "device_name", "queue": "queue", "calls": "calls",
+    "warm_calls": "warm_calls", "timed_calls": "timed_calls", "empty": "empty", "untimed": "untimed",
+    "errors": "errors", "cold_cpu_ns": "cold.cpu_ns", "cold_gpu_ns": "cold.gpu_ns",
+    "cpu_median_ns": "cpu_ns.median", "cpu_p95_ns": "cpu_ns.p95", "cpu_total_ns": "cpu_ns.total",
+    "gpu_median_ns": "gpu_ns.median", "gpu_p95_ns": "gpu_ns.p95", "gpu_min_ns": "gpu_ns.min",
+    "gpu_max_ns": "gpu_ns.max", "gpu_total_ns": "gpu_ns.total", "gpu_share": "gpu_share",
+    "gap_median_ns": "queue_gap_ns.median", "gap_p95_ns": "queue_gap_ns.p95", "gpu_over_cpu": "gpu_over_cpu",
+    "spread": "spread", "noisy": "noisy", "outliers": "outliers", "launch_bound": "launch_bound",
+    "busy_median_ns": "gpu_busy_ns.median", "busy_total_ns": "gpu_busy_ns.total",
+    "self_cpu_total_ns": "self_ns.cpu_total", "self_gpu_total_ns": "self_ns.gpu_total",
+    "if_launches_free_median_ns": "if_launches_free.median_ns",
+}  # fmt: skip
 
 
 def to_csv(summary: dict[str, Any]) -> str:
@@ -294,19 +300,7 @@ def to_csv(summary: dict[str, Any]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_FIELDS)
     for r in summary["rows"]:
-        g = r["gpu_ns"] or {}
-        gap = r["queue_gap_ns"] or {}
-        cold = r["cold"] or {}
-        busy, own, est = r.get("gpu_busy_ns") or {}, r.get("self_ns") or {}, r.get("if_launches_free") or {}
-        vals = [
-            r["name"], r["device"], r["device_name"], r["queue"], r["calls"], r["warm_calls"],
-            r["timed_calls"], r["empty"], r["untimed"], r["errors"], cold.get("cpu_ns"),
-            cold.get("gpu_ns"), r["cpu_ns"]["median"], r["cpu_ns"]["p95"], r["cpu_ns"]["total"],
-            g.get("median"), g.get("p95"), g.get("min"), g.get("max"), g.get("total"),
-            r["gpu_share"], gap.get("median"), gap.get("p95"), r["gpu_over_cpu"], r["spread"],
-            r["noisy"], r["outliers"], r["launch_bound"], busy.get("median"), busy.get("total"),
-            own.get("cpu_total"), own.get("gpu_total"), est.get("median_ns"),
-        ]  # fmt: skip
+        vals = [field(r, path) for path in CSV_FIELDS.values()]
         w.writerow(["" if v is None else printable(v) if isinstance(v, str) else v for v in vals])
     return buf.getvalue()
 

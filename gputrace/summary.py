@@ -94,21 +94,14 @@ MIN_CALLS_FOR_SPREAD = 4
 HIGH_LOAD_PER_CPU = 0.8  # 1-minute load average per CPU above which CPU-side times are suspect
 MAX_EXAMPLES = 3
 
-SORT_KEYS: dict[str, tuple[str, ...]] = {
-    "gpu_total": ("gpu_ns", "total"),
-    "gpu_median": ("gpu_ns", "median"),
-    "gpu_p95": ("gpu_ns", "p95"),
-    "gpu_max": ("gpu_ns", "max"),
-    "cpu_median": ("cpu_ns", "median"),
-    "cpu_total": ("cpu_ns", "total"),
-    "gap_median": ("queue_gap_ns", "median"),
-    "self_cpu_total": ("self_ns", "cpu_total"),
-    "self_gpu_total": ("self_ns", "gpu_total"),
-    "busy_total": ("gpu_busy_ns", "total"),
-    "calls": ("calls",),
-    "spread": ("spread",),
-    "name": ("name",),
-}
+# sort key -> the row field it sorts by (see ``field``)
+SORT_KEYS = {
+    "gpu_total": "gpu_ns.total", "gpu_median": "gpu_ns.median", "gpu_p95": "gpu_ns.p95",
+    "gpu_max": "gpu_ns.max", "cpu_median": "cpu_ns.median", "cpu_total": "cpu_ns.total",
+    "gap_median": "queue_gap_ns.median", "self_cpu_total": "self_ns.cpu_total",
+    "self_gpu_total": "self_ns.gpu_total", "busy_total": "gpu_busy_ns.total", "calls": "calls",
+    "spread": "spread", "name": "name",
+}  # fmt: skip
 
 # "self": exclusive GPU busy where the trace has GPU times, else exclusive CPU time
 SORT_ALIASES = {"self": ("self_gpu_total", "self_cpu_total")}
@@ -250,19 +243,23 @@ def fold_numbers(trace: Trace) -> Trace:
     return dataclasses.replace(trace, names=names, scopes=scopes)
 
 
+def field(row: dict[str, Any], path: str) -> Any:
+    """The value at ``path`` in a summary row (``"gpu_ns.median"``: ``row["gpu_ns"]["median"]``),
+    None where a part is missing or null."""
+    v: Any = row
+    for k in path.split("."):
+        v = v.get(k) if isinstance(v, dict) else None
+    return v
+
+
 def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
-    path = SORT_KEYS[sort]
-
-    def key(r: dict[str, Any]) -> Any:
-        v: Any = r
-        for k in path:
-            v = v.get(k) if isinstance(v, dict) else None
-        return v
-
     if sort == "name":
         return sorted(rows, key=lambda r: (r["name"], r["device"] is not None, r["queue"] or ""))
     # largest first, rows without the value last; ties by name and stream
-    return sorted(rows, key=lambda r: (key(r) is None, -(key(r) or 0), r["name"], r["queue"] or ""))
+    path = SORT_KEYS[sort]
+    return sorted(
+        rows, key=lambda r: (field(r, path) is None, -(field(r, path) or 0), r["name"], r["queue"] or "")
+    )
 
 
 def _sum_by(group: npt.NDArray[np.int64], values: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
