@@ -123,19 +123,16 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     an = []
     for a in summary["anomalies"]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
-        nums = []
+        an.append(f"{where}: {a['meaning']}; {a['what_to_do']}.")
         for ex in a["examples"]:
             unc = ex["uncertainty_ns"]  # 0 or unknown: no alignment to be unsure of
-            nums.append(f"scope {ex['scope']} at {human_ns(ex['cpu_start_ns'])}: GPU "
-                        f"{human_ns(ex['gpu_ns'])}, CPU {human_ns(ex['cpu_ns'])}, gap "
-                        f"{human_ns(ex['queue_gap_ns'])}"
-                        + (f" ±{human_ns(unc)}" if unc else ""))  # fmt: skip
+            an.append(f"    scope {ex['scope']} at {human_ns(ex['cpu_start_ns'])}: GPU "
+                      f"{human_ns(ex['gpu_ns'])}, CPU {human_ns(ex['cpu_ns'])}, gap "
+                      f"{human_ns(ex['queue_gap_ns'])}" + (f" ±{human_ns(unc)}" if unc else ""))  # fmt: skip
         if "numbers" in a:
             n = a["numbers"]
-            nums.append(f"GPU median {human_ns(n['gpu_median_ns'])}, CPU enqueue median "
-                        f"{human_ns(n['cpu_median_ns'])}, spread {_pct(n['spread'])}")  # fmt: skip
-        an.append(f"{where}: {a['meaning']}; {a['what_to_do']}.")
-        an.extend(f"    {x}" for x in nums)
+            an.append(f"    GPU median {human_ns(n['gpu_median_ns'])}, CPU enqueue median "
+                      f"{human_ns(n['cpu_median_ns'])}, spread {_pct(n['spread'])}")  # fmt: skip
     out.append(("Anomalies", an or ["none found."]))
     clock = summary["clock"]
     cl = []
