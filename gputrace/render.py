@@ -76,23 +76,20 @@ def _stream(r: dict[str, Any]) -> str:
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
-    g = r["gpu_ns"] or {}
-    gap = r["queue_gap_ns"] or {}
+    def ns(path: str) -> str:
+        return human_ns(field(r, path))
+
     cold = r["cold"]
     cold_s = "—" if cold is None else human_ns(cold["gpu_ns"] if cold["gpu_ns"] is not None
                                                else cold["cpu_ns"])  # fmt: skip
     notes = [note for key, note in (("launch_bound", "launch-bound"), ("noisy", "noisy")) if r[key]]
     notes += [f"{r[key]} {what}" for key, what in (("empty", "empty"), ("untimed", "untimed"),
                                                    ("errors", "raised")) if r[key]]  # fmt: skip
-    busy = r.get("gpu_busy_ns") or {}
-    own = r.get("self_ns") or {}
-    self_ns = own.get("gpu_total") if r["queue"] is not None else own.get("cpu_total")
     return [
-        r["name"], _stream(r), str(r["calls"]), cold_s, human_ns(r["cpu_ns"]["median"]),
-        human_ns(g.get("median")), human_ns(g.get("p95")), human_ns(g.get("min")),
-        human_ns(g.get("max")), human_ns(g.get("total")), human_ns(busy.get("median")),
-        human_ns(busy.get("total")), human_ns(self_ns), _pct(r["gpu_share"]),
-        human_ns(gap.get("median")), human_ns(gap.get("p95")), _ratio(r["gpu_over_cpu"]),
+        r["name"], _stream(r), str(r["calls"]), cold_s, ns("cpu_ns.median"), ns("gpu_ns.median"),
+        ns("gpu_ns.p95"), ns("gpu_ns.min"), ns("gpu_ns.max"), ns("gpu_ns.total"), ns("gpu_busy_ns.median"),
+        ns("gpu_busy_ns.total"), ns("self_ns.gpu_total" if r["queue"] is not None else "self_ns.cpu_total"),
+        _pct(r["gpu_share"]), ns("queue_gap_ns.median"), ns("queue_gap_ns.p95"), _ratio(r["gpu_over_cpu"]),
         _pct(r["spread"]), str(r["outliers"]), ", ".join(notes),
     ]  # fmt: skip
 
@@ -180,15 +177,13 @@ def _op_lines(summary: dict[str, Any]) -> list[str]:
             continue
         span, busy = field(r, "gpu_ns.median"), field(r, "gpu_busy_ns.median")
         share = f" ({_pct(busy / span)})" if span and busy is not None else ""
-        cold = r["cold"] or {}
-        cold_q = (f"; cold call queued {human_ns(cold['queue_gap_ns'])}"
-                  if cold.get("queue_gap_ns") is not None else "")  # fmt: skip
+        cold_gap = field(r, "cold.queue_gap_ns")
+        cold_q = f"; cold call queued {human_ns(cold_gap)}" if cold_gap is not None else ""
         out.append(f"{r['name']} ({_stream(r)}): busy median {human_ns(busy)} of span median "
                    f"{human_ns(span)}{share}{cold_q}")  # fmt: skip
         for o in r["ops"]:
-            lag = (o["launch_to_start_ns"] or {}).get("median")
-            nm = short[o["name"]]
-            out.append(f"    {o['kind']} {nm}: {o['calls']} calls, GPU median "
+            lag = field(o, "launch_to_start_ns.median")
+            out.append(f"    {o['kind']} {short[o['name']]}: {o['calls']} calls, GPU median "
                        f"{human_ns(o['gpu_ns']['median'])}, total {human_ns(o['gpu_ns']['total'])}, "
                        f"launch → start median {human_ns(lag)}")  # fmt: skip
     return out
