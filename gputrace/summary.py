@@ -233,7 +233,7 @@ def fold_numbers(trace: Trace) -> Trace:
     names = list(index)
     to_new = np.array([index[_TRAILING_NUMBER.sub("*", n)] for n in trace.names] or [0], np.int32)
     s = trace.scopes
-    new_name = to_new[s.name] if len(s) else s.name.copy()
+    new_name = to_new[s.name]
     flags = s.flags.copy()
     cold = np.flatnonzero(flags & np.uint32(Flag.COLD))
     if len(cold):  # scopes are ordered by CPU start: keep the cold flag on the first of each name
@@ -273,8 +273,6 @@ def _rows(
 ) -> list[dict[str, Any]]:
     s = trace.scopes
     n = len(s)
-    if not n:
-        return []
     nq = len(trace.queues)
     flags = s.flags.astype(np.int64)
     has_gpu = s.gpu_start_ns != NO_TIME
