@@ -265,8 +265,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
     lines = [*_intro(summary), "", *markdown_table(list(COLUMNS), table, TEXT_COLUMNS)]
     for title, body in _sections(summary):
         lines += ["", f"### {title}", ""]
-        lines += [f"- {_md(b.strip())}" if not b.startswith("    ") else f"  - {_md(b.strip())}"
-                  for b in body]  # fmt: skip
+        lines += [("  - " if b.startswith("    ") else "- ") + _md(b.strip()) for b in body]
     return "\n".join(map(printable, lines)) + "\n"
 
 
