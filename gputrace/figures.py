@@ -314,9 +314,7 @@ def trace_backend(trace: Trace) -> str | None:
     b = trace.header.get("backend")
     if isinstance(b, str):
         return b
-    if trace.queues:
-        return trace.queues[0].backend
-    return None
+    return trace.queues[0].backend if trace.queues else None
 
 
 def header_calibration(trace: Trace) -> dict[str, Any] | None:
@@ -334,10 +332,7 @@ def header_calibration(trace: Trace) -> dict[str, Any] | None:
 def calibration_for(trace: Trace) -> dict[str, Any] | None:
     """The header's calibration when it was measured on the backend that ran the trace."""
     cal = header_calibration(trace)
-    if cal is None:
-        return None
-    backend = trace_backend(trace)
-    if cal.get("backend") not in (None, backend):
+    if cal is not None and cal.get("backend") not in (None, trace_backend(trace)):
         return None  # another backend's launch cost says nothing about this one
     return cal
 
