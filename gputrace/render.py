@@ -52,14 +52,9 @@ def distinct_names(names: list[str], width: int) -> list[str]:
     >>> distinct_names(["aaaa_x_zz", "aaaa_y_zz"], 5)
     ['aa…zz #1', 'aa…zz #2']
     """
-    out = []
-    for n in names:
-        if len(n) <= width:
-            out.append(n)
-            continue
-        head = width // 2
-        tail = width - 1 - head
-        out.append(n[:head] + "…" + (n[-tail:] if tail else ""))
+    head = width // 2
+    tail = width - 1 - head
+    out = [n if len(n) <= width else n[:head] + "…" + (n[-tail:] if tail else "") for n in names]
     seen: dict[str, list[str]] = {}
     for n, cut in zip(names, out, strict=True):
         if n not in seen.setdefault(cut, []):
