@@ -86,15 +86,13 @@ def ancestor_pairs(parent: I64, owner: I64, *, strict: bool = False) -> tuple[I6
         cur = parent[cur]
         keep = cur >= 0
         cur, rows = cur[keep], rows[keep]
-    anc, idx = [], []
+    anc, idx = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]  # none: empty pairs
     while len(cur):
         anc.append(cur)
         idx.append(rows)
         cur = parent[cur]
         keep = cur >= 0
         cur, rows = cur[keep], rows[keep]
-    if not anc:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(anc), np.concatenate(idx)
 
 
@@ -225,7 +223,8 @@ def gaps(iv: Intervals) -> Gaps:
     """Idle gaps per stream, classified as HTA 0.5's idle-time analysis classifies them: a gap is
     waiting for the host when the work that ends it was submitted (its launch call started)
     after the gap opened; otherwise it lies between queued work."""
-    q_all, st_all, en_all, cl_all = [], [], [], []
+    e = np.zeros(0, np.int64)
+    q_all, st_all, en_all, cl_all = [e], [e], [e], [e]  # no GPU interval: empty columns
     for q in distinct(iv.queue).tolist():
         rows = np.flatnonzero(iv.queue == q)
         # of intervals that start together, the one that ends last (even before its start) opens a block
@@ -236,9 +235,6 @@ def gaps(iv: Intervals) -> Gaps:
         st_all.append(b1[:-1])
         en_all.append(b0[1:])
         cl_all.append(rows[first[1:]])
-    if not q_all:
-        e = np.zeros(0, np.int64)
-        return Gaps(e, e, e, e, np.zeros(0, bool), np.zeros(0, bool))
     queue, g0, g1, closer = (np.concatenate(x) for x in (q_all, st_all, en_all, cl_all))
     sub = iv.submit_ns[closer]
     known = sub != NO_TIME
@@ -318,9 +314,7 @@ def trace_backend(trace: Trace) -> str | None:
     b = trace.header.get("backend")
     if isinstance(b, str):
         return b
-    if trace.queues:
-        return trace.queues[0].backend
-    return None
+    return trace.queues[0].backend if trace.queues else None
 
 
 def header_calibration(trace: Trace) -> dict[str, Any] | None:
@@ -338,10 +332,7 @@ def header_calibration(trace: Trace) -> dict[str, Any] | None:
 def calibration_for(trace: Trace) -> dict[str, Any] | None:
     """The header's calibration when it was measured on the backend that ran the trace."""
     cal = header_calibration(trace)
-    if cal is None:
-        return None
-    backend = trace_backend(trace)
-    if cal.get("backend") not in (None, backend):
+    if cal is not None and cal.get("backend") not in (None, trace_backend(trace)):
         return None  # another backend's launch cost says nothing about this one
     return cal
 

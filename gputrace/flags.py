@@ -167,20 +167,17 @@ def anomaly_report(trace: Trace) -> dict[str, Any]:
     rows = np.flatnonzero(s.flags & int(ANOMALY_FLAGS))
     shown = rows[:MAX_ANOMALY_ITEMS]
     names = trace.names
-    kinds_of: dict[int, list[str]] = {}
     items = []
     cols = ("name", "flags", "cpu_start_ns", "cpu_end_ns", "submit_ns", "gpu_start_ns", "gpu_end_ns")
     rows_of = [getattr(s, c)[shown].tolist() for c in (*cols, "uncertainty_ns")]
     for row, name, flags, start, end, submit, g0, g1, unc in zip(shown.tolist(), *rows_of, strict=True):
-        kinds = kinds_of.get(flags)
-        if kinds is None:
-            kinds = kinds_of[flags] = [k for k in flag_names(flags) if k in EXPLAIN]
+        kinds = [k for k in flag_names(flags) if k in EXPLAIN]
         has_gpu = g0 != NO_TIME and g1 != NO_TIME
         items.append(
             {
                 "scope": row,
                 "name": names[name],
-                "kinds": list(kinds),
+                "kinds": kinds,
                 "cpu_start_ns": start,
                 "cpu_ns": end - start,
                 "gpu_ns": g1 - g0 if has_gpu else None,

@@ -286,11 +286,7 @@ def _writable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, int):
         return value if INT_MIN <= value <= INT_MAX else float(value)
     if isinstance(value, str):
-        try:
-            value.encode()
-            return value
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode()
+        return clean_str(value, len(value))  # whole, with lone surrogates replaced
     if isinstance(value, (dict, list, tuple)):
         if depth >= MAX_WRITE_DEPTH:
             return f"(nested deeper than {MAX_WRITE_DEPTH} levels, not kept)"

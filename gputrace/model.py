@@ -93,10 +93,7 @@ def _names_of(key: int) -> tuple[str, ...]:
 
 
 def flags_from_names(names: list[str]) -> int:
-    value = 0
-    for name in names:
-        value |= int(FLAG_BY_NAME[name])
-    return value
+    return sum({int(FLAG_BY_NAME[name]) for name in names})  # each bit once, as | would set it
 
 
 @dataclass(frozen=True)

@@ -68,10 +68,7 @@ class Ranges:
         def __enter__(self: trace) -> trace:
             try:
                 push(self.name)
-                try:
-                    local.pushed.append(self)
-                except AttributeError:
-                    local.pushed = [self]
+                local.__dict__.setdefault("pushed", []).append(self)  # (this thread's own dict)
             except Exception as exc:
                 report_internal("nvtx:push", f"an NVTX range could not be pushed ({exc!r}).")
             return enter(self)  # type: ignore[no-any-return]

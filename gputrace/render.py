@@ -18,6 +18,7 @@ import orjson
 
 from gputrace.durations import fmt_ns
 from gputrace.safetext import json_safe_text, printable, printable_cut
+from gputrace.summary import field
 
 FORMATS = ("table", "json", "csv", "markdown")
 human_ns = fmt_ns  # the one duration format, under the name the renderers use
@@ -51,14 +52,9 @@ def distinct_names(names: list[str], width: int) -> list[str]:
     >>> distinct_names(["aaaa_x_zz", "aaaa_y_zz"], 5)
     ['aa…zz #1', 'aa…zz #2']
     """
-    out = []
-    for n in names:
-        if len(n) <= width:
-            out.append(n)
-            continue
-        head = width // 2
-        tail = width - 1 - head
-        out.append(n[:head] + "…" + (n[-tail:] if tail else ""))
+    head = width // 2
+    tail = width - 1 - head
+    out = [n if len(n) <= width else n[:head] + "…" + (n[-tail:] if tail else "") for n in names]
     seen: dict[str, list[str]] = {}
     for n, cut in zip(names, out, strict=True):
         if n not in seen.setdefault(cut, []):
@@ -75,23 +71,20 @@ def _stream(r: dict[str, Any]) -> str:
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
-    g = r["gpu_ns"] or {}
-    gap = r["queue_gap_ns"] or {}
+    def ns(path: str) -> str:
+        return human_ns(field(r, path))
+
     cold = r["cold"]
     cold_s = "—" if cold is None else human_ns(cold["gpu_ns"] if cold["gpu_ns"] is not None
                                                else cold["cpu_ns"])  # fmt: skip
     notes = [note for key, note in (("launch_bound", "launch-bound"), ("noisy", "noisy")) if r[key]]
     notes += [f"{r[key]} {what}" for key, what in (("empty", "empty"), ("untimed", "untimed"),
                                                    ("errors", "raised")) if r[key]]  # fmt: skip
-    busy = r.get("gpu_busy_ns") or {}
-    own = r.get("self_ns") or {}
-    self_ns = own.get("gpu_total") if r["queue"] is not None else own.get("cpu_total")
     return [
-        r["name"], _stream(r), str(r["calls"]), cold_s, human_ns(r["cpu_ns"]["median"]),
-        human_ns(g.get("median")), human_ns(g.get("p95")), human_ns(g.get("min")),
-        human_ns(g.get("max")), human_ns(g.get("total")), human_ns(busy.get("median")),
-        human_ns(busy.get("total")), human_ns(self_ns), _pct(r["gpu_share"]),
-        human_ns(gap.get("median")), human_ns(gap.get("p95")), _ratio(r["gpu_over_cpu"]),
+        r["name"], _stream(r), str(r["calls"]), cold_s, ns("cpu_ns.median"), ns("gpu_ns.median"),
+        ns("gpu_ns.p95"), ns("gpu_ns.min"), ns("gpu_ns.max"), ns("gpu_ns.total"), ns("gpu_busy_ns.median"),
+        ns("gpu_busy_ns.total"), ns("self_ns.gpu_total" if r["queue"] is not None else "self_ns.cpu_total"),
+        _pct(r["gpu_share"]), ns("queue_gap_ns.median"), ns("queue_gap_ns.p95"), _ratio(r["gpu_over_cpu"]),
         _pct(r["spread"]), str(r["outliers"]), ", ".join(notes),
     ]  # fmt: skip
 
@@ -122,19 +115,16 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     an = []
     for a in summary["anomalies"]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
-        nums = []
+        an.append(f"{where}: {a['meaning']}; {a['what_to_do']}.")
         for ex in a["examples"]:
             unc = ex["uncertainty_ns"]  # 0 or unknown: no alignment to be unsure of
-            nums.append(f"scope {ex['scope']} at {human_ns(ex['cpu_start_ns'])}: GPU "
-                        f"{human_ns(ex['gpu_ns'])}, CPU {human_ns(ex['cpu_ns'])}, gap "
-                        f"{human_ns(ex['queue_gap_ns'])}"
-                        + (f" ±{human_ns(unc)}" if unc else ""))  # fmt: skip
+            an.append(f"    scope {ex['scope']} at {human_ns(ex['cpu_start_ns'])}: GPU "
+                      f"{human_ns(ex['gpu_ns'])}, CPU {human_ns(ex['cpu_ns'])}, gap "
+                      f"{human_ns(ex['queue_gap_ns'])}" + (f" ±{human_ns(unc)}" if unc else ""))  # fmt: skip
         if "numbers" in a:
             n = a["numbers"]
-            nums.append(f"GPU median {human_ns(n['gpu_median_ns'])}, CPU enqueue median "
-                        f"{human_ns(n['cpu_median_ns'])}, spread {_pct(n['spread'])}")  # fmt: skip
-        an.append(f"{where}: {a['meaning']}; {a['what_to_do']}.")
-        an.extend(f"    {x}" for x in nums)
+            an.append(f"    GPU median {human_ns(n['gpu_median_ns'])}, CPU enqueue median "
+                      f"{human_ns(n['cpu_median_ns'])}, spread {_pct(n['spread'])}")  # fmt: skip
     out.append(("Anomalies", an or ["none found."]))
     clock = summary["clock"]
     cl = []
@@ -180,18 +170,15 @@ def _op_lines(summary: dict[str, Any]) -> list[str]:
     for r in summary["rows"]:
         if "ops" not in r:
             continue
-        g, b = r["gpu_ns"] or {}, r.get("gpu_busy_ns") or {}
-        span, busy = g.get("median"), b.get("median")
+        span, busy = field(r, "gpu_ns.median"), field(r, "gpu_busy_ns.median")
         share = f" ({_pct(busy / span)})" if span and busy is not None else ""
-        cold = r["cold"] or {}
-        cold_q = (f"; cold call queued {human_ns(cold['queue_gap_ns'])}"
-                  if cold.get("queue_gap_ns") is not None else "")  # fmt: skip
+        cold_gap = field(r, "cold.queue_gap_ns")
+        cold_q = f"; cold call queued {human_ns(cold_gap)}" if cold_gap is not None else ""
         out.append(f"{r['name']} ({_stream(r)}): busy median {human_ns(busy)} of span median "
                    f"{human_ns(span)}{share}{cold_q}")  # fmt: skip
         for o in r["ops"]:
-            lag = (o["launch_to_start_ns"] or {}).get("median")
-            nm = short[o["name"]]
-            out.append(f"    {o['kind']} {nm}: {o['calls']} calls, GPU median "
+            lag = field(o, "launch_to_start_ns.median")
+            out.append(f"    {o['kind']} {short[o['name']]}: {o['calls']} calls, GPU median "
                        f"{human_ns(o['gpu_ns']['median'])}, total {human_ns(o['gpu_ns']['total'])}, "
                        f"launch → start median {human_ns(lag)}")  # fmt: skip
     return out
@@ -273,19 +260,24 @@ def to_markdown(summary: dict[str, Any]) -> str:
     lines = [*_intro(summary), "", *markdown_table(list(COLUMNS), table, TEXT_COLUMNS)]
     for title, body in _sections(summary):
         lines += ["", f"### {title}", ""]
-        lines += [f"- {_md(b.strip())}" if not b.startswith("    ") else f"  - {_md(b.strip())}"
-                  for b in body]  # fmt: skip
+        lines += [("  - " if b.startswith("    ") else "- ") + _md(b.strip()) for b in body]
     return "\n".join(map(printable, lines)) + "\n"
 
 
-CSV_FIELDS = (
-    "name", "device", "device_name", "queue", "calls", "warm_calls", "timed_calls", "empty",
-    "untimed", "errors", "cold_cpu_ns", "cold_gpu_ns", "cpu_median_ns", "cpu_p95_ns", "cpu_total_ns",
-    "gpu_median_ns", "gpu_p95_ns", "gpu_min_ns", "gpu_max_ns", "gpu_total_ns", "gpu_share",
-    "gap_median_ns", "gap_p95_ns", "gpu_over_cpu", "spread", "noisy", "outliers", "launch_bound",
-    "busy_median_ns", "busy_total_ns", "self_cpu_total_ns", "self_gpu_total_ns",
-    "if_launches_free_median_ns",
-)  # fmt: skip
+# CSV column -> its field in a summary row (``cold.cpu_ns``: ``row["cold"]["cpu_ns"]``)
+CSV_FIELDS = {
+    "name": "name", "device": "device", "device_name": "device_name", "queue": "queue", "calls": "calls",
+    "warm_calls": "warm_calls", "timed_calls": "timed_calls", "empty": "empty", "untimed": "untimed",
+    "errors": "errors", "cold_cpu_ns": "cold.cpu_ns", "cold_gpu_ns": "cold.gpu_ns",
+    "cpu_median_ns": "cpu_ns.median", "cpu_p95_ns": "cpu_ns.p95", "cpu_total_ns": "cpu_ns.total",
+    "gpu_median_ns": "gpu_ns.median", "gpu_p95_ns": "gpu_ns.p95", "gpu_min_ns": "gpu_ns.min",
+    "gpu_max_ns": "gpu_ns.max", "gpu_total_ns": "gpu_ns.total", "gpu_share": "gpu_share",
+    "gap_median_ns": "queue_gap_ns.median", "gap_p95_ns": "queue_gap_ns.p95", "gpu_over_cpu": "gpu_over_cpu",
+    "spread": "spread", "noisy": "noisy", "outliers": "outliers", "launch_bound": "launch_bound",
+    "busy_median_ns": "gpu_busy_ns.median", "busy_total_ns": "gpu_busy_ns.total",
+    "self_cpu_total_ns": "self_ns.cpu_total", "self_gpu_total_ns": "self_ns.gpu_total",
+    "if_launches_free_median_ns": "if_launches_free.median_ns",
+}  # fmt: skip
 
 
 def to_csv(summary: dict[str, Any]) -> str:
@@ -294,19 +286,7 @@ def to_csv(summary: dict[str, Any]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_FIELDS)
     for r in summary["rows"]:
-        g = r["gpu_ns"] or {}
-        gap = r["queue_gap_ns"] or {}
-        cold = r["cold"] or {}
-        busy, own, est = r.get("gpu_busy_ns") or {}, r.get("self_ns") or {}, r.get("if_launches_free") or {}
-        vals = [
-            r["name"], r["device"], r["device_name"], r["queue"], r["calls"], r["warm_calls"],
-            r["timed_calls"], r["empty"], r["untimed"], r["errors"], cold.get("cpu_ns"),
-            cold.get("gpu_ns"), r["cpu_ns"]["median"], r["cpu_ns"]["p95"], r["cpu_ns"]["total"],
-            g.get("median"), g.get("p95"), g.get("min"), g.get("max"), g.get("total"),
-            r["gpu_share"], gap.get("median"), gap.get("p95"), r["gpu_over_cpu"], r["spread"],
-            r["noisy"], r["outliers"], r["launch_bound"], busy.get("median"), busy.get("total"),
-            own.get("cpu_total"), own.get("gpu_total"), est.get("median_ns"),
-        ]  # fmt: skip
+        vals = [field(r, path) for path in CSV_FIELDS.values()]
         w.writerow(["" if v is None else printable(v) if isinstance(v, str) else v for v in vals])
     return buf.getvalue()
 

@@ -256,7 +256,7 @@ def _exit_status(code: object) -> int:
     if code is None:
         return 0
     if isinstance(code, int):
-        return code & 0xFF if code >= 0 else code % 256
+        return code % 256
     print(code, file=sys.stderr)
     return 1
 

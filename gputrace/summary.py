@@ -84,7 +84,7 @@ import numpy.typing as npt
 
 from gputrace import figures
 from gputrace.durations import fmt_ns
-from gputrace.model import ANOMALY_FLAGS, NO_TIME, Flag, Trace, flag_names
+from gputrace.model import ANOMALY_FLAGS, I64, NO_TIME, Flag, Trace, flag_names
 from gputrace.npstats import Grouped
 from gputrace.rankview import rank_view
 
@@ -94,21 +94,14 @@ MIN_CALLS_FOR_SPREAD = 4
 HIGH_LOAD_PER_CPU = 0.8  # 1-minute load average per CPU above which CPU-side times are suspect
 MAX_EXAMPLES = 3
 
-SORT_KEYS: dict[str, tuple[str, ...]] = {
-    "gpu_total": ("gpu_ns", "total"),
-    "gpu_median": ("gpu_ns", "median"),
-    "gpu_p95": ("gpu_ns", "p95"),
-    "gpu_max": ("gpu_ns", "max"),
-    "cpu_median": ("cpu_ns", "median"),
-    "cpu_total": ("cpu_ns", "total"),
-    "gap_median": ("queue_gap_ns", "median"),
-    "self_cpu_total": ("self_ns", "cpu_total"),
-    "self_gpu_total": ("self_ns", "gpu_total"),
-    "busy_total": ("gpu_busy_ns", "total"),
-    "calls": ("calls",),
-    "spread": ("spread",),
-    "name": ("name",),
-}
+# sort key -> the row field it sorts by (see ``field``)
+SORT_KEYS = {
+    "gpu_total": "gpu_ns.total", "gpu_median": "gpu_ns.median", "gpu_p95": "gpu_ns.p95",
+    "gpu_max": "gpu_ns.max", "cpu_median": "cpu_ns.median", "cpu_total": "cpu_ns.total",
+    "gap_median": "queue_gap_ns.median", "self_cpu_total": "self_ns.cpu_total",
+    "self_gpu_total": "self_ns.gpu_total", "busy_total": "gpu_busy_ns.total", "calls": "calls",
+    "spread": "spread", "name": "name",
+}  # fmt: skip
 
 # "self": exclusive GPU busy where the trace has GPU times, else exclusive CPU time
 SORT_ALIASES = {"self": ("self_gpu_total", "self_cpu_total")}
@@ -181,7 +174,8 @@ def summarize(
     iv = figures.intervals(trace)
     idle = figures.stream_idle(trace, iv)
     busy = sum(i["busy_ns"] for i in idle)
-    rows = _rows(trace, idle, iv)
+    queued = figures.queued_ns(trace, iv)  # from the first operation's launch call where seen
+    rows = _rows(trace, idle, iv, queued)
     all_rows = rows
     has_gpu = any(r["gpu_ns"] for r in rows)
     if sort in SORT_ALIASES:
@@ -192,7 +186,7 @@ def summarize(
     if name is not None:
         rows = [r for r in rows if _matches(r["name"], name)]
     rows = _sorted(rows, sort)
-    found = [a for a in anomalies(trace, all_rows, iv) if name is None or _matches(a["name"], name)]
+    found = [a for a in anomalies(trace, all_rows, queued) if name is None or _matches(a["name"], name)]
     if top is not None:
         rows, idle, found = rows[: max(top, 0)], idle[: max(top, 0)], found[: max(top, 0)]
     header = trace.header
@@ -239,7 +233,7 @@ def fold_numbers(trace: Trace) -> Trace:
     names = list(index)
     to_new = np.array([index[_TRAILING_NUMBER.sub("*", n)] for n in trace.names] or [0], np.int32)
     s = trace.scopes
-    new_name = to_new[s.name] if len(s) else s.name.copy()
+    new_name = to_new[s.name]
     flags = s.flags.copy()
     cold = np.flatnonzero(flags & np.uint32(Flag.COLD))
     if len(cold):  # scopes are ordered by CPU start: keep the cold flag on the first of each name
@@ -250,31 +244,35 @@ def fold_numbers(trace: Trace) -> Trace:
     return dataclasses.replace(trace, names=names, scopes=scopes)
 
 
+def field(row: dict[str, Any], path: str) -> Any:
+    """The value at ``path`` in a summary row (``"gpu_ns.median"``: ``row["gpu_ns"]["median"]``),
+    None where a part is missing or null."""
+    v: Any = row
+    for k in path.split("."):
+        v = v.get(k) if isinstance(v, dict) else None
+    return v
+
+
 def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
-    path = SORT_KEYS[sort]
-
-    def key(r: dict[str, Any]) -> Any:
-        v: Any = r
-        for k in path:
-            v = v.get(k) if isinstance(v, dict) else None
-        return v
-
     if sort == "name":
         return sorted(rows, key=lambda r: (r["name"], r["device"] is not None, r["queue"] or ""))
     # largest first, rows without the value last; ties by name and stream
-    return sorted(rows, key=lambda r: (key(r) is None, -(key(r) or 0), r["name"], r["queue"] or ""))
+    path = SORT_KEYS[sort]
+    return sorted(
+        rows, key=lambda r: (field(r, path) is None, -(field(r, path) or 0), r["name"], r["queue"] or "")
+    )
 
 
-def _sum_by(group: npt.NDArray[np.int64], values: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
+def _sum_by(group: I64, values: I64, n: int) -> I64:
     # float64 sums are exact for totals below 2**53 ns (104 days)
     return np.rint(np.bincount(group, weights=values.astype(np.float64), minlength=n)).astype(np.int64)
 
 
-def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> list[dict[str, Any]]:
+def _rows(
+    trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals, queued: I64
+) -> list[dict[str, Any]]:
     s = trace.scopes
     n = len(s)
-    if not n:
-        return []
     nq = len(trace.queues)
     flags = s.flags.astype(np.int64)
     has_gpu = s.gpu_start_ns != NO_TIME
@@ -289,7 +287,6 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     timed = has_gpu & ~empty
     cpu_ns = s.cpu_end_ns - s.cpu_start_ns
     gpu_ns = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, 0)
-    queued = figures.queued_ns(trace, iv)  # from the first operation's launch call where seen
     gap_known = timed & (queued != NO_TIME)
     gap_ns = np.where(gap_known, queued, 0)
     busy_ns = figures.busy_ns(trace, iv)
@@ -304,10 +301,10 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     gw = warm & timed
     every = np.ones(n, bool)
 
-    def by(rows: npt.NDArray[np.bool_], values: npt.NDArray[np.int64]) -> Grouped:
+    def by(rows: npt.NDArray[np.bool_], values: I64) -> Grouped:
         return Grouped(group[rows], values[rows], g)
 
-    def total(rows: npt.NDArray[np.bool_], values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def total(rows: npt.NDArray[np.bool_], values: I64) -> I64:
         return _sum_by(group[rows], values[rows], g)
 
     calls = np.bincount(group, minlength=g)
@@ -413,12 +410,12 @@ def _rows(trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals) -> li
     return out
 
 
-def anomalies(trace: Trace, rows: list[dict[str, Any]], iv: figures.Intervals) -> list[dict[str, Any]]:
-    """Anomalies per (kind, name) with example scopes, meaning and advice; most frequent first."""
+def anomalies(trace: Trace, rows: list[dict[str, Any]], queued: I64) -> list[dict[str, Any]]:
+    """Anomalies per (kind, name) with example scopes, meaning and advice; most frequent first.
+    ``queued``: per scope, ``gputrace.figures.queued_ns``."""
     s = trace.scopes
     flags = s.flags.astype(np.int64)
     out: list[dict[str, Any]] = []
-    queued = figures.queued_ns(trace, iv)
     for bit in Flag:
         if not (int(bit) & int(ANOMALY_FLAGS)):
             continue
@@ -457,7 +454,7 @@ def _anomaly(
     return a
 
 
-def _example(trace: Trace, r: int, queued: npt.NDArray[np.int64]) -> dict[str, Any]:
+def _example(trace: Trace, r: int, queued: I64) -> dict[str, Any]:
     sc = trace.scope(r)
     gap = int(queued[r])
     return {
@@ -522,7 +519,7 @@ def timing_section(trace: Trace) -> list[dict[str, Any]]:
     return out
 
 
-def _add_ops(trace: Trace, rows: list[dict[str, Any]], group: npt.NDArray[np.int64]) -> None:
+def _add_ops(trace: Trace, rows: list[dict[str, Any]], group: I64) -> None:
     """Per row: ``ops``, one entry per operation name launched under the scope (its own operations, not its
     children's): ``{"name", "kind", "calls", "gpu_ns": {"median", "total"},
     "launch_to_start_ns": {"median"} | None}``, largest total first. ``group`` is each scope's row."""
