@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace import figures
+from gputrace.jsonsafe import dumps
 from gputrace.model import ANOMALY_FLAGS, FORMAT_VERSION, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
 from gputrace.npstats import distinct
 
@@ -37,10 +38,7 @@ EXAMPLES_IN_HEADER = 20  # anomaly examples kept in the file's header (counts st
 OP_TID_BASE = 1 << 20  # a stream's operations track: OP_TID_BASE + queue (+ overflow lanes)
 OP_FLOW_BASE = 1 << 40  # flow ids of launch call -> operation, apart from the scope flows
 OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # PyTorch's categories, which HTA reads
-
-
-# an operation more than this far from the file's zero is not on its time line (never aligned)
-MAX_OP_NS = 10**15
+MAX_OP_NS = 10**15  # an operation farther than this from the file's zero was never aligned
 
 
 def export_base_ns(trace: Trace) -> int:
@@ -332,12 +330,11 @@ class Planner:
         out = Chunk()
         meta = out.meta
         s = trace.scopes
-        for t in trace.threads:
-            self.threads.setdefault(t.tid, t)
         # queues: a chunk lists the session's queues so far; keep the longest list seen
         if len(trace.queues) > len(self.queues):
             self.queues = list(trace.queues)
         for t in trace.threads:
+            self.threads.setdefault(t.tid, t)
             pid = self._cpu_pid(t.tid)
             self._name_process(pid, meta)
             self._name_thread(pid, t.tid, t.name, meta)
@@ -392,8 +389,6 @@ class Planner:
         idx = np.zeros(n, np.int64)
         rare = sorted(set(s.args) | set(flagged.tolist()))
         if rare:
-            from gputrace.jsonsafe import dumps
-
             fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
             number: dict[bytes, int] = {}
             for i in rare:
