@@ -56,17 +56,8 @@ ISAL_LEVEL, ZLIB_LEVEL = 1, 3
 # 2,000 scopes, fake backend: 2.4-2.6 ms a sync with the thread, 1.4-1.5 ms without).
 THREADED_ROWS = 4096
 # The header written before the events where the whole one follows them: what a cut file needs.
-START_KEYS = (
-    "format_version",
-    "version",
-    "backend",
-    "start_ns",
-    "base_ns",
-    "pid",
-    "rank",
-    "host",
-    "processes",
-)
+START_KEYS = ("format_version", "version", "backend", "start_ns", "base_ns", "pid", "rank", "host",
+              "processes")  # fmt: skip
 
 
 class GzipStream:
@@ -234,9 +225,9 @@ class StreamWriter:
         start_header: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
-        self._gz = self.path.name.endswith(".gz") if gzip is None else gzip
-        self._z = GzipStream() if self._gz else None
-        self._head = GzipStream.HEADER if self._gz else b""
+        gz = self.path.name.endswith(".gz") if gzip is None else gzip
+        self._z = GzipStream() if gz else None
+        self._head = GzipStream.HEADER if gz else b""  # written before the first compressed bytes
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._fds = [self._fd]
         self._enc = Planner(header)
@@ -291,11 +282,8 @@ class StreamWriter:
         out = self._compressed_beside(parts) if threaded else None
         if out is None:
             out = [*map(z.compress, parts)]
-        out.append(z.flush(final))
-        if self._head:  # the gzip header, once, before the first compressed bytes
-            out.insert(0, self._head)
-            self._head = b""
-        write_all(self._fd, out)
+        write_all(self._fd, [self._head, *out, z.flush(final)])
+        self._head = b""
 
     def _compressed_beside(self, parts: Iterable[Any]) -> list[bytes] | None:
         """``parts`` compressed in order on a second thread, each while the next is rendered
