@@ -61,9 +61,16 @@ def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> T
     ``trace.header["truncated"] = True``. ``progress`` is called with "read", "parsed", "built".
     """
     from gputrace.exporters import json as json_format
+    from gputrace.exporters import reader
     from gputrace.figures import with_launch_submissions
+    from gputrace.gcpause import gc_paused
 
-    trace = json_format.read(path, progress=progress)
+    with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
+        doc, truncated = json_format.read_document(path, progress)
+        trace = reader.from_document(doc, str(path), truncated=truncated)
+        del doc  # freed here, while the collector still sleeps
+    if progress is not None:
+        progress("built")
     return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
 
 

@@ -453,16 +453,3 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     if progress is not None:
         progress("parsed")
     return doc, cut or repaired
-
-
-def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
-    """The trace of a gputrace JSON file (``reader``), cut files up to their last chunk."""
-    from gputrace.exporters import reader  # (a writer never needs it)
-
-    with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
-        doc, truncated = read_document(path, progress)
-        trace = reader.from_document(doc, str(path), truncated=truncated)
-        del doc  # freed here, while the collector still sleeps
-    if progress is not None:
-        progress("built")
-    return trace
