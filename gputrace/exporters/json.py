@@ -439,9 +439,12 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
             with gc_paused():
                 doc, repaired = orjson.loads(fixed), True
         except orjson.JSONDecodeError:
-            refused = opener.export_refused(path)
-            if refused is not None and bytes(raw[:64]).lstrip()[:1] not in (b"{", b"["):
-                raise refused from None
+            json_file = opener.canonical_path(path)
+            if json_file != Path(path) and bytes(raw[:64]).lstrip()[:1] not in (b"{", b"["):
+                raise TraceFileError(
+                    f"{path}: a .pftrace file is an export for Perfetto, which gputrace does not read "
+                    f"back; use the .json.gz it was written from ({json_file.name} for a session's)."
+                ) from None
             if cut:
                 raise TraceFileError(f"{path}: the gzip data is truncated or corrupt.") from None
             detail = str(exc.args[0] if exc.args else exc)

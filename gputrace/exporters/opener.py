@@ -59,16 +59,6 @@ def canonical_path(path: str | os.PathLike[str]) -> Path:
     return p if ext is None else p.with_name(p.name[: -len(ext)] + ".json.gz")
 
 
-def export_refused(path: str | os.PathLike[str]) -> TraceFileError | None:
-    """The sentence for an export that is not JSON (a real ``.pftrace``); None for other names."""
-    if canonical_path(path) == Path(path):
-        return None
-    return TraceFileError(
-        f"{path}: a .pftrace file is an export for Perfetto, which gputrace does not read back; "
-        f"use the .json.gz it was written from ({canonical_path(path).name} for a session's)."
-    )
-
-
 def parse_size(text: str) -> int:
     """Bytes from ``"2147483648"``, ``"512M"``, ``"2G"``, ``"2GiB"`` (binary units)."""
     t = text.strip().upper().removesuffix("IB").removesuffix("B")
