@@ -48,8 +48,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as ``.pftrace`` (atomic: ``json.replacing``)."""
     chunk = Planner(file_header(trace)).chunk(trace)
     with json_format.replacing(path) as tmp, open(tmp, "wb") as f:
-        for data in _Packets().encode(chunk):
-            f.write(data)
+        f.writelines(_Packets().encode(chunk))
     return Path(path)
 
 
