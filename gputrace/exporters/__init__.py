@@ -28,14 +28,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, TraceFileError, canonical_path
+from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, TraceFileError, canonical
 from gputrace.model import Trace
 from gputrace.outpath import check_output
 
-__all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "load", "read",
+__all__ = ["NotAGputraceTrace", "TraceFileError", "canonical", "format_for", "load", "read",
            "read_document", "stream_writer", "write"]  # fmt: skip
 Progress = Callable[[str], None]
-canonical = canonical_path  # (the name the session and the CLI use)
 
 
 def format_for(path: str | os.PathLike[str]) -> ModuleType:

@@ -437,7 +437,7 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
             with gc_paused():
                 doc, repaired = orjson.loads(fixed), True
         except orjson.JSONDecodeError:
-            json_file = opener.canonical_path(path)
+            json_file = opener.canonical(path)
             if json_file != Path(path) and bytes(raw[:64]).lstrip()[:1] not in (b"{", b"["):
                 raise TraceFileError(
                     f"{path}: a .pftrace file is an export for Perfetto, which gputrace does not read "

@@ -51,7 +51,7 @@ class NotAGputraceTrace(TraceFileError):
         self.document = document
 
 
-def canonical_path(path: str | os.PathLike[str]) -> Path:
+def canonical(path: str | os.PathLike[str]) -> Path:
     """The file gputrace reads for ``path``: ``path`` itself, or, for an export (``x.pftrace``),
     the ``x.json.gz`` a session writes beside it."""
     p = Path(path)

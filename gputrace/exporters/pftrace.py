@@ -26,7 +26,7 @@ import numpy as np
 
 from gputrace.exporters import json as json_format
 from gputrace.exporters._text import Rows, varint_len
-from gputrace.exporters.opener import canonical_path
+from gputrace.exporters.opener import canonical
 from gputrace.exporters.plan import (
     GPU_PID_BASE,
     OP_TID_BASE,
@@ -68,7 +68,7 @@ class StreamWriter(json_format.StreamWriter):
         self._packets = _Packets()
         self._pf = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            super().__init__(canonical_path(path), header)
+            super().__init__(canonical(path), header)
         except BaseException:
             os.close(self._pf)
             self.partial.unlink(missing_ok=True)
