@@ -387,19 +387,17 @@ class Planner:
         flagged = np.flatnonzero(s.flags)
         objs: list[Any] = [None]
         idx = np.zeros(n, np.int64)
-        rare = sorted(set(s.args) | set(flagged.tolist()))
-        if rare:
-            fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
-            number: dict[bytes, int] = {}
-            for i in rare:
-                a = s.args.get(i) or {}
-                if i in fl:
-                    a = dict(a, flags=flag_list(fl[i]))
-                if a:
-                    k = number.setdefault(dumps(a), len(objs))
-                    if k == len(objs):
-                        objs.append(a)
-                    idx[i] = k
+        fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
+        number: dict[bytes, int] = {}
+        for i in sorted(set(s.args) | set(fl)):
+            a = s.args.get(i) or {}
+            if i in fl:
+                a = dict(a, flags=flag_list(fl[i]))
+            if a:
+                k = number.setdefault(dumps(a), len(objs))
+                if k == len(objs):
+                    objs.append(a)
+                idx[i] = k
         return Events(
             ["cpu"], _col(0, n), trace.names, s.name, pid, cpu_tid, s.cpu_start_ns - self.base,
             s.cpu_end_ns - s.cpu_start_ns, objs=(objs, idx), flow=self.rows + np.arange(n),
