@@ -374,14 +374,13 @@ class Planner:
         cpu_tid = tids[s.thread]
         # CPU tracks nest by construction; interleaved coroutines may partially overlap
         bad = (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)])
-        if bad.any():
-            for th in distinct(s.thread[bad]).tolist():
-                rows = np.flatnonzero(s.thread == th)
-                # rows are in (start, -end) order, as the lanes take them
-                lanes = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rows], s.cpu_end_ns[rows])
-                cpu_tid[rows] += lanes * OVERLAP_TID_STEP
-                tid = int(tids[th])
-                self._name_lanes(self._cpu_pid(tid), tid, trace.threads[th].name, int(lanes.max()), meta)
+        for th in distinct(s.thread[bad]).tolist():
+            rows = np.flatnonzero(s.thread == th)
+            # rows are in (start, -end) order, as the lanes take them
+            lanes = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rows], s.cpu_end_ns[rows])
+            cpu_tid[rows] += lanes * OVERLAP_TID_STEP
+            tid = int(tids[th])
+            self._name_lanes(self._cpu_pid(tid), tid, trace.threads[th].name, int(lanes.max()), meta)
         pid = self._cpu_pids(cpu_tid)
         # the rare parts: a scope's own args and flags (equal ones written from one entry)
         flagged = np.flatnonzero(s.flags)
