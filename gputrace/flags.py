@@ -3,7 +3,7 @@
 A flag explains, it never clamps: every flagged value stays as measured. ``flag`` sets the
 per-scope flags after the resolver placed GPU times; ``anomaly_report`` writes the header's
 ``anomalies`` section. ``flag_outliers`` and ``anomaly_report`` also serve traces read from other
-tools (``gputrace.exporters.foreign``) and merged traces (``gputrace.merge``).
+tools (``gputrace.exporters.reader.from_chrome``) and merged traces (``gputrace.merge``).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace
     except NotAGputraceTrace as exc:
         if not foreign or exc.document is None:
             fail(str(exc))
-        from gputrace.exporters.foreign import from_chrome
+        from gputrace.exporters.reader import from_chrome
 
         try:
             return from_chrome(exc.document, path)

@@ -28,14 +28,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, TraceFileError, canonical_path
+from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, TraceFileError, canonical
 from gputrace.model import Trace
 from gputrace.outpath import check_output
 
-__all__ = ["NotAGputraceTrace", "TraceFileError", "format_for", "load", "read",
+__all__ = ["NotAGputraceTrace", "TraceFileError", "canonical", "format_for", "load", "read",
            "read_document", "stream_writer", "write"]  # fmt: skip
 Progress = Callable[[str], None]
-canonical = canonical_path  # (the name the session and the CLI use)
 
 
 def format_for(path: str | os.PathLike[str]) -> ModuleType:
@@ -61,9 +60,16 @@ def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> T
     ``trace.header["truncated"] = True``. ``progress`` is called with "read", "parsed", "built".
     """
     from gputrace.exporters import json as json_format
+    from gputrace.exporters import reader
     from gputrace.figures import with_launch_submissions
+    from gputrace.gcpause import gc_paused
 
-    trace = json_format.read(path, progress=progress)
+    with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
+        doc, truncated = json_format.read_document(path, progress)
+        trace = reader.from_document(doc, str(path), truncated=truncated)
+        del doc  # freed here, while the collector still sleeps
+    if progress is not None:
+        progress("built")
     return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
 
 

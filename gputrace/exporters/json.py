@@ -21,12 +21,12 @@ import copy
 import gzip
 import itertools
 import os
-import queue
 import struct
 import threading
 import types
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,15 +34,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gputrace.exporters import opener
+from gputrace.exporters import Progress, opener
 from gputrace.exporters._text import Rows
 from gputrace.exporters.opener import TraceFileError
 from gputrace.exporters.plan import Chunk, Events, Planner, Waits, capped_header, file_header, queue_dict
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
 from gputrace.model import Trace
-
-Progress = Callable[[str], None]
 
 PREFIX = b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'
 EVENTS_OPEN = b'},"traceEvents":[\n'
@@ -56,17 +54,8 @@ ISAL_LEVEL, ZLIB_LEVEL = 1, 3
 # 2,000 scopes, fake backend: 2.4-2.6 ms a sync with the thread, 1.4-1.5 ms without).
 THREADED_ROWS = 4096
 # The header written before the events where the whole one follows them: what a cut file needs.
-START_KEYS = (
-    "format_version",
-    "version",
-    "backend",
-    "start_ns",
-    "base_ns",
-    "pid",
-    "rank",
-    "host",
-    "processes",
-)
+START_KEYS = ("format_version", "version", "backend", "start_ns", "base_ns", "pid", "rank", "host",
+              "processes")  # fmt: skip
 
 
 class GzipStream:
@@ -234,9 +223,9 @@ class StreamWriter:
         start_header: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
-        self._gz = self.path.name.endswith(".gz") if gzip is None else gzip
-        self._z = GzipStream() if self._gz else None
-        self._head = GzipStream.HEADER if self._gz else b""
+        gz = self.path.name.endswith(".gz") if gzip is None else gzip
+        self._z = GzipStream() if gz else None
+        self._head = GzipStream.HEADER if gz else b""  # written before the first compressed bytes
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._fds = [self._fd]
         self._enc = Planner(header)
@@ -291,51 +280,26 @@ class StreamWriter:
         out = self._compressed_beside(parts) if threaded else None
         if out is None:
             out = [*map(z.compress, parts)]
-        out.append(z.flush(final))
-        if self._head:  # the gzip header, once, before the first compressed bytes
-            out.insert(0, self._head)
-            self._head = b""
-        write_all(self._fd, out)
+        write_all(self._fd, [self._head, *out, z.flush(final)])
+        self._head = b""
 
     def _compressed_beside(self, parts: Iterable[Any]) -> list[bytes] | None:
         """``parts`` compressed in order on a second thread, each while the next is rendered
         (ISA-L and zlib let the interpreter go while they compress: tiny20k's stop on the H200
-        spent 29 of 193 ms compressing after rendering). The thread is a daemon and lives for
-        one chunk (``gputrace run`` waits for the program's other threads before it stops the
-        session); None, with nothing taken from ``parts``, where none can start (the
-        interpreter is ending). Returns once every piece is done, also when rendering one fails
-        (the caller then rolls the compressor back)."""
+        spent 29 of 193 ms compressing after rendering). The thread lives for one chunk
+        (``gputrace run`` waits for the program's other threads before it stops the session);
+        None, with nothing taken from ``parts``, where none can start (the interpreter is
+        ending). Returns once every piece is done, also when rendering one fails (the caller
+        then rolls the compressor back)."""
         z = self._z
         assert z is not None
-        done: list[bytes] = []
-        failed: list[BaseException] = []
-        todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-        def work() -> None:
+        with ThreadPoolExecutor(1) as pool:
             try:
-                while (p := todo.get()) is not None:
-                    done.append(z.compress(p))
-            except BaseException as exc:  # raised by the chunk's append, below
-                failed.append(exc)
-
-        worker = threading.Thread(target=work, name="gputrace-gzip", daemon=True)
-        try:
-            worker.start()
-        except RuntimeError:
-            return None
-        sent = 0
-        try:
-            for p in parts:
-                todo.put(p)
-                sent += 1
-        finally:
-            todo.put(None)
-            worker.join()
-        if failed:
-            raise failed[0]
-        if len(done) != sent:  # the thread ended early: the chunk is not all there
-            raise RuntimeError(f"compressing a trace chunk stopped after {len(done)} of {sent} pieces")
-        return done
+                pool.submit(_name_gzip_thread)  # (the thread starts here, before a piece is taken)
+            except RuntimeError:
+                return None
+            done = [pool.submit(z.compress, p) for p in parts]
+        return [f.result() for f in done]
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -364,6 +328,10 @@ class StreamWriter:
         if not self.closed:
             self.closed = True
             os.close(self._fd)
+
+
+def _name_gzip_thread() -> None:
+    threading.current_thread().name = "gputrace-gzip"  # (not the executor's numbered name)
 
 
 def write_all(fd: int, parts: list[Any]) -> None:
@@ -469,9 +437,12 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
             with gc_paused():
                 doc, repaired = orjson.loads(fixed), True
         except orjson.JSONDecodeError:
-            refused = opener.export_refused(path)
-            if refused is not None and bytes(raw[:64]).lstrip()[:1] not in (b"{", b"["):
-                raise refused from None
+            json_file = opener.canonical(path)
+            if json_file != Path(path) and bytes(raw[:64]).lstrip()[:1] not in (b"{", b"["):
+                raise TraceFileError(
+                    f"{path}: a .pftrace file is an export for Perfetto, which gputrace does not read "
+                    f"back; use the .json.gz it was written from ({json_file.name} for a session's)."
+                ) from None
             if cut:
                 raise TraceFileError(f"{path}: the gzip data is truncated or corrupt.") from None
             detail = str(exc.args[0] if exc.args else exc)
@@ -483,16 +454,3 @@ def read_document(path: str | os.PathLike[str], progress: Progress | None = None
     if progress is not None:
         progress("parsed")
     return doc, cut or repaired
-
-
-def read(path: str | os.PathLike[str], progress: Progress | None = None) -> Trace:
-    """The trace of a gputrace JSON file (``reader``), cut files up to their last chunk."""
-    from gputrace.exporters import reader  # (a writer never needs it)
-
-    with gc_paused():  # a dict per event, none in a cycle (see gc_paused)
-        doc, truncated = read_document(path, progress)
-        trace = reader.from_document(doc, str(path), truncated=truncated)
-        del doc  # freed here, while the collector still sleeps
-    if progress is not None:
-        progress("built")
-    return trace

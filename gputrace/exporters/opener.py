@@ -51,22 +51,12 @@ class NotAGputraceTrace(TraceFileError):
         self.document = document
 
 
-def canonical_path(path: str | os.PathLike[str]) -> Path:
+def canonical(path: str | os.PathLike[str]) -> Path:
     """The file gputrace reads for ``path``: ``path`` itself, or, for an export (``x.pftrace``),
     the ``x.json.gz`` a session writes beside it."""
     p = Path(path)
     ext = next((e for e in EXPORTS if p.name.lower().endswith(e)), None)
     return p if ext is None else p.with_name(p.name[: -len(ext)] + ".json.gz")
-
-
-def export_refused(path: str | os.PathLike[str]) -> TraceFileError | None:
-    """The sentence for an export that is not JSON (a real ``.pftrace``); None for other names."""
-    if canonical_path(path) == Path(path):
-        return None
-    return TraceFileError(
-        f"{path}: a .pftrace file is an export for Perfetto, which gputrace does not read back; "
-        f"use the .json.gz it was written from ({canonical_path(path).name} for a session's)."
-    )
 
 
 def parse_size(text: str) -> int:

@@ -26,7 +26,7 @@ import numpy as np
 
 from gputrace.exporters import json as json_format
 from gputrace.exporters._text import Rows, varint_len
-from gputrace.exporters.opener import canonical_path
+from gputrace.exporters.opener import canonical
 from gputrace.exporters.plan import (
     GPU_PID_BASE,
     OP_TID_BASE,
@@ -48,8 +48,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` as ``.pftrace`` (atomic: ``json.replacing``)."""
     chunk = Planner(file_header(trace)).chunk(trace)
     with json_format.replacing(path) as tmp, open(tmp, "wb") as f:
-        for data in _Packets().encode(chunk):
-            f.write(data)
+        f.writelines(_Packets().encode(chunk))
     return Path(path)
 
 
@@ -69,7 +68,7 @@ class StreamWriter(json_format.StreamWriter):
         self._packets = _Packets()
         self._pf = os.open(self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            super().__init__(canonical_path(path), header)
+            super().__init__(canonical(path), header)
         except BaseException:
             os.close(self._pf)
             self.partial.unlink(missing_ok=True)
@@ -215,11 +214,12 @@ class _Packets:
         return self._named(("c", pid, names[k]), self._process(pid), names[k], True)
 
     @staticmethod
-    def _per_pair(pid: Ints, x: Ints, make: Callable[[int, int], int]) -> Ints:
-        """``make(pid, x)`` (a track's uuid) once per distinct pair, as a column."""
+    def _per_pair(pid: Ints | int, x: Ints, make: Callable[[int, int], int]) -> Ints:
+        """``make(pid, x)`` (a track's uuid, an interned id) once per distinct pair, as a column."""
         keys, inv = np.unique(np.asarray(pid, np.int64) << 32 | np.asarray(x, np.int64), return_inverse=True)
-        uuid = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()], np.int64)
-        out: Ints = uuid[inv.reshape(-1)]
+        out: Ints = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()] or [0], np.int64)[
+            inv.reshape(-1)
+        ]
         return out
 
     def _iid(self, field: int, text: str) -> int:
@@ -231,10 +231,7 @@ class _Packets:
 
     def _iids(self, field: int, table: list[Any], idx: Ints) -> Ints:
         """The interned id of ``table[idx]`` per row (each distinct entry interned once)."""
-        used, inv = np.unique(idx, return_inverse=True)
-        return np.array([self._iid(field, str(table[i])) for i in used.tolist()] or [0], np.int64)[
-            inv.reshape(-1)
-        ]
+        return self._per_pair(field, idx, lambda f, i: self._iid(f, str(table[i])))
 
     def _add(self, ts: Ints, te: Rows) -> int:
         """Packets of the TrackEvents ``te`` at ``ts``; returns the number of the first."""

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace import figures
+from gputrace.jsonsafe import dumps
 from gputrace.model import ANOMALY_FLAGS, FORMAT_VERSION, NO_TIME, QueueInfo, ThreadInfo, Trace, flag_names
 from gputrace.npstats import distinct
 
@@ -37,10 +38,7 @@ EXAMPLES_IN_HEADER = 20  # anomaly examples kept in the file's header (counts st
 OP_TID_BASE = 1 << 20  # a stream's operations track: OP_TID_BASE + queue (+ overflow lanes)
 OP_FLOW_BASE = 1 << 40  # flow ids of launch call -> operation, apart from the scope flows
 OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # PyTorch's categories, which HTA reads
-
-
-# an operation more than this far from the file's zero is not on its time line (never aligned)
-MAX_OP_NS = 10**15
+MAX_OP_NS = 10**15  # an operation farther than this from the file's zero was never aligned
 
 
 def export_base_ns(trace: Trace) -> int:
@@ -332,12 +330,11 @@ class Planner:
         out = Chunk()
         meta = out.meta
         s = trace.scopes
-        for t in trace.threads:
-            self.threads.setdefault(t.tid, t)
         # queues: a chunk lists the session's queues so far; keep the longest list seen
         if len(trace.queues) > len(self.queues):
             self.queues = list(trace.queues)
         for t in trace.threads:
+            self.threads.setdefault(t.tid, t)
             pid = self._cpu_pid(t.tid)
             self._name_process(pid, meta)
             self._name_thread(pid, t.tid, t.name, meta)
@@ -377,34 +374,29 @@ class Planner:
         cpu_tid = tids[s.thread]
         # CPU tracks nest by construction; interleaved coroutines may partially overlap
         bad = (s.parent >= 0) & (s.cpu_end_ns > s.cpu_end_ns[np.maximum(s.parent, 0)])
-        if bad.any():
-            for th in distinct(s.thread[bad]).tolist():
-                rows = np.flatnonzero(s.thread == th)
-                # rows are in (start, -end) order, as the lanes take them
-                lanes = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rows], s.cpu_end_ns[rows])
-                cpu_tid[rows] += lanes * OVERLAP_TID_STEP
-                tid = int(tids[th])
-                self._name_lanes(self._cpu_pid(tid), tid, trace.threads[th].name, int(lanes.max()), meta)
+        for th in distinct(s.thread[bad]).tolist():
+            rows = np.flatnonzero(s.thread == th)
+            # rows are in (start, -end) order, as the lanes take them
+            lanes = LaneCarry().lanes(("cpu", th), s.cpu_start_ns[rows], s.cpu_end_ns[rows])
+            cpu_tid[rows] += lanes * OVERLAP_TID_STEP
+            tid = int(tids[th])
+            self._name_lanes(self._cpu_pid(tid), tid, trace.threads[th].name, int(lanes.max()), meta)
         pid = self._cpu_pids(cpu_tid)
         # the rare parts: a scope's own args and flags (equal ones written from one entry)
         flagged = np.flatnonzero(s.flags)
         objs: list[Any] = [None]
         idx = np.zeros(n, np.int64)
-        rare = sorted(set(s.args) | set(flagged.tolist()))
-        if rare:
-            from gputrace.jsonsafe import dumps
-
-            fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
-            number: dict[bytes, int] = {}
-            for i in rare:
-                a = s.args.get(i) or {}
-                if i in fl:
-                    a = dict(a, flags=flag_list(fl[i]))
-                if a:
-                    k = number.setdefault(dumps(a), len(objs))
-                    if k == len(objs):
-                        objs.append(a)
-                    idx[i] = k
+        fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
+        number: dict[bytes, int] = {}
+        for i in sorted(set(s.args) | set(fl)):
+            a = s.args.get(i) or {}
+            if i in fl:
+                a = dict(a, flags=flag_list(fl[i]))
+            if a:
+                k = number.setdefault(dumps(a), len(objs))
+                if k == len(objs):
+                    objs.append(a)
+                idx[i] = k
         return Events(
             ["cpu"], _col(0, n), trace.names, s.name, pid, cpu_tid, s.cpu_start_ns - self.base,
             s.cpu_end_ns - s.cpu_start_ns, objs=(objs, idx), flow=self.rows + np.arange(n),

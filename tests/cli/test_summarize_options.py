@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import gputrace
 from gputrace.cli import cli
 from gputrace.clock import FakeClock
-from gputrace.exporters.foreign import from_chrome
+from gputrace.exporters.reader import from_chrome
 from gputrace.render import render
 from gputrace.summary import summarize
 

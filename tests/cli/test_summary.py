@@ -286,7 +286,7 @@ def test_progress_bar_only_on_a_terminal(
 
 
 @pytest.mark.parametrize(
-    "module", ["summary", "render", "compare", "merge", "exporters.foreign", "exporters"]
+    "module", ["summary", "render", "compare", "merge", "exporters.reader", "exporters"]
 )
 def test_docstring_examples(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import doctest

@@ -878,7 +878,7 @@ def test_the_cold_h200_trace_is_queued_from_its_launch_calls(browser: Any) -> No
 
 @pytest.mark.browser
 def test_self_cpu_time_of_a_torch_trace_reads_as_summarize_says(browser: Any) -> None:
-    from gputrace.exporters.foreign import from_chrome
+    from gputrace.exporters.reader import from_chrome
     from gputrace.summary import summarize
 
     kept = ROOT / "tests" / "data" / "torch_h200.json.gz"

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import gputrace
 from gputrace import figures
 from gputrace.clock import FakeClock
-from gputrace.exporters.foreign import from_chrome
+from gputrace.exporters.reader import from_chrome
 from gputrace.model import NO_TIME as NO_TIME
 from gputrace.render import distinct_names, render
 from gputrace.summary import summarize

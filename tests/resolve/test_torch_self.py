@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gputrace import figures
-from gputrace.exporters.foreign import from_chrome
+from gputrace.exporters.reader import from_chrome
 from gputrace.summary import summarize
 
 DATA = Path(__file__).parents[1] / "data"
