@@ -51,33 +51,36 @@ serve()
 os._exit(0)"""
 
 
-def add_lost(header: dict[str, Any], scopes: int, chunks: int = 0, degraded: int = 0) -> dict[str, Any]:
-    """``header`` with these counts added to its ``lost`` (``Appender.close`` leaves out one that
-    counts nothing)."""
-    lost = dict(header.get("lost") or {})
-    for key, n in (("scopes", scopes), ("chunks", chunks), ("degraded_chunks", degraded)):
-        lost[key] = int(lost.get(key, 0)) + n
-    return dict(header, lost=lost)
+class Losses:
+    """What never reached the file, counted for the final header's ``lost``."""
+
+    lost_scopes = lost_chunks = degraded_chunks = 0
+
+    def lose(self, scopes: int, what: str, exc: BaseException) -> None:
+        """``what`` failed and cost ``scopes`` scopes: counted, and reported."""
+        self.lost_scopes += scopes
+        self.lost_chunks += 1
+        report_internal(
+            f"stream-lost:{what}",
+            f"{what} failed ({type(exc).__name__}: {exc}); {scopes} scopes are lost, counted in the trace.",
+        )
+
+    def with_lost(self, header: dict[str, Any]) -> dict[str, Any]:
+        """``header`` with these counts added to its ``lost``."""
+        lost = dict(header.get("lost") or {})
+        for key, n in (("scopes", self.lost_scopes), ("chunks", self.lost_chunks),
+                       ("degraded_chunks", self.degraded_chunks)):  # fmt: skip
+            lost[key] = int(lost.get(key, 0)) + n
+        return dict(header, lost=lost)
 
 
-def report_lost(what: str, scopes: int, exc: BaseException) -> None:
-    """``what`` failed and cost ``scopes`` scopes, which the final header counts."""
-    report_internal(
-        f"stream-lost:{what}",
-        f"{what} failed ({type(exc).__name__}: {exc}); {scopes} scopes are lost, counted in the trace.",
-    )
-
-
-class Appender:
+class Appender(Losses):
     """Append chunks to ``writer`` in order; hold a chunk whose write fails with an ``OSError``."""
 
     def __init__(self, writer: Any) -> None:
         self.writer = writer
         self.held: list[tuple[int, Trace]] = []  # (first row, chunk) whose write failed, in order
         self.chunks = 0
-        self.lost_scopes = 0
-        self.lost_chunks = 0
-        self.degraded_chunks = 0
         self.dropped: list[tuple[int, int]] = []  # (first row, scopes) of chunks that never reached the file
 
     @property
@@ -177,9 +180,7 @@ class Appender:
         """``held[0]`` never reaches the file: counted, and its rows remembered for ``close``."""
         first, chunk = self.held.pop(0)
         self.dropped.append((first, len(chunk)))
-        self.lost_scopes += len(chunk)
-        self.lost_chunks += 1
-        report_lost("appending a trace chunk", len(chunk), exc)
+        self.lose(len(chunk), "appending a trace chunk", exc)
 
     def close(self, header: dict[str, Any]) -> None:
         """Write what is held (a last try), then the final header with this appender's counts
@@ -189,10 +190,8 @@ class Appender:
         except Exception as exc:
             n = sum(len(c) for _, c in self.held)
             self.held.clear()
-            self.lost_scopes += n
-            self.lost_chunks += 1
-            report_lost("appending the last trace chunks", n, exc)
-        header = add_lost(header, self.lost_scopes, self.lost_chunks, self.degraded_chunks)
+            self.lose(n, "appending the last trace chunks", exc)
+        header = self.with_lost(header)
         if not (header["lost"]["scopes"] or header["lost"]["degraded_chunks"]):
             del header["lost"]
         anomalies = header.get("anomalies")
@@ -279,7 +278,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
             threading.Thread(target=proc.wait, name="gputrace-reap", daemon=True).start()
 
 
-class WriterProcess:
+class WriterProcess(Losses):
     """``Resolving`` in a child process, with the same methods; never raises into the session."""
 
     def __init__(
@@ -304,8 +303,7 @@ class WriterProcess:
             fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         self.closed = False
         self.rows = 0  # scopes sent
-        self._broken: str | None = None
-        self.lost_scopes = 0  # sent after the writer process ended
+        self._broken: str | None = None  # (its lost_scopes: sent after the writer process ended)
         # Until a chunk is sent to a writer process that has said it is ready (it imports numpy
         # and the exporters first: 0.1-0.5 s), the chunks sent are kept here too: a session that
         # ends before then writes them itself (``close``). Rendering a session's chunks here at
@@ -431,7 +429,7 @@ class WriterProcess:
         if self._here is not None:
             self._here.close(header)
             return
-        sent = self._send(("close", add_lost(header, self.lost_scopes)))
+        sent = self._send(("close", self.with_lost(header)))
         reply = self._finish(sent)
         if reply == "late":
             report_internal("writer-process", f"the trace's writer process is still writing {self.path} "
@@ -454,13 +452,12 @@ class WriterProcess:
         has just started to render all of it), or the child ended before then. It is stopped
         (what it wrote is written again: the file is opened afresh), and the chunks kept are
         appended here first."""
-        from gputrace import exporters
-        from gputrace.chunks import Resolving
+        from gputrace.chunks import resolving
 
         with contextlib.suppress(Exception):
             self.proc.kill()
         self._finish(False)
-        self._here = Resolving(Appender(exporters.stream_writer(self.path, self.header)), self.header)
+        self._here = resolving(self.path, self.header)
         kept, self._kept = self._kept or [], None
         for chunk in kept:
             self._here.add(chunk)
@@ -492,8 +489,7 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
     import time
 
-    from gputrace import exporters
-    from gputrace.chunks import Resolving
+    from gputrace.chunks import Resolving, resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     appender: Resolving | None = None
@@ -502,7 +498,7 @@ def serve() -> None:
     while (msg := _receive(stdin)) is not None:
         try:
             if msg[0] == "open":  # a failure ends this process: the session then writes the file
-                appender = Resolving(Appender(exporters.stream_writer(msg[1], msg[2])), msg[2])
+                appender = resolving(msg[1], msg[2])
                 ready_s = time.process_time()
                 with contextlib.suppress(OSError):  # (a session already gone: the file goes on)
                     stdout.write(READY)

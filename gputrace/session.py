@@ -415,8 +415,6 @@ class session:
         return header
 
     def _stop_stream(self, stop_ns: int) -> None:
-        from gputrace.streaming import unclosed
-
         st, rec, streamed = self._streamer, self._recorder, self._stream_path
         assert rec is not None and self.path is not None and streamed is not None
         with reporting("stream-timer", "stopping the trace's timer"):
@@ -425,7 +423,7 @@ class session:
         if not self._write_chunk(st.take, self._raw.queues, "writing the last recorded scopes"):
             st.lost_scopes += rec.scopes_held(open_too=False)  # never taken: what the buffers hold is lost
         st.final = True
-        self._write_chunk(lambda: unclosed(rec, stop_ns), self._raw.queues, "ending the scopes still open")
+        self._write_chunk(lambda: rec.unclosed(stop_ns), self._raw.queues, "ending the scopes still open")
         try:
             st.close(safe_header(self._final_header(stop_ns)))
             if self.path != streamed:

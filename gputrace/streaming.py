@@ -17,13 +17,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from gputrace import exporters
-from gputrace.appender import Appender, SpawnFailed, WriterProcess, add_lost, discard, report_lost
+from gputrace.appender import Appender, Losses, SpawnFailed, WriterProcess, discard
 from gputrace.backends.base import CalibrationSample
-from gputrace.chunks import RawChunk, Resolving
+from gputrace.chunks import RawChunk, Resolving, resolving
 from gputrace.errors import report_internal
 from gputrace.gcpause import gc_paused
 from gputrace.model import QueueInfo, Trace
@@ -46,13 +44,6 @@ OPS_BACKLOG = 30_000
 # With a writer process, CUPTI records are collected and sent at least this often: the child
 # renders the run while it goes on, and the stop is left at most this much of it to write.
 OFFLOADED_COLLECT_S = 0.1
-
-
-@dataclass(slots=True)
-class Taken:
-    """Records taken out of the recorder's buffers: what each track recorded."""
-
-    threads: list[Recorded] = field(default_factory=list)
 
 
 class _Detached:
@@ -80,7 +71,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class Streamer:
+class Streamer(Losses):
     """Owns a session's ``StreamWriter`` and what is pending between chunks."""
 
     def __init__(
@@ -118,8 +109,6 @@ class Streamer:
         self._gate.set()
         self.throttling = False
         self.throttled = 0  # backlogs that made recording threads wait
-        self.lost_scopes = 0  # scopes that never reached the appender (counted in the final header)
-        self.lost_chunks = 0
         # set by the session (CUPTI): collect without a sync -> (horizon, queues)
         self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo] | None]] | None = None
         self.last_collect = time.monotonic()
@@ -141,7 +130,7 @@ class Streamer:
                     raise
                 report_internal("writer-process", f"the trace's writer process could not be started "
                                 f"({exc}); the trace is written in the program's process.")  # fmt: skip
-        return Resolving(Appender(exporters.stream_writer(path, header)), header)
+        return resolving(path, header)
 
     @property
     def writer(self) -> Any:
@@ -287,20 +276,17 @@ class Streamer:
         self._gate.set()
 
     def stop_timer(self) -> None:
-        self._gate.set()
-        self._stop.set()
+        self.halt_timer()
         t = self._timer
         if t is not None and t is not threading.current_thread():
             t.join()
 
     # -- chunks --------------------------------------------------------------------------------
-    def take(self) -> Taken:
+    def take(self) -> list[Recorded]:
         """Take every scope and mark recorded so far out of the recorder's buffers (what is
         recorded meanwhile stays for the next chunk: ``Recorder.take_recorded``)."""
         with self.lock:  # two takers at once would both copy a prefix, then both delete one
-            out = Taken()  # (made before the records are cut out: nothing taken is ever dropped)
-            out.threads = self.recorder.take_recorded()
-            return out
+            return self.recorder.take_recorded()
 
     def flush(self, complete: bool) -> None:
         """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
@@ -308,54 +294,55 @@ class Streamer:
             self.write(self.take(), complete, None)
 
     def write(
-        self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None, horizon: int | None = None
+        self,
+        taken: list[Recorded],
+        complete: bool,
+        queues: list[QueueInfo] | None = None,
+        horizon: int | None = None,
     ) -> None:
         """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory).
         ``horizon``: only scopes that ended before it are complete (CUPTI without a sync).
         Never raises: what a fault costs is flagged ``degraded`` or counted as lost."""
-        self._horizon = horizon
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
             try:
                 pieces = _pieces(taken)
             except Exception as exc:
-                self._lose(scopes_in(taken.threads), "cutting recorded scopes into chunks", exc)
+                self.lose(scopes_in(taken), "cutting recorded scopes into chunks", exc)
                 return
             for i, piece in enumerate(pieces):
-                self._more_pieces = i + 1 < len(pieces)  # ops of later pieces' scopes wait for them
-                try:
-                    self._write(piece, complete, queues)
+                try:  # (operations of later pieces' scopes wait for them)
+                    self._write(piece, complete, queues, horizon, more=i + 1 < len(pieces))
                 except Exception as exc:
-                    self._lose(scopes_in(piece.threads), "writing a trace chunk", exc)
+                    self.lose(scopes_in(piece), "writing a trace chunk", exc)
                 if timer and not self.throttling and self.recorder.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
-            self._more_pieces = False
 
-    def count_lost(self, taken: Taken | None) -> None:
+    def count_lost(self, taken: list[Recorded] | None) -> None:
         """``taken`` never reached the file (a fault at the call that writes it): counted in the
         final header. Never raises."""
         with contextlib.suppress(Exception):
-            n = scopes_in(taken.threads) if taken is not None else 0
+            n = scopes_in(taken or [])
             if n:
                 self.lost_scopes += n
                 self.lost_chunks += 1
 
-    def _lose(self, scopes: int, what: str, exc: BaseException) -> None:
-        """``scopes`` never reach the file: counted (the final header says so) and reported."""
-        self.lost_scopes += scopes
-        self.lost_chunks += 1
-        report_lost(what, scopes, exc)
-
-    def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
+    def _write(
+        self,
+        taken: list[Recorded],
+        complete: bool,
+        queues: list[QueueInfo] | None,
+        horizon: int | None,
+        more: bool,
+    ) -> None:
         if self.writer.closed:
             if not isinstance(self.writer, _Detached):  # (a forked child writes nothing, by design)
-                self._lose(scopes_in(taken.threads), "writing to a closed trace", RuntimeError("closed"))
+                self.lose(scopes_in(taken), "writing to a closed trace", RuntimeError("closed"))
             return
         if queues is not None and len(queues) >= len(self.queues):
             self.queues = list(queues)
         threads: list[RawThread] = []
-        horizon = getattr(self, "_horizon", None)
-        for rec in taken.threads:  # scopes whose GPU work may still be running wait
+        for rec in taken:  # scopes whose GPU work may still be running wait
             ready, waiting = rec.settle(self.pending.pop(rec.key, None), horizon, complete)
             if waiting is not None:
                 self.pending[rec.key] = waiting
@@ -372,7 +359,6 @@ class Streamer:
         blind, raw.blind = raw.blind, []
         untimed, raw.untimed = raw.untimed, set()
         degraded, raw.degraded = raw.degraded, {}
-        more = getattr(self, "_more_pieces", False)
         chunk = RawChunk(
             RawRecording(
                 header={},
@@ -419,11 +405,11 @@ class Streamer:
         try:
             threads.append(rec.raw())
         except Exception as exc:
-            self._lose(rec.scopes(), "reading back recorded scopes", exc)
+            self.lose(rec.scopes(), "reading back recorded scopes", exc)
 
     def close(self, final_header: dict[str, Any]) -> None:
         """The final header, with what was lost here, to the resolving side (which adds its own)."""
-        header = add_lost(final_header, self.lost_scopes, self.lost_chunks)
+        header = self.with_lost(final_header)
         with self.lock:
             try:
                 self.out.close(header)
@@ -439,16 +425,11 @@ def _waiting_bytes(backend: Any) -> int:
         return 0
 
 
-def _pieces(taken: Taken) -> list[Taken]:
+def _pieces(taken: list[Recorded]) -> list[list[Recorded]]:
     """``taken`` cut into pieces of at most ``PIECE`` scopes of one thread each (one if small)."""
-    if scopes_in(taken.threads) <= PIECE:
+    if scopes_in(taken) <= PIECE:
         return [taken]
-    return [Taken([piece]) for rec in taken.threads for piece in rec.pieces(PIECE)]
-
-
-def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
-    """Scopes still open at stop: kept, ending at ``stop_ns``, degraded, ``args["unclosed"]``."""
-    return Taken(recorder.unclosed(stop_ns))
+    return [[piece] for rec in taken for piece in rec.pieces(PIECE)]
 
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
