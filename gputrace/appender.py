@@ -83,10 +83,6 @@ class Appender(Losses):
         self.chunks = 0
         self.dropped: list[tuple[int, int]] = []  # (first row, scopes) of chunks that never reached the file
 
-    @property
-    def closed(self) -> bool:
-        return bool(self.writer.closed)
-
     def add(self, chunk: Trace, first_row: int) -> None:
         """Append the held chunks, then ``chunk`` (whose first scope is row ``first_row`` of what
         the session sent), in order; a chunk whose write fails is held (the ones after it wait
@@ -492,36 +488,35 @@ def serve() -> None:
     from gputrace.chunks import Resolving, resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    appender: Resolving | None = None
+    out: Resolving | None = None
     ready_s = 0.0
     error = ""
     while (msg := _receive(stdin)) is not None:
         try:
             if msg[0] == "open":  # a failure ends this process: the session then writes the file
-                appender = resolving(msg[1], msg[2])
+                out = resolving(msg[1], msg[2])
                 ready_s = time.process_time()
                 with contextlib.suppress(OSError):  # (a session already gone: the file goes on)
                     stdout.write(READY)
                     stdout.flush()
-            elif msg[0] == "add" and appender is not None:
-                appender.add(msg[1])
-            elif msg[0] == "close" and appender is not None:
+            elif msg[0] == "add" and out is not None:
+                out.add(msg[1])
+            elif msg[0] == "close" and out is not None:
                 cpu_s = time.process_time()  # its CPU time: starting, then the chunks
                 facts = {"peak_rss_mb": _peak_rss_mb(), "start_cpu_s": round(ready_s, 3),
                          "chunks_cpu_s": round(cpu_s - ready_s, 3)}  # fmt: skip
                 header = dict(msg[1], writer_process=facts)
                 if mine := [m for m in reported() if m not in header.get("problems", [])]:
                     header["problems"] = [*header.get("problems", []), *mine]
-                appender.close(header)
+                out.close(header)
                 break
         except Exception as exc:  # said to the session at close
             error = error or f"{type(exc).__name__}: {exc}"
             if msg[0] in ("open", "close"):
                 break
-    if appender is None or not appender.closed:  # the pipe closed first: a crash, or abandon
+    if out is not None and not out.appender.writer.closed:  # the pipe closed first: a crash, or abandon
         with contextlib.suppress(Exception):
-            if appender is not None:
-                appender.writer.abandon()
+            out.appender.writer.abandon()
     with contextlib.suppress(OSError):
         stdout.write(_frame({"reports": reported(), "error": error}))
         stdout.flush()

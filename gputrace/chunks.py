@@ -73,14 +73,6 @@ class Resolving(Losses):
         self.rows = 0  # scopes handed to the appender: the row of the next chunk's first scope
         self.ops: Counter[str] | None = None  # operations written (per-operation timing only)
 
-    @property
-    def writer(self) -> Any:
-        return self.appender.writer
-
-    @property
-    def closed(self) -> bool:
-        return self.appender.closed
-
     def add(self, chunk: RawChunk) -> None:
         try:
             self._add(chunk)

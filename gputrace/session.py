@@ -342,7 +342,8 @@ class session:
             self._streamer = Streamer(
                 self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned
             )
-            self._spawned = None  # the streamer's now (used, or ended); else ``_start`` ends it
+            if getattr(self._streamer.writer, "proc", None) is self._spawned:
+                self._spawned = None  # the writer process's now; else ``_start`` ends it
             self._stream_path = self.path
         except Exception as exc:
             self.stream = False  # written at stop instead, where an OSError is reported once

@@ -19,12 +19,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from gputrace.appender import Appender, Losses, SpawnFailed, WriterProcess, discard
+from gputrace.appender import Appender, Losses, SpawnFailed, WriterProcess
 from gputrace.backends.base import CalibrationSample
 from gputrace.chunks import RawChunk, Resolving, resolving
 from gputrace.errors import report_internal
 from gputrace.gcpause import gc_paused
-from gputrace.model import QueueInfo, Trace
+from gputrace.model import QueueInfo
 from gputrace.recorder import Recorded, Recorder, scopes_in
 from gputrace.records import RawThread
 from gputrace.resolver import RawRecording
@@ -50,10 +50,6 @@ class _Detached:
     """What a forked child's streamer writes to: nothing (the file is its parent's)."""
 
     closed = True
-    rows = 0
-
-    def append(self, chunk: Trace) -> None:
-        pass
 
     def close(self, header: dict[str, Any]) -> None:
         pass
@@ -84,16 +80,14 @@ class Streamer(Losses):
         offload: bool = False,
         spawned: Any = None,
     ) -> None:
-        """``spawned``: a writer process already started (``appender.spawn``) for ``offload``;
-        used, or discarded."""
+        """``spawned``: a writer process already started (``appender.spawn``) for ``offload``
+        (the caller's to end unless ``writer`` is it)."""
         self.header = header
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
         # a format's StreamWriter, or anything with its methods (the flight recorder's ring),
         # resolved and appended to here or in a writer process
         self.out: Resolving | WriterProcess
-        if writer is not None or not offload:
-            discard(spawned)
         if writer is not None:
             self.out = Resolving(Appender(writer), header)
         else:
@@ -124,10 +118,7 @@ class Streamer(Losses):
         if offload:
             try:
                 return WriterProcess(path, header, spawned)
-            except BaseException as exc:
-                discard(spawned)
-                if not isinstance(exc, SpawnFailed):
-                    raise
+            except SpawnFailed as exc:
                 report_internal("writer-process", f"the trace's writer process could not be started "
                                 f"({exc}); the trace is written in the program's process.")  # fmt: skip
         return resolving(path, header)
@@ -135,8 +126,7 @@ class Streamer(Losses):
     @property
     def writer(self) -> Any:
         """What the chunks go to: the format's writer, or the writer process."""
-        out = self.out
-        return out.writer if isinstance(out, Resolving) else out
+        return self.out.appender.writer if isinstance(self.out, Resolving) else self.out
 
     def detach(self) -> None:
         """In a forked child: never write to the parent's file (the child has no timer either)."""
