@@ -111,10 +111,11 @@ class Appender(Losses):
         if self.writer.closed:
             self._drop_held(RuntimeError("the trace file is closed"))
             return True
-        for attempt in ("as resolved", "with CPU times only"):
+        for cpu_only in (False, True):
             cp = self._checkpoint()
             try:
                 self.writer.append(chunk)
+                break
             except OSError as exc:
                 self._undo(cp)
                 report_internal(
@@ -125,7 +126,7 @@ class Appender(Losses):
                 return False
             except Exception as exc:
                 self._undo(cp)
-                if attempt != "as resolved" or self.writer.closed:
+                if cpu_only or self.writer.closed:
                     self._drop_held(exc)
                     return True
                 reason = f"encoding GPU times failed ({type(exc).__name__}: {exc})"
@@ -135,23 +136,19 @@ class Appender(Losses):
                 chunk = without_gpu(chunk, reason)
                 self.held[0] = (first, chunk)
                 self.degraded_chunks += 1
-                continue
-            self.held.pop(0)
-            self.chunks += 1
-            return True
+        self.held.pop(0)
+        self.chunks += 1
         return True
 
     def _checkpoint(self) -> Any:
-        try:
-            cp = getattr(self.writer, "checkpoint", None)
-            return cp() if cp is not None else None
-        except Exception:
-            return None
+        with contextlib.suppress(Exception):
+            return self.writer.checkpoint() if hasattr(self.writer, "checkpoint") else None
+        return None
 
     def _undo(self, cp: Any) -> None:
         """Cut the file back to ``cp``; if that is impossible, stop appending (the file then reads
         as ending early, at its last whole chunk)."""
-        if cp is None and not hasattr(self.writer, "checkpoint"):
+        if not hasattr(self.writer, "checkpoint"):
             return  # a writer in memory (the flight recorder's ring): nothing half-written to cut
         try:
             if cp is None:
@@ -163,14 +160,8 @@ class Appender(Losses):
                 f"a failed append could not be undone ({type(undo_exc).__name__}: {undo_exc}); "
                 "the trace ends at its last whole chunk.",
             )
-            abandon = getattr(self.writer, "abandon", None)
-            try:
-                if abandon is not None:
-                    abandon()
-                else:
-                    self.writer.closed = True
-            except Exception:
-                pass
+            with contextlib.suppress(Exception):
+                self.writer.abandon()  # (every writer with a checkpoint has it)
 
     def _drop_held(self, exc: BaseException) -> None:
         """``held[0]`` never reaches the file: counted, and its rows remembered for ``close``."""
@@ -215,17 +206,14 @@ def _frame(obj: Any) -> bytes:
     return _FRAME.pack(len(data)) + data
 
 
-def _read_exact(f: Any, n: int) -> bytes | None:
-    data = f.read(n)
-    return data if data is not None and len(data) == n else None
-
-
 def _receive(f: Any) -> Any:
-    head = _read_exact(f, _FRAME.size)
-    if head is None:
+    """The next framed message, or None where the pipe ends first."""
+    head = f.read(_FRAME.size)
+    if head is None or len(head) != _FRAME.size:
         return None
-    body = _read_exact(f, _FRAME.unpack(head)[0])
-    return pickle.loads(body) if body is not None else None
+    n = _FRAME.unpack(head)[0]
+    body = f.read(n)
+    return pickle.loads(body) if body is not None and len(body) == n else None
 
 
 class SpawnFailed(Exception):
@@ -450,9 +438,7 @@ class WriterProcess(Losses):
         appended here first."""
         from gputrace.chunks import resolving
 
-        with contextlib.suppress(Exception):
-            self.proc.kill()
-        self._finish(False)
+        discard(self.proc)
         self._here = resolving(self.path, self.header)
         kept, self._kept = self._kept or [], None
         for chunk in kept:

@@ -45,6 +45,7 @@ from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import Recorder, active_recorder, drain
 from gputrace.records import RawRecording
 from gputrace.safetext import printable
+from gputrace.stopcal import stop_samples
 
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
@@ -298,10 +299,6 @@ class session:
             self._trace = FileTrace(read=self._read_back)
         return self._trace
 
-    @trace.setter
-    def trace(self, value: Trace | None) -> None:
-        self._trace = value
-
     def _read_back(self) -> Trace:
         from gputrace.exporters import canonical, read
 
@@ -338,7 +335,7 @@ class session:
             header["backend_info"] = {"timing": timing}
         self._raw.header = header
         try:
-            ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
+            ring = RingWriter(self.path, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
             self._streamer = Streamer(
                 self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned
             )
@@ -520,8 +517,8 @@ class session:
         outer, self._outer = self._outer, None
         if os.getpid() != self._pid:
             # a forked child: the parent owns the backend and the file; touch neither
-            self.trace = cpu_scopes(self._raw.header, [], "")
-            return self.trace
+            self._trace = cpu_scopes(self._raw.header, [], "")
+            return self._trace
         if outer is not None and active_recorder() is None:
             outer.activate()
         if self._streamer is not None:  # no timer chunk during the final collect (it would wait for it)
@@ -569,10 +566,10 @@ class session:
         if problems := reported():
             raw.header["problems"] = problems
         raw.header = safe_header(raw.header)
-        self.trace = resolve_safely(raw)
+        self._trace = trace = resolve_safely(raw)
         if self.path is not None:
-            self._write(self.trace, self.path)
-        return self.trace
+            self._write(trace, self.path)
+        return trace
 
     def _stop_failed_start(self) -> Trace:
         """The trace of a session whose start failed inside gputrace: no scopes, and why."""
@@ -636,15 +633,10 @@ class session:
     def _calibrate(self, final: bool = False) -> None:
         """Take calibration samples; at stop (``final``) until the clock fit rests on some of
         them too (``gputrace.stopcal``)."""
-        rec = self._recorder
-        assert rec is not None
+        assert self._recorder is not None
+        backend, samples = self._recorder.backend, self._raw.samples
         with self._degrading("calibrate", "taking a clock calibration sample"):
-            if final:
-                from gputrace.stopcal import stop_samples
-
-                self._raw.samples.extend(stop_samples(rec.backend, self._raw.samples))
-            else:
-                self._raw.samples.extend(rec.backend.calibrate())
+            samples.extend(stop_samples(backend, samples) if final else backend.calibrate())
 
     @contextlib.contextmanager
     def _degrading(self, kind: str, doing: str) -> Iterator[None]:

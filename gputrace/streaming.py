@@ -171,10 +171,7 @@ class Streamer(Losses):
         wait for this one to catch up)."""
         if self.collect_ops is None and not getattr(self.recorder.backend, "ops_timing", False):
             behind = self.recorder.backlog() >= BACKLOG_SCOPES
-            if behind:
-                self._throttle(True)  # recording threads wait while this one catches up
-            elif self.throttling:
-                self._throttle(False)
+            self._throttle(behind)  # recording threads wait while this one catches up
             # (unless a sync wrote a chunk meanwhile: no need to compete for the GIL)
             if behind or time.monotonic() - self.last_write >= interval_s:
                 self.flush(complete=False)
@@ -200,8 +197,7 @@ class Streamer(Losses):
         behind = waiting * k >= 2 * COLLECT_BYTES or (
             self.horizon_moves and self.ops_backlog() * k >= OPS_BACKLOG
         )
-        if behind != self.throttling:
-            self._throttle(behind)
+        self._throttle(behind)
         horizon, queues = self.collect_ops()
         last = self.last_horizon
         self.horizon_moves = horizon is not None and (last is None or horizon > last)
