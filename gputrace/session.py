@@ -339,7 +339,7 @@ class session:
             self._streamer = Streamer(
                 self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned
             )
-            if getattr(self._streamer.writer, "proc", None) is self._spawned:
+            if getattr(self._streamer.out, "proc", None) is self._spawned:
                 self._spawned = None  # the writer process's now; else ``_start`` ends it
             self._stream_path = self.path
         except Exception as exc:
