@@ -28,7 +28,8 @@ from gputrace import exporters
 from gputrace.appender import Appender, Losses
 from gputrace.errors import report_internal
 from gputrace.fallback import cpu_scopes
-from gputrace.model import ANOMALY_FLAGS, Flag, Trace, flag_names
+from gputrace.flags import flag_counts
+from gputrace.model import ANOMALY_FLAGS, Flag, Trace
 from gputrace.npstats import distinct
 from gputrace.records import OpBatch, RawRecording
 from gputrace.resolver import anomaly_report, resolve
@@ -140,10 +141,7 @@ class Resolving(Losses):
             if again.any():
                 s.flags = np.where(again, s.flags & ~np.uint32(_COLD), s.flags).astype(np.uint32)
             self.seen_names.update(names[i] for i in distinct(s.name).tolist())
-            for bit in Flag:
-                c = int(np.count_nonzero(s.flags & int(bit)))
-                if c:
-                    self.counts[flag_names(int(bit))[0]] += c
+            self.counts.update(flag_counts(s.flags))
             self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
         if len(self.examples) < EXAMPLES:
             report = anomaly_report(out)

@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gputrace.appender import Appender, Losses, SpawnFailed, WriterProcess
@@ -340,28 +341,14 @@ class Streamer(Losses):
         raw = self.raw
         if not any(len(t.names) or t.marks for t in threads) and not any(len(b) for b in raw.batches):
             return  # (operations outside every scope are written too: kept, never piled up)
-        spans, raw.spans = raw.spans, []
-        batches, raw.batches = raw.batches, []
-        blind, raw.blind = raw.blind, []
-        untimed, raw.untimed = raw.untimed, set()
-        degraded, raw.degraded = raw.degraded, {}
+        # what was collected since the last chunk goes with this one (the session's raw starts afresh)
+        got = replace(
+            raw, header={}, threads=threads, queues=self.queues, samples=raw.samples[-CHUNK_FIT_SAMPLES:]
+        )
+        raw.spans, raw.batches, raw.blind, raw.untimed, raw.degraded = [], [], [], set(), {}
+        spans, untimed, degraded = got.spans, got.untimed, got.degraded
         chunk = RawChunk(
-            RawRecording(
-                header={},
-                threads=threads,
-                queues=self.queues,
-                spans=spans,
-                samples=raw.samples[-CHUNK_FIT_SAMPLES:],
-                untimed=untimed,
-                degraded=degraded,
-                spans_cover_children=raw.spans_cover_children,
-                empty_span_ns=raw.empty_span_ns,
-                source_error_ns=raw.source_error_ns,
-                blind=blind,
-                ops_timing=raw.ops_timing,
-                problem=raw.problem,
-                batches=batches,
-            ),
+            got,
             # (operations of a scope still open wait for it in ``Resolving``)
             open_tids=self.recorder.open_tids() + [held.tid for held in self.pending.values()],
             carry=not self.final or more,
