@@ -246,11 +246,27 @@ def discard(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None:
         with contextlib.suppress(Exception):
             proc.kill()
-        _reap(proc)
-        for f in (proc.stdin, proc.stdout):
-            with contextlib.suppress(Exception):
-                if f is not None:
-                    f.close()
+        _finish(proc, False)
+
+
+def _finish(proc: subprocess.Popen[bytes], answer: bool) -> Any:
+    """Close the pipe; read the writer process's answer (``answer``: "late" if none came within
+    ``CLOSE_WAIT_S``, the child then finishes on its own); it is reaped once it ends."""
+    reply: Any = None
+    out: Any = proc.stdout
+    with contextlib.suppress(Exception):
+        proc.stdin.close()  # type: ignore[union-attr]
+    if answer:
+        try:
+            if not select.select([out], [], [], CLOSE_WAIT_S)[0]:
+                return "late"
+            reply = _receive(out)
+        except Exception:
+            reply = None
+    _reap(proc)
+    with contextlib.suppress(Exception):
+        out.close()
+    return reply
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
@@ -277,9 +293,8 @@ class WriterProcess(Losses):
         self.path, self.header = path, copy.deepcopy(header)  # as the writer process gets it
         self.proc = proc if proc is not None else spawn()
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self._stdin: IO[bytes] = self.proc.stdin
         self._stdout: IO[bytes] = self.proc.stdout
-        self._fd = self._stdin.fileno()
+        self._fd = self.proc.stdin.fileno()
         os.set_blocking(self._fd, False)  # see _send: never wait on a writer process for ever
         with contextlib.suppress(OSError, AttributeError):
             import fcntl
@@ -378,26 +393,7 @@ class WriterProcess(Losses):
         """End the writer process without a final header (the file reads as ending early)."""
         if not self.closed:
             self.closed = True
-            self._finish(False)  # (it ends once it has read what was sent)
-
-    def _finish(self, answer: bool) -> Any:
-        """Close the pipe; read the writer process's answer (``answer``: "late" if none came
-        within ``CLOSE_WAIT_S``, the child then finishes on its own); it is reaped once it ends."""
-        reply: Any = None
-        p = self.proc
-        with contextlib.suppress(Exception):
-            self._stdin.close()
-        if answer:
-            try:
-                if not select.select([self._stdout], [], [], CLOSE_WAIT_S)[0]:
-                    return "late"
-                reply = _receive(self._stdout)
-            except Exception:
-                reply = None
-        _reap(p)
-        with contextlib.suppress(Exception):
-            self._stdout.close()
-        return reply
+            _finish(self.proc, False)  # (it ends once it has read what was sent)
 
     def close(self, header: dict[str, Any]) -> None:
         """Send the final header and wait for the writer process to finish the file; what it
@@ -414,7 +410,7 @@ class WriterProcess(Losses):
             self._here.close(header)
             return
         sent = self._send(("close", self.with_lost(header)))
-        reply = self._finish(sent)
+        reply = _finish(self.proc, sent)
         if reply == "late":
             report_internal("writer-process", f"the trace's writer process is still writing {self.path} "
                             f"after {CLOSE_WAIT_S:g} s; the file is complete once it ends (it goes on "

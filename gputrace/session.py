@@ -393,7 +393,7 @@ class session:
         if st is None or self.ring_s is None or st.writer.closed:
             return None
         with reporting("ring", "writing the flight recorder"):
-            st.flush(complete=False)
+            st.flush()
             self.written = st.writer.dump(self._final_header(self.clock()))
             return self.written
         return None

@@ -83,7 +83,6 @@ class Streamer(Losses):
     ) -> None:
         """``spawned``: a writer process already started (``appender.spawn``) for ``offload``
         (the caller's to end unless ``writer`` is it)."""
-        self.header = header
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
         # a format's StreamWriter, or anything with its methods (the flight recorder's ring),
@@ -137,7 +136,7 @@ class Streamer(Losses):
         if isinstance(fd, int) and not getattr(self.writer, "closed", True):
             with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
-        self.out = Resolving(Appender(_Detached()), self.header)
+        self.out = Resolving(Appender(_Detached()), {})  # (nothing is resolved: it is closed)
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
@@ -175,7 +174,7 @@ class Streamer(Losses):
             self._throttle(behind)  # recording threads wait while this one catches up
             # (unless a sync wrote a chunk meanwhile: no need to compete for the GIL)
             if behind or time.monotonic() - self.last_write >= interval_s:
-                self.flush(complete=False)
+                self.flush()
             return behind
         # CUPTI: the kernels that arrived are collected, and the scopes that ended before every
         # launch still waiting for its kernels are written (the others wait); CUDA events alike,
@@ -275,10 +274,10 @@ class Streamer(Losses):
         with self.lock:  # two takers at once would both copy a prefix, then both delete one
             return self.recorder.take_recorded()
 
-    def flush(self, complete: bool) -> None:
-        """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
+    def flush(self) -> None:
+        """What is complete now, taken and written (the timer's chunk, a ring's dump)."""
         with self.lock:
-            self.write(self.take(), complete, None)
+            self.write(self.take(), False)
 
     def write(
         self,
