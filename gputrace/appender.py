@@ -68,8 +68,8 @@ class Losses:
     def with_lost(self, header: dict[str, Any]) -> dict[str, Any]:
         """``header`` with these counts added to its ``lost``."""
         lost = dict(header.get("lost") or {})
-        for key, n in (("scopes", self.lost_scopes), ("chunks", self.lost_chunks),
-                       ("degraded_chunks", self.degraded_chunks)):  # fmt: skip
+        counts = (self.lost_scopes, self.lost_chunks, self.degraded_chunks)
+        for key, n in zip(("scopes", "chunks", "degraded_chunks"), counts, strict=True):
             lost[key] = int(lost.get(key, 0)) + n
         return dict(header, lost=lost)
 

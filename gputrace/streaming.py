@@ -291,8 +291,9 @@ class Streamer(Losses):
         Never raises: what a fault costs is flagged ``degraded`` or counted as lost."""
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
-            try:
-                pieces = _pieces(taken)
+            try:  # pieces of at most ``PIECE`` scopes of one thread each (one if small)
+                small = scopes_in(taken) <= PIECE
+                pieces = [taken] if small else [[p] for rec in taken for p in rec.pieces(PIECE)]
             except Exception as exc:
                 self.lose(scopes_in(taken), "cutting recorded scopes into chunks", exc)
                 return
@@ -395,13 +396,6 @@ def _waiting_bytes(backend: Any) -> int:
         return int(backend.waiting_bytes())
     except Exception:
         return 0
-
-
-def _pieces(taken: list[Recorded]) -> list[list[Recorded]]:
-    """``taken`` cut into pieces of at most ``PIECE`` scopes of one thread each (one if small)."""
-    if scopes_in(taken) <= PIECE:
-        return [taken]
-    return [[piece] for rec in taken for piece in rec.pieces(PIECE)]
 
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
