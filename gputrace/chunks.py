@@ -128,7 +128,7 @@ class Resolving(Losses):
         carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_OPS:])
         keep = ~(loose & np.isin(o.correlation, carried.rows["correlation"]))
         self.carried = [carried]
-        out.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
+        out.ops = o.take(np.flatnonzero(keep))
         return out
 
     def _session_flags(self, out: Trace) -> None:
