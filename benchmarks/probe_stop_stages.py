@@ -49,7 +49,7 @@ STAGES = [
     ("gputrace.backends.cupti_records", "BufferDecoder", "decode", "decode"),
     ("gputrace.appender", "Appender", "add", "append"),
     ("gputrace.appender", "WriterProcess", "_write_here", "write_here"),
-    ("gputrace.appender", "WriterProcess", "_finish", "writer_wait"),
+    ("gputrace.appender", "", "_finish", "writer_wait"),
     ("gputrace.exporters.plan", "Planner", "chunk", "plan"),
     ("gputrace.exporters.json", "StreamWriter", "append", "render_write"),
 ]

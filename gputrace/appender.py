@@ -51,38 +51,37 @@ serve()
 os._exit(0)"""
 
 
-def add_lost(header: dict[str, Any], scopes: int, chunks: int = 0, degraded: int = 0) -> dict[str, Any]:
-    """``header`` with these counts added to its ``lost`` (``Appender.close`` leaves out one that
-    counts nothing)."""
-    lost = dict(header.get("lost") or {})
-    for key, n in (("scopes", scopes), ("chunks", chunks), ("degraded_chunks", degraded)):
-        lost[key] = int(lost.get(key, 0)) + n
-    return dict(header, lost=lost)
+class Losses:
+    """What never reached the file, counted for the final header's ``lost``."""
+
+    lost_scopes = lost_chunks = degraded_chunks = 0
+
+    def lose(self, scopes: int, what: str, exc: BaseException) -> None:
+        """``what`` failed and cost ``scopes`` scopes: counted, and reported."""
+        self.lost_scopes += scopes
+        self.lost_chunks += 1
+        report_internal(
+            f"stream-lost:{what}",
+            f"{what} failed ({type(exc).__name__}: {exc}); {scopes} scopes are lost, counted in the trace.",
+        )
+
+    def with_lost(self, header: dict[str, Any]) -> dict[str, Any]:
+        """``header`` with these counts added to its ``lost``."""
+        lost = dict(header.get("lost") or {})
+        counts = (self.lost_scopes, self.lost_chunks, self.degraded_chunks)
+        for key, n in zip(("scopes", "chunks", "degraded_chunks"), counts, strict=True):
+            lost[key] = int(lost.get(key, 0)) + n
+        return dict(header, lost=lost)
 
 
-def report_lost(what: str, scopes: int, exc: BaseException) -> None:
-    """``what`` failed and cost ``scopes`` scopes, which the final header counts."""
-    report_internal(
-        f"stream-lost:{what}",
-        f"{what} failed ({type(exc).__name__}: {exc}); {scopes} scopes are lost, counted in the trace.",
-    )
-
-
-class Appender:
+class Appender(Losses):
     """Append chunks to ``writer`` in order; hold a chunk whose write fails with an ``OSError``."""
 
     def __init__(self, writer: Any) -> None:
         self.writer = writer
         self.held: list[tuple[int, Trace]] = []  # (first row, chunk) whose write failed, in order
         self.chunks = 0
-        self.lost_scopes = 0
-        self.lost_chunks = 0
-        self.degraded_chunks = 0
         self.dropped: list[tuple[int, int]] = []  # (first row, scopes) of chunks that never reached the file
-
-    @property
-    def closed(self) -> bool:
-        return bool(self.writer.closed)
 
     def add(self, chunk: Trace, first_row: int) -> None:
         """Append the held chunks, then ``chunk`` (whose first scope is row ``first_row`` of what
@@ -112,10 +111,11 @@ class Appender:
         if self.writer.closed:
             self._drop_held(RuntimeError("the trace file is closed"))
             return True
-        for attempt in ("as resolved", "with CPU times only"):
+        for cpu_only in (False, True):
             cp = self._checkpoint()
             try:
                 self.writer.append(chunk)
+                break
             except OSError as exc:
                 self._undo(cp)
                 report_internal(
@@ -126,7 +126,7 @@ class Appender:
                 return False
             except Exception as exc:
                 self._undo(cp)
-                if attempt != "as resolved" or self.writer.closed:
+                if cpu_only or self.writer.closed:
                     self._drop_held(exc)
                     return True
                 reason = f"encoding GPU times failed ({type(exc).__name__}: {exc})"
@@ -136,23 +136,19 @@ class Appender:
                 chunk = without_gpu(chunk, reason)
                 self.held[0] = (first, chunk)
                 self.degraded_chunks += 1
-                continue
-            self.held.pop(0)
-            self.chunks += 1
-            return True
+        self.held.pop(0)
+        self.chunks += 1
         return True
 
     def _checkpoint(self) -> Any:
-        try:
-            cp = getattr(self.writer, "checkpoint", None)
-            return cp() if cp is not None else None
-        except Exception:
-            return None
+        with contextlib.suppress(Exception):
+            return self.writer.checkpoint() if hasattr(self.writer, "checkpoint") else None
+        return None
 
     def _undo(self, cp: Any) -> None:
         """Cut the file back to ``cp``; if that is impossible, stop appending (the file then reads
         as ending early, at its last whole chunk)."""
-        if cp is None and not hasattr(self.writer, "checkpoint"):
+        if not hasattr(self.writer, "checkpoint"):
             return  # a writer in memory (the flight recorder's ring): nothing half-written to cut
         try:
             if cp is None:
@@ -164,22 +160,14 @@ class Appender:
                 f"a failed append could not be undone ({type(undo_exc).__name__}: {undo_exc}); "
                 "the trace ends at its last whole chunk.",
             )
-            abandon = getattr(self.writer, "abandon", None)
-            try:
-                if abandon is not None:
-                    abandon()
-                else:
-                    self.writer.closed = True
-            except Exception:
-                pass
+            with contextlib.suppress(Exception):
+                self.writer.abandon()  # (every writer with a checkpoint has it)
 
     def _drop_held(self, exc: BaseException) -> None:
         """``held[0]`` never reaches the file: counted, and its rows remembered for ``close``."""
         first, chunk = self.held.pop(0)
         self.dropped.append((first, len(chunk)))
-        self.lost_scopes += len(chunk)
-        self.lost_chunks += 1
-        report_lost("appending a trace chunk", len(chunk), exc)
+        self.lose(len(chunk), "appending a trace chunk", exc)
 
     def close(self, header: dict[str, Any]) -> None:
         """Write what is held (a last try), then the final header with this appender's counts
@@ -189,10 +177,8 @@ class Appender:
         except Exception as exc:
             n = sum(len(c) for _, c in self.held)
             self.held.clear()
-            self.lost_scopes += n
-            self.lost_chunks += 1
-            report_lost("appending the last trace chunks", n, exc)
-        header = add_lost(header, self.lost_scopes, self.lost_chunks, self.degraded_chunks)
+            self.lose(n, "appending the last trace chunks", exc)
+        header = self.with_lost(header)
         if not (header["lost"]["scopes"] or header["lost"]["degraded_chunks"]):
             del header["lost"]
         anomalies = header.get("anomalies")
@@ -220,17 +206,14 @@ def _frame(obj: Any) -> bytes:
     return _FRAME.pack(len(data)) + data
 
 
-def _read_exact(f: Any, n: int) -> bytes | None:
-    data = f.read(n)
-    return data if data is not None and len(data) == n else None
-
-
 def _receive(f: Any) -> Any:
-    head = _read_exact(f, _FRAME.size)
-    if head is None:
+    """The next framed message, or None where the pipe ends first."""
+    head = f.read(_FRAME.size)
+    if head is None or len(head) != _FRAME.size:
         return None
-    body = _read_exact(f, _FRAME.unpack(head)[0])
-    return pickle.loads(body) if body is not None else None
+    n = _FRAME.unpack(head)[0]
+    body = f.read(n)
+    return pickle.loads(body) if body is not None and len(body) == n else None
 
 
 class SpawnFailed(Exception):
@@ -263,11 +246,27 @@ def discard(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None:
         with contextlib.suppress(Exception):
             proc.kill()
-        _reap(proc)
-        for f in (proc.stdin, proc.stdout):
-            with contextlib.suppress(Exception):
-                if f is not None:
-                    f.close()
+        _finish(proc, False)
+
+
+def _finish(proc: subprocess.Popen[bytes], answer: bool) -> Any:
+    """Close the pipe; read the writer process's answer (``answer``: "late" if none came within
+    ``CLOSE_WAIT_S``, the child then finishes on its own); it is reaped once it ends."""
+    reply: Any = None
+    out: Any = proc.stdout
+    with contextlib.suppress(Exception):
+        proc.stdin.close()  # type: ignore[union-attr]
+    if answer:
+        try:
+            if not select.select([out], [], [], CLOSE_WAIT_S)[0]:
+                return "late"
+            reply = _receive(out)
+        except Exception:
+            reply = None
+    _reap(proc)
+    with contextlib.suppress(Exception):
+        out.close()
+    return reply
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
@@ -279,7 +278,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
             threading.Thread(target=proc.wait, name="gputrace-reap", daemon=True).start()
 
 
-class WriterProcess:
+class WriterProcess(Losses):
     """``Resolving`` in a child process, with the same methods; never raises into the session."""
 
     def __init__(
@@ -294,9 +293,8 @@ class WriterProcess:
         self.path, self.header = path, copy.deepcopy(header)  # as the writer process gets it
         self.proc = proc if proc is not None else spawn()
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self._stdin: IO[bytes] = self.proc.stdin
         self._stdout: IO[bytes] = self.proc.stdout
-        self._fd = self._stdin.fileno()
+        self._fd = self.proc.stdin.fileno()
         os.set_blocking(self._fd, False)  # see _send: never wait on a writer process for ever
         with contextlib.suppress(OSError, AttributeError):
             import fcntl
@@ -304,8 +302,7 @@ class WriterProcess:
             fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         self.closed = False
         self.rows = 0  # scopes sent
-        self._broken: str | None = None
-        self.lost_scopes = 0  # sent after the writer process ended
+        self._broken: str | None = None  # (its lost_scopes: sent after the writer process ended)
         # Until a chunk is sent to a writer process that has said it is ready (it imports numpy
         # and the exporters first: 0.1-0.5 s), the chunks sent are kept here too: a session that
         # ends before then writes them itself (``close``). Rendering a session's chunks here at
@@ -396,26 +393,7 @@ class WriterProcess:
         """End the writer process without a final header (the file reads as ending early)."""
         if not self.closed:
             self.closed = True
-            self._finish(False)  # (it ends once it has read what was sent)
-
-    def _finish(self, answer: bool) -> Any:
-        """Close the pipe; read the writer process's answer (``answer``: "late" if none came
-        within ``CLOSE_WAIT_S``, the child then finishes on its own); it is reaped once it ends."""
-        reply: Any = None
-        p = self.proc
-        with contextlib.suppress(Exception):
-            self._stdin.close()
-        if answer:
-            try:
-                if not select.select([self._stdout], [], [], CLOSE_WAIT_S)[0]:
-                    return "late"
-                reply = _receive(self._stdout)
-            except Exception:
-                reply = None
-        _reap(p)
-        with contextlib.suppress(Exception):
-            self._stdout.close()
-        return reply
+            _finish(self.proc, False)  # (it ends once it has read what was sent)
 
     def close(self, header: dict[str, Any]) -> None:
         """Send the final header and wait for the writer process to finish the file; what it
@@ -431,8 +409,8 @@ class WriterProcess:
         if self._here is not None:
             self._here.close(header)
             return
-        sent = self._send(("close", add_lost(header, self.lost_scopes)))
-        reply = self._finish(sent)
+        sent = self._send(("close", self.with_lost(header)))
+        reply = _finish(self.proc, sent)
         if reply == "late":
             report_internal("writer-process", f"the trace's writer process is still writing {self.path} "
                             f"after {CLOSE_WAIT_S:g} s; the file is complete once it ends (it goes on "
@@ -454,13 +432,10 @@ class WriterProcess:
         has just started to render all of it), or the child ended before then. It is stopped
         (what it wrote is written again: the file is opened afresh), and the chunks kept are
         appended here first."""
-        from gputrace import exporters
-        from gputrace.chunks import Resolving
+        from gputrace.chunks import resolving
 
-        with contextlib.suppress(Exception):
-            self.proc.kill()
-        self._finish(False)
-        self._here = Resolving(Appender(exporters.stream_writer(self.path, self.header)), self.header)
+        discard(self.proc)
+        self._here = resolving(self.path, self.header)
         kept, self._kept = self._kept or [], None
         for chunk in kept:
             self._here.add(chunk)
@@ -492,40 +467,38 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
     import time
 
-    from gputrace import exporters
-    from gputrace.chunks import Resolving
+    from gputrace.chunks import Resolving, resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    appender: Resolving | None = None
+    out: Resolving | None = None
     ready_s = 0.0
     error = ""
     while (msg := _receive(stdin)) is not None:
         try:
             if msg[0] == "open":  # a failure ends this process: the session then writes the file
-                appender = Resolving(Appender(exporters.stream_writer(msg[1], msg[2])), msg[2])
+                out = resolving(msg[1], msg[2])
                 ready_s = time.process_time()
                 with contextlib.suppress(OSError):  # (a session already gone: the file goes on)
                     stdout.write(READY)
                     stdout.flush()
-            elif msg[0] == "add" and appender is not None:
-                appender.add(msg[1])
-            elif msg[0] == "close" and appender is not None:
+            elif msg[0] == "add" and out is not None:
+                out.add(msg[1])
+            elif msg[0] == "close" and out is not None:
                 cpu_s = time.process_time()  # its CPU time: starting, then the chunks
                 facts = {"peak_rss_mb": _peak_rss_mb(), "start_cpu_s": round(ready_s, 3),
                          "chunks_cpu_s": round(cpu_s - ready_s, 3)}  # fmt: skip
                 header = dict(msg[1], writer_process=facts)
                 if mine := [m for m in reported() if m not in header.get("problems", [])]:
                     header["problems"] = [*header.get("problems", []), *mine]
-                appender.close(header)
+                out.close(header)
                 break
         except Exception as exc:  # said to the session at close
             error = error or f"{type(exc).__name__}: {exc}"
             if msg[0] in ("open", "close"):
                 break
-    if appender is None or not appender.closed:  # the pipe closed first: a crash, or abandon
+    if out is not None and not out.appender.writer.closed:  # the pipe closed first: a crash, or abandon
         with contextlib.suppress(Exception):
-            if appender is not None:
-                appender.writer.abandon()
+            out.appender.writer.abandon()
     with contextlib.suppress(OSError):
         stdout.write(_frame({"reports": reported(), "error": error}))
         stdout.flush()

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gputrace.appender import Appender, add_lost, report_lost
+from gputrace import exporters
+from gputrace.appender import Appender, Losses
 from gputrace.errors import report_internal
 from gputrace.fallback import cpu_scopes
-from gputrace.model import ANOMALY_FLAGS, Flag, Trace, flag_names
+from gputrace.flags import flag_counts
+from gputrace.model import ANOMALY_FLAGS, Flag, Trace
 from gputrace.npstats import distinct
 from gputrace.records import OpBatch, RawRecording
 from gputrace.resolver import anomaly_report, resolve
@@ -55,7 +58,7 @@ class RawChunk:
         return sum(len(t.names) for t in self.raw.threads)
 
 
-class Resolving:
+class Resolving(Losses):
     """Resolve chunks in order and append them; never raises into the caller."""
 
     def __init__(self, appender: Appender, header: dict[str, Any]) -> None:
@@ -69,26 +72,13 @@ class Resolving:
         self.anomalous = 0
         self.carried: list[OpBatch] = []  # operations waiting for a scope still open
         self.rows = 0  # scopes handed to the appender: the row of the next chunk's first scope
-        self.degraded_chunks = 0  # chunks resolved with CPU times only
-        self.lost_scopes = 0
-        self.lost_chunks = 0
         self.ops: Counter[str] | None = None  # operations written (per-operation timing only)
-
-    @property
-    def writer(self) -> Any:
-        return self.appender.writer
-
-    @property
-    def closed(self) -> bool:
-        return self.appender.closed
 
     def add(self, chunk: RawChunk) -> None:
         try:
             self._add(chunk)
         except Exception as exc:
-            self.lost_scopes += chunk.scopes
-            self.lost_chunks += 1
-            report_lost("resolving a trace chunk", chunk.scopes, exc)
+            self.lose(chunk.scopes, "resolving a trace chunk", exc)
 
     def _add(self, chunk: RawChunk) -> None:
         raw = chunk.raw
@@ -138,7 +128,7 @@ class Resolving:
         carried = ops.take(np.flatnonzero(wait)[-MAX_CARRIED_OPS:])
         keep = ~(loose & np.isin(o.correlation, carried.rows["correlation"]))
         self.carried = [carried]
-        out.ops = type(o)(**{c: getattr(o, c)[keep] for c in type(o).COLUMNS})
+        out.ops = o.take(np.flatnonzero(keep))
         return out
 
     def _session_flags(self, out: Trace) -> None:
@@ -151,10 +141,7 @@ class Resolving:
             if again.any():
                 s.flags = np.where(again, s.flags & ~np.uint32(_COLD), s.flags).astype(np.uint32)
             self.seen_names.update(names[i] for i in distinct(s.name).tolist())
-            for bit in Flag:
-                c = int(np.count_nonzero(s.flags & int(bit)))
-                if c:
-                    self.counts[flag_names(int(bit))[0]] += c
+            self.counts.update(flag_counts(s.flags))
             self.anomalous += int(np.count_nonzero(s.flags & int(ANOMALY_FLAGS)))
         if len(self.examples) < EXAMPLES:
             report = anomaly_report(out)
@@ -166,7 +153,7 @@ class Resolving:
         (which adds its own counts)."""
         header = dict(header)
         with contextlib.suppress(Exception):
-            header = add_lost(header, self.lost_scopes, self.lost_chunks, self.degraded_chunks)
+            header = self.with_lost(header)  # (its degraded_chunks: resolved with CPU times only)
             if self.ops is not None:  # as a trace resolved at once says it (resolver)
                 header["ops"] = dict(self.ops)
             header["anomalies"] = {
@@ -175,3 +162,8 @@ class Resolving:
                 "truncated": max(0, self.anomalous - len(self.examples)),
             }
         self.appender.close(header)
+
+
+def resolving(path: str | os.PathLike[str], header: dict[str, Any]) -> Resolving:
+    """Resolve chunks and append them to a new streamed file at ``path``."""
+    return Resolving(Appender(exporters.stream_writer(path, header)), header)

@@ -33,13 +33,9 @@ class RingWriter:
     """Stands in for a ``StreamWriter``: keeps the chunks of the last ``keep_ns``; ``dump`` writes
     them as one complete file (temp file + rename)."""
 
-    def __init__(self, path: str | Path, header: dict[str, Any], keep_ns: int, clock: Clock) -> None:
-        self.path = Path(path)
-        self.header = header
-        self.keep_ns = keep_ns
-        self.clock = clock
+    def __init__(self, path: str | Path, keep_ns: int, clock: Clock) -> None:
+        self.path, self.keep_ns, self.clock = Path(path), keep_ns, clock
         self.chunks: deque[tuple[int, Trace]] = deque()
-        self.rows = 0  # scopes appended (the ring drops the oldest)
         self.rows_in_file = 0  # scopes in the file its last dump wrote
         self.closed = False
         self.dumps = 0
@@ -51,7 +47,6 @@ class RingWriter:
         ends += [m.ts_ns for m in chunk.marks[-1:]]
         with self._lock:
             self.chunks.append((max(ends, default=self.clock()), chunk))
-            self.rows += len(chunk)
             self._prune()
 
     def _prune(self) -> None:

@@ -50,12 +50,6 @@ def launcher_rank() -> int | None:
     return _first_number(RANK_VARS)
 
 
-def world_size() -> int:
-    """How many ranks the launcher started (1 without a launcher)."""
-    n = _first_number(SIZE_VARS)
-    return 1 if n is None else n
-
-
 def rank_path(path: str | os.PathLike[str], rank: int) -> str:
     """``run.trace.json`` → ``run.rank3.trace.json`` (unchanged when the name already says it)."""
     head, name = os.path.split(os.fspath(path))
@@ -74,6 +68,6 @@ def rank_file(path: Path, measured_rank: int | None, launched: bool = False) -> 
     if measured_rank is not None:
         return Path(rank_path(path, measured_rank))
     rank = launcher_rank() if launched else None
-    if rank is not None and world_size() > 1:
+    if rank is not None and (_first_number(SIZE_VARS) or 0) > 1:  # one of several ranks
         return Path(rank_path(path, rank))
     return path

@@ -45,6 +45,7 @@ from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import Recorder, active_recorder, drain
 from gputrace.records import RawRecording
 from gputrace.safetext import printable
+from gputrace.stopcal import stop_samples
 
 # A streamed file's time axis starts this long before the session: GPU times aligned a little
 # before the start (clock uncertainty) keep a non-negative ts, which Perfetto requires.
@@ -298,10 +299,6 @@ class session:
             self._trace = FileTrace(read=self._read_back)
         return self._trace
 
-    @trace.setter
-    def trace(self, value: Trace | None) -> None:
-        self._trace = value
-
     def _read_back(self) -> Trace:
         from gputrace.exporters import canonical, read
 
@@ -338,11 +335,12 @@ class session:
             header["backend_info"] = {"timing": timing}
         self._raw.header = header
         try:
-            ring = RingWriter(self.path, header, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
+            ring = RingWriter(self.path, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
             self._streamer = Streamer(
                 self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned
             )
-            self._spawned = None  # the streamer's now (used, or ended); else ``_start`` ends it
+            if getattr(self._streamer.out, "proc", None) is self._spawned:
+                self._spawned = None  # the writer process's now; else ``_start`` ends it
             self._stream_path = self.path
         except Exception as exc:
             self.stream = False  # written at stop instead, where an OSError is reported once
@@ -395,7 +393,7 @@ class session:
         if st is None or self.ring_s is None or st.writer.closed:
             return None
         with reporting("ring", "writing the flight recorder"):
-            st.flush(complete=False)
+            st.flush()
             self.written = st.writer.dump(self._final_header(self.clock()))
             return self.written
         return None
@@ -415,8 +413,6 @@ class session:
         return header
 
     def _stop_stream(self, stop_ns: int) -> None:
-        from gputrace.streaming import unclosed
-
         st, rec, streamed = self._streamer, self._recorder, self._stream_path
         assert rec is not None and self.path is not None and streamed is not None
         with reporting("stream-timer", "stopping the trace's timer"):
@@ -425,7 +421,7 @@ class session:
         if not self._write_chunk(st.take, self._raw.queues, "writing the last recorded scopes"):
             st.lost_scopes += rec.scopes_held(open_too=False)  # never taken: what the buffers hold is lost
         st.final = True
-        self._write_chunk(lambda: unclosed(rec, stop_ns), self._raw.queues, "ending the scopes still open")
+        self._write_chunk(lambda: rec.unclosed(stop_ns), self._raw.queues, "ending the scopes still open")
         try:
             st.close(safe_header(self._final_header(stop_ns)))
             if self.path != streamed:
@@ -521,8 +517,8 @@ class session:
         outer, self._outer = self._outer, None
         if os.getpid() != self._pid:
             # a forked child: the parent owns the backend and the file; touch neither
-            self.trace = cpu_scopes(self._raw.header, [], "")
-            return self.trace
+            self._trace = cpu_scopes(self._raw.header, [], "")
+            return self._trace
         if outer is not None and active_recorder() is None:
             outer.activate()
         if self._streamer is not None:  # no timer chunk during the final collect (it would wait for it)
@@ -570,10 +566,10 @@ class session:
         if problems := reported():
             raw.header["problems"] = problems
         raw.header = safe_header(raw.header)
-        self.trace = resolve_safely(raw)
+        self._trace = trace = resolve_safely(raw)
         if self.path is not None:
-            self._write(self.trace, self.path)
-        return self.trace
+            self._write(trace, self.path)
+        return trace
 
     def _stop_failed_start(self) -> Trace:
         """The trace of a session whose start failed inside gputrace: no scopes, and why."""
@@ -637,15 +633,10 @@ class session:
     def _calibrate(self, final: bool = False) -> None:
         """Take calibration samples; at stop (``final``) until the clock fit rests on some of
         them too (``gputrace.stopcal``)."""
-        rec = self._recorder
-        assert rec is not None
+        assert self._recorder is not None
+        backend, samples = self._recorder.backend, self._raw.samples
         with self._degrading("calibrate", "taking a clock calibration sample"):
-            if final:
-                from gputrace.stopcal import stop_samples
-
-                self._raw.samples.extend(stop_samples(rec.backend, self._raw.samples))
-            else:
-                self._raw.samples.extend(rec.backend.calibrate())
+            samples.extend(stop_samples(backend, samples) if final else backend.calibrate())
 
     @contextlib.contextmanager
     def _degrading(self, kind: str, doing: str) -> Iterator[None]:

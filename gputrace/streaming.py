@@ -19,18 +19,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from gputrace import exporters
-from gputrace.appender import Appender, SpawnFailed, WriterProcess, add_lost, discard, report_lost
+from gputrace.appender import Appender, Losses, SpawnFailed, WriterProcess
 from gputrace.backends.base import CalibrationSample
-from gputrace.chunks import RawChunk, Resolving
+from gputrace.chunks import RawChunk, Resolving, resolving
 from gputrace.errors import report_internal
 from gputrace.gcpause import gc_paused
-from gputrace.model import QueueInfo, Trace
+from gputrace.model import QueueInfo
 from gputrace.recorder import Recorded, Recorder, scopes_in
 from gputrace.records import RawSpan, RawThread
 from gputrace.resolver import RawRecording
@@ -52,21 +51,10 @@ OPS_BACKLOG = 30_000
 OFFLOADED_COLLECT_S = 0.1
 
 
-@dataclass(slots=True)
-class Taken:
-    """Records taken out of the recorder's buffers: what each track recorded."""
-
-    threads: list[Recorded] = field(default_factory=list)
-
-
 class _Detached:
     """What a forked child's streamer writes to: nothing (the file is its parent's)."""
 
     closed = True
-    rows = 0
-
-    def append(self, chunk: Trace) -> None:
-        pass
 
     def close(self, header: dict[str, Any]) -> None:
         pass
@@ -84,7 +72,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class Streamer:
+class Streamer(Losses):
     """Owns a session's ``StreamWriter`` and what is pending between chunks."""
 
     def __init__(
@@ -97,16 +85,13 @@ class Streamer:
         offload: bool = False,
         spawned: Any = None,
     ) -> None:
-        """``spawned``: a writer process already started (``appender.spawn``) for ``offload``;
-        used, or discarded."""
-        self.header = header
+        """``spawned``: a writer process already started (``appender.spawn``) for ``offload``
+        (the caller's to end unless ``writer`` is it)."""
         self.recorder = recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
         # a format's StreamWriter, or anything with its methods (the flight recorder's ring),
         # resolved and appended to here or in a writer process
         self.out: Resolving | WriterProcess
-        if writer is not None or not offload:
-            discard(spawned)
         if writer is not None:
             self.out = Resolving(Appender(writer), header)
         else:
@@ -122,8 +107,6 @@ class Streamer:
         self._gate.set()
         self.throttling = False
         self.throttled = 0  # backlogs that made recording threads wait
-        self.lost_scopes = 0  # scopes that never reached the appender (counted in the final header)
-        self.lost_chunks = 0
         # set by the session (CUPTI): collect without a sync -> (horizon, queues)
         self.collect_ops: Callable[[], tuple[int | None, list[QueueInfo] | None]] | None = None
         self.last_collect = time.monotonic()
@@ -139,19 +122,15 @@ class Streamer:
         if offload:
             try:
                 return WriterProcess(path, header, spawned)
-            except BaseException as exc:
-                discard(spawned)
-                if not isinstance(exc, SpawnFailed):
-                    raise
+            except SpawnFailed as exc:
                 report_internal("writer-process", f"the trace's writer process could not be started "
                                 f"({exc}); the trace is written in the program's process.")  # fmt: skip
-        return Resolving(Appender(exporters.stream_writer(path, header)), header)
+        return resolving(path, header)
 
     @property
     def writer(self) -> Any:
         """What the chunks go to: the format's writer, or the writer process."""
-        out = self.out
-        return out.writer if isinstance(out, Resolving) else out
+        return self.out.appender.writer if isinstance(self.out, Resolving) else self.out
 
     def detach(self) -> None:
         """In a forked child: never write to the parent's file (the child has no timer either)."""
@@ -161,7 +140,7 @@ class Streamer:
         if isinstance(fd, int) and not getattr(self.writer, "closed", True):
             with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
-        self.out = Resolving(Appender(_Detached()), self.header)
+        self.out = Resolving(Appender(_Detached()), {})  # (nothing is resolved: it is closed)
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
@@ -196,13 +175,10 @@ class Streamer:
         wait for this one to catch up)."""
         if self.collect_ops is None and not getattr(self.recorder.backend, "ops_timing", False):
             behind = self.recorder.backlog() >= BACKLOG_SCOPES
-            if behind:
-                self._throttle(True)  # recording threads wait while this one catches up
-            elif self.throttling:
-                self._throttle(False)
+            self._throttle(behind)  # recording threads wait while this one catches up
             # (unless a sync wrote a chunk meanwhile: no need to compete for the GIL)
             if behind or time.monotonic() - self.last_write >= interval_s:
-                self.flush(complete=False)
+                self.flush()
             return behind
         # CUPTI: the kernels that arrived are collected, and the scopes that ended before every
         # launch still waiting for its kernels are written (the others wait); CUDA events alike,
@@ -225,8 +201,7 @@ class Streamer:
         behind = waiting * k >= 2 * COLLECT_BYTES or (
             self.horizon_moves and self.ops_backlog() * k >= OPS_BACKLOG
         )
-        if behind != self.throttling:
-            self._throttle(behind)
+        self._throttle(behind)
         horizon, queues = self.collect_ops()
         last = self.last_horizon
         self.horizon_moves = horizon is not None and (last is None or horizon > last)
@@ -291,75 +266,74 @@ class Streamer:
         self._gate.set()
 
     def stop_timer(self) -> None:
-        self._gate.set()
-        self._stop.set()
+        self.halt_timer()
         t = self._timer
         if t is not None and t is not threading.current_thread():
             t.join()
 
     # -- chunks --------------------------------------------------------------------------------
-    def take(self) -> Taken:
+    def take(self) -> list[Recorded]:
         """Take every scope and mark recorded so far out of the recorder's buffers (what is
         recorded meanwhile stays for the next chunk: ``Recorder.take_recorded``)."""
         with self.lock:  # two takers at once would both copy a prefix, then both delete one
-            out = Taken()  # (made before the records are cut out: nothing taken is ever dropped)
-            out.threads = self.recorder.take_recorded()
-            return out
+            return self.recorder.take_recorded()
 
-    def flush(self, complete: bool) -> None:
-        """``take`` and ``write`` in one go (the timer; ``complete=False``)."""
+    def flush(self) -> None:
+        """What is complete now, taken and written (the timer's chunk, a ring's dump)."""
         with self.lock:
-            self.write(self.take(), complete, None)
+            self.write(self.take(), False)
 
     def write(
-        self, taken: Taken, complete: bool, queues: list[QueueInfo] | None = None, horizon: int | None = None
+        self,
+        taken: list[Recorded],
+        complete: bool,
+        queues: list[QueueInfo] | None = None,
+        horizon: int | None = None,
     ) -> None:
         """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory).
         ``horizon``: only scopes that ended before it are complete (CUPTI without a sync).
         Never raises: what a fault costs is flagged ``degraded`` or counted as lost."""
-        self._horizon = horizon
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
-            try:
-                pieces = _pieces(taken)
+            try:  # pieces of at most ``PIECE`` scopes of one thread each (one if small)
+                small = scopes_in(taken) <= PIECE
+                pieces = [taken] if small else [[p] for rec in taken for p in rec.pieces(PIECE)]
             except Exception as exc:
-                self._lose(scopes_in(taken.threads), "cutting recorded scopes into chunks", exc)
+                self.lose(scopes_in(taken), "cutting recorded scopes into chunks", exc)
                 return
             for i, piece in enumerate(pieces):
-                self._more_pieces = i + 1 < len(pieces)  # ops of later pieces' scopes wait for them
-                try:
-                    self._write(piece, complete, queues)
+                try:  # (operations of later pieces' scopes wait for them)
+                    self._write(piece, complete, queues, horizon, more=i + 1 < len(pieces))
                 except Exception as exc:
-                    self._lose(scopes_in(piece.threads), "writing a trace chunk", exc)
+                    self.lose(scopes_in(piece), "writing a trace chunk", exc)
                 if timer and not self.throttling and self.recorder.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
-            self._more_pieces = False
 
-    def count_lost(self, taken: Taken | None) -> None:
+    def count_lost(self, taken: list[Recorded] | None) -> None:
         """``taken`` never reached the file (a fault at the call that writes it): counted in the
         final header. Never raises."""
         with contextlib.suppress(Exception):
-            n = scopes_in(taken.threads) if taken is not None else 0
+            n = scopes_in(taken or [])
             if n:
                 self.lost_scopes += n
                 self.lost_chunks += 1
 
-    def _lose(self, scopes: int, what: str, exc: BaseException) -> None:
-        """``scopes`` never reach the file: counted (the final header says so) and reported."""
-        self.lost_scopes += scopes
-        self.lost_chunks += 1
-        report_lost(what, scopes, exc)
-
-    def _write(self, taken: Taken, complete: bool, queues: list[QueueInfo] | None) -> None:
+    def _write(
+        self,
+        taken: list[Recorded],
+        complete: bool,
+        queues: list[QueueInfo] | None,
+        horizon: int | None,
+        more: bool,
+    ) -> None:
         if self.writer.closed:
             if not isinstance(self.writer, _Detached):  # (a forked child writes nothing, by design)
-                self._lose(scopes_in(taken.threads), "writing to a closed trace", RuntimeError("closed"))
+                self.lose(scopes_in(taken), "writing to a closed trace", RuntimeError("closed"))
             return
         if queues is not None and len(queues) >= len(self.queues):
             self.queues = list(queues)
         threads: list[RawThread] = []
-        horizon = getattr(self, "_horizon", None)
-        for rec in taken.threads:  # scopes whose GPU work may still be running wait
+        for rec in taken:  # scopes whose GPU work may still be running wait
             ready, waiting = rec.settle(self.pending.pop(rec.key, None), horizon, complete)
             if waiting is not None:
                 self.pending[rec.key] = waiting
@@ -371,29 +345,14 @@ class Streamer:
         raw = self.raw
         if not any(len(t.names) or t.marks for t in threads) and not any(len(b) for b in raw.batches):
             return  # (operations outside every scope are written too: kept, never piled up)
-        spans, raw.spans = raw.spans, []
-        batches, raw.batches = raw.batches, []
-        blind, raw.blind = raw.blind, []
-        untimed, raw.untimed = raw.untimed, set()
-        degraded, raw.degraded = raw.degraded, {}
-        more = getattr(self, "_more_pieces", False)
+        # what was collected since the last chunk goes with this one (the session's raw starts afresh)
+        got = replace(
+            raw, header={}, threads=threads, queues=self.queues, samples=raw.samples[-CHUNK_FIT_SAMPLES:]
+        )
+        raw.spans, raw.batches, raw.blind, raw.untimed, raw.degraded = [], [], [], set(), {}
+        spans, untimed, degraded = got.spans, got.untimed, got.degraded
         chunk = RawChunk(
-            RawRecording(
-                header={},
-                threads=threads,
-                queues=self.queues,
-                spans=spans,
-                samples=raw.samples[-CHUNK_FIT_SAMPLES:],
-                untimed=untimed,
-                degraded=degraded,
-                spans_cover_children=raw.spans_cover_children,
-                empty_span_ns=raw.empty_span_ns,
-                source_error_ns=raw.source_error_ns,
-                blind=blind,
-                ops_timing=raw.ops_timing,
-                problem=raw.problem,
-                batches=batches,
-            ),
+            got,
             # (operations of a scope still open wait for it in ``Resolving``)
             open_tids=self.recorder.open_tids() + [held.tid for held in self.pending.values()],
             carry=not self.final or more,
@@ -420,11 +379,11 @@ class Streamer:
         try:
             threads.append(rec.raw())
         except Exception as exc:
-            self._lose(rec.scopes(), "reading back recorded scopes", exc)
+            self.lose(rec.scopes(), "reading back recorded scopes", exc)
 
     def close(self, final_header: dict[str, Any]) -> None:
         """The final header, with what was lost here, to the resolving side (which adds its own)."""
-        header = add_lost(final_header, self.lost_scopes, self.lost_chunks)
+        header = self.with_lost(final_header)
         with self.lock:
             try:
                 self.out.close(header)
@@ -438,18 +397,6 @@ def _waiting_bytes(backend: Any) -> int:
         return int(backend.waiting_bytes())
     except Exception:
         return 0
-
-
-def _pieces(taken: Taken) -> list[Taken]:
-    """``taken`` cut into pieces of at most ``PIECE`` scopes of one thread each (one if small)."""
-    if scopes_in(taken.threads) <= PIECE:
-        return [taken]
-    return [Taken([piece]) for rec in taken.threads for piece in rec.pieces(PIECE)]
-
-
-def unclosed(recorder: Recorder, stop_ns: int) -> Taken:
-    """Scopes still open at stop: kept, ending at ``stop_ns``, degraded, ``args["unclosed"]``."""
-    return Taken(recorder.unclosed(stop_ns))
 
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
