@@ -52,7 +52,7 @@ def summarize(
         click.echo(f"gputrace: note: {path_text(trace)} {lost_text(lost)}", err=True)
     if t.header.get("truncated"):
         click.echo(
-            f"gputrace: note: {trace} ends early (its program was killed or is still running); "
+            f"gputrace: note: {path_text(trace)} ends early (its program was killed or is still running); "
             "it holds what was written up to its last flush.",
             err=True,
         )

@@ -100,3 +100,18 @@ def test_no_uncertainty_is_printed_when_there_is_none() -> None:
         for fmt in ("table", "markdown"):
             text = render(s2, fmt)
             assert "±0 ns" not in text and "±—" not in text and "scope " in text
+
+
+def test_a_note_names_the_file_as_safe_text(tmp_path: Path) -> None:
+    """The notes summarize prints name the file as the table does: control characters in its
+    name reach the terminal escaped."""
+    live = tmp_path / "live.json"
+    odd = tmp_path / "odd\x07\rname.json"
+    with gputrace.session(live, backend="cpu", quiet=True) as s:
+        with gputrace.trace("a"):
+            pass
+        s.sync()  # a chunk reaches the file; the session has not ended it yet
+        odd.write_bytes(live.read_bytes())
+    res = CliRunner().invoke(cli, ["summarize", str(odd)])
+    assert res.exit_code == 0, res.output
+    assert "ends early" in res.output and "\r" not in res.output and "\x07" not in res.output
