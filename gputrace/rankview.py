@@ -90,7 +90,8 @@ def _steps(
         for row in np.flatnonzero(np.isin(s.name, prof)).tolist():
             m = PROFILER_STEP.match(trace.names[int(s.name[row])])
             assert m is not None
-            keyed[int(scope_proc[row])].setdefault(int(m.group(1)), row)
+            if scope_proc[row] >= 0:  # (a thread no process lists belongs to no rank)
+                keyed[int(scope_proc[row])].setdefault(int(m.group(1)), row)
     else:
         top = s.depth == 0
         per_proc = [Counter(s.name[top & (scope_proc == k)].tolist()) for k in range(n)]

@@ -2,8 +2,9 @@
 
 ``install(monkeypatch)`` puts a ``cupy`` module in ``sys.modules`` whose runtime records each event
 at a GPU time the test chooses (``StandIn.gpu_ns``, moved by ``advance``), so
-``cudaEventElapsedTime`` has a known answer (a float32 of ms, as CUDA's: 61 ns apart at 1 s); ``pending`` holds events the GPU has not reached
-(``cudaEventQuery`` says not ready), ``broken`` events whose elapsed-time read fails. With it
+``cudaEventElapsedTime`` has a known answer (a float32 of ms, as CUDA's: 61 ns apart at 1 s);
+``pending`` holds events the GPU has not reached (``cudaEventQuery`` says not ready), ``broken``
+events whose elapsed-time read fails. With it
 ``gputrace.backends.cuda_events`` runs in CI: its harvests, pools and anchors, not CUDA itself.
 A test double: the package never imports it.
 """

@@ -417,7 +417,9 @@ def test_without_the_measurement_merge_says_clock_pair(rank_files: tuple[Path, i
 # summarize of a merged trace: the per-rank view
 
 
-def _rank_trace(tmp: Path, rank: int, compute_ns: int, monkeypatch: pytest.MonkeyPatch) -> str:
+def _rank_trace(
+    tmp: Path, rank: int, compute_ns: int, monkeypatch: pytest.MonkeyPatch, step: str = "train_step"
+) -> str:
     from gputrace.backends.fake import FakeBackend
 
     monkeypatch.setenv("RANK", str(rank))
@@ -428,8 +430,8 @@ def _rank_trace(tmp: Path, rank: int, compute_ns: int, monkeypatch: pytest.Monke
 
     path = tmp / f"run.rank{rank}.trace.json"
     with gputrace.session(path, backend=FakeBackend(clock, script=script), clock=clock, quiet=True):
-        for _ in range(3):
-            with gputrace.trace("train_step"):
+        for i in range(3):
+            with gputrace.trace(step.replace("#N", f"#{i}")):
                 with gputrace.trace("compute"):
                     clock.advance(compute_ns)
                 with gputrace.trace("ncclDevKernel_AllReduce"):
@@ -455,6 +457,21 @@ def test_summarize_of_a_merged_trace_names_the_slowest_rank(
     text = render(summarize(merged), "table")
     assert "slowest rank per step (train_step, 3 steps): rank 1 in 3" in text
     assert summarize(load(files[0]))["ranks"] is None  # one process: no per-rank view
+
+
+def test_a_step_on_a_thread_of_no_process_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A merged trace whose header does not list a thread under any process (a hand-edited or
+    damaged file): that thread's steps belong to no rank and are left out of the per-rank view."""
+    from gputrace.summary import summarize
+
+    files = [_rank_trace(tmp_path, r, 100_000, monkeypatch, step="ProfilerStep#N") for r in (0, 1, 2)]
+    merged = merge_files(tmp_path / "all.json", files)
+    assert summarize(merged)["ranks"]["steps"]["count"] == 3
+    merged.header["processes"][2]["tids"] = []
+    view = summarize(merged)["ranks"]
+    assert [r["rank"] for r in view["ranks"]] == [0, 1, 2] and view["steps"] is None
 
 
 def test_an_nccl_message_still_in_flight_is_polled_not_timed_out(monkeypatch: pytest.MonkeyPatch) -> None:
