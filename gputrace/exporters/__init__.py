@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, TraceFileError, canonical
+from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, Progress, TraceFileError, canonical
 from gputrace.model import Trace
 from gputrace.outpath import check_output
 
 __all__ = ["NotAGputraceTrace", "TraceFileError", "canonical", "format_for", "load", "read",
            "read_document", "stream_writer", "write"]  # fmt: skip
-Progress = Callable[[str], None]
 
 
 def format_for(path: str | os.PathLike[str]) -> ModuleType:

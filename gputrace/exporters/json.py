@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gputrace.exporters import Progress, opener
+from gputrace.exporters import opener
 from gputrace.exporters._text import Rows
-from gputrace.exporters.opener import TraceFileError
+from gputrace.exporters.opener import Progress, TraceFileError
 from gputrace.exporters.plan import Chunk, Events, Planner, Waits, capped_header, file_header, queue_dict
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps

@@ -24,11 +24,14 @@ from __future__ import annotations
 import os
 import stat
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 from gputrace.errors import GputraceError
 from gputrace.outpath import FILE_KINDS
+
+Progress = Callable[[str], None]  # told what a long read is doing (``gputrace.progress``)
 
 ENV_VAR = "GPUTRACE_MAX_TRACE_BYTES"
 DEFAULT_MAX_BYTES = 2 << 30
