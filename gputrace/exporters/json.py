@@ -293,9 +293,9 @@ class StreamWriter:
         then rolls the compressor back)."""
         z = self._z
         assert z is not None
-        with ThreadPoolExecutor(1) as pool:
+        with ThreadPoolExecutor(1, initializer=_name_gzip_thread) as pool:
             try:
-                pool.submit(_name_gzip_thread)  # (the thread starts here, before a piece is taken)
+                pool.submit(int)  # (the thread starts here, before a piece is taken)
             except RuntimeError:
                 return None
             done = [pool.submit(z.compress, p) for p in parts]
