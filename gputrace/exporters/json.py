@@ -21,12 +21,12 @@ import copy
 import gzip
 import itertools
 import os
+import queue
 import struct
 import threading
 import types
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -286,20 +286,42 @@ class StreamWriter:
     def _compressed_beside(self, parts: Iterable[Any]) -> list[bytes] | None:
         """``parts`` compressed in order on a second thread, each while the next is rendered
         (ISA-L and zlib let the interpreter go while they compress: tiny20k's stop on the H200
-        spent 29 of 193 ms compressing after rendering). The thread lives for one chunk
-        (``gputrace run`` waits for the program's other threads before it stops the session);
-        None, with nothing taken from ``parts``, where none can start (the interpreter is
-        ending). Returns once every piece is done, also when rendering one fails (the caller
-        then rolls the compressor back)."""
+        spent 29 of 193 ms compressing after rendering). The thread is a daemon and lives for
+        one chunk (``gputrace run`` waits for the program's other threads before it stops the
+        session); None, with nothing taken from ``parts``, where none can start (the
+        interpreter is ending). Returns once every piece is done, also when rendering one fails
+        (the caller then rolls the compressor back)."""
         z = self._z
         assert z is not None
-        with ThreadPoolExecutor(1, initializer=_name_gzip_thread) as pool:
+        done: list[bytes] = []
+        failed: list[BaseException] = []
+        todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        def work() -> None:
             try:
-                pool.submit(int)  # (the thread starts here, before a piece is taken)
-            except RuntimeError:
-                return None
-            done = [pool.submit(z.compress, p) for p in parts]
-        return [f.result() for f in done]
+                while (p := todo.get()) is not None:
+                    done.append(z.compress(p))
+            except BaseException as exc:  # raised by the chunk's append, below
+                failed.append(exc)
+
+        worker = threading.Thread(target=work, name="gputrace-gzip", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError:
+            return None
+        sent = 0
+        try:
+            for p in parts:
+                todo.put(p)
+                sent += 1
+        finally:
+            todo.put(None)
+            worker.join()
+        if failed:
+            raise failed[0]
+        if len(done) != sent:  # the thread ended early: the chunk is not all there
+            raise RuntimeError(f"compressing a trace chunk stopped after {len(done)} of {sent} pieces")
+        return done
 
     def close(self, header: dict[str, Any]) -> None:
         if self.closed:
@@ -328,10 +350,6 @@ class StreamWriter:
         if not self.closed:
             self.closed = True
             os.close(self._fd)
-
-
-def _name_gzip_thread() -> None:
-    threading.current_thread().name = "gputrace-gzip"  # (not the executor's numbered name)
 
 
 def write_all(fd: int, parts: list[Any]) -> None:
