@@ -334,16 +334,18 @@ class session:
         if isinstance(timing, str):
             header["backend_info"] = {"timing": timing}
         self._raw.header = header
+        streamer = None
         try:
             ring = RingWriter(self.path, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
-            self._streamer = Streamer(
-                self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned
-            )
-            if getattr(self._streamer.out, "proc", None) is self._spawned:
+            streamer = Streamer(self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned)
+            if getattr(streamer.out, "proc", None) is self._spawned:
                 self._spawned = None  # the writer process's now; else ``_start`` ends it
-            self._stream_path = self.path
+            self._streamer, self._stream_path = streamer, self.path  # (set only once nothing can fail)
         except Exception as exc:
             self.stream = False  # written at stop instead, where an OSError is reported once
+            if streamer is not None:  # built, then a later step failed: not half kept
+                with contextlib.suppress(Exception):
+                    getattr(streamer.writer, "abandon", lambda: None)()
             if isinstance(exc, OSError):
                 return
             with contextlib.suppress(OSError):  # an empty file the failed open left: not a trace

@@ -459,3 +459,34 @@ def test_a_streamed_stop_reads_its_file_back_only_when_the_trace_is_used(
     assert [t.scope(i).args["i"] for i in range(3)] == [0, 1, 2] and len(t.find("step")) == 50
     assert len(s.trace) == 50 and s.trace is t and s.stop() is t
     assert reads == [path]  # once
+
+
+def test_a_stream_that_fails_after_opening_is_given_up_and_written_at_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step after the stream opened raises: the stream is given up whole (no half-kept
+    streamer for the stop to trip on), the fault is reported once, and the file is written at stop."""
+    import gputrace.streaming as streaming
+
+    class Exploding:
+        def __init__(self, out: Any) -> None:
+            self._out = out
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "proc":
+                raise RuntimeError("broken after opening")
+            return getattr(self._out, name)
+
+    class Broken(streaming.Streamer):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            self.out = Exploding(self.out)  # type: ignore[assignment]
+
+    monkeypatch.setattr(streaming, "Streamer", Broken)
+    path = tmp_path / "t.json"
+    with pytest.warns(gputrace.GputraceWarning, match="opening the streamed trace failed"):
+        with gputrace.session(path, backend=FakeBackend(FakeClock()), quiet=True) as s:
+            with gputrace.trace("kept"):
+                pass
+    assert [sc.name for sc in s.trace] == ["kept"]
+    assert [sc.name for sc in gputrace.load(path)] == ["kept"]
