@@ -18,8 +18,10 @@ from gputrace.safetext import path_text
 def merge(out: str, inputs: tuple[str, ...]) -> None:
     """Merge traces from several processes (ranks) into OUT (gzip if it ends in .gz).
 
-    Each input's recorded clock pair puts it on the first rank's clock; every process keeps
-    its own tracks, named by its rank.
+    Ranks that measured their clock offsets through the job's process group are placed on
+    rank 0's clock by those measured fits; any other input by its recorded clock pair. Every
+    process keeps its own tracks, named by its rank, and one line per input says how it was
+    placed and how well.
     """
     inputs = tuple(expand_inputs(inputs))  # 'run.rank*.trace.json' quoted past the shell
     check_paths(out, list(inputs))  # never overwrite an input; each file once
