@@ -368,7 +368,8 @@ class session:
         from gputrace.appender import discard
 
         spawned, self._spawned = self._spawned, None
-        discard(spawned)
+        with reporting("writer-process", "ending an unused writer process"):  # (never the session's start)
+            discard(spawned)
 
     def _offload(self) -> bool:
         """Whether the streamed file is written by a writer process (``gputrace.appender``)."""

@@ -494,6 +494,7 @@ def test_cuda_events_on_a_standin_cupy(
 # name elsewhere, a method or a nested function fails wherever it is called from.)
 PIPELINE = (
     "gputrace.streaming",
+    "gputrace.appender",
     "gputrace.chunks",
     "gputrace.resolver",
     "gputrace.jsonsafe",
@@ -585,7 +586,7 @@ def test_a_fault_at_any_call_of_the_pipeline_costs_the_program_nothing(
     assert clean == {"seen": [], "unloadable": "", "uncounted": 0}
     reached = {code_name(c).split(".")[0] for c in census.calls}
     own = "pftrace" if fmt == ".pftrace" else "json"
-    assert {"resolver", "jsonsafe", "json", own} | ({"streaming"} if stream else set()) <= reached, reached
+    assert {"resolver", "jsonsafe", "json", own} | ({"streaming", "appender"} if stream else set()) <= reached, reached
     failures = []
     for code, calls in sorted(census.calls.items(), key=lambda kv: code_name(kv[0])):
         name = code_name(code)
