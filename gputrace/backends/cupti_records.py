@@ -28,6 +28,7 @@ KIND_RUNTIME = 5
 KIND_CONCURRENT_KERNEL = 10
 RECORD_ALIGN = 8  # ACTIVITY_RECORD_ALIGNMENT
 RUN_CHECK = 4096  # records of a run predicted and checked at a time
+FIRST_CHECK = 32  # ... the first time: most runs of a buffer that interleaves kinds are short
 SHORT_RUNS = 8  # runs shorter than SHORT_RECORDS tolerated before the general walk decides
 SHORT_RECORDS = 16
 
@@ -136,16 +137,19 @@ class BufferDecoder:
         if n == 0:
             return np.zeros(0, np.int64), ("" if len(buf) == 0 else f"a {len(buf)} B buffer holds no record")
         words = buf[: n * RECORD_ALIGN].view("<u4")[0::2]  # the first word of every slot
-        runs = self._runs(words, n)
-        if runs is not None:
+        runs, pos = self._runs(words, n)
+        if pos == n:
             stray = len(buf) % RECORD_ALIGN
             return runs * RECORD_ALIGN, (f"{stray} stray bytes after the last record" if stray else "")
-        small = np.flatnonzero((words - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
+        # the rest of the chain, from slot ``pos`` (where the runs gave up) on
+        small = pos + np.flatnonzero((words[pos:] - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
         cand = small[self._slots[words[small]] > 0]
         slots = self._slots[words[cand]]
         m = len(cand)
-        if m == 0 or cand[0] != 0:
-            return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
+        if m == 0 or cand[0] != pos:
+            if pos == 0:
+                return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
+            return runs * RECORD_ALIGN, f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
         after = cand + slots
         j = np.searchsorted(cand, after)
         jc = np.minimum(j, m - 1)
@@ -159,7 +163,7 @@ class BufferDecoder:
         while link[0] < m:
             on[link[on]] = True
             link = link[link]
-        starts = cand[on[:m]] * RECORD_ALIGN
+        starts = np.concatenate([runs, cand[on[:m]]]) * RECORD_ALIGN
         problem = ""
         if link[0] == bad:
             last = int(starts[-1])
@@ -174,37 +178,41 @@ class BufferDecoder:
             problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
         return starts, problem
 
-    def _runs(self, words: np.ndarray, n: int) -> np.ndarray | None:
+    def _runs(self, words: np.ndarray, n: int) -> tuple[np.ndarray, int]:
         """The chain's slots, predicted as runs of a repeating pattern of one or two kinds (see
-        the module docstring); None where it breaks off or the runs are short (the general walk
-        then decides, and says why)."""
+        the module docstring), each checked, and the slot where they stop: ``n`` when they reach
+        the end; else where the chain breaks off or the runs turned short (the general walk then
+        goes on from there, and says why if it breaks)."""
         slots, top = self._slots, self._top
-        found: list[np.ndarray] = []
-        pos, short = 0, 0
+        found: list[np.ndarray] = [np.zeros(0, np.int64)]
+        pos, short, check = 0, 0, FIRST_CHECK
         while pos < n:
             k0 = int(words[pos])
             s0 = int(slots[k0]) if k0 <= top else 0
             k1 = int(words[pos + s0]) if s0 and pos + s0 < n else k0
             s1 = int(slots[k1]) if k1 <= top else 0
-            if not (s0 and s1):
-                return None
+            if not (s0 and s1):  # a kind not known here, at pos or right after it
+                return np.concatenate(found), pos
             pattern = np.array([0] if k1 == k0 else [0, s0], np.int64)
             kinds = np.array([k0] if k1 == k0 else [k0, k1], words.dtype)
             period = s0 if k1 == k0 else s0 + s1
-            reps = min((n - pos) // period + 1, RUN_CHECK)
+            reps = min((n - pos) // period + 1, check)
             at = (pos + period * np.arange(reps, dtype=np.int64)[:, None] + pattern).ravel()
             inside = at < n
             at = at[inside]
             bad = np.flatnonzero(words[at] != np.tile(kinds, reps)[inside])
             i = int(bad[0]) if len(bad) else len(at)
             found.append(at[:i])  # (at[0] is pos, of kind k0: i >= 1)
+            check = RUN_CHECK if i == len(at) else FIRST_CHECK  # a run that held throughout goes on
             # the record after the last one checked: where the next run starts
             pos = int(at[i]) if i < len(at) else int(at[i - 1]) + int(slots[int(words[at[i - 1]])])
             if i < SHORT_RECORDS and pos < n:
                 short += 1
                 if short > SHORT_RUNS:
-                    return None
-        return np.concatenate(found) if pos == n else None
+                    return np.concatenate(found), pos
+        if pos > n:  # the last record runs past the end (a cut buffer): the general walk says where
+            return found[0], 0
+        return np.concatenate(found), pos
 
     def decode(self, buf: np.ndarray) -> Decoded:
         """All records of one buffer, by kind. What cannot be decoded is said in ``problem``;

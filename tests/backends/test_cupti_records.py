@@ -193,6 +193,34 @@ def test_buffers_of_runs_decode_as_the_plain_walk_does(seed: int) -> None:
     assert cut.problem and cut.records < len(recs)
 
 
+@pytest.mark.parametrize("tail", ["whole", "unknown kind", "cut"])
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_that_turn_short_hand_the_rest_to_the_general_walk(seed: int, tail: str) -> None:
+    """Long runs of launch + kernel, then records of random kinds (the runs turn short and the
+    general walk takes over where they stopped): the records are the plain walk's; a record of an
+    unknown kind or a cut in that tail is said, and the records before it are kept."""
+    rng = np.random.default_rng(200 + seed)
+    recs: list[tuple[int, Any]] = []
+    for _ in range(int(rng.integers(20, 600))):
+        recs += [(cr.KIND_DRIVER, Api(kind=cr.KIND_DRIVER, correlationId=len(recs))),
+                 (cr.KIND_CONCURRENT_KERNEL, Kernel13(kind=cr.KIND_CONCURRENT_KERNEL, correlationId=len(recs)))]  # fmt: skip
+    recs += _random_buffer(rng, int(rng.integers(60, 300)))[1]
+    raw = b"".join(bytes(st) for _, st in recs)
+    want = _walk_one_by_one(np.frombuffer(raw, np.uint8), cr.CUPTI_13_SIZES)
+    at = want[len(want) - int(rng.integers(2, 40))]  # inside the tail of random kinds
+    if tail == "unknown kind":
+        raw = raw[:at] + (77).to_bytes(4, "little") + raw[at + 4 :]
+    elif tail == "cut":
+        raw = raw[: at + 8]  # its kind is there, the rest of it is not
+    starts, problem = cr.BufferDecoder().starts(np.frombuffer(raw, np.uint8))
+    if tail == "whole":
+        assert problem == "" and starts.tolist() == want
+    else:
+        assert problem and starts.tolist() == [w for w in want if w < at] + ([at] if tail == "cut" else [])
+        got = cr.BufferDecoder().decode(np.frombuffer(raw, np.uint8))
+        assert got.problem and got.records == len([w for w in want if w < at])
+
+
 def test_real_h200_buffers() -> None:
     z = np.load(DATA / "cupti_buffers_h200.npz")
     sizes = {int(k): int(v) for k, v in z["sizes"].tolist()}
