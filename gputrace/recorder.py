@@ -484,14 +484,6 @@ class trace:
                     return  # entered before this session started, or on another thread
                 entry, buf = found
         cpu_start, token = entry[1], entry[2]
-        if token > 0 and exc_type is None and not self.args:  # a GPU span, the common case
-            try:
-                rec.backend.end(token)
-            except Exception as err:  # (the slow path reports it and flags the scope)
-                self._exit_slow(rec, buf, cpu_start, token, None, err)
-                return
-            buf.rich.extend((self.name, cpu_start, _clock(), token, 0, None))
-            return
         if token or exc_type is not None or self.args:
             self._exit_slow(rec, buf, cpu_start, token, exc_type)
             return
@@ -504,22 +496,16 @@ class trace:
         cpu_start: int,
         token: int,
         exc_type: type[BaseException] | None,
-        end_failed: Exception | None = None,
     ) -> None:
-        """Leaving a scope that has a GPU token, args or an exception (``end_failed``: the
-        backend's ``end`` of its token already raised this)."""
+        """Leaving a scope that has a GPU token, args or an exception."""
         if exc_type is GeneratorExit:
             exc_type = None  # a generator closed early: a normal end for its scopes
         flags = 0
         lost = ""
         if token > 0:
-            err = end_failed
-            if err is None:
-                try:
-                    rec.backend.end(token)
-                except Exception as exc:
-                    err = exc
-            if err is not None:
+            try:
+                rec.backend.end(token)
+            except Exception as err:
                 rec.internal_error("ending a GPU span", err)
                 flags, lost = _DEGRADED, f"ending its GPU span failed ({type(err).__name__})"
         elif token < 0:
