@@ -7,9 +7,11 @@ hold in every 13.x, and the record *sizes* come from libcupti (``cuptiActivityGe
 
 Where each record starts depends on the kind of the one before it, a chain, walked without a loop
 per record: first predicted as runs of one repeating pattern (a launch's API record, then its
-kernel's), each run checked at once; where the runs are short, by pointer doubling over every
-8-byte slot whose first word is a known kind (log2(records) numpy steps). The chain must end
-exactly at the buffer's valid end; anything else is reported, never guessed.
+kernel's), each run checked at once; where the runs are short, over every 8-byte slot whose first
+word is a known kind: those from which no next record starts at another such slot are dropped,
+a few times over, which leaves the records themselves in the usual case (else pointer doubling
+walks what is left, log2(records) numpy steps). The chain must end exactly at the buffer's valid
+end; anything else is reported, never guessed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ RECORD_ALIGN = 8  # ACTIVITY_RECORD_ALIGNMENT
 RUN_CHECK = 4096  # records of a run predicted and checked at a time
 FIRST_CHECK = 32  # ... the first time: most runs of a buffer that interleaves kinds are short
 SHORT_RUNS = 8  # runs shorter than SHORT_RECORDS tolerated before the general walk decides
-SHORT_RECORDS = 16
+# (a run costs ~20 µs of numpy calls; the general walk, ~0.1 µs a record)
+SHORT_RECORDS = 128
+PRUNE = 4  # rounds of dropping candidate slots that no whole chain can pass through
 
 
 def _layout(fields: list[tuple[str, str, int]], itemsize: int) -> np.dtype:
@@ -144,12 +148,70 @@ class BufferDecoder:
         # the rest of the chain, from slot ``pos`` (where the runs gave up) on
         small = pos + np.flatnonzero((words[pos:] - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
         cand = small[self._slots[words[small]] > 0]
-        slots = self._slots[words[cand]]
         m = len(cand)
         if m == 0 or cand[0] != pos:
             if pos == 0:
                 return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
             return runs * RECORD_ALIGN, f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
+        chain, broke = self._walk(words, n, cand)
+        starts = np.concatenate([runs, chain]) * RECORD_ALIGN
+        problem = ""
+        if broke:
+            last = int(starts[-1])
+            k = int(words[last // RECORD_ALIGN])
+            tail = last + int(self.sizes.get(k, 0))
+            problem = (
+                f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
+                if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
+                else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
+            )
+        elif len(buf) % RECORD_ALIGN:
+            problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
+        return starts, problem
+
+    def _walk(self, words: np.ndarray, n: int, cand: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The chain from ``cand[0]`` through the candidate slots ``cand`` (ascending), and whether
+        it broke before the end (``n``). A slot whose next record does not start at a candidate
+        (nor at the end) cannot be on a whole chain: ``PRUNE`` rounds of dropping those leave
+        little more than the records (a buffer of 12k records has ~40k candidates), and pointer
+        doubling walks what is left. A chain that breaks loses up to ``PRUNE`` records at its tail
+        that way; they are walked again one by one."""
+        slots = self._slots
+        is_cand = np.zeros(n + 1, bool)
+        is_cand[cand] = True
+        kept, first = cand, int(cand[0])
+        for _ in range(PRUNE):
+            after = kept + slots[words[kept]]
+            ok = after == n
+            inside = after < n
+            ok[inside] = is_cand[after[inside]]
+            if ok.all():
+                # every slot left leads to another or to the end; if no two lead to the same one,
+                # they are one chain, from the first: the records (the usual case)
+                ends = np.zeros(n + 1, bool)
+                ends[after] = True
+                if kept[0] == first and np.count_nonzero(ends) == len(kept):
+                    return kept, False
+                break
+            is_cand[kept[~ok]] = False
+            kept = kept[ok]
+        chain = self._double(kept, slots[words[kept]], n) if len(kept) and kept[0] == first else kept[:0]
+        # the tail the pruning took (a broken chain), one record at a time from the last reached
+        at = int(chain[-1]) + int(slots[words[chain[-1]]]) if len(chain) else int(first)
+        tail = []
+        is_cand[cand] = True
+        while at < n and is_cand[at]:
+            tail.append(at)
+            at += int(slots[words[at]])
+        if tail:
+            chain = np.concatenate([chain, np.array(tail, np.int64)])
+        return chain, at != n
+
+    @staticmethod
+    def _double(cand: np.ndarray, slots: np.ndarray, n: int) -> np.ndarray:
+        """The chain from ``cand[0]`` by pointer doubling: each candidate links to the candidate
+        its record ends at (or to the end, or nowhere)."""
+        m = len(cand)
         after = cand + slots
         j = np.searchsorted(cand, after)
         jc = np.minimum(j, m - 1)
@@ -163,20 +225,8 @@ class BufferDecoder:
         while link[0] < m:
             on[link[on]] = True
             link = link[link]
-        starts = np.concatenate([runs, cand[on[:m]]]) * RECORD_ALIGN
-        problem = ""
-        if link[0] == bad:
-            last = int(starts[-1])
-            k = int(words[last // RECORD_ALIGN])
-            tail = last + int(self.sizes.get(k, 0))
-            problem = (
-                f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
-                if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
-                else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
-            )
-        elif len(buf) % RECORD_ALIGN:
-            problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
-        return starts, problem
+        out: np.ndarray = cand[on[:m]]
+        return out
 
     def _runs(self, words: np.ndarray, n: int) -> tuple[np.ndarray, int]:
         """The chain's slots, predicted as runs of a repeating pattern of one or two kinds (see
@@ -206,7 +256,7 @@ class BufferDecoder:
             check = RUN_CHECK if i == len(at) else FIRST_CHECK  # a run that held throughout goes on
             # the record after the last one checked: where the next run starts
             pos = int(at[i]) if i < len(at) else int(at[i - 1]) + int(slots[int(words[at[i - 1]])])
-            if i < SHORT_RECORDS and pos < n:
+            if i < min(SHORT_RECORDS, len(at)) and pos < n:  # a run that ended short
                 short += 1
                 if short > SHORT_RUNS:
                     return np.concatenate(found), pos

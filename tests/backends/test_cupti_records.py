@@ -221,6 +221,38 @@ def test_runs_that_turn_short_hand_the_rest_to_the_general_walk(seed: int, tail:
         assert got.problem and got.records == len([w for w in want if w < at])
 
 
+@pytest.mark.parametrize("tail", ["whole", "unknown kind", "cut"])
+@pytest.mark.parametrize("seed", range(6))
+def test_records_full_of_small_numbers_walk_as_the_plain_walk_does(seed: int, tail: str) -> None:
+    """Records whose fields hold small numbers (grid sizes, device and stream ids) look like a
+    record's start in many of their 8-byte slots, and false chains through them run beside the
+    real one and merge into it. In blocks of one kind and at random, whole, with a record of an
+    unknown kind or cut short: the records are the plain walk's, or those before the break."""
+    rng = np.random.default_rng(300 + seed)
+    recs: list[tuple[int, Any]] = []
+    while len(recs) < 1500:
+        kind = int(rng.choice(list(ORACLE)))
+        for _ in range(int(rng.integers(1, 60)) if rng.random() < 0.7 else 1):
+            st = ORACLE[kind]()
+            for name, ctype in st._fields_:
+                if not hasattr(ctype, "_length_"):
+                    setattr(st, name, int(rng.integers(0, 12)))
+            st.kind = kind
+            recs.append((kind, st))
+    raw = b"".join(bytes(st) for _, st in recs)
+    want = _walk_one_by_one(np.frombuffer(raw, np.uint8), cr.CUPTI_13_SIZES)
+    at = want[len(want) - int(rng.integers(2, 400))]
+    if tail == "unknown kind":
+        raw = raw[:at] + (77).to_bytes(4, "little") + raw[at + 4 :]
+    elif tail == "cut":
+        raw = raw[: at + 8]
+    starts, problem = cr.BufferDecoder().starts(np.frombuffer(raw, np.uint8))
+    if tail == "whole":
+        assert problem == "" and starts.tolist() == want
+    else:
+        assert problem and starts.tolist() == [w for w in want if w < at] + ([at] if tail == "cut" else [])
+
+
 def test_real_h200_buffers() -> None:
     z = np.load(DATA / "cupti_buffers_h200.npz")
     sizes = {int(k): int(v) for k, v in z["sizes"].tolist()}
