@@ -304,7 +304,7 @@ class CuptiBackend(Backend):
             # no sync came: a launch whose operations have not arrived may still be queued on
             # the GPU; it waits for a later collect (at the latest the next sync's) to be judged
             keep = ~prev_matched & self._launches(prev)
-            now = np.concatenate([now, prev[keep]])
+            now = cr.concat([now, prev[keep]])
             now_matched = np.concatenate([now_matched, np.zeros(int(keep.sum()), bool)])
         else:
             due = [prev[~prev_matched]]
@@ -312,7 +312,7 @@ class CuptiBackend(Backend):
                 ended = (now["end"] <= synced[1]) & ~now_matched
                 due.append(now[ended])
                 now_matched |= ended  # counted once
-            self._lost_operations(np.concatenate(due), got)
+            self._lost_operations(cr.concat(due), got)
         self._calls_prev, self._prev_matched = now, now_matched
         waiting = ~now_matched & self._launches(now)
         self._prev_pending_starts = now["start"][waiting]
@@ -393,7 +393,7 @@ class CuptiBackend(Backend):
         rows["call_tid"] = -1
         rows["call_name"] = names.index("")
         # calls by correlation: this collect's win over the previous one's
-        pool = np.concatenate([now, prev])
+        pool = cr.concat([now, prev])
         if not len(pool):
             return OpBatch(rows, names.names, {})
         which = np.concatenate([np.arange(len(now)), -1 - np.arange(len(prev))])

@@ -359,8 +359,17 @@ class NameTable:
 
 def per_unique(values: np.ndarray, f: Callable[[int], Any], dtype: Any) -> np.ndarray:
     """``f`` of each of ``values`` as an array of ``dtype``, called once per distinct value."""
+    if len(values) and (values == values[0]).all():  # one stream, thread or call: no sort
+        return np.full(len(values), f(values[0].item()), dtype)
     uniq, inv = np.unique(values, return_inverse=True)
     out: np.ndarray = np.array([f(v) for v in uniq.tolist()], dtype)[inv.reshape(-1)]
+    return out
+
+
+def concat(parts: list[np.ndarray]) -> np.ndarray:
+    """Structured arrays of one dtype joined as raw rows (numpy joins them field by field: 20x slower)."""
+    raw = np.dtype((np.void, parts[0].dtype.itemsize))
+    out: np.ndarray = np.concatenate([p.view(raw) for p in parts]).view(parts[0].dtype)
     return out
 
 
@@ -383,11 +392,7 @@ def columns(
         if len(got) == 1:
             one: np.ndarray = got[0]
             return one
-        if not got:
-            return np.zeros(0, COMPACT[kind])
-        # joined as raw rows: numpy joins structured arrays field by field (20x slower)
-        raw = np.dtype((np.void, got[0].dtype.itemsize))
-        return np.concatenate([g.view(raw) for g in got]).view(got[0].dtype)
+        return concat(got) if got else np.zeros(0, COMPACT[kind])
 
     def copy_name(copy_kind: int) -> int:
         return names.index(MEMCPY_NAMES.get(copy_kind, "Memcpy"))
