@@ -11,7 +11,7 @@ with odd nanosecond times as a real clock gives; "cupti" is 20k scopes timed by 
 source, each with its kernel and launch call (per-operation records); "wgpu" is the trace of
 examples/wgpu_tiny_vs_large.py (100 scopes, each one timed compute pass), where wgpu runs.
 Bytes per scope count the whole file ("write ms": one file, what a small file costs). Speeds are
-the median of REPS runs of ``exporters.write``/``exporters.read`` (session not included), in
+the median of REPS runs of ``exporters.write``/``exporters.load`` (session not included), in
 this process's CPU time (the machines are shared; waiting for a core is not the format's cost).
 
 Memory: a child process records M CPU scopes with a sync every 10k, streaming to a file, and
@@ -118,7 +118,7 @@ def formats_table(traces: dict[str, gputrace.Trace], folder: Path) -> None:
                 exporters.write(t, path)
                 t1 = CLOCK()
                 if fmt != "pftrace":  # an export: gputrace does not read it back
-                    assert len(exporters.read(path)) == len(t)
+                    assert len(exporters.load(path)) == len(t)
                 t2 = CLOCK()
                 w.append(t1 - t0)
                 r.append(t2 - t1)

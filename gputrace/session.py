@@ -300,11 +300,11 @@ class session:
         return self._trace
 
     def _read_back(self) -> Trace:
-        from gputrace.exporters import canonical, read
+        from gputrace.exporters import canonical, load
 
         assert self.written is not None
         try:
-            return read(canonical(self.written))
+            return load(canonical(self.written))
         except (GputraceError, OSError) as exc:  # the file is written: only the read failed
             with contextlib.suppress(Exception):  # (its own warning, always)
                 warnings.warn(f"gputrace: the trace is written, but reading it back failed: "

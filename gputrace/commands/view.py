@@ -12,7 +12,7 @@ import webbrowser
 import click
 
 from gputrace.commands._common import fail
-from gputrace.exporters import read_document
+from gputrace.exporters.json import read_document
 from gputrace.safetext import path_text
 
 
@@ -20,7 +20,7 @@ def check_viewable(trace: str) -> None:
     """Read ``trace`` as the viewer will (bounded, as every read); a bad file ends the command with
     the sentence ``summarize`` gives for it (exit code 2), not a blank page."""
     try:
-        doc = read_document(trace)
+        doc = read_document(trace)[0]
     except MemoryError:
         fail(f"{path_text(trace)}: too large to load into memory.")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

@@ -31,8 +31,7 @@ from gputrace.exporters.opener import EXPORTS, NotAGputraceTrace, Progress, Trac
 from gputrace.model import Trace
 from gputrace.outpath import check_output
 
-__all__ = ["NotAGputraceTrace", "TraceFileError", "canonical", "format_for", "load", "read",
-           "read_document", "stream_writer", "write"]  # fmt: skip
+__all__ = ["NotAGputraceTrace", "TraceFileError", "canonical", "format_for", "load", "stream_writer", "write"]
 
 
 def format_for(path: str | os.PathLike[str]) -> ModuleType:
@@ -69,17 +68,6 @@ def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> T
     if progress is not None:
         progress("built")
     return with_launch_submissions(trace)  # older CUPTI files took the scope's entry
-
-
-read = load  # (the name the session uses for its own file)
-
-
-def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> Any:
-    """The parsed JSON of a (possibly gzipped) trace file, repaired if it was cut short; an
-    export gputrace does not read (a real ``.pftrace``) is refused with its sentence."""
-    from gputrace.exporters import json as json_format
-
-    return json_format.read_document(path, progress)[0]
 
 
 def write_session(trace: Trace, path: str | os.PathLike[str]) -> Path:

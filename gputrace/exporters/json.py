@@ -135,12 +135,11 @@ def _events(ev: Events, table: Any) -> Iterator[Any]:
     if ev.flow is not None:
         way = ',"flow_out":true' if ev.flow_out else ',"flow_in":true'
         r.lit(',"bind_id":', ev.flow_has).num(ev.flow, ev.flow_has).lit(way, ev.flow_has)
-    if ev.args:
-        items = [
-            (_j(a.key) + ":", a.kind, (table(a.value[0]), a.value[1]) if a.kind == "pick" else a.value, a.has)
-            for a in ev.args
-        ]
-        r.members(',"args":{', items)
+    items = [
+        (_j(a.key) + ":", a.kind, (table(a.value[0]), a.value[1]) if a.kind == "pick" else a.value, a.has)
+        for a in ev.args
+    ]
+    r.members(',"args":{', items)  # (nothing where a batch has no args)
     if ev.objs is not None:
         objs, idx = ev.objs
         r.pick([""] + [',"args":' + _j(o) for o in objs[1:]], idx)

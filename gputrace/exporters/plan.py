@@ -17,7 +17,6 @@ The content of each event is described in ``Planner``'s methods (and docs/trace-
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,12 +239,6 @@ def _col(v: Any, n: int) -> Ints:
     return np.broadcast_to(np.asarray(v, np.int64), (n,))
 
 
-@functools.lru_cache(maxsize=256)
-def flag_list(flags: int) -> list[str]:
-    """``flag_names``, once per value (few distinct values; each call walks the flags)."""
-    return flag_names(int(flags))
-
-
 class Planner:
     """The plan of one file, chunk by chunk; ``header`` is the file's (``base_ns``, pid, rank,
     host, and for a merged trace ``processes``). It numbers scopes and operations across chunks,
@@ -391,7 +384,7 @@ class Planner:
         for i in sorted(set(s.args) | set(fl)):
             a = s.args.get(i) or {}
             if i in fl:
-                a = dict(a, flags=flag_list(fl[i]))
+                a = dict(a, flags=flag_names(fl[i]))
             if a:
                 k = number.setdefault(dumps(a), len(objs))
                 if k == len(objs):
@@ -433,7 +426,7 @@ class Planner:
             Arg("gpu_us", "us", g1 - g0),  # kept as measured (and flagged); the slice is never negative
             Arg("cpu_enqueue_us", "us", s.cpu_end_ns[rows] - s.cpu_start_ns[rows]),
             Arg("uncertainty_us", "us", s.uncertainty_ns[rows]),
-            Arg("flags", "pick", ([flag_list(f) for f in uflags.tolist()], finv.reshape(-1))),
+            Arg("flags", "pick", ([flag_names(f) for f in uflags.tolist()], finv.reshape(-1))),
         ]
         iv = figures.intervals(trace) if len(trace.ops) or figures.calibration_for(trace) else None
         if len(trace.ops):  # busy and self busy time per scope (gputrace.figures)
@@ -469,7 +462,7 @@ class Planner:
         a = np.flatnonzero(an)
         if len(a):
             ua, ainv = np.unique(an[a], return_inverse=True)
-            what = ["anomaly: " + ", ".join(flag_list(f)) for f in ua.tolist()]
+            what = ["anomaly: " + ", ".join(flag_names(f)) for f in ua.tolist()]
             out.events.append(
                 Events(["anomaly"], _col(0, len(a)), what, ainv.reshape(-1), gpid[a], gtid[a], g0[a] - base)
             )

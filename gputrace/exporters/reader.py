@@ -283,12 +283,10 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     return trace
 
 
-# passes: a row each of (scope row, label id, GPU start, GPU end, submission)
-
-
 def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Callable[[str], int]) -> I64:
     """Each scope's GPU times, submission, uncertainty, queue and flags from its GPU slice (the
-    slice's ``bind_id`` is its scope); returns the passes folded into their scope's slice."""
+    slice's ``bind_id`` is its scope); returns the passes folded into their scope's slice, a row
+    each of (scope row, label id, GPU start, GPU end, submission), as ``_passes`` does."""
     if not gpu:
         return np.zeros((0, 5), np.int64)
     n = len(s)

@@ -217,8 +217,8 @@ def test_a_streamed_run_is_not_read_back_at_exit(tmp_path: Path, monkeypatch: py
     from gputrace import exporters
 
     reads: list[object] = []
-    real = exporters.read
-    monkeypatch.setattr(exporters, "read", lambda *a, **k: reads.append(a) or real(*a, **k))
+    real = exporters.load
+    monkeypatch.setattr(exporters, "load", lambda *a, **k: reads.append(a) or real(*a, **k))
     script = tmp_path / "many.py"
     script.write_text("import gputrace\nfor i in range(300):\n    with gputrace.trace('s'):\n        pass\n")
     out = tmp_path / "many.json"

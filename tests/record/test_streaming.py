@@ -451,8 +451,8 @@ def test_a_streamed_stop_reads_its_file_back_only_when_the_trace_is_used(
     from gputrace import exporters
 
     reads = []
-    real = exporters.read
-    monkeypatch.setattr(exporters, "read", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
+    real = exporters.load
+    monkeypatch.setattr(exporters, "load", lambda path, *a, **k: reads.append(path) or real(path, *a, **k))
     path = tmp_path / "t.json.gz"
     t = (s := _recorded(path, 50)).stop()
     assert reads == [] and isinstance(t, gputrace.Trace)
