@@ -32,7 +32,6 @@ from gputrace.clock import session_clock  # noqa: E402
 from gputrace.exporters import (  # noqa: E402
     _text,
     canonical,
-    chrome,
     pftrace,
     plan,
 )
@@ -52,7 +51,6 @@ MODULES = (
     streaming,
     resolver,
     jsonsafe,
-    chrome,
     json_format,
     pftrace,
     plan,
