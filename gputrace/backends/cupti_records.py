@@ -159,7 +159,8 @@ class BufferDecoder:
         if m == 0 or cand[0] != pos:
             if pos == 0:
                 return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
-            return runs * RECORD_ALIGN, f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
+            unknown = f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
+            return runs * RECORD_ALIGN, unknown
         chain, broke = self._walk(words, n, cand)
         starts = np.concatenate([runs, chain]) * RECORD_ALIGN
         problem = ""

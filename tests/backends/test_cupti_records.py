@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,36 @@ def test_real_h200_buffers() -> None:
         kernels += len(got.kernels)
         calls += len(got.calls)
     assert (kernels, calls) == (5000, 5005)  # the probe's 5,000 launches + a memset and two copies' calls
+
+
+def test_real_solver_buffers_from_an_h100() -> None:
+    """The buffers a CuPy solver's 300 iterations filled under gputrace on an H100 (CUPTI 13.4):
+    kernel records alternate with driver and runtime API records (cuBLAS calls the runtime),
+    with a copy and its calls every iteration, so the predicted runs are short and the general
+    walk finds most records. Every record is the plain walk's, and every field read equals the
+    header's struct read at that record."""
+    z = np.load(DATA / "cupti_buffers_solver_h100.npz")
+    sizes = {int(k): int(v) for k, v in z["sizes"].tolist()}
+    dec = cr.BufferDecoder(sizes)
+    counts: Counter[int] = Counter()
+    for key in sorted(k for k in z.files if k.startswith("buf")):
+        buf = z[key]
+        starts, problem = dec.starts(buf)
+        assert problem == "" and starts.tolist() == _walk_one_by_one(buf, sizes)
+        got = dec.decode(buf)
+        kinds = buf[starts]
+        by_kind = {"kernels": [cr.KIND_CONCURRENT_KERNEL], "memcpys": [cr.KIND_MEMCPY],
+                   "memsets": [cr.KIND_MEMSET], "calls": [cr.KIND_DRIVER, cr.KIND_RUNTIME]}  # fmt: skip
+        for attr, kind_set in by_kind.items():
+            arr, offs = getattr(got, attr), starts[np.isin(kinds, kind_set)]
+            assert len(arr) == len(offs)
+            for row, off in zip(arr, offs, strict=True):
+                struct = ORACLE[int(buf[off])]
+                st = struct.from_buffer_copy(buf[off : off + ctypes.sizeof(struct)].tobytes())
+                assert all(int(row[f]) == int(getattr(st, f)) for f in arr.dtype.names), (key, attr, int(off))
+        counts.update(kinds.tolist())
+    assert dict(counts) == {cr.KIND_CONCURRENT_KERNEL: 7200, cr.KIND_DRIVER: 6000, cr.KIND_RUNTIME: 1804,
+                            cr.KIND_MEMCPY: 300, cr.KIND_MEMSET: 1}  # fmt: skip
 
 
 def test_a_short_buffer_keeps_what_precedes_the_cut_and_says_so() -> None:
