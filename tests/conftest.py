@@ -13,12 +13,11 @@ from tests import perfetto_rules, perfetto_ui
 
 # files the tests wrote, for Perfetto's real importer at the end of the run: (path, expected, test)
 WRITTEN: list[tuple[Path, dict, str]] = []  # type: ignore[type-arg]
-# files per format opened in the real importer (about 1.5 s each): every one (about 400 in a
-# whole run), or a sample of this many per format, one per test module first
+# files per format opened in the real importer (0.3-1 s each in one page of the UI): every one
+# (about 450 in a whole run), or a sample of this many per format, one per test module first
 PER_FORMAT = int(os.environ.get("GPUTRACE_PERFETTO_UI_PER_FORMAT", "0")) or 1_000_000
 # ... within this many seconds: the files of each test module come first, the formats taken in
-# turn, so a slow browser (2-5 s a file on a 2-core machine with chromium 156) leaves out only
-# the modules' further files, which it names by count
+# turn, so a slow browser leaves out only the modules' further files, which it names by count
 BUDGET_S = float(os.environ.get("GPUTRACE_PERFETTO_UI_BUDGET_S", "1500"))
 MAX_BYTES = 2 << 20  # larger files (hundreds of thousands of slices) take the UI minutes
 

