@@ -337,7 +337,8 @@ class session:
         streamer = None
         try:
             ring = RingWriter(self.path, int(self.ring_s * 1e9), self.clock) if self.ring_s else None
-            streamer = Streamer(self.path, header, self._recorder, self._raw, ring, self._offload(), self._spawned)
+            offload = self._offload()
+            streamer = Streamer(self.path, header, self._recorder, self._raw, ring, offload, self._spawned)
             if getattr(streamer.out, "proc", None) is self._spawned:
                 self._spawned = None  # the writer process's now; else ``_start`` ends it
             self._streamer, self._stream_path = streamer, self.path  # (set only once nothing can fail)

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
-LOAD_TIMEOUT_MS = 60_000
+LOAD_TIMEOUT_MS = 300_000  # (400k slices with as many flows: 60-70 s on a 2-core machine)
 # a trace other than the one before it, with its trace processor up
 LOADED = "() => window.app.trace && window.app.trace !== window.__before && window.app.trace.engine"
 

@@ -203,8 +203,9 @@ def test_runs_that_turn_short_hand_the_rest_to_the_general_walk(seed: int, tail:
     rng = np.random.default_rng(200 + seed)
     recs: list[tuple[int, Any]] = []
     for _ in range(int(rng.integers(20, 600))):
-        recs += [(cr.KIND_DRIVER, Api(kind=cr.KIND_DRIVER, correlationId=len(recs))),
-                 (cr.KIND_CONCURRENT_KERNEL, Kernel13(kind=cr.KIND_CONCURRENT_KERNEL, correlationId=len(recs)))]  # fmt: skip
+        api = Api(kind=cr.KIND_DRIVER, correlationId=len(recs))
+        kernel = Kernel13(kind=cr.KIND_CONCURRENT_KERNEL, correlationId=len(recs))
+        recs += [(cr.KIND_DRIVER, api), (cr.KIND_CONCURRENT_KERNEL, kernel)]
     recs += _random_buffer(rng, int(rng.integers(60, 300)))[1]
     raw = b"".join(bytes(st) for _, st in recs)
     want = _walk_one_by_one(np.frombuffer(raw, np.uint8), cr.CUPTI_13_SIZES)
