@@ -19,6 +19,7 @@ PER_FORMAT = int(os.environ.get("GPUTRACE_PERFETTO_UI_PER_FORMAT", "0")) or 1_00
 # ... within this many seconds: the files of each test module come first, the formats taken in
 # turn, so a slow browser leaves out only the modules' further files, which it names by count
 BUDGET_S = float(os.environ.get("GPUTRACE_PERFETTO_UI_BUDGET_S", "1500"))
+COUNTS = ("slices", "tracks", "flows")  # per process, but the flows
 MAX_BYTES = 64 << 20  # (every file the suite writes: the largest, 53 MB of 591k slices, takes ~20 s)
 
 
@@ -30,8 +31,8 @@ def _size(written: tuple[Path, dict, str]) -> int:  # type: ignore[type-arg]
 def _perfetto_imports_every_format(request: pytest.FixtureRequest) -> Iterator[None]:
     """At the end of the run, every file the tests wrote (up to ``MAX_BYTES``; or a sample of
     ``PER_FORMAT`` per format) is opened in Perfetto's own importer (its UI v52 in headless
-    chromium): no import error or data loss, and the slices per process and the flows the file
-    holds. The project's rule check (``perfetto_rules``) stays the fast path."""
+    chromium): no import error or data loss, and the slices and tracks per process and the
+    flows the file holds. The project's rule check (``perfetto_rules``) stays the fast path."""
     yield
     if not WRITTEN or perfetto_ui.skip_reason() or os.environ.get("GPUTRACE_SKIP_PERFETTO_UI"):
         return
@@ -69,9 +70,10 @@ def _perfetto_imports_every_format(request: pytest.FixtureRequest) -> Iterator[N
                 continue
             got = ui.report(f)
             slices = {pid: r["slices"] for pid, r in got["processes"].items()}
-            if got["problems"] or slices != expected["slices"] or got["flows"] != expected["flows"]:
-                failures.append(f"{test}: {f.name}: {got['problems']} slices {slices} flows {got['flows']}, "
-                                f"expected {expected}")  # fmt: skip
+            tracks = {pid: r["tracks"] for pid, r in got["processes"].items()}
+            if got["problems"] or (slices, tracks, got["flows"]) != tuple(map(expected.get, COUNTS)):
+                failures.append(f"{test}: {f.name}: {got['problems']} slices {slices} tracks {tracks} "
+                                f"flows {got['flows']}, expected {expected}")  # fmt: skip
     finally:
         ui.close()
     assert not failures, "Perfetto's importer disagrees:\n" + "\n".join(failures)

@@ -48,8 +48,8 @@ def check_file(path: Path) -> list[str]:
 
 def expected_counts(path: Path) -> dict[str, Any] | None:
     """What Perfetto's importer must build from a file gputrace wrote: slices per pid (X events,
-    instants and waits; for .pftrace its begins and instants) and flows bound at both ends; None
-    for a file gputrace did not write."""
+    instants and waits; for .pftrace its begins and instants), tracks with slices per pid, and
+    flows bound at both ends; None for a file gputrace did not write."""
     raw = path.read_bytes()
     slices: dict[int, int] = defaultdict(int)
     if path.name.endswith((".pftrace", ".perfetto-trace")):
@@ -73,12 +73,15 @@ def expected_counts(path: Path) -> dict[str, Any] | None:
 
         outs: Counter[int] = Counter()
         ins: Counter[int] = Counter()
+        used: dict[int, set[int]] = defaultdict(set)  # a track per descriptor
         for p in msg.packet:
             if p.HasField("track_event") and p.track_event.type in (1, 3):
                 slices[pid(p.track_event.track_uuid)] += 1
+                used[pid(p.track_event.track_uuid)].add(p.track_event.track_uuid)
                 outs.update(p.track_event.flow_ids)
                 ins.update(p.track_event.terminating_flow_ids)
-        return {"slices": dict(slices), "flows": sum((outs & ins).values())}
+        tracks = {k: len(v) for k, v in used.items()}
+        return {"slices": dict(slices), "tracks": tracks, "flows": sum((outs & ins).values())}
     if raw[:2] == b"\x1f\x8b":
         raw = zlib.decompressobj(31).decompress(raw)
     if not raw.startswith(b'{"displayTimeUnit":"ms","metadata":{"gputrace_stream":'):
@@ -89,10 +92,23 @@ def expected_counts(path: Path) -> dict[str, Any] | None:
         return None  # a file cut short (a crash, a full disk): gputrace repairs it, Perfetto cannot
     outs: dict[int, tuple[float, float, int]] = {}  # bind id -> (ts, -dur, place in the file)
     ins: dict[int, tuple[float, float, int]] = {}
+    threads: dict[int, set[int]] = defaultdict(set)
+    begun: dict[tuple[int, bytes], tuple[float, str]] = {}  # a wait's (pid, id) -> its start, name
+    waits: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     for i, e in enumerate(doc.get("traceEvents", [])):
-        if e.get("ph") in ("X", "i", "b"):
+        ph = e.get("ph")
+        if ph in ("X", "i", "b"):
             slices[int(e["pid"])] += 1
-        if e.get("ph") == "X" and "bind_id" in e:
+        if ph in ("X", "i"):
+            threads[int(e["pid"])].add(e.get("tid"))
+        elif ph in ("b", "e"):
+            key = (int(e["pid"]), orjson.dumps(e.get("id2", e.get("id"))))
+            if ph == "b":
+                begun[key] = (e["ts"], e.get("name", ""))
+            elif key in begun:
+                ts, name = begun.pop(key)
+                waits[(key[0], name)].append((ts, e["ts"]))
+        if ph == "X" and "bind_id" in e:
             (outs if e.get("flow_out") else ins)[e["bind_id"]] = (e["ts"], -e.get("dur", 0), i)
     # Perfetto binds a flow's end only after its start, in the order it reads the slices: by
     # time, a longer slice first at one time, then as in the file (seen in its UI v52: a kernel
@@ -100,7 +116,20 @@ def expected_counts(path: Path) -> dict[str, Any] | None:
     # draws no flow into the past either (a GPU start before its CPU slice, flagged
     # start_before_submit): counted as it draws them
     flows = sum(1 for k, t in outs.items() if k in ins and ins[k] > t)
-    return {"slices": dict(slices), "flows": flows}
+    # a track per thread; the waits of one name in a process take as many tracks as they need
+    # lanes, a lane taken again by a wait that starts after its last one ended (as Perfetto's
+    # UI v52 lays them out: checked on every file of a test run)
+    tracks = {pid: len(t) for pid, t in threads.items()}
+    for (pid, _name), spans in waits.items():
+        lanes: list[float] = []
+        for start, end in sorted(spans):
+            free = next((k for k, last in enumerate(lanes) if last < start), None)
+            if free is None:
+                lanes.append(end)
+            else:
+                lanes[free] = end
+        tracks[pid] = tracks.get(pid, 0) + len(lanes)
+    return {"slices": dict(slices), "tracks": tracks, "flows": flows}
 
 
 def check_pftrace(raw: bytes) -> list[str]:
