@@ -14,8 +14,12 @@ from gputrace.safetext import path_text
 @click.argument("out", metavar="OUT", type=str)
 def convert(src: str, out: str) -> None:
     """Write the trace IN again as OUT (format by OUT's extension: .json, .json.gz, .pftrace)."""
+    from gputrace.commands._common import fail
+    from gputrace.exporters.opener import EXPORTS
     from gputrace.merge import check_paths
 
+    if not out.lower().endswith((".json", ".json.gz", *EXPORTS)):  # (the name is all that picks the format)
+        fail(f"{path_text(out)}: name the output .json, .json.gz or .pftrace; the name picks the format.")
     check_paths(out, [src])  # never overwrite the input
     trace = load_any(src)
     write_or_fail(trace, out)

@@ -199,6 +199,10 @@ def test_convert_writes_the_format_the_name_asks_for_with_the_same_numbers(tmp_p
     assert perfetto_rules.check_file(tmp_path / "s.pftrace") == []
     same = CliRunner().invoke(cli, ["convert", str(src), str(src)])
     assert same.exit_code == 2 and len(same.output.strip().splitlines()) == 1
+    for name in ("s.pb", "s.json.gzip", "s"):  # a name that picks no format: one sentence, nothing written
+        res = CliRunner().invoke(cli, ["convert", str(src), str(tmp_path / name)])
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and ".pftrace" in res.output, res.output
+        assert not (tmp_path / name).exists()
 
 
 def test_a_streamed_session_writes_the_pftrace_chunk_by_chunk_with_the_exports_events(tmp_path: Path) -> None:
