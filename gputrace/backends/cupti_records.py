@@ -87,13 +87,23 @@ def fields_of(dtype: np.dtype) -> list[tuple[str, np.dtype, int]]:
 
 # the same fields, packed (what decoding returns: no copy of the bytes gputrace does not read)
 COMPACT = {k: np.dtype([(f, t) for f, t, _ in fields_of(d)]) for k, d in LAYOUTS.items()}
-# ... and at their offsets, as long as the last of them reaches (a record of any 13.x size holds it)
-FIELDS = {
-    k: np.dtype({"names": list(d.names), "formats": [t for _, t, _ in fields_of(d)],
-                 "offsets": [o for _, _, o in fields_of(d)],
-                 "itemsize": max(o + t.itemsize for _, t, o in fields_of(d))})
-    for k, d in LAYOUTS.items()
-}  # fmt: skip
+
+
+def _at_offsets(d: np.dtype[Any]) -> np.dtype[Any]:
+    """``d``'s fields at their offsets, as long as the last of them reaches."""
+    fields = fields_of(d)
+    spec: dict[str, Any] = {
+        "names": [f for f, _, _ in fields],
+        "formats": [t for _, t, _ in fields],
+        "offsets": [o for _, _, o in fields],
+        "itemsize": max(o + t.itemsize for _, t, o in fields),
+    }
+    out: np.dtype[Any] = np.dtype(spec)  # type: ignore[call-overload]
+    return out
+
+
+# ... and at their offsets (a record of any 13.x size holds them)
+FIELDS = {k: _at_offsets(d) for k, d in LAYOUTS.items()}
 
 
 def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
@@ -297,7 +307,7 @@ class BufferDecoder:
             step = int(at[1] - at[0]) if len(at) > 1 else 0
             if step and (np.diff(at) == step).all():  # evenly spaced (runs): a view, no gathers
                 rows = np.ndarray((len(at),), FIELDS[kinds[0]], whole, int(at[0]), (step,))
-                for field in out.dtype.names:
+                for field in out.dtype.names or ():
                     out[field] = rows[field]
                 return out
             # one gather per field: every field is naturally aligned inside its 8-aligned record
