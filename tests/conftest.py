@@ -39,7 +39,7 @@ def _perfetto_imports_every_format(request: pytest.FixtureRequest) -> Iterator[N
     picked: dict[str, list[tuple[int, Path, dict, str]]] = {}  # type: ignore[type-arg]
     seen: set[tuple[str, str]] = set()
     there = [w for w in WRITTEN if w[0].exists()]
-    by_size = sorted((w for w in there if w[0].stat().st_size <= MAX_BYTES), key=_size)
+    by_size = sorted((w for w in there if _size(w) <= MAX_BYTES), key=_size)
     too_big = len(there) - len(by_size)
     for spread in (True, False):  # one file per test module first, then the next smallest
         for f, expected, test in by_size:

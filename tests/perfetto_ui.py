@@ -26,7 +26,9 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 LOAD_TIMEOUT_MS = 300_000  # (400k slices with as many flows: 60-70 s on a 2-core machine)
-# a trace other than the one before it, with its trace processor up
+# open a trace as the UI's own "open" does; then wait for a trace other than the one before it,
+# with its trace processor up
+OPEN = "(url) => { window.__before = window.app.trace; window.app.openTraceFromUrl(url); }"
 LOADED = "() => window.app.trace && window.app.trace !== window.__before && window.app.trace.engine"
 
 PROBLEMS = (
@@ -144,14 +146,15 @@ class PerfettoUI:
         _Handler.traces[route] = path
         try:
             page = self._ui()
-            page.evaluate("(u) => { window.__before = window.app.trace; window.app.openTraceFromUrl(u); }",
-                          self.base + route)  # fmt: skip
             try:
+                page.evaluate(OPEN, self.base + route)
                 page.wait_for_function(LOADED, timeout=LOAD_TIMEOUT_MS)
-            except Exception as exc:  # a trace that never loads: say what the page shows
-                text = page.evaluate("() => document.body.innerText")[:300]
-                self.page = None
-                page.close()
+            except Exception as exc:  # a trace that never loads (or a page that died): say what it shows
+                self.page = None  # (the next trace gets a fresh page)
+                text = ""
+                with contextlib.suppress(Exception):
+                    text = page.evaluate("() => document.body.innerText")[:300]
+                    page.close()
                 return {"problems": [f"no trace loaded ({type(exc).__name__}); the page says: {text!r}"],
                         "processes": {}, "flows": 0, "tracks": []}  # fmt: skip
             return {

@@ -15,10 +15,10 @@ from gputrace.safetext import path_text
 def convert(src: str, out: str) -> None:
     """Write the trace IN again as OUT (format by OUT's extension: .json, .json.gz, .pftrace)."""
     from gputrace.commands._common import fail
-    from gputrace.exporters.opener import EXPORTS
+    from gputrace.exporters.opener import SUFFIXES
     from gputrace.merge import check_paths
 
-    if not out.lower().endswith((".json", ".json.gz", *EXPORTS)):  # (the name is all that picks the format)
+    if not out.lower().endswith(SUFFIXES):  # (the name is all that picks the format)
         fail(f"{path_text(out)}: name the output .json, .json.gz or .pftrace; the name picks the format.")
     check_paths(out, [src])  # never overwrite the input
     trace = load_any(src)

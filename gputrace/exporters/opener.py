@@ -40,6 +40,7 @@ MAX_GZIP_RATIO = 40  # real traces compress 5–25-fold; 40 × 20 MB stays under
 GZIP_RATIO_FLOOR = 256 << 20  # (the ratio is checked past this size only)
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 EXPORTS = (".pftrace", ".perfetto-trace")  # formats gputrace writes but does not read back
+SUFFIXES = (".json", ".json.gz", *EXPORTS)  # the names that pick a format (any other name: JSON)
 
 
 class TraceFileError(GputraceError):
