@@ -1,10 +1,9 @@
 """Merge traces from several processes (ranks of one job) onto one time line.
 
-Input ``i``'s times move by ``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns
-(its ``clock_pair`` against the first input's), or, where the ranks measured their offsets through
-the job's process group (``gputrace.ranks``), by those fits onto rank 0's clock; each input's
-``merged[i]["offset"]`` says which, and how well. Processes keep their own tracks; GPU processes,
-thread ids and flow ids are renumbered so they never collide.
+Each input moves by its ``clock_pair`` (realtime − monotonic) against the first input's, or, where
+the ranks measured their offsets through the job's process group (``gputrace.ranks``), by those
+fits onto rank 0's clock; ``merged[i]["offset"]`` says which, and how well (docs/ranks.md).
+Processes keep their own tracks; GPU processes, thread ids and flow ids are renumbered apart.
 
 >>> import gputrace, os, tempfile
 >>> from gputrace.clock import FakeClock
@@ -64,26 +63,26 @@ def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
     an input given twice. Files are compared by device and inode (links are the same file); inputs
     that do not exist are left for loading to report."""
     check_output(out)  # never onto a device node, a FIFO or a folder
-    seen: dict[tuple[int, int], str] = {}
+    seen: dict[tuple[int, int] | None, str] = {}
     for f in inputs:
-        try:
-            st = os.stat(f)
-        except (OSError, ValueError):
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
+        key = _file_id(f)
+        if key is not None and key in seen:
             first = seen[key]
             same = "it is given twice" if first == f else f"it is the same file as {path_text(first)}"
             raise GputraceError(f"{path_text(f)}: {same}; give each trace to merge once.")
         seen[key] = f
-    try:
-        st = os.stat(out)
-    except (OSError, ValueError):
-        return
-    if (st.st_dev, st.st_ino) in seen:
+    if _file_id(out) in seen.keys() - {None}:
         raise GputraceError(
             f"{path_text(out)}: is also an input, and merging would overwrite it; choose another output file."
         )
+
+
+def _file_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
 
 
 def clock_offset(header: dict[str, Any], where: str) -> int:
@@ -103,13 +102,11 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     if not traces:
         raise GputraceError("nothing to merge: give at least one trace.")
     files = files or [f"<trace {i}>" for i in range(len(traces))]
-    order = sorted(range(len(traces)), key=lambda i: (_rank(traces[i]) is None, _rank(traces[i]) or 0, i))
-    traces = [traces[i] for i in order]
-    files = [files[i] for i in order]
-    offsets = [clock_offset(t.header, f) for t, f in zip(traces, files, strict=True)]
-    shifts = [o - offsets[0] for o in offsets]
+    pairs = sorted(zip(traces, files, strict=True), key=lambda tf: (_rank(tf[0]) is None, _rank(tf[0]) or 0))
+    traces, files = [t for t, _ in pairs], [f for _, f in pairs]
+    offsets = [clock_offset(t.header, f) for t, f in pairs]
     # ranks that measured their offsets through the job's process group go by those (gputrace.ranks)
-    traces, shifts, placed = place_ranks(traces, shifts)
+    traces, shifts, placed = place_ranks(traces, offsets)
 
     name_id: dict[str, int] = {}
     threads: list[ThreadInfo] = []
@@ -240,14 +237,12 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
 
 # placing ranks: each on rank 0's clock by the fit it measured (gputrace.ranks) ---------------------
 def place_ranks(
-    traces: list[Trace], shifts: list[int]
+    traces: list[Trace], offsets: list[int]
 ) -> tuple[list[Trace], list[int], list[dict[str, Any]]]:
     """Every trace moved onto one time line: ranks that measured their offsets against one rank 0
-    by their fits onto its clock, the others by their clock-pair ``shifts``, re-anchored there.
-
-    Returns the moved traces, the constant shift of each (0 for a fitted one), and per trace how
-    it was placed and with what uncertainty.
-    """
+    by their fits onto its clock, the others by their clock pairs (``offsets``: realtime −
+    monotonic), anchored there. Returns the moved traces, the constant shift of each (0 for a
+    fitted one), and per trace how it was placed and with what uncertainty."""
     recs = [r if isinstance(r := t.header.get("ranks"), dict) else None for t in traces]
     ids = [r.get("reference_id") if r is not None and (r.get("status") == "reference" or
            isinstance(r.get("fit"), dict)) else None for r in recs]  # fmt: skip
@@ -263,9 +258,9 @@ def place_ranks(
         else offset_at(a_rec["fit"], _start(traces[anchor]))
     )
     out, out_shifts, info = [], [], []
-    for t, rec, shift, is_measured in zip(traces, recs, shifts, measured, strict=True):
+    for t, rec, offset, is_measured in zip(traces, recs, offsets, measured, strict=True):
         if not is_measured or rec is None:
-            shift = shift - shifts[anchor] + a_off
+            shift = offset - offsets[anchor] + a_off
             out.append(_moved(t, functools.partial(np.add, shift)) if shift else t)
             out_shifts.append(shift)
             info.append(_pair_info(t, traces[anchor], shift))
@@ -324,16 +319,13 @@ def _pair_info(t: Trace, ref: Trace, shift: int) -> dict[str, Any]:
 
 
 def _moved(t: Trace, to: Callable[[np.ndarray], np.ndarray], slope: float = 1.0) -> Trace:
-    """``t`` with every time moved from its session clock by ``to`` (int64 ns to int64 ns; a
-    constant shift, or a rank's fit onto rank 0's clock, whose ``slope`` its GPU clock fits take).
-    ``NO_TIME`` stays."""
+    """``t`` with every time but ``NO_TIME`` moved by ``to`` (int64 ns to int64 ns: a constant shift,
+    or a rank's fit onto rank 0's clock, whose ``slope`` its GPU clock fits take)."""
 
     def m(col: np.ndarray) -> np.ndarray:
-        col = np.asarray(col, np.int64)
-        ok = col != NO_TIME
-        out: np.ndarray = col.copy()
-        if ok.any():
-            out[ok] = to(col[ok])
+        out = np.array(col, np.int64)  # a copy
+        ok = out != NO_TIME
+        out[ok] = to(out[ok])
         return out
 
     def one(ns: int) -> int:
