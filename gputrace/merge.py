@@ -114,9 +114,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     used_tids: set[int] = set()
     used_pids: set[int] = set()
     processes: list[dict[str, Any]] = []
-    parts: list[ScopeTable] = []
-    span_parts: list[SpanTable] = []
-    op_parts: list[OpTable] = []
+    tables: list[tuple[ScopeTable, SpanTable, OpTable]] = []  # renumbered, per input
     correlation0 = 0
     marks: list[Mark] = []
     fits: dict[int, ClockFit] = {}
@@ -144,25 +142,22 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
             fits[dev_map[dev]] = fit
             clock.append(dict(device=dev_map[dev], **fit.to_dict()))
         # times are on the reference clock already (_moved): only rows, names, threads and queues move
-        s, sp = t.scopes, t.spans
-        parts.append(replace(
+        s, sp, op = t.scopes, t.spans, t.ops
+        tables.append((replace(
             s, name=name_map[s.name].astype(np.int32) if len(s) else s.name,
             thread=(s.thread + thread0).astype(np.int32), parent=np.where(s.parent >= 0, s.parent + row0, -1),
             queue=np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
             args={k + row0: v for k, v in s.args.items()},
-        ))  # fmt: skip
-        span_parts.append(replace(
+        ), replace(
             sp, scope=sp.scope + row0, label=name_map[sp.label].astype(np.int32) if len(sp) else sp.label,
             queue=np.where(sp.queue >= 0, sp.queue + queue0, -1).astype(np.int32),
-        ))  # fmt: skip
-        op = t.ops
-        op_parts.append(replace(
+        ), replace(
             op, scope=np.where(op.scope >= 0, op.scope + row0, -1),
             name=name_map[op.name].astype(np.int32), call_name=name_map[op.call_name].astype(np.int32),
             queue=(op.queue + queue0).astype(np.int32),
             thread=np.where(op.thread >= 0, op.thread + thread0, -1).astype(np.int32),
             correlation=op.correlation + correlation0,  # launch ids stay unique across processes
-        ))  # fmt: skip
+        )))  # fmt: skip
         correlation0 += int(op.correlation.max()) + 1 if len(op) else 0
         marks += [replace(m, thread=m.thread + thread0) for m in t.marks]
         merged_info.append({
@@ -172,7 +167,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         })  # fmt: skip
         row0 += len(s)
 
-    scopes, spans, ops = _concat(parts, span_parts, op_parts)
+    scopes, spans, ops = _concat(*zip(*tables, strict=True))
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
     all_names = canonical_names(list(name_id), scopes, spans, ops)
     header = dict(traces[0].header)
@@ -204,7 +199,7 @@ def _rank(t: Trace) -> int | None:
 
 
 def _concat(
-    parts: list[ScopeTable], span_parts: list[SpanTable], op_parts: list[OpTable]
+    parts: Sequence[ScopeTable], span_parts: Sequence[SpanTable], op_parts: Sequence[OpTable]
 ) -> tuple[ScopeTable, SpanTable, OpTable]:
     """Concatenate, then order scopes by (cpu start, thread, −cpu end) and operations by GPU start,
     as every trace is ordered."""
@@ -292,9 +287,8 @@ def place_ranks(
 
 
 def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
-    """The largest alignment uncertainty (ns) of a rank's measured ``fit`` (``gputrace.ranks``)
-    over its session from ``start_ns`` to ``end_ns``: the fit's bound inside its samples, growing
-    by the slope's uncertainty outside."""
+    """The largest alignment uncertainty (ns) of a rank's ``fit`` over ``start_ns``–``end_ns``: its
+    bound inside its samples, growing by the slope's uncertainty outside."""
     from gputrace.resolver import uncertainty_at
 
     cf = ClockFit.from_dict(fit)

@@ -89,9 +89,7 @@ class MpiTransport:
     engine = "mpi"
 
     def __init__(self, comm: Any) -> None:
-        self.comm = comm
-        self.rank = int(comm.Get_rank())
-        self.size = int(comm.Get_size())
+        self.comm, self.rank, self.size = comm, int(comm.Get_rank()), int(comm.Get_size())
 
     def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
         buf = np.array(values, np.int64)
@@ -141,8 +139,7 @@ class TorchTransport:
         torch = sys.modules["torch"]
         dist = sys.modules["torch.distributed"]
         self.torch, self.dist, self.group = torch, dist, group
-        self.rank = int(dist.get_rank(group))
-        self.size = int(dist.get_world_size(group))
+        self.rank, self.size = int(dist.get_rank(group)), int(dist.get_world_size(group))
         backend = str(dist.get_backend(group))
         self.engine = f"torch.distributed ({backend})"
         self.nccl = "nccl" in backend.lower()

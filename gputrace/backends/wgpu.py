@@ -83,10 +83,8 @@ def instrument(device: Any) -> Any:
 
 
 def uninstrument(device: Any) -> None:
-    """Give ``device`` back its own classes; its passes are no longer timed."""
+    """Give ``device`` back its own classes (its tracer with them); its passes are no longer timed."""
     _instrumented.discard(device)
-    if _active is not None:
-        _active.detach(device)
     wgpu_hooks.swap_out(device)
 
 
@@ -175,10 +173,6 @@ class WgpuBackend(Backend):
             )
         elif self._started:
             self._pending_samples.extend(self._sample(tracer, self.calibration_samples))
-
-    def detach(self, device: Any) -> None:
-        if any(t.device is device for t in self.tracers):
-            wgpu_hooks.attach(device, None)
 
     # scopes (hot path) ---------------------------------------------------------------------
     # A pass belongs to the innermost scope open on its thread's current track (the recorder

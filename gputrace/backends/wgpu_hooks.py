@@ -422,16 +422,14 @@ _classes: dict[tuple[type, type], type] = {}
 
 
 def traced_class(base: type, mixin: type) -> type:
-    """``base`` with ``mixin``'s methods in front (cached: one class per pair)."""
+    """``base`` with ``mixin``'s methods in front (cached: one class per pair), named as the base:
+    wgpu-py counts live objects by class name."""
     if issubclass(base, mixin):
         return base
-    cls = _classes.get((base, mixin))
-    if cls is None:
-        # Same name as the base: wgpu-py counts live objects by class name.
-        cls = type(base.__name__, (mixin, base), {"_gputrace_base": base})
-        cls.__qualname__ = base.__qualname__
-        _classes[(base, mixin)] = cls
-    return cls
+    if (base, mixin) not in _classes:
+        names = {"_gputrace_base": base, "__qualname__": base.__qualname__}
+        _classes[base, mixin] = type(base.__name__, (mixin, base), names)
+    return _classes[base, mixin]
 
 
 def swap_in(device: Any) -> None:

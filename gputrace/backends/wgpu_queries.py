@@ -37,11 +37,8 @@ SPIN_NS = 2_000_000
 
 
 def ticks_to_ns(ticks: npt.NDArray[Any], period: float) -> npt.NDArray[np.int64]:
-    """Device ticks → nanoseconds, exactly for the rational nearest to ``period`` (ns per tick).
-
-    Float multiplication would lose up to 256 ns on epoch-sized tick values (NVIDIA counts ns
-    since 1970), so the period is taken as a fraction n/d and applied in integer arithmetic.
-    """
+    """Device ticks → ns, exactly for the rational nearest to ``period`` (ns per tick), in integer
+    arithmetic: floats would lose up to 256 ns on epoch-sized ticks (NVIDIA counts ns since 1970)."""
     t = np.asarray(ticks).astype(np.int64)
     if period == 1.0:
         return t
