@@ -84,14 +84,12 @@ def _steps(
     s = trace.scopes
     n = len(procs)
     keyed: dict[int, dict[Any, int]] = {k: {} for k in range(n)}  # proc -> step key -> scope row
-    prof = [i for i, name in enumerate(trace.names) if PROFILER_STEP.match(name)]
-    if prof:
+    prof = {i: int(m.group(1)) for i, name in enumerate(trace.names) if (m := PROFILER_STEP.match(name))}
+    if prof:  # name id -> N
         step_name = "ProfilerStep#N"
-        for row in np.flatnonzero(np.isin(s.name, prof)).tolist():
-            m = PROFILER_STEP.match(trace.names[int(s.name[row])])
-            assert m is not None
+        for row in np.flatnonzero(np.isin(s.name, list(prof))).tolist():
             if scope_proc[row] >= 0:  # (a thread no process lists belongs to no rank)
-                keyed[int(scope_proc[row])].setdefault(int(m.group(1)), row)
+                keyed[int(scope_proc[row])].setdefault(prof[int(s.name[row])], row)
     else:
         top = s.depth == 0
         per_proc = [Counter(s.name[top & (scope_proc == k)].tolist()) for k in range(n)]

@@ -101,16 +101,13 @@ class FakeBackend(Backend):
     def calibrate(self) -> list[CalibrationSample]:
         out = []
         for _ in range(self.samples_per_calibration):
+            before = self.clock()
+            lead: int | None = None
             if self.windows is not None:
                 lead, lag = self.windows(len(self.truth_samples))
-                before = self.clock()
                 self._advance(lead + lag)
-                after = self.clock()
-                true = min(before + lead, after)
-            else:
-                before = self.clock()
-                after = self.clock()
-                true = before + self.rng.randint(0, after - before)
+            after = self.clock()
+            true = before + self.rng.randint(0, after - before) if lead is None else min(before + lead, after)
             self.truth_samples.append(true)
             out.append(CalibrationSample(before, self.to_gpu(true), after, 0))
         return out

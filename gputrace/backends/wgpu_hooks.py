@@ -229,14 +229,12 @@ class DeviceTracer:
                 with self.lock:
                     self.free.append(page)
             raise
-        starts = ns[0::2].tolist()
-        ends = ns[1::2].tolist()
+        pairs = ns.reshape(-1, 2).tolist()  # (begin, end) per pass
         for rec in page.records:
             if rec.submit_ns is None or rec.submit_ns == _FAILED:
                 self.degraded.setdefault(rec.token, "a traced pass was never submitted successfully")
                 continue
-            k = rec.slot // 2
-            start, end = starts[k], ends[k]
+            start, end = pairs[rec.slot // 2]
             if start == 0 or end == 0 or end < start:
                 self.degraded.setdefault(
                     rec.token, f"the GPU returned impossible timestamps for a pass ({start}, {end})"
