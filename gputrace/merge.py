@@ -1,10 +1,9 @@
 """Merge traces from several processes (ranks of one job) onto one time line.
 
-Input ``i``'s times move by ``(realtime_i − monotonic_i) − (realtime_ref − monotonic_ref)`` ns
-(its ``clock_pair`` against the first input's), or, where the ranks measured their offsets through
-the job's process group (``gputrace.ranks``), by those fits onto rank 0's clock; each input's
-``merged[i]["offset"]`` says which, and how well. Processes keep their own tracks; GPU processes,
-thread ids and flow ids are renumbered so they never collide.
+Each input moves by its ``clock_pair`` (realtime − monotonic) against the first input's, or, where
+the ranks measured their offsets through the job's process group (``gputrace.ranks``), by those
+fits onto rank 0's clock; ``merged[i]["offset"]`` says which, and how well (docs/ranks.md).
+Processes keep their own tracks; GPU processes, thread ids and flow ids are renumbered apart.
 
 >>> import gputrace, os, tempfile
 >>> from gputrace.clock import FakeClock
@@ -64,26 +63,26 @@ def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
     an input given twice. Files are compared by device and inode (links are the same file); inputs
     that do not exist are left for loading to report."""
     check_output(out)  # never onto a device node, a FIFO or a folder
-    seen: dict[tuple[int, int], str] = {}
+    seen: dict[tuple[int, int] | None, str] = {}
     for f in inputs:
-        try:
-            st = os.stat(f)
-        except (OSError, ValueError):
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
+        key = _file_id(f)
+        if key is not None and key in seen:
             first = seen[key]
             same = "it is given twice" if first == f else f"it is the same file as {path_text(first)}"
             raise GputraceError(f"{path_text(f)}: {same}; give each trace to merge once.")
         seen[key] = f
-    try:
-        st = os.stat(out)
-    except (OSError, ValueError):
-        return
-    if (st.st_dev, st.st_ino) in seen:
+    if _file_id(out) in seen.keys() - {None}:
         raise GputraceError(
             f"{path_text(out)}: is also an input, and merging would overwrite it; choose another output file."
         )
+
+
+def _file_id(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
 
 
 def clock_offset(header: dict[str, Any], where: str) -> int:
@@ -103,13 +102,11 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     if not traces:
         raise GputraceError("nothing to merge: give at least one trace.")
     files = files or [f"<trace {i}>" for i in range(len(traces))]
-    order = sorted(range(len(traces)), key=lambda i: (_rank(traces[i]) is None, _rank(traces[i]) or 0, i))
-    traces = [traces[i] for i in order]
-    files = [files[i] for i in order]
-    offsets = [clock_offset(t.header, f) for t, f in zip(traces, files, strict=True)]
-    shifts = [o - offsets[0] for o in offsets]
+    pairs = sorted(zip(traces, files, strict=True), key=lambda tf: (_rank(tf[0]) is None, _rank(tf[0]) or 0))
+    traces, files = [t for t, _ in pairs], [f for _, f in pairs]
+    offsets = [clock_offset(t.header, f) for t, f in pairs]
     # ranks that measured their offsets through the job's process group go by those (gputrace.ranks)
-    traces, shifts, placed = place_ranks(traces, shifts)
+    traces, shifts, placed = place_ranks(traces, offsets)
 
     name_id: dict[str, int] = {}
     threads: list[ThreadInfo] = []
@@ -117,9 +114,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     used_tids: set[int] = set()
     used_pids: set[int] = set()
     processes: list[dict[str, Any]] = []
-    parts: list[ScopeTable] = []
-    span_parts: list[SpanTable] = []
-    op_parts: list[OpTable] = []
+    tables: list[tuple[ScopeTable, SpanTable, OpTable]] = []  # renumbered, per input
     correlation0 = 0
     marks: list[Mark] = []
     fits: dict[int, ClockFit] = {}
@@ -147,25 +142,22 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
             fits[dev_map[dev]] = fit
             clock.append(dict(device=dev_map[dev], **fit.to_dict()))
         # times are on the reference clock already (_moved): only rows, names, threads and queues move
-        s, sp = t.scopes, t.spans
-        parts.append(replace(
+        s, sp, op = t.scopes, t.spans, t.ops
+        tables.append((replace(
             s, name=name_map[s.name].astype(np.int32) if len(s) else s.name,
             thread=(s.thread + thread0).astype(np.int32), parent=np.where(s.parent >= 0, s.parent + row0, -1),
             queue=np.where(s.queue >= 0, s.queue + queue0, -1).astype(np.int32),
             args={k + row0: v for k, v in s.args.items()},
-        ))  # fmt: skip
-        span_parts.append(replace(
+        ), replace(
             sp, scope=sp.scope + row0, label=name_map[sp.label].astype(np.int32) if len(sp) else sp.label,
             queue=np.where(sp.queue >= 0, sp.queue + queue0, -1).astype(np.int32),
-        ))  # fmt: skip
-        op = t.ops
-        op_parts.append(replace(
+        ), replace(
             op, scope=np.where(op.scope >= 0, op.scope + row0, -1),
             name=name_map[op.name].astype(np.int32), call_name=name_map[op.call_name].astype(np.int32),
             queue=(op.queue + queue0).astype(np.int32),
             thread=np.where(op.thread >= 0, op.thread + thread0, -1).astype(np.int32),
             correlation=op.correlation + correlation0,  # launch ids stay unique across processes
-        ))  # fmt: skip
+        )))  # fmt: skip
         correlation0 += int(op.correlation.max()) + 1 if len(op) else 0
         marks += [replace(m, thread=m.thread + thread0) for m in t.marks]
         merged_info.append({
@@ -175,7 +167,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         })  # fmt: skip
         row0 += len(s)
 
-    scopes, spans, ops = _concat(parts, span_parts, op_parts)
+    scopes, spans, ops = _concat(*zip(*tables, strict=True))
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
     all_names = canonical_names(list(name_id), scopes, spans, ops)
     header = dict(traces[0].header)
@@ -207,7 +199,7 @@ def _rank(t: Trace) -> int | None:
 
 
 def _concat(
-    parts: list[ScopeTable], span_parts: list[SpanTable], op_parts: list[OpTable]
+    parts: Sequence[ScopeTable], span_parts: Sequence[SpanTable], op_parts: Sequence[OpTable]
 ) -> tuple[ScopeTable, SpanTable, OpTable]:
     """Concatenate, then order scopes by (cpu start, thread, −cpu end) and operations by GPU start,
     as every trace is ordered."""
@@ -240,14 +232,12 @@ def merge_files(out: str | os.PathLike[str], inputs: list[str]) -> Trace:
 
 # placing ranks: each on rank 0's clock by the fit it measured (gputrace.ranks) ---------------------
 def place_ranks(
-    traces: list[Trace], shifts: list[int]
+    traces: list[Trace], offsets: list[int]
 ) -> tuple[list[Trace], list[int], list[dict[str, Any]]]:
     """Every trace moved onto one time line: ranks that measured their offsets against one rank 0
-    by their fits onto its clock, the others by their clock-pair ``shifts``, re-anchored there.
-
-    Returns the moved traces, the constant shift of each (0 for a fitted one), and per trace how
-    it was placed and with what uncertainty.
-    """
+    by their fits onto its clock, the others by their clock pairs (``offsets``: realtime −
+    monotonic), anchored there. Returns the moved traces, the constant shift of each (0 for a
+    fitted one), and per trace how it was placed and with what uncertainty."""
     recs = [r if isinstance(r := t.header.get("ranks"), dict) else None for t in traces]
     ids = [r.get("reference_id") if r is not None and (r.get("status") == "reference" or
            isinstance(r.get("fit"), dict)) else None for r in recs]  # fmt: skip
@@ -263,9 +253,9 @@ def place_ranks(
         else offset_at(a_rec["fit"], _start(traces[anchor]))
     )
     out, out_shifts, info = [], [], []
-    for t, rec, shift, is_measured in zip(traces, recs, shifts, measured, strict=True):
+    for t, rec, offset, is_measured in zip(traces, recs, offsets, measured, strict=True):
         if not is_measured or rec is None:
-            shift = shift - shifts[anchor] + a_off
+            shift = offset - offsets[anchor] + a_off
             out.append(_moved(t, functools.partial(np.add, shift)) if shift else t)
             out_shifts.append(shift)
             info.append(_pair_info(t, traces[anchor], shift))
@@ -297,9 +287,8 @@ def place_ranks(
 
 
 def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
-    """The largest alignment uncertainty (ns) of a rank's measured ``fit`` (``gputrace.ranks``)
-    over its session from ``start_ns`` to ``end_ns``: the fit's bound inside its samples, growing
-    by the slope's uncertainty outside."""
+    """The largest alignment uncertainty (ns) of a rank's ``fit`` over ``start_ns``–``end_ns``: its
+    bound inside its samples, growing by the slope's uncertainty outside."""
     from gputrace.resolver import uncertainty_at
 
     cf = ClockFit.from_dict(fit)
@@ -324,16 +313,13 @@ def _pair_info(t: Trace, ref: Trace, shift: int) -> dict[str, Any]:
 
 
 def _moved(t: Trace, to: Callable[[np.ndarray], np.ndarray], slope: float = 1.0) -> Trace:
-    """``t`` with every time moved from its session clock by ``to`` (int64 ns to int64 ns; a
-    constant shift, or a rank's fit onto rank 0's clock, whose ``slope`` its GPU clock fits take).
-    ``NO_TIME`` stays."""
+    """``t`` with every time but ``NO_TIME`` moved by ``to`` (int64 ns to int64 ns: a constant shift,
+    or a rank's fit onto rank 0's clock, whose ``slope`` its GPU clock fits take)."""
 
     def m(col: np.ndarray) -> np.ndarray:
-        col = np.asarray(col, np.int64)
-        ok = col != NO_TIME
-        out: np.ndarray = col.copy()
-        if ok.any():
-            out[ok] = to(col[ok])
+        out = np.array(col, np.int64)  # a copy
+        ok = out != NO_TIME
+        out[ok] = to(out[ok])
         return out
 
     def one(ns: int) -> int:

@@ -1,11 +1,10 @@
 """Measured clock offsets between the ranks of a job, through the job's own process group.
 
-Every rank measures its session clock against rank 0's by ping-pong (Cristian's bound: rank 0's
-clock read lies between this rank's two reads) at session start, at ``gputrace.sync()`` and at
-stop, and fits offset and drift with the resolver's clock fit; ``gputrace merge`` places each rank
-by that fit. docs/ranks.md describes the exchange, the header it writes and the failure cases.
-Nothing here opens a socket or imports torch or mpi4py: a group is only used when the program
-already imported its engine. An exchange that fails is given up with one notice.
+Every rank measures its session clock against rank 0's by ping-pong (Cristian's bound) at session
+start, at ``gputrace.sync()`` and at stop, and fits offset and drift with the resolver's clock fit;
+``gputrace merge`` places each rank by it. docs/ranks.md describes the exchange, the header and the
+failure cases. Nothing here opens a socket or imports torch or mpi4py (a group is used only when
+the program imported its engine). An exchange that fails is given up with one notice.
 
 >>> class Alone:                      # a one-rank "group": nothing to exchange
 ...     engine, rank, size = "test", 0, 1
@@ -22,7 +21,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -63,12 +61,10 @@ class Transport(Protocol):
 _SESSIONS = itertools.count()
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(Exception): ...
 
 
-class _Mismatch(Exception):
-    pass
+class _Mismatch(Exception): ...
 
 
 class _MpiPending:
@@ -79,8 +75,7 @@ class _MpiPending:
         return bool(self.req.Test())
 
     def values(self) -> tuple[int, int, int, int]:
-        a, b, c, d = (int(x) for x in self.buf.tolist())
-        return a, b, c, d
+        return tuple(int(x) for x in self.buf.tolist())  # type: ignore[return-value]
 
     def cancel(self) -> None:
         with contextlib.suppress(Exception):  # best effort: the request may have completed meanwhile
@@ -94,9 +89,7 @@ class MpiTransport:
     engine = "mpi"
 
     def __init__(self, comm: Any) -> None:
-        self.comm = comm
-        self.rank = int(comm.Get_rank())
-        self.size = int(comm.Get_size())
+        self.comm, self.rank, self.size = comm, int(comm.Get_rank()), int(comm.Get_size())
 
     def isend(self, dst: int, values: tuple[int, int, int, int]) -> Pending:
         buf = np.array(values, np.int64)
@@ -146,8 +139,7 @@ class TorchTransport:
         torch = sys.modules["torch"]
         dist = sys.modules["torch.distributed"]
         self.torch, self.dist, self.group = torch, dist, group
-        self.rank = int(dist.get_rank(group))
-        self.size = int(dist.get_world_size(group))
+        self.rank, self.size = int(dist.get_rank(group)), int(dist.get_world_size(group))
         backend = str(dist.get_backend(group))
         self.engine = f"torch.distributed ({backend})"
         self.nccl = "nccl" in backend.lower()
@@ -257,18 +249,6 @@ def transport_for(group: Any) -> Transport | None:
     )
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """One exchange as rank ``i`` saw it: when, why, how many rounds, the best round trip."""
-
-    reason: str
-    at_ns: int
-    rounds: int
-    kept: int
-    min_rtt_ns: int
-    wall_ns: int
-
-
 class RankClock:
     """Measures this rank's session clock against rank 0's through ``transport``."""
 
@@ -290,7 +270,7 @@ class RankClock:
         nccl = bool(getattr(transport, "nccl", False))
         self.peer_budget_s = NCCL_PEER_BUDGET_S if nccl else PEER_BUDGET_S
         self.samples: list[CalibrationSample] = []
-        self.exchanges: list[Exchange] = []
+        self.exchanges: list[dict[str, Any]] = []  # as the header holds them (``_note``)
         self.failed: str | None = None
         self.skipped: list[str] = []  # exchanges not tried, and why (not failures)
         self.dead: set[int] = set()  # peers rank 0 gave up on
@@ -316,8 +296,7 @@ class RankClock:
         elapsed = time.monotonic() - self.started_wall
         if self.n_syncs == 0 or elapsed <= 0:
             return self.n_syncs + 1
-        per_sync = elapsed / self.n_syncs
-        return self.n_syncs + max(1, round(self.refresh_s / per_sync))
+        return self.n_syncs + max(1, round(self.refresh_s * self.n_syncs / elapsed))
 
     # the exchange ---------------------------------------------------------------------------------
     def exchange(self, reason: str) -> None:
@@ -371,9 +350,7 @@ class RankClock:
     def _serve(self, e: int, reason: str, deadline: float) -> None:
         if self.reference_id == 0:
             self.reference_id = int(self.clock()) or 1
-        nxt = self._schedule()
-        self.next_sync = nxt
-        sends: list[Pending] = []
+        nxt = self.next_sync = self._schedule()
         start = time.monotonic()
         try:
             for peer in range(1, self.size):
@@ -381,6 +358,7 @@ class RankClock:
                     continue
                 try:
                     until = self._meet(e, peer, deadline)
+                    sends: list[Pending] = []
                     for k in range(self.rounds):
                         r = self.t.irecv(peer)
                         self._wait(r, until)
@@ -390,7 +368,6 @@ class RankClock:
                         sends.append(self.t.isend(peer, (e, int(self.clock()), nxt, self.reference_id)))
                     for snd in sends:
                         self._wait(snd, until)
-                    sends = []
                 except (_Timeout, _Mismatch) as exc:
                     self.dead.add(peer)
                     report_internal(
@@ -401,13 +378,12 @@ class RankClock:
                         "pass group=False to gputrace.session).",
                     )
         finally:
-            self.exchanges.append(Exchange(reason, int(self.clock()), self.rounds, 0, 0,
-                                           int((time.monotonic() - start) * 1e9)))  # fmt: skip
+            self._note(reason, int(self.clock()), 0, 0, start)
 
     def _meet(self, e: int, peer: int, deadline: float) -> float:
         """Where the engine needs it, agree with ``peer`` that both take part in exchange ``e``
-        before any message is posted; returns the deadline for the messages themselves (longer
-        once both sides agreed: a timed-out wait could then only do harm)."""
+        before any message is posted; returns the messages' deadline (longer once agreed: a
+        timed-out wait could then only do harm)."""
         meet = getattr(self.t, "meet", None)
         if meet is None:
             return deadline
@@ -439,8 +415,13 @@ class RankClock:
         kept = [smp for _, smp in got[: self.keep]]
         self.samples.extend(kept)
         self.next_sync = nxt
-        self.exchanges.append(Exchange(reason, kept[0].cpu_before_ns, self.rounds, len(kept), got[0][0],
-                                       int((time.monotonic() - start) * 1e9)))  # fmt: skip
+        self._note(reason, kept[0].cpu_before_ns, len(kept), got[0][0], start)
+
+    def _note(self, reason: str, at_ns: int, kept: int, min_rtt_ns: int, start: float) -> None:
+        """One exchange as this rank saw it: why, when, how many rounds, the best round trip."""
+        wall_ns = int((time.monotonic() - start) * 1e9)
+        self.exchanges.append({"reason": reason, "at_ns": at_ns, "rounds": self.rounds, "kept": kept,
+                               "min_rtt_ns": min_rtt_ns, "wall_ns": wall_ns})  # fmt: skip
 
     # the result -------------------------------------------------------------------------------------
     def header(self) -> dict[str, Any]:
@@ -452,7 +433,7 @@ class RankClock:
             "reference_rank": 0,
             "reference_id": self.reference_id,
             "rounds": self.rounds,
-            "exchanges": [asdict(x) for x in self.exchanges],
+            "exchanges": [dict(x) for x in self.exchanges],
             "samples": [[s.cpu_before_ns, s.gpu_ns, s.cpu_after_ns] for s in self.samples],
         }
         if self.rank == 0:
@@ -471,11 +452,9 @@ class RankClock:
 
 def fit_offsets(samples: Sequence[CalibrationSample]) -> dict[str, Any]:
     """Fit rank 0's clock against this rank's from ping-pong samples (before, rank 0's T, after),
-    in the resolver's convention (``local = cpu_ref + slope·(T − gpu_ref)``).
-
-    Only round trips up to ``3 × (the lowest tenth) + 2 µs`` enter the fit: on a busy machine a
-    whole exchange can be slow, and such loose windows would keep the fit from resolving the drift.
-    """
+    in the resolver's convention (``local = cpu_ref + slope·(T − gpu_ref)``). Only round trips up
+    to ``3 × (the lowest tenth) + 2 µs`` count: a whole exchange can be slow on a busy machine, and
+    such loose windows would keep the fit from resolving the drift."""
     from gputrace.resolver import clock_fits
 
     rtt = np.array([smp.cpu_after_ns - smp.cpu_before_ns for smp in samples], np.float64)

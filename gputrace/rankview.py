@@ -40,19 +40,19 @@ def rank_view(trace: Trace) -> dict[str, Any] | None:
     tid_proc = {int(t): k for k, p in enumerate(procs) for t in p.get("tids") or []}
     thread_proc = np.array([tid_proc.get(th.tid, -1) for th in trace.threads] or [-1], np.int64)
     s, sp = trace.scopes, trace.spans
-    scope_proc = thread_proc[s.thread] if len(s) else np.zeros(0, np.int64)
+    scope_proc = thread_proc[s.thread]
     # every GPU interval: (owning scope row, start, end, name); a collective scope without GPU
     # time (a CPU-only trace, a blocking CPU collective) counts by its CPU window, as collective only
     is_coll = np.array([bool(COLLECTIVE.search(n)) for n in trace.names] or [False], bool)
     has_gpu = s.gpu_start_ns != NO_TIME
     g_scope = np.flatnonzero(has_gpu)
-    c_scope = np.flatnonzero(~has_gpu & is_coll[s.name]) if len(s) else np.zeros(0, np.int64)
+    c_scope = np.flatnonzero(~has_gpu & is_coll[s.name])
     rows = np.concatenate([g_scope, sp.scope, c_scope]).astype(np.int64)
     g0 = np.concatenate([s.gpu_start_ns[g_scope], sp.gpu_start_ns, s.cpu_start_ns[c_scope]]).astype(np.int64)
     g1 = np.concatenate([s.gpu_end_ns[g_scope], sp.gpu_end_ns, s.cpu_end_ns[c_scope]]).astype(np.int64)
     coll = np.concatenate([is_coll[s.name[g_scope]], is_coll[sp.label], np.ones(len(c_scope), bool)])
     on_gpu = np.concatenate([np.ones(len(g_scope) + len(sp), bool), np.zeros(len(c_scope), bool)])
-    g_proc = scope_proc[rows] if len(rows) else np.zeros(0, np.int64)
+    g_proc = scope_proc[rows]
     n, known = len(procs), g_proc >= 0
     busy = union_by_group(g_proc[known & on_gpu], g0[known & on_gpu], g1[known & on_gpu], n)
     in_coll = union_by_group(g_proc[known & coll], g0[known & coll], g1[known & coll], n)
@@ -84,14 +84,12 @@ def _steps(
     s = trace.scopes
     n = len(procs)
     keyed: dict[int, dict[Any, int]] = {k: {} for k in range(n)}  # proc -> step key -> scope row
-    prof = [i for i, name in enumerate(trace.names) if PROFILER_STEP.match(name)]
-    if prof:
+    prof = {i: int(m.group(1)) for i, name in enumerate(trace.names) if (m := PROFILER_STEP.match(name))}
+    if prof:  # name id -> N
         step_name = "ProfilerStep#N"
-        for row in np.flatnonzero(np.isin(s.name, prof)).tolist():
-            m = PROFILER_STEP.match(trace.names[int(s.name[row])])
-            assert m is not None
+        for row in np.flatnonzero(np.isin(s.name, list(prof))).tolist():
             if scope_proc[row] >= 0:  # (a thread no process lists belongs to no rank)
-                keyed[int(scope_proc[row])].setdefault(int(m.group(1)), row)
+                keyed[int(scope_proc[row])].setdefault(prof[int(s.name[row])], row)
     else:
         top = s.depth == 0
         per_proc = [Counter(s.name[top & (scope_proc == k)].tolist()) for k in range(n)]
@@ -125,11 +123,10 @@ def _steps(
             per_rank.append({"rank": procs[k].get("rank"), "span_ns": end - t0, "collective_ns": c,
                              "work_ns": end - t0 - c})  # fmt: skip
         work = [r["work_ns"] for r in per_rank]
-        worst = int(np.argmax(work))
-        ordered = sorted(work)
-        slowest[per_rank[worst]["rank"]] += 1
-        out_rows.append({"step": key, "slowest_rank": per_rank[worst]["rank"],
-                         "lead_ns": ordered[-1] - ordered[-2], "ranks": per_rank})  # fmt: skip
+        worst = per_rank[int(np.argmax(work))]["rank"]
+        slowest[worst] += 1
+        lead = sorted(work)[-1] - sorted(work)[-2]
+        out_rows.append({"step": key, "slowest_rank": worst, "lead_ns": lead, "ranks": per_rank})
     return {
         "name": step_name,
         "count": len(keys),

@@ -26,11 +26,8 @@ TIMINGS = ("auto", "cupti", "events")
 
 
 def probe(name: str, *, auto: bool = False) -> str | None:
-    """Why backend ``name`` can't be used on this machine, or None if it can.
-
-    ``auto``: asked on behalf of ``backend="auto"``, which a backend may answer more strictly
-    (wgpu: only for programs that imported wgpu); its module's ``probe`` then takes ``auto``.
-    """
+    """Why backend ``name`` can't be used on this machine, or None if it can. ``auto``: asked for
+    ``backend="auto"``, which a module's ``probe`` taking ``auto`` may answer more strictly (wgpu)."""
     return _probe(name, auto)[0]
 
 
@@ -56,11 +53,9 @@ def option_names(name: str) -> tuple[str, ...]:
     keyword-only parameters of its class."""
     modname, clsname = BACKENDS[name]
     mod = importlib.import_module(modname)
-    names = getattr(mod, "OPTIONS", None)
-    if names is None:
-        params = inspect.signature(getattr(mod, clsname)).parameters.values()
-        names = tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
-    return tuple(names)
+    params = inspect.signature(getattr(mod, clsname)).parameters.values()
+    own = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return tuple(getattr(mod, "OPTIONS", own))
 
 
 def check_options(name: str, options: dict[str, Any], valid: tuple[str, ...] | None = None) -> None:
@@ -99,10 +94,8 @@ def with_timing(backend: str | Backend, options: dict[str, Any], timing: str) ->
 
 
 def create(name: str, clock: Clock, *, quiet: bool = False, **options: Any) -> Backend:
-    """Create backend ``name`` ("auto", "cuda", "wgpu", "cpu" or "fake").
-
-    ``options`` must be ones the backend takes; for "auto", ones that cuda or wgpu takes, each
-    candidate given its own."""
+    """Create backend ``name`` ("auto", "cuda", "wgpu", "cpu" or "fake") with ``options`` it takes
+    (for "auto", ones cuda or wgpu takes, each candidate given its own)."""
     if name == "auto":
         takes = {cand: option_names(cand) for cand in AUTO_ORDER}
         check_options(name, options, tuple(sorted({k for ks in takes.values() for k in ks})))

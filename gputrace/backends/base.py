@@ -1,10 +1,8 @@
 """The backend contract: what the recorder and the session ask of a GPU backend.
 
 A backend gives the recorder a token per scope (``begin``/``end``, on the hot path), and after a
-sync hands the resolver raw material: GPU spans in its own clock domain (``collect``) and
-calibration samples that bracket a GPU timestamp between two session-clock reads (``calibrate``).
-It never aligns clocks itself: GPU ticks stay raw (converted to ns by the timestamp period) until
-the resolver.
+sync hands the resolver GPU spans in its own clock domain (``collect``) and calibration samples
+(``calibrate``). It never aligns clocks: GPU ticks stay raw (in ns by the period) until the resolver.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ class Backend:
     # True where a timing source sees every operation by itself (CUPTI): scopes need no token, and
     # their GPU work arrives at a sync (the streamed file writes them then, not on its timer).
     ops_timing = False
-    # The half-width (ns) a calibration window normally reaches on an idle machine; where the
-    # tightest taken is wider (a thread woken late under load), more are taken at start and at
-    # stop, so the clock fit has tight samples at both ends of the session. 0: no such target.
+    # The half-width (ns) a calibration window reaches on an idle machine; where the tightest is
+    # wider (a thread woken late under load), more are taken at start and stop. 0: no target.
     calibration_target_ns = 0
 
     def __init__(self, clock: Clock) -> None:
@@ -67,7 +64,7 @@ class Backend:
 
     def info(self) -> dict[str, Any]:
         """Backend facts for the trace header (versions, timestamp period, …)."""
-        return {}
+        return {"name": self.name}
 
     def close(self) -> None:
         """Release pooled resources."""

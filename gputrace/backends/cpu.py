@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputrace.backends.base import Backend
 
 
@@ -13,8 +11,6 @@ def probe() -> str | None:
 
 
 class CpuBackend(Backend):
-    name = "cpu"
-    timed = False
+    """No GPU: the contract's defaults (no tokens, no samples, no spans)."""
 
-    def info(self) -> dict[str, Any]:
-        return {"name": self.name}
+    name = "cpu"

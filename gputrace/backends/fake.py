@@ -24,8 +24,8 @@ from typing import Any
 from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, RawSpan
 from gputrace.model import QueueInfo
 
-# (delay after submission, duration) in ns; a None duration means the GPU cannot time the scope.
 FAKE_GPU = "Fake GPU"
+# (delay after submission, duration) in ns; a None duration means the GPU cannot time the scope.
 Script = Callable[[str, int], tuple[int, int | None]]
 
 
@@ -33,11 +33,9 @@ def probe() -> str | None:
     return None
 
 
-def _default_script(name: str, call: int) -> tuple[int, int | None]:
-    return 5_000, 20_000
-
-
 class FakeBackend(Backend):
+    """The scripted GPU (see the module docstring); ``truth`` holds what the resolver must find."""
+
     name = "fake"
     timed = True
 
@@ -47,7 +45,7 @@ class FakeBackend(Backend):
         *,
         offset_ns: int = 0,
         drift_ppm: float = 0.0,
-        script: Script = _default_script,
+        script: Script = lambda name, call: (5_000, 20_000),
         seed: int = 0,
         in_order: bool = True,
         samples_per_calibration: int = 1,
@@ -103,16 +101,13 @@ class FakeBackend(Backend):
     def calibrate(self) -> list[CalibrationSample]:
         out = []
         for _ in range(self.samples_per_calibration):
+            before = self.clock()
+            lead: int | None = None
             if self.windows is not None:
                 lead, lag = self.windows(len(self.truth_samples))
-                before = self.clock()
                 self._advance(lead + lag)
-                after = self.clock()
-                true = min(before + lead, after)
-            else:
-                before = self.clock()
-                after = self.clock()
-                true = before + self.rng.randint(0, after - before)
+            after = self.clock()
+            true = before + self.rng.randint(0, after - before) if lead is None else min(before + lead, after)
             self.truth_samples.append(true)
             out.append(CalibrationSample(before, self.to_gpu(true), after, 0))
         return out

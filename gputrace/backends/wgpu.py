@@ -1,11 +1,9 @@
 """The wgpu backend: a timestamp pair per compute/render pass, through wgpu-py 0.32.
 
-The user's wgpu code stays as it is: the device is handed to the session
-(``backend_options={"device": device}``) or instrumented once (``instrument(device)``, which is
-also how ``backend="auto"`` finds it). Each pass becomes a GPU span of the innermost scope open on
-the thread that began it; a scope's GPU span is the hull of its passes and of its children's. A
-device without "timestamp-query" keeps its scopes' CPU times, marked untimed, never made-up GPU
-numbers. What is timed, and how: docs/webgpu.md.
+The device is handed to the session (``backend_options={"device": device}``) or instrumented once
+(``instrument(device)``, which is how ``backend="auto"`` finds it). Each pass is a GPU span of the
+innermost scope open on its thread. A device without "timestamp-query" keeps its scopes' CPU times,
+marked untimed, never made-up GPU numbers. What is timed, and how: docs/webgpu.md.
 """
 
 from __future__ import annotations
@@ -34,11 +32,8 @@ START_SAMPLING_NS = 100_000_000
 
 
 def probe(*, auto: bool = True) -> str | None:
-    """Why the wgpu backend cannot be used here, or None.
-
-    For ``backend="auto"`` (``auto=True``) it also needs the program to have imported wgpu and an
-    adapter with "timestamp-query"; asked for by name, wgpu only has to be importable.
-    """
+    """Why the wgpu backend cannot be used here, or None. ``auto`` also needs the program to have
+    imported wgpu and an adapter with "timestamp-query"; by name, wgpu need only be importable."""
     if auto and "wgpu" not in sys.modules:
         return "the program has not imported wgpu (auto picks wgpu only for programs using it)"
     try:
@@ -65,11 +60,8 @@ def _probe_adapter() -> str | None:
 
 
 def instrument(device: Any) -> Any:
-    """Trace the passes of ``device`` in every gputrace session; returns the same device.
-
-    Outside a session (or a scope) the device behaves exactly as before, at the cost of one
-    attribute read per encoder and per submit. ``uninstrument(device)`` undoes it.
-    """
+    """Trace the passes of ``device`` in every gputrace session; returns the same device. Outside
+    a session it costs one attribute read per encoder and per submit; ``uninstrument`` undoes it."""
     try:
         from wgpu.backends.wgpu_native._api import GPUDevice
     except ImportError as exc:
@@ -91,10 +83,8 @@ def instrument(device: Any) -> Any:
 
 
 def uninstrument(device: Any) -> None:
-    """Give ``device`` back its own classes; its passes are no longer timed."""
+    """Give ``device`` back its own classes (its tracer with them); its passes are no longer timed."""
     _instrumented.discard(device)
-    if _active is not None:
-        _active.detach(device)
     wgpu_hooks.swap_out(device)
 
 
@@ -136,15 +126,13 @@ class WgpuBackend(Backend):
         self._collected_upto = 0
         self.untimed: set[int] = set()
         self.tracers: list[Any] = []
-        self._calibrators: dict[int, Any] = {}
         self._pending_samples: list[CalibrationSample] = []
         self._sampled: set[int] = set()  # devices whose first samples were taken
         self._started = False
         self._lock = threading.Lock()
         self._noticed_none = False
         self.closed = False
-        # Why some passes could not be timed (a device that failed to attach), or "".
-        self.problem = ""
+        self.problem = ""  # why some passes could not be timed (a device failed to attach), or ""
         given = device if isinstance(device, (list, tuple)) else [device] if device is not None else []
         for dev in given:
             try:
@@ -186,10 +174,6 @@ class WgpuBackend(Backend):
         elif self._started:
             self._pending_samples.extend(self._sample(tracer, self.calibration_samples))
 
-    def detach(self, device: Any) -> None:
-        if any(t.device is device for t in self.tracers):
-            wgpu_hooks.attach(device, None)
-
     # scopes (hot path) ---------------------------------------------------------------------
     # A pass belongs to the innermost scope open on its thread's current track (the recorder
     # knows it: asyncio tasks and suspended generators included); a token only names the scope.
@@ -197,9 +181,6 @@ class WgpuBackend(Backend):
         token = next(self._tokens)
         self._last_token = token
         return token
-
-    def end(self, token: int) -> None:
-        pass
 
     # sync, calibration, collection ------------------------------------------------------------
     def sync(self) -> None:
@@ -218,22 +199,21 @@ class WgpuBackend(Backend):
 
     def _sample(self, tracer: Any, n: int) -> list[CalibrationSample]:
         """The tightest half of ``n`` samples: a wide window (a thread wake-up) only adds doubt."""
-        cal = self._calibrators.get(tracer.index)
-        if cal is None:
-            cal = self._calibrators[tracer.index] = Calibrator(tracer)
-            cal.sample()  # the first pass on a device pays for set-up (tens of ms): not a sample
-        taken = [cal.sample() for _ in range(n)]
-        if tracer.index not in self._sampled:
-            # the device's first samples: the fit's start rests on them, so under load (every
-            # window wide) keep sampling, bounded, until one is as tight as an idle machine gives
-            self._sampled.add(tracer.index)
-            until = self.clock() + START_SAMPLING_NS
-            while (
-                min(s.half_width_ns for s in taken) > self.calibration_target_ns
-                and len(taken) < START_SAMPLES_MAX
-                and self.clock() < until
-            ):
-                taken.append(cal.sample())
+        first = tracer.index not in self._sampled
+        if first:  # the first pass on a device pays for set-up (tens of ms): not a sample
+            tracer.calibration_sample()
+        taken = [tracer.calibration_sample() for _ in range(n)]
+        # the device's first samples: the fit's start rests on them, so under load (every window
+        # wide) keep sampling, bounded, until one is as tight as an idle machine gives
+        until = self.clock() + START_SAMPLING_NS
+        while (
+            first
+            and min(s.half_width_ns for s in taken) > self.calibration_target_ns
+            and len(taken) < START_SAMPLES_MAX
+            and self.clock() < until
+        ):
+            taken.append(tracer.calibration_sample())
+        self._sampled.add(tracer.index)
         taken.sort(key=lambda s: s.half_width_ns)
         return sorted(taken[: max(1, (n + 1) // 2)], key=lambda s: s.cpu_before_ns)
 
@@ -268,23 +248,18 @@ class WgpuBackend(Backend):
         return [QueueInfo(t.index, _device_name(t.device), self.name, "queue") for t in self.tracers]
 
     def devices(self) -> list[dict[str, Any]]:
-        out = []
-        for t in self.tracers:
-            info = t.device.adapter.info
-            out.append(
-                {
-                    "index": t.index,
-                    "name": _device_name(t.device),
-                    "backend": self.name,
-                    "vendor": info.get("vendor", ""),
-                    "adapter_type": info.get("adapter_type", ""),
-                    "api": info.get("backend_type", ""),
-                    "driver": info.get("description", ""),
-                    "timestamps": t.timed,
-                    "timestamp_period_ns": t.period,
-                }
-            )
-        return out
+        keys = dict(vendor="vendor", adapter_type="adapter_type", api="backend_type", driver="description")
+        return [
+            {
+                "index": t.index,
+                "name": _device_name(t.device),
+                "backend": self.name,
+                **{k: t.device.adapter.info.get(v, "") for k, v in keys.items()},
+                "timestamps": t.timed,
+                "timestamp_period_ns": t.period,
+            }
+            for t in self.tracers
+        ]
 
     def info(self) -> dict[str, Any]:
         import wgpu
@@ -307,62 +282,8 @@ class WgpuBackend(Backend):
             for t in self.tracers:
                 wgpu_hooks.attach(t.device, None)
                 t.close()
-            for cal in self._calibrators.values():
-                cal.release()
-            self._calibrators.clear()
         if _active is self:
             _active = None
-
-
-class Calibrator:
-    """Brackets a GPU timestamp between session-clock reads.
-
-    An empty pass writes its begin timestamp; the CPU reads the clock just before submitting it
-    and the work-done callback reads it again as soon as the GPU is finished. The window is
-    about 100 µs on lavapipe; the resolver weighs the tightest windows most.
-    """
-
-    def __init__(self, tracer: Any) -> None:
-        self.tracer = tracer
-        self.page: Any = None  # a two-slot query page, made at the first sample
-
-    def sample(self) -> CalibrationSample:
-        t = self.tracer
-        if self.page is None:  # the first sample, or the last page was given up on while mapping
-            self.page = wgpu_queries.QueryPage(t.device, 2)
-        page = self.page
-        enc = wgpu_hooks.untraced(t.device).create_command_encoder(t.device, label="gputrace")
-        enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
-        enc.resolve_query_set(page.query_set, 0, 2, page.resolve_buf, 0)
-        enc.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, 0, 16)
-        cb = enc.finish()
-        wd = t.work_done
-        queue = t.device.queue
-        submit = wgpu_hooks.untraced(queue).submit
-        before = t.clock()
-        submit(queue, [cb])
-        req = wd.request()
-        after = wd.wait(req, "a calibration pass")
-        try:
-            page.used = 2
-            page.start_map()
-            wgpu_queries.wait_mapped(
-                page.readback, page.promise, t.timeout_s, "reading a calibration timestamp"
-            )
-            gpu_ns = int(wgpu_queries.ticks_to_ns(page.read_ticks(), t.period)[0])
-        except BaseException:
-            # a read-back given up on (timed out, failed) must never be submitted again while
-            # mapped or pending (wgpu-native aborts the process): unmapped, or parked and replaced
-            if not wgpu_queries.abandon(page.readback, page.promise, page):
-                self.page = None
-            raise
-        finally:
-            page.reset()
-        return CalibrationSample(before, gpu_ns, after, t.index)
-
-    def release(self) -> None:
-        self.page = None
-        wgpu_queries.settle_parked()
 
 
 def _device_name(device: Any) -> str:

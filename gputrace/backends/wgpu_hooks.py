@@ -2,10 +2,10 @@
 
 ``instrument(device)`` swaps the classes of the device and its queue for subclasses (the objects
 stay the same, ``isinstance`` still holds, nothing changes while no session traces them): inside a
-scope, ``begin_compute_pass``/``begin_render_pass`` get ``timestamp_writes`` from pooled query
-pages, ``encoder.finish()`` resolves exactly the slots that encoder wrote (resolving an unwritten
-slot hangs NVIDIA's queue), and ``queue.submit()`` notes the passes' ``submit_ns``. A full page is
-mapped asynchronously and read at a later submit, the rest at the next sync or at stop.
+scope, passes get ``timestamp_writes`` from pooled query pages, ``encoder.finish()`` resolves
+exactly the slots that encoder wrote (resolving an unwritten slot hangs NVIDIA's queue), and
+``queue.submit()`` notes the passes' ``submit_ns``. Full pages are read back at a later submit, the
+rest at the next sync or at stop (docs/webgpu.md).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from gputrace.backends.base import Clock, RawSpan
+from gputrace.backends.base import CalibrationSample, Clock, RawSpan
 from gputrace.backends.wgpu_queries import (
     QueryPage,
     WorkDone,
@@ -32,17 +33,15 @@ from gputrace.recorder import innermost_token
 _FAILED = -1  # submit_ns of a pass whose submit raised
 
 
+@dataclass(slots=True, eq=False)
 class PassRecord:
     """One timed pass: its scope's token, label, page and first slot (begin; end is slot + 1)."""
 
-    __slots__ = ("label", "page", "slot", "submit_ns", "token")
-
-    def __init__(self, token: int, label: str, page: QueryPage, slot: int) -> None:
-        self.token = token
-        self.label = label
-        self.page = page
-        self.slot = slot
-        self.submit_ns: int | None = None
+    token: int
+    label: str
+    page: QueryPage
+    slot: int
+    submit_ns: int | None = None
 
 
 class DeviceTracer:
@@ -70,6 +69,7 @@ class DeviceTracer:
         self.passes = 0
         self.outside = 0  # passes begun outside every scope (never timed)
         self.pages_made = 0
+        self.calibration_page: QueryPage | None = None  # two slots, made at the first sample
         if timed:
             # Pages outlive sessions (kept on the device), and the first one is made now, at
             # session start: making a query set can take milliseconds, not for the user's loop.
@@ -106,8 +106,7 @@ class DeviceTracer:
         return page.writes(slot)
 
     def forget_last(self, encoder: Any) -> None:
-        """The pass whose slots ``writes`` just handed out was never begun: its slots stay
-        unwritten, so they must never be resolved (that would hang NVIDIA's queue)."""
+        """The pass ``writes`` just gave slots was never begun: never resolve its unwritten slots."""
         recs = encoder._gputrace_records
         with self.lock:
             rec = recs.pop()
@@ -137,14 +136,13 @@ class DeviceTracer:
             self._release(recs, submit_ns if ok else _FAILED)
 
     def settle(self, recs: list[PassRecord]) -> None:
-        """``submitted`` failed for ``recs``: mark them failed and release their pages, so the
-        other passes on those pages are still read back."""
+        """``submitted`` failed for ``recs``: release their pages, so their other passes still count."""
         with contextlib.suppress(Exception), self.lock:  # the records ``submitted`` got to are done
             self._release([rec for rec in recs if rec.submit_ns is None], _FAILED)
 
     def _release(self, recs: list[PassRecord], submit_ns: int) -> None:
-        """Give ``recs`` their submission time (a record that has one already failed) and their
-        pages one submission less (under the lock)."""
+        """Give ``recs`` their submission time (a resubmitted one fails), their pages one
+        submission less (under the lock)."""
         prev = None
         for rec in recs:
             rec.submit_ns = submit_ns if rec.submit_ns is None else _FAILED
@@ -153,8 +151,7 @@ class DeviceTracer:
                 self._page_submitted(prev)
 
     def _page_submitted(self, page: QueryPage) -> None:
-        """One submission of ``page`` is over (under the lock): a closed page with none left
-        starts its read-back."""
+        """One submission of ``page`` is over: a closed page with none left is read back."""
         page.unsubmitted -= 1
         if page.closed and page.unsubmitted == 0 and page in self.pinned:
             self.pinned.remove(page)
@@ -170,8 +167,8 @@ class DeviceTracer:
             self._read(page)
 
     def fault(self, what: str, exc: BaseException, tokens: Any = None) -> None:
-        """Something in gputrace's own part of a wgpu call failed: the user's call goes on as if
-        untraced; the scopes involved (default: the innermost open one) are marked degraded."""
+        """gputrace's part of a wgpu call failed: the call goes on untraced; the scopes involved
+        (default: the innermost open one) are marked degraded."""
         with contextlib.suppress(Exception):
             reason = f"{what} failed inside gputrace ({type(exc).__name__}: {exc})"
             report_internal(f"wgpu-{what}", f"{reason}; those passes are not timed, your program continues.")
@@ -212,9 +209,8 @@ class DeviceTracer:
         self.mapping.append(page)
 
     def _give_up(self, page: QueryPage, exc: BaseException) -> bool:
-        """``page``'s read-back failed: its passes are degraded. True if the page may go back to
-        the pool (its buffer is unmapped); otherwise it is parked, never submitted again while
-        mapped or pending."""
+        """``page``'s read-back failed: its passes are degraded. True if it may go back to the
+        pool (unmapped); otherwise ``abandon`` parked it."""
         for rec in page.records:
             self.degraded.setdefault(rec.token, f"reading back its timestamps failed ({exc})")
         if abandon(page.readback, page.promise, page):
@@ -233,14 +229,12 @@ class DeviceTracer:
                 with self.lock:
                     self.free.append(page)
             raise
-        starts = ns[0::2].tolist()
-        ends = ns[1::2].tolist()
+        pairs = ns.reshape(-1, 2).tolist()  # (begin, end) per pass
         for rec in page.records:
             if rec.submit_ns is None or rec.submit_ns == _FAILED:
                 self.degraded.setdefault(rec.token, "a traced pass was never submitted successfully")
                 continue
-            k = rec.slot // 2
-            start, end = starts[k], ends[k]
+            start, end = pairs[rec.slot // 2]
             if start == 0 or end == 0 or end < start:
                 self.degraded.setdefault(
                     rec.token, f"the GPU returned impossible timestamps for a pass ({start}, {end})"
@@ -269,11 +263,43 @@ class DeviceTracer:
         degraded, self.degraded = self.degraded, {}
         return spans, degraded
 
+    def calibration_sample(self) -> CalibrationSample:
+        """An empty timestamped pass submitted between a clock read and the work-done callback's
+        (about 100 µs apart on lavapipe; the resolver weighs the tightest windows most)."""
+        if self.calibration_page is None:  # the first sample, or the last page was given up on
+            self.calibration_page = QueryPage(self.device, 2)
+        page = self.calibration_page
+        enc = untraced(self.device).create_command_encoder(self.device, label="gputrace")
+        enc.begin_compute_pass(label="gputrace calibration", timestamp_writes=page.writes(0)).end()
+        enc.resolve_query_set(page.query_set, 0, 2, page.resolve_buf, 0)
+        enc.copy_buffer_to_buffer(page.resolve_buf, 0, page.readback, 0, 16)
+        cb = enc.finish()
+        queue = self.device.queue
+        submit = untraced(queue).submit
+        before = self.clock()
+        submit(queue, [cb])
+        after = self.work_done.wait(self.work_done.request(), "a calibration pass")
+        try:
+            page.used = 2
+            page.start_map()
+            wait_mapped(page.readback, page.promise, self.timeout_s, "reading a calibration timestamp")
+            gpu_ns = int(ticks_to_ns(page.read_ticks(), self.period)[0])
+        except BaseException:
+            # a read-back given up on must never be submitted again while mapped or pending
+            # (wgpu-native aborts the process): unmapped, or parked and replaced
+            if not abandon(page.readback, page.promise, page):
+                self.calibration_page = None
+            raise
+        finally:
+            page.reset()
+        return CalibrationSample(before, gpu_ns, after, self.index)
+
     def close(self) -> None:
         """Forget the pages. Never destroy them: a user's encoder or command buffer may still hold
         slots of one (it is resolved and submitted as usual; nobody reads it back)."""
         with self.lock:
             self.closed = True
+            self.calibration_page = None
             pool = self.free
             if self.page is not None and self.page.used == 0:
                 pool.append(self.page)
@@ -309,25 +335,25 @@ class _TracedEncoder:
     _gputrace_records: Sequence[PassRecord] = ()
     _gputrace_base: Any
 
-    def begin_compute_pass(self, *, label: str = "", timestamp_writes: Any = None) -> Any:
-        return self._traced_pass("compute", label, timestamp_writes, {})
+    def begin_compute_pass(self, **kw: Any) -> Any:
+        return self._traced_pass("compute", kw)
 
-    def begin_render_pass(self, *, label: str = "", timestamp_writes: Any = None, **kw: Any) -> Any:
-        return self._traced_pass("render", label, timestamp_writes, kw)
+    def begin_render_pass(self, **kw: Any) -> Any:
+        return self._traced_pass("render", kw)
 
-    def _traced_pass(self, kind: str, label: str, timestamp_writes: Any, kw: dict[str, Any]) -> Any:
+    def _traced_pass(self, kind: str, kw: dict[str, Any]) -> Any:
         """The user's ``begin_{kind}_pass``, given gputrace's ``timestamp_writes`` inside a scope
         (unless the user passed their own)."""
         begin = getattr(self._gputrace_base, f"begin_{kind}_pass")
         tracer = self._gputrace_tracer
         ours = None
-        if timestamp_writes is None and tracer is not None:
+        if kw.get("timestamp_writes") is None and tracer is not None:
             try:
-                timestamp_writes = ours = tracer.writes(self, label, kind)
+                kw["timestamp_writes"] = ours = tracer.writes(self, kw.get("label", ""), kind)
             except Exception as exc:
                 tracer.fault("timing a pass", exc)
         try:
-            return begin(self, label=label, timestamp_writes=timestamp_writes, **kw)
+            return begin(self, **kw)
         except BaseException:
             if ours is not None and tracer is not None:
                 try:
@@ -364,7 +390,7 @@ class _TracedQueue:
         tracer = self._gputrace_tracer
         if tracer is None:
             self._gputrace_base.submit(self, command_buffers)
-            return None
+            return
         # (owner, records) of each traced command buffer; popped so a resubmit cannot count twice
         try:
             batches = [p for cb in command_buffers if (p := cb.__dict__.pop("_gputrace_passes", None))]
@@ -388,23 +414,20 @@ class _TracedQueue:
                     tracer.harvest_ready()
                 except Exception as exc:  # the user's submit went through: never fail it
                     report_internal("wgpu-harvest", f"reading back wgpu timestamps failed ({exc}).")
-        return None
 
 
 _classes: dict[tuple[type, type], type] = {}
 
 
 def traced_class(base: type, mixin: type) -> type:
-    """``base`` with ``mixin``'s methods in front (cached: one class per pair)."""
+    """``base`` with ``mixin``'s methods in front (cached: one class per pair), named as the base:
+    wgpu-py counts live objects by class name."""
     if issubclass(base, mixin):
         return base
-    cls = _classes.get((base, mixin))
-    if cls is None:
-        # Same name as the base: wgpu-py counts live objects by class name.
-        cls = type(base.__name__, (mixin, base), {"_gputrace_base": base})
-        cls.__qualname__ = base.__qualname__
-        _classes[(base, mixin)] = cls
-    return cls
+    if (base, mixin) not in _classes:
+        names = {"_gputrace_base": base, "__qualname__": base.__qualname__}
+        _classes[base, mixin] = type(base.__name__, (mixin, base), names)
+    return _classes[base, mixin]
 
 
 def swap_in(device: Any) -> None:

@@ -1,15 +1,12 @@
 """Low-level pieces of the wgpu backend: tick conversion, completion waits, query-set pages.
 
-Everything here talks to wgpu-py 0.32 (wgpu-native 29). Two of its gaps are filled through cffi:
-the timestamp period (``wgpuQueueGetTimestampPeriod`` is not wrapped) and the queue's work-done
-callback (``on_submitted_work_done_sync`` has the wrong callback signature in 0.32). Every wait
+For wgpu-py 0.32 (wgpu-native 29); cffi fills two gaps: the timestamp period (not wrapped) and the
+queue's work-done callback (``on_submitted_work_done_sync`` has the wrong signature). Every wait
 polls without blocking and ends in a ``GputraceError`` after ``timeout_s``: nothing here can hang.
 
-A wait that times out or fails leaves work in flight that gputrace no longer waits for. wgpu-native
-aborts the whole process (a Rust panic, SIGABRT) when a submit uses a buffer that is still mapped or
-whose mapping is pending, so such a buffer is never used again: ``abandon`` unmaps it, or parks it
-(keeps it, and whatever its work needs, alive) until its mapping settles; and a work-done callback
-stays alive until wgpu-native has called it.
+wgpu-native aborts the process (SIGABRT) when a submit uses a buffer still mapped or pending, so a
+read-back given up on is never used again: ``abandon`` unmaps it, or parks it (with what its work
+needs) until its mapping settles; a work-done callback stays alive until wgpu-native has called it.
 
 >>> import numpy as np
 >>> ticks_to_ns(np.array([0, 10, 1_000_001], np.uint64), 2.5).tolist()
@@ -18,6 +15,7 @@ stays alive until wgpu-native has called it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -32,19 +30,15 @@ from gputrace.errors import GputraceError
 
 # WebGPU caps a query set at 4096 queries; a page holds 2048 passes (a begin and an end slot each).
 PAGE_QUERIES = 4096
-# Resolving into a buffer needs a 256-byte aligned offset: resolve to offset 0 of a scratch buffer,
-# then copy into the page's read-back buffer at the slot's own offset.
+# Resolving needs a 256-byte aligned offset: resolve to a scratch buffer, then copy to the slot's.
 RESOLVE_ALIGNMENT = 256
 # Spin this long on a non-blocking poll before sleeping between polls (tight calibration windows).
 SPIN_NS = 2_000_000
 
 
 def ticks_to_ns(ticks: npt.NDArray[Any], period: float) -> npt.NDArray[np.int64]:
-    """Device ticks → nanoseconds, exactly for the rational nearest to ``period`` (ns per tick).
-
-    Float multiplication would lose up to 256 ns on epoch-sized tick values (NVIDIA counts ns
-    since 1970), so the period is taken as a fraction n/d and applied in integer arithmetic.
-    """
+    """Device ticks → ns, exactly for the rational nearest to ``period`` (ns per tick), in integer
+    arithmetic: floats would lose up to 256 ns on epoch-sized ticks (NVIDIA counts ns since 1970)."""
     t = np.asarray(ticks).astype(np.int64)
     if period == 1.0:
         return t
@@ -73,8 +67,7 @@ def poll(device: Any) -> None:
 
 
 def _poll_until(device: Any, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``device`` without blocking until ``ready()``: spin first, then sleep a little longer
-    each time; a ``GputraceError`` after ``timeout_s``."""
+    """Poll ``device`` until ``ready()``: spin, then sleep longer each time; then a ``GputraceError``."""
     start = time.monotonic_ns()
     deadline = start + int(timeout_s * 1e9)
     nap = 0.0
@@ -98,9 +91,8 @@ _parked_lock = threading.Lock()
 
 
 def abandon(buffer: Any, promise: Any, owner: Any = None) -> bool:
-    """Give up on reading ``buffer`` (its ``map_async`` promise: ``promise``, or None). Returns True
-    when the buffer is unmapped and may be used again; otherwise it is parked, with ``owner``
-    (what its pending work writes to) kept alive, until its mapping settles. Never raises."""
+    """Give up on reading ``buffer`` (``promise``: its ``map_async``, or None). True when it is
+    unmapped and may be used again; else it is parked with ``owner`` until it settles. Never raises."""
     settle_parked()
     try:
         state = str(buffer.map_state)
@@ -126,13 +118,10 @@ def settle_parked() -> None:
         try:
             if promise is None or not mapped_ready(promise):
                 continue  # still pending on the GPU (or unknowable): kept
-            try:
+            with contextlib.suppress(Exception):  # (a mapping that failed leaves it unmapped)
                 promise.sync_wait()  # settled: runs its handler (the buffer becomes mapped) or raises
-            except Exception:
-                pass  # the mapping failed: the buffer is not mapped
-            else:
-                if str(buffer.map_state) == "mapped":
-                    buffer.unmap()
+            if str(buffer.map_state) == "mapped":
+                buffer.unmap()
         except Exception:
             continue
         done.append(item)
@@ -147,11 +136,8 @@ _unanswered: dict[int, Any] = {}
 
 
 class WorkDone:
-    """Completion of submitted work, timed on the session clock inside the callback itself.
-
-    ``request()`` asks wgpu-native to call back once everything submitted so far is done;
-    ``wait(req)`` polls until it has and returns the session-clock time the callback ran.
-    """
+    """Completion of submitted work, timed on the session clock inside the callback: ``request()``
+    asks for a call back once all submitted so far is done, ``wait(req)`` returns when it ran."""
 
     def __init__(self, device: Any, clock: Clock, timeout_s: float) -> None:
         from wgpu.backends.wgpu_native._api import ffi, lib
@@ -166,8 +152,8 @@ class WorkDone:
         self._lock = threading.Lock()
         self._ok = int(lib.WGPUQueueWorkDoneStatus_Success)
         self._mode = int(lib.WGPUCallbackMode_AllowProcessEvents)
-        # The type comes from wgpu-native's own header, so its signature cannot drift.
         self._callback_error: str = ""  # why a callback raised (its wait then ends at once)
+        # the type comes from wgpu-native's own header, so its signature cannot drift
         self._callback = ffi.callback("WGPUQueueWorkDoneCallback", self._on_done, onerror=self._on_error)
 
     def _on_done(self, status: Any, message: Any, userdata1: Any, userdata2: Any) -> None:
@@ -182,8 +168,7 @@ class WorkDone:
                 _unanswered.pop(id(self), None)
 
     def _on_error(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        """``_on_done`` raised inside wgpu-native's call (never printed as a traceback): the wait
-        for it ends now, as a fault inside gputrace, not as a GPU that timed out."""
+        """``_on_done`` raised (unprinted): its wait ends now, as a fault, not as a GPU timeout."""
         self._callback_error = f"{exc_type.__name__}: {exc}"
 
     def request(self) -> int:
@@ -233,13 +218,9 @@ def mapped_ready(promise: Any) -> bool:
 
 
 class QueryPage:
-    """A pooled query set with its scratch resolve buffer and its read-back buffer.
-
-    Slots are handed out in pairs (begin, end of one pass). ``unsubmitted`` counts the encoders
-    or command buffers holding slots of this page that were not submitted yet: the read-back
-    buffer is mapped only when the page is closed and that count is 0, so a user's submit can
-    never meet a mapped buffer.
-    """
+    """A pooled query set with its scratch resolve buffer and its read-back buffer; slots go in
+    pairs (a pass's begin, end). ``unsubmitted`` counts the encoders or command buffers holding
+    slots not submitted yet: read-back maps only a closed page at 0, so no submit meets it mapped."""
 
     __slots__ = (
         "closed", "count", "promise", "query_set", "readback", "records", "resolve_buf",

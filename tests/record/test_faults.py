@@ -380,7 +380,7 @@ def _wgpu_points() -> dict[str, tuple[str, str]]:
             "submitted": ("gputrace.backends.wgpu_hooks:DeviceTracer", "submitted"),
             "tracer_collect": ("gputrace.backends.wgpu_hooks:DeviceTracer", "collect"),
             "query_page": ("gputrace.backends.wgpu_hooks", "QueryPage"),
-            "calibration_sample": ("gputrace.backends.wgpu:Calibrator", "sample"),
+            "calibration_sample": ("gputrace.backends.wgpu_hooks:DeviceTracer", "calibration_sample"),
             "work_done_wait": ("gputrace.backends.wgpu_queries:WorkDone", "wait"),
         }
     )
