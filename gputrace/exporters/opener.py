@@ -1,17 +1,12 @@
 """The one place every trace file is read from: regular files only, a size cap, capped inflate.
 
-A trace file is read whole into memory before it is parsed, so what it may cost is decided
-before the read: files that are not regular files (FIFOs, devices, sockets, directories) are
-refused without being opened for reading (a FIFO would block forever, ``/dev/zero`` never
-ends); a file larger on disk than the limit is refused by its size (a sparse file too); gzip is
-inflated as a stream that stops as soon as the output passes the limit (a "gzip bomb" costs at
-most the limit, and one that does not start like JSON stops after its first block). ``load``,
-``summarize``, ``diff``, ``merge`` and the viewer's server all read through ``read_trace``.
-
-The limit is 2 GiB of (inflated) JSON, well above real traces (a million scopes take about
-1 GB); ``GPUTRACE_MAX_TRACE_BYTES`` changes it (bytes, or with a K, M, G or T suffix). A gzip
-file may also expand at most 40-fold past 256 MiB (traces compress 5–25-fold), so a small bomb
-stops early; setting the variable lifts that check.
+A trace is read whole before it is parsed, so what it may cost is decided before the read
+(docs/reliability.md, "Reading trace files"): a FIFO, device, socket or directory is refused
+without being opened for reading; a file larger on disk than the limit is refused by its size;
+gzip is inflated as a stream that stops as soon as the output passes the limit, or after its
+first block when it does not start like JSON. The limit is 2 GiB (a million scopes take about
+1 GB), set by ``GPUTRACE_MAX_TRACE_BYTES``; without it, a gzip file may also expand at most
+40-fold past 256 MiB (traces compress 5–25-fold), so a small bomb stops early.
 
 >>> parse_size("512M"), parse_size("2G"), parse_size("1000")
 (536870912, 2147483648, 1000)
@@ -163,8 +158,14 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
                 block = d.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
                 pending = memoryview(d.unconsumed_tail)
                 out += block
+                if len(out) > cap and cap < max_trace_bytes():
+                    raise TraceFileError(
+                        f"{p}: too large: its {human_bytes(len(raw))} of gzip data expand past "
+                        f"{human_bytes(cap)}, more than {MAX_GZIP_RATIO}-fold, which no trace does "
+                        f"(set {ENV_VAR} to read it anyway)."
+                    )
                 if len(out) > cap:
-                    raise TraceFileError(_too_large_gzip(p, len(raw), cap))
+                    raise TraceFileError(f"{p}: too large: it decompresses to {_limit_note(cap)}.")
                 if not checked and block.strip():
                     if bytes(block.lstrip()[:1]) not in (b"{", b"["):  # no need to inflate the rest
                         raise TraceFileError(
@@ -186,13 +187,3 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
             break
     # (a bytearray reads like bytes for every reader: a copy would double the peak memory)
     return cast(bytes, out), False
-
-
-def _too_large_gzip(p: Path, compressed: int, cap: int) -> str:
-    if cap < max_trace_bytes():
-        return (
-            f"{p}: too large: its {human_bytes(compressed)} of gzip data expand past "
-            f"{human_bytes(cap)}, more than {MAX_GZIP_RATIO}-fold, which no trace does (set {ENV_VAR} "
-            "to read it anyway)."
-        )
-    return f"{p}: too large: it decompresses to {_limit_note(cap)}."

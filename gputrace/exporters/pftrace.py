@@ -1,15 +1,10 @@
 """Perfetto's protobuf (``.pftrace``): an export, rendered from the same ``plan`` as the JSON file.
 
-The plan's batches (the same processes, tracks, lanes, flows and args as the JSON file) become
-``TrackEvent`` packets a column at a time (``_text.Rows``: varints of whole columns, one packet
-layout per batch, names interned once per file), never a Python object per event. What is drawn
-where is in docs/output.md ("The .pftrace export"): GPU tracks are named tracks of their process,
-named after their stream, so that Perfetto, which orders a process's tracks by name, keeps each
-stream's tracks together; waits take lanes of a "<stream> · queued" track; packets come in time
-order, each track's begins and ends nested.
-
-gputrace does not read ``.pftrace`` back: a session asked for ``x.pftrace`` streams ``x.json.gz``
-as it runs and, from the same plan of each chunk, ``x.pftrace.partial``, renamed at stop.
+The plan's batches become ``TrackEvent`` packets a column at a time (``_text.Rows``: varints of
+whole columns, names interned once per file), never a Python object per event. GPU tracks are
+named tracks of their process, named after their stream, so that Perfetto (which orders a
+process's tracks by name) keeps each stream's tracks together; waits take lanes of a
+"<stream> · queued" track (docs/output.md, "The .pftrace export"). gputrace does not read it back.
 """
 
 from __future__ import annotations
@@ -54,11 +49,9 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 class StreamWriter(json_format.StreamWriter):
     """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it, and each chunk's
-    plan rendered as packets too, appended to ``x.pftrace.partial`` (renamed at close), so
-    memory stays flat and the stop handles one chunk. A checkpoint covers both files.
-
-    Chunks are each in time order, not the whole file: Perfetto sorts what it imports, and each
-    chunk's slices begin and end in it."""
+    plan rendered as packets too, appended to ``x.pftrace.partial`` (renamed at close); a
+    checkpoint covers both files. Each chunk is in time order, not the whole file: Perfetto
+    sorts what it imports, and each chunk's slices begin and end in it."""
 
     STATE = (*json_format.StreamWriter.STATE, "_packets")
 
@@ -101,8 +94,7 @@ class StreamWriter(json_format.StreamWriter):
 def _varint(n: int) -> bytes:
     if 0 <= n < _SMALL_N:
         return _SMALL[n]
-    if n < 0:
-        n += 1 << 64
+    n &= (1 << 64) - 1  # a negative one as 64-bit two's complement
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -217,9 +209,8 @@ class _Packets:
     def _per_pair(pid: Ints | int, x: Ints, make: Callable[[int, int], int]) -> Ints:
         """``make(pid, x)`` (a track's uuid, an interned id) once per distinct pair, as a column."""
         keys, inv = np.unique(np.asarray(pid, np.int64) << 32 | np.asarray(x, np.int64), return_inverse=True)
-        out: Ints = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()] or [0], np.int64)[
-            inv.reshape(-1)
-        ]
+        made = [make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()]
+        out: Ints = np.array(made or [0], np.int64)[inv.reshape(-1)]
         return out
 
     def _iid(self, field: int, text: str) -> int:
@@ -330,10 +321,9 @@ class _Packets:
     def _ordered(
         self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
     ) -> Iterable[Any]:
-        """Every packet, in time order; at one time, what a stack walk of each track gives: the
-        ends (the inner slice's first), the empty slices (each begin with its end), the begins
-        (the outer slice's first), then instants and counter samples. The slices of a track nest
-        or are disjoint (the plan's lanes), so each end closes the slice it ends."""
+        """Every packet, in time order; at one time, as a stack walk of each track gives them: the
+        ends (inner first), the empty slices (begin, end), the begins (outer first), then instants
+        and counter samples. A track's slices nest (the plan's lanes): each end closes its slice."""
 
         def cat(parts: list[Ints]) -> Ints:
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -366,10 +356,9 @@ class _Packets:
 
 
 def _lanes(st: Ints, en: Ints, ends: list[int]) -> Ints:
-    """Lanes of disjoint spans, the fewest, after the spans of earlier chunks (``ends``: each
-    lane's last end, updated here): round robin where that is enough (waits of an in-order queue
-    end in the order they start), else a heap of lane ends. A span that starts before a lane's
-    last end never joins it, so no two spans on a lane partly overlap, whatever the chunk."""
+    """Lanes of disjoint spans, the fewest, after those of earlier chunks (``ends``: each lane's
+    last end, updated here): round robin where that is enough (waits of an in-order queue end in
+    the order they start), else a heap of lane ends."""
     order = np.lexsort((en, st))
     s, e = st[order], np.maximum(en, st)[order]
     n = len(s)

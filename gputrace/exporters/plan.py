@@ -1,18 +1,16 @@
 """The format-neutral plan of a trace file: where each scope, wait and operation is drawn.
 
-``Planner`` turns a trace, chunk by chunk, into a ``Chunk``: metadata events (names of
-processes and tracks) and a few batches of events of one shape each, held as columns (``Events``:
-slices or instants, ``Waits``, ``Counters``; numpy arrays of pid, tid, times in ns relative to
-the file's zero, name indexes, argument columns, flows). Both writers render the same chunk
-(``json`` as JSON text, ``pftrace`` as protobuf packets), so the two formats draw the same
-tracks and carry the same args, and neither does Python work per scope or per operation:
+``Planner`` turns a trace, chunk by chunk, into a ``Chunk``: name events of processes and
+tracks, and a few batches of events of one shape each, held as numpy columns (``Events``,
+``Waits``, ``Counters``). Both writers render the same chunk (``json`` as text, ``pftrace`` as
+protobuf), so the two formats draw the same tracks and args, with no Python work per event:
 - each traced process (pid = its OS pid) has a thread track per Python thread; each GPU is a
   process (pid = ``GPU_PID_BASE + device``) with a track per stream/queue (tid = queue + 1) and
   an operations track per stream (tid = ``OP_TID_BASE + queue``) where the trace has operations;
 - slices that would partially overlap on one track move to an overflow lane of it
   (tid + n · ``OVERLAP_TID_STEP``, named "(overlap n)"): ``LaneCarry``;
 - times are relative to ``export_base_ns`` (never negative); the header is ``file_header``.
-The content of each event is described in ``Planner``'s methods (and docs/trace-format.md).
+What each event holds: ``Planner``'s methods and docs/trace-format.md.
 """
 
 from __future__ import annotations
@@ -52,22 +50,14 @@ def export_base_ns(trace: Trace) -> int:
 
 
 class LaneCarry:
-    """Lanes of a file's tracks, so each lane holds only nested or disjoint slices; for GPU tracks
-    kept across a streamed file's chunks (a fresh one serves a single batch, e.g. interleaved
-    coroutines on one CPU thread).
-
-    Each lane holds the slices still open at the end of the last chunk, as (start, end): a slice
-    of a later chunk never partially overlaps one already written on its track. Across a chunk
-    boundary the clock fit changes (each chunk uses the fit known when it was written), which can
-    move back-to-back GPU work written in two chunks into a partial overlap of tens of ns.
-    """
+    """Lanes of a file's tracks, each holding only nested or disjoint slices; for GPU tracks, each
+    lane's slices still open are kept across chunks: a new chunk's clock fit can move back-to-back
+    work of two chunks into a partial overlap of tens of ns. A fresh one serves a single batch."""
 
     def __init__(self) -> None:
         self.open: dict[tuple[str, int], list[list[tuple[int, int]]]] = {}
 
-    def lanes(
-        self, key: tuple[str, int], st: npt.NDArray[np.int64], en: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.int64]:
+    def lanes(self, key: tuple[str, int], st: Ints, en: Ints) -> Ints:
         """Lane per slice [st, en) (en >= st) of one track: nested or disjoint within a lane."""
         n = len(st)
         out = np.zeros(n, np.int64)
@@ -107,12 +97,10 @@ def queue_dict(q: QueueInfo) -> dict[str, Any]:
 
 
 def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A scope whose one pass is its whole GPU slice (same start, end, submission and queue: a
-    wgpu scope with one timed pass) has that pass written as an argument of its GPU slice
-    (``pass``: the label) rather than as a second slice of the same extent.
-
-    ``rows``: the scopes with a GPU slice, ascending. Returns, per row of ``rows``, the folded
-    pass's label (-1: none), and the spans still written as pass slices (in scope order)."""
+    """A scope whose one pass is its whole GPU slice (same start, end, submission and queue) has
+    that pass written as the arg ``pass`` (its label) of its GPU slice, not as a second slice.
+    ``rows``: the scopes with a GPU slice, ascending. Returns, per row, the folded pass's label
+    (-1: none), and the spans still written as pass slices (in scope order)."""
     sp, s = trace.spans, trace.scopes
     label = np.full(len(rows), -1, np.int64)
     if not len(sp) or not len(rows):
@@ -136,9 +124,8 @@ def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def capped_header(header: dict[str, Any]) -> dict[str, Any]:
-    """The header as written: anomaly counts stay exact, examples are capped at
-    ``EXAMPLES_IN_HEADER`` (each flagged slice carries its own flags; a reader that wants every
-    example rebuilds the list from them)."""
+    """The header as written: anomaly counts exact, examples capped at ``EXAMPLES_IN_HEADER``
+    (a reader rebuilds the list from the flags each slice carries)."""
     out = dict(header)
     an = out.get("anomalies")
     if isinstance(an, dict) and isinstance(an.get("items"), list) and len(an["items"]) > EXAMPLES_IN_HEADER:
@@ -183,10 +170,9 @@ class Arg:
 
 @dataclass
 class Events:
-    """Events of one shape, a column each: slices (``dur`` given) or instants (``dur`` None).
-    ``cat``/``name`` index ``cats``/``names``; ``args`` are per-key columns, or ``objs`` a
-    whole args object per row from a table (index 0: none); ``flow`` the rows' flow ids
-    (``flow_has`` the rows that have one), out of the slice or into it."""
+    """Events of one shape, a column each: slices (``dur`` given) or instants. ``cat``/``name``
+    index ``cats``/``names``; ``args`` per-key columns, or ``objs`` a whole args object per row
+    from a table (0: none); ``flow`` the flow ids (of the rows ``flow_has``), out or in."""
 
     cats: list[str]
     cat: Ints
@@ -468,9 +454,8 @@ class Planner:
             )
 
     def _depth(self, trace: Trace, rows: Ints, gpid: Ints, qn_idx: Ints, out: Chunk) -> None:
-        """The queue-depth counter of each stream (work submitted, not yet finished): +1 at a
-        scope's submission, -1 at its GPU end; a nested scope's work is its parent's, counted
-        once. Exact within a chunk: work of an earlier chunk still queued is not added."""
+        """The queue-depth counter of each stream: +1 at a scope's submission, -1 at its GPU end
+        (a nested scope's work is its parent's). Work of an earlier chunk still queued is not added."""
         s = trace.scopes
         q = s.queue[rows]
         par = s.parent[rows]
@@ -495,9 +480,8 @@ class Planner:
     def _ops(self, trace: Trace, tids: Ints, out: Chunk) -> None:
         """Each operation as a GPU slice on its stream's operations track, its launch call as a
         CPU slice inside its scope (once per call: a graph launch runs many operations), and a
-        flow (v2) from the call to its first operation; with the fields HTA reads. Operations
-        before the file's zero (launched before the session) or on a clock never aligned (no
-        calibration), which no viewer could place, are left out and counted."""
+        flow (v2) from the call to its first operation; with the fields HTA reads. Operations no
+        viewer could place (before the file's zero, or never aligned) are left out and counted."""
         ops, queues, s, base = trace.ops, trace.queues, trace.scopes, self.base
         n, nq, op0 = len(ops), len(queues), self.op_rows
         st, en = ops.gpu_start_ns, ops.gpu_end_ns
@@ -547,9 +531,7 @@ class Planner:
         # grid and block: a few distinct shapes, each written once
         shape = np.concatenate([ops.grid, ops.block], axis=1).astype(np.int64)
         has_shape = (kind == 0) | shape.any(axis=1)
-        runs = (
-            np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)]) if n else np.zeros(0, np.intp)
-        )
+        runs = np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)])  # (n > 0 here)
         ushape, run_idx = np.unique(shape[runs], axis=0, return_inverse=True)
         sinv = np.repeat(run_idx.reshape(-1), np.diff(np.r_[runs, n]))
         p = np.flatnonzero(placed)
