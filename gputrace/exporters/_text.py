@@ -27,6 +27,7 @@ import numpy.typing as npt
 Mask = npt.NDArray[np.bool_]
 BLOCK = 8192  # rows built at a time: the byte matrix stays small (and in cache)
 INLINE = 96  # longer picked strings are spliced into the text after the rows are built
+SMALL = 128  # at most this many rows are formatted cell by cell (measured crossover)
 
 _DIGITS2 = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint16)
 # ".ddd" of each fraction, and which of its bytes are written (trailing zeros and a bare "."
@@ -79,6 +80,12 @@ def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | No
     nd = np.maximum(np.searchsorted(_POW10, a, side="right"), 1)
     keep = np.arange(w)[None, :] >= (w - nd)[:, None]
     return chars, keep
+
+
+def _us_text(ns: int) -> str:
+    q, r = divmod(abs(ns), 1000)
+    text = f"-{q}" if ns < 0 else str(q)
+    return text + f".{r:03d}".rstrip("0") if r else text
 
 
 def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
@@ -223,8 +230,31 @@ class Rows:
         """Every row, each followed by ``sep``, as a few buffers (bytes or uint8 arrays), each
         built when it is asked for (a writer compresses one while the next is built)."""
         self.lit(self.sep)
+        if self.n <= SMALL and not any(kind in ("var", "raw8") for kind, _p, _w in self.cols):
+            yield self._small()
+            return
         for i in range(0, self.n, BLOCK):
             yield self._block(i, min(i + BLOCK, self.n))
+
+    def _small(self) -> bytes:
+        """A few rows, cell by cell (numpy's per-call cost outweighs the work)."""
+        n = self.n
+        cols: list[list[str]] = []
+        for kind, payload, when in self.cols:
+            if kind == "lit":
+                cells = [payload.decode()] * n
+            elif kind == "int":
+                cells = list(map(str, payload.tolist()))
+            elif kind == "us":
+                cells = list(map(_us_text, payload.tolist()))
+            else:
+                table, idx = payload
+                text = [t.decode() for t in table]
+                cells = [text[i] for i in idx.tolist()]
+            if when is not None:
+                cells = [c if w else "" for c, w in zip(cells, when.tolist(), strict=True)]
+            cols.append(cells)
+        return "".join(["".join(row) for row in zip(*cols, strict=True)]).encode()
 
     def _block(self, lo: int, hi: int) -> Any:
         b = hi - lo

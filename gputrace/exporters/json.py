@@ -1,18 +1,11 @@
 """Chrome/Perfetto JSON (``.json``, ``.json.gz``): writer, streaming writer and reader.
 
-The file is written so that any prefix of it that ends at a chunk boundary can be read back
-(docs/output.md says how a cut file is read, served and repaired)::
-
-    {"displayTimeUnit":"ms","metadata":{"gputrace_stream":{...header at start...}},"traceEvents":[
-    {event},{event},...,{event},            <- one line per chunk (one sync), flushed to the OS
-    {event},...,{event},
-    {closing event}
-    ],"gputrace":{...final header: full clock fit, anomaly counts, end time...}}
-
-Only keys Perfetto's JSON tokenizer knows (``displayTimeUnit``, ``metadata``) come before the
-events: it stops reading at the first top-level key it does not know. The events are rendered
-from each chunk's ``plan`` a column at a time (``_text.Rows``): text or a dict per event costs
-far more than the numbers in it.
+Any prefix of the file that ends at a chunk boundary can be read back: ``PREFIX`` and the start
+header, one line of events per chunk, then ``CLOSE`` and the final header (docs/output.md, "Crashes:
+a file cut short still loads"). Only keys Perfetto's JSON tokenizer knows come before the events:
+it stops at the first top-level key it does not know. The events are rendered from each chunk's
+``plan`` a column at a time (``_text.Rows``): text or a dict per event costs far more than the
+numbers in it.
 """
 
 from __future__ import annotations
@@ -140,9 +133,8 @@ def _events(ev: Events, table: Any) -> Iterator[Any]:
 
 
 def _waits(w: Waits) -> Iterator[Any]:
-    # Only the begin is named, and neither end has a category: Perfetto pairs an async slice's
-    # ends by (process, cat, id2.local) and names its track after the begin (docs/output.md
-    # quotes its source). Each wait's begin and end come one after the other.
+    # Only the begin is named, and neither end has a category: how Perfetto pairs an async
+    # slice's ends (docs/output.md quotes its source). Each wait's begin and end come in a row.
     n = len(w.id)
     heads = [f'{{"ph":"b","name":{_j(x)}' for x in w.labels] + ['{"ph":"e"']
     two = np.repeat(np.arange(n), 2)

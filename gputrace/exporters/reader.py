@@ -244,11 +244,9 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
                 s.args[i] = a
     folded = _gpu_slices(s, gpu, base, len(queues), intern)
     passes = np.concatenate([folded, _passes(pass_events, n, base, intern)])
-    order = np.arange(n)
+    ops = _ops(op_events, base, n, thread_row, len(queues), intern)
     if not (np.diff(s.cpu_start_ns) > 0).all():  # a streamed file's scopes come as they ended
         order = np.lexsort((-s.cpu_end_ns, s.thread, s.cpu_start_ns))
-    ops = _ops(op_events, base, n, thread_row, len(queues), intern)
-    if n and (order != np.arange(n)).any():
         new_row = np.empty(n, np.int64)
         new_row[order] = np.arange(n)
         ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1)
@@ -345,9 +343,7 @@ def _span_table(s: ScopeTable, p: I64, covers_children: bool, intern: Intern) ->
     scope-level span, unlabelled, for each GPU scope without a pass; by scope, start and end."""
     with_pass = np.zeros(len(s), bool)
     with_pass[p[:, 0]] = True
-    unl = (
-        np.zeros(0, np.int64) if covers_children else np.flatnonzero((s.gpu_start_ns != NO_TIME) & ~with_pass)
-    )
+    unl = np.flatnonzero((s.gpu_start_ns != NO_TIME) & ~with_pass & (not covers_children))
     label = intern("") if len(unl) else 0
     sc = np.concatenate([p[:, 0], unl])
     g0 = np.concatenate([p[:, 2], s.gpu_start_ns[unl]])

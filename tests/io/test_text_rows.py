@@ -39,9 +39,11 @@ def reference(v, w, tab, idx, has_c) -> str:
     return ",".join(out) + ","
 
 
+@pytest.mark.parametrize("small", [0, 1000], ids=["columns", "cells"])
 @pytest.mark.parametrize("seed", range(40))
-def test_rows_match_a_per_row_reference(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_match_a_per_row_reference(seed: int, small: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_text, "BLOCK", 7)  # several blocks, splices in more than one
+    monkeypatch.setattr(_text, "SMALL", small)  # by columns (numpy), or cell by cell
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))
     big = 10 ** int(rng.integers(0, 19))
