@@ -39,8 +39,7 @@ def format_for(path: str | os.PathLike[str]) -> ModuleType:
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` in the format its name asks for (never onto a device, FIFO or folder)."""
     check_output(path)
-    written: Path = format_for(path).write(trace, path)
-    return written
+    return Path(format_for(path).write(trace, path))
 
 
 def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:

@@ -56,9 +56,8 @@ def _split_sign(v: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], Mask | None]:
 
 
 def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | None]:
-    """Decimal digits of ``a`` right-aligned in a (n, w) matrix, and which bytes are in use
-    (None: all of them). Two digits at a time, looked up as one uint16 (a 1-D take: a row
-    lookup of a (100, 2) byte table costs several times more)."""
+    """Decimal digits of ``a`` right-aligned in a (n, w) matrix, and which bytes are in use (None:
+    all). Two digits at a time as one uint16 (a row lookup of a (100, 2) table costs several times more)."""
     n = len(a)
     top = int(a.max()) if n else 0
     if top < 10:
@@ -82,10 +81,10 @@ def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | No
     return chars, keep
 
 
-def _us_text(ns: int) -> str:
+def _us_text(ns: int) -> bytes:
     q, r = divmod(abs(ns), 1000)
-    text = f"-{q}" if ns < 0 else str(q)
-    return text + f".{r:03d}".rstrip("0") if r else text
+    text = b"-%d" % q if ns < 0 else b"%d" % q
+    return text + (b".%03d" % r).rstrip(b"0") if r else text
 
 
 def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
@@ -112,8 +111,7 @@ def _varint_bytes(v: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mas
 
 
 class Rows:
-    """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by
-    ``sep`` ("," for JSON, nothing for protobuf)."""
+    """``n`` rows of text, built column by column, each followed by ``sep`` ("," for JSON; protobuf: b"")."""
 
     def __init__(self, n: int, sep: bytes = b",") -> None:
         self.n = n
@@ -212,12 +210,10 @@ class Rows:
             if not h.any():
                 continue
             self.lit(",", h & before).lit(key, h)  # (one literal where every row has both)
-            if kind == "int":
-                self.num(value, h)
-            elif kind == "us":
-                self.us(value, h)
-            else:
+            if kind == "pick":
                 self.pick(value[0], value[1], h)
+            else:
+                (self.num if kind == "int" else self.us)(value, h)
             before = before | h
         return self.lit("}", any_has)
 
@@ -238,23 +234,21 @@ class Rows:
 
     def _small(self) -> bytes:
         """A few rows, cell by cell (numpy's per-call cost outweighs the work)."""
-        n = self.n
-        cols: list[list[str]] = []
+        cols: list[list[bytes]] = []
         for kind, payload, when in self.cols:
             if kind == "lit":
-                cells = [payload.decode()] * n
+                cells = [payload] * self.n
             elif kind == "int":
-                cells = list(map(str, payload.tolist()))
+                cells = [b"%d" % v for v in payload.tolist()]
             elif kind == "us":
                 cells = list(map(_us_text, payload.tolist()))
             else:
                 table, idx = payload
-                text = [t.decode() for t in table]
-                cells = [text[i] for i in idx.tolist()]
+                cells = [table[i] for i in idx.tolist()]
             if when is not None:
-                cells = [c if w else "" for c, w in zip(cells, when.tolist(), strict=True)]
+                cells = [c if w else b"" for c, w in zip(cells, when.tolist(), strict=True)]
             cols.append(cells)
-        return "".join(["".join(row) for row in zip(*cols, strict=True)]).encode()
+        return b"".join([b"".join(row) for row in zip(*cols, strict=True)])
 
     def _block(self, lo: int, hi: int) -> Any:
         b = hi - lo

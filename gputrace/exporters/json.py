@@ -52,7 +52,7 @@ START_KEYS = ("format_version", "version", "backend", "start_ns", "base_ns", "pi
 
 class GzipStream:
     """One gzip member written in pieces: raw deflate (ISA-L's where installed: about 10x zlib's
-    speed) and the gzip header and trailer. Each ``flush`` is a full flush, so a ``copy`` taken
+    speed) and the gzip header and trailer. Each ``flush`` is a full flush, so a checkpoint taken
     there is a fresh compressor with the same CRC and length (ISA-L's cannot be copied)."""
 
     HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no mtime, OS unknown
@@ -79,9 +79,6 @@ class GzipStream:
             return bytes(self._z.flush(zlib.Z_FINISH)) + struct.pack("<II", self.crc, self.size & 0xFFFFFFFF)
         return bytes(self._z.flush(zlib.Z_FULL_FLUSH))
 
-    def copy(self) -> GzipStream:
-        return GzipStream(self.crc, self.size)
-
 
 # -- the events ------------------------------------------------------------------------------------
 def _j(value: Any) -> str:
@@ -89,8 +86,7 @@ def _j(value: Any) -> str:
 
 
 def render(chunk: Chunk) -> Iterator[Any]:
-    """The events of one chunk's plan as pieces of JSON text (bytes or uint8 arrays, never
-    joined into one more copy), each event followed by a comma, each rendered as it is taken."""
+    """A chunk's events as pieces of JSON text (bytes or uint8 arrays), each rendered as it is taken."""
     quoted: dict[int, list[str]] = {}  # a table's entries JSON-quoted, once per chunk
 
     def table(t: list[Any]) -> list[str]:
@@ -138,10 +134,8 @@ def _waits(w: Waits) -> Iterator[Any]:
     n = len(w.id)
     heads = [f'{{"ph":"b","name":{_j(x)}' for x in w.labels] + ['{"ph":"e"']
     two = np.repeat(np.arange(n), 2)
-    head = w.label[two].copy()
-    head[1::2] = len(heads) - 1
-    t = np.empty(2 * n, np.int64)
-    t[0::2], t[1::2] = w.start, w.end
+    head = np.stack([w.label, np.full(n, len(heads) - 1)], axis=1).ravel()
+    t = np.stack([w.start, w.end], axis=1).ravel()
     r = Rows(2 * n).pick(heads, head).lit(',"id2":{"local":').num(w.id[two])
     return r.lit('},"pid":').num(w.pid[two]).lit(',"ts":').us(t).lit("}").blocks()
 
@@ -227,7 +221,7 @@ class StreamWriter:
     def checkpoint(self) -> Checkpoint:
         """What ``rollback`` needs: the length of each file and a copy of the attributes ``STATE``."""
         state = {
-            k: v.copy() if isinstance(v := getattr(self, k), GzipStream) else state_copy(v)
+            k: GzipStream(v.crc, v.size) if isinstance(v := getattr(self, k), GzipStream) else state_copy(v)
             for k in self.STATE
         }
         return [os.lseek(fd, 0, os.SEEK_CUR) for fd in self._fds], state
@@ -242,8 +236,7 @@ class StreamWriter:
             setattr(self, name, v)
 
     def _write(self, data: bytes | Iterable[Any], final: bool = False, threaded: bool = False) -> None:
-        """Bytes, or a chunk in bytes-like pieces, compressed piece by piece and written with one
-        ``writev`` (never joined into one more copy)."""
+        """Bytes, or a chunk in pieces, compressed piece by piece and written by one ``writev`` (no copy)."""
         parts = [data] if isinstance(data, bytes) else data
         if self._z is None:
             write_all(self._fd, list(parts))
@@ -256,11 +249,10 @@ class StreamWriter:
         self._head = b""
 
     def _compressed_beside(self, z: GzipStream, parts: Iterable[Any]) -> list[bytes] | None:
-        """``parts`` compressed in order on a second thread, each while the next is rendered
-        (ISA-L and zlib release the interpreter: tiny20k's stop on the H200 spent 29 of 193 ms
-        compressing after rendering). A daemon thread per chunk; None, with nothing taken from
-        ``parts``, where none can start (the interpreter is ending). Returns once every piece is
-        done, also when rendering one fails (the caller then rolls the compressor back)."""
+        """``parts`` compressed in order on a daemon thread, each while the next is rendered (tiny20k's
+        stop on the H200 spent 29 of 193 ms compressing after rendering); None, with nothing taken
+        from ``parts``, where none can start (the interpreter is ending). Returns once every piece
+        is done, also when rendering one fails (the caller then rolls the compressor back)."""
         done: list[bytes] = []
         failed: list[BaseException] = []
         todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -328,13 +320,11 @@ def write_all(fd: int, parts: list[Any]) -> None:
     i = 0
     while i < len(bufs):
         n = os.writev(fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(fd, bufs[i])
-        while n and i < len(bufs):
-            if n >= len(bufs[i]):
-                n -= len(bufs[i])
-                i += 1
-            else:
-                bufs[i] = bufs[i][n:]
-                n = 0
+        while i < len(bufs) and n >= len(bufs[i]):
+            n -= len(bufs[i])
+            i += 1
+        if n:  # (part of bufs[i] written)
+            bufs[i] = bufs[i][n:]
 
 
 @contextmanager
@@ -372,10 +362,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 def repair(raw: bytes) -> bytes | None:
     """A streamed file cut short, closed after its last complete chunk, with its start header
     (marked ``"truncated": true``) as the final one; None if it is not such a file."""
-    if not raw.startswith(PREFIX):
-        return None
-    start = raw.find(EVENTS_OPEN)
-    if start < 0:
+    if not raw.startswith(PREFIX) or (start := raw.find(EVENTS_OPEN)) < 0:
         return None
     try:
         header = orjson.loads(raw[len(PREFIX) : start])
@@ -385,7 +372,7 @@ def repair(raw: bytes) -> bytes | None:
     tail = CLOSE + dumps(header) + b"}\n"
     body_start = start + len(EVENTS_OPEN)
     end = raw.rfind(b",\n", body_start - 1)
-    return raw[:body_start] + tail if end < body_start else raw[:end] + tail
+    return raw[: max(end, body_start)] + tail
 
 
 def servable(path: str | os.PathLike[str]) -> bytes:

@@ -77,13 +77,6 @@ def max_trace_bytes() -> int:
     return parse_size(text) if text else DEFAULT_MAX_BYTES
 
 
-def gzip_cap(compressed: int) -> int:
-    """The most a gzip file of ``compressed`` bytes may inflate to."""
-    if os.environ.get(ENV_VAR, "").strip():
-        return max_trace_bytes()
-    return min(max_trace_bytes(), max(GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * compressed))
-
-
 def human_bytes(n: int) -> str:
     """``n`` bytes in KiB/MiB/GiB with up to two decimals (trailing zeros dropped)."""
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -113,14 +106,14 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
             what = next((w for test, w in FILE_KINDS if test(st.st_mode)), "not a regular file")
             how = "" if stat.S_ISDIR(st.st_mode) else "; copy it to a regular file first"
             raise TraceFileError(f"{p}: is {what}, not a trace file{how}.")
+        size = st.st_size
+        if size > cap:
+            raise TraceFileError(f"{p}: too large: {human_bytes(size)} on disk, {_limit_note(cap)}.")
     except BaseException:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as f:  # buffered: read(n) returns n bytes unless at the end
         try:
-            size = st.st_size
-            if size > cap:
-                raise TraceFileError(f"{p}: too large: {human_bytes(size)} on disk, {_limit_note(cap)}.")
             first = f.read(size + 1)  # one read of the expected size: no copy for the usual case
             if len(first) <= size:
                 return first
@@ -136,7 +129,7 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
 
 
 def read_trace(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
-    """The bytes of a trace file, inflated when it is gzip (under ``gzip_cap``), and whether its
+    """The bytes of a trace file, inflated when it is gzip (capped), and whether its
     gzip stream ends early (a streamed file cut by a killed program: kept up to where it ends)."""
     return inflate(read_file(path), Path(path))
 
@@ -146,7 +139,9 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
     output passes the cap; a stream that ends early is kept up to its end (returned with True)."""
     if raw[:2] != b"\x1f\x8b":
         return raw, False
-    cap = gzip_cap(len(raw))
+    limit = max_trace_bytes()
+    ratio_cap = max(GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(raw))  # (lifted when the variable is set)
+    cap = limit if os.environ.get(ENV_VAR, "").strip() else min(limit, ratio_cap)
     out = bytearray()
     data = memoryview(raw)
     checked = False
@@ -158,7 +153,7 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
                 block = d.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
                 pending = memoryview(d.unconsumed_tail)
                 out += block
-                if len(out) > cap and cap < max_trace_bytes():
+                if len(out) > cap and cap < limit:
                     raise TraceFileError(
                         f"{p}: too large: its {human_bytes(len(raw))} of gzip data expand past "
                         f"{human_bytes(cap)}, more than {MAX_GZIP_RATIO}-fold, which no trace does "

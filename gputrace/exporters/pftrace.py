@@ -36,7 +36,6 @@ from gputrace.model import Trace
 
 SEQ = 1  # the one packet sequence written
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
-_DOUBLE = struct.Struct("<d")
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -49,9 +48,8 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 class StreamWriter(json_format.StreamWriter):
     """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it, and each chunk's
-    plan rendered as packets too, appended to ``x.pftrace.partial`` (renamed at close); a
-    checkpoint covers both files. Each chunk is in time order, not the whole file: Perfetto
-    sorts what it imports, and each chunk's slices begin and end in it."""
+    packets appended to ``x.pftrace.partial`` (renamed at close); a checkpoint covers both. Each
+    chunk is in time order (Perfetto sorts what it imports; a chunk's slices end in it)."""
 
     STATE = (*json_format.StreamWriter.STATE, "_packets")
 
@@ -134,7 +132,7 @@ def _annotation(value: Any, name: bytes) -> bytes:
     if isinstance(value, int) and -(1 << 63) <= value < 1 << 63:
         return name + _int(4, value)
     if isinstance(value, float):
-        return name + _key(5, 1) + _DOUBLE.pack(value)
+        return name + _key(5, 1) + struct.pack("<d", value)
     if isinstance(value, str):
         return name + _str(6, value)
     if isinstance(value, (list, dict)) and not value:  # (an empty one has no value field of its own)
@@ -148,6 +146,7 @@ def _annotation(value: Any, name: bytes) -> bytes:
 
 TAIL = _int(13, 2) + _int(10, SEQ)  # SEQ_NEEDS_INCREMENTAL_STATE; the sequence
 FLOW_KEY = {True: _key(47, 1), False: _key(48, 1)}  # flow_ids, terminating_flow_ids (fixed64)
+Slices = tuple[Ints, Ints, Ints, int]  # a batch of slices: track, start, end, first packet
 
 
 class _Packets:
@@ -160,8 +159,7 @@ class _Packets:
         self.new: list[bytes] = []  # interned entries not yet written
         self.described = 0  # tracks whose descriptor is written
         self.cleared = False  # the sequence's state cleared (by the first chunk's packets)
-        self.lane_ends: dict[tuple[int, str], list[int]] = {}  # waits' lanes: each lane's last end
-        self.lane_tracks: dict[tuple[int, str], list[int]] = {}  # and each lane's track
+        self.lanes: dict[tuple[int, str], list[list[int]]] = {}  # waits' lanes: [their ends, tracks]
         self.names: dict[tuple[int, int], str] = {}  # (pid, tid) -> name; tid 0: the process's
         self.rows: list[tuple[Any, Ints]] = []  # (packets as bytes or uint8 arrays, bytes each)
 
@@ -197,9 +195,8 @@ class _Packets:
     def _named(self, key: Any, parent: int, name: str, counter: bool = False) -> int:
         """A named child track of a (GPU) process."""
         u = self._uuid(key)
-        self.tracks[key] = _len(
-            60, _int(1, u) + _int(5, parent) + _str(2, name) + (_len(8, b"") if counter else b"")
-        )
+        body = _int(1, u) + _int(5, parent) + _str(2, name) + (_len(8, b"") if counter else b"")
+        self.tracks[key] = _len(60, body)
         return u
 
     def _counter(self, names: list[str], pid: int, k: int) -> int:
@@ -268,7 +265,7 @@ class _Packets:
         for m in chunk.meta:  # (a process's name event has tid 0)
             if m["name"] in ("process_name", "thread_name"):
                 self.names[(int(m["pid"]), int(m["tid"]))] = str(m["args"]["name"])
-        slices: list[tuple[Ints, Ints, Ints, int]] = []  # (track, start, end, first packet)
+        slices: list[Slices] = []
         points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
         for ev in chunk.events:
             n = len(ev.ts)
@@ -298,8 +295,8 @@ class _Packets:
                 pid, name = g >> 32, w.labels[g & 0xFFFFFFFF]
                 # "queued · stream 7" (the JSON's name) -> "stream 7 · queued": beside its stream
                 label = f"{name.removeprefix('queued · ')} · queued" if name.startswith("queued · ") else name
-                lanes = _lanes(w.start[at], w.end[at], self.lane_ends.setdefault((pid, name), []))
-                uu = self.lane_tracks.setdefault((pid, name), [])  # (new lanes only are named)
+                ends, uu = self.lanes.setdefault((pid, name), [[], []])
+                lanes = _lanes(w.start[at], w.end[at], ends)  # (new lanes only are named, below)
                 parent = self._process(pid)
                 uu += [self._named(("q", pid, name, k), parent, label + (f" {k + 1}" if k else ""))
                        for k in range(len(uu), int(lanes.max()) + 1)]  # fmt: skip
@@ -318,9 +315,7 @@ class _Packets:
         yield from self._ordered(slices, points)
         self.rows = []  # (nothing of this chunk is kept for the next)
 
-    def _ordered(
-        self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
-    ) -> Iterable[Any]:
+    def _ordered(self, slices: list[Slices], points: list[tuple[Ints, int]]) -> Iterable[Any]:
         """Every packet, in time order; at one time, as a stack walk of each track gives them: the
         ends (inner first), the empty slices (begin, end), the begins (outer first), then instants
         and counter samples. A track's slices nest (the plan's lanes): each end closes its slice."""

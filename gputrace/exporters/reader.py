@@ -278,9 +278,8 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
 
 
 def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Intern) -> I64:
-    """Each scope's GPU times, submission, uncertainty, queue and flags from its GPU slice (the
-    slice's ``bind_id`` is its scope); returns the passes folded into their scope's slice, a row
-    each of (scope row, label id, GPU start, GPU end, submission), as ``_passes`` does."""
+    """Each scope's GPU fields from its GPU slice (``bind_id``: its scope); returns the passes
+    folded into their scope's slice as ``_passes`` does: (scope, label, start, end, submission)."""
     if not gpu:
         return np.zeros((0, 5), np.int64)
     n = len(s)
@@ -288,10 +287,9 @@ def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Int
     if rows.min() < 0 or rows.max() >= n:
         bad = int(rows.min() if rows.min() < 0 else rows.max())
         raise Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
-    if np.bincount(rows, minlength=n).max() > 1:
-        uniq, counts = np.unique(rows, return_counts=True)
+    if (counts := np.bincount(rows, minlength=n)).max() > 1:
         raise Malformed(
-            f"scope {int(uniq[counts > 1][0])} has two gpu slices (was the file concatenated or edited?)"
+            f"scope {int(np.argmax(counts > 1))} has two gpu slices (was the file concatenated or edited?)"
         )
     ga = _col(gpu, "args")
     t0 = base + _ns(floats(_col(gpu, "ts"), "a gpu slice's ts"))
@@ -382,10 +380,9 @@ def _ops(
         raise Malformed("an operation is on a stream that the header does not list")
     ops.thread = np.fromiter(map(thread_row.get, _get(a, "tid", None), repeat(-1)), np.int32, n)  # type: ignore[arg-type]
     ops.correlation = ints(_col(a, "correlation"), "an operation's correlation")
+    dur = floats(_col(events, "dur"), "an operation's dur", non_negative=True)
     ops.gpu_start_ns = base + _ns(ts[order])
-    ops.gpu_end_ns = ops.gpu_start_ns + _ns(
-        floats(_col(events, "dur"), "an operation's dur", non_negative=True)
-    )
+    ops.gpu_end_ns = ops.gpu_start_ns + _ns(dur)
     seen, c0 = _optional_ns(a, "call_ts", base)
     ops.call_start_ns[seen] = c0
     ops.call_end_ns[seen] = c0 + _ns(floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
