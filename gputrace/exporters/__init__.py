@@ -1,10 +1,6 @@
-"""The output layer: every reader and writer of trace files, and ``load`` (docs/output.md says
-what each of its modules does).
-
-A format module provides ``write(trace, path) -> Path`` (atomic: temp + rename) and
-``StreamWriter(path, header)`` with ``append(chunk)`` and ``close(header)``; the format is chosen
-by the file name's extension, JSON for any name but an export's. Only JSON is read back: an
-export (``.pftrace``) is refused with the name of the ``.json.gz`` to read instead.
+"""The output layer: every reader and writer of trace files, and ``load``. A format module,
+chosen by the file name's extension (JSON for any name but an export's), provides ``write`` and
+``StreamWriter``; only JSON is read back (docs/output.md, "The output layer").
 
 >>> import gputrace, tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "t.json")
@@ -43,19 +39,14 @@ def format_for(path: str | os.PathLike[str]) -> ModuleType:
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
     """Write ``trace`` in the format its name asks for (never onto a device, FIFO or folder)."""
     check_output(path)
-    written: Path = format_for(path).write(trace, path)
-    return written
+    return Path(format_for(path).write(trace, path))
 
 
 def load(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
-    """Load a trace written by gputrace.
-
-    Raises ``TraceFileError`` (a ``GputraceError``) with one sentence naming the file and the
-    problem for a missing, truncated, non-JSON or non-trace file; ``NotAGputraceTrace`` (a
-    ``TraceFileError``) carries the parsed ``document`` of a JSON file gputrace did not write.
-    A file cut short by a crash loads up to its last flushed chunk, with
-    ``trace.header["truncated"] = True``. ``progress`` is called with "read", "parsed", "built".
-    """
+    """Load a trace written by gputrace; a file cut short by a crash loads up to its last chunk,
+    with ``header["truncated"] = True``. Raises ``TraceFileError`` (one sentence naming the file
+    and the problem); ``NotAGputraceTrace``, one of those, carries the parsed ``document`` of a
+    JSON file gputrace did not write. ``progress`` is told "read", "parsed", "built"."""
     from gputrace.exporters import json as json_format
     from gputrace.exporters import reader
     from gputrace.figures import with_launch_submissions

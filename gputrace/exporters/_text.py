@@ -1,27 +1,23 @@
 """JSON text of many events of one shape, built a column at a time with numpy.
 
-A trace holds tens of thousands of events per chunk that differ only in a few numbers. Formatting
-them one by one (a dict or an f-string per event) costs far more than the numbers themselves, so
-``Rows`` lays each event out as a row of bytes: literal text, integers and times as digit
-columns (integer arithmetic and lookup tables, no float formatting), strings picked from a small
-table, and optional parts that a row has or not. A boolean mask keeps the bytes each row really
-uses; the rows are then one ``matrix[mask]``.
+Formatting events one by one (a dict or an f-string each) costs far more than their numbers, so
+``Rows`` lays each event out as a row of bytes: literal text, integers and times as digit columns
+(integer arithmetic and lookup tables, no float formatting), strings picked from a table, and
+optional parts. A boolean mask keeps the bytes each row uses; the rows are one ``matrix[mask]``.
 
 >>> import numpy as np
 >>> r = Rows(3).lit('{"ts":').us(np.array([118508210, 900, -5])).lit(',"n":').num(np.array([7, -12, 0]))
 >>> r.lit('}').tobytes()
 b'{"ts":118508.21,"n":7},{"ts":0.9,"n":-12},{"ts":-0.005,"n":0},'
 
-Times are integer ns written as µs with at most 3 decimals, trailing zeros dropped (a whole µs is
-written as an integer): exact, whatever the magnitude, and the shortest text for the value.
-
-The same rows serve protobuf (``pftrace``): ``var`` writes a column of varints, ``raw8`` eight
-bytes per row (a fixed64 or a double), ``lengths`` says how many bytes each row has so far (the
-length prefix of a nested message), and ``extend`` appends another builder's columns.
+Times are integer ns written as µs with at most 3 decimals, trailing zeros dropped: exact, and
+the shortest text for the value. The same rows serve protobuf (``pftrace``): ``var`` (varints),
+``raw8`` (a fixed64 or a double), ``lengths`` (a nested message's length) and ``extend``.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -31,7 +27,7 @@ import numpy.typing as npt
 Mask = npt.NDArray[np.bool_]
 BLOCK = 8192  # rows built at a time: the byte matrix stays small (and in cache)
 INLINE = 96  # longer picked strings are spliced into the text after the rows are built
-SMALL = 128  # at most this many rows are formatted cell by cell
+SMALL = 128  # at most this many rows are formatted cell by cell (measured crossover)
 
 _DIGITS2 = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint16)
 # ".ddd" of each fraction, and which of its bytes are written (trailing zeros and a bare "."
@@ -60,9 +56,8 @@ def _split_sign(v: npt.ArrayLike) -> tuple[npt.NDArray[np.uint64], Mask | None]:
 
 
 def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | None]:
-    """Decimal digits of ``a`` right-aligned in a (n, w) matrix, and which bytes are in use
-    (None: all of them). Two digits at a time, looked up as one uint16 (a 1-D take: a row
-    lookup of a (100, 2) byte table costs several times more)."""
+    """Decimal digits of ``a`` right-aligned in a (n, w) matrix, and which bytes are in use (None:
+    all). Two digits at a time as one uint16 (a row lookup of a (100, 2) table costs several times more)."""
     n = len(a)
     top = int(a.max()) if n else 0
     if top < 10:
@@ -86,10 +81,10 @@ def _digits(a: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mask | No
     return chars, keep
 
 
-def _us_text(ns: int) -> str:
+def _us_text(ns: int) -> bytes:
     q, r = divmod(abs(ns), 1000)
-    text = f"-{q}" if ns < 0 else str(q)
-    return text + f".{r:03d}".rstrip("0") if r else text
+    text = b"-%d" % q if ns < 0 else b"%d" % q
+    return text + (b".%03d" % r).rstrip(b"0") if r else text
 
 
 def varint_len(values: npt.ArrayLike) -> npt.NDArray[np.intp]:
@@ -116,8 +111,7 @@ def _varint_bytes(v: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.uint8], Mas
 
 
 class Rows:
-    """``n`` rows of text, built column by column; ``tobytes`` writes each row followed by
-    ``sep`` ("," for JSON, nothing for protobuf)."""
+    """``n`` rows of text, built column by column, each followed by ``sep`` ("," for JSON; protobuf: b"")."""
 
     def __init__(self, n: int, sep: bytes = b",") -> None:
         self.n = n
@@ -203,10 +197,9 @@ class Rows:
         return out
 
     def members(self, opener: str, items: Sequence[tuple[str, str, Any, Mask | None]]) -> Rows:
-        """An optional JSON object: ``opener`` (e.g. ``,"args":{``), then each item
-        ``(key text, kind, value, has)`` a row has, comma-separated, then ``}``; the object
-        is left out of rows that have none of the items. ``kind``: "int", "us" or "pick"
-        (value: a (table, index) pair)."""
+        """An optional JSON object: ``opener`` (e.g. ``,"args":{``), each item ``(key text, kind,
+        value, has)`` a row has, then ``}``; left out of rows that have none. ``kind``: "int",
+        "us" or "pick" (value: a (table, index) pair)."""
         has = [np.ones(self.n, bool) if h is None else np.asarray(h, bool) for _k, _t, _v, h in items]
         if not items:
             return self
@@ -217,12 +210,10 @@ class Rows:
             if not h.any():
                 continue
             self.lit(",", h & before).lit(key, h)  # (one literal where every row has both)
-            if kind == "int":
-                self.num(value, h)
-            elif kind == "us":
-                self.us(value, h)
-            else:
+            if kind == "pick":
                 self.pick(value[0], value[1], h)
+            else:
+                (self.num if kind == "int" else self.us)(value, h)
             before = before | h
         return self.lit("}", any_has)
 
@@ -243,23 +234,21 @@ class Rows:
 
     def _small(self) -> bytes:
         """A few rows, cell by cell (numpy's per-call cost outweighs the work)."""
-        n = self.n
-        cols: list[list[str]] = []
+        cols: list[list[bytes]] = []
         for kind, payload, when in self.cols:
             if kind == "lit":
-                cells = [payload.decode()] * n
+                cells = [payload] * self.n
             elif kind == "int":
-                cells = list(map(str, payload.tolist()))
+                cells = [b"%d" % v for v in payload.tolist()]
             elif kind == "us":
                 cells = list(map(_us_text, payload.tolist()))
             else:
                 table, idx = payload
-                text = [t.decode() for t in table]
-                cells = [text[i] for i in idx.tolist()]
+                cells = [table[i] for i in idx.tolist()]
             if when is not None:
-                cells = [c if w else "" for c, w in zip(cells, when.tolist(), strict=True)]
+                cells = [c if w else b"" for c, w in zip(cells, when.tolist(), strict=True)]
             cols.append(cells)
-        return "".join(["".join(row) for row in zip(*cols, strict=True)]).encode()
+        return b"".join([b"".join(row) for row in zip(*cols, strict=True)])
 
     def _block(self, lo: int, hi: int) -> Any:
         b = hi - lo
@@ -306,27 +295,22 @@ class Rows:
                 keep = None if (li == w).all() else np.arange(w)[None, :] < li[:, None]
                 pieces.append((np.take(mat, ib, axis=0), keep, wb))
         widths = [p[0].shape[-1] for p in pieces]
-        width = sum(widths)
+        starts = [0, *itertools.accumulate(widths)]  # where each piece starts in a row; then its end
+        width = starts[-1]
         # literal text and "every byte in use" first, for whole rows at once; then the columns
         template = np.zeros(width, np.uint8)
-        o = 0
-        for (chars, _keep, _wb), w in zip(pieces, widths, strict=True):
+        for (chars, _keep, _wb), o, w in zip(pieces, starts, widths, strict=False):
             if chars.ndim == 1:
                 template[o : o + w] = chars
-            o += w
         out = np.broadcast_to(template, (b, width)).copy()
         used = np.ones((b, width), bool)
-        starts = []
-        o = 0
-        for (chars, keep, wb), w in zip(pieces, widths, strict=True):
-            starts.append(o)
+        for (chars, keep, wb), o, w in zip(pieces, starts, widths, strict=False):
             if chars.ndim == 2:
                 out[:, o : o + w] = chars
             if keep is not None:
                 used[:, o : o + w] = keep
             if wb is not None:
                 used[:, o : o + w] &= wb[lo:hi, None]
-            o += w
         flat = out[used]
         if not splices:
             return flat
@@ -335,8 +319,7 @@ class Rows:
         np.cumsum(used.sum(axis=1), out=row_start[1:])
         at, order, which = [], [], []
         for k, (p, rows, idx, _t) in enumerate(splices):
-            col = starts[p] if p < len(starts) else width
-            at.append(row_start[rows] + used[rows, :col].sum(axis=1))
+            at.append(row_start[rows] + used[rows, : starts[p]].sum(axis=1))
             order.append(np.full(len(rows), k))
             which.append(idx)
         pos, ks, idx = (np.concatenate(x) for x in (at, order, which))

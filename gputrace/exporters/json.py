@@ -1,18 +1,11 @@
 """Chrome/Perfetto JSON (``.json``, ``.json.gz``): writer, streaming writer and reader.
 
-The file is written so that any prefix of it that ends at a chunk boundary can be read back
-(docs/output.md says how a cut file is read, served and repaired)::
-
-    {"displayTimeUnit":"ms","metadata":{"gputrace_stream":{...header at start...}},"traceEvents":[
-    {event},{event},...,{event},            <- one line per chunk (one sync), flushed to the OS
-    {event},...,{event},
-    {closing event}
-    ],"gputrace":{...final header: full clock fit, anomaly counts, end time...}}
-
-Only keys Perfetto's JSON tokenizer knows (``displayTimeUnit``, ``metadata``) come before the
-events: it stops reading at the first top-level key it does not know. The events are rendered
-from each chunk's ``plan`` a column at a time (``_text.Rows``): text or a dict per event costs
-far more than the numbers in it.
+Any prefix of the file that ends at a chunk boundary can be read back: ``PREFIX`` and the start
+header, one line of events per chunk, then ``CLOSE`` and the final header (docs/output.md, "Crashes:
+a file cut short still loads"). Only keys Perfetto's JSON tokenizer knows come before the events:
+it stops at the first top-level key it does not know. The events are rendered from each chunk's
+``plan`` a column at a time (``_text.Rows``): text or a dict per event costs far more than the
+numbers in it.
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ import os
 import queue
 import struct
 import threading
-import types
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -60,13 +52,8 @@ START_KEYS = ("format_version", "version", "backend", "start_ns", "base_ns", "pi
 
 class GzipStream:
     """One gzip member written in pieces: raw deflate (ISA-L's where installed: about 10x zlib's
-    speed on trace events; zlib's otherwise) with the gzip header and trailer written here.
-
-    Each ``flush`` ends in a full flush, so nothing after it refers to the bytes before it: a
-    ``copy`` taken there (a ``checkpoint``) is a fresh compressor with the same CRC and
-    length, and a failed append can be cut off and written again. (ISA-L's compressors cannot
-    be copied; this never needs to.)
-    """
+    speed) and the gzip header and trailer. Each ``flush`` is a full flush, so a checkpoint taken
+    there is a fresh compressor with the same CRC and length (ISA-L's cannot be copied)."""
 
     HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no mtime, OS unknown
 
@@ -92,9 +79,6 @@ class GzipStream:
             return bytes(self._z.flush(zlib.Z_FINISH)) + struct.pack("<II", self.crc, self.size & 0xFFFFFFFF)
         return bytes(self._z.flush(zlib.Z_FULL_FLUSH))
 
-    def copy(self) -> GzipStream:
-        return GzipStream(self.crc, self.size)
-
 
 # -- the events ------------------------------------------------------------------------------------
 def _j(value: Any) -> str:
@@ -102,9 +86,7 @@ def _j(value: Any) -> str:
 
 
 def render(chunk: Chunk) -> Iterator[Any]:
-    """The events of one chunk's plan as pieces of JSON text (bytes-like: bytes or uint8 arrays,
-    never joined into one more copy), each event followed by a comma; each piece rendered as it
-    is taken."""
+    """A chunk's events as pieces of JSON text (bytes or uint8 arrays), each rendered as it is taken."""
     quoted: dict[int, list[str]] = {}  # a table's entries JSON-quoted, once per chunk
 
     def table(t: list[Any]) -> list[str]:
@@ -147,38 +129,28 @@ def _events(ev: Events, table: Any) -> Iterator[Any]:
 
 
 def _waits(w: Waits) -> Iterator[Any]:
-    # Only the begin is named, and neither end has a category: Perfetto pairs an async slice's
-    # ends by (process, cat, id2.local) and names its track after the begin (docs/output.md
-    # quotes its source). Each wait's begin and end come one after the other.
+    # Only the begin is named, and neither end has a category: how Perfetto pairs an async
+    # slice's ends (docs/output.md quotes its source). Each wait's begin and end come in a row.
     n = len(w.id)
     heads = [f'{{"ph":"b","name":{_j(x)}' for x in w.labels] + ['{"ph":"e"']
     two = np.repeat(np.arange(n), 2)
-    head = w.label[two].copy()
-    head[1::2] = len(heads) - 1
-    t = np.empty(2 * n, np.int64)
-    t[0::2], t[1::2] = w.start, w.end
+    head = np.stack([w.label, np.full(n, len(heads) - 1)], axis=1).ravel()
+    t = np.stack([w.start, w.end], axis=1).ravel()
     r = Rows(2 * n).pick(heads, head).lit(',"id2":{"local":').num(w.id[two])
     return r.lit('},"pid":').num(w.pid[two]).lit(',"ts":').us(t).lit("}").blocks()
 
 
 # -- undoing an append that failed -----------------------------------------------------------------
-# Each chunk depends on its writer's state (names and tracks announced, lanes still open, the
-# compressor's history): an append that fails part-way (a full disk, a fault while encoding) would
-# leave half a chunk, and a state, that every later chunk builds on. So the streamer takes a
-# ``checkpoint`` before each append and, when one fails, ``rollback`` cuts the files back and puts
-# the state back: the file is again exactly the chunks written before.
-# Values that no writer changes in place: kept, not copied (tuples of these are what keys are).
-_ATOMIC = (
-    int, float, complex, str, bytes, bool, type(None), tuple, frozenset, type,
-    types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-)  # fmt: skip
+# Each chunk builds on its writer's state (names and tracks announced, lanes open, the compressor's
+# history), so the streamer takes a ``checkpoint`` before each append and, when one fails part-way
+# (a full disk, a fault while encoding), ``rollback`` cuts the files and the state back.
+_ATOMIC = (int, float, str, bytes, bool, type(None), tuple, frozenset)  # never changed in place: shared
 
 
 def state_copy(x: Any) -> Any:
     """A copy of a writer's state deep enough that nothing the writer mutates is shared, and no
-    deeper: tuples, strings, numbers and frozen dataclasses are shared (a ``copy.deepcopy`` of
-    a ``.pftrace`` writer's tables took 20-120 ms a chunk; this takes a few). A container met
-    twice is copied twice: what a writer mutates it reaches one way only.
+    deeper (a ``copy.deepcopy`` of a ``.pftrace`` writer's tables took 20-120 ms a chunk; this
+    takes a few). A container met twice is copied twice: a writer reaches what it mutates one way.
 
     >>> state = {"named": {(1, 0)}, "rows": 3, "open": [[(0, 5)]]}
     >>> copied = state_copy(state)
@@ -205,11 +177,8 @@ Checkpoint = tuple[list[int], dict[str, Any]]  # the files' lengths and the writ
 
 
 class StreamWriter:
-    """Append chunks to a trace file as a session runs; ``close`` writes the final header.
-
-    Each ``append`` is one ``write`` to the OS (and, for gzip, a sync flush first), so after it
-    returns the chunk survives the process being killed.
-    """
+    """Append chunks to a trace file as a session runs; ``close`` writes the final header. Each
+    ``append`` is one ``writev`` (after a full flush for gzip): the chunk survives a kill."""
 
     STATE: tuple[str, ...] = ("_enc", "_z")  # what an append changes besides the files (``_fds``)
 
@@ -250,18 +219,16 @@ class StreamWriter:
             self._write(itertools.chain([first], parts, [b"\n"]), threaded=threaded)
 
     def checkpoint(self) -> Checkpoint:
-        """What ``rollback`` needs to undo the appends after it: the length of each file and a
-        copy of the attributes ``STATE`` (a compressor copied with its own ``copy()``)."""
+        """What ``rollback`` needs: the length of each file and a copy of the attributes ``STATE``."""
         state = {
-            k: v.copy() if isinstance(v := getattr(self, k), GzipStream) else state_copy(v)
+            k: GzipStream(v.crc, v.size) if isinstance(v := getattr(self, k), GzipStream) else state_copy(v)
             for k in self.STATE
         }
         return [os.lseek(fd, 0, os.SEEK_CUR) for fd in self._fds], state
 
     def rollback(self, cp: Checkpoint) -> None:
-        """The files cut back to their length at ``cp`` and the writer's state as it was then (an
-        append failed part-way). Raises OSError if a file cannot be cut (then the writer must not
-        append again)."""
+        """The files and the writer's state as they were at ``cp``. Raises OSError if a file
+        cannot be cut (then the writer must not append again)."""
         for fd, offset in zip(self._fds, cp[0], strict=True):
             os.ftruncate(fd, offset)
             os.lseek(fd, offset, os.SEEK_SET)
@@ -269,29 +236,23 @@ class StreamWriter:
             setattr(self, name, v)
 
     def _write(self, data: bytes | Iterable[Any], final: bool = False, threaded: bool = False) -> None:
-        """Bytes, or a chunk given in bytes-like pieces: compressed piece by piece and written
-        with one ``writev`` (never joined into one more copy of the chunk)."""
+        """Bytes, or a chunk in pieces, compressed piece by piece and written by one ``writev`` (no copy)."""
         parts = [data] if isinstance(data, bytes) else data
         if self._z is None:
             write_all(self._fd, list(parts))
             return
         z = self._z
-        out = self._compressed_beside(parts) if threaded else None
+        out = self._compressed_beside(z, parts) if threaded else None
         if out is None:
             out = [*map(z.compress, parts)]
         write_all(self._fd, [self._head, *out, z.flush(final)])
         self._head = b""
 
-    def _compressed_beside(self, parts: Iterable[Any]) -> list[bytes] | None:
-        """``parts`` compressed in order on a second thread, each while the next is rendered
-        (ISA-L and zlib let the interpreter go while they compress: tiny20k's stop on the H200
-        spent 29 of 193 ms compressing after rendering). The thread is a daemon and lives for
-        one chunk (``gputrace run`` waits for the program's other threads before it stops the
-        session); None, with nothing taken from ``parts``, where none can start (the
-        interpreter is ending). Returns once every piece is done, also when rendering one fails
-        (the caller then rolls the compressor back)."""
-        z = self._z
-        assert z is not None
+    def _compressed_beside(self, z: GzipStream, parts: Iterable[Any]) -> list[bytes] | None:
+        """``parts`` compressed in order on a daemon thread, each while the next is rendered (tiny20k's
+        stop on the H200 spent 29 of 193 ms compressing after rendering); None, with nothing taken
+        from ``parts``, where none can start (the interpreter is ending). Returns once every piece
+        is done, also when rendering one fails (the caller then rolls the compressor back)."""
         done: list[bytes] = []
         failed: list[BaseException] = []
         todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -359,20 +320,17 @@ def write_all(fd: int, parts: list[Any]) -> None:
     i = 0
     while i < len(bufs):
         n = os.writev(fd, bufs[i : i + 512]) if len(bufs) - i > 1 else os.write(fd, bufs[i])
-        while n and i < len(bufs):
-            if n >= len(bufs[i]):
-                n -= len(bufs[i])
-                i += 1
-            else:
-                bufs[i] = bufs[i][n:]
-                n = 0
+        while i < len(bufs) and n >= len(bufs[i]):
+            n -= len(bufs[i])
+            i += 1
+        if n:  # (part of bufs[i] written)
+            bufs[i] = bufs[i][n:]
 
 
 @contextmanager
 def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """The name to write ``path``'s content under (``<name>.partial``), renamed onto ``path``
-    when the block ends and removed when it fails: a crash mid-write never leaves a truncated
-    trace under the real name."""
+    """The name to write ``path`` under (``<name>.partial``), renamed onto it when the block ends,
+    removed when it fails: a crash never leaves a truncated trace under the real name."""
     p = Path(path)
     tmp = p.with_name(p.name + ".partial")
     try:
@@ -404,10 +362,7 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 def repair(raw: bytes) -> bytes | None:
     """A streamed file cut short, closed after its last complete chunk, with its start header
     (marked ``"truncated": true``) as the final one; None if it is not such a file."""
-    if not raw.startswith(PREFIX):
-        return None
-    start = raw.find(EVENTS_OPEN)
-    if start < 0:
+    if not raw.startswith(PREFIX) or (start := raw.find(EVENTS_OPEN)) < 0:
         return None
     try:
         header = orjson.loads(raw[len(PREFIX) : start])
@@ -417,13 +372,12 @@ def repair(raw: bytes) -> bytes | None:
     tail = CLOSE + dumps(header) + b"}\n"
     body_start = start + len(EVENTS_OPEN)
     end = raw.rfind(b",\n", body_start - 1)
-    return raw[:body_start] + tail if end < body_start else raw[:end] + tail
+    return raw[: max(end, body_start)] + tail
 
 
 def servable(path: str | os.PathLike[str]) -> bytes:
-    """The file's bytes as a viewer should get them (through the opener, capped like every
-    read): as they are, or, for a streamed file cut short (a killed program, or one still
-    running), closed after its last complete chunk."""
+    """The file's bytes for a viewer (read through the opener): as they are, or, for a streamed
+    file cut short (a killed program, or one still running), closed after its last chunk."""
     data = opener.read_file(path)
     raw, cut = opener.inflate(data, Path(path))
     if not cut and (not raw.startswith(PREFIX) or raw.rfind(CLOSE, max(0, len(raw) - (1 << 20))) >= 0):
@@ -435,9 +389,8 @@ def servable(path: str | os.PathLike[str]) -> bytes:
 
 
 def read_document(path: str | os.PathLike[str], progress: Progress | None = None) -> tuple[Any, bool]:
-    """The parsed JSON of a gputrace or Chrome trace file, and whether it was cut short (a
-    streamed gputrace file is then closed after its last complete chunk); an export that is
-    not JSON (a real ``.pftrace``) is refused with the sentence naming the file to read."""
+    """The parsed JSON of a gputrace or Chrome trace file, and whether it was cut short (then
+    closed after its last complete chunk); a real ``.pftrace`` is refused, naming the file to read."""
     raw, cut = opener.read_trace(path)
     if not raw or raw.isspace():  # (no copy of the file, as strip() would make)
         raise TraceFileError(f"{path}: the file is empty.")

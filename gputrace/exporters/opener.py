@@ -1,17 +1,12 @@
 """The one place every trace file is read from: regular files only, a size cap, capped inflate.
 
-A trace file is read whole into memory before it is parsed, so what it may cost is decided
-before the read: files that are not regular files (FIFOs, devices, sockets, directories) are
-refused without being opened for reading (a FIFO would block forever, ``/dev/zero`` never
-ends); a file larger on disk than the limit is refused by its size (a sparse file too); gzip is
-inflated as a stream that stops as soon as the output passes the limit (a "gzip bomb" costs at
-most the limit, and one that does not start like JSON stops after its first block). ``load``,
-``summarize``, ``diff``, ``merge`` and the viewer's server all read through ``read_trace``.
-
-The limit is 2 GiB of (inflated) JSON, well above real traces (a million scopes take about
-1 GB); ``GPUTRACE_MAX_TRACE_BYTES`` changes it (bytes, or with a K, M, G or T suffix). A gzip
-file may also expand at most 40-fold past 256 MiB (traces compress 5–25-fold), so a small bomb
-stops early; setting the variable lifts that check.
+A trace is read whole before it is parsed, so what it may cost is decided before the read
+(docs/reliability.md, "Reading trace files"): a FIFO, device, socket or directory is refused
+without being opened for reading; a file larger on disk than the limit is refused by its size;
+gzip is inflated as a stream that stops as soon as the output passes the limit, or after its
+first block when it does not start like JSON. The limit is 2 GiB (a million scopes take about
+1 GB), set by ``GPUTRACE_MAX_TRACE_BYTES``; without it, a gzip file may also expand at most
+40-fold past 256 MiB (traces compress 5–25-fold), so a small bomb stops early.
 
 >>> parse_size("512M"), parse_size("2G"), parse_size("1000")
 (536870912, 2147483648, 1000)
@@ -82,13 +77,6 @@ def max_trace_bytes() -> int:
     return parse_size(text) if text else DEFAULT_MAX_BYTES
 
 
-def gzip_cap(compressed: int) -> int:
-    """The most a gzip file of ``compressed`` bytes may inflate to."""
-    if os.environ.get(ENV_VAR, "").strip():
-        return max_trace_bytes()
-    return min(max_trace_bytes(), max(GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * compressed))
-
-
 def human_bytes(n: int) -> str:
     """``n`` bytes in KiB/MiB/GiB with up to two decimals (trailing zeros dropped)."""
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -118,14 +106,14 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
             what = next((w for test, w in FILE_KINDS if test(st.st_mode)), "not a regular file")
             how = "" if stat.S_ISDIR(st.st_mode) else "; copy it to a regular file first"
             raise TraceFileError(f"{p}: is {what}, not a trace file{how}.")
+        size = st.st_size
+        if size > cap:
+            raise TraceFileError(f"{p}: too large: {human_bytes(size)} on disk, {_limit_note(cap)}.")
     except BaseException:
         os.close(fd)
         raise
     with os.fdopen(fd, "rb") as f:  # buffered: read(n) returns n bytes unless at the end
         try:
-            size = st.st_size
-            if size > cap:
-                raise TraceFileError(f"{p}: too large: {human_bytes(size)} on disk, {_limit_note(cap)}.")
             first = f.read(size + 1)  # one read of the expected size: no copy for the usual case
             if len(first) <= size:
                 return first
@@ -141,7 +129,7 @@ def read_file(path: str | os.PathLike[str]) -> bytes:
 
 
 def read_trace(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
-    """The bytes of a trace file, inflated when it is gzip (under ``gzip_cap``), and whether its
+    """The bytes of a trace file, inflated when it is gzip (capped), and whether its
     gzip stream ends early (a streamed file cut by a killed program: kept up to where it ends)."""
     return inflate(read_file(path), Path(path))
 
@@ -151,7 +139,9 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
     output passes the cap; a stream that ends early is kept up to its end (returned with True)."""
     if raw[:2] != b"\x1f\x8b":
         return raw, False
-    cap = gzip_cap(len(raw))
+    limit = max_trace_bytes()
+    ratio_cap = max(GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(raw))  # (lifted when the variable is set)
+    cap = limit if os.environ.get(ENV_VAR, "").strip() else min(limit, ratio_cap)
     out = bytearray()
     data = memoryview(raw)
     checked = False
@@ -163,8 +153,14 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
                 block = d.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
                 pending = memoryview(d.unconsumed_tail)
                 out += block
+                if len(out) > cap and cap < limit:
+                    raise TraceFileError(
+                        f"{p}: too large: its {human_bytes(len(raw))} of gzip data expand past "
+                        f"{human_bytes(cap)}, more than {MAX_GZIP_RATIO}-fold, which no trace does "
+                        f"(set {ENV_VAR} to read it anyway)."
+                    )
                 if len(out) > cap:
-                    raise TraceFileError(_too_large_gzip(p, len(raw), cap))
+                    raise TraceFileError(f"{p}: too large: it decompresses to {_limit_note(cap)}.")
                 if not checked and block.strip():
                     if bytes(block.lstrip()[:1]) not in (b"{", b"["):  # no need to inflate the rest
                         raise TraceFileError(
@@ -186,13 +182,3 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
             break
     # (a bytearray reads like bytes for every reader: a copy would double the peak memory)
     return cast(bytes, out), False
-
-
-def _too_large_gzip(p: Path, compressed: int, cap: int) -> str:
-    if cap < max_trace_bytes():
-        return (
-            f"{p}: too large: its {human_bytes(compressed)} of gzip data expand past "
-            f"{human_bytes(cap)}, more than {MAX_GZIP_RATIO}-fold, which no trace does (set {ENV_VAR} "
-            "to read it anyway)."
-        )
-    return f"{p}: too large: it decompresses to {_limit_note(cap)}."

@@ -1,15 +1,10 @@
 """Perfetto's protobuf (``.pftrace``): an export, rendered from the same ``plan`` as the JSON file.
 
-The plan's batches (the same processes, tracks, lanes, flows and args as the JSON file) become
-``TrackEvent`` packets a column at a time (``_text.Rows``: varints of whole columns, one packet
-layout per batch, names interned once per file), never a Python object per event. What is drawn
-where is in docs/output.md ("The .pftrace export"): GPU tracks are named tracks of their process,
-named after their stream, so that Perfetto, which orders a process's tracks by name, keeps each
-stream's tracks together; waits take lanes of a "<stream> · queued" track; packets come in time
-order, each track's begins and ends nested.
-
-gputrace does not read ``.pftrace`` back: a session asked for ``x.pftrace`` streams ``x.json.gz``
-as it runs and, from the same plan of each chunk, ``x.pftrace.partial``, renamed at stop.
+The plan's batches become ``TrackEvent`` packets a column at a time (``_text.Rows``: varints of
+whole columns, names interned once per file), never a Python object per event. GPU tracks are
+named tracks of their process, named after their stream, so that Perfetto (which orders a
+process's tracks by name) keeps each stream's tracks together; waits take lanes of a
+"<stream> · queued" track (docs/output.md, "The .pftrace export"). gputrace does not read it back.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ from gputrace.model import Trace
 
 SEQ = 1  # the one packet sequence written
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
-_DOUBLE = struct.Struct("<d")
 
 
 def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
@@ -54,11 +48,8 @@ def write(trace: Trace, path: str | os.PathLike[str]) -> Path:
 
 class StreamWriter(json_format.StreamWriter):
     """A session's ``.pftrace``: the canonical ``.json.gz`` streamed beside it, and each chunk's
-    plan rendered as packets too, appended to ``x.pftrace.partial`` (renamed at close), so
-    memory stays flat and the stop handles one chunk. A checkpoint covers both files.
-
-    Chunks are each in time order, not the whole file: Perfetto sorts what it imports, and each
-    chunk's slices begin and end in it."""
+    packets appended to ``x.pftrace.partial`` (renamed at close); a checkpoint covers both. Each
+    chunk is in time order (Perfetto sorts what it imports; a chunk's slices end in it)."""
 
     STATE = (*json_format.StreamWriter.STATE, "_packets")
 
@@ -101,8 +92,7 @@ class StreamWriter(json_format.StreamWriter):
 def _varint(n: int) -> bytes:
     if 0 <= n < _SMALL_N:
         return _SMALL[n]
-    if n < 0:
-        n += 1 << 64
+    n &= (1 << 64) - 1  # a negative one as 64-bit two's complement
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -142,7 +132,7 @@ def _annotation(value: Any, name: bytes) -> bytes:
     if isinstance(value, int) and -(1 << 63) <= value < 1 << 63:
         return name + _int(4, value)
     if isinstance(value, float):
-        return name + _key(5, 1) + _DOUBLE.pack(value)
+        return name + _key(5, 1) + struct.pack("<d", value)
     if isinstance(value, str):
         return name + _str(6, value)
     if isinstance(value, (list, dict)) and not value:  # (an empty one has no value field of its own)
@@ -156,6 +146,7 @@ def _annotation(value: Any, name: bytes) -> bytes:
 
 TAIL = _int(13, 2) + _int(10, SEQ)  # SEQ_NEEDS_INCREMENTAL_STATE; the sequence
 FLOW_KEY = {True: _key(47, 1), False: _key(48, 1)}  # flow_ids, terminating_flow_ids (fixed64)
+Slices = tuple[Ints, Ints, Ints, int]  # a batch of slices: track, start, end, first packet
 
 
 class _Packets:
@@ -168,8 +159,7 @@ class _Packets:
         self.new: list[bytes] = []  # interned entries not yet written
         self.described = 0  # tracks whose descriptor is written
         self.cleared = False  # the sequence's state cleared (by the first chunk's packets)
-        self.lane_ends: dict[tuple[int, str], list[int]] = {}  # waits' lanes: each lane's last end
-        self.lane_tracks: dict[tuple[int, str], list[int]] = {}  # and each lane's track
+        self.lanes: dict[tuple[int, str], list[list[int]]] = {}  # waits' lanes: [their ends, tracks]
         self.names: dict[tuple[int, int], str] = {}  # (pid, tid) -> name; tid 0: the process's
         self.rows: list[tuple[Any, Ints]] = []  # (packets as bytes or uint8 arrays, bytes each)
 
@@ -205,9 +195,8 @@ class _Packets:
     def _named(self, key: Any, parent: int, name: str, counter: bool = False) -> int:
         """A named child track of a (GPU) process."""
         u = self._uuid(key)
-        self.tracks[key] = _len(
-            60, _int(1, u) + _int(5, parent) + _str(2, name) + (_len(8, b"") if counter else b"")
-        )
+        body = _int(1, u) + _int(5, parent) + _str(2, name) + (_len(8, b"") if counter else b"")
+        self.tracks[key] = _len(60, body)
         return u
 
     def _counter(self, names: list[str], pid: int, k: int) -> int:
@@ -217,9 +206,8 @@ class _Packets:
     def _per_pair(pid: Ints | int, x: Ints, make: Callable[[int, int], int]) -> Ints:
         """``make(pid, x)`` (a track's uuid, an interned id) once per distinct pair, as a column."""
         keys, inv = np.unique(np.asarray(pid, np.int64) << 32 | np.asarray(x, np.int64), return_inverse=True)
-        out: Ints = np.array([make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()] or [0], np.int64)[
-            inv.reshape(-1)
-        ]
+        made = [make(k >> 32, k & 0xFFFFFFFF) for k in keys.tolist()]
+        out: Ints = np.array(made or [0], np.int64)[inv.reshape(-1)]
         return out
 
     def _iid(self, field: int, text: str) -> int:
@@ -277,7 +265,7 @@ class _Packets:
         for m in chunk.meta:  # (a process's name event has tid 0)
             if m["name"] in ("process_name", "thread_name"):
                 self.names[(int(m["pid"]), int(m["tid"]))] = str(m["args"]["name"])
-        slices: list[tuple[Ints, Ints, Ints, int]] = []  # (track, start, end, first packet)
+        slices: list[Slices] = []
         points: list[tuple[Ints, int]] = []  # instants and counter samples: (ts, first packet)
         for ev in chunk.events:
             n = len(ev.ts)
@@ -307,8 +295,8 @@ class _Packets:
                 pid, name = g >> 32, w.labels[g & 0xFFFFFFFF]
                 # "queued · stream 7" (the JSON's name) -> "stream 7 · queued": beside its stream
                 label = f"{name.removeprefix('queued · ')} · queued" if name.startswith("queued · ") else name
-                lanes = _lanes(w.start[at], w.end[at], self.lane_ends.setdefault((pid, name), []))
-                uu = self.lane_tracks.setdefault((pid, name), [])  # (new lanes only are named)
+                ends, uu = self.lanes.setdefault((pid, name), [[], []])
+                lanes = _lanes(w.start[at], w.end[at], ends)  # (new lanes only are named, below)
                 parent = self._process(pid)
                 uu += [self._named(("q", pid, name, k), parent, label + (f" {k + 1}" if k else ""))
                        for k in range(len(uu), int(lanes.max()) + 1)]  # fmt: skip
@@ -327,13 +315,10 @@ class _Packets:
         yield from self._ordered(slices, points)
         self.rows = []  # (nothing of this chunk is kept for the next)
 
-    def _ordered(
-        self, slices: list[tuple[Ints, Ints, Ints, int]], points: list[tuple[Ints, int]]
-    ) -> Iterable[Any]:
-        """Every packet, in time order; at one time, what a stack walk of each track gives: the
-        ends (the inner slice's first), the empty slices (each begin with its end), the begins
-        (the outer slice's first), then instants and counter samples. The slices of a track nest
-        or are disjoint (the plan's lanes), so each end closes the slice it ends."""
+    def _ordered(self, slices: list[Slices], points: list[tuple[Ints, int]]) -> Iterable[Any]:
+        """Every packet, in time order; at one time, as a stack walk of each track gives them: the
+        ends (inner first), the empty slices (begin, end), the begins (outer first), then instants
+        and counter samples. A track's slices nest (the plan's lanes): each end closes its slice."""
 
         def cat(parts: list[Ints]) -> Ints:
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -366,10 +351,9 @@ class _Packets:
 
 
 def _lanes(st: Ints, en: Ints, ends: list[int]) -> Ints:
-    """Lanes of disjoint spans, the fewest, after the spans of earlier chunks (``ends``: each
-    lane's last end, updated here): round robin where that is enough (waits of an in-order queue
-    end in the order they start), else a heap of lane ends. A span that starts before a lane's
-    last end never joins it, so no two spans on a lane partly overlap, whatever the chunk."""
+    """Lanes of disjoint spans, the fewest, after those of earlier chunks (``ends``: each lane's
+    last end, updated here): round robin where that is enough (waits of an in-order queue end in
+    the order they start), else a heap of lane ends."""
     order = np.lexsort((en, st))
     s, e = st[order], np.maximum(en, st)[order]
     n = len(s)

@@ -1,18 +1,15 @@
 """The format-neutral plan of a trace file: where each scope, wait and operation is drawn.
 
-``Planner`` turns a trace, chunk by chunk, into a ``Chunk``: metadata events (names of
-processes and tracks) and a few batches of events of one shape each, held as columns (``Events``:
-slices or instants, ``Waits``, ``Counters``; numpy arrays of pid, tid, times in ns relative to
-the file's zero, name indexes, argument columns, flows). Both writers render the same chunk
-(``json`` as JSON text, ``pftrace`` as protobuf packets), so the two formats draw the same
-tracks and carry the same args, and neither does Python work per scope or per operation:
+``Planner`` turns a trace, chunk by chunk, into a ``Chunk``: name events, and a few batches of
+events of one shape each as numpy columns (``Events``, ``Waits``, ``Counters``), which both
+writers render (so both formats draw the same tracks and args, with no Python work per event):
 - each traced process (pid = its OS pid) has a thread track per Python thread; each GPU is a
   process (pid = ``GPU_PID_BASE + device``) with a track per stream/queue (tid = queue + 1) and
   an operations track per stream (tid = ``OP_TID_BASE + queue``) where the trace has operations;
 - slices that would partially overlap on one track move to an overflow lane of it
   (tid + n · ``OVERLAP_TID_STEP``, named "(overlap n)"): ``LaneCarry``;
-- times are relative to ``export_base_ns`` (never negative); the header is ``file_header``.
-The content of each event is described in ``Planner``'s methods (and docs/trace-format.md).
+- times are relative to ``export_base_ns`` (never negative); the header is ``file_header``;
+  what each event holds: ``Planner``'s methods and docs/trace-format.md.
 """
 
 from __future__ import annotations
@@ -43,31 +40,21 @@ MAX_OP_NS = 10**15  # an operation farther than this from the file's zero was ne
 def export_base_ns(trace: Trace) -> int:
     """The zero of the file's time axis: session start, or anything earlier (no negative ts)."""
     s, sp = trace.scopes, trace.spans
-    cands = [int(trace.header.get("start_ns", trace.header["base_ns"]))] + [m.ts_ns for m in trace.marks[:1]]
-    for col in (s.cpu_start_ns, s.submit_ns, s.gpu_start_ns, s.gpu_end_ns, sp.gpu_start_ns, sp.gpu_end_ns):
-        v = col[col != NO_TIME]
-        if len(v):
-            cands.append(int(v.min()))
-    return min(cands)
+    start = int(trace.header.get("start_ns", trace.header["base_ns"]))
+    cols = (s.cpu_start_ns, s.submit_ns, s.gpu_start_ns, s.gpu_end_ns, sp.gpu_start_ns, sp.gpu_end_ns)
+    firsts = [int(c[c != NO_TIME].min(initial=start)) for c in cols]
+    return min([start, *firsts, *(m.ts_ns for m in trace.marks[:1])])
 
 
 class LaneCarry:
-    """Lanes of a file's tracks, so each lane holds only nested or disjoint slices; for GPU tracks
-    kept across a streamed file's chunks (a fresh one serves a single batch, e.g. interleaved
-    coroutines on one CPU thread).
-
-    Each lane holds the slices still open at the end of the last chunk, as (start, end): a slice
-    of a later chunk never partially overlaps one already written on its track. Across a chunk
-    boundary the clock fit changes (each chunk uses the fit known when it was written), which can
-    move back-to-back GPU work written in two chunks into a partial overlap of tens of ns.
-    """
+    """Lanes of a file's tracks, each holding only nested or disjoint slices; for GPU tracks, each
+    lane's slices still open are kept across chunks: a new chunk's clock fit can move back-to-back
+    work of two chunks into a partial overlap of tens of ns. A fresh one serves a single batch."""
 
     def __init__(self) -> None:
         self.open: dict[tuple[str, int], list[list[tuple[int, int]]]] = {}
 
-    def lanes(
-        self, key: tuple[str, int], st: npt.NDArray[np.int64], en: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.int64]:
+    def lanes(self, key: tuple[str, int], st: Ints, en: Ints) -> Ints:
         """Lane per slice [st, en) (en >= st) of one track: nested or disjoint within a lane."""
         n = len(st)
         out = np.zeros(n, np.int64)
@@ -107,12 +94,9 @@ def queue_dict(q: QueueInfo) -> dict[str, Any]:
 
 
 def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A scope whose one pass is its whole GPU slice (same start, end, submission and queue: a
-    wgpu scope with one timed pass) has that pass written as an argument of its GPU slice
-    (``pass``: the label) rather than as a second slice of the same extent.
-
-    ``rows``: the scopes with a GPU slice, ascending. Returns, per row of ``rows``, the folded
-    pass's label (-1: none), and the spans still written as pass slices (in scope order)."""
+    """A scope's one pass as long as its GPU slice (same start, end, submission and queue) is the
+    arg ``pass`` of that slice, not a second slice. ``rows``: the GPU scopes, ascending. Returns,
+    per row, the folded pass's label (-1: none), and the spans still written as pass slices."""
     sp, s = trace.spans, trace.scopes
     label = np.full(len(rows), -1, np.int64)
     if not len(sp) or not len(rows):
@@ -136,9 +120,8 @@ def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def capped_header(header: dict[str, Any]) -> dict[str, Any]:
-    """The header as written: anomaly counts stay exact, examples are capped at
-    ``EXAMPLES_IN_HEADER`` (each flagged slice carries its own flags; a reader that wants every
-    example rebuilds the list from them)."""
+    """The header as written: anomaly counts exact, examples capped at ``EXAMPLES_IN_HEADER``
+    (a reader rebuilds the list from the flags each slice carries)."""
     out = dict(header)
     an = out.get("anomalies")
     if isinstance(an, dict) and isinstance(an.get("items"), list) and len(an["items"]) > EXAMPLES_IN_HEADER:
@@ -183,10 +166,9 @@ class Arg:
 
 @dataclass
 class Events:
-    """Events of one shape, a column each: slices (``dur`` given) or instants (``dur`` None).
-    ``cat``/``name`` index ``cats``/``names``; ``args`` are per-key columns, or ``objs`` a
-    whole args object per row from a table (index 0: none); ``flow`` the rows' flow ids
-    (``flow_has`` the rows that have one), out of the slice or into it."""
+    """Events of one shape, a column each: slices (``dur`` given) or instants. ``cat``/``name``
+    index ``cats``/``names``; ``args`` per-key columns, or ``objs`` a whole args object per row
+    from a table (0: none); ``flow`` the flow ids (of the rows ``flow_has``), out or in."""
 
     cats: list[str]
     cat: Ints
@@ -240,9 +222,8 @@ def _col(v: Any, n: int) -> Ints:
 
 
 class Planner:
-    """The plan of one file, chunk by chunk; ``header`` is the file's (``base_ns``, pid, rank,
-    host, and for a merged trace ``processes``). It numbers scopes and operations across chunks,
-    names each process and track once, and keeps each GPU track's open slices (``LaneCarry``)."""
+    """The plan of one file, chunk by chunk (``header``: the file's): it numbers scopes and
+    operations across chunks, names each process and track once, and keeps the GPU tracks' lanes."""
 
     def __init__(self, header: dict[str, Any]) -> None:
         self.base = int(header["base_ns"])
@@ -254,9 +235,7 @@ class Planner:
         self.pid_of_tid: dict[int, int] = {
             int(t) % OVERLAP_TID_STEP: int(p["pid"]) for p in self.processes for t in p.get("tids", [])
         }
-        self.proc_of_device: dict[int, dict[str, Any]] = {
-            int(d): p for p in self.processes for d in p.get("devices", [])
-        }
+        self.proc_of_device = {int(d): p for p in self.processes for d in p.get("devices", [])}
         self.rows = 0  # scopes written so far: the file-order row of the next scope
         self.op_rows = 0  # operations written so far (numbers them, and their flows, across chunks)
         self.ops_not_drawn = 0  # operations off the file's time line (before it, or never aligned)
@@ -346,22 +325,20 @@ class Planner:
             m = trace.marks
             kinds = sorted({x.kind for x in m})
             mtid = tids[np.array([x.thread for x in m], np.int64)]
-            mpid = self._cpu_pids(mtid)
             objs = (
                 [None] + [dict(x.args) for x in m],
                 np.array([(k + 1) * bool(x.args) for k, x in enumerate(m)]),
             )
             kind = np.array([kinds.index(x.kind) for x in m], np.int64)
             ts = np.array([x.ts_ns - self.base for x in m], np.int64)
-            out.events.append(
-                Events(kinds, kind, [x.name for x in m], np.arange(len(m)), mpid, mtid, ts, objs=objs)
-            )
+            out.events.append(Events(
+                kinds, kind, [x.name for x in m], np.arange(len(m)), self._cpu_pids(mtid), mtid, ts, objs=objs
+            ))  # fmt: skip
         self.rows += n
         return out
 
     def _cpu(self, trace: Trace, tids: Ints, has_gpu: Mask, meta: list[dict[str, Any]]) -> Events:
-        """A slice per scope on its thread, spanning its CPU enqueue window; its flow to its GPU
-        slice; its own args and flags."""
+        """A slice per scope on its thread (its CPU enqueue window), its flow to its GPU slice, its args."""
         s = trace.scopes
         n = len(s)
         cpu_tid = tids[s.thread]
@@ -377,19 +354,16 @@ class Planner:
         pid = self._cpu_pids(cpu_tid)
         # the rare parts: a scope's own args and flags (equal ones written from one entry)
         flagged = np.flatnonzero(s.flags)
-        objs: list[Any] = [None]
         idx = np.zeros(n, np.int64)
         fl = dict(zip(flagged.tolist(), s.flags[flagged].tolist(), strict=True))
-        number: dict[bytes, int] = {}
+        numbered: dict[bytes, tuple[int, Any]] = {}  # an args object's JSON -> (its number, it)
         for i in sorted(set(s.args) | set(fl)):
             a = s.args.get(i) or {}
             if i in fl:
                 a = dict(a, flags=flag_names(fl[i]))
             if a:
-                k = number.setdefault(dumps(a), len(objs))
-                if k == len(objs):
-                    objs.append(a)
-                idx[i] = k
+                idx[i] = numbered.setdefault(dumps(a), (len(numbered) + 1, a))[0]
+        objs = [None, *(a for _k, a in numbered.values())]
         return Events(
             ["cpu"], _col(0, n), trace.names, s.name, pid, cpu_tid, s.cpu_start_ns - self.base,
             s.cpu_end_ns - s.cpu_start_ns, objs=(objs, idx), flow=self.rows + np.arange(n),
@@ -468,9 +442,8 @@ class Planner:
             )
 
     def _depth(self, trace: Trace, rows: Ints, gpid: Ints, qn_idx: Ints, out: Chunk) -> None:
-        """The queue-depth counter of each stream (work submitted, not yet finished): +1 at a
-        scope's submission, -1 at its GPU end; a nested scope's work is its parent's, counted
-        once. Exact within a chunk: work of an earlier chunk still queued is not added."""
+        """The queue-depth counter of each stream: +1 at a scope's submission, -1 at its GPU end
+        (a nested scope's work is its parent's). Work of an earlier chunk still queued is not added."""
         s = trace.scopes
         q = s.queue[rows]
         par = s.parent[rows]
@@ -493,11 +466,9 @@ class Planner:
         out.counters.append(Counters(labels, qk, "queue depth", gpid[at], t - self.base, depth))
 
     def _ops(self, trace: Trace, tids: Ints, out: Chunk) -> None:
-        """Each operation as a GPU slice on its stream's operations track, its launch call as a
-        CPU slice inside its scope (once per call: a graph launch runs many operations), and a
-        flow (v2) from the call to its first operation; with the fields HTA reads. Operations
-        before the file's zero (launched before the session) or on a clock never aligned (no
-        calibration), which no viewer could place, are left out and counted."""
+        """Each operation as a GPU slice on its stream's operations track (with the fields HTA reads),
+        its launch call as a CPU slice inside its scope (once: a graph launch runs many), and a flow
+        from the call to its first operation. Those no viewer could place are left out, counted."""
         ops, queues, s, base = trace.ops, trace.queues, trace.scopes, self.base
         n, nq, op0 = len(ops), len(queues), self.op_rows
         st, en = ops.gpu_start_ns, ops.gpu_end_ns
@@ -547,9 +518,7 @@ class Planner:
         # grid and block: a few distinct shapes, each written once
         shape = np.concatenate([ops.grid, ops.block], axis=1).astype(np.int64)
         has_shape = (kind == 0) | shape.any(axis=1)
-        runs = (
-            np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)]) if n else np.zeros(0, np.intp)
-        )
+        runs = np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)])  # (n > 0 here)
         ushape, run_idx = np.unique(shape[runs], axis=0, return_inverse=True)
         sinv = np.repeat(run_idx.reshape(-1), np.diff(np.r_[runs, n]))
         p = np.flatnonzero(placed)

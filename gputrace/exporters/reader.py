@@ -2,13 +2,10 @@
 
 A file gputrace wrote (its header under ``gputrace``, or, for a file cut short, the start header
 under ``metadata.gputrace_stream``) is read back exactly; any other Chrome trace goes to
-``from_chrome``. Events are sorted by kind in one pass; everything after it is per
-column (numpy). A value that cannot be a trace value is refused with one sentence naming it.
-
-Checks on the values: a GPU duration (``gpu_us``) below zero is refused unless its slice carries
-the flag gputrace gives such a measurement (``empty_gpu_span`` or ``degraded``); an event that
-appears twice (a file concatenated or edited by hand) is refused instead of becoming a phantom
-row with doubled counts: the same CPU slice (every field equal) or two GPU slices for one scope.
+``from_chrome``. Events are sorted by kind in one pass, everything after is per column (numpy).
+Refused with one sentence naming it: a value that cannot be a trace value, a negative ``gpu_us``
+without the flag gputrace gives one (``empty_gpu_span``, ``degraded``), and an event that appears
+twice (a file concatenated or edited by hand): the same CPU slice, or two GPU slices for a scope.
 """
 
 from __future__ import annotations
@@ -44,6 +41,7 @@ from gputrace.model import (
 
 Event = dict[str, Any]
 I64 = npt.NDArray[np.int64]
+Intern = Callable[[str], int]  # a name's id in the trace's names
 MAX_ABS_US = 1e15  # beyond ~31 years in µs it is not a time: refused, not overflowed
 NEGATIVE_GPU_OK = frozenset({"empty_gpu_span", "degraded"})  # flags under which gputrace writes one
 _OP_KIND = {c: i for i, c in enumerate(OP_CATS)}
@@ -136,7 +134,7 @@ def _optional_ns(args: list[Any], key: str, base: int) -> tuple[list[int], I64]:
     return rows, base + _ns(floats([args[i][key] for i in rows], key))
 
 
-def _interned(values: list[Any], intern: Callable[[str], int]) -> npt.NDArray[np.int32]:
+def _interned(values: list[Any], intern: Intern) -> npt.NDArray[np.int32]:
     """Name ids for ``values`` (each as ``str``), interning each distinct value once (a value
     that cannot be a name, such as a list, raises ``TypeError``: the file is malformed)."""
     first_met: defaultdict[Any, int] = defaultdict(count().__next__)
@@ -215,11 +213,9 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
         header["queues"] = [queue_dict(q) for q in queues]
     n = len(cpu)
-    name_ids: dict[str, int] = {}  # numbered as first met: the scopes' names, then labels and operations'
-
-    def intern(label: str) -> int:
-        return name_ids.setdefault(label, len(name_ids))
-
+    # numbered as first met: the scopes' names, then labels and operations'
+    name_ids: defaultdict[str, int] = defaultdict(count().__next__)
+    intern: Intern = name_ids.__getitem__
     s = ScopeTable.empty(n)
     s.name = _interned(_col(cpu, "name"), intern)
     tids = ints(_col(cpu, "tid"), "a cpu slice's tid") % OVERLAP_TID_STEP
@@ -248,11 +244,9 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
                 s.args[i] = a
     folded = _gpu_slices(s, gpu, base, len(queues), intern)
     passes = np.concatenate([folded, _passes(pass_events, n, base, intern)])
-    order = np.arange(n)
+    ops = _ops(op_events, base, n, thread_row, len(queues), intern)
     if not (np.diff(s.cpu_start_ns) > 0).all():  # a streamed file's scopes come as they ended
         order = np.lexsort((-s.cpu_end_ns, s.thread, s.cpu_start_ns))
-    ops = _ops(op_events, base, n, thread_row, len(queues), intern)
-    if n and (order != np.arange(n)).any():
         new_row = np.empty(n, np.int64)
         new_row[order] = np.arange(n)
         ops.scope = np.where(ops.scope >= 0, new_row[np.maximum(ops.scope, 0)], -1)
@@ -283,10 +277,9 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
     return trace
 
 
-def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Callable[[str], int]) -> I64:
-    """Each scope's GPU times, submission, uncertainty, queue and flags from its GPU slice (the
-    slice's ``bind_id`` is its scope); returns the passes folded into their scope's slice, a row
-    each of (scope row, label id, GPU start, GPU end, submission), as ``_passes`` does."""
+def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Intern) -> I64:
+    """Each scope's GPU fields from its GPU slice (``bind_id``: its scope); returns the passes
+    folded into their scope's slice as ``_passes`` does: (scope, label, start, end, submission)."""
     if not gpu:
         return np.zeros((0, 5), np.int64)
     n = len(s)
@@ -294,10 +287,9 @@ def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Cal
     if rows.min() < 0 or rows.max() >= n:
         bad = int(rows.min() if rows.min() < 0 else rows.max())
         raise Malformed(f"a gpu slice names scope {bad}, but the trace has {n} scopes")
-    if np.bincount(rows, minlength=n).max() > 1:
-        uniq, counts = np.unique(rows, return_counts=True)
+    if (counts := np.bincount(rows, minlength=n)).max() > 1:
         raise Malformed(
-            f"scope {int(uniq[counts > 1][0])} has two gpu slices (was the file concatenated or edited?)"
+            f"scope {int(np.argmax(counts > 1))} has two gpu slices (was the file concatenated or edited?)"
         )
     ga = _col(gpu, "args")
     t0 = base + _ns(floats(_col(gpu, "ts"), "a gpu slice's ts"))
@@ -327,7 +319,7 @@ def _gpu_slices(s: ScopeTable, gpu: list[Event], base: int, nq: int, intern: Cal
     return np.stack([r, label, s.gpu_start_ns[r], s.gpu_end_ns[r], s.submit_ns[r]], axis=1)
 
 
-def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]) -> I64:
+def _passes(events: list[Event], n: int, base: int, intern: Intern) -> I64:
     """wgpu passes written as child slices of their scope's GPU slice."""
     if not events:
         return np.zeros((0, 5), np.int64)
@@ -344,14 +336,12 @@ def _passes(events: list[Event], n: int, base: int, intern: Callable[[str], int]
     return np.stack([rows, labels, g0, g1, sub], axis=1)
 
 
-def _span_table(s: ScopeTable, p: I64, covers_children: bool, intern: Callable[[str], int]) -> SpanTable:
+def _span_table(s: ScopeTable, p: I64, covers_children: bool, intern: Intern) -> SpanTable:
     """One span per pass, plus (where spans do not merely hull passes, as cuda's) one
     scope-level span, unlabelled, for each GPU scope without a pass; by scope, start and end."""
     with_pass = np.zeros(len(s), bool)
     with_pass[p[:, 0]] = True
-    unl = (
-        np.zeros(0, np.int64) if covers_children else np.flatnonzero((s.gpu_start_ns != NO_TIME) & ~with_pass)
-    )
+    unl = np.flatnonzero((s.gpu_start_ns != NO_TIME) & ~with_pass & (not covers_children))
     label = intern("") if len(unl) else 0
     sc = np.concatenate([p[:, 0], unl])
     g0 = np.concatenate([p[:, 2], s.gpu_start_ns[unl]])
@@ -368,12 +358,7 @@ def _span_table(s: ScopeTable, p: I64, covers_children: bool, intern: Callable[[
 
 
 def _ops(
-    events: list[Event],
-    base: int,
-    n_scopes: int,
-    thread_row: dict[int, int],
-    nq: int,
-    intern: Callable[[str], int],
+    events: list[Event], base: int, n_scopes: int, thread_row: dict[int, int], nq: int, intern: Intern
 ) -> OpTable:
     """The per-operation records (kernel/memcpy/memset events gputrace wrote), by (ts, op)."""
     events = [e for e in events if isinstance(e.get("args"), dict) and "op" in e["args"]]
@@ -395,10 +380,9 @@ def _ops(
         raise Malformed("an operation is on a stream that the header does not list")
     ops.thread = np.fromiter(map(thread_row.get, _get(a, "tid", None), repeat(-1)), np.int32, n)  # type: ignore[arg-type]
     ops.correlation = ints(_col(a, "correlation"), "an operation's correlation")
+    dur = floats(_col(events, "dur"), "an operation's dur", non_negative=True)
     ops.gpu_start_ns = base + _ns(ts[order])
-    ops.gpu_end_ns = ops.gpu_start_ns + _ns(
-        floats(_col(events, "dur"), "an operation's dur", non_negative=True)
-    )
+    ops.gpu_end_ns = ops.gpu_start_ns + _ns(dur)
     seen, c0 = _optional_ns(a, "call_ts", base)
     ops.call_start_ns[seen] = c0
     ops.call_end_ns[seen] = c0 + _ns(floats([a[i]["call_dur_us"] for i in seen], "call_dur_us"))
@@ -425,15 +409,11 @@ def _num(v: Any) -> bool:
 
 
 def from_chrome(doc: Any, where: str) -> Trace:
-    """A ``Trace`` from a Chrome trace written by another tool (PyTorch's profiler, say), read as CPU
-    and GPU slices; ``TraceFileError`` if it has no slices.
-
-    Complete slices (``"ph": "X"`` with numeric ``ts``/``dur``) become scopes. Slices whose ``cat``
-    is a GPU category (``kernel``, ``gpu_memcpy``, ``gpu_memset``, ``gpu``) become GPU work on a
-    stream (``args.device``/``args.stream`` when present, else pid/tid); when a CPU slice carries the
-    same ``args.correlation`` (PyTorch's ``cudaLaunchKernel``), that slice is the GPU work's CPU
-    enqueue window and its start the submission time. Everything else is CPU-only. There is no clock
-    fit: the other tool already placed GPU times on its CPU clock.
+    """A ``Trace`` from a Chrome trace written by another tool (PyTorch's profiler, say); its
+    complete (X) slices read as CPU slices and, with a GPU category (``GPU_CATS``), GPU work on
+    its ``args.device``/``args.stream`` (else pid/tid), enqueued by the CPU slice of the same
+    ``args.correlation`` (docs/trace-format.md, "Traces from other tools"). No clock fit: the
+    other tool placed GPU times on its CPU clock. ``TraceFileError`` if it has no slices.
 
     >>> doc = {"traceEvents": [
     ...     {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
@@ -535,16 +515,8 @@ def from_chrome(doc: Any, where: str) -> Trace:
         note += (
             f" Its {ranges} GPU spans of record_function ranges (gpu_user_annotation) are not read as work."
         )
-    header: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "backend": "other tool",
-        "source": "chrome",
-        "source_note": note,
-        "start_ns": start,
-        "base_ns": start,
-        "end_ns": end,
-        "clock": [],
-    }
+    header: dict[str, Any] = {"format_version": FORMAT_VERSION, "backend": "other tool", "source": "chrome"}
+    header.update(source_note=note, start_ns=start, base_ns=start, end_ns=end, clock=[])
     top = doc if isinstance(doc, dict) else {}
     host = next((top[k] for k in ("host_name", "hostname") if isinstance(top.get(k), str)), None)
     if host:  # PyTorch's profiler writes the host's name at the top level
@@ -553,10 +525,9 @@ def from_chrome(doc: Any, where: str) -> Trace:
 
 
 def _overhead_threads(cpu: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
-    """Kineto writes the profiler's own overhead ("Activity Buffer Request": CUPTI asking for a
-    buffer, inside whatever op was running) on a process of its own (pid -1), without the thread
-    it stalled; ``key_averages`` counts it as a child of that op. Each such slice goes to the one
-    thread whose slices enclose it (``id`` of the event -> (pid, tid)); none where that is not one."""
+    """Kineto writes the profiler's own overhead ("Activity Buffer Request", inside whatever op
+    was running) on a process of its own (pid -1); ``key_averages`` counts it as a child of that
+    op. Each such slice goes to the one thread whose slices enclose it (``id`` -> (pid, tid))."""
     over = [e for e in cpu if e.get("cat") == "overhead" and e.get("pid") == -1]
     if not over:
         return {}
