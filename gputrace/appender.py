@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -437,8 +438,6 @@ def _peak_rss_mb() -> float | None:
 def serve() -> None:
     """The writer process: chunks from stdin resolved and appended; the close answered on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
-    import time
-
     from gputrace.chunks import Resolving, resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

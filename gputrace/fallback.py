@@ -101,15 +101,11 @@ def lost_text(lost: dict[str, Any]) -> str:
 
     parts = []
     if lost.get("scopes"):
-        parts.append(
-            f"is missing {count(lost['scopes'], 'scope')} ({count(lost.get('chunks'), 'chunk')}) "
-            "that gputrace failed to write"
-        )
-    if lost.get("degraded_chunks"):
-        d = count(lost["degraded_chunks"], "chunk")
-        verb = "was" if int(lost["degraded_chunks"]) == 1 else "were"
-        written = f"{verb} written" if parts else "written"
-        parts.append(f"{d} {written} with CPU times only (flagged degraded)")
+        chunks = count(lost.get("chunks"), "chunk")
+        parts.append(f"is missing {count(lost['scopes'], 'scope')} ({chunks}) that gputrace failed to write")
+    if degraded := int(lost.get("degraded_chunks") or 0):
+        verb = ("was " if degraded == 1 else "were ") if parts else ""
+        parts.append(f"{count(degraded, 'chunk')} {verb}written with CPU times only (flagged degraded)")
     if not parts:
         return "lost nothing."
     text = "; ".join(parts) + "."

@@ -58,12 +58,12 @@ class RingWriter:
         with self._lock:
             self._prune()
             chunks = [c for _, c in self.chunks]
-        header = dict(header)
         flags = np.concatenate([c.scopes.flags for c in chunks] or [np.zeros(0, np.int64)])
         anomalous = int(np.count_nonzero(flags & int(ANOMALY_FLAGS)))
         # exact counts; the examples are rebuilt from the per-scope flags by the reader
-        header["anomalies"] = {"counts": flag_counts(flags), "items": [], "truncated": anomalous}
-        header["ring"] = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
+        anomalies = {"counts": flag_counts(flags), "items": [], "truncated": anomalous}
+        ring = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
+        header = dict(header, anomalies=anomalies, ring=ring)
         tmp = self.path.with_name(".partial-" + self.path.name)  # same extension: same format
         check_output(self.path)  # the rename would replace a device node, FIFO or folder put there
         w = exporters.stream_writer(tmp, header)
@@ -191,14 +191,10 @@ def parse_schedule(spec: str | Schedule | dict[str, int] | None) -> Schedule | N
 
 def parse_steps(steps: str | tuple[int, int]) -> Schedule:
     """ "100:110" (or (100, 110)) → the schedule of steps 100 to 109. A clear error otherwise."""
-    if isinstance(steps, tuple):
-        a, b = steps
-    else:
-        try:
-            a_s, b_s = str(steps).split(":")
-            a, b = int(a_s), int(b_s)
-        except ValueError:
-            raise GputraceError(f"steps must look like START:STOP (e.g. 100:110), not {steps!r}.") from None
+    try:
+        a, b = steps if isinstance(steps, tuple) else map(int, str(steps).split(":"))
+    except ValueError:
+        raise GputraceError(f"steps must look like START:STOP (e.g. 100:110), not {steps!r}.") from None
     if not 0 <= a < b:
         raise GputraceError(f"steps {a}:{b} holds no step: START must be ≥ 0 and below STOP.")
     return Schedule(skip_first=a, active=b - a, repeat=1)

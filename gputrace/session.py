@@ -121,7 +121,6 @@ class session:
         self._ring_triggers: RingTriggers | None = None
         self._streamer: Any = None
         self._spawned: Any = None  # a writer process started before the backend (appender.spawn)
-        self._stream_path: Path | None = None  # where the streamed file was opened
         self._finished = False
         self._start_failed = ""  # why ``start`` failed inside gputrace (the session records nothing)
         self._recorder: Recorder | None = None
@@ -320,7 +319,7 @@ class session:
             streamer = Streamer(self.path, header, self._recorder, self._raw, ring, offload, self._spawned)
             if getattr(streamer.out, "proc", None) is self._spawned:
                 self._spawned = None  # the writer process's now; else ``_start`` ends it
-            self._streamer, self._stream_path = streamer, self.path  # (set only once nothing can fail)
+            self._streamer = streamer  # (set only once nothing can fail)
         except Exception as exc:
             self.stream = False  # written at stop instead, where an OSError is reported once
             if streamer is not None:  # built, then a later step failed: not half kept
@@ -364,7 +363,7 @@ class session:
         """Write the flight recorder's last ``ring_s`` seconds to ``path`` now (as SIGUSR1 does) and
         record on. Returns the path, or None when not a flight recorder."""
         st = self._streamer
-        if st is None or self.ring_s is None or st.writer.closed:
+        if st is None or self.ring_s is None or st.detached or st.writer.closed:
             return None
         with reporting("ring", "writing the flight recorder"):
             st.flush()
@@ -387,8 +386,9 @@ class session:
         return header
 
     def _stop_stream(self, stop_ns: int) -> None:
-        st, rec, streamed = self._streamer, self._recorder, self._stream_path
-        assert rec is not None and self.path is not None and streamed is not None
+        st, rec = self._streamer, self._recorder
+        streamed = st.path  # where the file was opened
+        assert rec is not None and self.path is not None
         with reporting("stream-timer", "stopping the trace's timer"):
             st.stop_timer()
         # each step on its own: a failing one costs its own scopes (counted), never the file
@@ -396,6 +396,7 @@ class session:
             st.lost_scopes += rec.scopes_held(open_too=False)  # never taken: what the buffers hold is lost
         st.final = True
         self._write_chunk(lambda: rec.unclosed(stop_ns), self._raw.queues, "ending the scopes still open")
+        early = "what was written so far loads as a trace that ends early"
         try:
             st.close(safe_header(self._final_header(stop_ns)))
             if self.path != streamed:
@@ -404,16 +405,11 @@ class session:
             self.written = self.path
         except OSError as exc:
             report_internal(
-                "write",
-                f"could not finish writing the trace to {streamed} ({exc.strerror or exc}); "
-                "what was written so far loads as a trace that ends early.",
+                "write", f"could not finish writing the trace to {streamed} ({exc.strerror or exc}); {early}."
             )
         except Exception as exc:
-            report_internal(
-                "write",
-                f"finishing the streamed trace {streamed} failed ({type(exc).__name__}: {exc}); "
-                "what was written so far loads as a trace that ends early.",
-            )
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("write", f"finishing the streamed trace {streamed} failed ({why}); {early}.")
             self.written = streamed
 
     def _write_chunk(self, take: Callable[[], Any], queues: list[QueueInfo] | None, doing: str) -> bool:

@@ -36,27 +36,13 @@ from gputrace.resolver import RawRecording
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
 MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
 PIECE = 50_000  # scopes resolved and written at a time
-# Past this many plain scopes waiting to be written (about 50 MB of thread buffers), recording
-# threads wait for the stream's writer (Streamer._throttle).
-BACKLOG_SCOPES = 500_000
+BACKLOG_SCOPES = 500_000  # scopes waiting (about 50 MB of buffers) that make recording threads wait
 BACKLOG_CHECK_S = 0.1
-# CUPTI timing (an ``ops_timing`` backend): collect once this many bytes of activity records wait
-# (about 14,000 kernels with their launch calls), and make recording threads wait while more
-# than OPS_BACKLOG collected operations are not yet written (docs/cupti.md, "Memory").
+# CUPTI: collect once this many bytes of records wait (about 14,000 kernels with their launch
+# calls); recording threads wait while more operations are not yet written (docs/cupti.md, "Memory")
 COLLECT_BYTES = 4 << 20
 OPS_BACKLOG = 30_000
-# With a writer process, CUPTI records are collected and sent at least this often: the child
-# renders the run while it goes on, and the stop is left at most this much of it to write.
-OFFLOADED_COLLECT_S = 0.1
-
-
-class _Detached:
-    """What a forked child's streamer writes to: nothing (the file is its parent's)."""
-
-    closed = True
-
-    def close(self, header: dict[str, Any]) -> None:
-        pass
+OFFLOADED_COLLECT_S = 0.1  # a writer process is sent CUPTI records this often (the stop's share)
 
 
 _live: weakref.WeakSet[Streamer] = weakref.WeakSet()
@@ -87,7 +73,7 @@ class Streamer(Losses):
         """``writer``: one with a ``StreamWriter``'s methods (the flight recorder's ring), else the
         format's; ``spawned``: a writer process already started for ``offload`` (the caller's to
         end unless it is used)."""
-        self.recorder = recorder
+        self.path, self.recorder = path, recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
         self.out: Resolving | WriterProcess
         if writer is not None:
@@ -111,6 +97,7 @@ class Streamer(Losses):
         self.last_horizon: int | None = None  # CUPTI: the latest horizon, and whether it moved
         self.horizon_moves = True
         self._held_for_writer = False  # throttling while the writer process is behind
+        self.detached = False  # in a forked child (``detach``)
         if isinstance(self.out, WriterProcess):
             self.out.on_wait = self._writer_waits
         _live.add(self)
@@ -143,7 +130,7 @@ class Streamer(Losses):
         if isinstance(fd, int) and not getattr(self.writer, "closed", True):
             with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
-        self.out = Resolving(Appender(_Detached()), {})  # (nothing is resolved: it is closed)
+        self.detached = True  # (the file is the parent's: nothing is written)
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
@@ -172,8 +159,7 @@ class Streamer(Losses):
         self._timer.start()
 
     def _tick(self, interval_s: float, collect_s: float) -> bool:
-        """One round of the timer; True when the next should come at once (recording threads
-        wait for this one to catch up)."""
+        """One round of the timer; True when the next should come at once (threads wait for it)."""
         if self.collect_ops is None and not getattr(self.recorder.backend, "ops_timing", False):
             behind = self.recorder.backlog() >= BACKLOG_SCOPES
             self._throttle(behind)  # recording threads wait while this one catches up
@@ -216,16 +202,13 @@ class Streamer(Losses):
         return again
 
     def ops_backlog(self) -> int:
-        """GPU operations collected and not yet cut into a chunk (those carried for a scope still
-        open, which only that scope's end lets go, are not counted)."""
+        """GPU operations collected and not yet cut into a chunk (not those carried for an open scope)."""
         return sum(len(b) for b in list(self.raw.batches))
 
     def _throttle(self, on: bool) -> None:
-        """Backpressure. Without syncs, a loop of near-empty scopes records faster (1.6 M scopes/s
-        measured) than this thread, which shares the interpreter with it, writes them (1.4 M/s
-        alone), and the backlog grew without bound (949 MB after 10 M scopes). Past
-        ``BACKLOG_SCOPES`` waiting, each thread's scope exits wait (at most ``THROTTLE_WAIT_S``
-        each, ``Recorder.throttle``) until this thread has written the backlog."""
+        """Backpressure: without syncs, a loop of empty scopes records faster (1.6 M/s) than this
+        thread, sharing its interpreter, writes them (1.4 M/s), and the backlog grew without bound
+        (949 MB after 10 M scopes). Scope exits wait (``Recorder.throttle``) while it is on."""
         if on == self.throttling:
             return
         self.throttling = on
@@ -272,7 +255,7 @@ class Streamer(Losses):
             return self.recorder.take_recorded()
 
     def flush(self) -> None:
-        """What is complete now, taken and written (the timer's chunk, a ring's dump)."""
+        """What is complete now, taken and written (a timer chunk, a ring's dump)."""
         with self.lock:
             self.write(self.take(), False)
 
@@ -310,8 +293,8 @@ class Streamer(Losses):
         horizon: int | None,
         more: bool,
     ) -> None:
-        if self.writer.closed:
-            if not isinstance(self.writer, _Detached):  # (a forked child writes nothing, by design)
+        if self.detached or self.writer.closed:
+            if not self.detached:
                 self.lose(scopes_in(taken), "writing to a closed trace", RuntimeError("closed"))
             return
         if queues is not None and len(queues) >= len(self.queues):
@@ -367,7 +350,7 @@ class Streamer(Losses):
             self.lose(rec.scopes(), "reading back recorded scopes", exc)
 
     def close(self, final_header: dict[str, Any]) -> None:
-        """The final header, with what was lost here, to the resolving side (which adds its own)."""
+        """The final header, with what was lost here, to the resolving side."""
         header = self.with_lost(final_header)
         with self.lock:
             try:
@@ -378,10 +361,9 @@ class Streamer(Losses):
 
 def _waiting_bytes(backend: Any) -> int:
     """Bytes of activity records the backend's source holds, not yet collected (0: unknown)."""
-    try:
+    with contextlib.suppress(Exception):
         return int(backend.waiting_bytes())
-    except Exception:
-        return 0
+    return 0
 
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
