@@ -64,10 +64,12 @@ class Losses:
     def with_lost(self, header: dict[str, Any]) -> dict[str, Any]:
         """``header`` with these counts added to its ``lost``."""
         lost = dict(header.get("lost") or {})
-        counts = (self.lost_scopes, self.lost_chunks, self.degraded_chunks)
-        for key, n in zip(("scopes", "chunks", "degraded_chunks"), counts, strict=True):
-            lost[key] = int(lost.get(key, 0)) + n
-        return dict(header, lost=lost)
+        mine = {
+            "scopes": self.lost_scopes,
+            "chunks": self.lost_chunks,
+            "degraded_chunks": self.degraded_chunks,
+        }
+        return dict(header, lost=lost | {key: int(lost.get(key, 0)) + n for key, n in mine.items()})
 
 
 class Appender(Losses):

@@ -354,9 +354,8 @@ class session:
         if os.name != "posix":  # (the pipe's non-blocking writes and select)
             return False
         if choice == "auto":  # a CUDA program launches from the interpreter that would render
-            return self.backend_spec == "cuda" or (
-                self.backend_spec == "auto" and self._raw.header.get("backend") == "cuda"
-            )
+            started = self._raw.header.get("backend")
+            return self.backend_spec == "cuda" or (self.backend_spec == "auto" and started == "cuda")
         return choice == "process"
 
     def dump_ring(self) -> Path | None:
@@ -504,12 +503,11 @@ class session:
             self._raw.header["ranks"] = self._ranks.header()
             if self.path is not None:
                 self.path = rank_file(self.path, self._ranks.rank)
-        stop_ns = self.clock()
-        raw = self._raw
-        raw.header["end_ns"] = stop_ns
+        stop_ns, raw = self.clock(), self._raw
         raw.header["host"]["loadavg_end"] = loadavg()
-        raw.header["backend_info"] = _safe(rec.backend.info)
-        raw.header["devices"] = _safe(rec.backend.devices) or []
+        raw.header.update(
+            end_ns=stop_ns, backend_info=_safe(rec.backend.info), devices=_safe(rec.backend.devices) or []
+        )
         queues = self._queues(rec)
         if queues is None:  # GPU times on queues no stage could name: left out, and said so
             raw.problem = raw.problem or "listing the GPU queues failed"
@@ -544,9 +542,8 @@ class session:
             # a start that failed before building the header: the fields a reader needs (no scope
             # to place on a time axis), so its file still loads and says why
             first = {"format_version": FORMAT_VERSION, "version": __version__, "start_ns": 0, "base_ns": 0}
-            header = {**first, **self._raw.header}
-            header = safe_header(dict(header, problems=reported() or [self._start_failed]))
-            self._trace = cpu_scopes(header, [], "")
+            why = reported() or [self._start_failed]
+            self._trace = cpu_scopes(safe_header({**first, **self._raw.header, "problems": why}), [], "")
             if self.path is not None:
                 self._write(self._trace, self.path)
         return self._trace
