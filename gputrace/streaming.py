@@ -197,8 +197,7 @@ class Streamer(Losses):
             self._throttle(True)
         again = self.throttling
         if horizon is not None:
-            with self.lock:
-                self.write(self.take(), False, queues, horizon)
+            self.flush(queues, horizon)
         return again
 
     def ops_backlog(self) -> int:
@@ -254,10 +253,10 @@ class Streamer(Losses):
         with self.lock:  # two takers at once would both copy a prefix, then both delete one
             return self.recorder.take_recorded()
 
-    def flush(self) -> None:
-        """What is complete now, taken and written (a timer chunk, a ring's dump)."""
+    def flush(self, queues: list[QueueInfo] | None = None, horizon: int | None = None) -> None:
+        """What is complete now (before ``horizon``), taken and written (a timer chunk, a ring's dump)."""
         with self.lock:
-            self.write(self.take(), False)
+            self.write(self.take(), False, queues, horizon)
 
     def write(
         self,
