@@ -246,24 +246,18 @@ def _finish(proc: subprocess.Popen[bytes], answer: bool) -> Any:
     with contextlib.suppress(Exception):
         proc.stdin.close()  # type: ignore[union-attr]
     if answer:
-        try:
+        with contextlib.suppress(Exception):
             if not select.select([out], [], [], CLOSE_WAIT_S)[0]:
                 return "late"
             reply = _receive(out)
-        except Exception:
-            reply = None
-    _reap(proc)
-    with contextlib.suppress(Exception):
-        out.close()
-    return reply
-
-
-def _reap(proc: subprocess.Popen[bytes]) -> None:
-    """Collect the writer process's exit status on a thread of its own: nothing waits for it, and
-    ``Popen.wait`` with a time-out polls in sleeps of 0.5 ms and more (1-3 ms at a stop)."""
+    # reaped on a thread of its own: nothing waits for it, and ``Popen.wait`` with a time-out
+    # polls in sleeps of 0.5 ms and more (1-3 ms at a stop)
     if proc.poll() is None:
         with contextlib.suppress(Exception):
             threading.Thread(target=proc.wait, name="gputrace-reap", daemon=True).start()
+    with contextlib.suppress(Exception):
+        out.close()
+    return reply
 
 
 class WriterProcess(Losses):
