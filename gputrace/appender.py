@@ -1,15 +1,11 @@
-"""Appending a streamed session's chunks to its file, in order, in this process or in a writer process.
+"""Appending a streamed session's chunks to its file, in order, here or in a writer process.
 
 ``Appender`` owns the format's ``StreamWriter``: a chunk whose write fails with an ``OSError`` (a
-full disk) is held and written again before the next one; one the encoder fails on is written
-again with CPU times only, flagged ``degraded``; ``close`` counts what never reached the file in
-the final header (``"lost"``, ``"streamed"``).
-
-``WriterProcess`` runs ``chunks.Resolving`` and an ``Appender`` in a child process (``python -S
--c SERVE``; docs/reliability.md, "The writer process"), sent each chunk of raw records pickled
-down a pipe: in this process that work would hold the interpreter the program runs in. The pipe
-is the backpressure: a writer behind blocks the streamer's thread (which lets the interpreter
-go), never the program.
+full disk) is held and written again before the next; one the encoder fails on is written with
+CPU times only, flagged ``degraded``; ``close`` counts what never reached the file.
+``WriterProcess`` runs ``chunks.Resolving`` in a child (``python -S -c SERVE``; docs/reliability.md,
+"The writer process"), sent pickled chunks down a pipe, off the program's interpreter. The pipe is
+the backpressure: a writer behind blocks the streamer's thread, never the program.
 """
 
 from __future__ import annotations
@@ -25,10 +21,11 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from gputrace.errors import report_internal, reported
+from gputrace.errors import report_internal, reported, reporting
 from gputrace.fallback import without_gpu
 from gputrace.model import Trace
 
@@ -39,10 +36,9 @@ PIPE_BYTES = 1 << 20  # the pipe's buffer (Linux): chunks in flight before the s
 CLOSE_WAIT_S = 120.0  # a stop waits this long at most for the writer process to finish the file
 STALL_S = 60.0  # a writer process that reads nothing this long is given up (its chunks counted lost)
 WAIT_TELL_S = 0.05  # how often a send waiting for room in the pipe says so (``on_wait``)
-# The writer process's program, given the package's folder. It imports the package without its
-# ``__init__`` (the session API: 10 modules the writer never uses, a fifth of its start). Once
-# ``serve`` has closed the file and sent its answer, it ends without the interpreter's teardown
-# of numpy and the exporters, which the session's stop would wait for (32-64 ms on a 2-core machine).
+# The writer process's program, given the package's folder: the package without its ``__init__``
+# (10 modules it never uses, a fifth of its start); it ends without the interpreter's teardown,
+# which the session's stop would wait for (32-64 ms on a 2-core machine).
 SERVE = """import os, sys, types
 sys.modules["gputrace"] = package = types.ModuleType("gputrace")
 package.__path__ = [sys.argv[1]]
@@ -68,10 +64,12 @@ class Losses:
     def with_lost(self, header: dict[str, Any]) -> dict[str, Any]:
         """``header`` with these counts added to its ``lost``."""
         lost = dict(header.get("lost") or {})
-        counts = (self.lost_scopes, self.lost_chunks, self.degraded_chunks)
-        for key, n in zip(("scopes", "chunks", "degraded_chunks"), counts, strict=True):
-            lost[key] = int(lost.get(key, 0)) + n
-        return dict(header, lost=lost)
+        mine = {
+            "scopes": self.lost_scopes,
+            "chunks": self.lost_chunks,
+            "degraded_chunks": self.degraded_chunks,
+        }
+        return dict(header, lost=lost | {key: int(lost.get(key, 0)) + n for key, n in mine.items()})
 
 
 class Appender(Losses):
@@ -84,17 +82,14 @@ class Appender(Losses):
         self.dropped: list[tuple[int, int]] = []  # (first row, scopes) of chunks that never reached the file
 
     def add(self, chunk: Trace, first_row: int) -> None:
-        """Append the held chunks, then ``chunk`` (whose first scope is row ``first_row`` of what
-        the session sent), in order; a chunk whose write fails is held (the ones after it wait
-        behind it, so the file keeps their order). Never raises."""
+        """Append the held chunks, then ``chunk`` (its first scope: row ``first_row`` of what the
+        session sent); a chunk whose write fails is held, and those after it wait behind it."""
         self.held.append((first_row, chunk))
-        try:
+        # (on a fault the chunks stay held: written with the next one, or at close)
+        with reporting("stream-append", "appending a trace chunk", "; it is tried again"):
             self._flush_held(at_close=False)
             while sum(len(c) for _, c in self.held) > MAX_HELD_SCOPES and len(self.held) > 1:
                 self._drop_held(OSError(errno.ENOSPC, "the disk stayed full"))
-        except Exception as exc:  # the chunks stay held: written with the next one, or at close
-            why = f"{type(exc).__name__}: {exc}"
-            report_internal("stream-append", f"appending a trace chunk failed ({why}); it is tried again.")
 
     def _flush_held(self, at_close: bool) -> None:
         while self.held:
@@ -105,8 +100,7 @@ class Appender(Losses):
             self._drop_held(OSError(errno.ENOSPC, "the disk was still full at the end"))
 
     def _append_first(self) -> bool:
-        """Append ``held[0]``: True once it is written or lost (counted), False if it stays held
-        (its write failed with an OSError, a full disk)."""
+        """Append ``held[0]``: True once written or lost (counted), False if held (an OSError)."""
         first, chunk = self.held[0]
         if self.writer.closed:
             self._drop_held(RuntimeError("the trace file is closed"))
@@ -118,11 +112,8 @@ class Appender(Losses):
                 break
             except OSError as exc:
                 self._undo(cp)
-                report_internal(
-                    "stream-disk",
-                    f"appending to the trace failed ({exc.strerror or exc}); the chunk is kept and "
-                    "written with the next one.",
-                )
+                report_internal("stream-disk", f"appending to the trace failed ({exc.strerror or exc}); "
+                                "the chunk is kept and written with the next one.")  # fmt: skip
                 return False
             except Exception as exc:
                 self._undo(cp)
@@ -146,8 +137,8 @@ class Appender(Losses):
         return None
 
     def _undo(self, cp: Any) -> None:
-        """Cut the file back to ``cp``; if that is impossible, stop appending (the file then reads
-        as ending early, at its last whole chunk)."""
+        """Cut the file back to ``cp``; if impossible, stop appending (the file ends at its last
+        whole chunk)."""
         if not hasattr(self.writer, "checkpoint"):
             return  # a writer in memory (the flight recorder's ring): nothing half-written to cut
         try:
@@ -155,11 +146,9 @@ class Appender(Losses):
                 raise RuntimeError("no checkpoint was taken")
             self.writer.rollback(cp)
         except Exception as undo_exc:
-            report_internal(
-                "stream-undo",
-                f"a failed append could not be undone ({type(undo_exc).__name__}: {undo_exc}); "
-                "the trace ends at its last whole chunk.",
-            )
+            why = f"{type(undo_exc).__name__}: {undo_exc}"
+            report_internal("stream-undo", f"a failed append could not be undone ({why}); "
+                            "the trace ends at its last whole chunk.")  # fmt: skip
             with contextlib.suppress(Exception):
                 self.writer.abandon()  # (every writer with a checkpoint has it)
 
@@ -170,8 +159,8 @@ class Appender(Losses):
         self.lose(len(chunk), "appending a trace chunk", exc)
 
     def close(self, header: dict[str, Any]) -> None:
-        """Write what is held (a last try), then the final header with this appender's counts
-        added to the session's (``lost``) and the anomaly examples of lost chunks taken out."""
+        """Write what is held (a last try), then the final header with this appender's counts added
+        and the anomaly examples of lost chunks taken out."""
         try:
             self._flush_held(at_close=True)
         except Exception as exc:
@@ -189,8 +178,8 @@ class Appender(Losses):
 
 
 def _without_rows(items: list[dict[str, Any]], dropped: list[tuple[int, int]]) -> list[dict[str, Any]]:
-    """Anomaly examples (``scope``: the row among the scopes sent) renumbered as rows of the
-    file, those of the dropped chunks left out."""
+    """Anomaly examples (``scope``: the row among those sent) renumbered as rows of the file,
+    those of the dropped chunks left out."""
     out = []
     for item in items:
         row = int(item["scope"])
@@ -221,11 +210,11 @@ class SpawnFailed(Exception):
 
 
 def spawn() -> subprocess.Popen[bytes]:
-    """Start a writer process: it imports what it needs, then waits for the file it writes. A
-    session starts it before its backend, so the child's start overlaps the backend's."""
-    # the child finds this gputrace first (an editable install's finder may not be a path),
-    # and every other module on this process's path: it skips ``site`` (-S), whose .pth
-    # files took 48 of the 58 ms an interpreter needs to start on the H200 (docs/cupti.md)
+    """Start a writer process (before the backend, so their starts overlap): it imports what it
+    needs, then waits for the file it writes."""
+    # the child finds this gputrace first (an editable install's finder may not be a path) and
+    # this process's path: it skips ``site`` (-S), whose .pth files took 48 of the 58 ms an
+    # interpreter needs to start on the H200 (docs/cupti.md)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *(p for p in sys.path if p)]))
     # the child does no linear algebra: numpy's BLAS would start a thread per core that
@@ -250,32 +239,25 @@ def discard(proc: subprocess.Popen[bytes] | None) -> None:
 
 
 def _finish(proc: subprocess.Popen[bytes], answer: bool) -> Any:
-    """Close the pipe; read the writer process's answer (``answer``: "late" if none came within
-    ``CLOSE_WAIT_S``, the child then finishes on its own); it is reaped once it ends."""
+    """Close the pipe; read the writer process's answer (with ``answer``; "late" if none came in
+    ``CLOSE_WAIT_S``: the child finishes on its own); it is reaped once it ends."""
     reply: Any = None
     out: Any = proc.stdout
     with contextlib.suppress(Exception):
         proc.stdin.close()  # type: ignore[union-attr]
     if answer:
-        try:
+        with contextlib.suppress(Exception):
             if not select.select([out], [], [], CLOSE_WAIT_S)[0]:
                 return "late"
             reply = _receive(out)
-        except Exception:
-            reply = None
-    _reap(proc)
-    with contextlib.suppress(Exception):
-        out.close()
-    return reply
-
-
-def _reap(proc: subprocess.Popen[bytes]) -> None:
-    """Collect the writer process's exit status once it ends, on a thread of its own: nothing
-    waits for it (the file is finished before it answers; a killed one ends at once), and
-    ``Popen.wait`` with a time-out polls in sleeps of 0.5 ms and more (1-3 ms at a stop)."""
+    # reaped on a thread of its own: nothing waits for it, and ``Popen.wait`` with a time-out
+    # polls in sleeps of 0.5 ms and more (1-3 ms at a stop)
     if proc.poll() is None:
         with contextlib.suppress(Exception):
             threading.Thread(target=proc.wait, name="gputrace-reap", daemon=True).start()
+    with contextlib.suppress(Exception):
+        out.close()
+    return reply
 
 
 class WriterProcess(Losses):
@@ -287,8 +269,8 @@ class WriterProcess(Losses):
         header: dict[str, Any],
         proc: subprocess.Popen[bytes] | None = None,
     ) -> None:
-        """``proc``: a writer process from ``spawn`` (one is started here without it); it is
-        the caller's to discard if this raises."""
+        """``proc``: a writer process from ``spawn`` (else one is started; the caller's to
+        discard if this raises)."""
         _check_writable(path)  # refused here, at once, as an in-process open would refuse it
         self.path, self.header = path, copy.deepcopy(header)  # as the writer process gets it
         self.proc = proc if proc is not None else spawn()
@@ -303,25 +285,21 @@ class WriterProcess(Losses):
         self.closed = False
         self.rows = 0  # scopes sent
         self._broken: str | None = None  # (its lost_scopes: sent after the writer process ended)
-        # Until a chunk is sent to a writer process that has said it is ready (it imports numpy
-        # and the exporters first: 0.1-0.5 s), the chunks sent are kept here too: a session that
-        # ends before then writes them itself (``close``). Rendering a session's chunks here at
-        # its stop costs no more than waiting for a child that has just started to render them.
-        # (``chunks.RawChunk``s and ``chunks.Resolving``: that module builds on this one)
-        self._kept: list[Any] | None = []
+        # Until a chunk is sent to a child that said it is ready (it imports numpy and the exporters
+        # first: 0.1-0.5 s), the chunks sent are kept here too: a session that ends before then
+        # writes them itself, for no more than waiting for the child would cost.
+        self._kept: list[Any] | None = []  # (``chunks.RawChunk``s; ``_here``: ``chunks.Resolving``)
         self._is_ready = False
         self._here: Any = None  # the writer process failed before it was ready
         self._unsent: list[memoryview] = []  # frames not in the pipe yet (the child is starting)
-        # told True while a send waits for room in the pipe (the child is behind; every
-        # WAIT_TELL_S), then False once it is in
+        # told True while a send waits for room in the pipe (every WAIT_TELL_S), then False
         self.on_wait: Callable[[bool], None] | None = None
         self._send(("open", os.fspath(path), header), wait=False)
 
     def _send(self, msg: Any, wait: bool = True) -> bool:
-        """Frame ``msg`` (None: no new message) and write it after the frames not written yet;
-        ``wait``: until all are in the pipe (at most ``STALL_S`` each time it is full), else only
-        what fits now (a child still starting reads nothing: the rest goes with the next send).
-        False once the writer process has ended or hangs (reported once)."""
+        """Frame ``msg`` (None: none) and write it after the frames not written yet; ``wait``: until
+        all are in the pipe (at most ``STALL_S`` each time it is full), else what fits now (the
+        rest goes with the next send). False once the writer process ended or hangs (reported)."""
         if self._broken is not None:
             return False
         if msg is not None:
@@ -334,8 +312,6 @@ class WriterProcess(Losses):
                 except BlockingIOError:
                     if not wait:
                         return True
-                    # told every WAIT_TELL_S while the pipe stays full (the session decides
-                    # whether the program waits meanwhile)
                     for _ in range(int(STALL_S / WAIT_TELL_S)):
                         if select.select([], [self._fd], [], WAIT_TELL_S)[1]:
                             break
@@ -352,11 +328,8 @@ class WriterProcess(Losses):
             return True
         except OSError as exc:  # the writer process ended or hangs: what it had is in the file
             self._broken = exc.strerror or str(exc)
-            report_internal(
-                "writer-process",
-                f"the trace's writer process ended ({self._broken}); the trace ends at its last "
-                "whole chunk, later scopes are counted as lost.",
-            )
+            report_internal("writer-process", f"the trace's writer process ended ({self._broken}); the trace "
+                            "ends at its last whole chunk, later scopes are counted as lost.")  # fmt: skip
             return False
         finally:
             if waited and self.on_wait is not None:
@@ -397,7 +370,7 @@ class WriterProcess(Losses):
 
     def close(self, header: dict[str, Any]) -> None:
         """Send the final header and wait for the writer process to finish the file; what it
-        reported is reported here, once."""
+        reported is reported here."""
         if self.closed:
             return
         self.closed = True
@@ -427,11 +400,9 @@ class WriterProcess(Losses):
             raise OSError(errno.EIO, reply["error"])
 
     def _write_here(self) -> None:
-        """From now on this process appends: the session ends before a chunk was sent to a ready
-        writer process (a short session never waits for a child's start, nor for a child that
-        has just started to render all of it), or the child ended before then. It is stopped
-        (what it wrote is written again: the file is opened afresh), and the chunks kept are
-        appended here first."""
+        """From now on this process appends (the session ended before a chunk was sent to a ready
+        child, or the child ended before then): the child is stopped, the file opened afresh, and
+        the chunks kept appended first."""
         from gputrace.chunks import resolving
 
         discard(self.proc)
@@ -442,8 +413,7 @@ class WriterProcess(Losses):
 
 
 def _check_writable(path: str | os.PathLike[str]) -> None:
-    """Raise the ``OSError`` an open for writing would (without making the file: a format may
-    write elsewhere first, e.g. ``.pftrace.partial``)."""
+    """Raise the ``OSError`` an open for writing would, without making the file."""
     p = os.fspath(path)
     folder = os.path.dirname(p) or "."
     if not os.path.isdir(folder):
@@ -462,11 +432,8 @@ def _peak_rss_mb() -> float | None:
 
 
 def serve() -> None:
-    """The writer process: read chunks from stdin, resolve and append them, answer the close on
-    stdout."""
+    """The writer process: chunks from stdin resolved and appended; the close answered on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
-    import time
-
     from gputrace.chunks import Resolving, resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

@@ -1,16 +1,12 @@
-"""A streamed session's chunks resolved and appended, in the program's process or in its writer process.
+"""A streamed session's chunks resolved and appended, in the program's process or its writer process.
 
-The streamer (``gputrace.streaming``) cuts what the program recorded into chunks of raw records
-(``RawChunk``): the scopes that are complete, with the GPU operations, spans and calibration
-samples collected since the last chunk. ``Resolving`` turns each into resolved scopes
-(``gputrace.resolver``), keeps the operations of scopes still open for a later chunk, counts the
-session's anomalies for the final header, and hands the result to its ``Appender``. With a
-writer process (``appender.WriterProcess``) this runs in the child, on another core: in the
-interpreter the program runs in, resolving cost 0.7 µs a tiny CUPTI scope (fake CUPTI, 2 cores,
-``benchmarks/probe_loop_stages.py``), and the program waited for it.
-
-Each chunk's result depends only on the chunks before it, so ``Resolving`` in the session's own
-process, given the chunks a writer process never got, writes what the child would have.
+A ``RawChunk`` holds the complete scopes and the GPU operations, spans and calibration samples
+collected since the last chunk. ``Resolving`` resolves each, keeps the operations of scopes still
+open for a later chunk, counts the session's anomalies, and hands the result to its ``Appender``.
+In a writer process this runs on another core: in the program's interpreter, resolving cost
+0.7 µs a tiny CUPTI scope (``benchmarks/probe_loop_stages.py``), and the program waited for it.
+A chunk's result depends only on the chunks before it, so the session's own process, given the
+chunks a writer process never got, writes what the child would have.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ import numpy as np
 
 from gputrace import exporters
 from gputrace.appender import Appender, Losses
-from gputrace.errors import report_internal
+from gputrace.errors import report_internal, reporting
 from gputrace.fallback import cpu_scopes
 from gputrace.flags import flag_counts
 from gputrace.model import ANOMALY_FLAGS, Flag, Trace
@@ -41,12 +37,10 @@ _COLD = int(Flag.COLD)
 
 @dataclass
 class RawChunk:
-    """Raw records of one chunk (``raw.header`` is left empty: ``Resolving`` has the session's).
-
-    ``open_tids``: the threads with a scope still open when it was cut; ``carry``: operations no
-    scope of this chunk holds may belong to a later one (not the session's last chunk);
-    ``any_thread``: more pieces of the same take follow, so such an operation may belong to any
-    thread's scope, open or not."""
+    """Raw records of one chunk (``raw.header`` empty: ``Resolving`` has the session's).
+    ``open_tids``: threads with a scope open when it was cut; ``carry``: operations no scope of it
+    holds may belong to a later chunk; ``any_thread``: more pieces of the same take follow, so such
+    an operation may belong to any thread's scope."""
 
     raw: RawRecording
     open_tids: list[int] = field(default_factory=list)
@@ -63,8 +57,7 @@ class Resolving(Losses):
 
     def __init__(self, appender: Appender, header: dict[str, Any]) -> None:
         self.appender = appender
-        # as it was when the file was opened, in this process as in a writer process (the
-        # session's own goes on changing until its stop)
+        # as when the file was opened, here as in a writer process (the session's goes on changing)
         self.header = copy.deepcopy(header)
         self.seen_names: set[str] = set()
         self.counts: Counter[str] = Counter()
@@ -83,9 +76,8 @@ class Resolving(Losses):
     def _add(self, chunk: RawChunk) -> None:
         raw = chunk.raw
         raw.header = self.header
-        batches = self.carried + raw.batches
+        raw.batches = batches = self.carried + raw.batches
         self.carried = []
-        raw.batches = batches
         try:
             out = resolve(raw, report=False)
         except Exception as exc:  # this chunk keeps its CPU times, flagged; the others are whole
@@ -94,11 +86,8 @@ class Resolving(Losses):
             out = cpu_scopes(self.header, raw.threads, reason)
             self.degraded_chunks += 1
         if batches and chunk.carry:
-            try:
+            with reporting("stream-ops", "carrying GPU operations"):
                 out = self._carry_ops(out, OpBatch.concat(batches), chunk)
-            except Exception as exc:
-                why = f"{type(exc).__name__}: {exc}"
-                report_internal("stream-ops", f"carrying GPU operations failed ({why}).")
         examples = len(self.examples)
         try:
             self._session_flags(out)
@@ -113,8 +102,7 @@ class Resolving(Losses):
         self.rows += len(out)
 
     def _carry_ops(self, out: Trace, ops: OpBatch, chunk: RawChunk) -> Trace:
-        """Operations launched inside a scope that has not ended yet (no scope of this chunk holds
-        them) wait for it with the next chunk; this one goes out without them."""
+        """Operations launched inside a scope not ended yet wait for it with the next chunk."""
         o = out.ops
         loose = o.scope < 0
         if not loose.any():
@@ -149,8 +137,7 @@ class Resolving(Losses):
                 self.examples.append(dict(item, scope=self.rows + int(item["scope"])))
 
     def close(self, header: dict[str, Any]) -> None:
-        """The final header with the session's anomalies and what was lost here, to the appender
-        (which adds its own counts)."""
+        """The final header with the session's anomalies and what was lost here, to the appender."""
         header = dict(header)
         with contextlib.suppress(Exception):
             header = self.with_lost(header)  # (its degraded_chunks: resolved with CPU times only)

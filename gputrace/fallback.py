@@ -1,10 +1,8 @@
 """What is written when a stage after recording fails: the CPU scopes, flagged ``degraded``.
 
-Built without the resolver and without the exporters (either may be what failed): a session that
-cannot resolve or encode a chunk, or its whole trace, keeps the CPU times of every scope, each
-flagged ``degraded`` with the reason in ``args["degraded"]``. A backend that cannot list its
-queues gets stand-ins (``complete_queues``), so no later stage meets an unknown queue.
-``resolve_safely`` is the resolver with this fallback behind it.
+Built without the resolver and the exporters (either may be what failed): every scope keeps its
+CPU times, flagged ``degraded`` with the reason in ``args["degraded"]``. Queues a backend could
+not list get stand-ins (``complete_queues``), so no later stage meets an unknown queue.
 """
 
 from __future__ import annotations
@@ -77,7 +75,7 @@ def complete_queues(
     queues: Any, spans: list[RawSpan], backend: str, batches: list[OpBatch] | None = None
 ) -> list[QueueInfo]:
     """The backend's queues, with a stand-in for every queue a span or operation names that it
-    did not list (its ``queues()`` failed or forgot one), so no later stage meets an unknown queue."""
+    did not list (its ``queues()`` failed or forgot one)."""
     out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
     need = max([sp.queue for sp in spans] + [int(b.rows["queue"].max()) for b in batches or [] if len(b)],
                default=-1) + 1  # fmt: skip
@@ -103,15 +101,11 @@ def lost_text(lost: dict[str, Any]) -> str:
 
     parts = []
     if lost.get("scopes"):
-        parts.append(
-            f"is missing {count(lost['scopes'], 'scope')} ({count(lost.get('chunks'), 'chunk')}) "
-            "that gputrace failed to write"
-        )
-    if lost.get("degraded_chunks"):
-        d = count(lost["degraded_chunks"], "chunk")
-        verb = "was" if int(lost["degraded_chunks"]) == 1 else "were"
-        written = f"{verb} written" if parts else "written"
-        parts.append(f"{d} {written} with CPU times only (flagged degraded)")
+        chunks = count(lost.get("chunks"), "chunk")
+        parts.append(f"is missing {count(lost['scopes'], 'scope')} ({chunks}) that gputrace failed to write")
+    if degraded := int(lost.get("degraded_chunks") or 0):
+        verb = ("was " if degraded == 1 else "were ") if parts else ""
+        parts.append(f"{count(degraded, 'chunk')} {verb}written with CPU times only (flagged degraded)")
     if not parts:
         return "lost nothing."
     text = "; ".join(parts) + "."

@@ -1,10 +1,9 @@
-"""The flight recorder (``session(path, ring_s=N)``) and step windows (``session(steps="a:b")``,
+"""The flight recorder (``session(path, ring_s=N)``) and step windows (``steps="a:b"``,
 ``schedule=``), as docs/output.md ("Flight recorder and step windows") describes them.
 
-The flight recorder resolves chunks as a streaming session does but keeps those of the last
-``ring_s`` seconds (``RingWriter``), written as one complete file at the session's stop, and, by
-``RingTriggers``, at interpreter exit and on ``SIGUSR1``. A session starts and stops a
-``Stepper``, which ``gputrace.step()`` drives.
+The ring keeps a streaming session's chunks of the last ``ring_s`` seconds (``RingWriter``),
+written as one file at stop, at interpreter exit and on ``SIGUSR1`` (``RingTriggers``). A
+session starts and stops a ``Stepper``, which ``gputrace.step()`` drives.
 """
 
 from __future__ import annotations
@@ -59,12 +58,12 @@ class RingWriter:
         with self._lock:
             self._prune()
             chunks = [c for _, c in self.chunks]
-        header = dict(header)
         flags = np.concatenate([c.scopes.flags for c in chunks] or [np.zeros(0, np.int64)])
         anomalous = int(np.count_nonzero(flags & int(ANOMALY_FLAGS)))
         # exact counts; the examples are rebuilt from the per-scope flags by the reader
-        header["anomalies"] = {"counts": flag_counts(flags), "items": [], "truncated": anomalous}
-        header["ring"] = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
+        anomalies = {"counts": flag_counts(flags), "items": [], "truncated": anomalous}
+        ring = {"seconds": self.keep_ns / 1e9, "chunks": len(chunks), "dump": self.dumps + 1}
+        header = dict(header, anomalies=anomalies, ring=ring)
         tmp = self.path.with_name(".partial-" + self.path.name)  # same extension: same format
         check_output(self.path)  # the rename would replace a device node, FIFO or folder put there
         w = exporters.stream_writer(tmp, header)
@@ -87,21 +86,18 @@ class RingWriter:
 
 
 class RingTriggers:
-    """When a flight recorder writes besides its session's stop: at interpreter exit (``at_exit``,
-    for a program that never stopped the session) and on ``SIGUSR1`` (``dump``, from a thread of
-    its own, since a signal handler must never block; only where signals can be set: the main
-    thread)."""
+    """Installs when a flight recorder writes besides its session's stop: at interpreter exit
+    (``at_exit``) and on ``SIGUSR1`` (``dump``, on a thread of its own: a signal handler must
+    never block; only from the main thread, where signals can be set)."""
 
     def __init__(self, at_exit: Callable[[], object], dump: Callable[[], object]) -> None:
-        self.at_exit, self.dump = at_exit, dump
+        self.at_exit = at_exit
         self._usr1: Any = None  # the handler SIGUSR1 had before
-
-    def install(self) -> None:
-        atexit.register(self.at_exit)
+        atexit.register(at_exit)
         if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
 
             def on_usr1(signum: int, frame: Any) -> None:
-                threading.Thread(target=self.dump, name="gputrace-ring", daemon=True).start()
+                threading.Thread(target=dump, name="gputrace-ring", daemon=True).start()
 
             self._usr1 = signal.signal(signal.SIGUSR1, on_usr1)
 
@@ -114,15 +110,11 @@ class RingTriggers:
 
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
-    """Which ``gputrace.step()`` iterations are recorded (``session(schedule=...)``; made by
-    ``gputrace.schedule``, with torch.profiler.schedule's arguments), as torch.profiler counts
-    them: ``skip_first`` steps, then cycles of ``wait`` steps, ``warmup`` steps and ``active``
-    steps, ``repeat`` cycles (0: until the program ends). Only active steps are recorded, each
-    cycle's as its own marked window ("window 0", "window 1" …).
-
-    Warmup steps are counted, so a torch schedule carries over with the same numbers, but they are
-    recorded like waiting ones (not at all): gputrace's backend starts with the session, so there
-    is no per-window profiler start-up for them to absorb.
+    """Which ``gputrace.step()`` iterations are recorded (``gputrace.schedule``, with
+    torch.profiler.schedule's arguments and counting): ``skip_first`` steps, then ``repeat``
+    cycles (0: no end) of ``wait``, ``warmup`` and ``active`` steps. Only active steps are
+    recorded, each cycle's as its own marked window ("window 0" …). Warmup steps are counted but
+    not recorded: the backend starts with the session, so there is no start-up to absorb.
 
     >>> sch = Schedule(wait=1, warmup=1, active=2, repeat=2)
     >>> [sch.window(n) for n in range(9)]
@@ -177,9 +169,9 @@ class Schedule:
 schedule = Schedule  # gputrace.schedule(wait=, warmup=, active=, repeat=, skip_first=)
 
 
-def parse_schedule(spec: str | Schedule | dict[str, int]) -> Schedule:
+def parse_schedule(spec: str | Schedule | dict[str, int] | None) -> Schedule | None:
     """A ``Schedule`` from one, a dict of its fields, or "wait=1,warmup=1,active=3,repeat=2"."""
-    if isinstance(spec, Schedule):
+    if spec is None or isinstance(spec, Schedule):
         return spec
     if isinstance(spec, dict):
         given = dict(spec)
@@ -191,32 +183,26 @@ def parse_schedule(spec: str | Schedule | dict[str, int]) -> Schedule:
                 raise GputraceError(f"a schedule looks like wait=1,warmup=1,active=3,repeat=2, not {spec!r}.")
             given[key] = int(value)
     known = [f.name for f in fields(Schedule)]
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise GputraceError(
-            f"unknown schedule field {', '.join(map(repr, unknown))}; the fields are {', '.join(known)}."
-        )
+    if unknown := sorted(set(given) - set(known)):
+        fields_of = f"the fields are {', '.join(known)}"
+        raise GputraceError(f"unknown schedule field {', '.join(map(repr, unknown))}; {fields_of}.")
     return Schedule(**given)
 
 
 def parse_steps(steps: str | tuple[int, int]) -> Schedule:
     """ "100:110" (or (100, 110)) → the schedule of steps 100 to 109. A clear error otherwise."""
-    if isinstance(steps, tuple):
-        a, b = steps
-    else:
-        try:
-            a_s, b_s = str(steps).split(":")
-            a, b = int(a_s), int(b_s)
-        except ValueError:
-            raise GputraceError(f"steps must look like START:STOP (e.g. 100:110), not {steps!r}.") from None
+    try:
+        a, b = steps if isinstance(steps, tuple) else map(int, str(steps).split(":"))
+    except ValueError:
+        raise GputraceError(f"steps must look like START:STOP (e.g. 100:110), not {steps!r}.") from None
     if not 0 <= a < b:
         raise GputraceError(f"steps {a}:{b} holds no step: START must be ≥ 0 and below STOP.")
     return Schedule(skip_first=a, active=b - a, repeat=1)
 
 
 class Stepper:
-    """Counts ``gputrace.step()`` calls and switches ``rec`` on inside each of the schedule's
-    active windows (off outside them); marks every window's start and every step inside one."""
+    """Counts ``gputrace.step()`` calls and switches ``rec`` on inside each active window (off
+    outside); marks every window's start and every step inside one."""
 
     def __init__(self, plan: Schedule, rec: Recorder, clock: Clock) -> None:
         self.plan, self.rec, self.clock = plan, rec, clock
@@ -234,8 +220,7 @@ class Stepper:
         return self
 
     def stop(self) -> dict[str, Any]:
-        """``step()`` counts nothing more; returns the header's ``schedule``: the plan, the steps
-        counted and the windows entered."""
+        """``step()`` counts nothing more; returns the header's ``schedule`` (plan, steps, windows)."""
         global _stepper
         _stepper = None
         return dict(asdict(self.plan), steps=self.n, windows=[list(w) for w in self.seen])

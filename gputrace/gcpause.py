@@ -1,11 +1,9 @@
 """Python's cyclic garbage collector held off while gputrace builds many small objects at once.
 
-Resolving and writing a chunk creates tens of thousands of tuples (per-operation records, event
-rows) that all stay alive until the chunk is written, and reading a trace back a container per
-event. Each allocation burst makes the collector walk every live object again: 20–30 ms of a 45 ms
-join of 20k CUDA operations, and a third of a 20k-scope GPU trace's read, went to collections
-that found nothing to free. Nothing gputrace builds there forms a cycle, so the
-collector is paused for the stage and restored as it was (a user who disabled it keeps it so).
+Resolving and writing a chunk, or reading a trace back, creates tens of thousands of objects that
+stay alive; each burst made the collector walk every live object again (20–30 ms of a 45 ms join
+of 20k CUDA operations, a third of a 20k-scope trace's read), finding nothing to free: nothing
+built there forms a cycle.
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ def gc_paused() -> Iterator[None]:
     True
     """
     was = gc.isenabled()
-    if was:
-        gc.disable()
+    gc.disable()
     try:
         yield
     finally:

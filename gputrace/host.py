@@ -26,8 +26,7 @@ def loadavg() -> list[float] | None:
 
 
 def host_facts() -> dict[str, Any]:
-    """The header's ``host`` at session start. The name is ``socket.gethostname()``'s, read
-    without importing ``socket`` (5 ms of ``import gputrace``)."""
+    """The header's ``host`` at start (the name read without importing ``socket``: 5 ms)."""
     if hasattr(os, "uname"):
         name = os.uname().nodename
     else:  # Windows
@@ -62,9 +61,8 @@ def rank_path(path: str | os.PathLike[str], rank: int) -> str:
 
 
 def rank_file(path: Path, measured_rank: int | None, launched: bool = False) -> Path:
-    """The file this process writes: named for its rank when a process group measured it, or, with
-    ``launched``, when a launcher started it as one of several ranks (its group may come later),
-    so ranks never stream into one file; ``path`` itself otherwise."""
+    """The file this process writes: named for its rank when a process group measured it or (with
+    ``launched``) a launcher started several ranks, so ranks never stream into one file."""
     if measured_rank is not None:
         return Path(rank_path(path, measured_rank))
     rank = launcher_rank() if launched else None

@@ -1,11 +1,8 @@
 """Where gputrace may write: a regular file (replaced) or a path that does not exist yet.
 
-Everything gputrace writes (trace files, merged traces, calibrations) is written to a temporary
-file and renamed over the target, or opened for writing in place while a session streams. Onto
-a device node that rename would replace the node itself (``/dev/full`` becoming a regular file,
-as root); opening a FIFO for writing blocks until someone reads it; a directory cannot hold a
-file's content. So every writer asks ``check_output`` first, and refuses anything else with one
-sentence:
+A rename onto a device node would replace the node (``/dev/full`` becoming a regular file, as
+root), opening a FIFO blocks until someone reads it, and a directory holds no content: every
+writer asks ``check_output`` first, which refuses anything else in one sentence:
 
 >>> try:
 ...     check_output("/dev/null")

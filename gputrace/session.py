@@ -42,7 +42,7 @@ from gputrace.model import FORMAT_VERSION, FileTrace, QueueInfo, Trace
 from gputrace.outpath import check_output
 from gputrace.ranks import RankClock, transport_for
 from gputrace.ranks import attach as attach_ranks
-from gputrace.recorder import Recorder, active_recorder, drain
+from gputrace.recorder import Recorder, active_recorder, drain, scopes_in
 from gputrace.records import RawRecording
 from gputrace.safetext import printable
 from gputrace.stopcal import stop_samples
@@ -56,30 +56,23 @@ WRITERS = ("auto", "process", "thread")  # who writes a streamed file (``session
 class session:
     """Record a session and write ``path`` (its format by extension: ``.json``, ``.json.gz`` …).
 
-    With a path the trace is written as the program runs (``stream=True``, the default): at each
-    ``sync()`` and at least every ``flush_s`` seconds what is resolved is appended, so memory stays
-    flat and a killed program leaves a file that loads (see ``gputrace.streaming``); with
-    ``stream=False`` everything is resolved and written at stop.
-    ``backend`` is "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake";
-    ``backend_options`` go to the backend (a key it does not take is a ``GputraceError`` naming
-    those it does). ``timing`` picks the cuda backend's timing source: "auto" (CUPTI where it
-    can be used, else CUDA events), "cupti" or "events" (``backend_options={"timing": ...}``
-    alike). ``clock`` replaces the session clock (tests).
-    ``nvtx=True`` makes every scope also an NVTX range (``gputrace.nvtx``), for Nsight Systems.
-    ``group`` is the job's process group (an mpi4py communicator or a torch.distributed group;
-    ``None`` finds an initialised torch.distributed, ``False`` never uses one): with one, the
-    ranks' clock offsets are measured through it and the file name gets the rank
-    (``run.rank3.trace.json``); ``group_options`` tune that (see ``gputrace.ranks``).
+    With a path the trace is appended as the program runs (``stream=True``): at each ``sync()``
+    and at least every ``flush_s`` seconds, so memory stays flat and a killed program leaves a
+    file that loads; ``stream=False`` resolves and writes everything at stop.
+    ``backend``: "auto" (cuda, then wgpu, then cpu), "cuda", "wgpu", "cpu" or "fake", with
+    ``backend_options`` (an unknown key is a ``GputraceError``). ``timing`` picks the cuda
+    backend's source: "auto" (CUPTI where it can be used, else CUDA events), "cupti" or "events".
+    ``clock`` replaces the session clock (tests). ``nvtx=True``: every scope an NVTX range too.
+    ``group``: the job's process group (mpi4py or torch.distributed; ``None`` finds an initialised
+    torch.distributed, ``False`` never uses one): the ranks' clock offsets are measured through it
+    and the file name gets the rank (``run.rank3.trace.json``); ``group_options`` tune that.
     ``steps="100:110"`` records only steps 100 to 109 of ``gputrace.step()``; ``schedule=``
-    (``gputrace.schedule(wait=, warmup=, active=, repeat=)``, as torch.profiler counts them)
-    records only the active steps of each cycle, each window marked ("window 0" …) and listed in
-    the header (see ``gputrace.flight``). ``ring_s`` keeps only the last seconds (flight recorder).
-    ``writer`` is who writes a streamed file: "process" (a writer process beside the program,
-    ``gputrace.appender``: rendering the file then never competes with the program for Python's
-    interpreter), "thread" (the program's own process), or "auto" (``GPUTRACE_WRITER`` if set, else
+    (``gputrace.schedule``, as torch.profiler counts) only each cycle's active steps, each window
+    marked ("window 0" …). ``ring_s`` keeps only the last seconds (flight recorder).
+    ``writer`` writes a streamed file: "process" (a writer process beside the program, off its
+    interpreter), "thread" (in the program's process), or "auto" (``GPUTRACE_WRITER`` if set, else
     a process for the cuda backend, whose launches run in the interpreter the writing would hold).
-    The resolved ``Trace`` stays available as ``session.trace`` (read back from the file when
-    streamed, on first use).
+    ``session.trace`` holds the resolved ``Trace`` (read back from a streamed file on first use).
     """
 
     def __init__(
@@ -121,37 +114,31 @@ class session:
         if writer not in WRITERS:
             raise GputraceError(f"writer={writer!r} is not one of {', '.join(WRITERS)}.")
         self.writer = writer
-        self._steps: Any = None  # the step schedule (gputrace.flight.Schedule), if any
         if steps is not None and schedule is not None:
             raise GputraceError("give steps= or schedule=, not both (steps='a:b' is a one-window schedule).")
-        if steps is not None or schedule is not None:
-            self._steps = parse_steps(steps) if steps is not None else parse_schedule(schedule)
+        self._steps = parse_steps(steps) if steps is not None else parse_schedule(schedule)
         self._stepper: Stepper | None = None
         self._ring_triggers: RingTriggers | None = None
         self._streamer: Any = None
         self._spawned: Any = None  # a writer process started before the backend (appender.spawn)
-        self._stream_path: Path | None = None  # where the streamed file was opened
         self._finished = False
         self._start_failed = ""  # why ``start`` failed inside gputrace (the session records nothing)
         self._recorder: Recorder | None = None
         self._raw = RawRecording(header={}, threads=[])
         self._lock = threading.Lock()
-        # True for the session ``gputrace run`` wraps around a program: a session the program starts
-        # itself then takes over recording until it stops, instead of failing as "already active".
+        # ``gputrace run``'s session: one the program starts itself takes over until it stops
         self.yields_to_inner = False
         self._outer: Recorder | None = None
         self._pid = os.getpid()
-        # measured clock offsets between ranks (gputrace.ranks)
         self.group = group if group is None or group is False else transport_for(group)
         self.group_options = group_options
         self._ranks: RankClock | None = None
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> session:
-        """Start recording. A fault inside gputrace while starting never reaches the program and
-        never leaves a half-started session: what started is undone, the fault is reported, and
-        the session records nothing (its file, if any, says why); a ``GputraceError`` (an option or
-        GPU the user must fix) is raised after the same undoing."""
+        """Start recording. A fault inside gputrace undoes what started, is reported, and the
+        session records nothing (its file says why); a ``GputraceError`` (the user's to fix) is
+        raised after the same undoing."""
         if self._recorder is not None or self._start_failed:
             raise GputraceError("this session was already started; create a new one.")
         if self.path is not None:
@@ -180,18 +167,15 @@ class session:
         if outer is not None:
             steps.append(lambda: outer.activate() if active_recorder() is None else None)
         if st is not None:
-            steps += [st.stop_timer, getattr(st.writer, "abandon", lambda: None)]
+            steps += [st.stop_timer, st.abandon]
         if rec is not None:
             steps.append(rec.backend.close)
-        if self._stepper is not None:
-            steps.append(self._stepper.stop)
-        if self._ring_triggers is not None:
-            steps.append(self._ring_triggers.remove)
+        steps += [self._stepper.stop] if self._stepper else []
+        steps += [self._ring_triggers.remove] if self._ring_triggers else []
         for step in steps:
             with contextlib.suppress(Exception):
                 step()
-        self._outer = None
-        self._stepper = None
+        self._outer = self._stepper = None
 
     def _start(self, outer: Recorder | None) -> session:
         self._pid = os.getpid()
@@ -215,14 +199,13 @@ class session:
             except GputraceError:
                 raise  # the user's to fix: a wrong option, a GPU that is not there
             except Exception as exc:  # a fault inside gputrace or a driver: record CPU times
-                report_internal(
-                    "backend",
-                    f"the {self.backend_spec} backend failed to start ({type(exc).__name__}: {exc}); "
-                    "recording CPU times only.",
-                )
+                why = f"{type(exc).__name__}: {exc}"
+                report_internal("backend", f"the {self.backend_spec} backend failed to start ({why}); "
+                                "recording CPU times only.")  # fmt: skip
                 backend = create("cpu", self.clock, quiet=True)
         mono, real = clock_pair()
         base = self.clock()
+        calibration = header_calibration(backend.name)
         self._raw.header = {
             "format_version": FORMAT_VERSION,
             "version": __version__,
@@ -235,10 +218,8 @@ class session:
             "argv": list(sys.argv),
             "host": host_facts(),
             "metadata": safe_metadata(self.metadata),
+            **({"calibration": calibration} if calibration is not None else {}),
         }
-        calibration = header_calibration(backend.name)
-        if calibration is not None:
-            self._raw.header["calibration"] = calibration
         self._raw.spans_cover_children = backend.spans_cover_children
         self._raw.empty_span_ns = int(getattr(backend, "empty_span_ns", 0))
         self._raw.source_error_ns = int(getattr(backend, "source_error_ns", 0))
@@ -292,9 +273,8 @@ class session:
 
     @property
     def trace(self) -> Trace | None:
-        """The resolved trace once stopped. A streamed one is read back from its file when first
-        used (``model.FileTrace``); one that cannot be, e.g. past the read limit after a long run,
-        is its header only, said once."""
+        """The resolved trace once stopped; a streamed one read back from its file on first use
+        (``model.FileTrace``), or its header only where that fails (said once)."""
         if self._trace is None and self._streamer is not None and self.written is not None:
             self._trace = FileTrace(read=self._read_back)
         return self._trace
@@ -326,10 +306,8 @@ class session:
         from gputrace.streaming import Streamer
 
         assert self._recorder is not None and self.path is not None
-        header = dict(self._raw.header)
-        header["base_ns"] = max(0, header["start_ns"] - STREAM_BASE_MARGIN_NS)
-        # which source times the GPU, on every chunk's GPU slices (the rest of the backend's
-        # facts come at stop, in the final header)
+        header = dict(self._raw.header, base_ns=max(0, self._raw.header["start_ns"] - STREAM_BASE_MARGIN_NS))
+        # which source times the GPU, on every chunk's GPU slices (its other facts come at stop)
         timing = (_safe(self._recorder.backend.info) or {}).get("timing")
         if isinstance(timing, str):
             header["backend_info"] = {"timing": timing}
@@ -341,29 +319,25 @@ class session:
             streamer = Streamer(self.path, header, self._recorder, self._raw, ring, offload, self._spawned)
             if getattr(streamer.out, "proc", None) is self._spawned:
                 self._spawned = None  # the writer process's now; else ``_start`` ends it
-            self._streamer, self._stream_path = streamer, self.path  # (set only once nothing can fail)
+            self._streamer = streamer  # (set only once nothing can fail)
         except Exception as exc:
             self.stream = False  # written at stop instead, where an OSError is reported once
             if streamer is not None:  # built, then a later step failed: not half kept
-                with contextlib.suppress(Exception):
-                    getattr(streamer.writer, "abandon", lambda: None)()
-            if isinstance(exc, OSError):
-                return
-            with contextlib.suppress(OSError):  # an empty file the failed open left: not a trace
-                if os.path.isfile(self.path) and os.path.getsize(self.path) == 0:
-                    os.unlink(self.path)
-            report_internal(
-                "stream", f"opening the streamed trace failed ({type(exc).__name__}: {exc}); written at stop."
-            )
+                streamer.abandon()
+            if not isinstance(exc, OSError):
+                with contextlib.suppress(OSError):  # an empty file the failed open left: not a trace
+                    if os.path.isfile(self.path) and os.path.getsize(self.path) == 0:
+                        os.unlink(self.path)
+                why = f"{type(exc).__name__}: {exc}"
+                report_internal("stream", f"opening the streamed trace failed ({why}); written at stop.")
             return
         if callable(getattr(self._recorder.backend, "collect_background", None)):
-            self._streamer.collect_ops = self._collect_background  # CUPTI: streamed as it arrives
+            streamer.collect_ops = self._collect_background  # CUPTI: streamed as it arrives
         # chunks are still written at each sync and at stop without it
         with reporting("stream-timer", "starting the trace's writing timer"):
-            self._streamer.start_timer(self.flush_s)
+            streamer.start_timer(self.flush_s)
         if self.ring_s is not None:
-            self._ring_triggers = RingTriggers(self._ring_at_exit, self.dump_ring)
-            self._ring_triggers.install()
+            self._ring_triggers = RingTriggers(lambda: self._finished or self.stop(), self.dump_ring)
 
     def _discard_spawned(self) -> None:
         from gputrace.appender import discard
@@ -380,21 +354,15 @@ class session:
         if os.name != "posix":  # (the pipe's non-blocking writes and select)
             return False
         if choice == "auto":  # a CUDA program launches from the interpreter that would render
-            return self.backend_spec == "cuda" or (
-                self.backend_spec == "auto" and self._raw.header.get("backend") == "cuda"
-            )
+            started = self._raw.header.get("backend")
+            return self.backend_spec == "cuda" or (self.backend_spec == "auto" and started == "cuda")
         return choice == "process"
 
-    # the flight recorder (gputrace.flight) ------------------------------------------------------
-    def _ring_at_exit(self) -> None:
-        if not self._finished:
-            self.stop()
-
     def dump_ring(self) -> Path | None:
-        """Write the flight recorder's last ``ring_s`` seconds to ``path`` now (SIGUSR1 does this);
-        the session keeps recording. Returns the path, or None when not a flight recorder."""
+        """Write the flight recorder's last ``ring_s`` seconds to ``path`` now (as SIGUSR1 does) and
+        record on. Returns the path, or None when not a flight recorder."""
         st = self._streamer
-        if st is None or self.ring_s is None or st.writer.closed:
+        if st is None or self.ring_s is None or st.detached or st.writer.closed:
             return None
         with reporting("ring", "writing the flight recorder"):
             st.flush()
@@ -403,8 +371,8 @@ class session:
         return None
 
     def _final_header(self, end_ns: int) -> dict[str, Any]:
-        """The header a streamed file ends with (at stop, and at each flight-recorder dump): the
-        clock fit over every sample, and the problems reported so far."""
+        """A streamed file's last header (at stop, and at each ring dump): the clock fit over every
+        sample, and the problems reported so far."""
         from gputrace.streaming import final_clock
 
         raw = self._raw
@@ -417,8 +385,9 @@ class session:
         return header
 
     def _stop_stream(self, stop_ns: int) -> None:
-        st, rec, streamed = self._streamer, self._recorder, self._stream_path
-        assert rec is not None and self.path is not None and streamed is not None
+        st, rec = self._streamer, self._recorder
+        streamed = st.path  # where the file was opened
+        assert rec is not None and self.path is not None
         with reporting("stream-timer", "stopping the trace's timer"):
             st.stop_timer()
         # each step on its own: a failing one costs its own scopes (counted), never the file
@@ -426,6 +395,7 @@ class session:
             st.lost_scopes += rec.scopes_held(open_too=False)  # never taken: what the buffers hold is lost
         st.final = True
         self._write_chunk(lambda: rec.unclosed(stop_ns), self._raw.queues, "ending the scopes still open")
+        early = "what was written so far loads as a trace that ends early"
         try:
             st.close(safe_header(self._final_header(stop_ns)))
             if self.path != streamed:
@@ -434,28 +404,25 @@ class session:
             self.written = self.path
         except OSError as exc:
             report_internal(
-                "write",
-                f"could not finish writing the trace to {streamed} ({exc.strerror or exc}); "
-                "what was written so far loads as a trace that ends early.",
+                "write", f"could not finish writing the trace to {streamed} ({exc.strerror or exc}); {early}."
             )
         except Exception as exc:
-            report_internal(
-                "write",
-                f"finishing the streamed trace {streamed} failed ({type(exc).__name__}: {exc}); "
-                "what was written so far loads as a trace that ends early.",
-            )
+            why = f"{type(exc).__name__}: {exc}"
+            report_internal("write", f"finishing the streamed trace {streamed} failed ({why}); {early}.")
             self.written = streamed
 
     def _write_chunk(self, take: Callable[[], Any], queues: list[QueueInfo] | None, doing: str) -> bool:
         """Write what ``take()`` returns as a complete chunk; False when nothing was taken. A fault
-        (at the call: ``write`` itself never raises) is reported once, and the chunk's scopes
-        counted as lost."""
-        taken = None
+        (at the call: ``write`` never raises) is reported once, the chunk's scopes counted lost."""
+        st, taken = self._streamer, None
         try:
             taken = take()
-            self._streamer.write(taken, complete=True, queues=queues)
+            st.write(taken, complete=True, queues=queues)
         except Exception as exc:
-            self._streamer.count_lost(taken)
+            with contextlib.suppress(Exception):
+                if n := scopes_in(taken or []):
+                    st.lost_scopes += n
+                    st.lost_chunks += 1
             report_internal("stream", f"{doing} failed ({type(exc).__name__}: {exc}).")
         return taken is not None
 
@@ -497,10 +464,8 @@ class session:
 
     def stop(self) -> Trace:
         """Stop recording, resolve, write the file if a path was given, and return the trace.
-
-        Never fails over a problem inside gputrace: each stage (sync, drain, resolve, export)
-        that raises is reported once, and what it lost is flagged ``degraded`` in the trace.
-        """
+        Never fails over a problem inside gputrace: a stage that raises is reported once, and what
+        it lost is flagged ``degraded``."""
         with gc_paused():
             return self._stop()
 
@@ -538,12 +503,11 @@ class session:
             self._raw.header["ranks"] = self._ranks.header()
             if self.path is not None:
                 self.path = rank_file(self.path, self._ranks.rank)
-        stop_ns = self.clock()
-        raw = self._raw
-        raw.header["end_ns"] = stop_ns
+        stop_ns, raw = self.clock(), self._raw
         raw.header["host"]["loadavg_end"] = loadavg()
-        raw.header["backend_info"] = _safe(rec.backend.info)
-        raw.header["devices"] = _safe(rec.backend.devices) or []
+        raw.header.update(
+            end_ns=stop_ns, backend_info=_safe(rec.backend.info), devices=_safe(rec.backend.devices) or []
+        )
         queues = self._queues(rec)
         if queues is None:  # GPU times on queues no stage could name: left out, and said so
             raw.problem = raw.problem or "listing the GPU queues failed"
@@ -557,16 +521,12 @@ class session:
         if self._streamer is not None:
             self._stop_stream(stop_ns)
             return self._result()
-        recorded = rec.scopes_held()
-        try:
-            raw.threads = drain(rec, stop_ns)
-        except Exception as exc:
-            report_internal(
-                "drain",
-                f"reading back the recorded scopes failed ({type(exc).__name__}: {exc}); they are lost.",
-            )
-            raw.threads = []
-            raw.header["lost"] = {"scopes": recorded, "chunks": 1}
+        lost = {"scopes": rec.scopes_held(), "chunks": 1}  # (unless the drain succeeds)
+        raw.threads = []
+        with reporting("drain", "reading back the recorded scopes", "; they are lost"):
+            raw.threads, lost = drain(rec, stop_ns), {}
+        if lost:
+            raw.header["lost"] = lost
         if problems := reported():
             raw.header["problems"] = problems
         raw.header = safe_header(raw.header)
@@ -582,9 +542,8 @@ class session:
             # a start that failed before building the header: the fields a reader needs (no scope
             # to place on a time axis), so its file still loads and says why
             first = {"format_version": FORMAT_VERSION, "version": __version__, "start_ns": 0, "base_ns": 0}
-            header = {**first, **self._raw.header}
-            header = safe_header(dict(header, problems=reported() or [self._start_failed]))
-            self._trace = cpu_scopes(header, [], "")
+            why = reported() or [self._start_failed]
+            self._trace = cpu_scopes(safe_header({**first, **self._raw.header, "problems": why}), [], "")
             if self.path is not None:
                 self._write(self._trace, self.path)
         return self._trace
@@ -635,8 +594,7 @@ class session:
             tmp.unlink(missing_ok=True)
 
     def _calibrate(self, final: bool = False) -> None:
-        """Take calibration samples; at stop (``final``) until the clock fit rests on some of
-        them too (``gputrace.stopcal``)."""
+        """Take calibration samples; at stop (``final``) until the fit rests on some of them."""
         assert self._recorder is not None
         backend, samples = self._recorder.backend, self._raw.samples
         with self._degrading("calibrate", "taking a clock calibration sample"):
@@ -644,8 +602,8 @@ class session:
 
     @contextlib.contextmanager
     def _degrading(self, kind: str, doing: str) -> Iterator[None]:
-        """A stage whose failure costs the trace its GPU part (or some of it): reported once, and
-        the first such reason kept as the recording's ``problem`` (the trace says it)."""
+        """A stage whose failure costs the trace (some of) its GPU part: reported once, the first
+        reason kept as the recording's ``problem``."""
         try:
             yield
         except Exception as exc:
@@ -654,9 +612,8 @@ class session:
             self._raw.problem = self._raw.problem or reason
 
     def _collect_background(self) -> tuple[int | None, list[QueueInfo] | None]:
-        """The streamer's collect without a sync (CUPTI); returns the time before which scopes
-        are complete (``CuptiBackend.collect_background``; None when nothing can be said) and
-        the queues known now."""
+        """The streamer's collect without a sync (CUPTI): the time before which scopes are complete
+        (None: unknown) and the queues known now."""
         rec = self._recorder
         assert rec is not None
         with self._lock:
@@ -667,8 +624,8 @@ class session:
         return horizon, queues
 
     def _queues(self, rec: Recorder) -> list[QueueInfo] | None:
-        """The backend's queues, with stand-ins for those it did not list (``complete_queues``);
-        None if even that fails (reported once): a chunk then keeps the queues known before."""
+        """The backend's queues, with stand-ins for those it did not list; None if even that fails
+        (reported once): a chunk then keeps the queues known before."""
         raw, listed = self._raw, _safe(rec.backend.queues)
         with reporting("queues", "listing the GPU queues"):
             return complete_queues(listed, raw.spans, rec.backend.name, raw.batches)
@@ -681,9 +638,8 @@ class session:
             self._raw.add(rec.backend.collect())
 
     def _exchange_clocks(self, reason: str) -> None:
-        """Exchange clocks with the other ranks (at a ``sync``, when rank 0 scheduled one), through
-        the job's process group, found first (at start, or when torch.distributed is initialised
-        later; a group given explicitly is attached at start, or not at all)."""
+        """Exchange clocks with the other ranks through the job's process group (at a ``sync``, when
+        rank 0 scheduled one); a group found later (torch.distributed) is attached then."""
         if self._ranks is not None and reason == "sync":
             self._ranks.on_sync()
         elif self._ranks is not None:
@@ -708,14 +664,8 @@ def _safe(fn: Any) -> Any:
     return None
 
 
-def current_session() -> session | None:
-    rec = active_recorder()
-    owner = getattr(rec, "owner", None)
-    return owner if isinstance(owner, session) else None
-
-
 def sync() -> None:
     """Sync the active session's GPU work and take a calibration sample (no-op with no session)."""
-    s = current_session()
-    if s is not None:
-        s.sync()
+    owner = getattr(active_recorder(), "owner", None)
+    if isinstance(owner, session):
+        owner.sync()

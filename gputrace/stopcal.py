@@ -1,8 +1,6 @@
-"""Calibration at stop: samples until the clock fit rests on the stop's too.
-
-A fit from the start's samples alone rests on a corner of the session (seen on lavapipe under
-load: the stop's windows 2 ms wide, left out of the fit, and the fit 1 ms off by the end). So at
-stop, more rounds are taken while none of the stop's samples is about as tight as the earlier ones.
+"""Calibration at stop: more rounds while none of the stop's samples is about as tight as the earlier
+ones. A fit from the start's samples alone rests on a corner of the session (lavapipe under load:
+the stop's windows 2 ms wide, left out of the fit, and the fit 1 ms off by the end).
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ def stop_samples(backend: Backend, earlier: list[CalibrationSample]) -> list[Cal
 
 
 def tightest(pool: list[CalibrationSample], like: list[CalibrationSample]) -> list[CalibrationSample]:
-    """Per device, the tightest of ``pool``, as many as ``like`` has: extra rounds add their best
-    windows and do not pile up wide ones (which in numbers would pass for the typical width)."""
+    """Per device, the tightest of ``pool``, as many as ``like`` has (wide windows piled up would
+    pass for the typical width)."""
     out = []
     for d in dict.fromkeys(x.device for x in like):
         mine = sorted((x for x in pool if x.device == d), key=lambda x: x.half_width_ns)

@@ -1,12 +1,11 @@
 """Streaming: a session with a path writes its trace as it runs, in chunks, with bounded memory
 (docs/output.md, "Streaming"; what each failure costs: docs/reliability.md).
 
-At each ``sync()`` the session takes every scope recorded so far (``take``), before the GPU sync,
-so that their GPU work is complete once the sync returns; a background timer takes what has no
-GPU work pending at least every ``interval_s``. A chunk that fails costs no other chunk: what is
-lost is counted in the final header (``"lost"``). The streamer cuts the chunks (``chunks.RawChunk``:
-raw records); with ``offload`` they are resolved and appended in a writer process
-(``appender.WriterProcess``), off the program's interpreter.
+At each ``sync()`` the session takes every scope recorded so far, before the GPU sync, so their
+GPU work is complete once it returns; a timer takes what has no GPU work pending at least every
+``interval_s``. A failed chunk costs no other: what is lost is counted in the final header. The
+streamer cuts chunks of raw records (``chunks.RawChunk``), resolved and appended here or, with
+``offload``, in a writer process (``appender.WriterProcess``).
 """
 
 from __future__ import annotations
@@ -27,37 +26,23 @@ import numpy as np
 from gputrace.appender import Appender, Losses, SpawnFailed, WriterProcess
 from gputrace.backends.base import CalibrationSample
 from gputrace.chunks import RawChunk, Resolving, resolving
-from gputrace.errors import report_internal
+from gputrace.errors import report_internal, reporting
 from gputrace.gcpause import gc_paused
 from gputrace.model import QueueInfo
 from gputrace.recorder import Recorded, Recorder, scopes_in
-from gputrace.records import RawSpan, RawThread
+from gputrace.records import RawThread
 from gputrace.resolver import RawRecording
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
 MAX_CARRIED_SPANS = 1 << 20  # GPU spans whose scope has not ended yet
 PIECE = 50_000  # scopes resolved and written at a time
-# Past this many plain scopes waiting to be written (about 50 MB of thread buffers), recording
-# threads wait for the stream's writer (Streamer._throttle).
-BACKLOG_SCOPES = 500_000
+BACKLOG_SCOPES = 500_000  # scopes waiting (about 50 MB of buffers) that make recording threads wait
 BACKLOG_CHECK_S = 0.1
-# CUPTI timing (an ``ops_timing`` backend): collect once this many bytes of activity records wait
-# (about 14,000 kernels with their launch calls), and make recording threads wait while more
-# than OPS_BACKLOG collected operations are not yet written (docs/cupti.md, "Memory").
+# CUPTI: collect once this many bytes of records wait (about 14,000 kernels with their launch
+# calls); recording threads wait while more operations are not yet written (docs/cupti.md, "Memory")
 COLLECT_BYTES = 4 << 20
 OPS_BACKLOG = 30_000
-# With a writer process, CUPTI records are collected and sent at least this often: the child
-# renders the run while it goes on, and the stop is left at most this much of it to write.
-OFFLOADED_COLLECT_S = 0.1
-
-
-class _Detached:
-    """What a forked child's streamer writes to: nothing (the file is its parent's)."""
-
-    closed = True
-
-    def close(self, header: dict[str, Any]) -> None:
-        pass
+OFFLOADED_COLLECT_S = 0.1  # a writer process is sent CUPTI records this often (the stop's share)
 
 
 _live: weakref.WeakSet[Streamer] = weakref.WeakSet()
@@ -85,12 +70,11 @@ class Streamer(Losses):
         offload: bool = False,
         spawned: Any = None,
     ) -> None:
-        """``spawned``: a writer process already started (``appender.spawn``) for ``offload``
-        (the caller's to end unless ``writer`` is it)."""
-        self.recorder = recorder
+        """``writer``: one with a ``StreamWriter``'s methods (the flight recorder's ring), else the
+        format's; ``spawned``: a writer process already started for ``offload`` (the caller's to
+        end unless it is used)."""
+        self.path, self.recorder = path, recorder
         self.raw = raw  # the session's: spans, samples, untimed and degraded arrive here
-        # a format's StreamWriter, or anything with its methods (the flight recorder's ring),
-        # resolved and appended to here or in a writer process
         self.out: Resolving | WriterProcess
         if writer is not None:
             self.out = Resolving(Appender(writer), header)
@@ -113,6 +97,7 @@ class Streamer(Losses):
         self.last_horizon: int | None = None  # CUPTI: the latest horizon, and whether it moved
         self.horizon_moves = True
         self._held_for_writer = False  # throttling while the writer process is behind
+        self.detached = False  # in a forked child (``detach``)
         if isinstance(self.out, WriterProcess):
             self.out.on_wait = self._writer_waits
         _live.add(self)
@@ -132,6 +117,11 @@ class Streamer(Losses):
         """What the chunks go to: the format's writer, or the writer process."""
         return self.out.appender.writer if isinstance(self.out, Resolving) else self.out
 
+    def abandon(self) -> None:
+        """End the file without a final header (a start undone); never raises."""
+        with contextlib.suppress(Exception):
+            getattr(self.writer, "abandon", lambda: None)()
+
     def detach(self) -> None:
         """In a forked child: never write to the parent's file (the child has no timer either)."""
         fd = getattr(self.writer, "_fd", None)
@@ -140,7 +130,7 @@ class Streamer(Losses):
         if isinstance(fd, int) and not getattr(self.writer, "closed", True):
             with contextlib.suppress(OSError):
                 os.close(fd)  # the child's copy of the descriptor; the parent's stays open
-        self.out = Resolving(Appender(_Detached()), {})  # (nothing is resolved: it is closed)
+        self.detached = True  # (the file is the parent's: nothing is written)
         self.lock = threading.RLock()
         self._gate.set()
         self._timer = None
@@ -154,7 +144,8 @@ class Streamer(Losses):
                 min(interval_s, OFFLOADED_COLLECT_S) if isinstance(self.out, WriterProcess) else interval_s
             )
             again = False
-            try:
+            # a fault ends the timer: chunks are still written at syncs and stop
+            with reporting("stream-timer", "the trace's writing timer"):
                 while not self._stop.wait(0.0 if again else check_s):
                     try:
                         again = self._tick(interval_s, collect_s)
@@ -163,16 +154,12 @@ class Streamer(Losses):
                         self._throttle(False)
                         why = f"{type(exc).__name__}: {exc}"
                         report_internal("stream", f"writing a trace chunk failed ({why}).")
-            except Exception as exc:  # the timer ends; chunks are still written at syncs and stop
-                why = f"{type(exc).__name__}: {exc}"
-                report_internal("stream-timer", f"the trace's writing timer failed ({why}).")
 
         self._timer = threading.Thread(target=loop, name="gputrace-stream", daemon=True)
         self._timer.start()
 
     def _tick(self, interval_s: float, collect_s: float) -> bool:
-        """One round of the timer; True when the next should come at once (recording threads
-        wait for this one to catch up)."""
+        """One round of the timer; True when the next should come at once (threads wait for it)."""
         if self.collect_ops is None and not getattr(self.recorder.backend, "ops_timing", False):
             behind = self.recorder.backlog() >= BACKLOG_SCOPES
             self._throttle(behind)  # recording threads wait while this one catches up
@@ -181,22 +168,19 @@ class Streamer(Losses):
                 self.flush()
             return behind
         # CUPTI: the kernels that arrived are collected, and the scopes that ended before every
-        # launch still waiting for its kernels are written (the others wait); CUDA events alike,
-        # with the spans read so far and the scopes that ended before the first one not read yet.
-        # Memory stays flat: records are collected as soon as a few MB of them wait, and while
-        # the operations collected outrun the writer, recording threads wait at scope exits
-        # (``_throttle``) until it has caught up.
+        # launch still waiting for its kernels are written (CUDA events alike, with the spans read
+        # so far). Records are collected once a few MB wait, and while the operations collected
+        # outrun the writer, recording threads wait at scope exits (``_throttle``).
         waiting = _waiting_bytes(self.recorder.backend)
         if self.collect_ops is None or not (
             self.throttling or time.monotonic() - self.last_collect >= collect_s or waiting >= COLLECT_BYTES
         ):
             return False
         self.last_collect = time.monotonic()
-        # records piled up past two collects' worth, or the writer is behind; once throttled,
-        # until both are down to half their bounds. Decided before the collect too, so the
-        # program waits while a big one runs. Never while the horizon stands still (a launch
-        # whose kernels never came): waiting would not let the writer catch up, only slow the
-        # program.
+        # throttled while records pile up past two collects' worth or the writer is behind, until
+        # both are down to half their bounds; decided before the collect too, so the program waits
+        # while a big one runs. Never while the horizon stands still (a launch whose kernels never
+        # came): waiting would only slow the program.
         k = 2 if self.throttling else 1
         behind = waiting * k >= 2 * COLLECT_BYTES or (
             self.horizon_moves and self.ops_backlog() * k >= OPS_BACKLOG
@@ -213,21 +197,17 @@ class Streamer(Losses):
             self._throttle(True)
         again = self.throttling
         if horizon is not None:
-            with self.lock:
-                self.write(self.take(), False, queues, horizon)
+            self.flush(queues, horizon)
         return again
 
     def ops_backlog(self) -> int:
-        """GPU operations collected and not yet cut into a chunk (those carried for a scope still
-        open, which only that scope's end lets go, are not counted)."""
+        """GPU operations collected and not yet cut into a chunk (not those carried for an open scope)."""
         return sum(len(b) for b in list(self.raw.batches))
 
     def _throttle(self, on: bool) -> None:
-        """Backpressure. Without syncs, a loop of near-empty scopes records faster (1.6 M scopes/s
-        measured) than this thread, which shares the interpreter with it, writes them (1.4 M/s
-        alone), and the backlog grew without bound (949 MB after 10 M scopes). Past
-        ``BACKLOG_SCOPES`` waiting, each thread's scope exits wait (at most ``THROTTLE_WAIT_S``
-        each, ``Recorder.throttle``) until this thread has written the backlog."""
+        """Backpressure: without syncs, a loop of empty scopes records faster (1.6 M/s) than this
+        thread, sharing its interpreter, writes them (1.4 M/s), and the backlog grew without bound
+        (949 MB after 10 M scopes). Scope exits wait (``Recorder.throttle``) while it is on."""
         if on == self.throttling:
             return
         self.throttling = on
@@ -240,13 +220,10 @@ class Streamer(Losses):
             self.recorder.throttle(self._gate if on else None)
 
     def _writer_waits(self, on: bool) -> None:
-        """The writer process is behind: a chunk waits for room in its pipe, and this thread with
-        it (``on``, told every ``appender.WAIT_TELL_S``). Once records pile up meanwhile (two
-        collects' worth of CUPTI records, or ``BACKLOG_SCOPES`` scopes), recording threads wait
-        at their scope exits until the chunk is in, as for a backlog here; else the program
-        records on while nothing collects, and the next chunk holds all of it (a 10M-kernel
-        CUPTI run on the H200 grew to 2.0 GB, its writer process to 2.8 GB). A short wait (the
-        child catching up after its start) leaves the program alone."""
+        """The writer process is behind (``on``: a chunk waits for room in its pipe). Once records
+        pile up meanwhile (two collects' worth, or ``BACKLOG_SCOPES``), recording threads wait
+        until the chunk is in; else the next chunk holds all of it (a 10M-kernel CUPTI run on the
+        H200 grew to 2.0 GB, its writer process to 2.8 GB). A short wait leaves the program alone."""
         if on:
             rec = self.recorder
             if not self.throttling and (
@@ -259,9 +236,8 @@ class Streamer(Losses):
             self._throttle(False)
 
     def halt_timer(self) -> None:
-        """No new timer chunk from now (the stop's final collect would otherwise wait for one
-        started meanwhile), and no recording thread waits for it; ``stop_timer`` waits for one
-        in progress."""
+        """No new timer chunk from now (the stop's final collect would wait for it), and no
+        recording thread waits; ``stop_timer`` also waits for one in progress."""
         self._stop.set()
         self._gate.set()
 
@@ -273,15 +249,14 @@ class Streamer(Losses):
 
     # -- chunks --------------------------------------------------------------------------------
     def take(self) -> list[Recorded]:
-        """Take every scope and mark recorded so far out of the recorder's buffers (what is
-        recorded meanwhile stays for the next chunk: ``Recorder.take_recorded``)."""
+        """Take every scope and mark recorded so far out of the recorder's buffers."""
         with self.lock:  # two takers at once would both copy a prefix, then both delete one
             return self.recorder.take_recorded()
 
-    def flush(self) -> None:
-        """What is complete now, taken and written (the timer's chunk, a ring's dump)."""
+    def flush(self, queues: list[QueueInfo] | None = None, horizon: int | None = None) -> None:
+        """What is complete now (before ``horizon``), taken and written (a timer chunk, a ring's dump)."""
         with self.lock:
-            self.write(self.take(), False)
+            self.write(self.take(), False, queues, horizon)
 
     def write(
         self,
@@ -290,9 +265,9 @@ class Streamer(Losses):
         queues: list[QueueInfo] | None = None,
         horizon: int | None = None,
     ) -> None:
-        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded transient memory).
-        ``horizon``: only scopes that ended before it are complete (CUPTI without a sync).
-        Never raises: what a fault costs is flagged ``degraded`` or counted as lost."""
+        """Resolve and append ``taken``, at most ``PIECE`` scopes a chunk (bounded memory);
+        ``horizon``: only scopes that ended before it are complete (CUPTI without a sync). Never
+        raises: what a fault costs is flagged ``degraded`` or counted as lost."""
         timer = threading.current_thread() is self._timer
         with self.lock, gc_paused():
             try:  # pieces of at most ``PIECE`` scopes of one thread each (one if small)
@@ -309,15 +284,6 @@ class Streamer(Losses):
                 if timer and not self.throttling and self.recorder.backlog() >= BACKLOG_SCOPES:
                     self._throttle(True)  # the program outgrows this write: it waits now
 
-    def count_lost(self, taken: list[Recorded] | None) -> None:
-        """``taken`` never reached the file (a fault at the call that writes it): counted in the
-        final header. Never raises."""
-        with contextlib.suppress(Exception):
-            n = scopes_in(taken or [])
-            if n:
-                self.lost_scopes += n
-                self.lost_chunks += 1
-
     def _write(
         self,
         taken: list[Recorded],
@@ -326,8 +292,8 @@ class Streamer(Losses):
         horizon: int | None,
         more: bool,
     ) -> None:
-        if self.writer.closed:
-            if not isinstance(self.writer, _Detached):  # (a forked child writes nothing, by design)
+        if self.detached or self.writer.closed:
+            if not self.detached:
                 self.lose(scopes_in(taken), "writing to a closed trace", RuntimeError("closed"))
             return
         if queues is not None and len(queues) >= len(self.queues):
@@ -361,7 +327,8 @@ class Streamer(Losses):
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them);
         # CUPTI has none (a set of every scope's token cost 1.5 ms a 20k-scope chunk)
         ended = np.concatenate([th.times[:, 2] for th in threads]) if threads else np.zeros(0, np.int64)
-        left = list(itertools.compress(spans, np.isin(_span_tokens(spans), ended, invert=True).tolist()))
+        tokens_of = np.fromiter(map(operator.itemgetter(0), spans), np.int64, len(spans))
+        left = list(itertools.compress(spans, np.isin(tokens_of, ended, invert=True).tolist()))
         tokens = set(ended[ended > 0].tolist()) if untimed or degraded else set()
         if len(left) > MAX_CARRIED_SPANS:
             report_internal(
@@ -382,7 +349,7 @@ class Streamer(Losses):
             self.lose(rec.scopes(), "reading back recorded scopes", exc)
 
     def close(self, final_header: dict[str, Any]) -> None:
-        """The final header, with what was lost here, to the resolving side (which adds its own)."""
+        """The final header, with what was lost here, to the resolving side."""
         header = self.with_lost(final_header)
         with self.lock:
             try:
@@ -393,10 +360,9 @@ class Streamer(Losses):
 
 def _waiting_bytes(backend: Any) -> int:
     """Bytes of activity records the backend's source holds, not yet collected (0: unknown)."""
-    try:
+    with contextlib.suppress(Exception):
         return int(backend.waiting_bytes())
-    except Exception:
-        return 0
+    return 0
 
 
 def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
@@ -405,11 +371,3 @@ def final_clock(samples: list[CalibrationSample]) -> list[dict[str, Any]]:
 
     fits = clock_fits(samples)
     return [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
-
-
-_TOKEN = operator.itemgetter(0)
-
-
-def _span_tokens(spans: list[RawSpan]) -> np.ndarray:
-    """The scope token of each span, as an array."""
-    return np.fromiter(map(_TOKEN, spans), np.int64, len(spans))
