@@ -9,8 +9,8 @@ from zero on the exact value of the float (as JavaScript's ``toFixed`` does, so 
 >>> fmt_ns(999_999), fmt_ns(999.4), fmt_ns(2.5), fmt_ns(None)
 ('1.00 ms', '999 ns', '2.5 ns', '—')
 
-Below 1 µs the value is shown in ns with trailing zeros dropped (``"5 ns"``, ``"2.5 ns"``). The
-shared cases both implementations are tested against are in ``tests/data/durations.json``.
+Below 1 µs, ns with trailing zeros dropped. Both implementations are tested on
+``tests/data/durations.json``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Flagging: what in a resolved recording is suspicious, and what each flag means.
-
-A flag explains, it never clamps: every flagged value stays as measured. ``flag`` sets the
-per-scope flags after the resolver placed GPU times; ``anomaly_report`` writes the header's
-``anomalies`` section. ``flag_outliers`` and ``anomaly_report`` also serve traces read from other
-tools (``gputrace.exporters.reader.from_chrome``) and merged traces (``gputrace.merge``).
-"""
+"""Flagging: what in a resolved recording is suspicious, and what each flag means. A flag explains,
+it never clamps: every flagged value stays as measured. ``flag`` sets the flags after the resolver
+placed GPU times; ``anomaly_report`` writes the header's ``anomalies`` (also for other tools' and
+merged traces, with ``flag_outliers``)."""
 
 from __future__ import annotations
 
@@ -30,11 +27,8 @@ def flag(
     done_by: np.ndarray | None,
     blind: np.ndarray | None = None,
 ) -> None:
-    """Set every scope's flags in place (``s.flags``); values are never changed, only flagged.
-
-    ``blind``: per scope, True where a timing source that observes every scope (CUPTI) could not
-    see it (another tool held the source): such a scope without GPU work is untimed, not empty.
-    """
+    """Set every scope's flags in place (``s.flags``). ``blind``: per scope, True where a source
+    that observes every scope (CUPTI) could not see it (another tool held it): untimed, not empty."""
     n = len(s)
     flags = s.flags.astype(np.int64)
     if not n:
@@ -104,9 +98,8 @@ def flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
 
 
 def _nested_or_apart(q: np.ndarray, st: np.ndarray, en: np.ndarray) -> bool:
-    """True when no span can partially overlap another (spans sorted by queue, start, −end):
-    each one starts after every earlier span of its queue ended, or lies inside the one before.
-    Then every span is pushed and nothing is flagged; otherwise the stack walk decides."""
+    """True when no span (sorted by queue, start, −end) can partially overlap another: each starts
+    after every earlier one of its queue ended, or lies inside the one before (else: the walk)."""
     n = len(q)
     if n < 2:
         return True

@@ -1,22 +1,15 @@
 """The resolver: a pure function from raw records to a ``Trace``.
 
-It fits each GPU clock onto the session clock from calibration samples, places every GPU span on
-the session clock, reconstructs nesting, and flags anomalies. Nothing is clamped: a flagged value
-stays as measured, and every aligned time carries its uncertainty.
+It fits each GPU clock onto the session clock, places every GPU span on it, reconstructs nesting
+and flags anomalies. Nothing is clamped: a flagged value stays as measured, and every aligned time
+carries its uncertainty (docs/accuracy.md).
 
-The clock fit
--------------
-A calibration sample says a GPU timestamp ``g`` was taken while the CPU clock ran from ``before``
-to ``after``; its true CPU time lies in that window. We fit ``cpu = cpu_ref + slope·(g − gpu_ref)``
-by weighted least squares on window midpoints, weighting by 1/half-width² so the tightest windows
-count most. The slope is kept only when the samples determine it to better than
-``DEFAULT_DRIFT_PPM``; otherwise (one sample, or samples too close together) the slope is 1 and
-only the offset is fitted (``method="offset"``). Samples whose window is over 4× the typical width
-(the lower quartile; a preempted thread, say) are left out. If the true mapping is linear (constant offset and
-drift), the fit's error at sample ``i`` is at most ``|residual_i| + half_width_i``, and since fit
-and truth are both linear the error between the first and last sample is bounded by the largest
-of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertainty adds
-``2·U/span`` per ns of distance (``DEFAULT_DRIFT_PPM`` when only the offset was fitted).
+The clock fit: ``cpu = cpu_ref + slope·(g − gpu_ref)`` by least squares on the calibration windows'
+midpoints, weighted by 1/half-width² (windows over ``WIDE_WINDOW``× the lower quartile are left
+out). The slope is kept only where the samples pin it better than ``DEFAULT_DRIFT_PPM``, else it is
+1 (``method="offset"``). For a linear truth the error at sample ``i`` is at most ``|residual_i| +
+half_width_i``, so between the first and last sample at most their largest: ``uncertainty_ns``.
+Beyond, the slope's uncertainty adds ``2·U/span`` per ns (``DEFAULT_DRIFT_PPM`` for an offset fit).
 """
 
 from __future__ import annotations
@@ -61,10 +54,7 @@ DEFAULT_DRIFT_PPM = 50.0
 
 
 def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
-    """Fit GPU→CPU clock mapping from calibration samples; ``None`` with no samples.
-
-    The result does not depend on the order of ``samples``.
-    """
+    """The GPU→CPU clock mapping fitted over ``samples`` (in any order); None without any."""
     if not samples:
         return None
     cols = sample_columns(samples)
@@ -114,9 +104,8 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     )
 
 
-# Samples wider than this many times the typical window (the lower quartile of the half-widths)
-# are left out of the fit. The lower quartile, not the median: when the stop's windows are all
-# wide (a thread woken late under load), as many wide ones as tight would move the median.
+# Samples wider than this many times the lower quartile of the half-widths are left out of the fit
+# (not the median: as many wide windows as tight, a stop woken late under load, would move it).
 WIDE_WINDOW = 4.0
 
 
@@ -134,7 +123,6 @@ def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
 
 def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
     """Turn raw records into a ``Trace`` (pure: same input, in any order, same output).
-
     ``report=False`` leaves the header's anomaly list out (a streamed chunk: the session counts)."""
     names: list[str] = []
     name_ids: dict[str, int] = {}
@@ -275,10 +263,9 @@ def fit_weakness(fit: ClockFit, first_ns: int, last_ns: int) -> str:
 def _fit_device(
     columns: bytes, start_ns: int | None = None, end_ns: int | None = None
 ) -> tuple[ClockFit, FeasibleBand | None] | None:
-    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes,
+    """One device's fit and band from its samples' columns (CPU before, GPU, CPU after) as bytes,
     noted as weak where it does not cover the session (``start_ns`` … ``end_ns``, where known).
-    Cached: a streamed session fits the same samples for its last chunk and for the final header.
-    """
+    Cached: a streamed session fits the same samples for its last chunk and its final header."""
     cols = np.frombuffer(columns, np.int64).reshape(-1, 3)
     if not len(cols):
         return None
@@ -326,10 +313,8 @@ def _place_spans(
     intern: Any,
     fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
 ) -> tuple[SpanTable, np.ndarray | None]:
-    """Align raw GPU spans onto the session clock and hull them per scope.
-
-    Also returns, per scope, the CPU time by which its GPU work was known complete.
-    """
+    """Align raw GPU spans onto the session clock and hull them per scope; also returns, per
+    scope, the CPU time by which its GPU work was known complete."""
     if not raw.spans or not len(s):
         return SpanTable.empty(0), None
     sorted_rows = np.argsort(tokens, kind="stable")
@@ -450,15 +435,10 @@ def _place_ops(
     intern: Any,
     fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
 ) -> tuple[OpTable, np.ndarray | None, np.ndarray | None]:
-    """Align per-operation records, attribute each to its scope, and hull them per scope.
-
-    An operation belongs to the innermost scope open on its launching thread when its launch call
-    started (the scope's CPU window, on the session clock, holds the call's start). A scope's GPU
-    span is the hull of the operations of its subtree; its submission is the launch call of its
-    first operation (``gputrace.figures.first_submission_ns``). Returns the operations, per scope
-    the time by which its work was known complete, and per scope whether a blind stretch of the
-    source (another tool held it) overlaps its CPU window.
-    """
+    """Align per-operation records, attribute each to the innermost scope open on its launching
+    thread when its launch call started, and hull them per scope over its subtree. Returns the
+    operations and, per scope, when its work was known complete and whether a blind stretch of the
+    source (another tool held it) overlaps its CPU window."""
     batch = OpBatch.concat(raw.batches)
     n_ops = len(batch)
     blind = None
@@ -542,11 +522,8 @@ def _blind_scopes(s: ScopeTable, stretches: list[Blind], fit: ClockFit | None) -
 
 
 def _attribute(s: ScopeTable, thread: np.ndarray, call_ns: np.ndarray) -> np.ndarray:
-    """Row of the innermost scope of ``thread`` whose CPU window holds ``call_ns`` (−1: none).
-
-    Scopes of one thread nest, so the latest-entered scope at or before ``call_ns`` holds it, or
-    one of its ancestors does.
-    """
+    """Row of the innermost scope of ``thread`` whose CPU window holds ``call_ns`` (−1: none): the
+    latest-entered one at or before ``call_ns``, or one of its ancestors (scopes nest)."""
     out = np.full(len(thread), -1, np.int64)
     parent = s.parent
     ends = s.cpu_end_ns
