@@ -627,22 +627,28 @@ class Recorded:
     ) -> tuple[Recorded, Recorded | None]:
         """What can be written now, and what must wait (None: nothing), given ``held`` (what waited
         at the last take). ``complete`` (a sync): nothing waits. Else a scope waits while its GPU
-        work may still run: with a ``horizon`` (CUPTI: every operation launched before it has
-        arrived), one that ended after it, and every scope that started at or after the earliest
-        waiting one (``_with_families``); without one, a scope with a GPU token."""
+        work may still run: without a ``horizon``, a scope with a GPU token; with one (CUPTI: every
+        operation launched before it has arrived), one that ended after it, and with it every
+        scope that started at or after the earliest waiting one (plain first, then rich, in
+        order): a chunk resolves its own scopes' spans only, so a parent waits with its children
+        (one that started earlier ended before the horizon, so it holds no waiting one)."""
         before = held.rich if held is not None else []
+        plain = self.plain
         if complete:
-            return Recorded(self.buf, self.plain, before + self.rich, self.marks), None
-        plain, rich, wait = self.plain, self.rich, list(before)
-        if horizon is not None:
-            rich, wait = wait + rich, []
+            return Recorded(self.buf, plain, before + self.rich, self.marks), None
+        if horizon is None:
+            ready, late = _split(self.rich, _column(self.rich, 3, RICH) > 0, RICH)
+            wait = before + late
+        else:
+            rich = before + self.rich
             plain, wait = _split_plain(plain, _column(plain, 2) > horizon)
             ready, late = _split(rich, _column(rich, 2, RICH) > horizon, RICH)
-        else:
-            ready, late = _split(rich, _column(rich, 3, RICH) > 0, RICH)
-        wait += late
-        if wait and horizon is not None:
-            plain, ready, wait = _with_families(plain, ready, wait)
+            wait += late
+            if wait:
+                first = min(wait[1::RICH])
+                plain, moved = _split_plain(plain, _column(plain, 1) >= first)
+                ready, moved_rich = _split(ready, _column(ready, 1, RICH) >= first, RICH)
+                wait = moved + moved_rich + wait
         waiting = Recorded(self.buf, [], wait, []) if wait else None
         return Recorded(self.buf, plain, ready, self.marks), waiting
 
@@ -654,19 +660,6 @@ class Recorded:
 def scopes_in(recorded: list[Recorded]) -> int:
     """Scopes held in ``recorded``."""
     return sum(r.scopes() for r in recorded)
-
-
-def _with_families(
-    plain: list[Any], ready: list[Any], wait: list[Any]
-) -> tuple[list[Any], list[Any], list[Any]]:
-    """Every scope of ``plain`` and ``ready`` that started at or after the earliest of ``wait``
-    moved to it (plain first, then rich, in order): a chunk resolves its own scopes' spans only,
-    so a parent waits with its children. One that started earlier ended before the horizon."""
-    first = min(wait[1::RICH])
-    plain, late = _split_plain(plain, _column(plain, 1) >= first)
-    keep, late_rich = _split(ready, _column(ready, 1, RICH) >= first, RICH)
-    late += late_rich
-    return plain, keep, (late + wait if late else wait)
 
 
 def _column(items: list[Any], k: int, width: int = 3) -> np.ndarray:

@@ -1,7 +1,5 @@
-"""Renderers for a summary (``gputrace.summary.summarize``): table, markdown, CSV and JSON.
-
-The JSON keeps nanoseconds exactly; the table and markdown show human units
-(``human_ns`` is ``gputrace.durations.fmt_ns``, the one duration format):
+"""Renderers for a summary (``gputrace.summary.summarize``): table, markdown, CSV and JSON. The JSON
+keeps nanoseconds exactly; the others show human units (``human_ns``: ``durations.fmt_ns``):
 
 >>> human_ns(850), human_ns(12_345), human_ns(4_560_000), human_ns(1_230_000_000)
 ('850 ns', '12.3 µs', '4.56 ms', '1.23 s')
@@ -105,8 +103,10 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
             line += ": " + ", ".join(parts)
         idle.append(line)
     out.append(("GPU idle time per stream", idle or ["no GPU work in this trace."]))
-    est = _estimate_lines(summary)
-    if est:
+    est = [f"{r['name']} ({_stream(r)}): measured span median {human_ns(e['span_median_ns'])}, "
+           f"estimate {human_ns(e['median_ns'])} ({e['assumes']})"
+           for r in summary["rows"] if (e := r.get("if_launches_free"))]  # fmt: skip
+    if est:  # per row whose GPU waited on the host: the measured span beside the estimate
         out.append(("What it would take if launches were free (an estimate)", est))
     ops = _op_lines(summary)
     if ops:
@@ -147,18 +147,6 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     if h["note"]:
         hl.append(("WARNING: " if h["high"] else "") + h["note"])
     out.append(("Host load", hl))
-    return out
-
-
-def _estimate_lines(summary: dict[str, Any]) -> list[str]:
-    """Per row whose GPU waited on the host: the measured span beside the launch-free estimate."""
-    out = []
-    for r in summary["rows"]:
-        e = r.get("if_launches_free")
-        if not e:
-            continue
-        out.append(f"{r['name']} ({_stream(r)}): measured span median {human_ns(e['span_median_ns'])}, "
-                   f"estimate {human_ns(e['median_ns'])} ({e['assumes']})")  # fmt: skip
     return out
 
 

@@ -71,6 +71,7 @@ import numpy.typing as npt
 
 from gputrace import figures
 from gputrace.durations import fmt_ns
+from gputrace.flags import EXPLAIN
 from gputrace.model import ANOMALY_FLAGS, I64, NO_TIME, Flag, Trace, flag_names
 from gputrace.npstats import Grouped
 from gputrace.rankview import rank_view
@@ -93,42 +94,22 @@ SORT_KEYS = {
 # "self": exclusive GPU busy where the trace has GPU times, else exclusive CPU time
 SORT_ALIASES = {"self": ("self_gpu_total", "self_cpu_total")}
 
-# kind -> (what it usually means, what to do)
-ADVICE: dict[str, tuple[str, str]] = {
-    "empty_gpu_span": (
-        "no GPU work ran inside the scope: nothing was launched, or it was never flushed",
-        "launch the work inside the scope on the traced stream (wgpu: submit before it ends)",
-    ),
-    "gpu_exceeds_wall": (
-        "GPU time longer than the wall time from submission to completion: impossible, "
-        "so a clock skew or a bad timestamp",
-        "distrust these calls; sync more often and check the clock uncertainty",
-    ),
-    "start_before_submit": (
-        "the GPU started before the CPU submitted, beyond the alignment uncertainty: the clocks disagree",
-        "call gputrace.sync() more often so the clock fit is refreshed",
-    ),
-    "overlap": (
-        "two spans on one in-order queue partially overlap: overlapping passes or a clock glitch",
-        "trace concurrent work on separate streams; check for nested passes",
-    ),
-    "outlier": (
-        "far from the other calls of this name: contention, a clock change, or different work",
-        "look at what else ran at these times; compare medians, not single calls",
-    ),
-    "degraded": (
-        "gputrace failed while recording this scope; its times may be partial",
-        "see the gputrace warning printed during the run",
-    ),
-    "launch_bound": (
-        "each launch's GPU work is shorter than one calibrated launch costs the CPU, and the GPU "
-        "waited for the host at least as long as it worked: launch overhead dominates",
-        figures.GENERIC_ADVICE,  # replaced by the backend's own advice (gputrace.figures.ADVICE)
-    ),
-    "noisy": (
-        "warm calls spread by more than 10 % (interquartile range / median)",
-        "run more iterations, check the host load, and compare medians with care",
-    ),
+# kind -> what to do; a flag's meaning is what the trace file says of it (``gputrace.flags.EXPLAIN``)
+TO_DO = {
+    "empty_gpu_span": "launch the work inside the scope on the traced stream (wgpu: submit before it ends)",
+    "gpu_exceeds_wall": "distrust these calls; sync more often and check the clock uncertainty",
+    "start_before_submit": "call gputrace.sync() more often so the clock fit is refreshed",
+    "overlap": "trace concurrent work on separate streams; check for nested passes",
+    "outlier": "look at what else ran at these times; compare medians, not single calls",
+    "degraded": "see the gputrace warning printed during the run",
+    "launch_bound": figures.GENERIC_ADVICE,  # replaced by the backend's own (gputrace.figures.ADVICE)
+    "noisy": "run more iterations, check the host load, and compare medians with care",
+}
+MEANING = {
+    **EXPLAIN,
+    "launch_bound": "each launch's GPU work is shorter than one calibrated launch costs the CPU, and the "
+    "GPU waited for the host at least as long as it worked: launch overhead dominates",
+    "noisy": "warm calls spread by more than 10 % (interquartile range / median)",
 }
 
 
@@ -407,9 +388,8 @@ def _anomaly(
     kind: str, name: str, count: int, examples: list[dict[str, Any]],
     row: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    meaning, todo = ADVICE[kind]
     a: dict[str, Any] = {"kind": kind, "name": name, "count": count, "examples": examples,
-                         "meaning": meaning, "what_to_do": todo}  # fmt: skip
+                         "meaning": MEANING[kind], "what_to_do": TO_DO[kind]}  # fmt: skip
     if row is not None:
         a["queue"] = row["queue"]
         a["numbers"] = {
