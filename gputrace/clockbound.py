@@ -33,12 +33,11 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from gputrace.model import ClockFit
+from gputrace.model import I64, ClockFit
 from gputrace.npstats import distinct
 from gputrace.records import CalibrationSample
 
 F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
 
 MAX_DRIFT = 1e-3
 _CHUNK = 1 << 20  # elements per (queries × vertices) block when evaluating the band's edges

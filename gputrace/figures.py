@@ -24,10 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gputrace.model import NO_TIME, OpTable, ScopeTable, Trace
+from gputrace.model import I64, NO_TIME, OpTable, ScopeTable, Trace
 from gputrace.npstats import distinct, interval_union
-
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)

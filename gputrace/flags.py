@@ -29,20 +29,18 @@ def flag(
 ) -> None:
     """Set every scope's flags in place (``s.flags``). ``blind``: per scope, True where a source
     that observes every scope (CUPTI) could not see it (another tool held it): untimed, not empty."""
-    n = len(s)
-    flags = s.flags.astype(np.int64)
-    if not n:
+    if not len(s):
         return
+    flags = s.flags.astype(np.int64)
     has_gpu = s.gpu_start_ns != NO_TIME
-    timed = np.ones(n, bool) if raw.ops_timing else tokens > 0
+    timed = np.ones(len(s), bool) if raw.ops_timing else tokens > 0
     if blind is not None:
         flags[blind & ~has_gpu] |= int(Flag.UNTIMED)
     # untimed / degraded reported by the backend
     if raw.untimed:
         flags[np.isin(tokens, np.fromiter(raw.untimed, np.int64))] |= int(Flag.UNTIMED)
     if raw.degraded:
-        deg_tokens = np.fromiter(raw.degraded, np.int64)
-        for row in np.flatnonzero(np.isin(tokens, deg_tokens)).tolist():
+        for row in np.flatnonzero(np.isin(tokens, np.fromiter(raw.degraded, np.int64))).tolist():
             flags[row] |= int(Flag.DEGRADED)
             s.args.setdefault(row, {})["degraded"] = raw.degraded[int(tokens[row])]
     untimed = (flags & int(Flag.UNTIMED)) != 0
@@ -63,12 +61,9 @@ def flag(
         flags[empty] |= int(Flag.EMPTY)
     if has_gpu.any():
         g = np.flatnonzero(has_gpu)
-        unc = s.uncertainty_ns[g]
-        # impossible: the GPU took longer than the wall time between submission and completion
-        if done_by is not None:
-            wall = done_by[g] - s.submit_ns[g]
-            flags[g[gpu_dur[g] > wall]] |= int(Flag.GPU_EXCEEDS_WALL)
-        flags[g[s.gpu_start_ns[g] < s.submit_ns[g] - unc]] |= int(Flag.START_BEFORE_SUBMIT)
+        if done_by is not None:  # impossible: the GPU took longer than submission to completion
+            flags[g[gpu_dur[g] > done_by[g] - s.submit_ns[g]]] |= int(Flag.GPU_EXCEEDS_WALL)
+        flags[g[s.gpu_start_ns[g] < s.submit_ns[g] - s.uncertainty_ns[g]]] |= int(Flag.START_BEFORE_SUBMIT)
         flag_overlaps(s, g, flags)
     flag_outliers(s, has_gpu, flags)
     s.flags = flags.astype(np.uint32)

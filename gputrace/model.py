@@ -378,9 +378,8 @@ class Trace:
         return list(self.header.get("anomalies", {}).get("items", []))
 
     def busy_ns(self) -> I64:
-        """Per scope, its GPU busy time: the union of the GPU intervals of its subtree (its
-        operations where the trace has them, else its GPU spans; see ``gputrace.figures``).
-        Below the GPU span when the GPU waited for launches between them."""
+        """Per scope, its GPU busy time (``gputrace.figures.busy_ns``): below its span where the GPU
+        waited for launches between its operations."""
         from gputrace.figures import busy_ns  # the figures build on this model
 
         return busy_ns(self)

@@ -44,7 +44,6 @@ __all__ = [
     "RawRecording",
     "anomaly_report",
     "fit_clock",
-    "fit_weakness",
     "resolve",
     "uncertainty_at",
 ]
@@ -124,39 +123,25 @@ def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
 def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
     """Turn raw records into a ``Trace`` (pure: same input, in any order, same output).
     ``report=False`` leaves the header's anomaly list out (a streamed chunk: the session counts)."""
-    names: list[str] = []
-    name_ids: dict[str, int] = {}
+    name_ids: dict[str, int] = {}  # name -> its index, in order of first appearance
 
     def intern(n: object) -> int:
-        s = n if isinstance(n, str) else str(n)
-        i = name_ids.get(s)
-        if i is None:
-            i = name_ids[s] = len(names)
-            names.append(s)
-        return i
+        return name_ids.setdefault(n if isinstance(n, str) else str(n), len(name_ids))
 
-    threads = [ThreadInfo(t.tid, t.name) for t in raw.threads]
-    cols: list[np.ndarray] = []
-    name_col: list[np.ndarray] = []
-    thread_col: list[np.ndarray] = []
+    live = [(ti, t) for ti, t in enumerate(raw.threads) if len(t.times)]
     args_in: dict[int, dict[str, Any]] = {}  # row in the concatenated input -> args
-    offset = 0
-    for ti, t in enumerate(raw.threads):
-        times = t.times
-        if not len(times):
-            continue
-        cols.append(times)
-        name_col.append(_intern_all(t.names, intern))
-        thread_col.append(np.full(len(t.names), ti, np.int32))
-        args_in.update({offset + k: v for k, v in t.args.items()})
-        offset += len(t.names)
-    n = sum(len(c) for c in cols)
+    n = 0
+    for _, t in live:
+        args_in.update({n + k: v for k, v in t.args.items()})
+        n += len(t.names)
     s = ScopeTable.empty(n)
     tokens = np.zeros(0, np.int64)
     if n:
-        allt, thread_a = np.concatenate(cols), np.concatenate(thread_col)
+        allt = np.concatenate([t.times for _, t in live])
+        names_a = np.concatenate([_intern_all(t.names, intern) for _, t in live])
+        thread_a = np.concatenate([np.full(len(t.names), ti, np.int32) for ti, t in live])
         order = np.lexsort((-allt[:, 1], thread_a, allt[:, 0]))
-        allt, s.name, s.thread = allt[order], np.concatenate(name_col)[order], thread_a[order]
+        allt, s.name, s.thread = allt[order], names_a[order], thread_a[order]
         s.cpu_start_ns = np.ascontiguousarray(allt[:, 0])
         s.cpu_end_ns = np.ascontiguousarray(allt[:, 1])
         tokens = np.ascontiguousarray(allt[:, 2])
@@ -181,12 +166,13 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
         for (name, ts, kind, args) in t.marks
     ]
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
-    names = canonical_names(names, s, spans, ops)
+    names = canonical_names(list(name_ids), s, spans, ops)
     header = dict(raw.header)
     header["clock"] = [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
     header["spans_cover_children"] = raw.spans_cover_children or raw.ops_timing
     if raw.ops_timing:
         header["ops"] = {"count": len(ops), "unattributed": int(np.count_nonzero(ops.scope < 0))}
+    threads = [ThreadInfo(t.tid, t.name) for t in raw.threads]
     trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits, ops)
     if report:
         header["anomalies"] = anomaly_report(trace)
@@ -240,25 +226,6 @@ MIN_FIT_SAMPLES = 2
 MIN_FIT_STRETCH = 0.5
 
 
-def fit_weakness(fit: ClockFit, first_ns: int, last_ns: int) -> str:
-    """Why ``fit`` cannot be trusted across ``first_ns`` … ``last_ns`` (the stretch it should
-    cover), in a sentence; "" when it can."""
-    if fit.samples < MIN_FIT_SAMPLES:
-        return (
-            f"the clock fit rests on {fit.samples} calibration sample: the drift is assumed "
-            f"(±{DEFAULT_DRIFT_PPM:g} ppm), not measured"
-        )
-    stretch = max(last_ns - first_ns, 0)
-    own = fit.last_cpu_ns - fit.first_cpu_ns
-    if stretch > 0 and own < MIN_FIT_STRETCH * stretch:
-        return (
-            f"the clock fit rests on {fit.samples} calibration samples from {own / 1e6:.3g} ms of "
-            f"the {stretch / 1e6:.4g} ms it should cover (the other samples' windows were too wide): "
-            "its uncertainty grows away from them"
-        )
-    return ""
-
-
 @functools.lru_cache(maxsize=8)
 def _fit_device(
     columns: bytes, start_ns: int | None = None, end_ns: int | None = None
@@ -286,8 +253,20 @@ def _fit_device(
         else:
             band.fit = fit
     first = min(int(before.min()), start_ns if start_ns is not None else int(before.min()))
-    last = max(int(after.max()), end_ns if end_ns is not None else int(after.max()))
-    note = fit_weakness(fit, first, last)
+    stretch = max(int(after.max()), end_ns if end_ns is not None else int(after.max())) - first
+    own = fit.last_cpu_ns - fit.first_cpu_ns
+    note = ""
+    if fit.samples < MIN_FIT_SAMPLES:
+        note = (
+            f"the clock fit rests on {fit.samples} calibration sample: the drift is assumed "
+            f"(±{DEFAULT_DRIFT_PPM:g} ppm), not measured"
+        )
+    elif stretch > 0 and own < MIN_FIT_STRETCH * stretch:
+        note = (
+            f"the clock fit rests on {fit.samples} calibration samples from {own / 1e6:.3g} ms of "
+            f"the {stretch / 1e6:.4g} ms it should cover (the other samples' windows were too wide): "
+            "its uncertainty grows away from them"
+        )
     if note:
         fit = replace(fit, note=note)
         if band is not None:
@@ -460,20 +439,14 @@ def _place_ops(
     for c in ("kind", "queue", "correlation", "bytes", "grid", "block", "graph_id", "graph_node_id"):
         setattr(ops, c, np.ascontiguousarray(r[c], getattr(ops, c).dtype))
     ops.name, ops.call_name = ids[r["name"]].astype(np.int32), ids[r["call_name"]].astype(np.int32)
-    dev = r["device"].astype(np.int64)
-    g0, g1 = r["gpu_start_ns"], r["gpu_end_ns"]
-    c0, c1 = r["call_start_ns"], r["call_end_ns"]
-    tid = r["call_tid"]
-    done = r["done_by_ns"]
-    seen = tid >= 0
+    dev, tid = r["device"].astype(np.int64), r["call_tid"]
     for d in distinct(dev).tolist():
         fit_band = _host_fit(fitted, d)
         # no calibration at all: keep the raw clock (the header says so)
         to = fit_band[0].to_cpu if fit_band else np.asarray
-        m = dev == d
-        ms = m & seen
-        ops.gpu_start_ns[m], ops.gpu_end_ns[m] = to(g0[m]), to(g1[m])
-        ops.call_start_ns[ms], ops.call_end_ns[ms] = to(c0[ms]), to(c1[ms])
+        for col in ("gpu_start_ns", "gpu_end_ns", "call_start_ns", "call_end_ns"):
+            rows = dev == d if col.startswith("gpu") else (dev == d) & (tid >= 0)
+            getattr(ops, col)[rows] = to(r[col][rows])
     # launching thread -> row of raw.threads
     by_tid = {t.tid: i for i, t in enumerate(raw.threads)}
     uniq_tid, tid_inv = np.unique(tid, return_inverse=True)
@@ -494,7 +467,7 @@ def _place_ops(
     if not len(own):
         return ops, None, blind
     s_done = _hull(
-        s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel],
+        s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], r["done_by_ns"][sel],
         lambda q: _host_fit(fitted, raw.queues[q].device if q < len(raw.queues) else 0),
     )  # fmt: skip
     if raw.source_error_ns:  # the source's own error in its GPU times, beyond the clock fit
