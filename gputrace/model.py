@@ -135,21 +135,8 @@ class ClockFit:
         return (self.cpu_ref_ns + np.rint(delta).astype(np.int64)).astype(np.int64)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "gpu_ref_ns": self.gpu_ref_ns,
-            "cpu_ref_ns": self.cpu_ref_ns,
-            "offset_ns": self.offset_ns,
-            "slope": self.slope,
-            "drift_ppm": self.drift_ppm,
-            "residual_ns": self.residual_ns,
-            "uncertainty_ns": self.uncertainty_ns,
-            "samples": self.samples,
-            "first_cpu_ns": self.first_cpu_ns,
-            "last_cpu_ns": self.last_cpu_ns,
-            "bound": self.bound,
-            **({"note": self.note} if self.note else {}),
-        }
+        """The fit as the header writes it (the derived offset and drift too; the note if any)."""
+        return {k: getattr(self, k) for k in _FIT_KEYS} | ({"note": self.note} if self.note else {})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ClockFit:
@@ -157,6 +144,10 @@ class ClockFit:
         cast = {"int": int, "float": float, "str": str}
         given = [f for f in fields(cls) if f.name in d or f.default is MISSING]
         return cls(**{f.name: cast[str(f.type)](d[f.name]) for f in given})
+
+
+_FIT_KEYS = ("method", "gpu_ref_ns", "cpu_ref_ns", "offset_ns", "slope", "drift_ppm", "residual_ns",
+             "uncertainty_ns", "samples", "first_cpu_ns", "last_cpu_ns", "bound")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from gputrace.durations import fmt_ns
+from gputrace.rankview import lines as rank_lines
 from gputrace.safetext import json_safe_text, printable, printable_cut
 from gputrace.summary import field
 
@@ -108,10 +109,10 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
            for r in summary["rows"] if (e := r.get("if_launches_free"))]  # fmt: skip
     if est:  # per row whose GPU waited on the host: the measured span beside the estimate
         out.append(("What it would take if launches were free (an estimate)", est))
-    ops = _op_lines(summary)
-    if ops:
-        title = "GPU operations per scope (busy: time its operations ran; span: first start to last end)"
-        out.append((title, ops))
+    if ops := _op_lines(summary):
+        out.append(
+            ("GPU operations per scope (busy: time its operations ran; span: first start to last end)", ops)
+        )
     an = []
     for a in summary["anomalies"]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
@@ -138,8 +139,6 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     cl.append(clock["note"])
     out.append(("Clock alignment", cl))
     if summary.get("ranks"):
-        from gputrace.rankview import lines as rank_lines
-
         out.append(("Ranks", rank_lines(summary["ranks"], human_ns)))
     h = summary["host"]
     hl = [f"{h['name'] or 'unknown host'}, {h['cpu_count'] or '?'} CPUs, load average "

@@ -298,10 +298,9 @@ def _place_spans(
         return SpanTable.empty(0), None
     sorted_rows = np.argsort(tokens, kind="stable")
     sorted_tokens = tokens[sorted_rows]
-    raw_spans = raw.spans
-    m = len(raw_spans)
-    fields = span_columns(raw_spans)
-    labels = [r.label for r in raw_spans]
+    m = len(raw.spans)
+    fields = span_columns(raw.spans)
+    labels = [r.label for r in raw.spans]
     label_list = sorted(set(labels))  # spans sort by label last, as strings
     rank_of = {lb: i for i, lb in enumerate(label_list)}
     label_rank = np.fromiter(map(rank_of.__getitem__, labels), np.int64, m)
@@ -316,14 +315,11 @@ def _place_spans(
     n_q = len(raw.queues)
     q_device = np.array([q.device for q in raw.queues] + [0], np.int64)
     dev = q_device[np.where((queue >= 0) & (queue < n_q), queue, n_q)]
-    g0 = np.ascontiguousarray(fields[:, 2])
-    g1 = np.ascontiguousarray(fields[:, 3])
-    c0 = np.full(m, NO_TIME, np.int64)
-    c1 = np.full(m, NO_TIME, np.int64)
+    c0, c1 = np.full(m, NO_TIME, np.int64), np.full(m, NO_TIME, np.int64)
     for d in distinct(dev).tolist():
         if d in fitted:
             on = dev == d
-            c0[on], c1[on] = fitted[d][0].to_cpu(g0[on]), fitted[d][0].to_cpu(g1[on])
+            c0[on], c1[on] = fitted[d][0].to_cpu(fields[on, 2]), fitted[d][0].to_cpu(fields[on, 3])
     aligned = np.flatnonzero(pos_ok & (c0 != NO_TIME))
     rows = sorted_rows[pos[aligned]]
     by_scope = np.lexsort((c1[aligned], c0[aligned], rows))  # in scope order, as a loaded file has them

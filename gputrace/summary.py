@@ -75,6 +75,7 @@ from gputrace.flags import EXPLAIN
 from gputrace.model import ANOMALY_FLAGS, I64, NO_TIME, Flag, Trace, flag_names
 from gputrace.npstats import Grouped
 from gputrace.rankview import rank_view
+from gputrace.records import OP_KINDS
 
 SCHEMA = "gputrace-summary/1"
 NOISY_SPREAD = 0.10  # interquartile range above 10 % of the median: too noisy to compare closely
@@ -446,20 +447,12 @@ def host_section(trace: Trace) -> dict[str, Any]:
                 "launch gaps may be inflated; GPU times are not affected.")  # fmt: skip
     elif not loads:
         note = "the trace does not record the host load."
-    return {
-        "name": host.get("name"),
-        "cpu_count": cpus,
-        "loadavg_start": host.get("loadavg_start"),
-        "loadavg_end": host.get("loadavg_end"),
-        "high": high,
-        "note": note,
-    }
+    fields = ("name", "cpu_count", "loadavg_start", "loadavg_end")
+    return {**{k: host.get(k) for k in fields}, "high": high, "note": note}
 
 
 def _add_ops(trace: Trace, rows: list[dict[str, Any]], group: I64) -> None:
     """Each row's ``ops`` (the module docstring); ``group`` is each scope's row."""
-    from gputrace.records import OP_KINDS
-
     ops = trace.ops
     own = np.flatnonzero(ops.scope >= 0)
     if not len(own):
