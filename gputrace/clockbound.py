@@ -92,13 +92,10 @@ class FeasibleBand:
         span = (float(g_own.min()), float(g_own.max()))
         # Only hull points can bind (L: the upper hull of (g, lower); U: the lower hull of
         # (g, upper)), and only those a drift within ±MAX_DRIFT touches.
-        lo_keep = _upper_hull_in_range(g, lower)
-        up_keep = _upper_hull_in_range(g, -upper)
-        g_lo, lower = g[lo_keep], lower[lo_keep]
-        g_up, upper = g[up_keep], upper[up_keep]
-        g = np.concatenate([g_lo, g_up])
-        lower = np.concatenate([lower, np.full(len(g_up), -np.inf)])
-        upper = np.concatenate([np.full(len(g_lo), np.inf), upper])
+        lo, up = _upper_hull_in_range(g, lower), _upper_hull_in_range(g, -upper)
+        lower = np.concatenate([lower[lo], np.full(len(up), -np.inf)])
+        upper = np.concatenate([np.full(len(lo), np.inf), upper[up]])
+        g = np.concatenate([g[lo], g[up]])
 
         # U − L is concave and linear between neighbouring bends: its values there decide it all.
         bends = _bends(g, lower, upper)
@@ -124,8 +121,7 @@ class FeasibleBand:
                 np.minimum(low, self._low_at[k] + d[k] * x, out=low)
                 np.maximum(high, self._high_at[k] + d[k] * x, out=high)
             return low, high
-        low = np.empty(len(x))
-        high = np.empty(len(x))
+        low, high = np.empty(len(x)), np.empty(len(x))
         step = max(1, _CHUNK // len(d))
         for i in range(0, len(x), step):
             xs = x[i : i + step, None] * d[None, :]
@@ -135,9 +131,7 @@ class FeasibleBand:
 
     def bound(self, cpu_ns: npt.ArrayLike) -> F64:
         """Largest error of the fitted line at session-clock times ``cpu_ns`` (ns, rounded up)."""
-        fit = self.fit
-        t = np.asarray(cpu_ns, np.float64)
-        xq = (t - fit.cpu_ref_ns) / fit.slope
+        xq = (np.asarray(cpu_ns, np.float64) - self.fit.cpu_ref_ns) / self.fit.slope
         return np.ceil(self._err(xq) + 0.5)  # + half a ns: the fit's rounding
 
     def span_bound(self) -> float:

@@ -444,12 +444,10 @@ def nest(s: ScopeTable) -> None:
     if not bool(np.all(known)):
         _nest_walk(s)
         return
-    has = par >= 0
-    if order is None:
-        parent = par
-    else:
+    parent = par
+    if order is not None:  # back from the order by thread
         parent = np.full(n, -1, np.int64)
-        parent[order[has]] = order[par[has]]
+        parent[order[par >= 0]] = order[par[par >= 0]]
     s.parent = parent
     s.depth = ancestors(parent).astype(np.int32)
 
@@ -469,8 +467,7 @@ def ancestors(parent: I64) -> I64:
 
 def _nest_walk(s: ScopeTable) -> None:
     starts, ends, thr = s.cpu_start_ns.tolist(), s.cpu_end_ns.tolist(), s.thread.tolist()
-    parent = [-1] * len(starts)
-    depth = [0] * len(starts)
+    parent, depth = [-1] * len(starts), [0] * len(starts)
     stacks: dict[int, list[int]] = defaultdict(list)
     for i, (st, t) in enumerate(zip(starts, thr, strict=True)):
         stack = stacks[t]
@@ -490,15 +487,14 @@ def canonical_names(
     """Renumber names by first appearance (scope rows, span rows, then operation rows) so equal
     traces compare equal whichever way they were built. Rewrites the name columns in place."""
     ops = OpTable.empty() if ops is None else ops
-    ids = np.concatenate([scopes.name, spans.label, ops.name, ops.call_name]).astype(np.int64)
+    columns = ((scopes, "name"), (spans, "label"), (ops, "name"), (ops, "call_name"))
+    ids = np.concatenate([getattr(table, c) for table, c in columns]).astype(np.int64)
     if not len(ids):
         return []
     uniq, first = np.unique(ids, return_index=True)
     order = uniq[np.argsort(first, kind="stable")]
     remap = np.full(len(names), -1, np.int64)
     remap[order] = np.arange(len(order))
-    scopes.name = remap[scopes.name].astype(np.int32)
-    spans.label = remap[spans.label].astype(np.int32)
-    ops.name = remap[ops.name].astype(np.int32)
-    ops.call_name = remap[ops.call_name].astype(np.int32)
+    for table, c in columns:
+        setattr(table, c, remap[getattr(table, c)].astype(np.int32))
     return [names[i] for i in order.tolist()]

@@ -39,14 +39,7 @@ from gputrace.model import (
 from gputrace.npstats import distinct
 from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, span_columns
 
-__all__ = [
-    "DEFAULT_DRIFT_PPM",
-    "RawRecording",
-    "anomaly_report",
-    "fit_clock",
-    "resolve",
-    "uncertainty_at",
-]
+__all__ = ["DEFAULT_DRIFT_PPM", "RawRecording", "anomaly_report", "fit_clock", "resolve", "uncertainty_at"]
 
 # The largest clock drift assumed when a single sample cannot measure it (FACTS: −2 … +44 ppm seen).
 DEFAULT_DRIFT_PPM = 50.0
@@ -405,10 +398,7 @@ def _host_fit(
 
 
 def _place_ops(
-    raw: RawRecording,
-    s: ScopeTable,
-    intern: Any,
-    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
+    raw: RawRecording, s: ScopeTable, intern: Any, fitted: dict[int, tuple[ClockFit, FeasibleBand | None]]
 ) -> tuple[OpTable, np.ndarray | None, np.ndarray | None]:
     """Align per-operation records, attribute each to the innermost scope open on its launching
     thread when its launch call started, and hull them per scope over its subtree. Returns the

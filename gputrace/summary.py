@@ -230,11 +230,6 @@ def field(row: dict[str, Any], path: str) -> Any:
     return v
 
 
-def _sum_by(group: I64, values: I64, n: int) -> I64:
-    # float64 sums are exact for totals below 2**53 ns (104 days)
-    return np.rint(np.bincount(group, weights=values.astype(np.float64), minlength=n)).astype(np.int64)
-
-
 def _rows(
     trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals, queued: I64
 ) -> list[dict[str, Any]]:
