@@ -57,21 +57,6 @@ def span_columns(spans: list[RawSpan]) -> npt.NDArray[np.int64]:
     return np.fromiter(itertools.chain.from_iterable(map(_SPAN_INTS, spans)), np.int64, 6 * m).reshape(m, 6)
 
 
-def _pack_spans(spans: list[RawSpan]) -> tuple[npt.NDArray[np.int64], list[str] | None]:
-    """``spans`` as columns, to pickle: a named tuple pickles through a Python call each (2.8 µs a
-    span against 0.3 µs, on the streamer's thread, holding the program's interpreter)."""
-    labels = [sp.label for sp in spans] if any(sp.label for sp in spans) else None
-    return span_columns(spans), labels
-
-
-def _unpack_spans(packed: tuple[npt.NDArray[np.int64], list[str] | None]) -> list[RawSpan]:
-    cols, labels = packed
-    rows = cols.tolist()
-    if labels is None:
-        return list(itertools.starmap(RawSpan, rows))
-    return [RawSpan._make((*r, lb)) for r, lb in zip(rows, labels, strict=True)]
-
-
 # One row per GPU operation as a source saw it, every time on its clock (CUPTI: CLOCK_REALTIME ns)
 # but ``done_by_ns`` (the session clock at the collect that delivered it). ``call_*``: the launch
 # call (``call_tid`` −1, times 0 when not seen); ``name``, ``call_name`` ("cuLaunchKernel") index
@@ -174,10 +159,20 @@ class RawRecording:
     batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__, spans=_pack_spans(self.spans))  # (a chunk to the writer process)
+        """Spans as columns, to pickle (a chunk to the writer process): a named tuple pickles through
+        a Python call each (2.8 µs a span against 0.3 µs, on the streamer's thread, holding the
+        interpreter the program runs in)."""
+        labels = [sp.label for sp in self.spans] if any(sp.label for sp in self.spans) else None
+        return dict(self.__dict__, spans=(span_columns(self.spans), labels))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, spans=_unpack_spans(state["spans"]))
+        cols, labels = state["spans"]
+        rows = cols.tolist()
+        if labels is None:
+            spans = list(itertools.starmap(RawSpan, rows))
+        else:
+            spans = [RawSpan._make((*r, lb)) for r, lb in zip(rows, labels, strict=True)]
+        self.__dict__.update(state, spans=spans)
 
     def add(self, got: Collected) -> None:
         """Take what one ``collect()`` returned: spans, untimed and degraded tokens, operations."""
