@@ -45,22 +45,19 @@ def intervals(trace: Trace) -> Intervals:
     s, ops, sp = trace.scopes, trace.ops, trace.spans
     if len(ops):
         return op_intervals(s, ops)
+    # the spans, and the timed scopes with no span in their subtree (all of them without spans)
     timed = np.flatnonzero(s.gpu_start_ns != NO_TIME)
-    if len(sp):
-        # spans where the trace has them; a timed scope with no span in its subtree keeps its own
-        covered = np.zeros(len(s), bool)
-        covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
-        timed = timed[~covered[timed]]
-        return Intervals(
-            np.concatenate([sp.scope.astype(np.int64), timed]),
-            np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),
-            np.concatenate([sp.gpu_start_ns, s.gpu_start_ns[timed]]),
-            np.concatenate([sp.gpu_end_ns, s.gpu_end_ns[timed]]),
-            np.concatenate([sp.submit_ns, s.submit_ns[timed]]),
-            "spans",
-        )
-    return Intervals(timed.astype(np.int64), s.queue[timed].astype(np.int64), s.gpu_start_ns[timed],
-                     s.gpu_end_ns[timed], s.submit_ns[timed], "scopes")  # fmt: skip
+    covered = np.zeros(len(s), bool)
+    covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
+    timed = timed[~covered[timed]]
+    return Intervals(
+        np.concatenate([sp.scope.astype(np.int64), timed]),
+        np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),
+        np.concatenate([sp.gpu_start_ns, s.gpu_start_ns[timed]]),
+        np.concatenate([sp.gpu_end_ns, s.gpu_end_ns[timed]]),
+        np.concatenate([sp.submit_ns, s.submit_ns[timed]]),
+        "spans" if len(sp) else "scopes",
+    )
 
 
 def op_intervals(s: ScopeTable, ops: OpTable) -> Intervals:

@@ -359,9 +359,7 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]], queued: I64) -> list[dic
     s = trace.scopes
     flags = s.flags.astype(np.int64)
     out: list[dict[str, Any]] = []
-    for bit in Flag:
-        if not (int(bit) & int(ANOMALY_FLAGS)):
-            continue
+    for bit in [b for b in Flag if int(b) & int(ANOMALY_FLAGS)]:
         hit = np.flatnonzero(flags & int(bit))
         kind = flag_names(int(bit))[0]
         names, count = np.unique(s.name[hit], return_counts=True)
