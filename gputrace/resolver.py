@@ -41,6 +41,8 @@ from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, sp
 
 __all__ = ["DEFAULT_DRIFT_PPM", "RawRecording", "anomaly_report", "fit_clock", "resolve", "uncertainty_at"]
 
+Fitted = tuple[ClockFit, FeasibleBand | None]  # a device's clock fit and, where the windows allow, its band
+
 # The largest clock drift assumed when a single sample cannot measure it (FACTS: −2 … +44 ppm seen).
 DEFAULT_DRIFT_PPM = 50.0
 
@@ -191,7 +193,7 @@ def clock_fits(samples: list[CalibrationSample]) -> dict[int, ClockFit]:
     return {d: f for d, (f, _) in _fits(RawRecording(header={}, threads=[], samples=samples)).items()}
 
 
-def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
+def _fits(raw: RawRecording) -> dict[int, Fitted]:
     """Per device: the fitted clock and, where the windows allow, the feasible-set band."""
     if not raw.samples:
         return {}
@@ -220,9 +222,7 @@ MIN_FIT_STRETCH = 0.5
 
 
 @functools.lru_cache(maxsize=8)
-def _fit_device(
-    columns: bytes, start_ns: int | None = None, end_ns: int | None = None
-) -> tuple[ClockFit, FeasibleBand | None] | None:
+def _fit_device(columns: bytes, start_ns: int | None = None, end_ns: int | None = None) -> Fitted | None:
     """One device's fit and band from its samples' columns (CPU before, GPU, CPU after) as bytes,
     noted as weak where it does not cover the session (``start_ns`` … ``end_ns``, where known).
     Cached: a streamed session fits the same samples for its last chunk and its final header."""
@@ -279,11 +279,7 @@ def _with_residual_bound(before: np.ndarray, gpu: np.ndarray, after: np.ndarray,
 
 
 def _place_spans(
-    raw: RawRecording,
-    s: ScopeTable,
-    tokens: np.ndarray,
-    intern: Any,
-    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
+    raw: RawRecording, s: ScopeTable, tokens: np.ndarray, intern: Any, fitted: dict[int, Fitted]
 ) -> tuple[SpanTable, np.ndarray | None]:
     """Align raw GPU spans onto the session clock and hull them per scope; also returns, per
     scope, the CPU time by which its GPU work was known complete."""
@@ -354,7 +350,7 @@ def _hull(
     g1: np.ndarray,
     queue: np.ndarray,
     done: np.ndarray,
-    fit_of: Callable[[int], tuple[ClockFit, FeasibleBand | None] | None],
+    fit_of: Callable[[int], Fitted | None],
 ) -> np.ndarray:
     """Each scope's GPU span as the hull of the intervals it owns (``own[i]`` owns ``g0[i]``…
     ``g1[i]`` on ``queue[i]``, known complete by ``done[i]``); its queue is that of its earliest
@@ -390,15 +386,13 @@ def _hull(
     return s_done
 
 
-def _host_fit(
-    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]], device: int
-) -> tuple[ClockFit, FeasibleBand | None] | None:
+def _host_fit(fitted: dict[int, Fitted], device: int) -> Fitted | None:
     """``device``'s fit and band; a host-side clock (CUPTI) is one clock for every device."""
     return fitted.get(device) or (fitted[min(fitted)] if fitted else None)
 
 
 def _place_ops(
-    raw: RawRecording, s: ScopeTable, intern: Any, fitted: dict[int, tuple[ClockFit, FeasibleBand | None]]
+    raw: RawRecording, s: ScopeTable, intern: Any, fitted: dict[int, Fitted]
 ) -> tuple[OpTable, np.ndarray | None, np.ndarray | None]:
     """Align per-operation records, attribute each to the innermost scope open on its launching
     thread when its launch call started, and hull them per scope over its subtree. Returns the
