@@ -30,17 +30,14 @@ def _fixed(x: float, decimals: int) -> str:
     return s[1:] if s.startswith("-") and Decimal(s) == 0 else s
 
 
-def _strip(s: str) -> str:
-    return s.rstrip("0").rstrip(".") if "." in s else s
-
-
 def fmt_ns(ns: float | None) -> str:
     """A duration in nanoseconds as a person reads it; "—" for none (or not a finite number)."""
     if ns is None or not math.isfinite(ns):
         return NONE
     a = abs(ns)
     if abs(float(_fixed(a, 0))) < 1000:
-        return _strip(_fixed(ns, 2 if a < 10 else 1 if a < 100 else 0)) + " ns"
+        s = _fixed(ns, 2 if a < 10 else 1 if a < 100 else 0)
+        return (s.rstrip("0").rstrip(".") if "." in s else s) + " ns"
     for unit, scale in _UNITS:
         v = ns / scale
         for decimals in (2, 1, 0):

@@ -71,38 +71,30 @@ def flag(
 
 def flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
     """Spans on one in-order queue must nest or follow each other; partial overlaps are flagged."""
-    q = s.queue[g]
-    order = np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], q))
-    if _nested_or_apart(q[order], s.gpu_start_ns[g][order], s.gpu_end_ns[g][order]):
+    rows = g[np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], s.queue[g]))]
+    if len(rows) < 2:
         return
-    rows = g[order].tolist()
-    qs = q[order].tolist()
-    st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
+    q, st, en = s.queue[rows], s.gpu_start_ns[rows], s.gpu_end_ns[rows]
+    # No walk when each span starts after every earlier one of its queue ended (``before``: their
+    # latest end), or lies inside the one before it: then nothing overlaps.
+    before = ended_before(en, np.flatnonzero(np.diff(q, prepend=q[0] - 1) != 0).tolist(), NO_TIME)
+    inside = np.zeros(len(rows), bool)
+    inside[1:] = (q[1:] == q[:-1]) & (en[:-1] > st[1:]) & (en[1:] <= en[:-1])
+    if np.all(inside | (before <= st)):
+        return
+    starts, ends = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
     stack: list[int] = []
     cur_q = None
-    for row, qq in zip(rows, qs, strict=True):
+    for row, qq in zip(rows.tolist(), q.tolist(), strict=True):
         if qq != cur_q:
             stack, cur_q = [], qq
-        while stack and en[stack[-1]] <= st[row]:
+        while stack and ends[stack[-1]] <= starts[row]:
             stack.pop()
-        if stack and en[row] > en[stack[-1]]:
+        if stack and ends[row] > ends[stack[-1]]:
             flags[row] |= int(Flag.OVERLAP)
             flags[stack[-1]] |= int(Flag.OVERLAP)
             continue  # keep the stack as it was: the overlapping span is not nested
         stack.append(row)
-
-
-def _nested_or_apart(q: np.ndarray, st: np.ndarray, en: np.ndarray) -> bool:
-    """True when no span (sorted by queue, start, −end) can partially overlap another: each starts
-    after every earlier one of its queue ended, or lies inside the one before (else: the walk)."""
-    n = len(q)
-    if n < 2:
-        return True
-    firsts = np.flatnonzero(np.diff(q, prepend=q[0] - 1) != 0).tolist()
-    before = ended_before(en, firsts, NO_TIME)  # latest end among the queue's earlier spans
-    inside = np.zeros(n, bool)
-    inside[1:] = (q[1:] == q[:-1]) & (en[:-1] > st[1:]) & (en[1:] <= en[:-1])
-    return bool(np.all(inside | (before <= st)))
 
 
 def flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:
