@@ -267,13 +267,10 @@ def host_wait_ns(trace: Trace, iv: Intervals | None = None) -> I64:
     scope's subtree (the gaps such work ended that were host waits)."""
     iv = intervals(trace) if iv is None else iv
     gp = gaps(iv)
-    n = len(trace.scopes)
     h = np.flatnonzero(gp.host)
-    owner = iv.owner[gp.closer[h]]
-    length = (gp.end_ns - gp.start_ns)[h]
-    anc, idx = ancestor_pairs(trace.scopes.parent, owner)
-    out = np.zeros(n, np.int64)
-    np.add.at(out, anc, length[idx])
+    anc, idx = ancestor_pairs(trace.scopes.parent, iv.owner[gp.closer[h]])
+    out = np.zeros(len(trace.scopes), np.int64)
+    np.add.at(out, anc, (gp.end_ns - gp.start_ns)[h][idx])
     return out
 
 

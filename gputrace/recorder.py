@@ -218,8 +218,7 @@ class Recorder:
             tname = str(task.get_name())
         except Exception:
             tname = "task"
-        thread = self.buffer()
-        trk = self._extra_track(f"{thread.name} · {tname}")
+        trk = self._extra_track(f"{self.buffer().name} · {tname}")
         trk.task_id = id(task)
         _task_track.set(trk)
         return trk
@@ -341,7 +340,11 @@ def innermost_token() -> int:
             return 0
     else:
         buf = rec.task_buffer(loop)
-    return next((entry[2] for entry in reversed(buf.stack) if entry[2] > 0), 0)
+    stack = buf.stack
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][2] > 0:
+            return stack[i][2]
+    return 0
 
 
 def _cut(items: list[Any], k: int | None = None) -> list[Any]:

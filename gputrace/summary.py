@@ -369,9 +369,7 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]], queued: I64) -> list[dic
     advice = figures.ADVICE.get(figures.trace_backend(trace) or "", figures.GENERIC_ADVICE)
     for r in rows:
         if r["launch_bound"]:
-            a = _anomaly("launch_bound", r["name"], r["timed_calls"], [], r)
-            a["what_to_do"] = advice
-            out.append(a)
+            out.append(_anomaly("launch_bound", r["name"], r["timed_calls"], [], r) | {"what_to_do": advice})
         if r["noisy"]:
             out.append(_anomaly("noisy", r["name"], r["warm_calls"], [], r))
     out.sort(key=lambda a: (-a["count"], a["kind"], a["name"]))
