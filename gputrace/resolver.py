@@ -62,8 +62,7 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     hw_all = (after - before) / 2.0
     typical = float(np.sort(hw_all)[(len(hw_all) - 1) // 4])  # the lower quartile
     keep = hw_all <= WIDE_WINDOW * max(typical, 0.5)
-    before, gpu, after = before[keep], gpu[keep], after[keep]
-    hw = hw_all[keep]
+    before, gpu, after, hw = before[keep], gpu[keep], after[keep], hw_all[keep]
     best = int(np.argmin(hw))
     gpu_ref, cpu_ref0 = int(gpu[best]), int(before[best])
     x = (gpu - gpu_ref).astype(np.float64)
