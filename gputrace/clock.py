@@ -18,10 +18,7 @@ session_clock = time.perf_counter_ns
 
 
 class FakeClock:
-    """A deterministic clock: each read returns the current time, then advances by ``step_ns``.
-
-    Thread-safe, so threaded tests see a strictly increasing clock.
-    """
+    """A deterministic, thread-safe clock: each read returns the time, then adds ``step_ns``."""
 
     def __init__(self, start_ns: int = 1_000_000_000, step_ns: int = 1_000) -> None:
         self.now_ns = start_ns
@@ -40,11 +37,8 @@ class FakeClock:
 
 
 def clock_pair() -> tuple[int, int]:
-    """A (monotonic session clock, realtime) pair read as close together as possible.
-
-    Used to put traces from several processes on one time line (``gputrace merge``). The pair
-    with the tightest bracket of five tries is kept.
-    """
+    """A (session clock, realtime) pair read as close together as possible (the tightest of five
+    tries), to put several processes' traces on one time line (``gputrace merge``)."""
 
     def bracketed() -> tuple[int, int, int]:
         a = time.perf_counter_ns()

@@ -1,28 +1,17 @@
 """A tighter, still rigorous alignment bound: the set of linear clocks that fit every window.
 
-Each calibration sample says the GPU timestamp ``g_i`` was taken while the CPU clock ran from
-``before_i`` to ``after_i``. If the GPU clock maps linearly onto the CPU clock, the true mapping
-``cpu = cpu_ref + x + a + δ·x`` (``x = g − gpu_ref``) satisfies, for every sample,
+A linear clock ``cpu = cpu_ref + x + a + δ·x`` (``x = g − gpu_ref``) fits sample ``i`` when
+``before_i ≤ cpu_ref + x_i + a + δ·x_i ≤ after_i``; the 2n half-planes cut out a convex polygon of
+``(a, δ)``. At any ``x`` the truth lies between the least and the greatest ``a + δ·x`` over it, so
+the fitted line's error there is at most its larger distance to those (docs/accuracy.md). An empty
+polygon (no linear clock fits every window) leaves the resolver its residual bound alone. The drift
+is searched within ±``MAX_DRIFT`` (1000 ppm, 20× any clock measured), so one sample gives a finite
+bound away from it.
 
-    before_i ≤ cpu_ref + x_i + a + δ·x_i ≤ after_i.
-
-Those 2n half-planes cut out a convex polygon of possible ``(a, δ)``. At any GPU time ``x`` the
-truth lies between the smallest and the largest ``a + δ·x`` over the polygon, so the error of the
-fitted line there is at most the larger of its distances to those two. Many staggered windows pin
-the clock down far better than any one window's half-width; a single sample gives back its
-half-width. If no linear clock fits every window, the polygon is empty: the windows or the linear
-model are wrong, and the resolver keeps its residual-based bound alone.
-
-The drift is searched within ±``MAX_DRIFT`` (1000 ppm, twenty times more than any clock measured
-for this project), so even a single sample gives a finite bound away from it.
-
-Everything here is exact, with no search: ``L(δ) = max_i(lower_i − δ·g_i)`` and
-``U(δ) = min_i(upper_i − δ·g_i)`` are piecewise linear in ``δ``, and they bend only at the slopes
-between neighbouring points of the convex hulls of ``(g_i, lower_i)`` and ``(g_i, upper_i)``. So
-the feasible drifts (where ``U − L ≥ 0``) end on those breakpoints or between two of them, where
-``U − L`` is linear; and at any ``x`` the extremes of ``a + δ·x`` over the polygon lie on its
-vertices, at those breakpoints or the drift range's ends. The band is kept as those few vertices,
-and its edges at any GPU time are the largest and smallest of a few lines.
+Exact, with no search: ``L(δ) = max_i(lower_i − δ·g_i)`` and ``U(δ) = min_i(upper_i − δ·g_i)``
+bend only at slopes between neighbouring hull points of ``(g_i, lower_i)`` and ``(g_i, upper_i)``,
+so the feasible drifts (``U − L ≥ 0``) and the extremes of ``a + δ·x`` lie on those breakpoints or
+the drift range's ends: the band is kept as those few vertices.
 
 >>> from gputrace.backends.base import CalibrationSample
 >>> from gputrace.resolver import fit_clock
@@ -44,12 +33,11 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from gputrace.model import ClockFit
+from gputrace.model import I64, ClockFit
 from gputrace.npstats import distinct
 from gputrace.records import CalibrationSample
 
 F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
 
 MAX_DRIFT = 1e-3
 _CHUNK = 1 << 20  # elements per (queries × vertices) block when evaluating the band's edges
@@ -96,23 +84,18 @@ class FeasibleBand:
         g = (gpu - fit.gpu_ref_ns).astype(np.float64)
         lower = (before - fit.cpu_ref_ns).astype(np.float64) - g
         upper = (after - fit.cpu_ref_ns).astype(np.float64) - g
-        # The span the line is centred and bounded over: that of the samples the fit rests on.
-        # Samples it left out (windows too wide) still narrow the band, but a line centred over
-        # their stretch too would be moved by their width wherever the fit's own samples are
-        # tight (a fit 1 ms off at the start of a session whose stop windows were 2 ms wide).
+        # Centre and bound the line over the samples the fit rests on: those it left out (too wide)
+        # still narrow the band, but centring over their stretch moved a fit 1 ms off where its own
+        # samples were tight (a session whose stop windows were 2 ms wide).
         own = (before >= fit.first_cpu_ns) & (after <= fit.last_cpu_ns)
         g_own = g[own] if own.any() else g
         span = (float(g_own.min()), float(g_own.max()))
-        # Only hull points can bind: max_i(lower_i − d·g_i) is decided by the upper hull of the
-        # points (g_i, lower_i), min_i(upper_i − d·g_i) by the lower hull of (g_i, upper_i); and
-        # only the part of each hull that a drift within ±MAX_DRIFT touches.
-        lo_keep = _upper_hull_in_range(g, lower)
-        up_keep = _upper_hull_in_range(g, -upper)
-        g_lo, lower = g[lo_keep], lower[lo_keep]
-        g_up, upper = g[up_keep], upper[up_keep]
-        g = np.concatenate([g_lo, g_up])
-        lower = np.concatenate([lower, np.full(len(g_up), -np.inf)])
-        upper = np.concatenate([np.full(len(g_lo), np.inf), upper])
+        # Only hull points can bind (L: the upper hull of (g, lower); U: the lower hull of
+        # (g, upper)), and only those a drift within ±MAX_DRIFT touches.
+        lo, up = _upper_hull_in_range(g, lower), _upper_hull_in_range(g, -upper)
+        lower = np.concatenate([lower[lo], np.full(len(up), -np.inf)])
+        upper = np.concatenate([np.full(len(lo), np.inf), upper[up]])
+        g = np.concatenate([g[lo], g[up]])
 
         # U − L is concave and linear between neighbouring bends: its values there decide it all.
         bends = _bends(g, lower, upper)
@@ -138,8 +121,7 @@ class FeasibleBand:
                 np.minimum(low, self._low_at[k] + d[k] * x, out=low)
                 np.maximum(high, self._high_at[k] + d[k] * x, out=high)
             return low, high
-        low = np.empty(len(x))
-        high = np.empty(len(x))
+        low, high = np.empty(len(x)), np.empty(len(x))
         step = max(1, _CHUNK // len(d))
         for i in range(0, len(x), step):
             xs = x[i : i + step, None] * d[None, :]
@@ -149,9 +131,7 @@ class FeasibleBand:
 
     def bound(self, cpu_ns: npt.ArrayLike) -> F64:
         """Largest error of the fitted line at session-clock times ``cpu_ns`` (ns, rounded up)."""
-        fit = self.fit
-        t = np.asarray(cpu_ns, np.float64)
-        xq = (t - fit.cpu_ref_ns) / fit.slope
+        xq = (np.asarray(cpu_ns, np.float64) - self.fit.cpu_ref_ns) / self.fit.slope
         return np.ceil(self._err(xq) + 0.5)  # + half a ns: the fit's rounding
 
     def span_bound(self) -> float:
@@ -166,9 +146,8 @@ class FeasibleBand:
         return float(np.max(high - line) - np.max(line - low)) / 2.0
 
     def _knots(self) -> F64:
-        """The first and the last sample's GPU times, and between them every GPU time where the
-        band's edges can bend (the hull points'). Between two of them every edge is linear, so
-        extremes over the sampled span are found among them."""
+        """The first and the last sample's GPU times and the hull points' between them: every edge
+        is linear between two of them, so the extremes over the sampled span are among them."""
         lo, hi = self.span
         inside = self.x[(self.x > lo) & (self.x < hi)]
         return distinct(np.concatenate([[lo, hi], inside]))
@@ -213,9 +192,8 @@ def _edge_high(g: F64, upper: F64, d: F64) -> F64:
 
 
 def _crossing(d: F64, gap: F64, k: int, side: int) -> float:
-    """Where ``gap`` (linear between neighbouring ``d``) falls to 0 beyond ``d[k]`` (≥ 0) on
-    ``side`` (−1 or +1); the drift range's end if it never does. Rounded outward: never cut a
-    feasible drift away."""
+    """Where ``gap`` (linear between neighbouring ``d``) falls to 0 beyond ``d[k]`` on ``side`` (±1),
+    or the range's end; rounded outward, never cutting a feasible drift away."""
     j = k + side
     if j < 0 or j >= len(d) or gap[k] == 0:
         return float(d[k])
@@ -236,15 +214,10 @@ _SCAN_FROM = 64  # samples; fewer go straight to the hull's scan
 
 
 def _upper_hull_in_range(x: F64, y: F64) -> npt.NDArray[np.intp]:
-    """Indices of upper-hull points of ``(x, y)``, including every point that maximises
-    ``y − d·x`` for some drift ``|d| <= MAX_DRIFT`` (the only drifts the band looks at).
-
-    With many samples, by refinement instead of a scan over all of them: the points that win
-    at a few drifts make an envelope ``E(d) = max(y_w − d·x_w)`` below the true one; where ``E``
-    bends, the true winners are looked up and added, until they add nothing. Then ``E`` equals
-    the true envelope at its bends and ends, hence everywhere in between (the true one is convex
-    and ``E`` is linear there), and the winners hold every point that matters.
-    """
+    """Indices of upper-hull points of ``(x, y)``, with every point that maximises ``y − d·x`` for
+    some ``|d| <= MAX_DRIFT``. With many samples, by refinement, not a scan: the winners at a few
+    drifts make an envelope below the true one; the true winners where it bends are added until
+    none is new. Then it equals the true (convex) envelope at its bends and ends, so everywhere."""
     if len(x) < _SCAN_FROM:
         return _upper_hull(x, y)
     won = np.zeros(0, np.intp)

@@ -1,9 +1,9 @@
 """Compare two traces per scope name: is B slower or faster than A, beyond the noise of both?
 
-Per name, the median GPU time of the warm calls (cold first calls and empty GPU spans left out;
-the CPU enqueue time for a name without GPU times) and its noise, the interquartile range (IQR).
-The verdict: ``slower`` / ``faster`` when the medians differ by more than the IQR of *both* runs,
-else ``within noise``; ``too few calls`` (under ``MIN_CALLS`` warm calls), ``only in A`` / ``B``.
+Per name, the median GPU time of the warm calls (no cold call, no empty span; the CPU enqueue time
+for a name without GPU times) and its noise, the interquartile range. ``slower``/``faster`` when
+the medians differ by more than the IQR of *both* runs, else ``within noise``; ``too few calls``
+(under ``MIN_CALLS`` warm calls), ``only in A``/``B``, ``not comparable`` (GPU in one run only).
 
 >>> import gputrace
 >>> from gputrace.clock import FakeClock

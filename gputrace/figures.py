@@ -1,13 +1,11 @@
 """The derived figures, one definition each (docs/metrics.md): busy, idle, share, submission,
-queued, self time, launch-bound and the launch-free estimate.
+queued, self time, launch-bound and the launch-free estimate; ``summarize``, the trace args and the
+viewer read them, so the three agree.
 
-Each figure is computed from the finest data the trace holds. The finest is per-operation GPU
-records (CUPTI: every kernel, memcpy and memset with its launch call); then GPU spans below
-scope level (a wgpu pass, a CUDA event pair); then the scope's own GPU span. Those are the
-trace's *GPU intervals*: each belongs to one scope (its owner) and one stream, and has a
-submission time (the launch call's start for an operation, the submit time of a span, the
-scope's entry otherwise). ``summarize``, the trace args and the viewer read these functions and
-nothing else, so the three agree.
+Each is computed from the trace's *GPU intervals*, the finest it holds: its operations (CUPTI), else
+its GPU spans below scope level (a wgpu pass, a CUDA event pair), else the scopes' own GPU spans.
+Each interval has an owner scope, a stream and a submission (an operation's launch call start, a
+span's submit time, the scope's entry otherwise).
 
 >>> import gputrace
 >>> from gputrace.clock import FakeClock
@@ -26,10 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gputrace.model import NO_TIME, OpTable, ScopeTable, Trace
+from gputrace.model import I64, NO_TIME, OpTable, ScopeTable, Trace
 from gputrace.npstats import distinct, interval_union
-
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -49,22 +45,19 @@ def intervals(trace: Trace) -> Intervals:
     s, ops, sp = trace.scopes, trace.ops, trace.spans
     if len(ops):
         return op_intervals(s, ops)
+    # the spans, and the timed scopes with no span in their subtree (all of them without spans)
     timed = np.flatnonzero(s.gpu_start_ns != NO_TIME)
-    if len(sp):
-        # spans where the trace has them; a timed scope with no span in its subtree keeps its own
-        covered = np.zeros(len(s), bool)
-        covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
-        timed = timed[~covered[timed]]
-        return Intervals(
-            np.concatenate([sp.scope.astype(np.int64), timed]),
-            np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),
-            np.concatenate([sp.gpu_start_ns, s.gpu_start_ns[timed]]),
-            np.concatenate([sp.gpu_end_ns, s.gpu_end_ns[timed]]),
-            np.concatenate([sp.submit_ns, s.submit_ns[timed]]),
-            "spans",
-        )
-    return Intervals(timed.astype(np.int64), s.queue[timed].astype(np.int64), s.gpu_start_ns[timed],
-                     s.gpu_end_ns[timed], s.submit_ns[timed], "scopes")  # fmt: skip
+    covered = np.zeros(len(s), bool)
+    covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
+    timed = timed[~covered[timed]]
+    return Intervals(
+        np.concatenate([sp.scope.astype(np.int64), timed]),
+        np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),
+        np.concatenate([sp.gpu_start_ns, s.gpu_start_ns[timed]]),
+        np.concatenate([sp.gpu_end_ns, s.gpu_end_ns[timed]]),
+        np.concatenate([sp.submit_ns, s.submit_ns[timed]]),
+        "spans" if len(sp) else "scopes",
+    )
 
 
 def op_intervals(s: ScopeTable, ops: OpTable) -> Intervals:
@@ -122,19 +115,15 @@ def union_by_group(group: I64, start: I64, end: I64, n_groups: int) -> I64:
     return out
 
 
-def busy_ns(trace: Trace, iv: Intervals | None = None) -> I64:
-    """Per scope, its GPU busy time: the union of the GPU intervals of its subtree."""
+def busy_ns(trace: Trace, iv: Intervals | None = None, *, own_stream: bool = False) -> I64:
+    """Per scope, its GPU busy time: the union of the GPU intervals of its subtree (with
+    ``own_stream``, of those on the scope's own stream: the share's numerator)."""
     iv = intervals(trace) if iv is None else iv
     anc, idx = ancestor_pairs(trace.scopes.parent, iv.owner)
+    if own_stream:
+        mine = iv.queue[idx] == trace.scopes.queue[anc]
+        anc, idx = anc[mine], idx[mine]
     return union_by_group(anc, iv.start_ns[idx], iv.end_ns[idx], len(trace.scopes))
-
-
-def busy_on_own_stream_ns(trace: Trace, iv: Intervals | None = None) -> I64:
-    """Per scope, the union of its subtree's GPU intervals on its own stream (the share's numerator)."""
-    iv = intervals(trace) if iv is None else iv
-    anc, idx = ancestor_pairs(trace.scopes.parent, iv.owner)
-    mine = iv.queue[idx] == trace.scopes.queue[anc]
-    return union_by_group(anc[mine], iv.start_ns[idx[mine]], iv.end_ns[idx[mine]], len(trace.scopes))
 
 
 def self_gpu_ns(trace: Trace, iv: Intervals | None = None) -> I64:
@@ -190,10 +179,8 @@ def first_submission_ns(s: ScopeTable, iv: Intervals) -> I64:
 
 
 def with_launch_submissions(trace: Trace) -> Trace:
-    """``trace`` with each scope's submission as ``submission_ns`` defines it, where the trace
-    has operations. A file written when a scope's submission was its entry (before the launch
-    calls were the submission) then reads, and is written again, as gputrace computes it today;
-    for a later file nothing changes."""
+    """``trace`` with each scope's submission as ``submission_ns`` defines it where it has
+    operations: a file written when the submission was the scope's entry reads as today's."""
     if len(trace.ops):
         trace.scopes.submit_ns = submission_ns(trace)
     return trace
@@ -220,9 +207,8 @@ class Gaps:
 
 
 def gaps(iv: Intervals) -> Gaps:
-    """Idle gaps per stream, classified as HTA 0.5's idle-time analysis classifies them: a gap is
-    waiting for the host when the work that ends it was submitted (its launch call started)
-    after the gap opened; otherwise it lies between queued work."""
+    """Idle gaps per stream, classified as HTA 0.5 does: waiting for the host when the work that
+    ends the gap was submitted after it opened, else between queued work."""
     e = np.zeros(0, np.int64)
     q_all, st_all, en_all, cl_all = [e], [e], [e], [e]  # no GPU interval: empty columns
     for q in distinct(iv.queue).tolist():
@@ -281,13 +267,10 @@ def host_wait_ns(trace: Trace, iv: Intervals | None = None) -> I64:
     scope's subtree (the gaps such work ended that were host waits)."""
     iv = intervals(trace) if iv is None else iv
     gp = gaps(iv)
-    n = len(trace.scopes)
     h = np.flatnonzero(gp.host)
-    owner = iv.owner[gp.closer[h]]
-    length = (gp.end_ns - gp.start_ns)[h]
-    anc, idx = ancestor_pairs(trace.scopes.parent, owner)
-    out = np.zeros(n, np.int64)
-    np.add.at(out, anc, length[idx])
+    anc, idx = ancestor_pairs(trace.scopes.parent, iv.owner[gp.closer[h]])
+    out = np.zeros(len(trace.scopes), np.int64)
+    np.add.at(out, anc, (gp.end_ns - gp.start_ns)[h][idx])
     return out
 
 
@@ -346,13 +329,12 @@ def free_launch_cost(cal: dict[str, Any], backend: str | None) -> tuple[float, s
     return float(cal["launch_cpu_ns"]), what or "one launch"
 
 
-def launch_bound(busy: float, n_launches: float, waited: float, cal: dict[str, Any]) -> bool:
-    """Launch-bound: the work per launch is shorter than one calibrated launch costs the CPU, and
-    the GPU waited for the host at least as long as it worked."""
-    if n_launches <= 0 or busy <= 0:
-        return False
-    # launch_cpu_ns: the calibrated CPU cost of one launch (CUDA) or one submit (WebGPU)
-    return bool(busy / n_launches < float(cal["launch_cpu_ns"]) and waited >= busy)
+def launch_bound(busy: I64, n_launches: I64, waited: I64, cal: dict[str, Any]) -> npt.NDArray[np.bool_]:
+    """Per row, launch-bound: the work per launch is shorter than one launch (CUDA) or submit
+    (WebGPU) costs the CPU (calibrated ``launch_cpu_ns``), and the GPU waited for the host at
+    least as long as it worked."""
+    per_launch = busy / np.maximum(n_launches, 1)
+    return (n_launches > 0) & (busy > 0) & (per_launch < float(cal["launch_cpu_ns"])) & (waited >= busy)
 
 
 def launch_free_ns(trace: Trace, iv: Intervals | None = None) -> tuple[I64, npt.NDArray[np.bool_]]:

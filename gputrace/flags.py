@@ -1,10 +1,7 @@
-"""Flagging: what in a resolved recording is suspicious, and what each flag means.
-
-A flag explains, it never clamps: every flagged value stays as measured. ``flag`` sets the
-per-scope flags after the resolver placed GPU times; ``anomaly_report`` writes the header's
-``anomalies`` section. ``flag_outliers`` and ``anomaly_report`` also serve traces read from other
-tools (``gputrace.exporters.reader.from_chrome``) and merged traces (``gputrace.merge``).
-"""
+"""Flagging: what in a resolved recording is suspicious, and what each flag means. A flag explains,
+it never clamps: every flagged value stays as measured. ``flag`` sets the flags after the resolver
+placed GPU times; ``anomaly_report`` writes the header's ``anomalies`` (also for other tools' and
+merged traces, with ``flag_outliers``)."""
 
 from __future__ import annotations
 
@@ -30,25 +27,20 @@ def flag(
     done_by: np.ndarray | None,
     blind: np.ndarray | None = None,
 ) -> None:
-    """Set every scope's flags in place (``s.flags``); values are never changed, only flagged.
-
-    ``blind``: per scope, True where a timing source that observes every scope (CUPTI) could not
-    see it (another tool held the source): such a scope without GPU work is untimed, not empty.
-    """
-    n = len(s)
-    flags = s.flags.astype(np.int64)
-    if not n:
+    """Set every scope's flags in place (``s.flags``). ``blind``: per scope, True where a source
+    that observes every scope (CUPTI) could not see it (another tool held it): untimed, not empty."""
+    if not len(s):
         return
+    flags = s.flags.astype(np.int64)
     has_gpu = s.gpu_start_ns != NO_TIME
-    timed = np.ones(n, bool) if raw.ops_timing else tokens > 0
+    timed = np.ones(len(s), bool) if raw.ops_timing else tokens > 0
     if blind is not None:
         flags[blind & ~has_gpu] |= int(Flag.UNTIMED)
     # untimed / degraded reported by the backend
     if raw.untimed:
         flags[np.isin(tokens, np.fromiter(raw.untimed, np.int64))] |= int(Flag.UNTIMED)
     if raw.degraded:
-        deg_tokens = np.fromiter(raw.degraded, np.int64)
-        for row in np.flatnonzero(np.isin(tokens, deg_tokens)).tolist():
+        for row in np.flatnonzero(np.isin(tokens, np.fromiter(raw.degraded, np.int64))).tolist():
             flags[row] |= int(Flag.DEGRADED)
             s.args.setdefault(row, {})["degraded"] = raw.degraded[int(tokens[row])]
     untimed = (flags & int(Flag.UNTIMED)) != 0
@@ -69,12 +61,9 @@ def flag(
         flags[empty] |= int(Flag.EMPTY)
     if has_gpu.any():
         g = np.flatnonzero(has_gpu)
-        unc = s.uncertainty_ns[g]
-        # impossible: the GPU took longer than the wall time between submission and completion
-        if done_by is not None:
-            wall = done_by[g] - s.submit_ns[g]
-            flags[g[gpu_dur[g] > wall]] |= int(Flag.GPU_EXCEEDS_WALL)
-        flags[g[s.gpu_start_ns[g] < s.submit_ns[g] - unc]] |= int(Flag.START_BEFORE_SUBMIT)
+        if done_by is not None:  # impossible: the GPU took longer than submission to completion
+            flags[g[gpu_dur[g] > done_by[g] - s.submit_ns[g]]] |= int(Flag.GPU_EXCEEDS_WALL)
+        flags[g[s.gpu_start_ns[g] < s.submit_ns[g] - s.uncertainty_ns[g]]] |= int(Flag.START_BEFORE_SUBMIT)
         flag_overlaps(s, g, flags)
     flag_outliers(s, has_gpu, flags)
     s.flags = flags.astype(np.uint32)
@@ -82,39 +71,30 @@ def flag(
 
 def flag_overlaps(s: ScopeTable, g: np.ndarray, flags: np.ndarray) -> None:
     """Spans on one in-order queue must nest or follow each other; partial overlaps are flagged."""
-    q = s.queue[g]
-    order = np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], q))
-    if _nested_or_apart(q[order], s.gpu_start_ns[g][order], s.gpu_end_ns[g][order]):
+    rows = g[np.lexsort((-s.gpu_end_ns[g], s.gpu_start_ns[g], s.queue[g]))]
+    if len(rows) < 2:
         return
-    rows = g[order].tolist()
-    qs = q[order].tolist()
-    st, en = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
+    q, st, en = s.queue[rows], s.gpu_start_ns[rows], s.gpu_end_ns[rows]
+    # No walk when each span starts after every earlier one of its queue ended (``before``: their
+    # latest end), or lies inside the one before it: then nothing overlaps.
+    before = ended_before(en, np.flatnonzero(np.diff(q, prepend=q[0] - 1) != 0).tolist(), NO_TIME)
+    inside = np.zeros(len(rows), bool)
+    inside[1:] = (q[1:] == q[:-1]) & (en[:-1] > st[1:]) & (en[1:] <= en[:-1])
+    if np.all(inside | (before <= st)):
+        return
+    starts, ends = s.gpu_start_ns.tolist(), s.gpu_end_ns.tolist()
     stack: list[int] = []
     cur_q = None
-    for row, qq in zip(rows, qs, strict=True):
+    for row, qq in zip(rows.tolist(), q.tolist(), strict=True):
         if qq != cur_q:
             stack, cur_q = [], qq
-        while stack and en[stack[-1]] <= st[row]:
+        while stack and ends[stack[-1]] <= starts[row]:
             stack.pop()
-        if stack and en[row] > en[stack[-1]]:
+        if stack and ends[row] > ends[stack[-1]]:
             flags[row] |= int(Flag.OVERLAP)
             flags[stack[-1]] |= int(Flag.OVERLAP)
             continue  # keep the stack as it was: the overlapping span is not nested
         stack.append(row)
-
-
-def _nested_or_apart(q: np.ndarray, st: np.ndarray, en: np.ndarray) -> bool:
-    """True when no span can partially overlap another (spans sorted by queue, start, −end):
-    each one starts after every earlier span of its queue ended, or lies inside the one before.
-    Then every span is pushed and nothing is flagged; otherwise the stack walk decides."""
-    n = len(q)
-    if n < 2:
-        return True
-    firsts = np.flatnonzero(np.diff(q, prepend=q[0] - 1) != 0).tolist()
-    before = ended_before(en, firsts, NO_TIME)  # latest end among the queue's earlier spans
-    inside = np.zeros(n, bool)
-    inside[1:] = (q[1:] == q[:-1]) & (en[:-1] > st[1:]) & (en[1:] <= en[:-1])
-    return bool(np.all(inside | (before <= st)))
 
 
 def flag_outliers(s: ScopeTable, has_gpu: np.ndarray, flags: np.ndarray) -> None:

@@ -1,9 +1,8 @@
 """The trace model: one plain, columnar data model shared by every stage after the resolver.
 
-Times are integer nanoseconds on the session clock (``time.perf_counter_ns()``); GPU times have
-already been aligned onto it by the resolver. A missing time is ``NO_TIME``. Scopes are stored as
-numpy columns so a million of them cost a few tens of MB and summarise in vectorised numpy; use
-``Trace.scope(i)`` for a convenient row view.
+Times are integer nanoseconds on the session clock, GPU times aligned onto it by the resolver; a
+missing time is ``NO_TIME``. Scopes are numpy columns (a million cost a few tens of MB and summarise
+vectorised); ``Trace.scope(i)`` is a row view.
 
 >>> import gputrace
 >>> with gputrace.session(backend="cpu") as s:
@@ -50,16 +49,10 @@ class Flag(enum.IntFlag):
     UNTIMED = 1 << 8  # the backend could not time this scope on the GPU (no timestamp support)
 
 
-FLAG_NAMES: dict[Flag, str] = {
-    Flag.COLD: "cold",
+# Each flag's name in files and reports, in bit order: its member's name in lower case but two.
+FLAG_NAMES: dict[Flag, str] = {f: str(f.name).lower() for f in Flag} | {
     Flag.EMPTY: "empty_gpu_span",
-    Flag.GPU_EXCEEDS_WALL: "gpu_exceeds_wall",
-    Flag.START_BEFORE_SUBMIT: "start_before_submit",
-    Flag.OVERLAP: "overlap",
-    Flag.OUTLIER: "outlier",
     Flag.ERROR: "exception",
-    Flag.DEGRADED: "degraded",
-    Flag.UNTIMED: "untimed",
 }
 FLAG_BY_NAME = {v: k for k, v in FLAG_NAMES.items()}
 
@@ -79,11 +72,8 @@ _ALL_FLAGS = sum(bit for bit, _ in _FLAG_BITS)
 
 
 def flag_names(flags: int) -> list[str]:
-    """The names of the flags set in ``flags``, in a stable order.
-
-    Plain integers throughout (enum arithmetic costs microseconds a call, and exporters ask once
-    per scope); the answer for each combination of bits is kept (at most 2**9 of them).
-    """
+    """The names of the flags set in ``flags``, in a stable order. Plain integers, each answer kept
+    (enum arithmetic costs microseconds a call, and exporters ask once per scope)."""
     return list(_names_of(int(flags) & _ALL_FLAGS))
 
 
@@ -117,10 +107,8 @@ class QueueInfo:
 @dataclass(frozen=True)
 class ClockFit:
     """Maps a GPU clock onto the session clock: ``cpu = cpu_ref + slope * (gpu - gpu_ref)``.
-
-    ``uncertainty_ns`` bounds the alignment error between the first and last calibration sample
-    (see ``gputrace.resolver.fit_clock``); outside that span each scope adds an extrapolation term.
-    """
+    ``uncertainty_ns`` bounds the error between the first and last calibration sample (beyond,
+    ``gputrace.resolver.uncertainty_at`` adds an extrapolation term)."""
 
     gpu_ref_ns: int
     cpu_ref_ns: int
@@ -132,9 +120,7 @@ class ClockFit:
     last_cpu_ns: int
     method: str = "offset+slope"
     bound: str = "residual+window"  # how uncertainty_ns was bounded (see gputrace.clockbound)
-    # why the fit is weak, in a sentence (too few samples, or all from one stretch of the
-    # session); "" when it is not
-    note: str = ""
+    note: str = ""  # why the fit is weak (too few samples, or from one stretch), or ""
 
     @property
     def offset_ns(self) -> int:
@@ -149,21 +135,8 @@ class ClockFit:
         return (self.cpu_ref_ns + np.rint(delta).astype(np.int64)).astype(np.int64)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "gpu_ref_ns": self.gpu_ref_ns,
-            "cpu_ref_ns": self.cpu_ref_ns,
-            "offset_ns": self.offset_ns,
-            "slope": self.slope,
-            "drift_ppm": self.drift_ppm,
-            "residual_ns": self.residual_ns,
-            "uncertainty_ns": self.uncertainty_ns,
-            "samples": self.samples,
-            "first_cpu_ns": self.first_cpu_ns,
-            "last_cpu_ns": self.last_cpu_ns,
-            "bound": self.bound,
-            **({"note": self.note} if self.note else {}),
-        }
+        """The fit as the header writes it (the derived offset and drift too; the note if any)."""
+        return {k: getattr(self, k) for k in _FIT_KEYS} | ({"note": self.note} if self.note else {})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ClockFit:
@@ -171,6 +144,10 @@ class ClockFit:
         cast = {"int": int, "float": float, "str": str}
         given = [f for f in fields(cls) if f.name in d or f.default is MISSING]
         return cls(**{f.name: cast[str(f.type)](d[f.name]) for f in given})
+
+
+_FIT_KEYS = ("method", "gpu_ref_ns", "cpu_ref_ns", "offset_ns", "slope", "drift_ppm", "residual_ns",
+             "uncertainty_ns", "samples", "first_cpu_ns", "last_cpu_ns", "bound")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -250,14 +227,9 @@ class SpanTable:
 
 @dataclass
 class OpTable:
-    """GPU operations one by one (kernels, memcpys, memsets), where a timing source sees them (CUPTI).
-
-    One row per operation, in GPU start order. ``scope`` is the innermost scope open on the
-    launching thread when the launch call started (−1: launched outside every scope). Times are
-    on the session clock: the launch call's CPU start/end (``NO_TIME`` when the call was not seen)
-    and the GPU start/end. Submission → launch → execution per operation: the scope's entry, then
-    ``call_start_ns``…``call_end_ns``, then ``gpu_start_ns``…``gpu_end_ns``.
-    """
+    """GPU operations (kernels, memcpys, memsets) where a timing source sees them (CUPTI), one row
+    each in GPU start order. ``scope``: the innermost scope open on the launching thread when the
+    launch call started (−1: none). ``call_*``: the launch call (``NO_TIME`` when not seen)."""
 
     scope: I64
     kind: I32  # 0 kernel, 1 memcpy, 2 memset (gputrace.records.OP_KINDS)
@@ -397,18 +369,16 @@ class Trace:
         return list(self.header.get("anomalies", {}).get("items", []))
 
     def busy_ns(self) -> I64:
-        """Per scope, its GPU busy time: the union of the GPU intervals of its subtree (its
-        operations where the trace has them, else its GPU spans; see ``gputrace.figures``).
-        Below the GPU span when the GPU waited for launches between them."""
+        """Per scope, its GPU busy time (``gputrace.figures.busy_ns``): below its span where the GPU
+        waited for launches between its operations."""
         from gputrace.figures import busy_ns  # the figures build on this model
 
         return busy_ns(self)
 
 
 class FileTrace(Trace):
-    """A trace read from its file when first used (any field or method), not when made: a
-    streamed session's ``stop()`` returns one, so a stop never waits for a read-back it may not
-    need (20 µs a scope), and a long run's trace is not held until asked for."""
+    """A trace read from its file when first used, not when made: a streamed session's ``stop()``
+    then never waits for a read-back it may not need (20 µs a scope), nor holds a long run's."""
 
     def __init__(self, *args: Any, read: Callable[[], Trace] | None = None, **fields: Any) -> None:
         if read is None:  # (``dataclasses.replace`` of a read one)
@@ -433,14 +403,10 @@ _SIBLING_ROUNDS = 8
 
 
 def nest(s: ScopeTable) -> None:
-    """Parent and depth per scope: a stack walk per thread over scopes in start order.
-
-    The walk pops every scope that ended at or before the next one starts, so a scope's parent is
-    the latest earlier scope of its thread still running when it starts. Two cases cover most
-    traces and are settled without the walk: every earlier scope of the thread has ended (no
-    parent), or the scope just before it is still running (that one is the parent). When every
-    scope is one of them, nothing else is walked.
-    """
+    """Parent and depth per scope: the parent is the latest earlier scope of its thread still
+    running when it starts (``_nest_walk``). Most scopes are settled vectorised: every earlier
+    scope of the thread has ended (no parent), or the one just before is still running (the
+    parent), or a few rounds of siblings; only the rest needs the walk."""
     n = len(s)
     if not n:
         s.parent, s.depth = np.zeros(0, np.int64), np.zeros(0, np.int32)
@@ -478,12 +444,10 @@ def nest(s: ScopeTable) -> None:
     if not bool(np.all(known)):
         _nest_walk(s)
         return
-    has = par >= 0
-    if order is None:
-        parent = par
-    else:
+    parent = par
+    if order is not None:  # back from the order by thread
         parent = np.full(n, -1, np.int64)
-        parent[order[has]] = order[par[has]]
+        parent[order[par >= 0]] = order[par[par >= 0]]
     s.parent = parent
     s.depth = ancestors(parent).astype(np.int32)
 
@@ -503,8 +467,7 @@ def ancestors(parent: I64) -> I64:
 
 def _nest_walk(s: ScopeTable) -> None:
     starts, ends, thr = s.cpu_start_ns.tolist(), s.cpu_end_ns.tolist(), s.thread.tolist()
-    parent = [-1] * len(starts)
-    depth = [0] * len(starts)
+    parent, depth = [-1] * len(starts), [0] * len(starts)
     stacks: dict[int, list[int]] = defaultdict(list)
     for i, (st, t) in enumerate(zip(starts, thr, strict=True)):
         stack = stacks[t]
@@ -524,15 +487,14 @@ def canonical_names(
     """Renumber names by first appearance (scope rows, span rows, then operation rows) so equal
     traces compare equal whichever way they were built. Rewrites the name columns in place."""
     ops = OpTable.empty() if ops is None else ops
-    ids = np.concatenate([scopes.name, spans.label, ops.name, ops.call_name]).astype(np.int64)
+    columns = ((scopes, "name"), (spans, "label"), (ops, "name"), (ops, "call_name"))
+    ids = np.concatenate([getattr(table, c) for table, c in columns]).astype(np.int64)
     if not len(ids):
         return []
     uniq, first = np.unique(ids, return_index=True)
     order = uniq[np.argsort(first, kind="stable")]
     remap = np.full(len(names), -1, np.int64)
     remap[order] = np.arange(len(order))
-    scopes.name = remap[scopes.name].astype(np.int32)
-    spans.label = remap[spans.label].astype(np.int32)
-    ops.name = remap[ops.name].astype(np.int32)
-    ops.call_name = remap[ops.call_name].astype(np.int32)
+    for table, c in columns:
+        setattr(table, c, remap[getattr(table, c)].astype(np.int32))
     return [names[i] for i in order.tolist()]

@@ -1,11 +1,7 @@
 """Median, quantile and distinct values without ``numpy.ma``; quantiles per group (``Grouped``);
-interval helpers (union, latest earlier end).
-
-``np.median`` and ``np.percentile`` import ``numpy.ma`` on their first call (numpy 2.x loads it
-lazily): measured 12 ms with bytecode and 73 ms without, inside a session's stop, for one median of
-a handful of calibration windows. ``np.unique`` without ``return_*`` arguments imports it too
-(``np.ma.is_masked``): 17 ms at a session's start, when a streamed session imported it up front.
-These give numpy's results (linear interpolation for the quantiles) from a sort.
+interval helpers. ``np.median``/``np.percentile`` import ``numpy.ma`` on first call: 12 ms (73 ms
+without bytecode) inside a session's stop; ``np.unique`` without ``return_*`` too (17 ms at a
+streamed session's start). These give numpy's results (linear quantiles) from a sort.
 
 >>> median([3.0, 1.0, 2.0]), median([4, 1, 3, 2]), quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.1)
 (2.0, 2.5, 1.4)
@@ -57,8 +53,7 @@ def median(a: Any) -> float:
 def interval_union(
     start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Merge intervals (non-empty input): block starts, block ends, and the row of the input that
-    opened each block.
+    """Merge intervals (non-empty input): block starts, block ends, and the row that opened each.
 
     >>> b0, b1, first = interval_union(np.array([5, 0, 2]), np.array([6, 3, 4]))
     >>> b0.tolist(), b1.tolist(), first.tolist()
@@ -90,8 +85,7 @@ def ended_before(en: npt.NDArray[np.int64], firsts: list[int], none: int) -> npt
 
 
 class Grouped:
-    """Values per group (sorted inside each group) for vectorised order statistics: ``summarize``
-    and ``diff`` take their medians and quantiles per row from it.
+    """Values per group, sorted, for vectorised quantiles per row (``summarize``, ``diff``).
 
     >>> g = Grouped(np.array([0, 1, 0, 0]), np.array([3, 7, 1, 2]), 3)
     >>> g.q(0.5).tolist(), g.counts.tolist()

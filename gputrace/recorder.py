@@ -1,12 +1,11 @@
 """The recorder: the hot path behind ``trace()``.
 
 Entering a scope reads the clock, asks a timed backend for a token and pushes onto its track's
-stack; leaving it appends the name and the two clock readings to that track's buffer (and the
-token and flags, when there are any). A track is an OS thread, an asyncio task (found through a
-context variable, so tasks on one thread never nest into each other), or a generator that was
-suspended with a scope open. No lock shared across threads, no I/O, no resolution, no conversion
-of args: that all happens after the session stops. With no session active, ``trace`` costs one
-global read per enter and exit.
+stack; leaving it appends the name and both clock readings to the track's buffer (token, flags and
+args too, when there are any). A track is an OS thread, an asyncio task (found through a context
+variable, so tasks on one thread never nest into each other), or a generator suspended with a scope
+open. No shared lock, no I/O, no resolution, no conversion of args: that happens after the stop.
+With no session active, ``trace`` costs one global read per enter and exit.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gputrace.backends.base import Backend, Clock
-from gputrace.errors import report_internal
+from gputrace.errors import GputraceError, report_internal
 from gputrace.jsonsafe import clean_str, is_plain, jsonsafe, short_repr
 from gputrace.model import Flag
 from gputrace.records import RawThread
@@ -42,10 +41,10 @@ _tls: threading.local = threading.local()
 _timed = False
 _getframe = sys._getframe
 _get_ident = threading.get_ident
-# The running asyncio loop of this thread, or None. A stand-in that always says None until the
-# program imports asyncio (gputrace never imports it itself).
+# The running asyncio loop of this thread, or None; a stand-in saying None until the program
+# imports asyncio (only then is a loop looked for: gputrace never imports it itself).
 _running_loop: Callable[[], Any] = type(None)
-_asyncio = False  # True once the program has imported asyncio: only then is a loop looked for
+_asyncio = False
 _current_task: Callable[[Any], Any] | None = None
 # The asyncio task's own track (set in the task's context, so every task has its own value).
 _task_track: contextvars.ContextVar[ThreadBuffer | None] = contextvars.ContextVar(
@@ -59,8 +58,6 @@ _SUSPENDABLE = 0x20 | 0x80 | 0x100 | 0x200
 # Tracks that are not OS threads (asyncio tasks, suspended generators) get tids from here up:
 # above any Linux tid (< 2**22), below the exporter's overlap lanes (multiples of 2**24).
 EXTRA_TID_BASE = 1 << 23
-
-
 THROTTLE_WAIT_S = 0.5  # the longest one scope's exit waits for the stream's writer
 MAX_OLD_LOGS = 4  # logs swapped out by backpressure kept readable (the empty oldest are dropped)
 
@@ -85,21 +82,18 @@ class ThreadBuffer:
         # Plain scopes, flat: name, cpu_start_ns, cpu_end_ns, ... Extending a list with three
         # references is the cheapest store Python has (an array('q') converts each int: +190 ns).
         self.log: list[Any] = []
-        # Logs swapped out by the stream's backpressure (``ThrottledLog``), oldest first: a scope
-        # leaving at the moment of a swap may still land in one, so they are read before ``log``.
+        # Logs swapped out by backpressure (``ThrottledLog``), oldest first, read before ``log``.
         self.old_logs: list[list[Any]] = []
-        # Scopes with a GPU token, flags or args, flat: name, cpu_start_ns, cpu_end_ns, token, flags,
-        # args (or None). One ``extend`` per scope, so another thread can take a prefix of the list
-        # at any time (streaming) and never see half a scope.
+        # Scopes with a token, flags or args: ``RICH`` items each (name, start, end, token, flags,
+        # args or None), one ``extend`` a scope so a taker on another thread never sees half of one.
         self.rich: list[Any] = []
         self.marks: list[tuple[str, int, str, dict[str, Any]]] = []
-        self.sides: dict[Any, ThreadBuffer] | None = None  # suspended generators' tracks, by frame
+        self.sides: dict[Any, ThreadBuffer] = {}  # suspended generators' tracks, by frame
 
 
 class ThrottledLog(list):  # type: ignore[type-arg]
-    """A thread buffer's log while the stream's writer catches up with a backlog: each scope
-    stored waits (bounded) until the writer opens ``gate`` again. Installed only past a backlog
-    of ``gputrace.streaming.BACKLOG_SCOPES`` unwritten scopes; the plain list comes back after."""
+    """A buffer's log while the stream's writer catches up with a backlog (past
+    ``gputrace.streaming.BACKLOG_SCOPES``): each scope stored waits, bounded, for ``gate``."""
 
     __slots__ = ("gate",)
 
@@ -137,24 +131,20 @@ class Recorder:
         return buf
 
     def tracks(self) -> list[ThreadBuffer]:
-        """Every track recorded so far: a copy of the list (a track added meanwhile is in the next
-        call's), for readers on other threads (the stream's writer, the drain at stop)."""
+        """A copy of the list of tracks, for readers on other threads (the stream's writer, the drain)."""
         with self._buffers_lock:
             return list(self.buffers)
 
     def take_recorded(self) -> list[Recorded]:
-        """Cut what every track recorded so far out of its buffers (the stream's writer): a
-        ``Recorded`` per track that has any. Each buffer's owner only appends (one ``extend``
-        per scope), so a prefix can be cut while it keeps recording: what it appends meanwhile
-        stays for the next take. One taker at a time (two would both copy a prefix, then both
-        delete one)."""
+        """Cut what every track recorded so far out of its buffers: a ``Recorded`` per track that
+        has any. Owners only append, so a prefix can be cut while they record. One taker at a time
+        (two would both copy a prefix, then both delete one)."""
         out = []
         for buf in self.tracks():
-            # the logs swapped out by backpressure are older than ``log``
-            plain = [x for old in list(buf.old_logs) for x in _cut(old, len(old))]
-            plain += _cut(buf.log, len(buf.log))
+            plain = [x for old in list(buf.old_logs) for x in _cut(old)]
+            plain += _cut(buf.log)
             rich = _cut(buf.rich, len(buf.rich) // RICH * RICH)
-            marks = _cut(buf.marks, len(buf.marks))
+            marks = _cut(buf.marks)
             if plain or rich or marks:
                 out.append(Recorded(buf, plain, rich, marks))
         return out
@@ -164,8 +154,7 @@ class Recorder:
         self.buffer().marks.append((name, ts_ns, kind, {} if args is None else args))
 
     def unclosed(self, stop_ns: int) -> list[Recorded]:
-        """Per track with scopes still open: those scopes, ending at ``stop_ns``, flagged
-        degraded, ``args["unclosed"] = True`` (nothing recorded is dropped at a stop)."""
+        """Per track with scopes still open: those scopes, closed as ``_unclosed`` says."""
         got = [Recorded(buf, [], _unclosed(list(buf.stack), stop_ns), []) for buf in self.tracks()]
         return [r for r in got if r.rich]
 
@@ -178,22 +167,20 @@ class Recorder:
         return sum(len(b.log) for b in self.tracks()) // 3
 
     def throttle(self, gate: threading.Event | None) -> None:
-        """Backpressure (the stream's writer): with a ``gate``, each track's log becomes a
-        ``ThrottledLog`` whose scope exits wait at it; with None, plain lists come back. The old
-        lists stay readable (``old_logs``, taken first): a scope leaving during the swap may
-        still land in one. Call it from the taker's side (never during a take)."""
+        """Backpressure: with a ``gate``, each track's log becomes a ``ThrottledLog``; with None, a
+        plain list. The old lists stay in ``old_logs`` (a scope leaving during the swap may land
+        in one), the oldest dropped once read empty. Call it from the taker's side, not mid-take."""
         for buf in self.tracks():
             old = buf.log
             buf.log = ThrottledLog(gate) if gate is not None else []
-            # lists swapped out long ago (several swaps: seconds) and read empty are dropped
             olds = [*buf.old_logs, old]
             while len(olds) > MAX_OLD_LOGS and not olds[0]:
                 olds.pop(0)
             buf.old_logs = olds
 
     def scopes_held(self, open_too: bool = True) -> int:
-        """Scopes waiting in the tracks' buffers (what a failed drain would lose), and with
-        ``open_too`` those still open. Never raises: 0 when they cannot be counted."""
+        """Scopes waiting in the buffers (what a failed drain would lose), and with ``open_too``
+        those still open; 0 when they cannot be counted."""
         try:
             n = 0
             for b in self.tracks():
@@ -231,8 +218,7 @@ class Recorder:
             tname = str(task.get_name())
         except Exception:
             tname = "task"
-        thread = self.buffer()
-        trk = self._extra_track(f"{thread.name} · {tname}")
+        trk = self._extra_track(f"{self.buffer().name} · {tname}")
         trk.task_id = id(task)
         _task_track.set(trk)
         return trk
@@ -242,9 +228,8 @@ class Recorder:
         return self.buffer() if loop is None else self.task_buffer(loop)
 
     def set_aside(self, buf: ThreadBuffer) -> None:
-        """The scopes on top of ``buf``'s stack were opened by a generator (or coroutine) that is
-        suspended now: move them to that generator's own track, so that they do not adopt the
-        scopes that run while it is suspended."""
+        """Move the scopes on top of ``buf``'s stack that a now suspended generator (or coroutine)
+        opened to its own track, so they do not adopt the scopes run while it is suspended."""
         stack = buf.stack
         moved = []
         while stack:
@@ -256,8 +241,6 @@ class Recorder:
             return
         frame = moved[-1][3]
         assert frame is not None
-        if buf.sides is None:
-            buf.sides = {}
         side = buf.sides.get(frame)
         if side is None:
             code = frame.f_code
@@ -268,8 +251,6 @@ class Recorder:
     def activate(self) -> None:
         global _recorder, _clock, _tls, _timed
         if _recorder is not None:
-            from gputrace.errors import GputraceError
-
             raise GputraceError("a gputrace session is already active; stop it before starting another.")
         if not _watch_asyncio():  # start watching for the program's own ``import asyncio``
             self._finder = _AsyncioWatch()
@@ -300,13 +281,11 @@ class Recorder:
 def _watch_asyncio() -> bool:
     """Look for asyncio loops from now on if the program has imported asyncio; True if so."""
     global _running_loop, _asyncio
-    if _asyncio:
-        return True
-    events = sys.modules.get("asyncio.events")
-    get = getattr(events, "_get_running_loop", None)
-    if get is None:
-        return False
-    _running_loop, _asyncio = get, True
+    if not _asyncio:
+        get = getattr(sys.modules.get("asyncio.events"), "_get_running_loop", None)
+        if get is None:
+            return False
+        _running_loop, _asyncio = get, True
     return True
 
 
@@ -324,8 +303,8 @@ class _AsyncioWatch(importlib.abc.MetaPathFinder):
 
 
 def _after_fork_in_child() -> None:
-    """A process forked inside a session records nothing: the trace file, the backend (CUDA and
-    wgpu do not survive a fork) and the buffers belong to the parent. One notice says so."""
+    """A process forked inside a session records nothing (the file, the backend, which CUDA and
+    wgpu cannot fork, and the buffers are the parent's); one notice says so."""
     rec = _recorder
     if rec is None:
         return
@@ -349,9 +328,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def innermost_token() -> int:
-    """The GPU token of the innermost timed scope open on the calling thread's current track
-    (its asyncio task, when one runs), or 0. Backends that attribute work to scopes (wgpu passes)
-    ask this, so the attribution follows tasks and suspended generators as the nesting does."""
+    """The token of the innermost timed scope open on this thread's current track (its asyncio
+    task's, when one runs), or 0: what backends attribute work to (wgpu passes)."""
     rec = _recorder
     if rec is None:
         return 0
@@ -369,8 +347,9 @@ def innermost_token() -> int:
     return 0
 
 
-def _cut(items: list[Any], k: int) -> list[Any]:
-    """The first ``k`` of ``items``, cut out of it (its owner may append meanwhile)."""
+def _cut(items: list[Any], k: int | None = None) -> list[Any]:
+    """The first ``k`` (all there are now) of ``items``, cut out (its owner may append meanwhile)."""
+    k = len(items) if k is None else k
     got = items[:k]
     del items[:k]
     return got
@@ -384,10 +363,9 @@ class trace:
     """Trace a region: ``with trace("name"):``, ``@trace("name")``, or ``@trace`` bare (the scope
     is then named after the function's qualified name, ``Class.method``).
 
-    Scopes nest per thread and per asyncio task. The same object can be reused and entered
-    recursively. Keyword
-    arguments are kept as the scope's args (shown in Perfetto and the viewer); ``stream`` names the
-    CUDA stream the work goes to (default: CuPy's current stream).
+    Scopes nest per thread and per asyncio task; one object can be reused and entered recursively.
+    Keyword arguments are kept as the scope's args (shown in Perfetto and the viewer); ``stream``
+    names the CUDA stream the work goes to (default: CuPy's current stream).
 
     >>> import gputrace
     >>> @gputrace.trace("double")
@@ -399,27 +377,22 @@ class trace:
     >>> [(sc.name, sc.depth) for sc in s.trace]
     [('outer', 0), ('double', 1)]
 
-    If the user's code raises inside the scope, the scope is closed, marked with the exception
-    type, and the exception propagates unchanged. With no session active the cost is a global
-    read per enter and exit.
+    If the code inside raises, the scope is closed, marked with the exception type, and the
+    exception propagates unchanged.
     """
 
     __slots__ = ("args", "name", "stream")
 
     def __new__(cls, name: Any, /, stream: Hashable | None = None, **args: Any) -> Any:
-        # ``@trace`` bare hands the function itself over as the name: decorate it at once, under
-        # its qualified name, instead of returning a trace object that would replace the function.
+        # ``@trace`` bare hands over the function as the name: decorate it under its qualified name.
         if callable(name) and not isinstance(name, str):
             if stream is not None or args:
-                from gputrace.errors import GputraceError
-
                 raise GputraceError(
                     "@gputrace.trace bare takes no arguments; name the scope to give it some: "
                     '@gputrace.trace("name", key=value).'
                 )
-            fn = name
-            qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-            return cls(str(qualname or repr(fn)))(fn)
+            qualname = getattr(name, "__qualname__", None) or getattr(name, "__name__", None)
+            return cls(str(qualname or repr(name)))(name)
         return super().__new__(cls)
 
     def __init__(self, name: str, /, stream: Hashable | None = None, **args: Any) -> None:
@@ -458,10 +431,7 @@ class trace:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         rec = _recorder
         if rec is None:
@@ -560,9 +530,9 @@ def _task_entry(rec: Recorder, obj: trace) -> tuple[tuple[Any, int, int, Any], T
 def _find(
     rec: Recorder, buf: ThreadBuffer, obj: trace
 ) -> tuple[tuple[Any, int, int, Any], ThreadBuffer] | None:
-    """``obj``'s open entry when it is not on top of ``buf``'s stack: scopes left out of order
-    (interleaved coroutines on one thread), set aside with a suspended generator, or entered on
-    this thread's own track from inside a task. Removes and returns it with its track."""
+    """``obj``'s open entry, popped, and its track, when it is not on top of ``buf``'s stack: left
+    out of order (interleaved coroutines), set aside with a suspended generator, or entered on
+    this thread's own track from inside a task."""
     cands = [buf]
     thread = getattr(rec.local, "buf", None)
     if thread is not None and thread is not buf:
@@ -574,8 +544,7 @@ def _find(
         stack = b.stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i][0] is obj:
-                entry = stack.pop(i)
-                return entry, b
+                return stack.pop(i), b
     return None
 
 
@@ -591,13 +560,9 @@ def mark(name: str, **args: Any) -> None:
 
 
 def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
-    """Take every track's records. Scopes still open at stop are kept, ending at ``stop_ns``,
-    flagged degraded with ``args["unclosed"] = True``: nothing recorded is dropped. Args, names
-    and marks become JSON-safe values here (see ``gputrace.jsonsafe``), never a reason to fail.
-
-    Other threads may still be inside scopes while this runs: a scope that leaves during the
-    drain is either in the copy (closed) or still on its stack (unclosed), or, leaving at that
-    very moment, in neither; never half of it."""
+    """Every track's records as ``RawThread``s, scopes still open included (``_unclosed``). A scope
+    another thread leaves meanwhile is in the copy, or still open, or (at that very moment) in
+    neither; never half of it."""
     out = []
     for buf in rec.tracks():
         stack = list(buf.stack)
@@ -611,7 +576,7 @@ def drain(rec: Recorder, stop_ns: int) -> list[RawThread]:
 
 def _unclosed(stack: list[Any], stop_ns: int) -> list[Any]:
     """Rich items for the scopes open on ``stack``: ending at ``stop_ns``, flagged degraded,
-    ``args["unclosed"] = True``."""
+    ``args["unclosed"] = True`` (nothing recorded is dropped at a stop)."""
     rich: list[Any] = []
     for entry in stack:
         obj = entry[0]
@@ -626,10 +591,8 @@ RICH = 6  # items per scope in ``ThreadBuffer.rich``
 
 
 class Recorded:
-    """What one track recorded since the last take (``Recorder.take_recorded``): its scopes, in
-    the recorder's flat layout, and its marks. The stream's writer counts, cuts and converts
-    them through these methods only; ``plain`` holds 3 items a scope (name, start, end),
-    ``rich`` ``RICH`` (name, start, end, token, flags, args)."""
+    """What one track recorded since the last take: ``plain`` (3 items a scope: name, start, end),
+    ``rich`` (``RICH`` a scope) and marks. The stream's writer uses only these methods."""
 
     __slots__ = ("buf", "marks", "plain", "rich")
 
@@ -662,26 +625,30 @@ class Recorded:
     def settle(
         self, held: Recorded | None, horizon: int | None, complete: bool = False
     ) -> tuple[Recorded, Recorded | None]:
-        """What can be written now, and what must wait (None: nothing), given ``held``, this
-        track's scopes that waited at its last take (what this returned as waiting then).
-        ``complete`` (a sync: every GPU span is read): nothing waits. Else a scope waits while
-        its GPU work may still be running: with a ``horizon`` (CUPTI: every operation launched
-        before it has arrived), one that ended after it, plain or not, and every scope that
-        started at or after the earliest waiting one (its children, written in one chunk with
-        it); without one, a scope with a GPU token."""
+        """What can be written now, and what must wait (None: nothing), given ``held`` (what waited
+        at the last take). ``complete`` (a sync): nothing waits. Else a scope waits while its GPU
+        work may still run: without a ``horizon``, a scope with a GPU token; with one (CUPTI: every
+        operation launched before it has arrived), one that ended after it, and with it every
+        scope that started at or after the earliest waiting one (plain first, then rich, in
+        order): a chunk resolves its own scopes' spans only, so a parent waits with its children
+        (one that started earlier ended before the horizon, so it holds no waiting one)."""
         before = held.rich if held is not None else []
+        plain = self.plain
         if complete:
-            return Recorded(self.buf, self.plain, before + self.rich, self.marks), None
-        plain, rich, wait = self.plain, self.rich, list(before)
-        if horizon is not None:
-            rich, wait = wait + rich, []
+            return Recorded(self.buf, plain, before + self.rich, self.marks), None
+        if horizon is None:
+            ready, late = _split(self.rich, _column(self.rich, 3, RICH) > 0, RICH)
+            wait = before + late
+        else:
+            rich = before + self.rich
             plain, wait = _split_plain(plain, _column(plain, 2) > horizon)
             ready, late = _split(rich, _column(rich, 2, RICH) > horizon, RICH)
-        else:
-            ready, late = _split(rich, _column(rich, 3, RICH) > 0, RICH)
-        wait += late
-        if wait and horizon is not None:
-            plain, ready, wait = _with_families(plain, ready, wait)
+            wait += late
+            if wait:
+                first = min(wait[1::RICH])
+                plain, moved = _split_plain(plain, _column(plain, 1) >= first)
+                ready, moved_rich = _split(ready, _column(ready, 1, RICH) >= first, RICH)
+                wait = moved + moved_rich + wait
         waiting = Recorded(self.buf, [], wait, []) if wait else None
         return Recorded(self.buf, plain, ready, self.marks), waiting
 
@@ -695,32 +662,14 @@ def scopes_in(recorded: list[Recorded]) -> int:
     return sum(r.scopes() for r in recorded)
 
 
-def _with_families(
-    plain: list[Any], ready: list[Any], wait: list[Any]
-) -> tuple[list[Any], list[Any], list[Any]]:
-    """``plain`` (3 items per scope) and ``ready`` (``RICH`` per scope) scopes of one thread, and
-    ``wait``, with every scope that started at or after the earliest waiting one moved to
-    ``wait`` (plain ones first, then rich, each in order): such a scope is inside a waiting scope
-    or after it, and written in one chunk with it, so the parent's GPU span holds its children's
-    work (a chunk resolves the spans of its own scopes only). A scope that started earlier ended
-    before the horizon, so it cannot hold a waiting one."""
-    first = min(wait[1::RICH])
-    plain, late = _split_plain(plain, _column(plain, 1) >= first)
-    keep, late_rich = _split(ready, _column(ready, 1, RICH) >= first, RICH)
-    late += late_rich
-    return plain, keep, (late + wait if late else wait)
-
-
 def _column(items: list[Any], k: int, width: int = 3) -> np.ndarray:
-    """Item ``k`` of every scope in a flat list of ``width`` items a scope (plain: 3, 1 its
-    start, 2 its end; rich: ``RICH``, 3 its token) as an array."""
+    """Item ``k`` of every scope of a flat list of ``width`` items a scope, as an array."""
     return np.fromiter(items[k::width], np.int64, len(items) // width)
 
 
 def _split(items: list[Any], late: np.ndarray, width: int) -> tuple[list[Any], list[Any]]:
-    """Scopes of a flat list (``width`` items each) cut by the mask ``late``: those not late, and
-    the late ones, both in order; whole scopes only. A thread logs its scopes as they end, so
-    the late ones are mostly the last few: a slice of the list, no loop over the rest."""
+    """Whole scopes of a flat list cut by the mask ``late``: those not late, and the late ones, in
+    order. Scopes are logged as they end, so the late ones are mostly a suffix: one slice."""
     if len(items) != width * len(late):
         items = items[: width * len(late)]
     at = np.flatnonzero(late)
@@ -736,8 +685,7 @@ def _split(items: list[Any], late: np.ndarray, width: int) -> tuple[list[Any], l
 
 
 def _split_plain(plain: list[Any], late: np.ndarray) -> tuple[list[Any], list[Any]]:
-    """``plain`` scopes (3 items each) cut by the mask ``late``: those not late, still plain, and
-    the late ones as rich items (``RICH`` each), both in order."""
+    """``_split`` of ``plain`` scopes, the late ones as rich items."""
     plain, moved = _split(plain, late, 3)
     rich: list[Any] = []
     for i in range(0, len(moved), 3):
@@ -748,8 +696,8 @@ def _split_plain(plain: list[Any], late: np.ndarray) -> tuple[list[Any], list[An
 def raw_thread(
     buf: ThreadBuffer, log: list[Any], rich: list[Any], marks: list[tuple[str, int, str, dict[str, Any]]]
 ) -> RawThread:
-    """A ``RawThread`` from flat ``log`` (3 per scope) and ``rich`` (``RICH`` per scope) items;
-    names, args and marks made JSON-safe."""
+    """A ``RawThread`` from flat ``log`` and ``rich`` items; names, args and marks made JSON-safe
+    (``gputrace.jsonsafe``), never a reason to fail."""
     n_plain = len(log) // 3
     del log[n_plain * 3 :]
     del rich[len(rich) // RICH * RICH :]
@@ -795,13 +743,12 @@ def _clean_name(n: Any, limit: int = 1000) -> str:
 
 
 def _clean_names(names: list[Any]) -> list[str]:
-    """Scope names as clean, bounded strings (a name may be anything a user passed); the list
-    itself when every name already is one (``clean_str`` gives a clean string back as it is)."""
+    """Scope names (anything a user passed) as clean, bounded strings; the list itself when every
+    name is one already (a short ASCII str is: the common case costs no call that could fail)."""
     try:
         uniq = set(names)
     except TypeError:  # an unhashable name
         return [_clean_name(n) for n in names]
-    # (a short ASCII str is clean already: the common case costs no call that could fail)
     plain = {n for n in uniq if type(n) is str and len(n) <= 1000 and n.isascii()}
     fix = {n: c for n in uniq - plain if (c := _clean_name(n)) is not n}
     return [fix.get(n, n) for n in names] if fix else names

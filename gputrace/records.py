@@ -1,10 +1,6 @@
-"""Raw records: what backends and timing sources hand the resolver, before any clock alignment.
-
-Times here are in the domain they were read in: the session clock for CPU reads, a GPU clock
-(or CUPTI's clock) for device timestamps. The resolver (``gputrace.resolver``) aligns and places
-them; nothing in this module interprets them. ``RawThread`` is one thread's scopes as the recorder
-hands them over (``gputrace.recorder.drain``).
-"""
+"""Raw records: what the recorder, backends and timing sources hand the resolver. Times are in the
+domain they were read in (the session clock for CPU reads, a GPU or CUPTI clock for device
+timestamps); only the resolver aligns them."""
 
 from __future__ import annotations
 
@@ -40,8 +36,8 @@ class CalibrationSample:
 
 
 class RawSpan(NamedTuple):
-    """One GPU execution span in the backend's clock domain, tied to a scope by its token (a named
-    tuple: of plain numbers, so the garbage collector stops tracking it, however many wait)."""
+    """One GPU span in the backend's clock, tied to a scope by its token (a named tuple of plain
+    numbers: the garbage collector stops tracking it, however many wait)."""
 
     token: int
     queue: int  # index into Backend.queues()
@@ -61,28 +57,10 @@ def span_columns(spans: list[RawSpan]) -> npt.NDArray[np.int64]:
     return np.fromiter(itertools.chain.from_iterable(map(_SPAN_INTS, spans)), np.int64, 6 * m).reshape(m, 6)
 
 
-def _pack_spans(spans: list[RawSpan]) -> tuple[npt.NDArray[np.int64], list[str] | None]:
-    """``spans`` as columns, to pickle: a named tuple pickles through a Python call per object
-    (2.8 µs a span on a 2-core machine, against 0.3 µs this way), on the streamer's thread, which
-    holds the interpreter the program runs in while it does."""
-    labels = [sp.label for sp in spans] if any(sp.label for sp in spans) else None
-    return span_columns(spans), labels
-
-
-def _unpack_spans(packed: tuple[npt.NDArray[np.int64], list[str] | None]) -> list[RawSpan]:
-    cols, labels = packed
-    rows = cols.tolist()
-    if labels is None:
-        return list(itertools.starmap(RawSpan, rows))
-    return [RawSpan._make((*r, lb)) for r, lb in zip(rows, labels, strict=True)]
-
-
-# One row per GPU operation (kernel, memcpy, memset) as an activity source saw it. Every time is
-# on the source's clock (CUPTI: CLOCK_REALTIME ns), GPU and CPU alike; the launch call's fields are
-# ``call_*`` (``call_tid`` −1 and times 0 when the call was not seen); ``name`` and ``call_name``
-# (the API call, e.g. "cuLaunchKernel") index ``OpBatch.names``; ``done_by_ns`` is the session
-# clock at the collect that delivered it. The resolver attributes the operation to the innermost
-# scope open on ``call_tid`` at ``call_start_ns``.
+# One row per GPU operation as a source saw it, every time on its clock (CUPTI: CLOCK_REALTIME ns)
+# but ``done_by_ns`` (the session clock at the collect that delivered it). ``call_*``: the launch
+# call (``call_tid`` −1, times 0 when not seen); ``name``, ``call_name`` ("cuLaunchKernel") index
+# ``OpBatch.names``.
 OP_ROWS = np.dtype([("kind", "<i4"), ("name", "<i4"), ("device", "<i4"), ("queue", "<i4"),
                     ("correlation", "<i8"), ("gpu_start_ns", "<i8"), ("gpu_end_ns", "<i8"),
                     ("call_tid", "<i8"), ("call_start_ns", "<i8"), ("call_end_ns", "<i8"),
@@ -92,13 +70,9 @@ OP_ROWS = np.dtype([("kind", "<i4"), ("name", "<i4"), ("device", "<i4"), ("queue
 
 @dataclass
 class OpBatch:
-    """GPU operations as columns (what a timing source hands over: no object per operation).
-
-    ``rows`` has dtype ``OP_ROWS``; ``name`` and ``call_name`` index ``names``. ``tid_alt`` maps a
-    launching thread to the other OS threads it may have been: CUPTI names threads by pthread id,
-    which a thread started after another ended can reuse (the resolver picks the one whose scope
-    holds the call).
-    """
+    """GPU operations as ``OP_ROWS`` columns (no object per operation). ``tid_alt`` maps a launching
+    thread to the other OS threads it may have been: CUPTI names threads by pthread id, which a
+    later thread can reuse (the resolver picks the one whose scope holds the call)."""
 
     rows: np.ndarray
     names: list[str]
@@ -175,23 +149,30 @@ class RawRecording:
     degraded: dict[int, str] = field(default_factory=dict)
     spans_cover_children: bool = False
     empty_span_ns: int = 0  # a GPU span this short or shorter holds no work (backend's floor)
-    # error of the timing source's own GPU times beyond the clock fit (CUPTI's GPU-to-CPU
-    # timestamp normalisation), added to the stated uncertainty of GPU times from operations
+    # the source's own error in its GPU times (CUPTI's GPU-to-CPU normalisation), added to theirs
     source_error_ns: int = 0
     blind: list[Blind] = field(default_factory=list)
-    # True when a timing source observed every scope (CUPTI): a scope is then timed without a
-    # token, and one whose subtree launched nothing is empty by fact.
+    # a source observed every scope (CUPTI): timed without a token, empty when nothing launched
     ops_timing: bool = False
-    # Why GPU times may be missing (collection or calibration failed): a timed scope without a
-    # GPU span is then flagged degraded with this reason, not empty.
+    # why GPU times may be missing: a timed scope without a span is then degraded, not empty
     problem: str = ""
     batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__, spans=_pack_spans(self.spans))  # (a chunk to the writer process)
+        """Spans as columns, to pickle (a chunk to the writer process): a named tuple pickles through
+        a Python call each (2.8 µs a span against 0.3 µs, on the streamer's thread, holding the
+        interpreter the program runs in)."""
+        labels = [sp.label for sp in self.spans] if any(sp.label for sp in self.spans) else None
+        return dict(self.__dict__, spans=(span_columns(self.spans), labels))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, spans=_unpack_spans(state["spans"]))
+        cols, labels = state["spans"]
+        rows = cols.tolist()
+        if labels is None:
+            spans = list(itertools.starmap(RawSpan, rows))
+        else:
+            spans = [RawSpan._make((*r, lb)) for r, lb in zip(rows, labels, strict=True)]
+        self.__dict__.update(state, spans=spans)
 
     def add(self, got: Collected) -> None:
         """Take what one ``collect()`` returned: spans, untimed and degraded tokens, operations."""

@@ -1,7 +1,5 @@
-"""Renderers for a summary (``gputrace.summary.summarize``): table, markdown, CSV and JSON.
-
-The JSON keeps nanoseconds exactly; the table and markdown show human units
-(``human_ns`` is ``gputrace.durations.fmt_ns``, the one duration format):
+"""Renderers for a summary (``gputrace.summary.summarize``): table, markdown, CSV and JSON. The JSON
+keeps nanoseconds exactly; the others show human units (``human_ns``: ``durations.fmt_ns``):
 
 >>> human_ns(850), human_ns(12_345), human_ns(4_560_000), human_ns(1_230_000_000)
 ('850 ns', '12.3 µs', '4.56 ms', '1.23 s')
@@ -17,6 +15,7 @@ from typing import Any
 import orjson
 
 from gputrace.durations import fmt_ns
+from gputrace.rankview import lines as rank_lines
 from gputrace.safetext import json_safe_text, printable, printable_cut
 from gputrace.summary import field
 
@@ -105,13 +104,15 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
             line += ": " + ", ".join(parts)
         idle.append(line)
     out.append(("GPU idle time per stream", idle or ["no GPU work in this trace."]))
-    est = _estimate_lines(summary)
-    if est:
+    est = [f"{r['name']} ({_stream(r)}): measured span median {human_ns(e['span_median_ns'])}, "
+           f"estimate {human_ns(e['median_ns'])} ({e['assumes']})"
+           for r in summary["rows"] if (e := r.get("if_launches_free"))]  # fmt: skip
+    if est:  # per row whose GPU waited on the host: the measured span beside the estimate
         out.append(("What it would take if launches were free (an estimate)", est))
-    ops = _op_lines(summary)
-    if ops:
-        title = "GPU operations per scope (busy: time its operations ran; span: first start to last end)"
-        out.append((title, ops))
+    if ops := _op_lines(summary):
+        out.append(
+            ("GPU operations per scope (busy: time its operations ran; span: first start to last end)", ops)
+        )
     an = []
     for a in summary["anomalies"]:
         where = f"{a['kind']} · {a['name']} · {a['count']} call{'s' if a['count'] != 1 else ''}"
@@ -138,8 +139,6 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     cl.append(clock["note"])
     out.append(("Clock alignment", cl))
     if summary.get("ranks"):
-        from gputrace.rankview import lines as rank_lines
-
         out.append(("Ranks", rank_lines(summary["ranks"], human_ns)))
     h = summary["host"]
     hl = [f"{h['name'] or 'unknown host'}, {h['cpu_count'] or '?'} CPUs, load average "
@@ -147,18 +146,6 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     if h["note"]:
         hl.append(("WARNING: " if h["high"] else "") + h["note"])
     out.append(("Host load", hl))
-    return out
-
-
-def _estimate_lines(summary: dict[str, Any]) -> list[str]:
-    """Per row whose GPU waited on the host: the measured span beside the launch-free estimate."""
-    out = []
-    for r in summary["rows"]:
-        e = r.get("if_launches_free")
-        if not e:
-            continue
-        out.append(f"{r['name']} ({_stream(r)}): measured span median {human_ns(e['span_median_ns'])}, "
-                   f"estimate {human_ns(e['median_ns'])} ({e['assumes']})")  # fmt: skip
     return out
 
 

@@ -1,22 +1,15 @@
 """The resolver: a pure function from raw records to a ``Trace``.
 
-It fits each GPU clock onto the session clock from calibration samples, places every GPU span on
-the session clock, reconstructs nesting, and flags anomalies. Nothing is clamped: a flagged value
-stays as measured, and every aligned time carries its uncertainty.
+It fits each GPU clock onto the session clock, places every GPU span on it, reconstructs nesting
+and flags anomalies. Nothing is clamped: a flagged value stays as measured, and every aligned time
+carries its uncertainty (docs/accuracy.md).
 
-The clock fit
--------------
-A calibration sample says a GPU timestamp ``g`` was taken while the CPU clock ran from ``before``
-to ``after``; its true CPU time lies in that window. We fit ``cpu = cpu_ref + slope·(g − gpu_ref)``
-by weighted least squares on window midpoints, weighting by 1/half-width² so the tightest windows
-count most. The slope is kept only when the samples determine it to better than
-``DEFAULT_DRIFT_PPM``; otherwise (one sample, or samples too close together) the slope is 1 and
-only the offset is fitted (``method="offset"``). Samples whose window is over 4× the typical width
-(the lower quartile; a preempted thread, say) are left out. If the true mapping is linear (constant offset and
-drift), the fit's error at sample ``i`` is at most ``|residual_i| + half_width_i``, and since fit
-and truth are both linear the error between the first and last sample is bounded by the largest
-of those: that is ``uncertainty_ns``. Outside that span the slope's own uncertainty adds
-``2·U/span`` per ns of distance (``DEFAULT_DRIFT_PPM`` when only the offset was fitted).
+The clock fit: ``cpu = cpu_ref + slope·(g − gpu_ref)`` by least squares on the calibration windows'
+midpoints, weighted by 1/half-width² (windows over ``WIDE_WINDOW``× the lower quartile are left
+out). The slope is kept only where the samples pin it better than ``DEFAULT_DRIFT_PPM``, else it is
+1 (``method="offset"``). For a linear truth the error at sample ``i`` is at most ``|residual_i| +
+half_width_i``, so between the first and last sample at most their largest: ``uncertainty_ns``.
+Beyond, the slope's uncertainty adds ``2·U/span`` per ns (``DEFAULT_DRIFT_PPM`` for an offset fit).
 """
 
 from __future__ import annotations
@@ -46,25 +39,16 @@ from gputrace.model import (
 from gputrace.npstats import distinct
 from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, span_columns
 
-__all__ = [
-    "DEFAULT_DRIFT_PPM",
-    "RawRecording",
-    "anomaly_report",
-    "fit_clock",
-    "fit_weakness",
-    "resolve",
-    "uncertainty_at",
-]
+__all__ = ["DEFAULT_DRIFT_PPM", "RawRecording", "anomaly_report", "fit_clock", "resolve", "uncertainty_at"]
+
+Fitted = tuple[ClockFit, FeasibleBand | None]  # a device's clock fit and, where the windows allow, its band
 
 # The largest clock drift assumed when a single sample cannot measure it (FACTS: −2 … +44 ppm seen).
 DEFAULT_DRIFT_PPM = 50.0
 
 
 def fit_clock(samples: Sequence[CalibrationSample]) -> ClockFit | None:
-    """Fit GPU→CPU clock mapping from calibration samples; ``None`` with no samples.
-
-    The result does not depend on the order of ``samples``.
-    """
+    """The GPU→CPU clock mapping fitted over ``samples`` (in any order); None without any."""
     if not samples:
         return None
     cols = sample_columns(samples)
@@ -78,8 +62,7 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     hw_all = (after - before) / 2.0
     typical = float(np.sort(hw_all)[(len(hw_all) - 1) // 4])  # the lower quartile
     keep = hw_all <= WIDE_WINDOW * max(typical, 0.5)
-    before, gpu, after = before[keep], gpu[keep], after[keep]
-    hw = hw_all[keep]
+    before, gpu, after, hw = before[keep], gpu[keep], after[keep], hw_all[keep]
     best = int(np.argmin(hw))
     gpu_ref, cpu_ref0 = int(gpu[best]), int(before[best])
     x = (gpu - gpu_ref).astype(np.float64)
@@ -114,9 +97,8 @@ def _fit_columns(before: np.ndarray, gpu: np.ndarray, after: np.ndarray) -> Cloc
     )
 
 
-# Samples wider than this many times the typical window (the lower quartile of the half-widths)
-# are left out of the fit. The lower quartile, not the median: when the stop's windows are all
-# wide (a thread woken late under load), as many wide ones as tight would move the median.
+# Samples wider than this many times the lower quartile of the half-widths are left out of the fit
+# (not the median: as many wide windows as tight, a stop woken late under load, would move it).
 WIDE_WINDOW = 4.0
 
 
@@ -134,41 +116,26 @@ def uncertainty_at(fit: ClockFit, cpu_ns: np.ndarray) -> np.ndarray:
 
 def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
     """Turn raw records into a ``Trace`` (pure: same input, in any order, same output).
-
     ``report=False`` leaves the header's anomaly list out (a streamed chunk: the session counts)."""
-    names: list[str] = []
-    name_ids: dict[str, int] = {}
+    name_ids: dict[str, int] = {}  # name -> its index, in order of first appearance
 
     def intern(n: object) -> int:
-        s = n if isinstance(n, str) else str(n)
-        i = name_ids.get(s)
-        if i is None:
-            i = name_ids[s] = len(names)
-            names.append(s)
-        return i
+        return name_ids.setdefault(n if isinstance(n, str) else str(n), len(name_ids))
 
-    threads = [ThreadInfo(t.tid, t.name) for t in raw.threads]
-    cols: list[np.ndarray] = []
-    name_col: list[np.ndarray] = []
-    thread_col: list[np.ndarray] = []
+    live = [(ti, t) for ti, t in enumerate(raw.threads) if len(t.times)]
     args_in: dict[int, dict[str, Any]] = {}  # row in the concatenated input -> args
-    offset = 0
-    for ti, t in enumerate(raw.threads):
-        times = t.times
-        if not len(times):
-            continue
-        cols.append(times)
-        name_col.append(_intern_all(t.names, intern))
-        thread_col.append(np.full(len(t.names), ti, np.int32))
-        args_in.update({offset + k: v for k, v in t.args.items()})
-        offset += len(t.names)
-    n = sum(len(c) for c in cols)
+    n = 0
+    for _, t in live:
+        args_in.update({n + k: v for k, v in t.args.items()})
+        n += len(t.names)
     s = ScopeTable.empty(n)
     tokens = np.zeros(0, np.int64)
     if n:
-        allt, thread_a = np.concatenate(cols), np.concatenate(thread_col)
+        allt = np.concatenate([t.times for _, t in live])
+        names_a = np.concatenate([_intern_all(t.names, intern) for _, t in live])
+        thread_a = np.concatenate([np.full(len(t.names), ti, np.int32) for ti, t in live])
         order = np.lexsort((-allt[:, 1], thread_a, allt[:, 0]))
-        allt, s.name, s.thread = allt[order], np.concatenate(name_col)[order], thread_a[order]
+        allt, s.name, s.thread = allt[order], names_a[order], thread_a[order]
         s.cpu_start_ns = np.ascontiguousarray(allt[:, 0])
         s.cpu_end_ns = np.ascontiguousarray(allt[:, 1])
         tokens = np.ascontiguousarray(allt[:, 2])
@@ -193,12 +160,13 @@ def resolve(raw: RawRecording, *, report: bool = True) -> Trace:
         for (name, ts, kind, args) in t.marks
     ]
     marks.sort(key=lambda m: (m.ts_ns, m.thread, m.name))
-    names = canonical_names(names, s, spans, ops)
+    names = canonical_names(list(name_ids), s, spans, ops)
     header = dict(raw.header)
     header["clock"] = [dict(device=d, **fits[d].to_dict()) for d in sorted(fits)]
     header["spans_cover_children"] = raw.spans_cover_children or raw.ops_timing
     if raw.ops_timing:
         header["ops"] = {"count": len(ops), "unattributed": int(np.count_nonzero(ops.scope < 0))}
+    threads = [ThreadInfo(t.tid, t.name) for t in raw.threads]
     trace = Trace(header, names, threads, list(raw.queues), s, spans, marks, fits, ops)
     if report:
         header["anomalies"] = anomaly_report(trace)
@@ -224,7 +192,7 @@ def clock_fits(samples: list[CalibrationSample]) -> dict[int, ClockFit]:
     return {d: f for d, (f, _) in _fits(RawRecording(header={}, threads=[], samples=samples)).items()}
 
 
-def _fits(raw: RawRecording) -> dict[int, tuple[ClockFit, FeasibleBand | None]]:
+def _fits(raw: RawRecording) -> dict[int, Fitted]:
     """Per device: the fitted clock and, where the windows allow, the feasible-set band."""
     if not raw.samples:
         return {}
@@ -252,33 +220,11 @@ MIN_FIT_SAMPLES = 2
 MIN_FIT_STRETCH = 0.5
 
 
-def fit_weakness(fit: ClockFit, first_ns: int, last_ns: int) -> str:
-    """Why ``fit`` cannot be trusted across ``first_ns`` … ``last_ns`` (the stretch it should
-    cover), in a sentence; "" when it can."""
-    if fit.samples < MIN_FIT_SAMPLES:
-        return (
-            f"the clock fit rests on {fit.samples} calibration sample: the drift is assumed "
-            f"(±{DEFAULT_DRIFT_PPM:g} ppm), not measured"
-        )
-    stretch = max(last_ns - first_ns, 0)
-    own = fit.last_cpu_ns - fit.first_cpu_ns
-    if stretch > 0 and own < MIN_FIT_STRETCH * stretch:
-        return (
-            f"the clock fit rests on {fit.samples} calibration samples from {own / 1e6:.3g} ms of "
-            f"the {stretch / 1e6:.4g} ms it should cover (the other samples' windows were too wide): "
-            "its uncertainty grows away from them"
-        )
-    return ""
-
-
 @functools.lru_cache(maxsize=8)
-def _fit_device(
-    columns: bytes, start_ns: int | None = None, end_ns: int | None = None
-) -> tuple[ClockFit, FeasibleBand | None] | None:
-    """One device's fit and band, from its samples' (CPU before, GPU, CPU after) columns as bytes,
+def _fit_device(columns: bytes, start_ns: int | None = None, end_ns: int | None = None) -> Fitted | None:
+    """One device's fit and band from its samples' columns (CPU before, GPU, CPU after) as bytes,
     noted as weak where it does not cover the session (``start_ns`` … ``end_ns``, where known).
-    Cached: a streamed session fits the same samples for its last chunk and for the final header.
-    """
+    Cached: a streamed session fits the same samples for its last chunk and its final header."""
     cols = np.frombuffer(columns, np.int64).reshape(-1, 3)
     if not len(cols):
         return None
@@ -299,8 +245,20 @@ def _fit_device(
         else:
             band.fit = fit
     first = min(int(before.min()), start_ns if start_ns is not None else int(before.min()))
-    last = max(int(after.max()), end_ns if end_ns is not None else int(after.max()))
-    note = fit_weakness(fit, first, last)
+    stretch = max(int(after.max()), end_ns if end_ns is not None else int(after.max())) - first
+    own = fit.last_cpu_ns - fit.first_cpu_ns
+    note = ""
+    if fit.samples < MIN_FIT_SAMPLES:
+        note = (
+            f"the clock fit rests on {fit.samples} calibration sample: the drift is assumed "
+            f"(±{DEFAULT_DRIFT_PPM:g} ppm), not measured"
+        )
+    elif stretch > 0 and own < MIN_FIT_STRETCH * stretch:
+        note = (
+            f"the clock fit rests on {fit.samples} calibration samples from {own / 1e6:.3g} ms of "
+            f"the {stretch / 1e6:.4g} ms it should cover (the other samples' windows were too wide): "
+            "its uncertainty grows away from them"
+        )
     if note:
         fit = replace(fit, note=note)
         if band is not None:
@@ -320,24 +278,17 @@ def _with_residual_bound(before: np.ndarray, gpu: np.ndarray, after: np.ndarray,
 
 
 def _place_spans(
-    raw: RawRecording,
-    s: ScopeTable,
-    tokens: np.ndarray,
-    intern: Any,
-    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
+    raw: RawRecording, s: ScopeTable, tokens: np.ndarray, intern: Any, fitted: dict[int, Fitted]
 ) -> tuple[SpanTable, np.ndarray | None]:
-    """Align raw GPU spans onto the session clock and hull them per scope.
-
-    Also returns, per scope, the CPU time by which its GPU work was known complete.
-    """
+    """Align raw GPU spans onto the session clock and hull them per scope; also returns, per
+    scope, the CPU time by which its GPU work was known complete."""
     if not raw.spans or not len(s):
         return SpanTable.empty(0), None
     sorted_rows = np.argsort(tokens, kind="stable")
     sorted_tokens = tokens[sorted_rows]
-    raw_spans = raw.spans
-    m = len(raw_spans)
-    fields = span_columns(raw_spans)
-    labels = [r.label for r in raw_spans]
+    m = len(raw.spans)
+    fields = span_columns(raw.spans)
+    labels = [r.label for r in raw.spans]
     label_list = sorted(set(labels))  # spans sort by label last, as strings
     rank_of = {lb: i for i, lb in enumerate(label_list)}
     label_rank = np.fromiter(map(rank_of.__getitem__, labels), np.int64, m)
@@ -352,14 +303,11 @@ def _place_spans(
     n_q = len(raw.queues)
     q_device = np.array([q.device for q in raw.queues] + [0], np.int64)
     dev = q_device[np.where((queue >= 0) & (queue < n_q), queue, n_q)]
-    g0 = np.ascontiguousarray(fields[:, 2])
-    g1 = np.ascontiguousarray(fields[:, 3])
-    c0 = np.full(m, NO_TIME, np.int64)
-    c1 = np.full(m, NO_TIME, np.int64)
+    c0, c1 = np.full(m, NO_TIME, np.int64), np.full(m, NO_TIME, np.int64)
     for d in distinct(dev).tolist():
         if d in fitted:
             on = dev == d
-            c0[on], c1[on] = fitted[d][0].to_cpu(g0[on]), fitted[d][0].to_cpu(g1[on])
+            c0[on], c1[on] = fitted[d][0].to_cpu(fields[on, 2]), fitted[d][0].to_cpu(fields[on, 3])
     aligned = np.flatnonzero(pos_ok & (c0 != NO_TIME))
     rows = sorted_rows[pos[aligned]]
     by_scope = np.lexsort((c1[aligned], c0[aligned], rows))  # in scope order, as a loaded file has them
@@ -401,7 +349,7 @@ def _hull(
     g1: np.ndarray,
     queue: np.ndarray,
     done: np.ndarray,
-    fit_of: Callable[[int], tuple[ClockFit, FeasibleBand | None] | None],
+    fit_of: Callable[[int], Fitted | None],
 ) -> np.ndarray:
     """Each scope's GPU span as the hull of the intervals it owns (``own[i]`` owns ``g0[i]``…
     ``g1[i]`` on ``queue[i]``, known complete by ``done[i]``); its queue is that of its earliest
@@ -437,28 +385,18 @@ def _hull(
     return s_done
 
 
-def _host_fit(
-    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]], device: int
-) -> tuple[ClockFit, FeasibleBand | None] | None:
+def _host_fit(fitted: dict[int, Fitted], device: int) -> Fitted | None:
     """``device``'s fit and band; a host-side clock (CUPTI) is one clock for every device."""
     return fitted.get(device) or (fitted[min(fitted)] if fitted else None)
 
 
 def _place_ops(
-    raw: RawRecording,
-    s: ScopeTable,
-    intern: Any,
-    fitted: dict[int, tuple[ClockFit, FeasibleBand | None]],
+    raw: RawRecording, s: ScopeTable, intern: Any, fitted: dict[int, Fitted]
 ) -> tuple[OpTable, np.ndarray | None, np.ndarray | None]:
-    """Align per-operation records, attribute each to its scope, and hull them per scope.
-
-    An operation belongs to the innermost scope open on its launching thread when its launch call
-    started (the scope's CPU window, on the session clock, holds the call's start). A scope's GPU
-    span is the hull of the operations of its subtree; its submission is the launch call of its
-    first operation (``gputrace.figures.first_submission_ns``). Returns the operations, per scope
-    the time by which its work was known complete, and per scope whether a blind stretch of the
-    source (another tool held it) overlaps its CPU window.
-    """
+    """Align per-operation records, attribute each to the innermost scope open on its launching
+    thread when its launch call started, and hull them per scope over its subtree. Returns the
+    operations and, per scope, when its work was known complete and whether a blind stretch of the
+    source (another tool held it) overlaps its CPU window."""
     batch = OpBatch.concat(raw.batches)
     n_ops = len(batch)
     blind = None
@@ -480,20 +418,14 @@ def _place_ops(
     for c in ("kind", "queue", "correlation", "bytes", "grid", "block", "graph_id", "graph_node_id"):
         setattr(ops, c, np.ascontiguousarray(r[c], getattr(ops, c).dtype))
     ops.name, ops.call_name = ids[r["name"]].astype(np.int32), ids[r["call_name"]].astype(np.int32)
-    dev = r["device"].astype(np.int64)
-    g0, g1 = r["gpu_start_ns"], r["gpu_end_ns"]
-    c0, c1 = r["call_start_ns"], r["call_end_ns"]
-    tid = r["call_tid"]
-    done = r["done_by_ns"]
-    seen = tid >= 0
+    dev, tid = r["device"].astype(np.int64), r["call_tid"]
     for d in distinct(dev).tolist():
         fit_band = _host_fit(fitted, d)
         # no calibration at all: keep the raw clock (the header says so)
         to = fit_band[0].to_cpu if fit_band else np.asarray
-        m = dev == d
-        ms = m & seen
-        ops.gpu_start_ns[m], ops.gpu_end_ns[m] = to(g0[m]), to(g1[m])
-        ops.call_start_ns[ms], ops.call_end_ns[ms] = to(c0[ms]), to(c1[ms])
+        for col in ("gpu_start_ns", "gpu_end_ns", "call_start_ns", "call_end_ns"):
+            rows = dev == d if col.startswith("gpu") else (dev == d) & (tid >= 0)
+            getattr(ops, col)[rows] = to(r[col][rows])
     # launching thread -> row of raw.threads
     by_tid = {t.tid: i for i, t in enumerate(raw.threads)}
     uniq_tid, tid_inv = np.unique(tid, return_inverse=True)
@@ -514,7 +446,7 @@ def _place_ops(
     if not len(own):
         return ops, None, blind
     s_done = _hull(
-        s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], done[sel],
+        s, own, ops.gpu_start_ns[sel], ops.gpu_end_ns[sel], ops.queue[sel], r["done_by_ns"][sel],
         lambda q: _host_fit(fitted, raw.queues[q].device if q < len(raw.queues) else 0),
     )  # fmt: skip
     if raw.source_error_ns:  # the source's own error in its GPU times, beyond the clock fit
@@ -542,11 +474,8 @@ def _blind_scopes(s: ScopeTable, stretches: list[Blind], fit: ClockFit | None) -
 
 
 def _attribute(s: ScopeTable, thread: np.ndarray, call_ns: np.ndarray) -> np.ndarray:
-    """Row of the innermost scope of ``thread`` whose CPU window holds ``call_ns`` (−1: none).
-
-    Scopes of one thread nest, so the latest-entered scope at or before ``call_ns`` holds it, or
-    one of its ancestors does.
-    """
+    """Row of the innermost scope of ``thread`` whose CPU window holds ``call_ns`` (−1: none): the
+    latest-entered one at or before ``call_ns``, or one of its ancestors (scopes nest)."""
     out = np.full(len(thread), -1, np.int64)
     parent = s.parent
     ends = s.cpu_end_ns

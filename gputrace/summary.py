@@ -10,65 +10,52 @@
 >>> row["name"], row["calls"], row["warm_calls"], row["gpu_ns"]["median"]
 ('matmul', 4, 3, 20000.0)
 
-Every duration is in integer or float **nanoseconds**; renderers (``gputrace.render``) turn them
-into human units. The JSON written by ``gputrace summarize --format json`` is this dict, and its
-layout is stable (``"schema": "gputrace-summary/1"``; fields are only ever added):
+Durations are integer or float **nanoseconds** (``gputrace.render`` shows human units); each
+figure is defined once, in ``gputrace.figures`` (docs/metrics.md). ``summarize --format json`` writes
+this dict, schema ``"gputrace-summary/1"`` (fields are only ever added). Null means "no such value".
 
-``schema``, ``file`` (path or null), ``source`` ("gputrace" or "chrome": a trace from another tool),
-``note`` (one line about the source, or null), ``backend``, ``scopes`` (count), ``session_ns``,
-``sort`` (the key the rows are in: by default ``busy_total``, ``cpu_total`` when the trace has no
-GPU times, ``self_cpu_total`` for another tool's trace), ``group`` (trailing numbers folded),
-``gpu_busy_ns`` (time each stream ran anything, summed over streams). Every derived figure is
-defined once, in ``gputrace.figures`` (docs/metrics.md),
+Top level: ``schema``, ``file``, ``source`` ("gputrace", or "chrome": another tool's trace), ``note``
+(about the source), ``backend``, ``scopes`` (count), ``session_ns``, ``sort`` (the rows' key: by
+default ``busy_total``, ``cpu_total`` without GPU times, ``self_cpu_total`` for another tool's trace),
+``group`` (trailing numbers folded), ``gpu_busy_ns`` (summed over streams), ``timing`` (per device
+``{"device", "timing"}``: cupti or events), ``cupti_dropped_records``, ``ops_unattributed``.
 
-``rows``: one per scope name and GPU stream (a name that ran on two streams has two rows; CPU-only
-scopes have ``device``/``queue`` null):
+``rows``: one per scope name and GPU stream (CPU-only scopes: ``device``/``queue`` null). A name's
+first call is ``cold``; the others are *warm*; *timed* calls have a non-empty GPU span.
 
-- ``name``, ``device``, ``device_name``, ``queue``; ``calls`` (all), ``warm_calls`` (all but the
-  first call of the name, which is ``cold``), ``timed_calls`` (warm calls with a non-empty GPU span),
-  ``empty`` (calls whose GPU span held no work), ``untimed``, ``errors`` (the scope raised);
-- ``cold``: the first call apart, ``{"cpu_ns", "gpu_ns", "queue_gap_ns"}`` (null without GPU time), or
-  null when the cold call is in another row;
-- ``cpu_ns``: CPU enqueue window of warm calls, ``{"median", "p95", "total"}`` (total: all calls);
-- ``gpu_ns``: GPU span (first start to last end) of warm timed calls, ``{"median", "p95", "min",
-  "max", "total"}`` (total: all timed calls, cold included), or null;
-- ``gpu_busy_ns``: busy time (union of the GPU intervals of the scope's subtree), ``{"median"`` (warm)
-  ``, "total"}`` or null; ``gpu_share``: the row's busy time on its stream over that stream's busy
-  time (nested names overlap, so shares can add up past 1);
+- ``name``, ``device``, ``device_name``, ``queue``; ``calls``, ``warm_calls``, ``timed_calls`` (warm),
+  ``empty`` (GPU span held no work), ``untimed``, ``errors`` (the scope raised);
+- ``cold``: ``{"cpu_ns", "gpu_ns", "queue_gap_ns"}`` of the first call, null if it is in another row;
+- ``cpu_ns``: CPU enqueue window, ``{"median", "p95"}`` (warm), ``"total"`` (all calls);
+- ``gpu_ns``: GPU span (first start to last end), ``{"median", "p95", "min", "max"}`` (warm timed),
+  ``"total"`` (all timed calls);
+- ``gpu_busy_ns``: busy time (union of the subtree's GPU intervals), ``{"median"`` (warm) ``, "total"}``;
+  ``gpu_share``: the row's busy time on its stream over that stream's (shares can add up past 1);
 - ``self_ns``: exclusive time, ``{"cpu_median", "cpu_total", "gpu_median", "gpu_total"}`` (GPU: busy
-  time not covered by child scopes; null without GPU time);
+  time not covered by child scopes);
 - ``host_wait_ns``, ``launches``: over warm timed calls, the stream's host-wait idle that the row's
-  work ended, and its GPU intervals (operations, spans or 1 a call); null without GPU time;
-- ``if_launches_free``: ``{"calls", "median_ns", "span_median_ns", "launch_ns", "assumes"}``, an
-  estimate for the warm calls whose GPU waited for the host at least as long as it worked: busy
-  time plus one calibrated CUDA graph launch or WebGPU submit, where below the measured span; null
-  otherwise or without a calibration of the trace's backend;
-- ``queue_gap_ns``: submission (the first operation's launch call where CUPTI saw it) → GPU start of
-  warm timed calls, ``{"median", "p95"}`` or null;
-- ``gpu_over_cpu``: GPU median / CPU enqueue median (≫ 1: the CPU returns long before the GPU is
-  done, so a wall clock without sync measures enqueueing);
-- ``spread``: relative spread of warm times (interquartile range / median, GPU times where there are
-  any), ``noisy`` when it exceeds ``NOISY_SPREAD`` with ``MIN_CALLS_FOR_SPREAD`` calls or more;
-- ``outliers``: calls flagged as outliers; ``flags``: count per flag name;
-- ``launch_bound``: true/false when the header carries a ``calibration`` of the trace's backend,
-  else null: each launch's work is shorter than one launch costs the CPU and the GPU waited for the
-  host at least as long as it worked.
+  work ended, and its GPU intervals (operations, spans or 1 a call);
+- ``if_launches_free``: ``{"calls", "median_ns", "span_median_ns", "launch_ns", "assumes"}`` for the
+  warm calls whose GPU waited for the host at least as long as it worked: busy time plus one
+  calibrated CUDA graph launch or WebGPU submit, where below the measured span (needs a calibration
+  of the trace's backend);
+- ``queue_gap_ns``: submission → GPU start of warm timed calls, ``{"median", "p95"}``;
+- ``gpu_over_cpu``: GPU median / CPU median (≫ 1: a wall clock without sync measures enqueueing);
+- ``spread``: interquartile range / median of warm times (GPU where any), ``noisy`` above
+  ``NOISY_SPREAD`` with ``MIN_CALLS_FOR_SPREAD`` calls or more;
+- ``outliers``; ``flags``: count per flag name; ``launch_bound`` (null without a calibration of the
+  trace's backend): each launch's work is shorter than one launch costs the CPU and the GPU waited
+  for the host at least as long as it worked;
+- ``ops`` (traces with operations): per operation name launched by the scope itself, ``{"name",
+  "kind", "calls", "gpu_ns": {"median", "total"}, "launch_to_start_ns": {"median"}}``, largest first.
 
-``idle``: per GPU stream ``{"device", "device_name", "queue", "window_ns", "busy_ns", "idle_ns",
-"waiting_for_host_ns", "between_queued_work_ns", "unknown_ns", "from"}``: the window runs from the
-first GPU start to the last GPU end on that stream, busy is the union of its GPU intervals; an idle
-gap is waiting for the host when the work that ended it was submitted after the gap opened, and
-between queued work otherwise (HTA's rule); ``from`` says which intervals ("operations", "spans",
-"scopes").
-
+``idle``: per stream ``figures.stream_idle``'s ``{"device", "device_name", "queue", "window_ns",
+"busy_ns", "idle_ns", "waiting_for_host_ns", "between_queued_work_ns", "unknown_ns", "from"}``.
 ``anomalies``: ``[{"kind", "name", "count", "examples": [{"scope", "cpu_start_ns", "cpu_ns",
 "gpu_ns", "queue_gap_ns", "uncertainty_ns"}], "meaning", "what_to_do"}]``, most frequent first.
-
-``clock``: ``{"devices": [header clock fits], "max_uncertainty_ns", "note"}``;
-``host``: ``{"name", "cpu_count", "loadavg_start", "loadavg_end", "high", "note"}``;
-``calibration``: the header's ``calibration`` object or null.
-``ranks``: for a merged trace of several processes, the per-rank view of ``gputrace.rankview``
-(GPU busy and time in collectives per rank, the slowest rank per step), else null.
+``clock``: ``{"devices": [header clock fits], "max_uncertainty_ns", "note"}``; ``host``: ``{"name",
+"cpu_count", "loadavg_start", "loadavg_end", "high", "note"}``; ``calibration``: the header's or
+null; ``ranks``: a merged trace's per-rank view (``gputrace.rankview``), else null.
 """
 
 from __future__ import annotations
@@ -84,9 +71,11 @@ import numpy.typing as npt
 
 from gputrace import figures
 from gputrace.durations import fmt_ns
+from gputrace.flags import EXPLAIN
 from gputrace.model import ANOMALY_FLAGS, I64, NO_TIME, Flag, Trace, flag_names
 from gputrace.npstats import Grouped
 from gputrace.rankview import rank_view
+from gputrace.records import OP_KINDS
 
 SCHEMA = "gputrace-summary/1"
 NOISY_SPREAD = 0.10  # interquartile range above 10 % of the median: too noisy to compare closely
@@ -106,42 +95,22 @@ SORT_KEYS = {
 # "self": exclusive GPU busy where the trace has GPU times, else exclusive CPU time
 SORT_ALIASES = {"self": ("self_gpu_total", "self_cpu_total")}
 
-# kind -> (what it usually means, what to do)
-ADVICE: dict[str, tuple[str, str]] = {
-    "empty_gpu_span": (
-        "no GPU work ran inside the scope: nothing was launched, or it was never flushed",
-        "launch the work inside the scope on the traced stream (wgpu: submit before it ends)",
-    ),
-    "gpu_exceeds_wall": (
-        "GPU time longer than the wall time from submission to completion: impossible, "
-        "so a clock skew or a bad timestamp",
-        "distrust these calls; sync more often and check the clock uncertainty",
-    ),
-    "start_before_submit": (
-        "the GPU started before the CPU submitted, beyond the alignment uncertainty: the clocks disagree",
-        "call gputrace.sync() more often so the clock fit is refreshed",
-    ),
-    "overlap": (
-        "two spans on one in-order queue partially overlap: overlapping passes or a clock glitch",
-        "trace concurrent work on separate streams; check for nested passes",
-    ),
-    "outlier": (
-        "far from the other calls of this name: contention, a clock change, or different work",
-        "look at what else ran at these times; compare medians, not single calls",
-    ),
-    "degraded": (
-        "gputrace failed while recording this scope; its times may be partial",
-        "see the gputrace warning printed during the run",
-    ),
-    "launch_bound": (
-        "each launch's GPU work is shorter than one calibrated launch costs the CPU, and the GPU "
-        "waited for the host at least as long as it worked: launch overhead dominates",
-        figures.GENERIC_ADVICE,  # replaced by the backend's own advice (gputrace.figures.ADVICE)
-    ),
-    "noisy": (
-        "warm calls spread by more than 10 % (interquartile range / median)",
-        "run more iterations, check the host load, and compare medians with care",
-    ),
+# kind -> what to do; a flag's meaning is what the trace file says of it (``gputrace.flags.EXPLAIN``)
+TO_DO = {
+    "empty_gpu_span": "launch the work inside the scope on the traced stream (wgpu: submit before it ends)",
+    "gpu_exceeds_wall": "distrust these calls; sync more often and check the clock uncertainty",
+    "start_before_submit": "call gputrace.sync() more often so the clock fit is refreshed",
+    "overlap": "trace concurrent work on separate streams; check for nested passes",
+    "outlier": "look at what else ran at these times; compare medians, not single calls",
+    "degraded": "see the gputrace warning printed during the run",
+    "launch_bound": figures.GENERIC_ADVICE,  # replaced by the backend's own (gputrace.figures.ADVICE)
+    "noisy": "run more iterations, check the host load, and compare medians with care",
+}
+MEANING = {
+    **EXPLAIN,
+    "launch_bound": "each launch's GPU work is shorter than one calibrated launch costs the CPU, and the "
+    "GPU waited for the host at least as long as it worked: launch overhead dominates",
+    "noisy": "warm calls spread by more than 10 % (interquartile range / median)",
 }
 
 
@@ -185,7 +154,13 @@ def summarize(
         sort = "self_cpu_total" if foreign else "busy_total" if has_gpu else "cpu_total"
     if name is not None:
         rows = [r for r in rows if _matches(r["name"], name)]
-    rows = _sorted(rows, sort)
+    if sort == "name":
+        rows = sorted(rows, key=lambda r: (r["name"], r["device"] is not None, r["queue"] or ""))
+    else:  # largest first, rows without the value last; ties by name and stream
+        path = SORT_KEYS[sort]
+        rows = sorted(
+            rows, key=lambda r: (field(r, path) is None, -(field(r, path) or 0), r["name"], r["queue"] or "")
+        )
     found = [a for a in anomalies(trace, all_rows, queued) if name is None or _matches(a["name"], name)]
     if top is not None:
         rows, idle, found = rows[: max(top, 0)], idle[: max(top, 0)], found[: max(top, 0)]
@@ -209,7 +184,11 @@ def summarize(
         "host": host_section(trace),
         "calibration": figures.header_calibration(trace),
         "ranks": rank_view(trace),
-        "timing": timing_section(trace),
+        "timing": [  # per device, the timing source that timed it, where the header says
+            {"device": d.get("index"), "timing": d["timing"]}
+            for d in header.get("devices") or []
+            if isinstance(d, dict) and "timing" in d
+        ],
         "cupti_dropped_records": (header.get("backend_info") or {}).get("cupti_dropped_records"),
         "ops_unattributed": (header.get("ops") or {}).get("unattributed"),
     }
@@ -223,10 +202,8 @@ _TRAILING_NUMBER = re.compile(r"\d+$")
 
 
 def fold_numbers(trace: Trace) -> Trace:
-    """``trace`` with trailing numbers in names folded (``ProfilerStep#12`` → ``ProfilerStep#*``).
-
-    The first call of a folded name stays its only cold call, as if it had been one name all along.
-    """
+    """``trace`` with trailing numbers in names folded (``ProfilerStep#12`` → ``ProfilerStep#*``);
+    the first call of a folded name stays its only cold call."""
     index = {n: i for i, n in enumerate(trace.names)}  # kept in place: other tables index them
     for n in trace.names:
         index.setdefault(_TRAILING_NUMBER.sub("*", n), len(index))
@@ -253,106 +230,73 @@ def field(row: dict[str, Any], path: str) -> Any:
     return v
 
 
-def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
-    if sort == "name":
-        return sorted(rows, key=lambda r: (r["name"], r["device"] is not None, r["queue"] or ""))
-    # largest first, rows without the value last; ties by name and stream
-    path = SORT_KEYS[sort]
-    return sorted(
-        rows, key=lambda r: (field(r, path) is None, -(field(r, path) or 0), r["name"], r["queue"] or "")
-    )
-
-
-def _sum_by(group: I64, values: I64, n: int) -> I64:
-    # float64 sums are exact for totals below 2**53 ns (104 days)
-    return np.rint(np.bincount(group, weights=values.astype(np.float64), minlength=n)).astype(np.int64)
-
-
 def _rows(
     trace: Trace, idle: list[dict[str, Any]], iv: figures.Intervals, queued: I64
 ) -> list[dict[str, Any]]:
     s = trace.scopes
-    n = len(s)
     nq = len(trace.queues)
     flags = s.flags.astype(np.int64)
     has_gpu = s.gpu_start_ns != NO_TIME
     queue = np.where(has_gpu, s.queue.astype(np.int64), -1)
     queue = np.where((queue >= 0) & (queue < nq), queue, -1)
-    key = s.name.astype(np.int64) * (nq + 1) + (queue + 1)
-    keys, group = np.unique(key, return_inverse=True)
+    keys, group = np.unique(s.name.astype(np.int64) * (nq + 1) + (queue + 1), return_inverse=True)
     group = group.astype(np.int64)
     g = len(keys)
-    cold = (flags & int(Flag.COLD)) != 0
-    empty = (flags & int(Flag.EMPTY)) != 0
-    timed = has_gpu & ~empty
+    warm = (flags & int(Flag.COLD)) == 0
+    timed = has_gpu & ((flags & int(Flag.EMPTY)) == 0)
+    gw = warm & timed
     cpu_ns = s.cpu_end_ns - s.cpu_start_ns
     gpu_ns = np.where(has_gpu, s.gpu_end_ns - s.gpu_start_ns, 0)
     gap_known = timed & (queued != NO_TIME)
     gap_ns = np.where(gap_known, queued, 0)
     busy_ns = figures.busy_ns(trace, iv)
-    own_busy = figures.busy_on_own_stream_ns(trace, iv)
-    self_gpu = figures.self_gpu_ns(trace, iv)
-    self_cpu = figures.self_cpu_ns(trace)
-    waited = figures.host_wait_ns(trace, iv)
-    n_launch = figures.launches(trace, iv)
+    self_gpu, self_cpu = figures.self_gpu_ns(trace, iv), figures.self_cpu_ns(trace)
     stream_busy = {(q["device"], q["queue"]): q["busy_ns"] for q in idle}
-
-    warm = ~cold
-    gw = warm & timed
-    every = np.ones(n, bool)
 
     def by(rows: npt.NDArray[np.bool_], values: I64) -> Grouped:
         return Grouped(group[rows], values[rows], g)
 
-    def total(rows: npt.NDArray[np.bool_], values: I64) -> I64:
-        return _sum_by(group[rows], values[rows], g)
+    def total(rows: npt.NDArray[np.bool_] | slice, values: I64) -> I64:
+        # float64 sums are exact for totals below 2**53 ns (104 days)
+        weights = values[rows].astype(np.float64)
+        return np.rint(np.bincount(group[rows], weights=weights, minlength=g)).astype(np.int64)
 
     calls = np.bincount(group, minlength=g)
     cpu_w, gpu_w, gap_w = by(warm, cpu_ns), by(gw, gpu_ns), by(warm & gap_known, gap_ns)
-    cpu_total, gpu_total = total(every, cpu_ns), total(timed, gpu_ns)
+    cpu_total, gpu_total = total(slice(None), cpu_ns), total(timed, gpu_ns)
     counts = {bit: np.bincount(group[(flags & int(bit)) != 0], minlength=g) for bit in Flag}
     cpu_med, cpu_p95 = cpu_w.q(0.5), cpu_w.q(0.95)
-    cpu_q1, cpu_q3 = cpu_w.q(0.25), cpu_w.q(0.75)
     gpu_med, gpu_p95, gpu_min, gpu_max = gpu_w.q(0.5), gpu_w.q(0.95), gpu_w.q(0.0), gpu_w.q(1.0)
-    gpu_q1, gpu_q3 = gpu_w.q(0.25), gpu_w.q(0.75)
     gap_med, gap_p95 = gap_w.q(0.5), gap_w.q(0.95)
-    cal = figures.calibration_for(trace)
-    backend = figures.trace_backend(trace)
-    busy_med, busy_total, own_total = by(gw, busy_ns).q(0.5), total(timed, busy_ns), total(timed, own_busy)
+    use_gpu = gpu_w.counts > 0  # the spread of GPU times where there are any
+    spread_med = np.where(use_gpu, gpu_med, cpu_med)
+    iqr = np.where(use_gpu, gpu_w.q(0.75) - gpu_w.q(0.25), cpu_w.q(0.75) - cpu_w.q(0.25))
+    n_spread = np.where(use_gpu, gpu_w.counts, cpu_w.counts)
+    busy_med, busy_total = by(gw, busy_ns).q(0.5), total(timed, busy_ns)
+    own_total = total(timed, figures.busy_ns(trace, iv, own_stream=True))
     self_gpu_med, self_gpu_total = by(gw, self_gpu).q(0.5), total(timed, self_gpu)
-    self_cpu_med, self_cpu_total = by(warm, self_cpu).q(0.5), total(every, self_cpu)
-    waited_w, launches_w, busy_sum_w = total(gw, waited), total(gw, n_launch), total(gw, busy_ns)
-    free = figures.free_launch_cost(cal, backend) if cal is not None else None
+    self_cpu_med, self_cpu_total = by(warm, self_cpu).q(0.5), total(slice(None), self_cpu)
+    waited_w, launches_w = total(gw, figures.host_wait_ns(trace, iv)), total(gw, figures.launches(trace, iv))
+    cal = figures.calibration_for(trace)
+    bound = figures.launch_bound(total(gw, busy_ns), launches_w, waited_w, cal) if cal is not None else None
+    free = figures.free_launch_cost(cal, figures.trace_backend(trace)) if cal is not None else None
     est_ns, est_ok = figures.launch_free_ns(trace, iv)
-    ew = gw & est_ok
-    est_w = by(ew, est_ns)
-    est_med, est_span = est_w.q(0.5), by(ew, gpu_ns).q(0.5)
-    cold_rows = np.flatnonzero(cold)
+    est_w = by(gw & est_ok, est_ns)
+    est_med, est_span = est_w.q(0.5), by(gw & est_ok, gpu_ns).q(0.5)
+    cold_rows = np.flatnonzero(~warm)
     cold_of = dict(zip(group[cold_rows].tolist(), cold_rows.tolist(), strict=True))
 
     out = []
     for gi in range(g):
         name_idx, q = divmod(int(keys[gi]), nq + 1)
-        q -= 1
-        qi = trace.queues[q] if q >= 0 else None
-        gpu_stats = None if not gpu_w.counts[gi] and not gpu_total[gi] else {  # warm times or none
-            "median": _num(gpu_med[gi]), "p95": _num(gpu_p95[gi]), "min": _num(gpu_min[gi], int),
-            "max": _num(gpu_max[gi], int), "total": int(gpu_total[gi])}  # fmt: skip
-        use_gpu = gpu_w.counts[gi] > 0
-        med = gpu_med[gi] if use_gpu else cpu_med[gi]
-        iqr = (gpu_q3[gi] - gpu_q1[gi]) if use_gpu else (cpu_q3[gi] - cpu_q1[gi])
-        n_spread = gpu_w.counts[gi] if use_gpu else cpu_w.counts[gi]
-        spread = float(iqr / med) if n_spread >= 2 and med > 0 else None
+        qi = trace.queues[q - 1] if q else None
+        spread = float(iqr[gi] / spread_med[gi]) if n_spread[gi] >= 2 and spread_med[gi] > 0 else None
         row_cold = None
         if gi in cold_of:
             r = cold_of[gi]
             row_cold = {"cpu_ns": int(cpu_ns[r]), "gpu_ns": int(gpu_ns[r]) if timed[r] else None,
                         "queue_gap_ns": int(gap_ns[r]) if gap_known[r] else None}  # fmt: skip
-        launch_bound = estimate = None
-        if cal is not None and use_gpu:
-            launch_bound = figures.launch_bound(
-                float(busy_sum_w[gi]), float(launches_w[gi]), float(waited_w[gi]), cal
-            )
+        estimate = None
         if free is not None and est_w.counts[gi]:  # warm calls the estimate applies to
             estimate = {
                 "calls": int(est_w.counts[gi]),
@@ -377,11 +321,10 @@ def _rows(
                 "errors": int(counts[Flag.ERROR][gi]),
                 "cold": row_cold,
                 "cpu_ns": {
-                    "median": _num(cpu_med[gi]),
-                    "p95": _num(cpu_p95[gi]),
-                    "total": int(cpu_total[gi]),
-                },
-                "gpu_ns": gpu_stats,
+                    "median": _num(cpu_med[gi]), "p95": _num(cpu_p95[gi]), "total": int(cpu_total[gi])},
+                "gpu_ns": None if not gpu_w.counts[gi] and not gpu_total[gi] else {  # warm times or none
+                    "median": _num(gpu_med[gi]), "p95": _num(gpu_p95[gi]), "min": _num(gpu_min[gi], int),
+                    "max": _num(gpu_max[gi], int), "total": int(gpu_total[gi])},
                 "gpu_share": float(own_total[gi] / sb) if sb and own_total[gi] else None,
                 "gpu_busy_ns": None if not gpu_w.counts[gi] and not busy_total[gi] else {
                     "median": _num(busy_med[gi]), "total": int(busy_total[gi])},
@@ -390,19 +333,19 @@ def _rows(
                     "gpu_median": _num(self_gpu_med[gi]) if gpu_w.counts[gi] else None,
                     "gpu_total": int(self_gpu_total[gi]) if gpu_total[gi] or busy_total[gi] else None,
                 },
-                "host_wait_ns": int(waited_w[gi]) if use_gpu else None,
-                "launches": int(launches_w[gi]) if use_gpu else None,
+                "host_wait_ns": int(waited_w[gi]) if use_gpu[gi] else None,
+                "launches": int(launches_w[gi]) if use_gpu[gi] else None,
                 "if_launches_free": estimate,
                 "queue_gap_ns": None if not gap_w.counts[gi] else {
                     "median": float(gap_med[gi]), "p95": float(gap_p95[gi])},
                 "gpu_over_cpu": float(gpu_med[gi] / cpu_med[gi])
-                if use_gpu and cpu_w.counts[gi] and cpu_med[gi] > 0 else None,
+                if use_gpu[gi] and cpu_w.counts[gi] and cpu_med[gi] > 0 else None,
                 "spread": spread,
                 "noisy": bool(spread is not None and spread > NOISY_SPREAD
-                              and n_spread >= MIN_CALLS_FOR_SPREAD),
+                              and n_spread[gi] >= MIN_CALLS_FOR_SPREAD),
                 "outliers": int(counts[Flag.OUTLIER][gi]),
                 "flags": {flag_names(int(b))[0]: int(counts[b][gi]) for b in Flag if counts[b][gi]},
-                "launch_bound": launch_bound,
+                "launch_bound": bool(bound[gi]) if bound is not None and use_gpu[gi] else None,
             }
         )  # fmt: skip
     if len(trace.ops):
@@ -416,9 +359,7 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]], queued: I64) -> list[dic
     s = trace.scopes
     flags = s.flags.astype(np.int64)
     out: list[dict[str, Any]] = []
-    for bit in Flag:
-        if not (int(bit) & int(ANOMALY_FLAGS)):
-            continue
+    for bit in [b for b in Flag if int(b) & int(ANOMALY_FLAGS)]:
         hit = np.flatnonzero(flags & int(bit))
         kind = flag_names(int(bit))[0]
         names, count = np.unique(s.name[hit], return_counts=True)
@@ -428,9 +369,7 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]], queued: I64) -> list[dic
     advice = figures.ADVICE.get(figures.trace_backend(trace) or "", figures.GENERIC_ADVICE)
     for r in rows:
         if r["launch_bound"]:
-            a = _anomaly("launch_bound", r["name"], r["timed_calls"], [], r)
-            a["what_to_do"] = advice
-            out.append(a)
+            out.append(_anomaly("launch_bound", r["name"], r["timed_calls"], [], r) | {"what_to_do": advice})
         if r["noisy"]:
             out.append(_anomaly("noisy", r["name"], r["warm_calls"], [], r))
     out.sort(key=lambda a: (-a["count"], a["kind"], a["name"]))
@@ -441,9 +380,8 @@ def _anomaly(
     kind: str, name: str, count: int, examples: list[dict[str, Any]],
     row: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    meaning, todo = ADVICE[kind]
     a: dict[str, Any] = {"kind": kind, "name": name, "count": count, "examples": examples,
-                         "meaning": meaning, "what_to_do": todo}  # fmt: skip
+                         "meaning": MEANING[kind], "what_to_do": TO_DO[kind]}  # fmt: skip
     if row is not None:
         a["queue"] = row["queue"]
         a["numbers"] = {
@@ -500,31 +438,12 @@ def host_section(trace: Trace) -> dict[str, Any]:
                 "launch gaps may be inflated; GPU times are not affected.")  # fmt: skip
     elif not loads:
         note = "the trace does not record the host load."
-    return {
-        "name": host.get("name"),
-        "cpu_count": cpus,
-        "loadavg_start": host.get("loadavg_start"),
-        "loadavg_end": host.get("loadavg_end"),
-        "high": high,
-        "note": note,
-    }
-
-
-def timing_section(trace: Trace) -> list[dict[str, Any]]:
-    """Per device, the timing source that timed it (``cupti`` or ``events``), where the header says."""
-    out = []
-    for d in trace.header.get("devices") or []:
-        if isinstance(d, dict) and "timing" in d:
-            out.append({"device": d.get("index"), "timing": d["timing"]})
-    return out
+    fields = ("name", "cpu_count", "loadavg_start", "loadavg_end")
+    return {**{k: host.get(k) for k in fields}, "high": high, "note": note}
 
 
 def _add_ops(trace: Trace, rows: list[dict[str, Any]], group: I64) -> None:
-    """Per row: ``ops``, one entry per operation name launched under the scope (its own operations, not its
-    children's): ``{"name", "kind", "calls", "gpu_ns": {"median", "total"},
-    "launch_to_start_ns": {"median"} | None}``, largest total first. ``group`` is each scope's row."""
-    from gputrace.records import OP_KINDS
-
+    """Each row's ``ops`` (the module docstring); ``group`` is each scope's row."""
     ops = trace.ops
     own = np.flatnonzero(ops.scope >= 0)
     if not len(own):

@@ -506,8 +506,8 @@ PIPELINE = (
 )
 # The recorder's side of the stream: what it hands the stream's writer (``Recorded``), cut and
 # converted there (the rest of the recorder is the hot path, not a stage after recording).
-STREAMED = ("recorder.Recorded.", "recorder._with_families", "recorder._column", "recorder._split_plain",
-            "recorder.scopes_in", "recorder.raw_thread")  # fmt: skip
+STREAMED = ("recorder.Recorded.", "recorder._column", "recorder._split_plain", "recorder.scopes_in",
+            "recorder.raw_thread")  # fmt: skip
 # A fault at the very entry of a thread's target has no caller inside gputrace that could catch it
 # (its first statement is a ``try``): only the injector can raise there.
 NO_CALLER = {
