@@ -1,10 +1,6 @@
-"""Turn any Python value into one a trace file can hold, never by failing.
-
-Scope args, marks and header metadata come from the user's program and can be anything: numpy
-scalars and dtypes, paths, sets, bytes, huge ints, self-referencing containers. ``jsonsafe``
-keeps what JSON can say exactly (str, bool, None, finite floats, ints within 64 bits, lists,
-dicts with string keys) and writes everything else as a short ``repr``, with bounded length,
-item count and depth, so the file always stays valid JSON and loadable.
+"""Turn any Python value from the user's program (scope args, marks, header metadata) into one a
+trace file can hold, never by failing: what JSON says exactly is kept, everything else becomes a
+short ``repr``, with bounded length, item count and depth.
 
 >>> import math
 >>> from decimal import Decimal
@@ -144,15 +140,14 @@ def _child(value: Any, depth: int, seen: set[int], failures: list[str] | None) -
 
 
 def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None = None) -> Any:
-    t = type(value)
-    if t is str:
-        return clean_str(value)
-    if value is None or t is bool:
+    if value is None or type(value) is bool:
         return value
-    if t is int:
-        return _int(value)
-    if t is float:
-        return _float(value)
+    if isinstance(value, str):
+        return clean_str(value if type(value) is str else str(value))
+    if isinstance(value, int):  # int subclasses (IntEnum, …): the number
+        return _int(int(value))
+    if isinstance(value, float):
+        return _float(float(value))
     if depth >= MAX_DEPTH:
         return short_repr(value, 80)
     if isinstance(value, (dict, list, tuple, set, frozenset)):
@@ -181,12 +176,6 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
             return lst
         finally:
             seen.discard(id(value))
-    if isinstance(value, int):  # int subclasses (IntEnum, …): the number
-        return _int(int(value))
-    if isinstance(value, float):
-        return _float(float(value))
-    if isinstance(value, str):
-        return clean_str(str(value))
     # numpy scalars become Python numbers, arrays a short summary, dtypes their name (numpy's
     # scalar types, below, are types: written by their name)
     if isinstance(value, np.generic):
@@ -214,10 +203,9 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
 
 
 def safe_header(header: dict[str, Any]) -> dict[str, Any]:
-    """``jsonsafe(header)``; where that fails (as a whole, or on a value inside a key), key by
-    key, each failing key tried once more, and a key that still fails is left out (named in
-    ``problems``): a placeholder where a reader expects a queue or a clock fit would make the file
-    unreadable. Never raises: a header is never a reason to lose a trace."""
+    """``jsonsafe(header)``; where that fails, key by key (each failing key tried once more), a key
+    that still fails left out and named in ``problems``: a placeholder where a reader expects a
+    queue or a clock fit would make the file unreadable. Never raises."""
     failures: list[str] = []
     try:
         out = jsonsafe(header, failures=failures)

@@ -11,10 +11,8 @@ or is stopped with SIGINT/SIGTERM. Its exit status is passed through unchanged.
 >>> result.exit_code, len(result.trace)
 (3, 0)
 
-Functions can be traced without editing the program: ``trace_modules=["pkg.mod"]`` wraps every
-top-level function of ``pkg.mod`` in a scope named ``pkg.mod.func`` when the program imports it
-(``"__main__"`` names the program itself, scopes then named ``func``); ``trace_functions=
-["pkg.mod:Class.method", "__main__:step"]`` wraps chosen ones.
+``trace_modules`` and ``trace_functions`` wrap functions in scopes as the program imports their
+modules (docs/commands.md, ``gputrace run``).
 """
 
 from __future__ import annotations
@@ -128,13 +126,15 @@ def run_script(opts: RunOptions) -> RunResult:
     except (OSError, SyntaxError) as exc:
         raise GputraceError(f"{opts.script}: could not be read ({exc}).") from None
 
-    in_main = targets.get(MAIN) or set()
+    in_main = targets.get(MAIN, set())  # None: every function
     try:
-        code, found = _compile(source, script, in_main, whole=MAIN in targets and targets[MAIN] is None)
+        code, found = _compile(source, script, in_main)
     except SyntaxError:  # as Python reports it: no traceback frames, exit status 1
         traceback.print_exception(*sys.exc_info(), limit=0)
         return RunResult(1, None, None)
-    notes = [f"--trace-function: {script.name} has no function {q}." for q in sorted(in_main - found)]
+    notes = [
+        f"--trace-function: {script.name} has no function {q}." for q in sorted((in_main or set()) - found)
+    ]
     hook = _WrapOnImport({m: q for m, q in targets.items() if m != MAIN}, notes)
     main = types.ModuleType(MAIN)
     main.__dict__.update(__file__=str(script), __builtins__=builtins, __cached__=None, __spec__=None,
@@ -224,31 +224,25 @@ def _no_scopes(s: session) -> str:
     return how + "."
 
 
-def _compile(source: str, script: Path, chosen: set[str], *, whole: bool) -> tuple[types.CodeType, set[str]]:
-    """Compile the program; with targets in ``__main__``, add a trace decorator to those
-    functions (innermost, on the ``def`` line, so line numbers and tracebacks stay the same).
-    Returns the code and the names decorated."""
+def _compile(source: str, script: Path, chosen: set[str] | None) -> tuple[types.CodeType, set[str]]:
+    """Compile the program, adding a trace decorator to the ``chosen`` functions of ``__main__``
+    (None: every top-level one), innermost, on the ``def`` line, so line numbers and tracebacks
+    stay the same. Returns the code and the names decorated."""
     found: set[str] = set()
-    if not chosen and not whole:
+    if chosen is not None and not chosen:
         return compile(source, str(script), "exec", dont_inherit=True), found
     tree = ast.parse(source, str(script))
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    defs = [(n, n.name) for n in tree.body if isinstance(n, functions)]
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if whole or node.name in chosen:
-                _decorate(node, node.name, found)
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    qual = f"{node.name}.{item.name}"
-                    if qual in chosen:
-                        _decorate(item, qual, found)
+        if isinstance(node, ast.ClassDef):
+            defs += [(item, f"{node.name}.{item.name}") for item in node.body if isinstance(item, functions)]
+    for node, qual in defs:
+        if ("." not in qual) if chosen is None else (qual in chosen):
+            call = ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[ast.Constant(qual)], keywords=[])
+            node.decorator_list.append(ast.fix_missing_locations(ast.copy_location(call, node)))
+            found.add(qual)
     return compile(tree, str(script), "exec", dont_inherit=True), found
-
-
-def _decorate(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str, found: set[str]) -> None:
-    call = ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[ast.Constant(name)], keywords=[])
-    node.decorator_list.append(ast.fix_missing_locations(ast.copy_location(call, node)))
-    found.add(name)
 
 
 def _exit_status(code: object) -> int:

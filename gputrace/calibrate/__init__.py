@@ -5,9 +5,8 @@
 >>> cal.backend, cal.get("scope_cost").wall.median > 0
 ('cpu', True)
 
-Each backend module (``on_cuda``, ``on_wgpu``) imports its GPU library only when called, and
-returns a ``DeviceRun``; this module adds the shared measurements (clock, profiler cost), the
-numpy side of the break-even table, and the headline ``summary`` that later traces record.
+Each GPU backend module (``on_cuda``, ``on_wgpu``) imports its library only when called and
+returns a ``DeviceRun``; ``on_cpu`` adds what every backend shares (clock, profiler cost, numpy).
 """
 
 from __future__ import annotations
@@ -85,11 +84,9 @@ class DeviceRun:
     ) -> None:
         """Record one measurement from its samples (ns per operation, each side becomes a ``Stat``);
         ``summary_wall`` / ``summary_device`` name the headline number its wall / device median is."""
-        wall_stat = None if wall is None else Stat.of(wall)
-        device_stat = None if device is None else Stat.of(device)
-        m = Measurement(key, group, what, wall_stat, device_stat, **details)
-        self.measurements.append(m)
-        for name, stat in ((summary_wall, m.wall), (summary_device, m.device)):
+        stats = [None if side is None else Stat.of(side) for side in (wall, device)]
+        self.measurements.append(Measurement(key, group, what, *stats, **details))
+        for name, stat in zip((summary_wall, summary_device), stats, strict=True):
             if name is not None and stat is not None:
                 self.summary[name] = stat.median
 

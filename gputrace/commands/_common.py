@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -27,6 +28,12 @@ def backend_option(help: str) -> Callable[[F], F]:
     """``--backend`` of calibrate and run."""
     choices = click.Choice(["auto", "cuda", "wgpu", "cpu"])
     return click.option("--backend", type=choices, default="auto", show_default=True, help=help)
+
+
+def output_option(help: str) -> Callable[[F], F]:
+    """``-o``/``--output`` of calibrate and run (a path that is not a regular file is refused by
+    ``check_output``, in one sentence)."""
+    return click.option("-o", "--output", type=click.Path(path_type=Path), help=help)
 
 
 def format_option(*flags: str, choices: tuple[str, ...], help: str | None = None) -> Callable[[F], F]:

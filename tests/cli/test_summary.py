@@ -285,9 +285,7 @@ def test_progress_bar_only_on_a_terminal(
     assert f"loading {DATA / 'story.json'}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "module", ["summary", "render", "compare", "merge", "exporters.reader", "exporters"]
-)
+@pytest.mark.parametrize("module", ["summary", "render", "compare", "merge", "exporters.reader", "exporters"])
 def test_docstring_examples(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import doctest
     import importlib
