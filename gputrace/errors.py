@@ -1,8 +1,6 @@
-"""Errors and notices.
-
-``GputraceError`` is the one error type a user sees: its message is one sentence that names the
-problem (and the file, where there is one). Failures inside gputrace while recording never raise
-into the user's code; the first is a warning (``report_internal``), all are listed in the trace.
+"""Errors and notices: ``GputraceError``, the one error a user sees (one sentence naming the
+problem and the file); failures inside gputrace never raise into the user's code: the first is a
+warning (``report_internal``), all are listed in the trace.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import threading
 import tokenize
 import traceback
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,9 +79,8 @@ class RunResult:
 
     @property
     def trace(self) -> Trace | None:
-        """The recorded trace; None when the program never ran (a syntax error). A streamed
-        trace is read back from its file on first use, never at exit (a long run's file can
-        be far larger than what the session held in memory)."""
+        """The recorded trace (None if the program never ran); a streamed one is read back from
+        its file on first use, never at exit (it can be far larger than the session's memory)."""
         return self.session.trace if self.session is not None else None
 
 
@@ -181,13 +180,10 @@ def run_script(opts: RunOptions) -> RunResult:
             if undo_wgpu is not None:
                 undo_wgpu()
             _restore_signals(previous)
-            deferred = _Deferred()  # a second Ctrl-C or SIGTERM must not cut the write short
-            try:
+            with _held_signals() as arrived:  # a second Ctrl-C or SIGTERM must not cut the write short
                 s.stop()
-            finally:
-                arrived = deferred.restore()
-                if arrived and stopped_by is None:
-                    stopped_by = arrived[0]
+            if arrived and stopped_by is None:
+                stopped_by = arrived[0]
     finally:
         sys.modules[MAIN] = saved_main
         sys.argv = saved_argv
@@ -256,8 +252,7 @@ def _exit_status(code: object) -> int:
 
 
 def _print_exception(main_globals: dict[str, Any]) -> None:
-    """Print the program's uncaught exception as Python would: through ``sys.excepthook``, with
-    the frames of gputrace itself left out."""
+    """Print the program's uncaught exception through ``sys.excepthook``, gputrace's frames left out."""
     etype, value, tb = sys.exc_info()
     assert etype is not None and value is not None
     while tb is not None and tb.tb_frame.f_globals is not main_globals:
@@ -280,8 +275,8 @@ def _print_exception(main_globals: dict[str, Any]) -> None:
 
 
 def _without_own_frames(tb: types.TracebackType) -> types.TracebackType:
-    """``tb`` without the frames of gputrace's own code (a traced function's ``wrapper``), so the
-    traceback reads as it would without gputrace. The first frame (the script's) is always kept."""
+    """``tb`` without gputrace's own frames (a traced function's ``wrapper``); the first (the
+    script's) is always kept."""
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     kept = [tb]
     t = tb.tb_next
@@ -295,8 +290,8 @@ def _without_own_frames(tb: types.TracebackType) -> types.TracebackType:
 
 
 def _trace_new_wgpu_devices() -> Callable[[], None] | None:
-    """With ``--backend wgpu``: devices the program creates with ``request_device_sync`` are traced,
-    with ``"timestamp-query"`` added to their features when the adapter has it. Returns the undo."""
+    """With ``--backend wgpu``: trace the devices the program creates with ``request_device_sync``
+    (``"timestamp-query"`` added where the adapter has it). Returns the undo."""
     try:
         from wgpu.backends.wgpu_native._api import GPUAdapter
 
@@ -344,9 +339,8 @@ def _raise_stopped(signum: int, frame: Any) -> None:
 
 
 def _install(handler: Any, signals: Sequence[int], only_default: bool = False) -> dict[int, Any]:
-    """``handler`` for ``signals`` (from the main thread only: elsewhere signals cannot be set),
-    with ``only_default`` only where the default is in charge (the program's own handlers stay);
-    returns the handlers they had."""
+    """``handler`` for ``signals`` (main thread only), with ``only_default`` only where the default
+    is in charge; returns the handlers they had."""
     if threading.current_thread() is not threading.main_thread():
         return {}
     previous = {}
@@ -357,23 +351,24 @@ def _install(handler: Any, signals: Sequence[int], only_default: bool = False) -
     return previous
 
 
-class _Deferred:
-    """Holds SIGINT, SIGTERM and SIGHUP while the trace is written; ``restore`` puts the handlers
-    back and returns the signals that arrived meanwhile."""
+@contextlib.contextmanager
+def _held_signals() -> Iterator[list[int]]:
+    """Holds SIGINT, SIGTERM and SIGHUP inside the block (the trace being written); yields the
+    list of those that arrived meanwhile (less those the program ignored)."""
+    arrived: list[int] = []
 
-    def __init__(self) -> None:
-        self.arrived: list[int] = []
-        self.previous = _install(self.handle, (signal.SIGINT, *_STOP_SIGNALS))
-
-    def handle(self, signum: int, frame: Any) -> None:
-        self.arrived.append(signum)
-        if len(self.arrived) >= 3:  # asked three times: give up on the trace, as asked
+    def hold(signum: int, frame: Any) -> None:
+        arrived.append(signum)
+        if len(arrived) >= 3:  # asked three times: give up on the trace, as asked
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
-    def restore(self) -> list[int]:
-        _restore_signals(self.previous)
-        return [sig for sig in self.arrived if self.previous.get(sig) is not signal.SIG_IGN]
+    previous = _install(hold, (signal.SIGINT, *_STOP_SIGNALS))
+    try:
+        yield arrived
+    finally:
+        _restore_signals(previous)
+        arrived[:] = [sig for sig in arrived if previous.get(sig) is not signal.SIG_IGN]
 
 
 def _restore_signals(previous: dict[int, Any]) -> None:
