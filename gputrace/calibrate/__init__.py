@@ -84,9 +84,9 @@ class DeviceRun:
     ) -> None:
         """Record one measurement from its samples (ns per operation, each side becomes a ``Stat``);
         ``summary_wall`` / ``summary_device`` name the headline number its wall / device median is."""
-        stats = [None if side is None else Stat.of(side) for side in (wall, device)]
-        self.measurements.append(Measurement(key, group, what, *stats, **details))
-        for name, stat in zip((summary_wall, summary_device), stats, strict=True):
+        wall_stat, device_stat = (None if side is None else Stat.of(side) for side in (wall, device))
+        self.measurements.append(Measurement(key, group, what, wall_stat, device_stat, **details))
+        for name, stat in ((summary_wall, wall_stat), (summary_device, device_stat)):
             if name is not None and stat is not None:
                 self.summary[name] = stat.median
 
