@@ -51,12 +51,6 @@ def short_repr(value: Any, limit: int = MAX_REPR) -> str:
     return clean_str(r, limit)
 
 
-def _float(x: float) -> Any:
-    if math.isfinite(x):
-        return x
-    return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
-
-
 def _int(x: int) -> Any:
     return x if INT_MIN <= x <= INT_MAX else str(x) if abs(x) < 10**MAX_REPR else short_repr(x)
 
@@ -147,7 +141,8 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
     if isinstance(value, int):  # int subclasses (IntEnum, …): the number
         return _int(int(value))
     if isinstance(value, float):
-        return _float(float(value))
+        x = float(value)
+        return x if math.isfinite(x) else "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
     if depth >= MAX_DEPTH:
         return short_repr(value, 80)
     if isinstance(value, (dict, list, tuple, set, frozenset)):
@@ -235,8 +230,8 @@ def safe_header(header: dict[str, Any]) -> dict[str, Any]:
 
 
 def safe_metadata(metadata: Any) -> dict[str, Any]:
-    """``metadata`` as JSON data for the header; a value that fails to convert (a broken
-    ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
+    """``metadata`` as JSON data for the header; a value that fails to convert becomes a marked
+    placeholder, reported once."""
     if type(metadata) is dict and not metadata:  # (a subclass's own __len__ may fail)
         return {}
     failures: list[str] = []
