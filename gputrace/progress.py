@@ -51,8 +51,7 @@ class Progress:
         self.enabled = is_terminal(self.stream)
         self.shown = False
         self._start = time.monotonic()
-        self._what = ""
-        self._stepping = False
+        self._what: str | None = None  # the step under way (None: before the first)
         self._tick_s = tick_s
         self._lock = threading.Lock()  # the ticker and the caller both draw
         self._stop = threading.Event()
@@ -60,9 +59,8 @@ class Progress:
 
     def step(self, what: str) -> None:
         """``what`` starts now; the step announced before it (if any) is done."""
-        if self._stepping:
+        if self._what is not None:
             self.done += 1
-        self._stepping = True
         self._what = what
         self._draw()
 

@@ -402,13 +402,9 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.targets:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
+        finders = (f for f in sys.meta_path if f is not self and hasattr(f, "find_spec"))
+        spec = next((s for f in finders if (s := f.find_spec(fullname, path, target)) is not None), None)
+        if spec is None:
             return None
         loader = spec.loader
         original: Callable[[types.ModuleType], None] | None = getattr(loader, "exec_module", None)
@@ -429,11 +425,12 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
         self.seen.add(name)
         chosen = self.targets.get(name)
         try:
-            if chosen is None:
-                for attr, obj in list(vars(module).items()):
-                    if inspect.isfunction(obj) and obj.__module__ == name and not attr.startswith("__"):
-                        setattr(module, attr, _traced(obj, f"{name}.{attr}"))
-                return
+            if chosen is None:  # every function the module defines
+                chosen = {
+                    attr
+                    for attr, obj in vars(module).items()
+                    if inspect.isfunction(obj) and obj.__module__ == name and not attr.startswith("__")
+                }
             for qual in sorted(chosen):
                 if not _wrap_qualname(module, qual, f"{name}.{qual}"):
                     self.notes.append(f"--trace-function: {name} has no function {qual}.")

@@ -116,12 +116,9 @@ class DeviceRun:
 def measure(
     backend: str, *, quick: bool = False, progress: Callable[[str], None] | None = None
 ) -> Calibration:
-    """Run every measurement for ``backend`` ("cuda", "wgpu" or "cpu") and return the results.
-
-    Raises ``GputraceError`` when the backend cannot run here. A single measurement that fails is
-    recorded in ``skipped`` with its reason; the others still run. ``progress`` is called with the
-    key of each group of measurements as it starts (``steps(backend)``).
-    """
+    """Run every measurement for ``backend`` ("cuda", "wgpu" or "cpu") and return the results;
+    ``GputraceError`` if the backend cannot run here. A group that fails is recorded in ``skipped``
+    and the others still run; ``progress`` is told each group's key as it starts (``steps``)."""
     import numpy as np
 
     from gputrace.calibrate import on_cpu

@@ -1,9 +1,8 @@
 """WebGPU measurements through wgpu-py directly (independent of gputrace's wgpu backend).
 
-Device times come from timestamp queries written at the beginning and end of a compute pass
-(ticks × the queue's timestamp period); wall times from ``time.perf_counter_ns``. Completion is
-awaited by mapping a small buffer copied in a later submission (``on_submitted_work_done_sync``
-is broken in wgpu-py 0.32), and that wait is measured on its own row so it can be read apart.
+Device times: timestamp queries at the beginning and end of a compute pass (ticks × the queue's
+period). Completion is awaited by mapping a small buffer copied in a later submission
+(``on_submitted_work_done_sync`` is broken in wgpu-py 0.32); that wait has its own row.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -31,11 +32,9 @@ def _auto_backend() -> str:
     from gputrace.calibrate import on_cuda, on_wgpu  # each imports its GPU library only in probe()
 
     for name, backend in (("cuda", on_cuda), ("wgpu", on_wgpu)):
-        try:
+        with contextlib.suppress(GputraceError):
             backend.probe()
             return name
-        except GputraceError:
-            pass
     return "cpu"
 
 

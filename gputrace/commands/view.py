@@ -6,6 +6,7 @@ The viewer and the trace are served on 127.0.0.1 only; nothing leaves the machin
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import webbrowser
 
@@ -54,9 +55,8 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     if not no_browser:
         webbrowser.open(url)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
     finally:
         server.close()
     click.echo("gputrace: stopped.")
