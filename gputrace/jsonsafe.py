@@ -51,10 +51,6 @@ def short_repr(value: Any, limit: int = MAX_REPR) -> str:
     return clean_str(r, limit)
 
 
-def _int(x: int) -> Any:
-    return x if INT_MIN <= x <= INT_MAX else str(x) if abs(x) < 10**MAX_REPR else short_repr(x)
-
-
 def _child_key(k: Any, failures: list[str] | None) -> str:
     try:
         if isinstance(k, str):
@@ -108,22 +104,19 @@ def jsonsafe(value: Any, depth: int = 0, failures: list[str] | None = None) -> A
 MAX_FAILURES = 10  # failures described per call; the placeholders mark every one
 
 
-def _type_name(value: Any) -> str:
-    try:
-        return clean_str(str(type(value).__qualname__), 80)
-    except Exception:
-        return "object"
-
-
 def _failed(value: Any, exc: Exception, failures: list[str] | None) -> str:
+    try:
+        name = clean_str(str(type(value).__qualname__), 80)
+    except Exception:
+        name = "object"
     if failures is not None and len(failures) < MAX_FAILURES:
         try:
             text = clean_str(str(exc), 120)
         except Exception:
             text = ""
         why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        failures.append(f"{_type_name(value)} ({why})")
-    return f"<{_type_name(value)} object (conversion failed)>"  # what stands in the file for it
+        failures.append(f"{name} ({why})")
+    return f"<{name} object (conversion failed)>"  # what stands in the file for it
 
 
 def _child(value: Any, depth: int, seen: set[int], failures: list[str] | None) -> Any:
@@ -139,7 +132,8 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
     if isinstance(value, str):
         return clean_str(value if type(value) is str else str(value))
     if isinstance(value, int):  # int subclasses (IntEnum, …): the number
-        return _int(int(value))
+        n = int(value)
+        return n if INT_MIN <= n <= INT_MAX else str(n) if abs(n) < 10**MAX_REPR else short_repr(n)
     if isinstance(value, float):
         x = float(value)
         return x if math.isfinite(x) else "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
