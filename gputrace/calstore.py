@@ -1,8 +1,6 @@
-"""Where calibrations live (``gputrace calibrate`` saves them), and the part of one that later traces record.
-
-A session started later on the same machine and backend reads it back (``header_calibration``),
-so ``summarize`` can judge scopes against this machine's own launch cost; a missing, unreadable
-or foreign file records nothing.
+"""Where ``gputrace calibrate`` saves calibrations, and the part of one that later sessions on the
+same machine and backend record (``header_calibration``), so ``summarize`` can judge scopes
+against this machine's own launch cost; a missing, unreadable or foreign file records nothing.
 
 >>> import os
 >>> str(default_path("cuda", host="node1", env={"XDG_CACHE_HOME": "/c"}))
@@ -13,6 +11,7 @@ or foreign file records nothing.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -43,22 +42,14 @@ def default_path(backend: str, *, host: str | None = None, env: Mapping[str, str
     if explicit:
         return Path(explicit).expanduser()
     cache = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host or _node_name()) or "host"
+    if not host:  # socket.gethostname()'s answer without importing socket (~5 ms); os.uname: POSIX only
+        host = os.uname().nodename if hasattr(os, "uname") else importlib.import_module("platform").node()
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host) or "host"
     return Path(cache) / "gputrace" / f"calibration-{name}-{backend}.json"
 
 
-def _node_name() -> str:
-    # socket.gethostname()'s answer without importing socket (~5 ms); os.uname is POSIX only
-    if hasattr(os, "uname"):
-        return os.uname().nodename
-    import platform
-
-    return platform.node()
-
-
 def save(doc: Mapping[str, Any], path: Path) -> None:
-    """Write a calibration document atomically (a reader never sees half a file); a path that is
-    not a regular file (a device node, a FIFO, a folder) is refused with ``GputraceError``."""
+    """Write a calibration document atomically; a path that is not a regular file is refused."""
     check_output(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -67,8 +58,8 @@ def save(doc: Mapping[str, Any], path: Path) -> None:
 
 
 def header_calibration(backend: str) -> dict[str, Any] | None:
-    """The calibration block for a trace header: only one of the same backend with both launch
-    costs counts; anything else gives None, and it never raises."""
+    """The calibration block for a trace header: one of this backend with both launch costs, else
+    None; never raises."""
     try:
         src = default_path(backend)
         if not src.is_file():

@@ -1,8 +1,6 @@
-"""Errors and notices.
-
-``GputraceError`` is the one error type a user sees: its message is one sentence that names the
-problem (and the file, where there is one). Failures inside gputrace while recording never raise
-into the user's code; the first is a warning (``report_internal``), all are listed in the trace.
+"""Errors and notices: ``GputraceError``, the one error a user sees (one sentence naming the
+problem and the file); failures inside gputrace never raise into the user's code: the first is a
+warning (``report_internal``), all are listed in the trace.
 """
 
 from __future__ import annotations
@@ -31,32 +29,26 @@ _lock = threading.Lock()
 MAX_MESSAGES = 20
 
 
-def report_internal(kind: str, message: str) -> bool:
-    """Note a problem inside gputrace; returns True if this call emitted a warning.
-
-    The first problem since the last reset (a session's start) is a ``GputraceWarning``; later
-    ones, and repeats of a kind, are only listed (``reported()``, the trace header's
-    ``problems``), so a failing driver gives one warning, not one per call. Never raises, not even
-    when warnings are turned into errors (``-W error``)."""
+def report_internal(kind: str, message: str) -> None:
+    """Note a problem inside gputrace: the first since the last reset (a session's start) is a
+    ``GputraceWarning``; later ones, and repeats of a kind, are only listed (``reported()``, the
+    trace header's ``problems``), so a failing driver warns once. Never raises (not even under
+    ``-W error``)."""
     with _lock:
-        if kind in _reported:
-            return False
-        _reported.add(kind)
-        first = not _messages
-        if len(_messages) < MAX_MESSAGES:
+        new = kind not in _reported
+        first = new and not _messages
+        if new and len(_messages) < MAX_MESSAGES:
             _messages.append(message)
-    if not first:
-        return False
-    with contextlib.suppress(Exception):
-        warnings.warn(f"gputrace: {printable(message)}", GputraceWarning, stacklevel=3)
-    return True
+        _reported.add(kind)
+    if first:
+        with contextlib.suppress(Exception):
+            warnings.warn(f"gputrace: {printable(message)}", GputraceWarning, stacklevel=3)
 
 
 @contextlib.contextmanager
 def reporting(kind: str, doing: str, then: str = "") -> Iterator[None]:
-    """Run the block; an ``Exception`` raised in it goes no further and is reported once as
-    "<doing> failed (<type>: <message>)<then>." (``report_internal``): what gputrace does beside
-    the program (syncs, chunks, stops) never stops the program."""
+    """Run the block; an ``Exception`` raised in it is reported once (``report_internal``) as
+    "<doing> failed (<type>: <message>)<then>." and goes no further."""
     try:
         yield
     except Exception as exc:

@@ -1,10 +1,6 @@
-"""Turn any Python value into one a trace file can hold, never by failing.
-
-Scope args, marks and header metadata come from the user's program and can be anything: numpy
-scalars and dtypes, paths, sets, bytes, huge ints, self-referencing containers. ``jsonsafe``
-keeps what JSON can say exactly (str, bool, None, finite floats, ints within 64 bits, lists,
-dicts with string keys) and writes everything else as a short ``repr``, with bounded length,
-item count and depth, so the file always stays valid JSON and loadable.
+"""Turn any Python value from the user's program (scope args, marks, header metadata) into one a
+trace file can hold, never by failing: what JSON says exactly is kept, everything else becomes a
+short ``repr``, with bounded length, item count and depth.
 
 >>> import math
 >>> from decimal import Decimal
@@ -53,16 +49,6 @@ def short_repr(value: Any, limit: int = MAX_REPR) -> str:
         except Exception:
             r = "<object (repr failed)>"
     return clean_str(r, limit)
-
-
-def _float(x: float) -> Any:
-    if math.isfinite(x):
-        return x
-    return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
-
-
-def _int(x: int) -> Any:
-    return x if INT_MIN <= x <= INT_MAX else str(x) if abs(x) < 10**MAX_REPR else short_repr(x)
 
 
 def _child_key(k: Any, failures: list[str] | None) -> str:
@@ -118,22 +104,19 @@ def jsonsafe(value: Any, depth: int = 0, failures: list[str] | None = None) -> A
 MAX_FAILURES = 10  # failures described per call; the placeholders mark every one
 
 
-def _type_name(value: Any) -> str:
-    try:
-        return clean_str(str(type(value).__qualname__), 80)
-    except Exception:
-        return "object"
-
-
 def _failed(value: Any, exc: Exception, failures: list[str] | None) -> str:
+    try:
+        name = clean_str(str(type(value).__qualname__), 80)
+    except Exception:
+        name = "object"
     if failures is not None and len(failures) < MAX_FAILURES:
         try:
             text = clean_str(str(exc), 120)
         except Exception:
             text = ""
         why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        failures.append(f"{_type_name(value)} ({why})")
-    return f"<{_type_name(value)} object (conversion failed)>"  # what stands in the file for it
+        failures.append(f"{name} ({why})")
+    return f"<{name} object (conversion failed)>"  # what stands in the file for it
 
 
 def _child(value: Any, depth: int, seen: set[int], failures: list[str] | None) -> Any:
@@ -144,15 +127,16 @@ def _child(value: Any, depth: int, seen: set[int], failures: list[str] | None) -
 
 
 def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None = None) -> Any:
-    t = type(value)
-    if t is str:
-        return clean_str(value)
-    if value is None or t is bool:
+    if value is None or type(value) is bool:
         return value
-    if t is int:
-        return _int(value)
-    if t is float:
-        return _float(value)
+    if isinstance(value, str):
+        return clean_str(value if type(value) is str else str(value))
+    if isinstance(value, int):  # int subclasses (IntEnum, …): the number
+        n = int(value)
+        return n if INT_MIN <= n <= INT_MAX else str(n) if abs(n) < 10**MAX_REPR else short_repr(n)
+    if isinstance(value, float):
+        x = float(value)
+        return x if math.isfinite(x) else "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
     if depth >= MAX_DEPTH:
         return short_repr(value, 80)
     if isinstance(value, (dict, list, tuple, set, frozenset)):
@@ -181,12 +165,6 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
             return lst
         finally:
             seen.discard(id(value))
-    if isinstance(value, int):  # int subclasses (IntEnum, …): the number
-        return _int(int(value))
-    if isinstance(value, float):
-        return _float(float(value))
-    if isinstance(value, str):
-        return clean_str(str(value))
     # numpy scalars become Python numbers, arrays a short summary, dtypes their name (numpy's
     # scalar types, below, are types: written by their name)
     if isinstance(value, np.generic):
@@ -214,10 +192,9 @@ def _convert(value: Any, depth: int, seen: set[int], failures: list[str] | None 
 
 
 def safe_header(header: dict[str, Any]) -> dict[str, Any]:
-    """``jsonsafe(header)``; where that fails (as a whole, or on a value inside a key), key by
-    key, each failing key tried once more, and a key that still fails is left out (named in
-    ``problems``): a placeholder where a reader expects a queue or a clock fit would make the file
-    unreadable. Never raises: a header is never a reason to lose a trace."""
+    """``jsonsafe(header)``; where that fails, key by key (each failing key tried once more), a key
+    that still fails left out and named in ``problems``: a placeholder where a reader expects a
+    queue or a clock fit would make the file unreadable. Never raises."""
     failures: list[str] = []
     try:
         out = jsonsafe(header, failures=failures)
@@ -247,8 +224,8 @@ def safe_header(header: dict[str, Any]) -> dict[str, Any]:
 
 
 def safe_metadata(metadata: Any) -> dict[str, Any]:
-    """``metadata`` as JSON data for the header; a value that fails to convert (a broken
-    ``__str__``, ``__iter__``, ``items``) becomes a marked placeholder, reported once."""
+    """``metadata`` as JSON data for the header; a value that fails to convert becomes a marked
+    placeholder, reported once."""
     if type(metadata) is dict and not metadata:  # (a subclass's own __len__ may fail)
         return {}
     failures: list[str] = []

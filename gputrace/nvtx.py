@@ -1,14 +1,10 @@
-"""NVTX ranges for gputrace scopes: ``session(nvtx=True)``, ``gputrace run --nvtx``.
+"""NVTX ranges for gputrace scopes (``session(nvtx=True)``, ``gputrace run --nvtx``), so Nsight
+Systems shows the trace's names on the same threads: from NVIDIA's ``nvtx`` package (domain
+"gputrace"), else CuPy's ``cupy.cuda.nvtx`` (the default domain).
 
-Every scope is then also an NVTX range with the scope's name, so Nsight Systems (and any other
-NVTX consumer) shows the same names as the gputrace trace, on the same threads. The ranges come
-from NVIDIA's ``nvtx`` package (domain "gputrace"), else from CuPy (``cupy.cuda.nvtx``, the
-default domain); with neither installed, starting the session fails with one sentence.
-
-The plain path pays nothing for this: while a session with ``nvtx=True`` is active, ``trace``'s
-``__enter__``/``__exit__`` are swapped for versions that push before entering and pop after
-leaving, and swapped back when it stops (``Recorder.activate``/``deactivate`` call ``enable`` and
-``disable``). An NVTX call that fails is reported once and never reaches the program.
+The plain path pays nothing: only while such a session is active are ``trace``'s ``__enter__`` and
+``__exit__`` swapped for versions that push and pop (``enable``/``disable``, called by the
+recorder). An NVTX call that fails is reported once and never reaches the program.
 """
 
 from __future__ import annotations
@@ -50,9 +46,8 @@ class Ranges:
     """Push/pop of NVTX ranges named after scopes, and the switch that makes scopes use them."""
 
     def __init__(self, push: Callable[[str], None], pop: Callable[[], None], source: str) -> None:
-        self.push = push
-        self.pop = pop
         self.source = source  # "nvtx" or "cupy"
+        self._push_pop = push, pop
         self._saved: tuple[Any, Any] | None = None  # trace's own enter/exit while enabled
 
     def enable(self) -> None:
@@ -62,7 +57,7 @@ class Ranges:
         if self._saved is not None:
             return
         enter, leave = trace.__enter__, trace.__exit__
-        push, pop = self.push, self.pop
+        push, pop = self._push_pop
         local = threading.local()  # per thread: the scopes that pushed a range, innermost last
 
         def __enter__(self: trace) -> trace:

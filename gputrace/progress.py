@@ -1,19 +1,17 @@
-"""One status line on stderr for work that takes a while (loading, merging, calibrating).
-
-Shown only when stderr is a terminal, so pipes, logs and CI output stay clean:
+"""One status line on stderr for work that takes a while (loading, merging, calibrating), redrawn
+in place (each step, and every ``tick_s`` through a long one) and cleared when the work ends.
+Shown only on a terminal, so pipes, logs and CI output stay clean:
 
 >>> import io
->>> with Progress("merging", total=3, stream=io.StringIO()) as p:  # not a terminal: silent
+>>> with Progress("merging", total=3, stream=io.StringIO()) as p:
 ...     p.step("a.json")
 >>> p.shown
 False
-
-The line is redrawn in place (at every new step, and every ``tick_s`` through a long one) and
-cleared when the work ends, so what the command prints afterwards starts on a clean line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
@@ -44,12 +42,7 @@ class Progress:
     """``label: what [done/total] elapsed`` on one line of ``stream`` (stderr by default)."""
 
     def __init__(
-        self,
-        label: str,
-        total: int | None = None,
-        *,
-        stream: TextIO | None = None,
-        tick_s: float = 0.5,
+        self, label: str, total: int | None = None, *, stream: TextIO | None = None, tick_s: float = 0.5
     ) -> None:
         self.label = label
         self.total = total
@@ -58,8 +51,7 @@ class Progress:
         self.enabled = is_terminal(self.stream)
         self.shown = False
         self._start = time.monotonic()
-        self._what = ""
-        self._stepping = False
+        self._what: str | None = None  # the step under way (None: before the first)
         self._tick_s = tick_s
         self._lock = threading.Lock()  # the ticker and the caller both draw
         self._stop = threading.Event()
@@ -67,9 +59,8 @@ class Progress:
 
     def step(self, what: str) -> None:
         """``what`` starts now; the step announced before it (if any) is done."""
-        if self._stepping:
+        if self._what is not None:
             self.done += 1
-        self._stepping = True
         self._what = what
         self._draw()
 
@@ -100,11 +91,9 @@ class Progress:
         with self._lock:
             if self in _SHOWING:
                 _SHOWING.remove(self)
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     self.stream.write("\r\x1b[K")
                     self.stream.flush()
-                except (OSError, ValueError):
-                    pass
             self.enabled = False
 
     def __enter__(self) -> Progress:
@@ -119,8 +108,8 @@ class Progress:
 
 
 def content_size(path: str | os.PathLike[str]) -> int:
-    """Bytes of JSON a (possibly gzipped) file holds: the gzip trailer's size for ``.gz``, so a
-    4.7 MB ``.json.gz`` holding 44 MB of trace counts as 44 MB. 0 if the file cannot be read."""
+    """Bytes of JSON a (possibly gzipped) file holds (a 4.7 MB ``.json.gz`` holding 44 MB counts as
+    44 MB, by its trailer); 0 if the file cannot be read."""
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):

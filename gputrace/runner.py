@@ -11,10 +11,8 @@ or is stopped with SIGINT/SIGTERM. Its exit status is passed through unchanged.
 >>> result.exit_code, len(result.trace)
 (3, 0)
 
-Functions can be traced without editing the program: ``trace_modules=["pkg.mod"]`` wraps every
-top-level function of ``pkg.mod`` in a scope named ``pkg.mod.func`` when the program imports it
-(``"__main__"`` names the program itself, scopes then named ``func``); ``trace_functions=
-["pkg.mod:Class.method", "__main__:step"]`` wraps chosen ones.
+``trace_modules`` and ``trace_functions`` wrap functions in scopes as the program imports their
+modules (docs/commands.md, ``gputrace run``).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ import threading
 import tokenize
 import traceback
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,9 +79,8 @@ class RunResult:
 
     @property
     def trace(self) -> Trace | None:
-        """The recorded trace; None when the program never ran (a syntax error). A streamed
-        trace is read back from its file on first use, never at exit (a long run's file can
-        be far larger than what the session held in memory)."""
+        """The recorded trace (None if the program never ran); a streamed one is read back from
+        its file on first use, never at exit (it can be far larger than the session's memory)."""
         return self.session.trace if self.session is not None else None
 
 
@@ -128,13 +125,15 @@ def run_script(opts: RunOptions) -> RunResult:
     except (OSError, SyntaxError) as exc:
         raise GputraceError(f"{opts.script}: could not be read ({exc}).") from None
 
-    in_main = targets.get(MAIN) or set()
+    in_main = targets.get(MAIN, set())  # None: every function
     try:
-        code, found = _compile(source, script, in_main, whole=MAIN in targets and targets[MAIN] is None)
+        code, found = _compile(source, script, in_main)
     except SyntaxError:  # as Python reports it: no traceback frames, exit status 1
         traceback.print_exception(*sys.exc_info(), limit=0)
         return RunResult(1, None, None)
-    notes = [f"--trace-function: {script.name} has no function {q}." for q in sorted(in_main - found)]
+    notes = [
+        f"--trace-function: {script.name} has no function {q}." for q in sorted((in_main or set()) - found)
+    ]
     hook = _WrapOnImport({m: q for m, q in targets.items() if m != MAIN}, notes)
     main = types.ModuleType(MAIN)
     main.__dict__.update(__file__=str(script), __builtins__=builtins, __cached__=None, __spec__=None,
@@ -181,13 +180,10 @@ def run_script(opts: RunOptions) -> RunResult:
             if undo_wgpu is not None:
                 undo_wgpu()
             _restore_signals(previous)
-            deferred = _Deferred()  # a second Ctrl-C or SIGTERM must not cut the write short
-            try:
+            with _held_signals() as arrived:  # a second Ctrl-C or SIGTERM must not cut the write short
                 s.stop()
-            finally:
-                arrived = deferred.restore()
-                if arrived and stopped_by is None:
-                    stopped_by = arrived[0]
+            if arrived and stopped_by is None:
+                stopped_by = arrived[0]
     finally:
         sys.modules[MAIN] = saved_main
         sys.argv = saved_argv
@@ -224,31 +220,25 @@ def _no_scopes(s: session) -> str:
     return how + "."
 
 
-def _compile(source: str, script: Path, chosen: set[str], *, whole: bool) -> tuple[types.CodeType, set[str]]:
-    """Compile the program; with targets in ``__main__``, add a trace decorator to those
-    functions (innermost, on the ``def`` line, so line numbers and tracebacks stay the same).
-    Returns the code and the names decorated."""
+def _compile(source: str, script: Path, chosen: set[str] | None) -> tuple[types.CodeType, set[str]]:
+    """Compile the program, adding a trace decorator to the ``chosen`` functions of ``__main__``
+    (None: every top-level one), innermost, on the ``def`` line, so line numbers and tracebacks
+    stay the same. Returns the code and the names decorated."""
     found: set[str] = set()
-    if not chosen and not whole:
+    if chosen is not None and not chosen:
         return compile(source, str(script), "exec", dont_inherit=True), found
     tree = ast.parse(source, str(script))
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    defs = [(n, n.name) for n in tree.body if isinstance(n, functions)]
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if whole or node.name in chosen:
-                _decorate(node, node.name, found)
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    qual = f"{node.name}.{item.name}"
-                    if qual in chosen:
-                        _decorate(item, qual, found)
+        if isinstance(node, ast.ClassDef):
+            defs += [(item, f"{node.name}.{item.name}") for item in node.body if isinstance(item, functions)]
+    for node, qual in defs:
+        if ("." not in qual) if chosen is None else (qual in chosen):
+            call = ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[ast.Constant(qual)], keywords=[])
+            node.decorator_list.append(ast.fix_missing_locations(ast.copy_location(call, node)))
+            found.add(qual)
     return compile(tree, str(script), "exec", dont_inherit=True), found
-
-
-def _decorate(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str, found: set[str]) -> None:
-    call = ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[ast.Constant(name)], keywords=[])
-    node.decorator_list.append(ast.fix_missing_locations(ast.copy_location(call, node)))
-    found.add(name)
 
 
 def _exit_status(code: object) -> int:
@@ -262,8 +252,7 @@ def _exit_status(code: object) -> int:
 
 
 def _print_exception(main_globals: dict[str, Any]) -> None:
-    """Print the program's uncaught exception as Python would: through ``sys.excepthook``, with
-    the frames of gputrace itself left out."""
+    """Print the program's uncaught exception through ``sys.excepthook``, gputrace's frames left out."""
     etype, value, tb = sys.exc_info()
     assert etype is not None and value is not None
     while tb is not None and tb.tb_frame.f_globals is not main_globals:
@@ -286,8 +275,8 @@ def _print_exception(main_globals: dict[str, Any]) -> None:
 
 
 def _without_own_frames(tb: types.TracebackType) -> types.TracebackType:
-    """``tb`` without the frames of gputrace's own code (a traced function's ``wrapper``), so the
-    traceback reads as it would without gputrace. The first frame (the script's) is always kept."""
+    """``tb`` without gputrace's own frames (a traced function's ``wrapper``); the first (the
+    script's) is always kept."""
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     kept = [tb]
     t = tb.tb_next
@@ -301,8 +290,8 @@ def _without_own_frames(tb: types.TracebackType) -> types.TracebackType:
 
 
 def _trace_new_wgpu_devices() -> Callable[[], None] | None:
-    """With ``--backend wgpu``: devices the program creates with ``request_device_sync`` are traced,
-    with ``"timestamp-query"`` added to their features when the adapter has it. Returns the undo."""
+    """With ``--backend wgpu``: trace the devices the program creates with ``request_device_sync``
+    (``"timestamp-query"`` added where the adapter has it). Returns the undo."""
     try:
         from wgpu.backends.wgpu_native._api import GPUAdapter
 
@@ -350,9 +339,8 @@ def _raise_stopped(signum: int, frame: Any) -> None:
 
 
 def _install(handler: Any, signals: Sequence[int], only_default: bool = False) -> dict[int, Any]:
-    """``handler`` for ``signals`` (from the main thread only: elsewhere signals cannot be set),
-    with ``only_default`` only where the default is in charge (the program's own handlers stay);
-    returns the handlers they had."""
+    """``handler`` for ``signals`` (main thread only), with ``only_default`` only where the default
+    is in charge; returns the handlers they had."""
     if threading.current_thread() is not threading.main_thread():
         return {}
     previous = {}
@@ -363,23 +351,24 @@ def _install(handler: Any, signals: Sequence[int], only_default: bool = False) -
     return previous
 
 
-class _Deferred:
-    """Holds SIGINT, SIGTERM and SIGHUP while the trace is written; ``restore`` puts the handlers
-    back and returns the signals that arrived meanwhile."""
+@contextlib.contextmanager
+def _held_signals() -> Iterator[list[int]]:
+    """Holds SIGINT, SIGTERM and SIGHUP inside the block (the trace being written); yields the
+    list of those that arrived meanwhile (less those the program ignored)."""
+    arrived: list[int] = []
 
-    def __init__(self) -> None:
-        self.arrived: list[int] = []
-        self.previous = _install(self.handle, (signal.SIGINT, *_STOP_SIGNALS))
-
-    def handle(self, signum: int, frame: Any) -> None:
-        self.arrived.append(signum)
-        if len(self.arrived) >= 3:  # asked three times: give up on the trace, as asked
+    def hold(signum: int, frame: Any) -> None:
+        arrived.append(signum)
+        if len(arrived) >= 3:  # asked three times: give up on the trace, as asked
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
-    def restore(self) -> list[int]:
-        _restore_signals(self.previous)
-        return [sig for sig in self.arrived if self.previous.get(sig) is not signal.SIG_IGN]
+    previous = _install(hold, (signal.SIGINT, *_STOP_SIGNALS))
+    try:
+        yield arrived
+    finally:
+        _restore_signals(previous)
+        arrived[:] = [sig for sig in arrived if previous.get(sig) is not signal.SIG_IGN]
 
 
 def _restore_signals(previous: dict[int, Any]) -> None:
@@ -413,13 +402,9 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.targets:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
+        finders = (f for f in sys.meta_path if f is not self and hasattr(f, "find_spec"))
+        spec = next((s for f in finders if (s := f.find_spec(fullname, path, target)) is not None), None)
+        if spec is None:
             return None
         loader = spec.loader
         original: Callable[[types.ModuleType], None] | None = getattr(loader, "exec_module", None)
@@ -440,11 +425,12 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
         self.seen.add(name)
         chosen = self.targets.get(name)
         try:
-            if chosen is None:
-                for attr, obj in list(vars(module).items()):
-                    if inspect.isfunction(obj) and obj.__module__ == name and not attr.startswith("__"):
-                        setattr(module, attr, _traced(obj, f"{name}.{attr}"))
-                return
+            if chosen is None:  # every function the module defines
+                chosen = {
+                    attr
+                    for attr, obj in vars(module).items()
+                    if inspect.isfunction(obj) and obj.__module__ == name and not attr.startswith("__")
+                }
             for qual in sorted(chosen):
                 if not _wrap_qualname(module, qual, f"{name}.{qual}"):
                     self.notes.append(f"--trace-function: {name} has no function {qual}.")

@@ -1,10 +1,9 @@
-"""Serve the static viewer and exactly one trace file on 127.0.0.1 (what ``gputrace view`` runs).
+"""Serve the static viewer and exactly one trace file on 127.0.0.1 (``gputrace view``).
 
-The routes are a fixed table built at start: ``/`` and each viewer file (read once), plus
-``/trace.json`` (or ``.json.gz``), read from disk per request so a reload shows a re-written trace.
-A request path is looked up as sent, never joined to a directory, so ``/../`` and its encodings
-are plain 404s. A ``Host`` header other than this server's is refused (DNS rebinding). A client
-that goes away mid-answer is not an error.
+The routes are a fixed table: ``/`` and each viewer file (read once), and ``/trace.json`` (or
+``.json.gz``), read per request so a reload shows a re-written trace. A path is looked up as sent,
+never joined to a directory, so ``/../`` is a plain 404; a foreign ``Host`` is refused (DNS
+rebinding).
 
 >>> import tempfile, urllib.request, gputrace
 >>> path = tempfile.mkdtemp() + "/t.json"
@@ -47,6 +46,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
 def viewer_dir() -> Path:
@@ -70,8 +70,7 @@ class ViewerServer:
     ) -> None:
         self.trace_path = Path(trace_path)
         self.idle_timeout_s = idle_timeout_s
-        # bounded and regular files only (a FIFO would block here)
-        gz = read_file(self.trace_path)[:2] == b"\x1f\x8b"
+        gz = read_file(self.trace_path)[:2] == b"\x1f\x8b"  # bounded, regular files only (not a FIFO)
         self.trace_route = "/trace.json.gz" if gz else "/trace.json"
         self.routes: dict[str, tuple[bytes | None, str]] = {}
         vdir = viewer_dir()
@@ -155,43 +154,37 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
         timeout = server.idle_timeout_s  # an idle connection is closed, not held forever
 
         def do_GET(self) -> None:
-            self._answer(body=True)
+            self._send(*self._answer(), body=True)
 
         def do_HEAD(self) -> None:
-            self._answer(body=False)
+            self._send(*self._answer(), body=False)
 
-        def _answer(self, body: bool) -> None:
-            allowed_hosts = {f"{HOST}:{server.port}", f"localhost:{server.port}"}
-            if self.headers.get("Host", "") not in allowed_hosts:
-                self._send(HTTPStatus.FORBIDDEN, b"wrong Host header\n", "text/plain", body)
-                return
-            route = self.path.split("?", 1)[0]  # as sent: never unquoted, normalised or joined
-            entry = server.routes.get(route)
+        def _answer(self) -> tuple[HTTPStatus, bytes, str]:
+            if self.headers.get("Host", "") not in {f"{HOST}:{server.port}", f"localhost:{server.port}"}:
+                return HTTPStatus.FORBIDDEN, b"wrong Host header\n", "text/plain"
+            entry = server.routes.get(self.path.split("?", 1)[0])  # as sent: never unquoted or joined
             if entry is None:
-                self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", body)
-                return
+                return HTTPStatus.NOT_FOUND, b"not found\n", "text/plain"
             data, ctype = entry
-            if data is None:  # the trace: read now, so a reload shows a re-written file
-                try:  # bounded like every read; a streamed file cut short comes closed
-                    from gputrace.exporters.json import servable
+            if data is not None:
+                return HTTPStatus.OK, data, ctype
+            from gputrace.exporters.json import servable
 
-                    data = servable(server.trace_path)
-                except (GputraceError, OSError):
-                    self._send(
-                        HTTPStatus.NOT_FOUND, b"trace file is gone or unreadable\n", "text/plain", body
-                    )
-                    return
-            self._send(HTTPStatus.OK, data, ctype, body)
+            try:  # the trace, read now so a reload shows a re-written file; a cut stream comes closed
+                return HTTPStatus.OK, servable(server.trace_path), ctype
+            except (GputraceError, OSError):
+                return HTTPStatus.NOT_FOUND, b"trace file is gone or unreadable\n", "text/plain"
 
         def _send(self, status: HTTPStatus, data: bytes, ctype: str, body: bool) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Referrer-Policy", "no-referrer")
-            if ctype.startswith("text/html"):
-                self.send_header("Content-Security-Policy", CSP)
+            csp = {"Content-Security-Policy": CSP} if ctype.startswith("text/html") else {}
+            for name, value in {
+                "Content-Type": ctype,
+                "Content-Length": str(len(data)),
+                **HEADERS,
+                **csp,
+            }.items():
+                self.send_header(name, value)
             self.end_headers()
             if body:
                 self.wfile.write(data)

@@ -5,9 +5,8 @@
 >>> cal.backend, cal.get("scope_cost").wall.median > 0
 ('cpu', True)
 
-Each backend module (``on_cuda``, ``on_wgpu``) imports its GPU library only when called, and
-returns a ``DeviceRun``; this module adds the shared measurements (clock, profiler cost), the
-numpy side of the break-even table, and the headline ``summary`` that later traces record.
+Each GPU backend module (``on_cuda``, ``on_wgpu``) imports its library only when called and
+returns a ``DeviceRun``; ``on_cpu`` adds what every backend shares (clock, profiler cost, numpy).
 """
 
 from __future__ import annotations
@@ -85,11 +84,9 @@ class DeviceRun:
     ) -> None:
         """Record one measurement from its samples (ns per operation, each side becomes a ``Stat``);
         ``summary_wall`` / ``summary_device`` name the headline number its wall / device median is."""
-        wall_stat = None if wall is None else Stat.of(wall)
-        device_stat = None if device is None else Stat.of(device)
-        m = Measurement(key, group, what, wall_stat, device_stat, **details)
-        self.measurements.append(m)
-        for name, stat in ((summary_wall, m.wall), (summary_device, m.device)):
+        wall_stat, device_stat = (None if side is None else Stat.of(side) for side in (wall, device))
+        self.measurements.append(Measurement(key, group, what, wall_stat, device_stat, **details))
+        for name, stat in ((summary_wall, wall_stat), (summary_device, device_stat)):
             if name is not None and stat is not None:
                 self.summary[name] = stat.median
 
@@ -119,12 +116,9 @@ class DeviceRun:
 def measure(
     backend: str, *, quick: bool = False, progress: Callable[[str], None] | None = None
 ) -> Calibration:
-    """Run every measurement for ``backend`` ("cuda", "wgpu" or "cpu") and return the results.
-
-    Raises ``GputraceError`` when the backend cannot run here. A single measurement that fails is
-    recorded in ``skipped`` with its reason; the others still run. ``progress`` is called with the
-    key of each group of measurements as it starts (``steps(backend)``).
-    """
+    """Run every measurement for ``backend`` ("cuda", "wgpu" or "cpu") and return the results;
+    ``GputraceError`` if the backend cannot run here. A group that fails is recorded in ``skipped``
+    and the others still run; ``progress`` is told each group's key as it starts (``steps``)."""
     import numpy as np
 
     from gputrace.calibrate import on_cpu

@@ -1,11 +1,7 @@
-"""Measurements every backend shares: the session clock, the profiler's own cost per scope, and
-the CPU's rate on the break-even workload (numpy, on this machine); the timing loops; the
-CPU-vs-GPU break-even table.
-
-The table: for each intensity (multiply-adds per element), over one grid of element counts, numpy
-on this CPU against one kernel launch plus its wait (data resident), and with the copies in and
-out. The break-even is where the curves cross, interpolated in log-log between the bracketing grid
-points.
+"""Measurements every backend shares (session clock, profiler cost per scope, numpy's rate on the
+break-even workload), the timing loops, and the CPU-vs-GPU break-even table: per intensity
+(multiply-adds per element), numpy on this CPU against one kernel launch plus its wait, with data
+resident and with copies in and out; the break-even is where the curves cross (log-log).
 """
 
 from __future__ import annotations
@@ -49,13 +45,8 @@ def wall_per_op(
 
 
 def smallest_step(values: Sequence[float]) -> float | None:
-    """The smallest positive difference between distinct values: a timer's visible resolution.
-
-    >>> smallest_step([0.0, 64.0, 32.0, 32.0, 96.0])
-    32.0
-    >>> smallest_step([5.0, 5.0]) is None
-    True
-    """
+    """The smallest positive difference between distinct values (a timer's visible resolution),
+    None with fewer than two."""
     uniq = distinct(np.asarray(values, dtype=np.float64))
     if uniq.size < 2:
         return None
@@ -65,24 +56,13 @@ def smallest_step(values: Sequence[float]) -> float | None:
 def crossing(
     sizes: Sequence[int], cpu_ns: Sequence[float], gpu_ns: Sequence[float]
 ) -> tuple[int | None, bool]:
-    """(smallest element count where the GPU is faster, whether that is already the grid's first
-    point); (None, False) when the CPU is faster everywhere on the grid.
-
-    >>> sizes = [100, 1000, 10000]
-    >>> crossing(sizes, cpu_ns=[1e3, 1e4, 1e5], gpu_ns=[1e4, 1e4, 1e4])
-    (1000, False)
-    >>> crossing(sizes, cpu_ns=[1e3, 1e4, 1e5], gpu_ns=[1e2, 1e2, 1e2])
-    (100, True)
-    >>> crossing(sizes, cpu_ns=[1e3, 1e4, 1e5], gpu_ns=[1e6, 1e6, 1e6])
-    (None, False)
-    """
+    """(smallest element count where the GPU is faster, interpolated in log-log between the grid
+    points around it; whether the GPU already wins at the grid's first point), or (None, False)."""
     wins = [g < c for c, g in zip(cpu_ns, gpu_ns, strict=True)]
-    if not wins:
-        return None, False
-    if wins[0]:
-        return int(sizes[0]), True
-    for i in range(1, len(wins)):
-        if wins[i]:
+    for i, win in enumerate(wins):
+        if win and i == 0:
+            return int(sizes[0]), True
+        if win:
             d0 = math.log(cpu_ns[i - 1] / gpu_ns[i - 1])  # <= 0: CPU at least as fast
             d1 = math.log(cpu_ns[i] / gpu_ns[i])  # > 0: GPU faster
             frac = -d0 / (d1 - d0) if d1 != d0 else 1.0

@@ -1,9 +1,8 @@
 """WebGPU measurements through wgpu-py directly (independent of gputrace's wgpu backend).
 
-Device times come from timestamp queries written at the beginning and end of a compute pass
-(ticks × the queue's timestamp period); wall times from ``time.perf_counter_ns``. Completion is
-awaited by mapping a small buffer copied in a later submission (``on_submitted_work_done_sync``
-is broken in wgpu-py 0.32), and that wait is measured on its own row so it can be read apart.
+Device times: timestamp queries at the beginning and end of a compute pass (ticks × the queue's
+period). Completion is awaited by mapping a small buffer copied in a later submission
+(``on_submitted_work_done_sync`` is broken in wgpu-py 0.32); that wait has its own row.
 """
 
 from __future__ import annotations
@@ -147,13 +146,11 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
     submit: list[float] = []
     launch: list[float] = []
     for encoded, out in ((True, submit), (False, launch)):  # launch: the encoding timed too
-        for i in range(n + 10):
+        for i in range(n + 10):  # the first 10: warm-up
             cb = w.device.create_command_encoder().finish() if encoded else None
             t0 = clock()
             w.queue.submit([cb or w.dispatch(w.empty, 1).finish()])
-            t1 = clock()
-            if i >= 10:
-                out.append(float(t1 - t0))
+            out.append(float(clock() - t0))
             if i % 50 == 49:
                 w.wait()
         w.wait()
@@ -164,12 +161,12 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
 
     launch_wait = wall_per_op(launch_and_wait, batches=n // 2, per_batch=1, warmup=0)
     waits = wall_per_op(w.wait, batches=n // 2, per_batch=1, warmup=0)
-    run.add("submit", "submit", "queue.submit, empty command buffer", submit)
+    run.add("submit", "submit", "queue.submit, empty command buffer", submit[10:])
     run.add(
         "launch_cpu",
         "submit",
         "one-workgroup dispatch: encode + submit",
-        launch,
+        launch[10:],
         note="the CPU cost of getting work going",
         summary_wall="launch_cpu_ns",
     )
@@ -195,20 +192,17 @@ def _submit(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
         (1, "launch", "timestamped one-workgroup dispatch: round trip"),
     ):
         wall, dev = [], []
-        for i in range(n // 2 + 5):
+        for _ in range(n // 2 + 5):  # the first 5: warm-up
             t0 = clock()
             w.queue.submit([w.dispatch(w.empty, groups, timed=True).finish()])
-            ns = w.read_pass_ns()
-            t1 = clock()
-            if i >= 5:
-                wall.append(float(t1 - t0))
-                dev.append(ns)
+            dev.append(w.read_pass_ns())
+            wall.append(float(clock() - t0))
         run.add(
             key,
             "timestamps",
             what,
-            wall,
-            dev,
+            wall[5:],
+            dev[5:],
             note="device: end - begin timestamp of the pass",
             summary_device="launch_gpu_ns" if groups else None,
         )
@@ -224,7 +218,7 @@ def _copies(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
         data = np.ones(nbytes, dtype=np.uint8)
         reps = plan.batches * 2 if nbytes == 1024 else (3 if plan.quick else 10)
         up, down = [], []
-        for i in range(reps + 2):
+        for _ in range(reps + 2):  # the first 2: warm-up
             t0 = clock()
             w.queue.write_buffer(buf, 0, data)
             w.wait()
@@ -235,15 +229,13 @@ def _copies(run: DeviceRun, plan: Plan, w: _Wgpu) -> None:
             mapbuf.map_sync(w.wgpu.MapMode.READ)
             _ = bytes(mapbuf.read_mapped())
             mapbuf.unmap()
-            t2 = clock()
-            if i >= 2:
-                up.append(float(t1 - t0))
-                down.append(float(t2 - t1))
+            up.append(float(t1 - t0))
+            down.append(float(clock() - t1))
         size = "1 KB" if nbytes == 1024 else f"{nbytes >> 20} MB"
         tag = "1k" if nbytes == 1024 else "large"
         for direction, what, samples in (
-            ("h2d", f"upload {size} (write_buffer + wait)", up),
-            ("d2h", f"readback {size} (copy + map + read)", down),
+            ("h2d", f"upload {size} (write_buffer + wait)", up[2:]),
+            ("d2h", f"readback {size} (copy + map + read)", down[2:]),
         ):
             headline = f"{direction}_1k_ns" if nbytes == 1024 else None
             run.add(f"{direction}_{tag}", "copies", what, samples, bytes=nbytes, summary_wall=headline)

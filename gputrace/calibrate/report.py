@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from gputrace.calibrate.result import BreakEven, Calibration, Measurement, Stat
+from gputrace.calibrate.result import Calibration, Measurement, Stat
 from gputrace.durations import fmt_ns
 
 
@@ -64,7 +64,19 @@ def render(cal: Calibration) -> str:
             f"{m.what:<{w_what}}  {wm:>11}  {wr:<21}  {dm:>13}  {dr:<21}  {n:>5}  {_note(m)}".rstrip()
         )
     if cal.breakeven:
-        lines += ["", *render_breakeven(cal.breakeven, cal.curves.get("elements", []))]
+        sizes = cal.curves.get("elements", [])
+        top = sizes[-1] if sizes else None
+        lines += [
+            "",
+            "break-even: smallest element count (float32) where the GPU finishes first "
+            "(numpy on this CPU vs one kernel + wait)",
+            f"{'multiply-adds/element':>21}  {'data on the GPU':<44}  with copies in and out",
+        ]
+        for r in cal.breakeven:
+            lines.append(
+                f"{r.ops_per_element:>21}  {_be_cell(r.resident, r.resident_below_grid, top):<44}  "
+                f"{_be_cell(r.with_copies, r.with_copies_below_grid, top)}"
+            )
     if cal.summary:
         facts = ", ".join(f"{k}={v:g}" for k, v in cal.summary.items())
         lines += ["", f"summary (recorded into later traces): {facts}"]
@@ -79,18 +91,3 @@ def _be_cell(n: int | None, below: bool, top: int | None) -> str:
     if below:
         return f"≤ {fmt_count(n)} (GPU faster from the smallest size)"
     return f"≈ {fmt_count(n)}"
-
-
-def render_breakeven(rows: list[BreakEven], sizes: list[int]) -> list[str]:
-    top = sizes[-1] if sizes else None
-    out = [
-        "break-even: smallest element count (float32) where the GPU finishes first "
-        "(numpy on this CPU vs one kernel + wait)",
-        f"{'multiply-adds/element':>21}  {'data on the GPU':<44}  with copies in and out",
-    ]
-    for r in rows:
-        out.append(
-            f"{r.ops_per_element:>21}  {_be_cell(r.resident, r.resident_below_grid, top):<44}  "
-            f"{_be_cell(r.with_copies, r.with_copies_below_grid, top)}"
-        )
-    return out

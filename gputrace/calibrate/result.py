@@ -1,9 +1,6 @@
-"""What a calibration produces: measurements, a break-even table and a few headline numbers.
-
-Every measurement is repeated many times after a warm-up that is thrown away, and reported as a
-median with its spread (``Stat``: p5/p95 and min/max), never as a single number or a mean.
-A ``Calibration`` round-trips through JSON (``to_json``/``from_json``); the headline numbers in
-``summary`` are what later traces record in their header (``launch_cpu_ns``, ``launch_gpu_ns``, …).
+"""What a calibration produces: measurements (each a median with its spread, ``Stat``, never a
+single number or a mean), a break-even table, and the headline numbers in ``summary`` that later
+traces record in their header. A ``Calibration`` round-trips through JSON.
 """
 
 from __future__ import annotations
@@ -55,11 +52,8 @@ def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One quantity measured on the CPU wall clock, on the device clock, or on both.
-
-    Each sample is already per operation (``per`` operations were timed together and divided).
-    ``bytes`` is set for copies, so the table can show bandwidth next to latency.
-    """
+    """One quantity measured on the CPU wall clock, the device clock, or both; each sample is per
+    operation (``per`` were timed together); ``bytes`` is set for copies (the table's bandwidth)."""
 
     key: str
     group: str
@@ -87,11 +81,8 @@ class Measurement:
 @dataclass(frozen=True)
 class BreakEven:
     """For ``ops_per_element`` multiply-adds per element: the smallest element count at which the
-    GPU finishes first, with data already on the GPU (``resident``) and with copies in and out.
-
-    ``None`` means the GPU never won on the measured grid; ``below_grid`` means it already won at
-    the smallest size measured (so the true break-even is at most that size).
-    """
+    GPU finishes first, with data already on the GPU (``resident``) and with copies in and out;
+    None if it never won on the grid, ``below_grid`` if it won already at the smallest size."""
 
     ops_per_element: int
     resident: int | None

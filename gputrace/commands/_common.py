@@ -1,11 +1,12 @@
-"""What the commands share: loading a trace, writing one, and turning a bad file into one sentence
-with exit code 2; the options more than one command takes."""
+"""What the commands share: loading and writing traces (a bad file ends in one sentence, exit
+code 2), and the options more than one command takes."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -29,6 +30,12 @@ def backend_option(help: str) -> Callable[[F], F]:
     return click.option("--backend", type=choices, default="auto", show_default=True, help=help)
 
 
+def output_option(help: str) -> Callable[[F], F]:
+    """``-o``/``--output`` of calibrate and run (a path that is not a regular file is refused by
+    ``check_output``, in one sentence)."""
+    return click.option("-o", "--output", type=click.Path(path_type=Path), help=help)
+
+
 def format_option(*flags: str, choices: tuple[str, ...], help: str | None = None) -> Callable[[F], F]:
     """``--format`` (``fmt`` to the command), the first choice by default."""
     fmt = click.Choice(choices)
@@ -43,9 +50,9 @@ def fail(message: str) -> NoReturn:
 
 
 @contextmanager
-def _progress(path: str) -> Iterator[Callable[[str], None] | None]:
+def _progress(path: str, wanted: bool) -> Iterator[Callable[[str], None] | None]:
     # keyed on the JSON inside: a small .json.gz can hold a trace that takes a while to parse
-    if not is_terminal(sys.stderr) or content_size(path) < PROGRESS_MIN_BYTES:
+    if not wanted or not is_terminal(sys.stderr) or content_size(path) < PROGRESS_MIN_BYTES:
         yield None
         return
     with Progress(f"loading {path}", total=3) as bar:
@@ -57,9 +64,7 @@ def load_any(path: str, *, foreign: bool = True, progress: bool = True) -> Trace
     """A trace from ``path`` (another tool's Chrome trace too if ``foreign``); any problem with the
     file ends the command in one sentence, exit code 2. ``progress``: a line for a large file."""
     try:
-        if not progress:
-            return load(path)
-        with _progress(path) as stages:
+        with _progress(path, progress) as stages:
             return load(path, progress=stages)
     except NotAGputraceTrace as exc:
         if not foreign or exc.document is None:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import click
 
-from gputrace.commands._common import backend_option, fail, format_option
+from gputrace.commands._common import backend_option, fail, format_option, output_option
 from gputrace.errors import GputraceError
 from gputrace.safetext import path_text, printable_lines
 
@@ -31,11 +32,9 @@ def _auto_backend() -> str:
     from gputrace.calibrate import on_cuda, on_wgpu  # each imports its GPU library only in probe()
 
     for name, backend in (("cuda", on_cuda), ("wgpu", on_wgpu)):
-        try:
+        with contextlib.suppress(GputraceError):
             backend.probe()
             return name
-        except GputraceError:
-            pass
     return "cpu"
 
 
@@ -43,12 +42,7 @@ def _auto_backend() -> str:
 @backend_option("What to measure.")
 @click.option("--quick", is_flag=True, help="Fewer repetitions and a smaller grid (seconds).")
 @format_option(choices=("table", "json"), help="What to print on stdout.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),  # not a regular file: refused by check_output, in one sentence
-    help="Also save the results (JSON) to this file.",
-)
+@output_option("Also save the results (JSON) to this file.")
 @click.option("--no-save", is_flag=True, help="Do not save to this machine's default location.")
 def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save: bool) -> None:
     """Measure launch overhead, copy latency, timer resolution and the CPU-vs-GPU break-even."""

@@ -15,17 +15,12 @@ from typing import Any
 import click
 
 from gputrace.backends import TIMINGS
-from gputrace.commands._common import backend_option
+from gputrace.commands._common import backend_option, output_option
 from gputrace.safetext import path_text, printable
 
 
 @click.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),  # not a regular file: refused by check_output, in one sentence
-    help="Where to write the trace (default: <script>.run.trace.json here; .gz to compress).",
-)
+@output_option("Where to write the trace (default: <script>.run.trace.json here; .gz to compress).")
 @backend_option("Which GPU backend records the program's scopes.")
 @click.option(
     "--trace-module",
@@ -48,16 +43,12 @@ from gputrace.safetext import path_text, printable
     "--ring",
     "ring_s",
     type=click.FloatRange(min=0, min_open=True),
-    default=None,
     metavar="SECONDS",
     help="Flight recorder: keep only the last SECONDS; written at exit and on SIGUSR1.",
 )
-@click.option(
-    "--steps", default=None, metavar="START:STOP", help="Record only steps START..STOP-1 (gputrace.step())."
-)
+@click.option("--steps", metavar="START:STOP", help="Record only steps START..STOP-1 (gputrace.step()).")
 @click.option(
     "--schedule",
-    default=None,
     metavar="wait=W,warmup=U,active=A,repeat=R",
     help="Record only the active steps of each cycle, as torch.profiler's schedule counts them.",
 )
@@ -75,18 +66,16 @@ def run(output: Path | None, script: Path, args: tuple[str, ...], **options: Any
     """Run a Python program as `python SCRIPT ARGS` would, with a gputrace session active."""
     from gputrace.runner import RunOptions, run_script
 
-    if output is None:
-        output = Path(f"{script.stem}.run.trace.json")
+    output = output or Path(f"{script.stem}.run.trace.json")
     result = run_script(RunOptions(script, list(args), output, **options))
-    if result.session is not None:
-        if result.written is not None:
-            click.echo(
-                f"gputrace: trace written to {path_text(result.written)} ({result.scopes} scopes, "
-                f"backend {printable(str(result.backend))})",
-                err=True,
-            )
-        else:
-            click.echo("gputrace: no trace file was written (see the warning above).", err=True)
+    if result.written is not None:
+        click.echo(
+            f"gputrace: trace written to {path_text(result.written)} ({result.scopes} scopes, "
+            f"backend {printable(str(result.backend))})",
+            err=True,
+        )
+    elif result.session is not None:
+        click.echo("gputrace: no trace file was written (see the warning above).", err=True)
     if not options["quiet"]:
         for note in result.notes:
             click.echo(f"gputrace: {printable(note)}", err=True)

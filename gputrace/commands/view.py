@@ -6,6 +6,7 @@ The viewer and the trace are served on 127.0.0.1 only; nothing leaves the machin
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import webbrowser
 
@@ -14,17 +15,6 @@ import click
 from gputrace.commands._common import fail
 from gputrace.exporters.json import read_document
 from gputrace.safetext import path_text
-
-
-def check_viewable(trace: str) -> None:
-    """Read ``trace`` as the viewer will (bounded, as every read); a bad file ends the command with
-    the sentence ``summarize`` gives for it (exit code 2), not a blank page."""
-    try:
-        doc = read_document(trace)[0]
-    except MemoryError:
-        fail(f"{path_text(trace)}: too large to load into memory.")
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        fail(f"{path_text(trace)}: not a Chrome trace (no traceEvents list).")
 
 
 @click.command()
@@ -47,7 +37,12 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     """Show TRACE (.json or .json.gz) in the browser; serves it on 127.0.0.1 until Ctrl-C."""
     from gputrace.viewer_server import ViewerServer
 
-    check_viewable(trace)
+    try:  # read as the viewer will: a bad file ends in summarize's sentence, not a blank page
+        doc = read_document(trace)[0]
+    except MemoryError:
+        fail(f"{path_text(trace)}: too large to load into memory.")
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        fail(f"{path_text(trace)}: not a Chrome trace (no traceEvents list).")
     if check:
         click.echo(f"gputrace: {path_text(trace)} can be viewed.")
         return
@@ -60,9 +55,8 @@ def view(trace: str, no_browser: bool, port: int, perfetto: bool, check: bool) -
     if not no_browser:
         webbrowser.open(url)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
     finally:
         server.close()
     click.echo("gputrace: stopped.")
