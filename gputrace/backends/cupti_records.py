@@ -139,34 +139,31 @@ class BufferDecoder:
         if n == 0:
             return np.zeros(0, np.int64), ("" if len(buf) == 0 else f"a {len(buf)} B buffer holds no record")
         words = buf[: n * RECORD_ALIGN].view("<u4")[0::2]  # the first word of every slot
-        runs, pos = self._runs(words, n)
-        if pos == n:
+        slots, pos = self._runs(words, n)
+        broke = False
+        if pos < n:  # the rest of the chain, from slot ``pos`` (where the runs gave up) on
+            small = pos + np.flatnonzero(
+                (words[pos:] - np.uint32(1)) < np.uint32(self._top - 1)
+            )  # 1 ... top-1
+            cand = small[self._slots[words[small]] > 0]
+            if not len(cand) or cand[0] != pos:
+                if pos == 0:
+                    return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
+                unknown = f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
+                return slots * RECORD_ALIGN, unknown
+            rest, broke = self._walk(words, n, cand)
+            slots = np.concatenate([slots, rest])
+        starts = slots * RECORD_ALIGN
+        if not broke:
             stray = len(buf) % RECORD_ALIGN
-            return runs * RECORD_ALIGN, (f"{stray} stray bytes after the last record" if stray else "")
-        # the rest of the chain, from slot ``pos`` (where the runs gave up) on
-        small = pos + np.flatnonzero((words[pos:] - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
-        cand = small[self._slots[words[small]] > 0]
-        m = len(cand)
-        if m == 0 or cand[0] != pos:
-            if pos == 0:
-                return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
-            unknown = f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
-            return runs * RECORD_ALIGN, unknown
-        chain, broke = self._walk(words, n, cand)
-        starts = np.concatenate([runs, chain]) * RECORD_ALIGN
-        problem = ""
-        if broke:
-            last = int(starts[-1])
-            k = int(words[last // RECORD_ALIGN])
-            tail = last + int(self.sizes.get(k, 0))
-            problem = (
-                f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
-                if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
-                else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
-            )
-        elif len(buf) % RECORD_ALIGN:
-            problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
-        return starts, problem
+            return starts, (f"{stray} stray bytes after the last record" if stray else "")
+        last = int(starts[-1])
+        tail = last + int(self.sizes.get(int(words[last // RECORD_ALIGN]), 0))
+        return starts, (
+            f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
+            if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
+            else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
+        )
 
     def _walk(self, words: np.ndarray, n: int, cand: np.ndarray) -> tuple[np.ndarray, bool]:
         """The chain from ``cand[0]`` through the ascending candidate slots ``cand``, and whether it
