@@ -184,7 +184,6 @@ class CudaEventsBackend(Backend):
         self._lock = threading.Lock()  # slow paths only: new device, new queue
         self._pending_samples: list[CalibrationSample] = []
         self._harvested = Collected()
-        self._harvest_at = HARVEST_EVERY
         self._harvests = 0
         self._exits = 0
         self._harvest_lock = threading.Lock()
@@ -235,7 +234,7 @@ class CudaEventsBackend(Backend):
         self._ended.append((token, qs, ev0, ev1, cpu_ns))
         # left open until it is in ``_ended``: a collect's horizon sees every scope in one of them
         self._open.pop(token, None)
-        if len(self._ended) >= self._harvest_at:
+        if len(self._ended) >= HARVEST_EVERY:
             self._exits += 1
             if self._exits % HARVEST_EXITS == 0:
                 self._harvest()
@@ -440,8 +439,7 @@ class CudaEventsBackend(Backend):
         keep = []
         released: set[int] = set()
         placed: list[tuple[int, int, int, int, int]] = []
-        # events of one stream complete in order: when the newest end event of a queue in this
-        # batch is done, so are the older ones (one query per queue instead of one per scope)
+        # a stream's events complete in order: its newest end event done, so are the older ones
         newest: dict[int, int] = {}
         queues = len(self._queue_list)
         for rec in reversed(ended):

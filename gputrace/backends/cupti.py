@@ -26,8 +26,7 @@ from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 from gputrace.records import OP_ROWS, Blind, OpBatch
 
-# Linux OS thread ids stay below 2**22 (pid_max). CUPTI's default thread id is pthread_self(), an
-# address, of which its records keep the low 32 bits.
+# Linux OS thread ids stay below 2**22 (pid_max); CUPTI's default is pthread_self()'s low 32 bits.
 _MAX_OS_TID = 1 << 22
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
