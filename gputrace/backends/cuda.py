@@ -1,23 +1,12 @@
-"""The cuda backend (CuPy), with two timing sources behind one name.
+"""The cuda backend (CuPy), with two timing sources behind one name (docs/cupti.md: what each sees).
 
-- ``timing="cupti"``: NVIDIA's CUPTI, libcupti driven through ctypes and its activity buffers
-  decoded in bulk (``gputrace.backends.cupti``, ``cupti_lib``, ``cupti_records``):
-  every kernel, memcpy and memset with its launch call and exact GPU start/end, attributed to the
-  innermost scope open on the launching thread; graph replays included.
-- ``timing="events"``: a pooled CUDA event pair per scope (``gputrace.backends.cuda_events``):
-  one span per scope; the fallback, and the path that coexists with other CUPTI clients.
+- ``timing="cupti"``: libcupti through ctypes, its buffers decoded in bulk (``cupti``,
+  ``cupti_lib``, ``cupti_records``): every kernel, memcpy and memset with its launch call and exact
+  GPU start/end, attributed to the innermost scope open on the launching thread; graph replays too.
+- ``timing="events"``: a pooled CUDA event pair per scope (``cuda_events``): one span per scope;
+  the fallback, and the path that coexists with other CUPTI clients.
 - ``timing="auto"`` (the default): CUPTI where it can be used (libcupti 13.x found, no
   torch.profiler recording), else events; one notice when another profiler is the reason.
-
->>> import cupy, gputrace                                     # doctest: +SKIP
->>> with gputrace.session("mm.json", backend="cuda") as s:    # doctest: +SKIP
-...     a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
-...     with gputrace.trace("matmul"):
-...         b = a @ a
->>> s.trace.find("matmul")[0].gpu_ns                          # doctest: +SKIP
-1843200
-
-What each source can and cannot see: docs/cupti.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,22 @@
 """CUDA-event timing for the cuda backend: a pooled CUDA event pair per scope, through CuPy.
 
 The fallback where CUPTI cannot be used, and the path that coexists with other profilers: one span
-per scope, recorded on the stream its work goes to (CuPy's current stream, or ``trace(name,
-stream=s)``), submitted at the scope's entry; what that span can and cannot see: docs/cuda.md.
-Events come from a per-device pool and go back to it once read: creating one costs as much as
-recording it.
+per scope, recorded at its entry on the stream its work goes to (CuPy's current stream, or
+``trace(name, stream=s)``); what that span can and cannot see: docs/cuda.md. Events come from a
+per-device pool and go back once read: creating one costs as much as recording it.
 
-The GPU clock domain: ``cudaEventElapsedTime`` gives float32 ms, whose resolution falls with the
-distance between two events (61 ns at 1 s). So a chain of *anchor* events on the backend's own
-stream, one per calibration and from ``begin`` at most every ``ANCHOR_EVERY_NS``, places anchor
-``k`` at ``G(k-1) + elapsed(k-1, k)`` and a scope's event ``e`` at ``G(a) + elapsed(a, e)`` for the
-anchor ``a`` issued nearest to it: no time is read from far away. Calibration brackets an event
-record on that idle stream between two session-clock reads, polled to completion (6–8 µs wide on
-the H200); the tightest ``SAMPLES_KEPT`` of ``SAMPLES_PER_CALIBRATION`` are kept.
+The GPU clock: ``cudaEventElapsedTime`` gives float32 ms (61 ns resolution 1 s apart), so
+*anchor* events on the backend's own stream (one per calibration, from ``begin`` at most every
+``ANCHOR_EVERY_NS``) are chained, anchor ``k`` at ``G(k-1) + elapsed(k-1, k)``, and a scope's
+event ``e`` is placed at ``G(a) + elapsed(a, e)`` from the anchor ``a`` issued nearest to it.
+Calibration brackets an event record on that idle stream between two session-clock reads, polled
+to completion (6–8 µs wide on the H200). Not ``%globaltimer`` anchors (a kernel reads the timer,
+an event follows it): on the H200 the event is stamped when its record *arrives*, for a one-thread
+kernel after the kernel finished, at a time set by the CPU's launch jitter: such anchors disagreed
+by up to 10 µs.
 
-Why not ``%globaltimer`` anchors (a kernel reads the timer, an event follows it): on the H200 the
-event is timestamped when its record *arrives*, for a one-thread kernel after the kernel finished,
-at a time set by the CPU's launch jitter; such anchors disagreed by up to 10 µs.
-
-Work captured into a CUDA graph cannot be timed by event records: scopes entered while their
-stream is capturing are flagged ``untimed``, with one notice.
+Scopes entered while their stream captures a CUDA graph cannot be timed by events: they are
+flagged ``untimed``, with one notice.
 """
 
 from __future__ import annotations
@@ -44,16 +41,15 @@ from gputrace.model import QueueInfo
 # 1.25–2.34 µs apart on the H200, an empty kernel between them 2.69–3.94 µs (docs/cuda.md).
 EMPTY_SPAN_NS = 2_500
 ANCHOR_EVERY_NS = 1_000_000_000
-# Brackets tried per calibration, and how many of the tightest are kept: the resolver's bound
-# follows its worst sample, and a wide window (a preempted thread, a GPU waking up) only loosens it.
+# Brackets tried per calibration, and the tightest kept: the resolver's bound follows its worst
+# sample, and a wide window (a preempted thread, a GPU waking up) only loosens it.
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
 DEFAULT_SYNC_TIMEOUT_S = 120.0
 # Without syncs the pool would grow by two events per scope: once this many ended scopes wait,
-# every HARVEST_EXITS-th scope exit reads the oldest HARVEST_BATCH finished ones, without waiting
-# (reading all every 1,024 scopes stalled the program ~5 ms each time on the H200 when each was
-# read in Python; in bulk a harvest's own cost is what a small batch pays: 1.2 µs a scope in
-# batches of 32, 0.7 in batches of 256 on a 2-core machine, ``benchmarks/probe_events_python.py``).
+# every HARVEST_EXITS-th exit reads the oldest HARVEST_BATCH finished ones without waiting (all
+# every 1,024 scopes, read in Python, stalled ~5 ms each time on the H200; in bulk a scope costs
+# 1.2 µs in batches of 32, 0.7 in batches of 256 on 2 cores, ``benchmarks/probe_events_python.py``).
 HARVEST_EVERY = 512
 HARVEST_EXITS = 64
 HARVEST_BATCH = 4 * HARVEST_EXITS
@@ -188,7 +184,6 @@ class CudaEventsBackend(Backend):
         self._lock = threading.Lock()  # slow paths only: new device, new queue
         self._pending_samples: list[CalibrationSample] = []
         self._harvested = Collected()
-        self._harvest_at = HARVEST_EVERY
         self._harvests = 0
         self._exits = 0
         self._harvest_lock = threading.Lock()
@@ -239,7 +234,7 @@ class CudaEventsBackend(Backend):
         self._ended.append((token, qs, ev0, ev1, cpu_ns))
         # left open until it is in ``_ended``: a collect's horizon sees every scope in one of them
         self._open.pop(token, None)
-        if len(self._ended) >= self._harvest_at:
+        if len(self._ended) >= HARVEST_EVERY:
             self._exits += 1
             if self._exits % HARVEST_EXITS == 0:
                 self._harvest()
@@ -403,8 +398,7 @@ class CudaEventsBackend(Backend):
             return self._with_harvested(self._take_finished(self._synced_ns or self.clock()))
 
     def _with_harvested(self, got: Collected) -> Collected:
-        """``got`` after the spans harvested at scope exits, with the refused scopes (under the
-        harvest lock)."""
+        """``got`` after the spans harvested at scope exits, with the refused scopes (harvest lock held)."""
         early, self._harvested = self._harvested, Collected()
         got.spans[:0] = early.spans
         got.degraded.update(early.degraded)
@@ -412,16 +406,13 @@ class CudaEventsBackend(Backend):
         return got
 
     def waiting_bytes(self) -> int:
-        """Bytes the spans read and not yet collected take (the streamer collects early when
-        they pile up, so memory stays flat without syncs)."""
+        """Bytes of spans read or waiting, not yet collected (the streamer collects early on many)."""
         return (len(self._harvested.spans) + len(self._ended)) * SPAN_BYTES
 
     def collect_background(self) -> tuple[Collected, int | None]:
-        """A collect without a sync (the streamer's timer): the spans of the ended scopes whose
-        events are done, and the session-clock time before which every scope that ended has its
-        span in (this collect or an earlier one): the earliest entry of a scope still open or
-        ended unread, or now. A scope is in ``_open`` until it is in ``_ended``, so none slips
-        between them; harvests hold the same lock."""
+        """A collect without a sync (the streamer's timer): the spans of ended scopes whose events
+        are done, and the time before which every ended scope's span is in: the earliest entry of
+        a scope open or ended unread (a scope is in ``_open`` until it is in ``_ended``), or now."""
         with self._harvest_lock:
             got = self._with_harvested(self._take_finished(None))
             now = self.clock()
@@ -431,10 +422,9 @@ class CudaEventsBackend(Backend):
     def _take_finished(self, done_by: int | None, limit: int | None = None, retire: bool = True) -> Collected:
         """Spans of the ended scopes whose end event is done; their events go back to the pool.
 
-        ``done_by``: a session-clock time by which those events were known done (the sync's end);
-        None when harvesting without a sync: then the clock is read after the last query, and
-        scopes that no finished anchor can place yet are left for later. ``limit``: read at most
-        that many of the oldest ended scopes.
+        ``done_by``: when those events were known done (the sync's end); None without a sync: the
+        clock is read after the last query, and scopes no finished anchor can place yet wait.
+        ``limit``: read at most that many of the oldest ended scopes.
         """
         got = Collected()
         n = len(self._ended) if limit is None else min(limit, len(self._ended))
@@ -449,8 +439,7 @@ class CudaEventsBackend(Backend):
         keep = []
         released: set[int] = set()
         placed: list[tuple[int, int, int, int, int]] = []
-        # events of one stream complete in order: when the newest end event of a queue in this
-        # batch is done, so are the older ones (one query per queue instead of one per scope)
+        # a stream's events complete in order: its newest end event done, so are the older ones
         newest: dict[int, int] = {}
         queues = len(self._queue_list)
         for rec in reversed(ended):
@@ -509,9 +498,8 @@ class CudaEventsBackend(Backend):
     def _place_all(
         self, ended: list[tuple[int, _Queue, int, int, int]], ready: list[_Anchor], done_by: int | None
     ) -> list[RawSpan] | None:
-        """The spans of ``ended``, every one finished, on one device with finished anchors
-        ``ready``: the loop of ``_take_finished`` with its per-scope work in C (two elapsed-time
-        reads a scope, through ``map``). None when a read fails: that loop then says which."""
+        """The spans of ``ended`` (all finished, one device, anchors ``ready``): ``_take_finished``'s
+        loop with its per-scope reads in C (``map``). None when a read fails: the loop says which."""
         tokens, queues, ev0s, ev1s, cpu_ns = zip(*ended, strict=True)
         cpu = np.fromiter(cpu_ns, np.int64, len(ended))
         at = np.array([a.cpu_ns for a in ready], np.int64)

@@ -1,16 +1,13 @@
 """CUPTI timing for the cuda backend: every kernel, memcpy and memset, attributed to its scope.
 
 An *activity source* (libcupti through ctypes, ``cupti_lib``; in tests ``tests/cupti_fake.py``,
-which writes real CUPTI record bytes) delivers records decoded in bulk: per GPU operation its
-name, device, stream, GPU start/end and the correlation id of its launch call; per API call its
-thread and CPU start/end. Operations are joined to their launch calls by correlation id with numpy
-(no Python object per record) and handed to the resolver as one batch, which attributes each to
-the innermost scope open on the launching thread when the call started. The backend is not
-``timed``: scopes cost what CPU-only scopes cost, nothing is pushed or popped per scope (measured
-against CUPTI's external-correlation push/pop in ``benchmarks/bench_cuda.py``).
-
-How CUPTI's clock is bracketed onto the session clock, and how records that stop arriving (another
-CUPTI client took the callbacks) make *blind* stretches: docs/cupti.md.
+which writes real CUPTI record bytes) delivers operations and API calls decoded in bulk. They are
+joined by correlation id with numpy (no Python object per record) and handed to the resolver as
+one batch, which attributes each operation to the innermost scope open on the launching thread
+when its call started. The backend is not ``timed``: nothing is pushed or popped per scope
+(measured against CUPTI's external-correlation push/pop in ``benchmarks/bench_cuda.py``). How
+CUPTI's clock is bracketed, and the *blind* stretches left when another CUPTI client takes the
+callbacks: docs/cupti.md.
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
 from gputrace.records import OP_ROWS, Blind, OpBatch
 
-# Linux OS thread ids stay below 2**22 (pid_max). CUPTI's default thread id is pthread_self(), an
-# address, of which its records keep the low 32 bits.
+# Linux OS thread ids stay below 2**22 (pid_max); CUPTI's default is pthread_self()'s low 32 bits.
 _MAX_OS_TID = 1 << 22
 SAMPLES_PER_CALIBRATION = 6
 SAMPLES_KEPT = 2
@@ -48,11 +44,10 @@ MAX_BLIND_LISTED = 64  # blind stretches listed in the header (the count is exac
 class ActivitySource(Protocol):
     """What the backend asks of an activity source (real CUPTI or the test fake).
 
-    ``drain`` forces a flush and takes every record delivered so far: operations
-    (``cupti_records.OPS``, names as indices into ``names``) and API calls (``CALLS``); records of
-    work still running come with zero timestamps (``cupti_records.unfinished``). ``sync`` waits for
-    all GPU work and returns (OS tid, start, end) on the source clock of a window in which this
-    thread made an API call the source should have recorded (the canary).
+    ``drain`` forces a flush and takes every record so far: operations (``cupti_records.OPS``,
+    names indexing ``names``) and API calls (``CALLS``); work still running comes with zero times
+    (``cupti_records.unfinished``). ``sync`` waits for all GPU work and returns (OS tid, start,
+    end), on the source clock, of a window in which this thread made a recorded API call (the canary).
     """
 
     name: str
@@ -199,18 +194,21 @@ class CuptiBackend(Backend):
             return ticks
         return m[1] + round((ticks - m[0]) / m[2])
 
+    def _samples(self, brackets: list[tuple[int, int, int]]) -> list[CalibrationSample]:
+        return [
+            CalibrationSample(t0, g, t1, d) for d in sorted(self._dev_names) or [0] for t0, g, t1 in brackets
+        ]
+
     def calibrate(self) -> list[CalibrationSample]:
-        best = self._brackets(self.samples)[:SAMPLES_KEPT]
+        best = self._samples(self._brackets(self.samples)[:SAMPLES_KEPT])
         with self._lock:
             out, self._bg_samples = self._bg_samples, []
-        devs = sorted(self._dev_names) or [0]
-        out.extend(CalibrationSample(t0, g, t1, d) for d in devs for t0, g, t1 in best)
-        return out
+        return out + best
 
     def _learn_threads(self) -> None:
-        """Remember each live thread's pthread id -> OS thread id (the trace names threads by OS
-        id; CUPTI by pthread id unless a tool changed the type). Learned from the recorder's
-        thread buffers and the live threads, at every buffer, sync and collect."""
+        """Map each live thread's pthread id (CUPTI's thread id unless a tool changed it) to its OS
+        id (the trace's), from the recorder's thread buffers and live threads; at every buffer,
+        sync and collect."""
         native = self._native
         pairs = [(b.ident, b.tid) for b in list(self.recorder.buffers)] if self.recorder is not None else []
         pairs += [(t.ident, t.native_id) for t in threading.enumerate() if t.ident and t.native_id]
@@ -230,9 +228,9 @@ class CuptiBackend(Backend):
         """One bracket, taken from CUPTI's own thread when it hands over a buffer: keeps the
         clock fit fresh in long runs without syncs; and the threads' ids learned."""
         self._learn_threads()
-        t0, g, t1 = self._brackets(1)[0]
+        got = self._samples(self._brackets(1))
         with self._lock:
-            self._bg_samples.extend(CalibrationSample(t0, g, t1, d) for d in sorted(self._dev_names) or [0])
+            self._bg_samples.extend(got)
 
     # sync and collect -----------------------------------------------------------------------
     def sync(self) -> None:
@@ -241,8 +239,7 @@ class CuptiBackend(Backend):
         self._canary = (tid, self._source_ns(t0), self._source_ns(t1))
 
     def waiting_bytes(self) -> int:
-        """Bytes of activity records delivered by the source and not yet collected (the streamer
-        collects early when they pile up, so memory stays flat)."""
+        """Bytes of records delivered and not yet collected (the streamer collects early on many)."""
         return int(self.source.waiting_bytes())
 
     def collect(self) -> Collected:
@@ -265,9 +262,8 @@ class CuptiBackend(Backend):
 
     def _collect(self, *, background: bool) -> Collected:
         got = Collected(ops_timing=True)
-        # Every drain forces CUPTI's buffers out, in the background too: work still running comes
-        # unfinished (zero timestamps), is matched to its launch call, then left out and counted
-        # (why forced, not CUPTI's default flush: docs/cupti.md, "Nothing lost silently").
+        # Every drain forces CUPTI's buffers out (why: docs/cupti.md, "Nothing lost silently"): work
+        # still running comes with zero times, is matched to its launch call, left out and counted.
         ops, calls = self.source.drain()
         unfinished = cr.unfinished(ops)
         m = self._rate_map  # (as ``_source_ns``, over whole columns)
@@ -297,9 +293,8 @@ class CuptiBackend(Backend):
                         "(cupti_incomplete_records).",
                     )
             got.batches.append(batch)
-        # A call's operations arrive by the collect after it at the latest, and by this one when
-        # a sync came after the call: a launch call whose operations did not arrive by then lost
-        # them (another CUPTI client tore activity tracing down, or buffers overflowed).
+        # A call's operations arrive by the next collect, or by this one when a sync followed the
+        # call: a launch call whose operations did not lost them (another client, full buffers).
         if background:
             # no sync came: a launch whose operations have not arrived may still be queued on
             # the GPU; it waits for a later collect (at the latest the next sync's) to be judged
@@ -328,8 +323,7 @@ class CuptiBackend(Backend):
             )
         return got
 
-    def _call_name(self, key: int) -> str:
-        """The name of the API call ``_call_keys`` packed into ``key``."""
+    def _call_name(self, key: int) -> str:  # of the API call ``_call_keys`` packed into ``key``
         return self.source.call_name(key >> 32, key & 0xFFFFFFFF)
 
     def _launches(self, calls: np.ndarray) -> np.ndarray:
@@ -339,8 +333,6 @@ class CuptiBackend(Backend):
     def _lost_operations(self, due: np.ndarray, got: Collected) -> None:
         """Launch calls whose operations never arrived: their stretches of time are blind (scopes
         there with no GPU work are flagged untimed, not empty), counted, and noticed once."""
-        if not len(due):
-            return
         lost = due[self._launches(due)]
         if not len(lost):
             return
@@ -377,8 +369,7 @@ class CuptiBackend(Backend):
     ) -> OpBatch:
         """Operations joined to their launch calls by correlation id, in bulk (this collect's
         calls first, then the previous collect's)."""
-        n = len(ops)
-        rows = np.zeros(n, OP_ROWS)
+        rows = np.zeros(len(ops), OP_ROWS)
         for f_out, f_in in (("kind", "kind"), ("device", "device"), ("correlation", "correlation"),
                             ("gpu_start_ns", "start"), ("gpu_end_ns", "end"), ("bytes", "bytes"),
                             ("grid", "grid"), ("block", "block"), ("graph_id", "graph_id"),
@@ -544,11 +535,10 @@ def self_check_problem(
     ops: np.ndarray, calls: np.ndarray, *, nbytes: int, device: int, tids: tuple[int, ...],
     t0: int, t1: int, call_name: Any = None,
 ) -> str | None:  # fmt: skip
-    """What is wrong with the records of the start-up check, or None: one memset of ``nbytes`` on
-    ``device``, launched by this thread (``tids``: its pthread and OS ids) between ``t0`` and
-    ``t1`` (source clock) and synced, must come back decoded with exactly those values, joined to
-    its launch call by correlation, inside the window and in order (start ≤ end; the call starts
-    before its memset). A layout read wrong fails one of these."""
+    """What is wrong with the start-up check's records, or None: one memset of ``nbytes`` on
+    ``device``, launched by this thread (``tids``: its pthread and OS ids) between ``t0`` and ``t1``
+    (source clock) and synced, must decode to exactly those values, joined to its launch call, in
+    the window and in order (start ≤ end; the call first). A layout read wrong fails one of these."""
     from gputrace.records import OP_MEMSET
 
     mine = ops[(ops["kind"] == OP_MEMSET) & (ops["bytes"] == nbytes)]

@@ -1,9 +1,7 @@
-"""The CUDA API calls whose CUPTI records gputrace asks for: launches, copies, sets, graph launches,
-and the synchronize calls its sync canary makes. Callback ids from CUPTI 13.4's
-``cupti_driver_cbid.h`` / ``cupti_runtime_cbid.h`` (ids are only ever appended): those whose names
-match ``cupti_lib.KEEP_CALLS``. Names come from libcupti itself (``cuptiGetCallbackName``, once per
-id, the ``_vN`` suffix dropped as PyTorch and HTA name them); ids past the last one here are looked
-up there at start too (``cupti_lib``).
+"""The CUDA API calls whose CUPTI records gputrace asks for (launches, copies, sets, graph launches,
+the sync canary's synchronize calls): CUPTI 13.4's ``cupti_driver_cbid.h`` / ``cupti_runtime_cbid.h``
+ids (only ever appended) whose names match ``cupti_lib.KEEP_CALLS``; newer ids are matched at start.
+Names come from libcupti (``cuptiGetCallbackName``, once per id, ``_vN`` dropped as PyTorch and HTA do).
 """
 
 DRIVER_SIZE = 868  # CUPTI_DRIVER_TRACE_CBID_SIZE in 13.4

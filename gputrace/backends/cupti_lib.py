@@ -1,11 +1,10 @@
-"""libcupti driven through ctypes: the activity source of CUPTI timing.
+"""libcupti driven through ctypes (not cupti-python: its import alone took 190–290 ms on the H200).
 
-No cupti-python on this path (importing it alone took 190–290 ms on the H200). CUPTI calls the
-buffer-completed callback on its own thread, which only queues the buffer's address and valid
+CUPTI's buffer-completed callback, on CUPTI's thread, only queues the buffer's address and valid
 size; buffers are decoded in bulk (``cupti_records``) when the backend drains them, every flush
 forced. Start-up checks (API version, record sizes) raise from ``LibCuptiSource``, and the cuda
-backend falls back to events with one notice; how buffers are found, flushed and checked:
-docs/cupti.md, "How CUPTI records are read" and "Nothing lost silently".
+backend falls back to events with one notice. Detail: docs/cupti.md, "How CUPTI records are
+read" and "Nothing lost silently".
 """
 
 from __future__ import annotations
@@ -40,11 +39,10 @@ _COMPLETED = ctypes.CFUNCTYPE(
 )
 
 # -- what outlives a session -----------------------------------------------------------------------
-# CUPTI calls the buffer callbacks it was given last until the process ends, and may hand back,
-# after a session stopped or in the next one, a buffer it held at that stop. So the two callbacks
-# and every buffer lent to CUPTI belong to the process, not to one session's source: a callback
-# freed with its source is a crash on CUPTI's thread, and a buffer freed while lent is memory
-# CUPTI writes records into after the program reused it (a crash later, anywhere).
+# CUPTI calls the last buffer callbacks it was given until the process ends, and may hand back,
+# after a session stopped or in the next one, a buffer it held at that stop. So the callbacks and
+# every lent buffer belong to the process, not a session's source: a callback freed with its source
+# is a crash on CUPTI's thread; a buffer freed while lent gets records written into reused memory.
 SPARE_BUFFERS = 8  # buffers handed back and decoded, kept to be lent again
 _lock = threading.Lock()
 _lent: dict[int, tuple[np.ndarray, LibCuptiSource]] = {}  # address -> (buffer, the source that lent it)
@@ -168,8 +166,7 @@ class LibCupti:
 
 
 class LibCuptiSource:
-    """CUPTI's activity API through ctypes; see the module docstring. ``ActivitySource`` contract
-    of ``gputrace.backends.cupti``, delivering arrays (``cupti_records.OPS`` / ``CALLS``)."""
+    """CUPTI's activity API through ctypes: an ``ActivitySource`` (``gputrace.backends.cupti``)."""
 
     name = "libcupti"
 
@@ -346,9 +343,8 @@ class LibCuptiSource:
         return filled
 
     def self_check(self) -> str | None:
-        """Launch one memset of a known odd size, sync, and check that its records decode to
-        exactly what was launched (``cupti.self_check_problem``); the records drained here were
-        all made before the session. What is wrong, or None. Measured cost: ``start_ms``."""
+        """What is wrong, or None, with the records of one memset of a known odd size, launched and
+        synced (``cupti.self_check_problem``; all records drained here predate the session)."""
         import cupy
 
         from gputrace.backends.cupti import SELF_CHECK_BYTES, self_check_problem

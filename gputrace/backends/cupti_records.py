@@ -1,17 +1,12 @@
 """CUPTI activity buffers decoded in bulk: numpy over whole buffers, never a Python object per record.
 
-A CUPTI activity buffer is a run of records packed back to back, each 8-byte aligned, each
-starting with its kind (``CUpti_ActivityKind``, uint32) and as long as that kind's struct. The
-layouts below are those of CUPTI 13's ``cupti_activity.h``, which only appends fields: the offsets
-hold in every 13.x, and the record *sizes* come from libcupti (``cuptiActivityGetStructSize``).
-
-Where each record starts depends on the kind of the one before it, a chain, walked without a loop
-per record: first predicted as runs of one repeating pattern (a launch's API record, then its
-kernel's), each run checked at once; where the runs are short, over every 8-byte slot whose first
-word is a known kind: those from which no next record starts at another such slot are dropped,
-a few times over, which leaves the records themselves in the usual case (else pointer doubling
-walks what is left, log2(records) numpy steps). The chain must end exactly at the buffer's valid
-end; anything else is reported, never guessed.
+A buffer holds records back to back, each 8-byte aligned, starting with its kind
+(``CUpti_ActivityKind``, uint32) and as long as that kind's struct: offsets from CUPTI 13's
+``cupti_activity.h`` (13.x only appends fields), sizes from libcupti. Where a record starts depends
+on the kind before it; that chain is walked with no loop per record (runs of one repeating
+pattern, else pruning of candidate slots and pointer doubling) and must end exactly at the
+buffer's valid end: anything else is reported, never guessed. Detail: docs/cupti.md, "How CUPTI
+records are read".
 """
 
 from __future__ import annotations
@@ -37,8 +32,10 @@ SHORT_RECORDS = 128
 PRUNE = 4  # rounds of dropping candidate slots that no whole chain can pass through
 
 
-def _layout(fields: list[tuple[str, str, int]], itemsize: int) -> np.dtype:
+def _layout(fields: list[tuple[str, Any, int]], itemsize: int = 0) -> np.dtype:
+    """(name, type, offset) fields in records ``itemsize`` long (0: as long as the last field reaches)."""
     names, formats, offsets = zip(*fields, strict=True)
+    itemsize = itemsize or max(off + np.dtype(t).itemsize for _, t, off in fields)
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": itemsize})
 
 
@@ -85,25 +82,10 @@ def fields_of(dtype: np.dtype) -> list[tuple[str, np.dtype, int]]:
     return [(f, dtype.fields[f][0], int(dtype.fields[f][1])) for f in dtype.names]
 
 
-# the same fields, packed (what decoding returns: no copy of the bytes gputrace does not read)
+# the same fields packed (what decoding returns: no copy of the bytes gputrace does not read), and
+# at their offsets (a record of any 13.x size holds them)
 COMPACT = {k: np.dtype([(f, t) for f, t, _ in fields_of(d)]) for k, d in LAYOUTS.items()}
-
-
-def _at_offsets(d: np.dtype[Any]) -> np.dtype[Any]:
-    """``d``'s fields at their offsets, as long as the last of them reaches."""
-    fields = fields_of(d)
-    spec: dict[str, Any] = {
-        "names": [f for f, _, _ in fields],
-        "formats": [t for _, t, _ in fields],
-        "offsets": [o for _, _, o in fields],
-        "itemsize": max(o + t.itemsize for _, t, o in fields),
-    }
-    out: np.dtype[Any] = np.dtype(spec)  # type: ignore[call-overload]
-    return out
-
-
-# ... and at their offsets (a record of any 13.x size holds them)
-FIELDS = {k: _at_offsets(d) for k, d in LAYOUTS.items()}
+FIELDS = {k: _layout(fields_of(d)) for k, d in LAYOUTS.items()}
 
 
 def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
@@ -118,9 +100,8 @@ def layout_for(version: int, sizes: dict[int, int]) -> dict[int, int] | str:
             "(gputrace knows CUPTI 13.x, and 12.8 and 12.9: API versions 26–28)"
         )
     out = {}
-    for kind, dtype in LAYOUTS.items():
-        got = sizes.get(kind, 0)
-        need = max(off + t.itemsize for _, t, off in fields_of(dtype))
+    for kind in LAYOUTS:
+        got, need = sizes.get(kind, 0), FIELDS[kind].itemsize
         if got < need or got % RECORD_ALIGN:
             return f"CUPTI {version} reports {got} B records of kind {kind}; the layout needs {need} B"
         out[kind] = got
@@ -158,42 +139,38 @@ class BufferDecoder:
         if n == 0:
             return np.zeros(0, np.int64), ("" if len(buf) == 0 else f"a {len(buf)} B buffer holds no record")
         words = buf[: n * RECORD_ALIGN].view("<u4")[0::2]  # the first word of every slot
-        runs, pos = self._runs(words, n)
-        if pos == n:
+        slots, pos = self._runs(words, n)
+        broke = False
+        if pos < n:  # the rest of the chain, from slot ``pos`` (where the runs gave up) on
+            small = pos + np.flatnonzero(
+                (words[pos:] - np.uint32(1)) < np.uint32(self._top - 1)
+            )  # 1 ... top-1
+            cand = small[self._slots[words[small]] > 0]
+            if not len(cand) or cand[0] != pos:
+                if pos == 0:
+                    return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
+                unknown = f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
+                return slots * RECORD_ALIGN, unknown
+            rest, broke = self._walk(words, n, cand)
+            slots = np.concatenate([slots, rest])
+        starts = slots * RECORD_ALIGN
+        if not broke:
             stray = len(buf) % RECORD_ALIGN
-            return runs * RECORD_ALIGN, (f"{stray} stray bytes after the last record" if stray else "")
-        # the rest of the chain, from slot ``pos`` (where the runs gave up) on
-        small = pos + np.flatnonzero((words[pos:] - np.uint32(1)) < np.uint32(self._top - 1))  # 1 ... top-1
-        cand = small[self._slots[words[small]] > 0]
-        m = len(cand)
-        if m == 0 or cand[0] != pos:
-            if pos == 0:
-                return np.zeros(0, np.int64), f"the first record is of unknown kind {int(words[0])}"
-            unknown = f"a record of unknown kind {int(words[pos])} at byte {pos * RECORD_ALIGN}"
-            return runs * RECORD_ALIGN, unknown
-        chain, broke = self._walk(words, n, cand)
-        starts = np.concatenate([runs, chain]) * RECORD_ALIGN
-        problem = ""
-        if broke:
-            last = int(starts[-1])
-            k = int(words[last // RECORD_ALIGN])
-            tail = last + int(self.sizes.get(k, 0))
-            problem = (
-                f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
-                if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
-                else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
-            )
-        elif len(buf) % RECORD_ALIGN:
-            problem = f"{len(buf) % RECORD_ALIGN} stray bytes after the last record"
-        return starts, problem
+            return starts, (f"{stray} stray bytes after the last record" if stray else "")
+        last = int(starts[-1])
+        tail = last + int(self.sizes.get(int(words[last // RECORD_ALIGN]), 0))
+        return starts, (
+            f"the record chain broke at byte {tail} of {len(buf)} (a short buffer or an unknown kind)"
+            if tail >= len(buf) or int(words[tail // RECORD_ALIGN]) in self.sizes
+            else f"a record of unknown kind {int(words[tail // RECORD_ALIGN])} at byte {tail}"
+        )
 
     def _walk(self, words: np.ndarray, n: int, cand: np.ndarray) -> tuple[np.ndarray, bool]:
-        """The chain from ``cand[0]`` through the candidate slots ``cand`` (ascending), and whether
-        it broke before the end (``n``). A slot whose next record does not start at a candidate
-        (nor at the end) cannot be on a whole chain: ``PRUNE`` rounds of dropping those leave
-        little more than the records (a buffer of 12k records has ~40k candidates), and pointer
-        doubling walks what is left. A chain that breaks loses up to ``PRUNE`` records at its tail
-        that way; they are walked again one by one."""
+        """The chain from ``cand[0]`` through the ascending candidate slots ``cand``, and whether it
+        broke before the end (``n``). ``PRUNE`` rounds of dropping slots whose next record starts at
+        no candidate (nor the end) leave little more than the records (12k records: ~40k
+        candidates); pointer doubling walks the rest. The up to ``PRUNE`` tail records a broken
+        chain loses that way are walked again one by one."""
         slots = self._slots
         is_cand = np.zeros(n + 1, bool)
         is_cand[cand] = True
@@ -247,10 +224,9 @@ class BufferDecoder:
         return out
 
     def _runs(self, words: np.ndarray, n: int) -> tuple[np.ndarray, int]:
-        """The chain's slots, predicted as runs of a repeating pattern of one or two kinds (see
-        the module docstring), each checked, and the slot where they stop: ``n`` when they reach
-        the end; else where the chain breaks off or the runs turned short (the general walk then
-        goes on from there, and says why if it breaks)."""
+        """The chain's slots predicted as checked runs of a pattern of one or two kinds, and the
+        slot where they stop: ``n`` at the end, else where the chain breaks or the runs turn short
+        (the general walk goes on from there, and says why if it breaks)."""
         slots, top = self._slots, self._top
         found: list[np.ndarray] = [np.zeros(0, np.int64)]
         pos, short, check = 0, 0, FIRST_CHECK
@@ -385,9 +361,8 @@ def concat(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def unfinished(ops: np.ndarray) -> np.ndarray:
-    """Which operations have no GPU times. A forced flush hands over records of work still
-    running with zero timestamps (CUPTI never completes them later): such a record still says
-    its launch call's work arrived, but it has no time to show."""
+    """Which operations have no GPU times: a forced flush hands over work still running with zero
+    timestamps, never completed later (its launch call's work did arrive, with no time to show)."""
     bad: np.ndarray = (ops["start"] <= 0) | (ops["end"] < ops["start"])
     return bad
 
@@ -417,13 +392,10 @@ def columns(
             continue
         o = ops[lo:hi]
         o["kind"] = kind
-        o["device"] = rec["deviceId"]
-        o["stream"] = rec["streamId"]
-        o["correlation"] = rec["correlationId"]
-        o["start"] = rec["start"]
-        o["end"] = rec["end"]
-        o["graph_id"] = rec["graphId"]
-        o["graph_node_id"] = rec["graphNodeId"]
+        for f_out, f_in in (("device", "deviceId"), ("stream", "streamId"), ("correlation", "correlationId"),
+                            ("start", "start"), ("end", "end"), ("graph_id", "graphId"),
+                            ("graph_node_id", "graphNodeId")):  # fmt: skip
+            o[f_out] = rec[f_in]
         if kind == OP_KERNEL:
             o["name"] = names.of_pointers(rec["name"], read_name)
             o["grid"] = np.stack([rec["gridX"], rec["gridY"], rec["gridZ"]], axis=1)
@@ -435,10 +407,13 @@ def columns(
             else:
                 o["name"] = names.index("Memset")
     calls = np.zeros(len(c), CALLS)
-    calls["correlation"] = c["correlationId"]
-    calls["tid"] = c["threadId"]
-    calls["start"] = c["start"]
-    calls["end"] = c["end"]
+    for f_out, f_in in (
+        ("correlation", "correlationId"),
+        ("tid", "threadId"),
+        ("start", "start"),
+        ("end", "end"),
+    ):
+        calls[f_out] = c[f_in]
     calls["domain"] = np.where(c["kind"] == KIND_RUNTIME, DOMAIN_RUNTIME, DOMAIN_DRIVER)
     calls["cbid"] = c["cbid"]
     return ops, calls
