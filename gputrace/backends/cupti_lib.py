@@ -372,14 +372,19 @@ class LibCuptiSource:
         bufs = self.take_buffers()
         parts = []
         for arr, valid in bufs:
-            got = self.decoder.decode(arr[:valid])
-            if got.problem:
+            try:
+                got: cr.Decoded | None = self.decoder.decode(arr[:valid])
+                problem = got.problem
+            except Exception as exc:  # a fault in the decoder loses this buffer alone, counted and said
+                got, problem = None, f"decoding it failed ({type(exc).__name__}: {exc})"
+            if problem:
                 self.undecoded += 1
                 if not self.problem:
-                    self.problem = got.problem
-                    report_internal("cupti:decode", f"a CUPTI buffer could not be read whole: {got.problem}; "
+                    self.problem = problem
+                    report_internal("cupti:decode", f"a CUPTI buffer could not be read whole: {problem}; "
                                     "the records after it are lost (counted in the header).")  # fmt: skip
-            parts.append(got)
+            if got is not None:
+                parts.append(got)
         self.buffers += len(bufs)
         ops, calls = cr.columns(parts, self.names, _read_c_string)
         with _lock:  # (never one still lent: these were handed back)

@@ -176,6 +176,8 @@ class BufferDecoder:
         is_cand[cand] = True
         kept, first = cand, int(cand[0])
         for _ in range(PRUNE):
+            if not len(kept):  # every candidate pruned: the tail walk below finds the chain
+                break
             after = kept + slots[words[kept]]
             ok = after == n
             inside = after < n

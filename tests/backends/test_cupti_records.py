@@ -414,6 +414,38 @@ def test_buffer_callbacks_hand_buffers_over_and_never_raise() -> None:
     assert {src.names.names[i] for i in ops["name"][ops["kind"] == 0]} <= {"my_kernel"}
 
 
+def test_a_decoder_fault_loses_that_buffer_alone_counted_and_said() -> None:
+    """A buffer the decoder fails on (a bug, or bytes no check foresaw) costs its own records, is
+    counted as undecoded and reported once; the other buffers of the same drain are kept."""
+    src = LibCuptiSource(lib=StandInLib(130401), buffer_bytes=4096)
+    kname = ctypes.create_string_buffer(b"kept_kernel")
+    sent = []
+    for seed in (11, 12):
+        bufp, size, maxrec = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+        cupti_lib._on_requested(ctypes.pointer(bufp), ctypes.pointer(size), ctypes.pointer(maxrec))
+        raw, recs = _random_buffer(np.random.default_rng(seed), 8, ctypes.addressof(kname))
+        ctypes.memmove(bufp.value, raw, len(raw))
+        cupti_lib._on_completed(None, 0, bufp.value, 4096, len(raw))
+        sent.append(recs)
+    decode, calls_made = src.decoder.decode, []
+
+    def first_fails(buf: np.ndarray) -> cr.Decoded:
+        calls_made.append(len(buf))
+        if len(calls_made) == 1:
+            raise IndexError("index 0 is out of bounds")
+        return decode(buf)
+
+    src.decoder.decode = first_fails  # type: ignore[method-assign]
+    reset_reports()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops, calls = src.drain()
+    assert len(calls_made) == 2
+    assert len(ops) + len(calls) == len(sent[1])  # the second buffer's records, all of them
+    assert src.buffers == 2 and src.undecoded == 1
+    assert [m for m in reported() if "decoding it failed (IndexError" in m] != []
+
+
 def test_a_buffer_cupti_holds_past_a_stop_outlives_its_source() -> None:
     """CUPTI may keep a lent buffer past a session's stop and hand it back later: the buffer
     stays allocated after the source that lent it is collected (CUPTI writes into it), the
@@ -559,3 +591,28 @@ def test_a_cupti_12_library_without_struct_sizes_gets_the_known_ones() -> None:
     assert src.decoder.sizes == cr.CUPTI_12_SIZES[26]
     with pytest.raises(GputraceError, match="CUPTI API version 24 has no known record layout"):
         LibCuptiSource(lib=Cupti12(24))
+
+
+def test_a_real_buffer_with_any_kind_word_overwritten_decodes_as_far_as_the_plain_walk() -> None:
+    """Each record's kind in a real buffer overwritten with every known kind and an unknown one
+    (a corrupted buffer): decoding never raises, keeps the whole records the plain walk reaches
+    before it breaks, and says why exactly when that walk does not end at the buffer's end."""
+    z = np.load(DATA / "cupti_buffers_solver_h100.npz")
+    sizes = {int(k): int(v) for k, v in z["sizes"].tolist()}
+    dec = cr.BufferDecoder(sizes)
+    for key in ("buf0", "buf1"):
+        starts = _walk_one_by_one(z[key], sizes)
+        real = z[key][: max(s for s in starts if s <= 3000)]  # whole records, up to 3 kB
+        for at in _walk_one_by_one(real, sizes):
+            for kind in (*sizes, 77):
+                buf = real.copy()
+                buf[at : at + 4] = np.frombuffer(np.uint32(kind).tobytes(), np.uint8)
+                whole, off = 0, 0
+                while off < len(buf) and int(buf[off : off + 4].view("<u4")[0]) in sizes:
+                    size = sizes[int(buf[off : off + 4].view("<u4")[0])]
+                    if off + size > len(buf):
+                        break
+                    whole, off = whole + 1, off + size
+                got = dec.decode(buf)
+                assert got.records == whole, (key, at, kind)
+                assert bool(got.problem) == (off != len(buf)), (key, at, kind, got.problem)
