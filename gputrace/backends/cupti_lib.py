@@ -372,11 +372,12 @@ class LibCuptiSource:
         bufs = self.take_buffers()
         parts = []
         for arr, valid in bufs:
+            got: cr.Decoded | None = None
             try:
-                got: cr.Decoded | None = self.decoder.decode(arr[:valid])
+                got = self.decoder.decode(arr[:valid])
                 problem = got.problem
             except Exception as exc:  # a fault in the decoder loses this buffer alone, counted and said
-                got, problem = None, f"decoding it failed ({type(exc).__name__}: {exc})"
+                problem = f"decoding it failed ({type(exc).__name__}: {exc})"
             if problem:
                 self.undecoded += 1
                 if not self.problem:
