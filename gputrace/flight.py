@@ -93,13 +93,13 @@ class RingTriggers:
     def __init__(self, at_exit: Callable[[], object], dump: Callable[[], object]) -> None:
         self.at_exit = at_exit
         self._usr1: Any = None  # the handler SIGUSR1 had before
-        atexit.register(at_exit)
         if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
 
             def on_usr1(signum: int, frame: Any) -> None:
                 threading.Thread(target=dump, name="gputrace-ring", daemon=True).start()
 
             self._usr1 = signal.signal(signal.SIGUSR1, on_usr1)
+        atexit.register(at_exit)  # last: a start that failed above leaves no exit hook behind
 
     def remove(self) -> None:
         atexit.unregister(self.at_exit)
