@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 import gputrace
 from gputrace.cli import cli
 from gputrace.clock import FakeClock
+from gputrace.errors import GputraceError
 from tests.builders import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,6 +133,17 @@ def test_run_with_steps_and_ring(tmp_path: Path) -> None:
     assert [sc.args["i"] for sc in t] == list(range(6)) and t.header["ring"]["seconds"] == 60
     res = CliRunner().invoke(cli, ["run", "-o", str(ring), "--steps", "9", str(script)])
     assert res.exit_code == 2 and "steps must look like" in res.output
+
+
+@pytest.mark.parametrize(
+    ("steps", "said"),
+    [((1, 2, 3), "must look like START:STOP"), ((5,), "must look like"), ("9", "must look like"),
+     ("4:2", "holds no step")],
+)  # fmt: skip
+def test_steps_of_the_wrong_shape_are_one_sentence(steps: Any, said: str) -> None:
+    with pytest.raises(GputraceError, match=said):
+        gputrace.session(backend="cpu", quiet=True, steps=steps).start()
+    assert gputrace.recorder.active_recorder() is None  # nothing left running
 
 
 # step schedules (torch.profiler's wait / warmup / active / repeat) -------------------------------
