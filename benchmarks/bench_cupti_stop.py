@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 FORMATS = ("json", "json.gz", "pftrace")
 
 CHILD = r"""
-import cProfile, os, pstats, sys, time
+import cProfile, inspect, os, pstats, sys, time
 import gputrace
 from gputrace.backends.cupti import CuptiBackend
 from tests.cupti_fake import FakeActivitySource
@@ -55,7 +55,18 @@ def timed(owner, name, stage):
                 took["fake cpu"] = took.get("fake cpu", 0) + time.thread_time_ns() - c
             else:  # the stages: CPU time of the thread that ran them (steadier on a shared machine)
                 took[stage] = took.get(stage, 0) + time.thread_time_ns() - c
-    setattr(owner, name, run)
+    def run_lazily(*a, **k):  # a generator (``render``): its time is spent as it is read
+        parts = f(*a, **k)
+        while True:
+            c = time.thread_time_ns()
+            try:
+                part = next(parts)
+            except StopIteration:
+                return
+            finally:
+                took[stage] = took.get(stage, 0) + time.thread_time_ns() - c
+            yield part
+    setattr(owner, name, run_lazily if inspect.isgeneratorfunction(f) else run)
 timed(FakeActivitySource, "encode", "fake")
 if os.environ.get("STAGES"):
     from gputrace import chunks
