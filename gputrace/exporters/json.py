@@ -166,7 +166,7 @@ def state_copy(x: Any) -> Any:
         return out
     if isinstance(x, (list, set)):
         return type(x)(v if isinstance(v, _ATOMIC) else state_copy(v) for v in x)
-    if hasattr(x, "__dict__"):
+    if hasattr(x, "__dict__") and not isinstance(x, type):  # (a class is shared, as deepcopy shares it)
         out = copy.copy(x)
         out.__dict__.update({k: state_copy(v) for k, v in vars(x).items()})
         return out

@@ -249,3 +249,23 @@ def test_a_large_gzip_chunk_is_compressed_beside_its_rendering_and_a_fault_there
     assert [sc.args["i"] for sc in t.find("step")] == list(range(json_format.THREADED_ROWS))
     assert t.header["lost"] == {"scopes": 0, "chunks": 0, "degraded_chunks": 1}
     assert not [th for th in threading.enumerate() if th.name == "gputrace-gzip"]
+
+
+def test_a_writers_state_copy_shares_what_never_changes_and_copies_the_rest() -> None:
+    """A checkpoint's copy of a writer's state: numbers, strings, tuples, functions and classes are
+    shared; every container the writer may change is a copy of its own, at every depth."""
+    from gputrace.exporters.json import state_copy
+
+    class Table:
+        def __init__(self) -> None:
+            self.rows = [[1, 2]]
+
+    def make(k: int) -> int:
+        return k
+
+    state = {"kind": Table, "make": make, "key": (1, "a"), "named": {(1, 0)}, "table": Table()}
+    copied = state_copy(state)
+    assert copied["kind"] is Table and copied["make"] is make and copied["key"] is state["key"]
+    state["named"].add((2, 0))
+    state["table"].rows[0].append(3)
+    assert copied["named"] == {(1, 0)} and copied["table"].rows == [[1, 2]]
