@@ -63,15 +63,16 @@ def check_paths(out: str | os.PathLike[str], inputs: list[str]) -> None:
     an input given twice. Files are compared by device and inode (links are the same file); inputs
     that do not exist are left for loading to report."""
     check_output(out)  # never onto a device node, a FIFO or a folder
-    seen: dict[tuple[int, int] | None, str] = {}
+    seen: dict[tuple[int, int], str] = {}
     for f in inputs:
-        key = _file_id(f)
-        if key is not None and key in seen:
+        if (key := _file_id(f)) is None:
+            continue
+        if key in seen:
             first = seen[key]
             same = "it is given twice" if first == f else f"it is the same file as {path_text(first)}"
             raise GputraceError(f"{path_text(f)}: {same}; give each trace to merge once.")
         seen[key] = f
-    if _file_id(out) in seen.keys() - {None}:
+    if _file_id(out) in seen:
         raise GputraceError(
             f"{path_text(out)}: is also an input, and merging would overwrite it; choose another output file."
         )
