@@ -75,7 +75,8 @@ class _MpiPending:
         return bool(self.req.Test())
 
     def values(self) -> tuple[int, int, int, int]:
-        return tuple(int(x) for x in self.buf.tolist())  # type: ignore[return-value]
+        a, b, c, d = (int(x) for x in self.buf.tolist())
+        return a, b, c, d
 
     def cancel(self) -> None:
         with contextlib.suppress(Exception):  # best effort: the request may have completed meanwhile

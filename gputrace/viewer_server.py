@@ -177,14 +177,12 @@ def _handler_for(server: ViewerServer) -> type[BaseHTTPRequestHandler]:
 
         def _send(self, status: HTTPStatus, data: bytes, ctype: str, body: bool) -> None:
             self.send_response(status)
-            csp = {"Content-Security-Policy": CSP} if ctype.startswith("text/html") else {}
-            for name, value in {
-                "Content-Type": ctype,
-                "Content-Length": str(len(data)),
-                **HEADERS,
-                **csp,
-            }.items():
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in HEADERS.items():
                 self.send_header(name, value)
+            if ctype.startswith("text/html"):
+                self.send_header("Content-Security-Policy", CSP)
             self.end_headers()
             if body:
                 self.wfile.write(data)
