@@ -11,7 +11,6 @@ against this machine's own launch cost; a missing, unreadable or foreign file re
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -42,8 +41,12 @@ def default_path(backend: str, *, host: str | None = None, env: Mapping[str, str
     if explicit:
         return Path(explicit).expanduser()
     cache = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    if not host:  # socket.gethostname()'s answer without importing socket (~5 ms); os.uname: POSIX only
-        host = os.uname().nodename if hasattr(os, "uname") else importlib.import_module("platform").node()
+    if not host and hasattr(os, "uname"):  # socket.gethostname()'s answer, without importing socket (~5 ms)
+        host = os.uname().nodename
+    elif not host:  # (not POSIX)
+        import platform
+
+        host = platform.node()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", host) or "host"
     return Path(cache) / "gputrace" / f"calibration-{name}-{backend}.json"
 
