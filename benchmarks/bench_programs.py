@@ -5,6 +5,8 @@
     python3 benchmarks/bench_programs.py --json out.json      # every run's numbers too
     python3 benchmarks/bench_programs.py --tree old=/tmp/old --variants bare,cupti_jsongz,cupti_jsongz@old
                                                   # a variant of another checkout, in the same rounds
+    python3 benchmarks/bench_programs.py --variants bare,cupti_jsongz,cupti_jsongz+thread
+                                                  # the stream written in the program's process
 
 Programs (CuPy; each warmed up before the clock starts, so compiling its kernels is not counted):
 - ``tiny20k``: 20,000 tiny kernels (``x += 1`` on 256 floats), one scope each;
@@ -201,8 +203,12 @@ SUFFIX = {"cupti_jsongz": ".json.gz", "cupti_json": ".json", "cupti_pftrace": ".
 
 
 def run_one(prog: str, variant: str, folder: Path, env: dict[str, str]) -> dict[str, float] | str:
-    """One run of ``prog`` under ``variant`` (``name@tree``: with another checkout's gputrace)."""
-    variant = variant.split("@")[0]
+    """One run of ``prog`` under ``variant`` (``name@tree``: with another checkout's gputrace;
+    ``name+thread`` / ``name+process``: gputrace's stream written in the program's process / by a
+    writer process, ``GPUTRACE_WRITER``)."""
+    variant, _, writer = variant.split("@")[0].partition("+")
+    if writer:
+        env = dict(env, GPUTRACE_WRITER=writer)
     out = str(folder / f"{prog}-{variant}{SUFFIX.get(variant, '')}")
     try:
         # (run in the scratch folder: ``-c`` puts the working folder first on the path, and a
