@@ -92,8 +92,17 @@ print(json.dumps({"wall": (w1 - w0) * 1e3, "main_cpu": (c1 - c0) * 1e3,
                   "threads": {k: (v - t0.get(k, 0)) / 1e6 for k, v in t1.items()}}))
 """
 
-VARIANTS = ("bare", "rawsame", "scopes", "cupti_noscope", "cupti", "cupti_nostream", "cupti_gz", "events",
-            "events_nostream")
+VARIANTS = (
+    "bare",
+    "rawsame",
+    "scopes",
+    "cupti_noscope",
+    "cupti",
+    "cupti_nostream",
+    "cupti_gz",
+    "events",
+    "events_nostream",
+)
 
 
 def main() -> None:
