@@ -14,7 +14,7 @@ import numpy as np
 from gputrace.errors import report_internal, reported
 from gputrace.jsonsafe import safe_header
 from gputrace.model import Flag, QueueInfo, ScopeTable, SpanTable, ThreadInfo, Trace, nest
-from gputrace.records import OpBatch, RawSpan, RawThread
+from gputrace.records import OpBatch, RawThread, SpanBatch
 from gputrace.resolver import RawRecording, resolve
 
 
@@ -72,13 +72,13 @@ def without_gpu(trace: Trace, reason: str) -> Trace:
 
 
 def complete_queues(
-    queues: Any, spans: list[RawSpan], backend: str, batches: list[OpBatch] | None = None
+    queues: Any, spans: SpanBatch, backend: str, batches: list[OpBatch] | None = None
 ) -> list[QueueInfo]:
     """The backend's queues, with a stand-in for every queue a span or operation names that it
     did not list (its ``queues()`` failed or forgot one)."""
     out = [q for q in queues if isinstance(q, QueueInfo)] if isinstance(queues, list) else []
-    need = max([sp.queue for sp in spans] + [int(b.rows["queue"].max()) for b in batches or [] if len(b)],
-               default=-1) + 1  # fmt: skip
+    tops = [int(spans.cols[:, 1].max())] if len(spans) else []
+    need = max(tops + [int(b.rows["queue"].max()) for b in batches or [] if len(b)], default=-1) + 1
     for i in range(len(out), need):
         out.append(QueueInfo(0, "unknown device", backend, f"queue {i}"))
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -51,10 +52,55 @@ class RawSpan(NamedTuple):
 _SPAN_INTS = operator.itemgetter(slice(0, 6))  # (token … done_by_ns: ``RawSpan``'s integer fields)
 
 
-def span_columns(spans: list[RawSpan]) -> npt.NDArray[np.int64]:
-    """The integer fields of ``spans`` as an (n, 6) array, in ``RawSpan``'s order, in one pass."""
-    m = len(spans)
-    return np.fromiter(itertools.chain.from_iterable(map(_SPAN_INTS, spans)), np.int64, 6 * m).reshape(m, 6)
+@dataclass(eq=False)
+class SpanBatch:
+    """GPU spans as columns, no object per span: ``cols`` (n, 6) int64 in ``RawSpan``'s order
+    (token … done_by_ns), ``labels`` one per span, or None where every label is "". Iterating
+    gives ``RawSpan``s."""
+
+    cols: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 6), np.int64))
+    labels: list[str] | None = None
+
+    @staticmethod
+    def of(spans: Iterable[RawSpan]) -> SpanBatch:
+        """The spans of a list of ``RawSpan`` (backends that make a few)."""
+        spans = list(spans)
+        m = len(spans)
+        cols = np.fromiter(itertools.chain.from_iterable(map(_SPAN_INTS, spans)), np.int64, 6 * m)
+        labels = [sp.label for sp in spans]
+        return SpanBatch(cols.reshape(m, 6), labels if any(labels) else None)
+
+    @staticmethod
+    def concat(batches: Iterable[SpanBatch]) -> SpanBatch:
+        parts = [b for b in batches if len(b)]
+        if len(parts) <= 1:
+            return parts[0] if parts else SpanBatch()
+        labels = None
+        if any(b.labels is not None for b in parts):
+            labels = [lb for b in parts for lb in b.label_list()]
+        return SpanBatch(np.concatenate([b.cols for b in parts]), labels)
+
+    def __len__(self) -> int:
+        return len(self.cols)
+
+    def __iter__(self) -> Iterator[RawSpan]:
+        return itertools.starmap(RawSpan, zip(*self.cols.T.tolist(), self.label_list(), strict=True))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, SpanBatch)
+            and np.array_equal(self.cols, other.cols)
+            and self.label_list() == other.label_list()
+        )
+
+    def label_list(self) -> list[str]:
+        return [""] * len(self) if self.labels is None else self.labels
+
+    def take(self, rows: npt.ArrayLike) -> SpanBatch:
+        """The spans at ``rows`` (indexes), in that order."""
+        idx = np.asarray(rows, np.intp)
+        labels = None if self.labels is None else [self.labels[i] for i in idx.tolist()]
+        return SpanBatch(self.cols[idx], labels)
 
 
 # One row per GPU operation as a source saw it, every time on its clock (CUPTI: CLOCK_REALTIME ns)
@@ -116,7 +162,7 @@ class Blind:
 class Collected:
     """What one ``collect()`` returns."""
 
-    spans: list[RawSpan] = field(default_factory=list)
+    spans: SpanBatch = field(default_factory=SpanBatch)
     untimed: set[int] = field(default_factory=set)  # tokens the GPU could not time
     degraded: dict[int, str] = field(default_factory=dict)  # token -> what went wrong
     blind: list[Blind] = field(default_factory=list)
@@ -143,7 +189,7 @@ class RawRecording:
     header: dict[str, Any]
     threads: list[RawThread]
     queues: list[QueueInfo] = field(default_factory=list)
-    spans: list[RawSpan] = field(default_factory=list)
+    spans: SpanBatch = field(default_factory=SpanBatch)
     samples: list[CalibrationSample] = field(default_factory=list)
     untimed: set[int] = field(default_factory=set)
     degraded: dict[int, str] = field(default_factory=dict)
@@ -158,25 +204,10 @@ class RawRecording:
     problem: str = ""
     batches: list[OpBatch] = field(default_factory=list)  # operations as columns (bulk sources)
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Spans as columns, to pickle (a chunk to the writer process): a named tuple pickles through
-        a Python call each (2.8 µs a span against 0.3 µs, on the streamer's thread, holding the
-        interpreter the program runs in)."""
-        labels = [sp.label for sp in self.spans] if any(sp.label for sp in self.spans) else None
-        return dict(self.__dict__, spans=(span_columns(self.spans), labels))
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        cols, labels = state["spans"]
-        rows = cols.tolist()
-        if labels is None:
-            spans = list(itertools.starmap(RawSpan, rows))
-        else:
-            spans = [RawSpan._make((*r, lb)) for r, lb in zip(rows, labels, strict=True)]
-        self.__dict__.update(state, spans=spans)
-
     def add(self, got: Collected) -> None:
         """Take what one ``collect()`` returned: spans, untimed and degraded tokens, operations."""
-        self.spans.extend(got.spans)
+        if len(got.spans):
+            self.spans = SpanBatch.concat([self.spans, got.spans])
         self.untimed |= got.untimed
         self.degraded.update(got.degraded)
         self.batches.extend(b for b in got.batches if len(b))

@@ -37,7 +37,7 @@ from gputrace.model import (
     nest,
 )
 from gputrace.npstats import distinct
-from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording, span_columns
+from gputrace.records import Blind, CalibrationSample, OpBatch, RawRecording
 
 __all__ = ["DEFAULT_DRIFT_PPM", "RawRecording", "anomaly_report", "fit_clock", "resolve", "uncertainty_at"]
 
@@ -282,16 +282,17 @@ def _place_spans(
 ) -> tuple[SpanTable, np.ndarray | None]:
     """Align raw GPU spans onto the session clock and hull them per scope; also returns, per
     scope, the CPU time by which its GPU work was known complete."""
-    if not raw.spans or not len(s):
+    if not len(raw.spans) or not len(s):
         return SpanTable.empty(0), None
     sorted_rows = np.argsort(tokens, kind="stable")
     sorted_tokens = tokens[sorted_rows]
     m = len(raw.spans)
-    fields = span_columns(raw.spans)
-    labels = [r.label for r in raw.spans]
-    label_list = sorted(set(labels))  # spans sort by label last, as strings
-    rank_of = {lb: i for i, lb in enumerate(label_list)}
-    label_rank = np.fromiter(map(rank_of.__getitem__, labels), np.int64, m)
+    fields, labels = raw.spans.cols, raw.spans.labels
+    label_list = sorted(set(labels or [""]))  # spans sort by label last, as strings
+    label_rank = np.zeros(m, np.int64)
+    if labels is not None:
+        rank_of = {lb: i for i, lb in enumerate(label_list)}
+        label_rank = np.fromiter(map(rank_of.__getitem__, labels), np.int64, m)
     # the spans in (token, gpu start, gpu end, queue, label) order: the result never depends on
     # the order the backend delivered them in
     order = np.lexsort((label_rank, fields[:, 1], fields[:, 3], fields[:, 2], fields[:, 0]))

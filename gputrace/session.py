@@ -43,7 +43,7 @@ from gputrace.outpath import check_output
 from gputrace.ranks import RankClock, transport_for
 from gputrace.ranks import attach as attach_ranks
 from gputrace.recorder import Recorder, active_recorder, drain, scopes_in
-from gputrace.records import RawRecording
+from gputrace.records import RawRecording, SpanBatch
 from gputrace.safetext import printable
 from gputrace.stopcal import stop_samples
 
@@ -511,7 +511,7 @@ class session:
         queues = self._queues(rec)
         if queues is None:  # GPU times on queues no stage could name: left out, and said so
             raw.problem = raw.problem or "listing the GPU queues failed"
-            raw.spans, raw.batches = [], []
+            raw.spans, raw.batches = SpanBatch(), []
         raw.queues = queues or []
         with reporting("close", "closing the backend"):
             rec.backend.close()

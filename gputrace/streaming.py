@@ -11,8 +11,6 @@ streamer cuts chunks of raw records (``chunks.RawChunk``), resolved and appended
 from __future__ import annotations
 
 import contextlib
-import itertools
-import operator
 import os
 import threading
 import time
@@ -30,7 +28,7 @@ from gputrace.errors import report_internal, reporting
 from gputrace.gcpause import gc_paused
 from gputrace.model import QueueInfo
 from gputrace.recorder import Recorded, Recorder, scopes_in
-from gputrace.records import RawThread
+from gputrace.records import RawThread, SpanBatch
 from gputrace.resolver import RawRecording
 
 CHUNK_FIT_SAMPLES = 64  # a chunk's clock fit uses the latest samples (local, and cheap to fit)
@@ -315,7 +313,7 @@ class Streamer(Losses):
         got = replace(
             raw, header={}, threads=threads, queues=self.queues, samples=raw.samples[-CHUNK_FIT_SAMPLES:]
         )
-        raw.spans, raw.batches, raw.blind, raw.untimed, raw.degraded = [], [], [], set(), {}
+        raw.spans, raw.batches, raw.blind, raw.untimed, raw.degraded = SpanBatch(), [], [], set(), {}
         spans, untimed, degraded = got.spans, got.untimed, got.degraded
         chunk = RawChunk(
             got,
@@ -327,8 +325,7 @@ class Streamer(Losses):
         # spans whose scope has not ended yet wait for it (and their tokens' facts with them);
         # CUPTI has none (a set of every scope's token cost 1.5 ms a 20k-scope chunk)
         ended = np.concatenate([th.times[:, 2] for th in threads]) if threads else np.zeros(0, np.int64)
-        tokens_of = np.fromiter(map(operator.itemgetter(0), spans), np.int64, len(spans))
-        left = list(itertools.compress(spans, np.isin(tokens_of, ended, invert=True).tolist()))
+        left = np.flatnonzero(np.isin(spans.cols[:, 0], ended, invert=True))
         tokens = set(ended[ended > 0].tolist()) if untimed or degraded else set()
         if len(left) > MAX_CARRIED_SPANS:
             report_internal(
@@ -336,7 +333,7 @@ class Streamer(Losses):
                 f"{len(left) - MAX_CARRIED_SPANS} GPU spans whose scope never ended were dropped.",
             )
             left = left[-MAX_CARRIED_SPANS:]
-        raw.spans = left + raw.spans
+        raw.spans = SpanBatch.concat([spans.take(left), raw.spans])
         raw.untimed |= {t for t in untimed if t not in tokens}
         raw.degraded.update({t: v for t, v in degraded.items() if t not in tokens})
         self.out.add(chunk)

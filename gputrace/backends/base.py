@@ -11,9 +11,9 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from gputrace.model import QueueInfo
-from gputrace.records import CalibrationSample, Collected, RawSpan
+from gputrace.records import CalibrationSample, Collected, RawSpan, SpanBatch
 
-__all__ = ["Backend", "CalibrationSample", "Clock", "Collected", "RawSpan"]
+__all__ = ["Backend", "CalibrationSample", "Clock", "Collected", "RawSpan", "SpanBatch"]
 
 Clock = Callable[[], int]
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import itertools
 import operator
 import threading
@@ -33,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, RawSpan
+from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, SpanBatch
 from gputrace.errors import GputraceError, notice
 from gputrace.model import QueueInfo
 
@@ -55,9 +54,8 @@ HARVEST_EXITS = 64
 HARVEST_BATCH = 4 * HARVEST_EXITS
 WAIT_NAP_S = 1e-4  # longest nap while waiting for the GPU (1 ms naps made a stop ~0.5 ms late)
 RETIRE_EVERY = 256  # harvests between two anchor retirements (it walks every live scope)
-SPAN_BYTES = 256  # a span read and waiting: its 7-field tuple (112 B) and its ints (28–32 B each)
+SPAN_BYTES = 256  # a scope ended and not yet collected (its entry: a 5-tuple of ints; once read, 48 B)
 _MS = 1e6
-_RAW_SPAN = functools.partial(tuple.__new__, RawSpan)  # a RawSpan of a 7-tuple, made in C
 _EV0, _EV1 = operator.itemgetter(2), operator.itemgetter(3)  # an ended scope's two events
 
 
@@ -183,7 +181,8 @@ class CudaEventsBackend(Backend):
         self._captured_noticed = False
         self._lock = threading.Lock()  # slow paths only: new device, new queue
         self._pending_samples: list[CalibrationSample] = []
-        self._harvested = Collected()
+        self._harvested: list[SpanBatch] = []  # spans read at scope exits, for the next collect
+        self._harvested_degraded: dict[int, str] = {}
         self._harvests = 0
         self._exits = 0
         self._harvest_lock = threading.Lock()
@@ -247,8 +246,8 @@ class CudaEventsBackend(Backend):
             self._harvests += 1
             retire = self._harvests % RETIRE_EVERY == 0
             got = self._take_finished(None, limit=HARVEST_BATCH, retire=retire)
-            self._harvested.spans.extend(got.spans)
-            self._harvested.degraded.update(got.degraded)
+            self._harvested.append(got.spans)
+            self._harvested_degraded.update(got.degraded)
         finally:
             self._harvest_lock.release()
 
@@ -399,15 +398,16 @@ class CudaEventsBackend(Backend):
 
     def _with_harvested(self, got: Collected) -> Collected:
         """``got`` after the spans harvested at scope exits, with the refused scopes (harvest lock held)."""
-        early, self._harvested = self._harvested, Collected()
-        got.spans[:0] = early.spans
-        got.degraded.update(early.degraded)
+        early, self._harvested = self._harvested, []
+        got.spans = SpanBatch.concat([*early, got.spans])
+        degraded, self._harvested_degraded = self._harvested_degraded, {}
+        got.degraded = {**degraded, **got.degraded}
         got.untimed, self._captured = self._captured, set()
         return got
 
     def waiting_bytes(self) -> int:
         """Bytes of spans read or waiting, not yet collected (the streamer collects early on many)."""
-        return (len(self._harvested.spans) + len(self._ended)) * SPAN_BYTES
+        return (sum(map(len, self._harvested)) + len(self._ended)) * SPAN_BYTES
 
     def collect_background(self) -> tuple[Collected, int | None]:
         """A collect without a sync (the streamer's timer): the spans of ended scopes whose events
@@ -485,7 +485,8 @@ class CudaEventsBackend(Backend):
             released.add(ev1)
         if spans is None:
             known_done = self.clock() if done_by is None else done_by
-            got.spans = [RawSpan(tok, q, g0, g1, sub, known_done) for tok, q, g0, g1, sub in placed]
+            cols = np.array(placed, np.int64).reshape(-1, 5)
+            got.spans = SpanBatch(np.column_stack([cols, np.full(len(cols), known_done, np.int64)]))
         del self._ended[:n]
         self._ended[:0] = keep
         for qs in self._queue_list:
@@ -497,7 +498,7 @@ class CudaEventsBackend(Backend):
 
     def _place_all(
         self, ended: list[tuple[int, _Queue, int, int, int]], ready: list[_Anchor], done_by: int | None
-    ) -> list[RawSpan] | None:
+    ) -> SpanBatch | None:
         """The spans of ``ended`` (all finished, one device, anchors ``ready``): ``_take_finished``'s
         loop with its per-scope reads in C (``map``). None when a read fails: the loop says which."""
         tokens, queues, ev0s, ev1s, cpu_ns = zip(*ended, strict=True)
@@ -516,11 +517,9 @@ class CudaEventsBackend(Backend):
         start += np.rint(np.array(from_anchor) * _MS).astype(np.int64)  # (``ms_to_ns``)
         end = start + np.rint(np.array(durations) * _MS).astype(np.int64)
         known_done = self.clock() if done_by is None else done_by
-        done, label = itertools.repeat(known_done), itertools.repeat("")
-        rows = zip(
-            tokens, [qs.q for qs in queues], start.tolist(), end.tolist(), cpu_ns, done, label, strict=False
-        )
-        return list(map(_RAW_SPAN, rows))
+        queue = np.fromiter((qs.q for qs in queues), np.int64, len(ended))
+        done = np.full(len(ended), known_done, np.int64)
+        return SpanBatch(np.column_stack([np.array(tokens, np.int64), queue, start, end, cpu, done]))
 
     def _retire_anchors(self) -> None:
         """Return anchors no open or uncollected scope can need to the pool (keep the latest)."""

@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, RawSpan
+from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, RawSpan, SpanBatch
 from gputrace.model import QueueInfo
 
 FAKE_GPU = "Fake GPU"
@@ -119,14 +119,15 @@ class FakeBackend(Backend):
 
     def collect(self) -> Collected:
         done_by = self.clock()
-        got = Collected()
+        got, spans = Collected(), []
         for token, q in self._done:
             submit, start, end = self.truth[token]
             if start < 0:
                 got.untimed.add(token)
                 continue
-            got.spans.append(RawSpan(token, q, self.to_gpu(start), self.to_gpu(end), submit, done_by))
+            spans.append(RawSpan(token, q, self.to_gpu(start), self.to_gpu(end), submit, done_by))
         self._done = []
+        got.spans = SpanBatch.of(spans)
         return got
 
     def queues(self) -> list[QueueInfo]:

@@ -17,7 +17,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from gputrace.backends import wgpu_hooks, wgpu_queries
-from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected
+from gputrace.backends.base import Backend, CalibrationSample, Clock, Collected, SpanBatch
 from gputrace.backends.wgpu_queries import PAGE_QUERIES
 from gputrace.errors import GputraceError, notice, report_internal
 from gputrace.model import QueueInfo
@@ -218,11 +218,12 @@ class WgpuBackend(Backend):
         return sorted(taken[: max(1, (n + 1) // 2)], key=lambda s: s.cpu_before_ns)
 
     def collect(self) -> Collected:
-        got = Collected()
+        got, spans = Collected(), []
         for t in list(self.tracers):
-            spans, degraded = t.collect()
-            got.spans.extend(spans)
+            done, degraded = t.collect()
+            spans += done
             got.degraded.update(degraded)
+        got.spans = SpanBatch.of(spans)
         last = self._last_token
         since = range(self._collected_upto + 1, last + 1)
         if not any(t.timed for t in self.tracers) and self.problem:

@@ -21,7 +21,7 @@ import pytest
 import gputrace
 from gputrace.chunks import RawChunk
 from gputrace.errors import GputraceError
-from gputrace.records import RawRecording, RawSpan
+from gputrace.records import RawRecording, RawSpan, SpanBatch
 from tests.builders import cupti_trace, gpu_session, launch_blocks
 
 
@@ -305,5 +305,7 @@ def test_gpu_spans_reach_the_writer_process_unchanged(
     assert placed[0] == placed[1]
     assert [round(d, -2) for d in placed[1][1]] == [30_000 + 100 * i for i in range(30)]  # (4 ppm drift)
     spans = [RawSpan(7, 1, 10**15, 10**15 + 9, 3, 4, "pass: shadow"), RawSpan(8, 0, -1, 2, 3, 4)]
-    back = pickle.loads(pickle.dumps(RawChunk(RawRecording(header={}, threads=[], spans=spans)), protocol=5))
-    assert back.raw.spans == spans and [type(v) for v in back.raw.spans[0]] == [int] * 6 + [str]
+    sent = RawRecording(header={}, threads=[], spans=SpanBatch.of(spans))
+    back = pickle.loads(pickle.dumps(RawChunk(sent), protocol=5))
+    assert list(back.raw.spans) == spans
+    assert [type(v) for v in next(iter(back.raw.spans))] == [int] * 6 + [str]
