@@ -382,23 +382,24 @@ class trace:
     """
 
     __slots__ = ("args", "name", "stream")
+    name: str
+    stream: Hashable | None
+    args: dict[str, Any]
 
     def __new__(cls, name: Any, /, stream: Hashable | None = None, **args: Any) -> Any:
+        # made here, without an ``__init__`` (a scope made per ``with`` costs one call less)
+        if type(name) is str or not callable(name):
+            self = object.__new__(cls)
+            self.name, self.stream, self.args = name, stream, args
+            return self
         # ``@trace`` bare hands over the function as the name: decorate it under its qualified name.
-        if callable(name) and not isinstance(name, str):
-            if stream is not None or args:
-                raise GputraceError(
-                    "@gputrace.trace bare takes no arguments; name the scope to give it some: "
-                    '@gputrace.trace("name", key=value).'
-                )
-            qualname = getattr(name, "__qualname__", None) or getattr(name, "__name__", None)
-            return cls(str(qualname or repr(name)))(name)
-        return super().__new__(cls)
-
-    def __init__(self, name: str, /, stream: Hashable | None = None, **args: Any) -> None:
-        self.name = name
-        self.stream = stream
-        self.args = args
+        if stream is not None or args:
+            raise GputraceError(
+                "@gputrace.trace bare takes no arguments; name the scope to give it some: "
+                '@gputrace.trace("name", key=value).'
+            )
+        qualname = getattr(name, "__qualname__", None) or getattr(name, "__name__", None)
+        return cls(str(qualname or repr(name)))(name)
 
     def __enter__(self) -> trace:
         rec = _recorder
