@@ -206,8 +206,7 @@ class RawRecording:
 
     def add(self, got: Collected) -> None:
         """Take what one ``collect()`` returned: spans, untimed and degraded tokens, operations."""
-        if len(got.spans):
-            self.spans = SpanBatch.concat([self.spans, got.spans])
+        self.spans = SpanBatch.concat([self.spans, got.spans])
         self.untimed |= got.untimed
         self.degraded.update(got.degraded)
         self.batches.extend(b for b in got.batches if len(b))

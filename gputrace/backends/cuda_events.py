@@ -400,8 +400,8 @@ class CudaEventsBackend(Backend):
         """``got`` after the spans harvested at scope exits, with the refused scopes (harvest lock held)."""
         early, self._harvested = self._harvested, []
         got.spans = SpanBatch.concat([*early, got.spans])
-        degraded, self._harvested_degraded = self._harvested_degraded, {}
-        got.degraded = {**degraded, **got.degraded}
+        got.degraded.update(self._harvested_degraded)
+        self._harvested_degraded = {}
         got.untimed, self._captured = self._captured, set()
         return got
 
