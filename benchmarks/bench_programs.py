@@ -193,6 +193,7 @@ if variant.startswith("cupti_") or variant == "events":  # what the writer proce
     from gputrace.exporters import canonical
     w = gputrace.load(canonical(out)).header.get("writer_process") or {}
     cpu += int(1e9 * (w.get("start_cpu_s", 0) + w.get("chunks_cpu_s", 0)))
+    extra["writer"] = w
 print(json.dumps({"import": (t0 - t_import) / 1e6, "start": (t1 - t0) / 1e6, "loop": (t2 - t1) / 1e6,
                   "stop": (t3 - t2) / 1e6, "cpu": cpu / 1e6, **extra}))
 """
@@ -321,6 +322,8 @@ def main() -> None:
                 f"{p}/{v}: timing {r.get('timing')}, start parts {r.get('cupti_start_ms')}, "
                 f"dropped {r.get('dropped')}"
             )
+        if r.get("writer"):  # the writer process: ready how long after its spawn, and its CPU
+            print(f"{p}/{v}: writer process {r['writer']}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ SERVE = """import os, sys, types
 sys.modules["gputrace"] = package = types.ModuleType("gputrace")
 package.__path__ = [sys.argv[1]]
 from gputrace.appender import serve
-serve()
+serve(int(sys.argv[2]))
 os._exit(0)"""
 
 
@@ -222,7 +222,7 @@ def spawn() -> subprocess.Popen[bytes]:
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
         return subprocess.Popen(
-            [sys.executable, "-S", "-c", SERVE, os.path.join(here, "gputrace")],
+            [sys.executable, "-S", "-c", SERVE, os.path.join(here, "gputrace"), str(time.monotonic_ns())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, close_fds=True, start_new_session=True,
         )  # fmt: skip
@@ -431,20 +431,23 @@ def _peak_rss_mb() -> float | None:
     return None
 
 
-def serve() -> None:
-    """The writer process: chunks from stdin resolved and appended; the close answered on stdout."""
+def serve(spawned_ns: int) -> None:
+    """The writer process: chunks from stdin resolved and appended; the close answered on stdout.
+    ``spawned_ns``: when the program started it (``time.monotonic_ns``, one clock for both)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the program; this finishes the file
     from gputrace.chunks import Resolving, resolving
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     out: Resolving | None = None
     ready_s = 0.0
+    ready_ms = None  # from the spawn to the file open: chunks sent before then wait
     error = ""
     while (msg := _receive(stdin)) is not None:
         try:
             if msg[0] == "open":  # a failure ends this process: the session then writes the file
                 out = resolving(msg[1], msg[2])
                 ready_s = time.process_time()
+                ready_ms = round((time.monotonic_ns() - spawned_ns) / 1e6, 1)
                 with contextlib.suppress(OSError):  # (a session already gone: the file goes on)
                     stdout.write(READY)
                     stdout.flush()
@@ -453,7 +456,7 @@ def serve() -> None:
             elif msg[0] == "close" and out is not None:
                 cpu_s = time.process_time()  # its CPU time: starting, then the chunks
                 facts = {"peak_rss_mb": _peak_rss_mb(), "start_cpu_s": round(ready_s, 3),
-                         "chunks_cpu_s": round(cpu_s - ready_s, 3)}  # fmt: skip
+                         "chunks_cpu_s": round(cpu_s - ready_s, 3), "ready_ms": ready_ms}  # fmt: skip
                 header = dict(msg[1], writer_process=facts)
                 if mine := [m for m in reported() if m not in header.get("problems", [])]:
                     header["problems"] = [*header.get("problems", []), *mine]

@@ -502,9 +502,10 @@ class CuptiBackend(Backend):
 def create(clock: Clock, **options: Any) -> CuptiBackend:
     """The CUPTI-timed cuda backend over libcupti (raises ``GputraceError`` with the reason when
     it cannot be: no libcupti, an unknown CUPTI version, CUPTI refusing to start)."""
+    t0 = time.perf_counter_ns()
     from gputrace.backends.cupti_lib import LibCuptiSource
 
-    t0 = time.perf_counter_ns()
+    t_import = time.perf_counter_ns()
     why = torch_profiler_active()
     if why is not None:
         raise GputraceError(why)
@@ -523,7 +524,8 @@ def create(clock: Clock, **options: Any) -> CuptiBackend:
             raise GputraceError(f"CUPTI's start-up self-check failed ({problem})")
         _self_checked = True
     source._on_buffer = backend.background_sample
-    source.start_ms.update({"load": (t1 - t0) / 1e6, "total": (time.perf_counter_ns() - t0) / 1e6})
+    took = {"import": t_import - t0, "load": t1 - t_import, "total": time.perf_counter_ns() - t0}
+    source.start_ms.update({part: ns / 1e6 for part, ns in took.items()})
     return backend
 
 

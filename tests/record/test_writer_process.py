@@ -41,7 +41,8 @@ def test_a_writer_process_writes_the_same_file(
     a, b = (gputrace.load(gputrace.exporters.canonical(files[w])) for w in ("thread", "process"))
     assert len(a) == len(b) > 0 and len(a.ops) == len(b.ops) > 0
     if ready:  # the child wrote the file, and says what it cost (its own peak memory)
-        assert b.header["writer_process"]["peak_rss_mb"] > 0
+        facts = b.header["writer_process"]
+        assert facts["peak_rss_mb"] > 0 and facts["ready_ms"] > 0  # (from its spawn to its file open)
     else:  # the session wrote it
         assert "writer_process" not in b.header
     assert "writer_process" not in a.header
