@@ -80,9 +80,9 @@ class DeviceTracer:
     def writes(self, encoder: Any, label: str, kind: str) -> dict[str, Any] | None:
         """``timestamp_writes`` for a pass the user is beginning, or None to leave it untimed."""
         token = innermost_token()
+        if not token:
+            self.outside += 1  # counted, so "nothing was timed" can say why
         if not token or self.closed:
-            if not token:
-                self.outside += 1  # counted, so "nothing was timed" can say why
             return None
         n = self.pass_counts[token] = self.pass_counts.get(token, 0) + 1
         if not self.timed:
@@ -373,12 +373,11 @@ class _TracedEncoder:
                 for r in recs:
                     r.submit_ns = _FAILED
         cb = self._gputrace_base.finish(self, label=label)
-        if recs:
+        if recs and tracer is not None:
             try:
                 cb._gputrace_passes = (tracer, recs)
             except Exception as exc:
-                if tracer is not None:
-                    tracer.fault("noting a command buffer", exc, [r.token for r in recs])
+                tracer.fault("noting a command buffer", exc, [r.token for r in recs])
         return cb
 
 
@@ -433,8 +432,7 @@ def traced_class(base: type, mixin: type) -> type:
 def swap_in(device: Any) -> None:
     """Give ``device`` and its queue the traced classes (idempotent)."""
     device.__class__ = traced_class(type(device), _TracedDevice)
-    queue = device.queue
-    queue.__class__ = traced_class(type(queue), _TracedQueue)
+    device.queue.__class__ = traced_class(type(device.queue), _TracedQueue)
 
 
 def swap_out(device: Any) -> None:
