@@ -210,13 +210,10 @@ class DeviceTracer:
 
     def _give_up(self, page: QueryPage, exc: BaseException) -> bool:
         """``page``'s read-back failed: its passes are degraded. True if it may go back to the
-        pool (unmapped); otherwise ``abandon`` parked it."""
+        pool (reset); otherwise ``abandon`` parked it."""
         for rec in page.records:
             self.degraded.setdefault(rec.token, f"reading back its timestamps failed ({exc})")
-        if abandon(page.readback, page.promise, page):
-            page.reset()
-            return True
-        return False
+        return abandon(page)
 
     def _read(self, page: QueryPage) -> None:
         """Read ``page``'s timestamps once its read-back is mapped (waiting for it, bounded)."""
@@ -287,11 +284,10 @@ class DeviceTracer:
         except BaseException:
             # a read-back given up on must never be submitted again while mapped or pending
             # (wgpu-native aborts the process): unmapped, or parked and replaced
-            if not abandon(page.readback, page.promise, page):
+            if not abandon(page):
                 self.calibration_page = None
             raise
-        finally:
-            page.reset()
+        page.reset()
         return CalibrationSample(before, gpu_ns, after, self.index)
 
     def close(self) -> None:
@@ -309,7 +305,7 @@ class DeviceTracer:
             left = list(self.mapping)  # read-backs still mapping (a collect that failed)
             self.mapping.clear()
         for page in left:
-            abandon(page.readback, page.promise, page)
+            abandon(page)
         settle_parked()
 
 
