@@ -212,10 +212,9 @@ def safe_header(header: dict[str, Any]) -> dict[str, Any]:
         else:
             left_out.append(str(k))
     if left_out:
-        before = out.get("problems")
-        problems: list[Any] = before if isinstance(before, list) else []
+        problems = out.get("problems")
         why_text = f"header fields left out (they could not be converted): {', '.join(left_out)}"
-        out["problems"] = [*problems, why_text]
+        out["problems"] = [*(problems if isinstance(problems, list) else []), why_text]
     return out
 
 

@@ -192,7 +192,7 @@ def run_script(opts: RunOptions) -> RunResult:
         exit_code = 128 + stopped_by
     if os.getpid() != s._pid:  # a process the program forked: its parent writes the trace
         return RunResult(exit_code, None, None, stopped_by)
-    for mod in hook.never_imported():
+    for mod in sorted(set(hook.targets) - hook.seen):
         notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
     scopes = s.scopes_recorded()
     if scopes == 0 and s.written is not None:
@@ -383,9 +383,6 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
     def remove(self) -> None:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-
-    def never_imported(self) -> list[str]:
-        return sorted(set(self.targets) - self.seen)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.targets:
