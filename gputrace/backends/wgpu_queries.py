@@ -142,7 +142,6 @@ class WorkDone:
         from wgpu.backends.wgpu_native._api import ffi, lib
 
         self.device = device
-        self.queue = device.queue
         self.clock = clock
         self.timeout_s = timeout_s
         self._done: dict[int, tuple[int, int]] = {}
@@ -182,7 +181,7 @@ class WorkDone:
             "WGPUQueueWorkDoneCallbackInfo *",
             {"mode": self._mode, "callback": self._callback, "userdata1": ffi.cast("void *", req)},
         )
-        libf.wgpuQueueOnSubmittedWorkDone(self.queue._internal, info[0])
+        libf.wgpuQueueOnSubmittedWorkDone(self.device.queue._internal, info[0])
         return req
 
     def wait(self, req: int, what: str = "its submitted work") -> int:
