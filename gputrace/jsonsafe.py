@@ -30,9 +30,7 @@ def clean_str(s: str, limit: int = MAX_STR) -> str:
     """``s`` bounded to ``limit`` characters, with lone surrogates (not UTF-8) replaced."""
     if len(s) > limit:
         s = s[:limit] + f"…(+{len(s) - limit} chars)"
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
+    if not s.isascii():  # (backslashreplace changes only what UTF-8 cannot encode)
         s = s.encode("utf-8", "backslashreplace").decode("utf-8")
     return s
 
@@ -40,9 +38,7 @@ def clean_str(s: str, limit: int = MAX_STR) -> str:
 def short_repr(value: Any, limit: int = MAX_REPR) -> str:
     """A bounded ``repr`` that never raises (a broken ``__repr__`` gives the type name)."""
     try:
-        r = repr(value)
-        if not isinstance(r, str):
-            raise TypeError
+        r = repr(value)  # (a __repr__ returning a non-str makes repr raise TypeError)
     except Exception:
         try:
             r = f"<{type(value).__qualname__} object (repr failed)>"
@@ -216,10 +212,9 @@ def safe_header(header: dict[str, Any]) -> dict[str, Any]:
         else:
             left_out.append(str(k))
     if left_out:
-        before = out.get("problems")
-        problems: list[Any] = before if isinstance(before, list) else []
+        problems = out.get("problems")
         why_text = f"header fields left out (they could not be converted): {', '.join(left_out)}"
-        out["problems"] = [*problems, why_text]
+        out["problems"] = [*(problems if isinstance(problems, list) else []), why_text]
     return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import importlib.abc
 import inspect
 import os
@@ -105,11 +106,9 @@ def parse_targets(modules: Sequence[str], functions: Sequence[str]) -> dict[str,
             raise GputraceError(
                 f"--trace-function {spec!r} is not of the form module:function or module:Class.method."
             )
-        if mod in targets and targets[mod] is None:
-            continue  # the whole module is traced already
         chosen = targets.setdefault(mod, set())
-        assert chosen is not None
-        chosen.add(qual)
+        if chosen is not None:  # (None: the whole module is traced already)
+            chosen.add(qual)
     return targets
 
 
@@ -192,8 +191,8 @@ def run_script(opts: RunOptions) -> RunResult:
     if stopped_by is not None:
         exit_code = 128 + stopped_by
     if os.getpid() != s._pid:  # a process the program forked: its parent writes the trace
-        return RunResult(exit_code, None, None, stopped_by, [])
-    for mod in hook.never_imported():
+        return RunResult(exit_code, None, None, stopped_by)
+    for mod in sorted(set(hook.targets) - hook.seen):
         notes.append(f"--trace-module/--trace-function: the program never imported {mod}.")
     scopes = s.scopes_recorded()
     if scopes == 0 and s.written is not None:
@@ -225,8 +224,6 @@ def _compile(source: str, script: Path, chosen: set[str] | None) -> tuple[types.
     (None: every top-level one), innermost, on the ``def`` line, so line numbers and tracebacks
     stay the same. Returns the code and the names decorated."""
     found: set[str] = set()
-    if chosen is not None and not chosen:
-        return compile(source, str(script), "exec", dont_inherit=True), found
     tree = ast.parse(source, str(script))
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     defs = [(n, n.name) for n in tree.body if isinstance(n, functions)]
@@ -278,14 +275,12 @@ def _without_own_frames(tb: types.TracebackType) -> types.TracebackType:
     """``tb`` without gputrace's own frames (a traced function's ``wrapper``); the first (the
     script's) is always kept."""
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    kept = [tb]
-    t = tb.tb_next
-    while t is not None:
-        if not os.path.abspath(t.tb_frame.f_code.co_filename).startswith(package):
-            kept.append(t)
-        t = t.tb_next
-    for a, b in zip(kept, [*kept[1:], None], strict=True):
-        a.tb_next = b
+    kept = tb
+    while (t := kept.tb_next) is not None:
+        if os.path.abspath(t.tb_frame.f_code.co_filename).startswith(package):
+            kept.tb_next = t.tb_next
+        else:
+            kept = t
     return tb
 
 
@@ -303,6 +298,7 @@ def _trace_new_wgpu_devices() -> Callable[[], None] | None:
     if original is None:
         return None
 
+    @functools.wraps(original)
     def request_device_sync(self: Any, **kwargs: Any) -> Any:
         features = list(kwargs.get("required_features") or ())
         if "timestamp-query" in self.features and "timestamp-query" not in features:
@@ -314,16 +310,10 @@ def _trace_new_wgpu_devices() -> Callable[[], None] | None:
             notice(f"the program's wgpu device could not be traced ({type(exc).__name__}: {exc}).")
         return device
 
-    request_device_sync.__doc__ = original.__doc__
     GPUAdapter.request_device_sync = request_device_sync
-
-    def undo() -> None:
-        if own:
-            GPUAdapter.request_device_sync = original
-        else:
-            del GPUAdapter.request_device_sync
-
-    return undo
+    if own:
+        return functools.partial(setattr, GPUAdapter, "request_device_sync", original)
+    return functools.partial(delattr, GPUAdapter, "request_device_sync")
 
 
 def _join_threads() -> None:
@@ -340,9 +330,7 @@ def _raise_stopped(signum: int, frame: Any) -> None:
 
 def _install(handler: Any, signals: Sequence[int], only_default: bool = False) -> dict[int, Any]:
     """``handler`` for ``signals`` (main thread only), with ``only_default`` only where the default
-    is in charge; returns the handlers they had."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
+    is in charge; returns the handlers they had (none off the main thread: ``signal`` raises there)."""
     previous = {}
     for sig in signals:
         if not only_default or signal.getsignal(sig) is signal.SIG_DFL:
@@ -395,9 +383,6 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
     def remove(self) -> None:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-
-    def never_imported(self) -> list[str]:
-        return sorted(set(self.targets) - self.seen)
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname not in self.targets:

@@ -178,9 +178,8 @@ class WgpuBackend(Backend):
     # A pass belongs to the innermost scope open on its thread's current track (the recorder
     # knows it: asyncio tasks and suspended generators included); a token only names the scope.
     def begin(self, name: str, stream: Hashable | None, cpu_ns: int) -> int:
-        token = next(self._tokens)
-        self._last_token = token
-        return token
+        self._last_token = next(self._tokens)
+        return self._last_token
 
     # sync, calibration, collection ------------------------------------------------------------
     def sync(self) -> None:

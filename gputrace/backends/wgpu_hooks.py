@@ -80,9 +80,9 @@ class DeviceTracer:
     def writes(self, encoder: Any, label: str, kind: str) -> dict[str, Any] | None:
         """``timestamp_writes`` for a pass the user is beginning, or None to leave it untimed."""
         token = innermost_token()
+        if not token:
+            self.outside += 1  # counted, so "nothing was timed" can say why
         if not token or self.closed:
-            if not token:
-                self.outside += 1  # counted, so "nothing was timed" can say why
             return None
         n = self.pass_counts[token] = self.pass_counts.get(token, 0) + 1
         if not self.timed:
@@ -210,13 +210,10 @@ class DeviceTracer:
 
     def _give_up(self, page: QueryPage, exc: BaseException) -> bool:
         """``page``'s read-back failed: its passes are degraded. True if it may go back to the
-        pool (unmapped); otherwise ``abandon`` parked it."""
+        pool (reset); otherwise ``abandon`` parked it."""
         for rec in page.records:
             self.degraded.setdefault(rec.token, f"reading back its timestamps failed ({exc})")
-        if abandon(page.readback, page.promise, page):
-            page.reset()
-            return True
-        return False
+        return abandon(page)
 
     def _read(self, page: QueryPage) -> None:
         """Read ``page``'s timestamps once its read-back is mapped (waiting for it, bounded)."""
@@ -287,11 +284,10 @@ class DeviceTracer:
         except BaseException:
             # a read-back given up on must never be submitted again while mapped or pending
             # (wgpu-native aborts the process): unmapped, or parked and replaced
-            if not abandon(page.readback, page.promise, page):
+            if not abandon(page):
                 self.calibration_page = None
             raise
-        finally:
-            page.reset()
+        page.reset()
         return CalibrationSample(before, gpu_ns, after, self.index)
 
     def close(self) -> None:
@@ -309,7 +305,7 @@ class DeviceTracer:
             left = list(self.mapping)  # read-backs still mapping (a collect that failed)
             self.mapping.clear()
         for page in left:
-            abandon(page.readback, page.promise, page)
+            abandon(page)
         settle_parked()
 
 
@@ -373,12 +369,11 @@ class _TracedEncoder:
                 for r in recs:
                     r.submit_ns = _FAILED
         cb = self._gputrace_base.finish(self, label=label)
-        if recs:
+        if recs and tracer is not None:
             try:
                 cb._gputrace_passes = (tracer, recs)
             except Exception as exc:
-                if tracer is not None:
-                    tracer.fault("noting a command buffer", exc, [r.token for r in recs])
+                tracer.fault("noting a command buffer", exc, [r.token for r in recs])
         return cb
 
 
@@ -433,8 +428,7 @@ def traced_class(base: type, mixin: type) -> type:
 def swap_in(device: Any) -> None:
     """Give ``device`` and its queue the traced classes (idempotent)."""
     device.__class__ = traced_class(type(device), _TracedDevice)
-    queue = device.queue
-    queue.__class__ = traced_class(type(queue), _TracedQueue)
+    device.queue.__class__ = traced_class(type(device.queue), _TracedQueue)
 
 
 def swap_out(device: Any) -> None:

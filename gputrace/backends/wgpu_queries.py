@@ -86,48 +86,47 @@ def _poll_until(device: Any, ready: Callable[[], bool], timeout_s: float, what: 
             time.sleep(nap)
 
 
-_parked: list[tuple[Any, Any, Any]] = []  # (buffer, promise, owner) of read-backs given up on
+_parked: list[QueryPage] = []  # pages whose read-back was given up on while mapping
 _parked_lock = threading.Lock()
 
 
-def abandon(buffer: Any, promise: Any, owner: Any = None) -> bool:
-    """Give up on reading ``buffer`` (``promise``: its ``map_async``, or None). True when it is
-    unmapped and may be used again; else it is parked with ``owner`` until it settles. Never raises."""
+def abandon(page: QueryPage) -> bool:
+    """Give up on reading ``page`` back. True when its read-back is unmapped: the page is reset
+    and may be used again; else it is parked, as it is, until its mapping settles. Never raises."""
     settle_parked()
     try:
-        state = str(buffer.map_state)
-        if state == "unmapped" and promise is None:
-            return True  # never mapped
+        state = str(page.readback.map_state)
         if state == "mapped":
-            buffer.unmap()
+            page.readback.unmap()
+        if state == "mapped" or (state == "unmapped" and page.promise is None):  # (or never mapped)
+            page.reset()
             return True
     except Exception:
         pass
     with _parked_lock:
-        _parked.append((buffer, promise, owner))
+        _parked.append(page)
     return False
 
 
 def settle_parked() -> None:
-    """Let go of parked read-backs whose mapping has settled (unmapping those that mapped)."""
+    """Let go of parked pages whose mapping has settled (unmapping those that mapped)."""
     with _parked_lock:
         todo = list(_parked)
     done = []
-    for item in todo:
-        buffer, promise, _ = item
+    for page in todo:
         try:
-            if promise is None or not mapped_ready(promise):
+            if page.promise is None or not mapped_ready(page.promise):
                 continue  # still pending on the GPU (or unknowable): kept
             with contextlib.suppress(Exception):  # (a mapping that failed leaves it unmapped)
-                promise.sync_wait()  # settled: runs its handler (the buffer becomes mapped) or raises
-            if str(buffer.map_state) == "mapped":
-                buffer.unmap()
+                page.promise.sync_wait()  # settled: runs its handler (the buffer becomes mapped) or raises
+            if str(page.readback.map_state) == "mapped":
+                page.readback.unmap()
         except Exception:
             continue
-        done.append(item)
+        done.append(page)
     if done:
         with _parked_lock:
-            _parked[:] = [item for item in _parked if item not in done]
+            _parked[:] = [page for page in _parked if page not in done]
 
 
 # Work-done callbacks wgpu-native has not called yet: their owners stay alive until it does (a
@@ -143,7 +142,6 @@ class WorkDone:
         from wgpu.backends.wgpu_native._api import ffi, lib
 
         self.device = device
-        self.queue = device.queue
         self.clock = clock
         self.timeout_s = timeout_s
         self._done: dict[int, tuple[int, int]] = {}
@@ -183,7 +181,7 @@ class WorkDone:
             "WGPUQueueWorkDoneCallbackInfo *",
             {"mode": self._mode, "callback": self._callback, "userdata1": ffi.cast("void *", req)},
         )
-        libf.wgpuQueueOnSubmittedWorkDone(self.queue._internal, info[0])
+        libf.wgpuQueueOnSubmittedWorkDone(self.device.queue._internal, info[0])
         return req
 
     def wait(self, req: int, what: str = "its submitted work") -> int:
