@@ -47,9 +47,7 @@ def intervals(trace: Trace) -> Intervals:
         return op_intervals(s, ops)
     # the spans, and the timed scopes with no span in their subtree (all of them without spans)
     timed = np.flatnonzero(s.gpu_start_ns != NO_TIME)
-    covered = np.zeros(len(s), bool)
-    covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
-    timed = timed[~covered[timed]]
+    timed = timed[~np.isin(timed, ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0])]
     return Intervals(
         np.concatenate([sp.scope.astype(np.int64), timed]),
         np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),

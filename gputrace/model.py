@@ -329,13 +329,10 @@ class Trace:
         return int(self.header["base_ns"])
 
     def scope(self, i: int) -> Scope:
-        s = self.scopes
-        i = int(i)
-
-        def opt(v: np.int64) -> int | None:
-            return None if int(v) == NO_TIME else int(v)
-
+        s, i = self.scopes, int(i)
         q = int(s.queue[i])
+        times = [int(c[i]) for c in (s.submit_ns, s.gpu_start_ns, s.gpu_end_ns)]
+        submit, g0, g1 = (None if t == NO_TIME else t for t in times)
         return Scope(
             index=i,
             name=self.names[int(s.name[i])],
@@ -344,9 +341,9 @@ class Trace:
             depth=int(s.depth[i]),
             cpu_start_ns=int(s.cpu_start_ns[i]),
             cpu_end_ns=int(s.cpu_end_ns[i]),
-            submit_ns=opt(s.submit_ns[i]),
-            gpu_start_ns=opt(s.gpu_start_ns[i]),
-            gpu_end_ns=opt(s.gpu_end_ns[i]),
+            submit_ns=submit,
+            gpu_start_ns=g0,
+            gpu_end_ns=g1,
             queue=self.queues[q] if q >= 0 else None,
             flags=int(s.flags[i]),
             uncertainty_ns=int(s.uncertainty_ns[i]),

@@ -139,7 +139,7 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     cl.append(clock["note"])
     out.append(("Clock alignment", cl))
     if summary.get("ranks"):
-        out.append(("Ranks", rank_lines(summary["ranks"], human_ns)))
+        out.append(("Ranks", rank_lines(summary["ranks"])))
     h = summary["host"]
     hl = [f"{h['name'] or 'unknown host'}, {h['cpu_count'] or '?'} CPUs, load average "
           f"{_loads(h['loadavg_start'])} at start, {_loads(h['loadavg_end'])} at end"]  # fmt: skip
