@@ -410,13 +410,11 @@ def nest(s: ScopeTable) -> None:
         return
     thr = s.thread
     order = None if bool(np.all(thr == thr[0])) else np.argsort(thr, kind="stable")
-    st = s.cpu_start_ns if order is None else s.cpu_start_ns[order]
-    en = s.cpu_end_ns if order is None else s.cpu_end_ns[order]
-    firsts = [0] if order is None else np.flatnonzero(np.diff(thr[order], prepend=-1) != 0).tolist()
+    st, en = (a if order is None else a[order] for a in (s.cpu_start_ns, s.cpu_end_ns))
+    ts = thr if order is None else thr[order]
+    firsts = np.flatnonzero(np.diff(ts, prepend=ts[0] - 1) != 0).tolist()  # each thread's first row
     before = ended_before(en, firsts, NO_TIME)  # the latest end among the thread's earlier scopes
-    new_group = np.zeros(n, bool)
-    new_group[firsts] = True
-    same_prev = ~new_group[1:]
+    same_prev = ts[1:] == ts[:-1]
     if bool(np.any(same_prev & (st[1:] < st[:-1]))):  # not in start order: walk
         _nest_walk(s)
         return

@@ -178,17 +178,15 @@ def _loads(la: Any) -> str:
 
 
 def _intro(summary: dict[str, Any]) -> list[str]:
-    lines = []
     what = f"{summary['scopes']} scopes"
     if summary["session_ns"] is not None:
         what += f" over {human_ns(summary['session_ns'])}"
     if summary["backend"]:
         what += f", backend {summary['backend']}"
-    lines.append(f"{summary['file'] or 'trace'}: {what}.")
+    lines = [f"{summary['file'] or 'trace'}: {what}."]
     if summary["note"]:
         lines.append(summary["note"])
-    timing = summary.get("timing") or []
-    if timing:
+    if timing := summary.get("timing"):
         t = ", ".join(f"GPU {d['device']} {d['timing']}" for d in timing)
         dropped = summary.get("cupti_dropped_records")
         if dropped is not None:
