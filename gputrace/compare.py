@@ -41,8 +41,6 @@ MIN_CALLS = 3
 def name_stats(trace: Trace) -> dict[str, dict[str, Any]]:
     """Per name: metric, warm calls, median and IQR of the compared time (ns)."""
     s = trace.scopes
-    if not len(s):
-        return {}
     flags = s.flags.astype(np.int64)
     warm = (flags & int(Flag.COLD)) == 0
     timed = (s.gpu_start_ns != NO_TIME) & ((flags & int(Flag.EMPTY)) == 0)

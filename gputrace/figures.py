@@ -47,9 +47,7 @@ def intervals(trace: Trace) -> Intervals:
         return op_intervals(s, ops)
     # the spans, and the timed scopes with no span in their subtree (all of them without spans)
     timed = np.flatnonzero(s.gpu_start_ns != NO_TIME)
-    covered = np.zeros(len(s), bool)
-    covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
-    timed = timed[~covered[timed]]
+    timed = timed[~np.isin(timed, ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0])]
     return Intervals(
         np.concatenate([sp.scope.astype(np.int64), timed]),
         np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),
@@ -75,18 +73,15 @@ def ancestor_pairs(parent: I64, owner: I64, *, strict: bool = False) -> tuple[I6
     owner itself unless ``strict``)."""
     rows = np.flatnonzero(owner >= 0)
     cur = owner[rows]
-    if strict:
-        cur = parent[cur]
-        keep = cur >= 0
-        cur, rows = cur[keep], rows[keep]
-    anc, idx = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]  # none: empty pairs
-    while len(cur):
+    anc, idx = [], []
+    while len(cur):  # one level up per round, the owners first (left out if strict)
         anc.append(cur)
         idx.append(rows)
         cur = parent[cur]
         keep = cur >= 0
         cur, rows = cur[keep], rows[keep]
-    return np.concatenate(anc), np.concatenate(idx)
+    none = np.zeros(0, np.int64)  # no pair at all: empty columns
+    return np.concatenate([none, *anc[strict:]]), np.concatenate([none, *idx[strict:]])
 
 
 def union_by_group(group: I64, start: I64, end: I64, n_groups: int) -> I64:
@@ -168,11 +163,8 @@ def first_submission_ns(s: ScopeTable, iv: Intervals) -> I64:
     if not len(anc):
         return out
     order = np.lexsort((iv.start_ns[idx], anc))
-    anc, idx = anc[order], idx[order]
-    first = np.ones(len(anc), bool)
-    first[1:] = anc[1:] != anc[:-1]
-    sub = iv.submit_ns[idx[first]]
-    who = anc[first]
+    who, first = np.unique(anc[order], return_index=True)  # each scope's first interval by GPU start
+    sub = iv.submit_ns[idx[order[first]]]
     known = sub != NO_TIME
     out[who[known]] = sub[known]
     return np.where(s.gpu_start_ns != NO_TIME, out, NO_TIME)
@@ -210,18 +202,15 @@ def gaps(iv: Intervals) -> Gaps:
     """Idle gaps per stream, classified as HTA 0.5 does: waiting for the host when the work that
     ends the gap was submitted after it opened, else between queued work."""
     e = np.zeros(0, np.int64)
-    q_all, st_all, en_all, cl_all = [e], [e], [e], [e]  # no GPU interval: empty columns
+    parts = [(e, e, e, e)]  # (queue, start, end, closer) per stream; no GPU interval: empty columns
     for q in distinct(iv.queue).tolist():
         rows = np.flatnonzero(iv.queue == q)
         # of intervals that start together, the one that ends last (even before its start) opens a block
         rows = rows[np.argsort(-iv.end_ns[rows], kind="stable")]
         st = iv.start_ns[rows]
         b0, b1, first = interval_union(st, np.maximum(iv.end_ns[rows], st))  # gaps lie between blocks
-        q_all.append(np.full(len(b0) - 1, q, np.int64))
-        st_all.append(b1[:-1])
-        en_all.append(b0[1:])
-        cl_all.append(rows[first[1:]])
-    queue, g0, g1, closer = (np.concatenate(x) for x in (q_all, st_all, en_all, cl_all))
+        parts.append((np.full(len(b0) - 1, q, np.int64), b1[:-1], b0[1:], rows[first[1:]]))
+    queue, g0, g1, closer = (np.concatenate(x) for x in zip(*parts, strict=True))
     sub = iv.submit_ns[closer]
     known = sub != NO_TIME
     return Gaps(queue, g0, g1, closer, known & (sub > g0), known)

@@ -329,13 +329,10 @@ class Trace:
         return int(self.header["base_ns"])
 
     def scope(self, i: int) -> Scope:
-        s = self.scopes
-        i = int(i)
-
-        def opt(v: np.int64) -> int | None:
-            return None if int(v) == NO_TIME else int(v)
-
+        s, i = self.scopes, int(i)
         q = int(s.queue[i])
+        times = [int(c[i]) for c in (s.submit_ns, s.gpu_start_ns, s.gpu_end_ns)]
+        submit, g0, g1 = (None if t == NO_TIME else t for t in times)
         return Scope(
             index=i,
             name=self.names[int(s.name[i])],
@@ -344,9 +341,9 @@ class Trace:
             depth=int(s.depth[i]),
             cpu_start_ns=int(s.cpu_start_ns[i]),
             cpu_end_ns=int(s.cpu_end_ns[i]),
-            submit_ns=opt(s.submit_ns[i]),
-            gpu_start_ns=opt(s.gpu_start_ns[i]),
-            gpu_end_ns=opt(s.gpu_end_ns[i]),
+            submit_ns=submit,
+            gpu_start_ns=g0,
+            gpu_end_ns=g1,
             queue=self.queues[q] if q >= 0 else None,
             flags=int(s.flags[i]),
             uncertainty_ns=int(s.uncertainty_ns[i]),
@@ -413,13 +410,11 @@ def nest(s: ScopeTable) -> None:
         return
     thr = s.thread
     order = None if bool(np.all(thr == thr[0])) else np.argsort(thr, kind="stable")
-    st = s.cpu_start_ns if order is None else s.cpu_start_ns[order]
-    en = s.cpu_end_ns if order is None else s.cpu_end_ns[order]
-    firsts = [0] if order is None else np.flatnonzero(np.diff(thr[order], prepend=-1) != 0).tolist()
+    st, en = (a if order is None else a[order] for a in (s.cpu_start_ns, s.cpu_end_ns))
+    ts = thr if order is None else thr[order]
+    firsts = np.flatnonzero(np.diff(ts, prepend=ts[0] - 1) != 0).tolist()  # each thread's first row
     before = ended_before(en, firsts, NO_TIME)  # the latest end among the thread's earlier scopes
-    new_group = np.zeros(n, bool)
-    new_group[firsts] = True
-    same_prev = ~new_group[1:]
+    same_prev = ts[1:] == ts[:-1]
     if bool(np.any(same_prev & (st[1:] < st[:-1]))):  # not in start order: walk
         _nest_walk(s)
         return

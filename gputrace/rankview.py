@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from gputrace.durations import fmt_ns
 from gputrace.figures import union_by_group
 from gputrace.model import NO_TIME, Trace
 
@@ -93,16 +94,14 @@ def _steps(
     else:
         top = s.depth == 0
         per_proc = [Counter(s.name[top & (scope_proc == k)].tolist()) for k in range(n)]
-        common = set.intersection(*(set(c) for c in per_proc)) if per_proc else set()
-        candidates = [(min(c[i] for c in per_proc), i) for i in common]
-        candidates = [c for c in candidates if c[0] >= 2]
+        common = set.intersection(*(set(c) for c in per_proc))
+        candidates = [(least, i) for i in common if (least := min(c[i] for c in per_proc)) >= 2]
         if not candidates:
             return None
         _, name_id = max(candidates, key=lambda c: (c[0], -c[1]))
         step_name = trace.names[name_id]
-        for k in range(n):
-            for j, row in enumerate(np.flatnonzero(top & (scope_proc == k) & (s.name == name_id)).tolist()):
-                keyed[k][j] = row
+        for k in range(n):  # the j-th such scope of each rank
+            keyed[k] = dict(enumerate(np.flatnonzero(top & (scope_proc == k) & (s.name == name_id)).tolist()))
     keys = sorted(set.intersection(*(set(v) for v in keyed.values())))
     if not keys:
         return None
@@ -135,16 +134,16 @@ def _steps(
     }
 
 
-def lines(view: dict[str, Any], human_ns: Any) -> list[str]:
-    """The view as text lines for the summary table (``human_ns`` formats nanoseconds)."""
+def lines(view: dict[str, Any]) -> list[str]:
+    """The view as text lines for the summary table."""
     out = []
     for r in view["ranks"]:
         share = f" ({r['gpu_busy_share']:.0%})" if r.get("gpu_busy_share") is not None else ""
         placed = r.get("placed_by") or "?"
         if r.get("uncertainty_ns") is not None:
-            placed += f" ±{human_ns(r['uncertainty_ns'])}"
-        out.append(f"{r['label']}: GPU busy {human_ns(r['gpu_busy_ns'])}{share}, in collectives "
-                   f"{human_ns(r['collective_ns'])}, {r['scopes']} scopes; placed by {placed}")  # fmt: skip
+            placed += f" ±{fmt_ns(r['uncertainty_ns'])}"
+        out.append(f"{r['label']}: GPU busy {fmt_ns(r['gpu_busy_ns'])}{share}, in collectives "
+                   f"{fmt_ns(r['collective_ns'])}, {r['scopes']} scopes; placed by {placed}")  # fmt: skip
     st = view.get("steps")
     if st is None:
         out.append("steps: none found (no ProfilerStep#N, no top-level scope every rank repeats).")
@@ -152,7 +151,7 @@ def lines(view: dict[str, Any], human_ns: Any) -> list[str]:
     counts = ", ".join(f"rank {r} in {c}" for r, c in st["slowest_counts"].items())
     out.append(f"slowest rank per step ({st['name']}, {st['count']} steps): {counts}; {view['rule']}")
     for row in st["rows"][:10]:
-        works = " · ".join(f"r{x['rank']} {human_ns(x['work_ns'])}" for x in row["ranks"])
+        works = " · ".join(f"r{x['rank']} {fmt_ns(x['work_ns'])}" for x in row["ranks"])
         out.append(f"    step {row['step']}: slowest rank {row['slowest_rank']} "
-                   f"(+{human_ns(row['lead_ns'])}); work {works}")  # fmt: skip
+                   f"(+{fmt_ns(row['lead_ns'])}); work {works}")  # fmt: skip
     return out

@@ -139,7 +139,7 @@ def _sections(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     cl.append(clock["note"])
     out.append(("Clock alignment", cl))
     if summary.get("ranks"):
-        out.append(("Ranks", rank_lines(summary["ranks"], human_ns)))
+        out.append(("Ranks", rank_lines(summary["ranks"])))
     h = summary["host"]
     hl = [f"{h['name'] or 'unknown host'}, {h['cpu_count'] or '?'} CPUs, load average "
           f"{_loads(h['loadavg_start'])} at start, {_loads(h['loadavg_end'])} at end"]  # fmt: skip
@@ -178,17 +178,15 @@ def _loads(la: Any) -> str:
 
 
 def _intro(summary: dict[str, Any]) -> list[str]:
-    lines = []
     what = f"{summary['scopes']} scopes"
     if summary["session_ns"] is not None:
         what += f" over {human_ns(summary['session_ns'])}"
     if summary["backend"]:
         what += f", backend {summary['backend']}"
-    lines.append(f"{summary['file'] or 'trace'}: {what}.")
+    lines = [f"{summary['file'] or 'trace'}: {what}."]
     if summary["note"]:
         lines.append(summary["note"])
-    timing = summary.get("timing") or []
-    if timing:
+    if timing := summary.get("timing"):
         t = ", ".join(f"GPU {d['device']} {d['timing']}" for d in timing)
         dropped = summary.get("cupti_dropped_records")
         if dropped is not None:

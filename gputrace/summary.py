@@ -145,7 +145,7 @@ def summarize(
     busy = sum(i["busy_ns"] for i in idle)
     queued = figures.queued_ns(trace, iv)  # from the first operation's launch call where seen
     rows = _rows(trace, idle, iv, queued)
-    all_rows = rows
+    found = [a for a in anomalies(trace, rows, queued) if name is None or _matches(a["name"], name)]
     has_gpu = any(r["gpu_ns"] for r in rows)
     if sort in SORT_ALIASES:
         sort = SORT_ALIASES[sort][0 if has_gpu else 1]
@@ -161,7 +161,6 @@ def summarize(
         rows = sorted(
             rows, key=lambda r: (field(r, path) is None, -(field(r, path) or 0), r["name"], r["queue"] or "")
         )
-    found = [a for a in anomalies(trace, all_rows, queued) if name is None or _matches(a["name"], name)]
     if top is not None:
         rows, idle, found = rows[: max(top, 0)], idle[: max(top, 0)], found[: max(top, 0)]
     header = trace.header
@@ -237,8 +236,7 @@ def _rows(
     nq = len(trace.queues)
     flags = s.flags.astype(np.int64)
     has_gpu = s.gpu_start_ns != NO_TIME
-    queue = np.where(has_gpu, s.queue.astype(np.int64), -1)
-    queue = np.where((queue >= 0) & (queue < nq), queue, -1)
+    queue = np.where(has_gpu & (s.queue >= 0) & (s.queue < nq), s.queue.astype(np.int64), -1)
     keys, group = np.unique(s.name.astype(np.int64) * (nq + 1) + (queue + 1), return_inverse=True)
     group = group.astype(np.int64)
     g = len(keys)
@@ -358,38 +356,29 @@ def anomalies(trace: Trace, rows: list[dict[str, Any]], queued: I64) -> list[dic
     ``queued``: per scope, ``gputrace.figures.queued_ns``."""
     s = trace.scopes
     flags = s.flags.astype(np.int64)
-    out: list[dict[str, Any]] = []
+    found: list[tuple[str, str, int, list[dict[str, Any]], dict[str, Any]]] = []  # kind, name, count, ...
     for bit in [b for b in Flag if int(b) & int(ANOMALY_FLAGS)]:
         hit = np.flatnonzero(flags & int(bit))
-        kind = flag_names(int(bit))[0]
         names, count = np.unique(s.name[hit], return_counts=True)
         for nm, c in zip(names.tolist(), count.tolist(), strict=True):
-            ex = hit[s.name[hit] == nm][:MAX_EXAMPLES]
-            out.append(_anomaly(kind, trace.names[nm], c, [_example(trace, int(r), queued) for r in ex]))
+            ex = [_example(trace, int(r), queued) for r in hit[s.name[hit] == nm][:MAX_EXAMPLES]]
+            found.append((flag_names(int(bit))[0], trace.names[nm], c, ex, {}))
     advice = figures.ADVICE.get(figures.trace_backend(trace) or "", figures.GENERIC_ADVICE)
     for r in rows:
+        numbers = {"gpu_median_ns": field(r, "gpu_ns.median"), "cpu_median_ns": r["cpu_ns"]["median"],
+                   "spread": r["spread"]}  # fmt: skip
+        more = {"queue": r["queue"], "numbers": numbers}
         if r["launch_bound"]:
-            out.append(_anomaly("launch_bound", r["name"], r["timed_calls"], [], r) | {"what_to_do": advice})
+            found.append(("launch_bound", r["name"], r["timed_calls"], [], more | {"what_to_do": advice}))
         if r["noisy"]:
-            out.append(_anomaly("noisy", r["name"], r["warm_calls"], [], r))
+            found.append(("noisy", r["name"], r["warm_calls"], [], more))
+    out: list[dict[str, Any]] = [
+        {"kind": k, "name": n, "count": c, "examples": ex, "meaning": MEANING[k], "what_to_do": TO_DO[k]}
+        | more
+        for k, n, c, ex, more in found
+    ]
     out.sort(key=lambda a: (-a["count"], a["kind"], a["name"]))
     return out
-
-
-def _anomaly(
-    kind: str, name: str, count: int, examples: list[dict[str, Any]],
-    row: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    a: dict[str, Any] = {"kind": kind, "name": name, "count": count, "examples": examples,
-                         "meaning": MEANING[kind], "what_to_do": TO_DO[kind]}  # fmt: skip
-    if row is not None:
-        a["queue"] = row["queue"]
-        a["numbers"] = {
-            "gpu_median_ns": (row["gpu_ns"] or {}).get("median"),
-            "cpu_median_ns": row["cpu_ns"]["median"],
-            "spread": row["spread"],
-        }
-    return a
 
 
 def _example(trace: Trace, r: int, queued: I64) -> dict[str, Any]:
