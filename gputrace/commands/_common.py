@@ -25,7 +25,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def backend_option(help: str) -> Callable[[F], F]:
-    """``--backend`` of calibrate and run."""
     choices = click.Choice(["auto", "cuda", "wgpu", "cpu"])
     return click.option("--backend", type=choices, default="auto", show_default=True, help=help)
 

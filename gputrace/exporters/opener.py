@@ -72,7 +72,6 @@ def parse_size(text: str) -> int:
 
 
 def max_trace_bytes() -> int:
-    """The read limit: ``GPUTRACE_MAX_TRACE_BYTES`` if set, else 2 GiB."""
     text = os.environ.get(ENV_VAR, "").strip()
     return parse_size(text) if text else DEFAULT_MAX_BYTES
 
