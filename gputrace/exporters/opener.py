@@ -146,11 +146,10 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
     checked = False
     while data:
         d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        pending = data
         try:
             while True:
-                block = d.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
-                pending = memoryview(d.unconsumed_tail)
+                block = d.decompress(data, min(_CHUNK, cap + 1 - len(out)))
+                data = memoryview(d.unconsumed_tail)
                 out += block
                 if len(out) > cap and cap < limit:
                     raise TraceFileError(
@@ -166,7 +165,7 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
                             f"{p}: not valid JSON (the gzip data does not hold a JSON document)."
                         )
                     checked = True
-                if d.eof or (not pending and not block):
+                if d.eof or (not data and not block):
                     break
         except zlib.error:
             if out:
