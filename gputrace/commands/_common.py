@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from gputrace.errors import GputraceError
-from gputrace.exporters import NotAGputraceTrace, load
+from gputrace.exporters import NotAGputraceTrace, load, write
 from gputrace.model import Trace
 from gputrace.progress import MIN_BYTES, Progress, content_size, is_terminal
 from gputrace.progress import clear as clear_progress
@@ -25,7 +25,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def backend_option(help: str) -> Callable[[F], F]:
-    """``--backend`` of calibrate and run."""
     choices = click.Choice(["auto", "cuda", "wgpu", "cpu"])
     return click.option("--backend", type=choices, default="auto", show_default=True, help=help)
 
@@ -97,10 +96,8 @@ def malformed(what: str) -> Iterator[None]:
 
 def write_or_fail(trace: Trace, out: str) -> None:
     """Write ``trace`` to ``out`` (format by extension); a failure ends the command in one sentence."""
-    from gputrace import exporters
-
     try:
-        exporters.write(trace, out)
+        write(trace, out)
     except OSError as exc:
         fail(f"{path_text(out)}: cannot be written ({exc.strerror or exc}).")
     except Exception as exc:  # the trace cannot be serialised: one sentence, no traceback

@@ -55,9 +55,7 @@ def calibrate(backend: str, quick: bool, fmt: str, output: Path | None, no_save:
     # a GputraceError (no such backend here, an output that is not a regular file) ends the
     # command in one sentence (gputrace.cli)
     chosen = _auto_backend() if backend == "auto" else backend
-    targets = [] if no_save else [default_path(chosen)]
-    if output is not None:
-        targets.insert(0, output)
+    targets = ([] if output is None else [output]) + ([] if no_save else [default_path(chosen)])
     for path in targets:  # a device node, FIFO or folder: refused before measuring
         check_output(path)
     if backend == "auto":

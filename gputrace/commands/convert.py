@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from gputrace.commands._common import load_any, write_or_fail
+from gputrace.commands._common import fail, load_any, write_or_fail
 from gputrace.safetext import path_text
 
 
@@ -14,7 +14,6 @@ from gputrace.safetext import path_text
 @click.argument("out", metavar="OUT", type=str)
 def convert(src: str, out: str) -> None:
     """Write the trace IN again as OUT (format by OUT's extension: .json, .json.gz, .pftrace)."""
-    from gputrace.commands._common import fail
     from gputrace.exporters.opener import SUFFIXES
     from gputrace.merge import check_paths
 

@@ -219,7 +219,6 @@ class Rows:
 
     # -- building ------------------------------------------------------------------------------
     def tobytes(self) -> bytes:
-        """Every row, each followed by ``sep``."""
         return b"".join(self.blocks())
 
     def blocks(self) -> Iterator[Any]:

@@ -20,6 +20,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import orjson
 from gputrace.exporters import opener
 from gputrace.exporters._text import Rows
 from gputrace.exporters.opener import Progress, TraceFileError
-from gputrace.exporters.plan import Chunk, Events, Planner, Waits, capped_header, file_header, queue_dict
+from gputrace.exporters.plan import Chunk, Events, Planner, Waits, capped_header, file_header
 from gputrace.gcpause import gc_paused
 from gputrace.jsonsafe import dumps
 from gputrace.model import Trace
@@ -289,8 +290,8 @@ class StreamWriter:
         self.closed = True
         enc = self._enc
         header = capped_header(header)
-        header.setdefault("threads", [{"tid": t.tid, "name": t.name} for t in enc.threads.values()])
-        header.setdefault("queues", [queue_dict(q) for q in enc.queues])
+        header.setdefault("threads", [asdict(t) for t in enc.threads.values()])
+        header.setdefault("queues", [asdict(q) for q in enc.queues])
         header["base_ns"] = enc.base
         if enc.ops_not_drawn:
             header["ops_not_drawn"] = enc.ops_not_drawn

@@ -72,7 +72,6 @@ def parse_size(text: str) -> int:
 
 
 def max_trace_bytes() -> int:
-    """The read limit: ``GPUTRACE_MAX_TRACE_BYTES`` if set, else 2 GiB."""
     text = os.environ.get(ENV_VAR, "").strip()
     return parse_size(text) if text else DEFAULT_MAX_BYTES
 
@@ -147,11 +146,10 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
     checked = False
     while data:
         d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        pending = data
         try:
             while True:
-                block = d.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
-                pending = memoryview(d.unconsumed_tail)
+                block = d.decompress(data, min(_CHUNK, cap + 1 - len(out)))
+                data = memoryview(d.unconsumed_tail)
                 out += block
                 if len(out) > cap and cap < limit:
                     raise TraceFileError(
@@ -167,7 +165,7 @@ def inflate(raw: bytes, p: Path) -> tuple[bytes, bool]:
                             f"{p}: not valid JSON (the gzip data does not hold a JSON document)."
                         )
                     checked = True
-                if d.eof or (not pending and not block):
+                if d.eof or (not data and not block):
                     break
         except zlib.error:
             if out:

@@ -14,7 +14,7 @@ writers render (so both formats draw the same tracks and args, with no Python wo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -89,10 +89,6 @@ class LaneCarry:
         return out
 
 
-def queue_dict(q: QueueInfo) -> dict[str, Any]:
-    return {"device": q.device, "device_name": q.device_name, "backend": q.backend, "label": q.label}
-
-
 def fold_passes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A scope's one pass as long as its GPU slice (same start, end, submission and queue) is the
     arg ``pass`` of that slice, not a second slice. ``rows``: the GPU scopes, ascending. Returns,
@@ -135,8 +131,8 @@ def file_header(trace: Trace) -> dict[str, Any]:
     """The header written beside ``trace``'s events: its own, with the threads and queues listed."""
     header = dict(trace.header, format_version=FORMAT_VERSION)  # as written now, whatever it was read from
     header["base_ns"] = export_base_ns(trace)
-    header["threads"] = [{"tid": t.tid, "name": t.name} for t in trace.threads]
-    header["queues"] = [queue_dict(q) for q in trace.queues]
+    header["threads"] = [asdict(t) for t in trace.threads]
+    header["queues"] = [asdict(q) for q in trace.queues]
     return capped_header(header)
 
 
@@ -312,7 +308,7 @@ class Planner:
             self._name_thread(pid, t.tid, t.name, meta)
         for qi, q in enumerate(trace.queues):
             self._name_process(GPU_PID_BASE + q.device, meta)
-            self._name_thread(GPU_PID_BASE + q.device, qi + 1, q.label, meta, queue=queue_dict(q))
+            self._name_thread(GPU_PID_BASE + q.device, qi + 1, q.label, meta, queue=asdict(q))
         n = len(s)
         tids = np.array([t.tid for t in trace.threads] or [0], np.int64)
         has_gpu = s.gpu_start_ns != NO_TIME

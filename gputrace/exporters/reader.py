@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import asdict
 from itertools import count, repeat
 from operator import itemgetter
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gputrace.exporters.opener import NotAGputraceTrace, TraceFileError
-from gputrace.exporters.plan import GPU_PID_BASE, OP_CATS, OVERLAP_TID_STEP, queue_dict
+from gputrace.exporters.plan import GPU_PID_BASE, OP_CATS, OVERLAP_TID_STEP
 from gputrace.model import (
     FORMAT_VERSION,
     NO_TIME,
@@ -56,8 +57,6 @@ def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) 
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise NotAGputraceTrace(f"{where}: not a Chrome trace (no traceEvents list).", doc)
     header = doc.get("gputrace")
-    if isinstance(header, dict) and header.get("truncated"):
-        truncated = True  # repaired: the start header stands in for the final one
     if not isinstance(header, dict):
         meta = doc.get("metadata")
         header = meta.get("gputrace_stream") if isinstance(meta, dict) else None
@@ -70,7 +69,7 @@ def from_document(doc: Any, where: str = "<trace>", *, truncated: bool = False) 
             f"(this gputrace reads version {FORMAT_VERSION})."
         )
     header = dict(header)
-    if truncated:
+    if truncated or header.get("truncated"):  # (repaired: the start header stands in for the final one)
         header["truncated"] = True
     try:
         return build(doc["traceEvents"], header)
@@ -210,8 +209,8 @@ def build(events: list[Any], header: dict[str, Any]) -> Trace:
         queues = [_queue(q) for q in header.get("queues", [])]
     else:  # a file cut short: only its start header
         threads, queues = _names_from_metadata(name_events)
-        header["threads"] = [{"tid": t.tid, "name": t.name} for t in threads]
-        header["queues"] = [queue_dict(q) for q in queues]
+        header["threads"] = [asdict(t) for t in threads]
+        header["queues"] = [asdict(q) for q in queues]
     n = len(cpu)
     # numbered as first met: the scopes' names, then labels and operations'
     name_ids: defaultdict[str, int] = defaultdict(count().__next__)
@@ -463,8 +462,7 @@ def from_chrome(doc: Any, where: str) -> Trace:
     for e in gpu:
         raw_args = e.get("args")
         gargs: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
-        dev = gargs.get("device", e.get("pid"))
-        qkey = (dev, gargs.get("stream", e.get("tid")))
+        qkey = (gargs.get("device", e.get("pid")), gargs.get("stream", e.get("tid")))
         q = queues.setdefault(qkey, len(queues))
         g0 = round(e["ts"] * 1000.0)
         g1 = g0 + round(e["dur"] * 1000.0)
@@ -482,7 +480,6 @@ def from_chrome(doc: Any, where: str) -> Trace:
     s = ScopeTable.empty(len(rows))
     cols = list(zip(*rows, strict=True))
     s.name = np.array([ids.setdefault(nm, len(ids)) for nm in cols[0]], np.int32)
-    names = list(ids)
     for col, values in zip(ROW_COLUMNS, cols[1:], strict=True):
         setattr(s, col, np.array(values, getattr(s, col).dtype))
     nest(s)
@@ -493,7 +490,7 @@ def from_chrome(doc: Any, where: str) -> Trace:
     flag_outliers(s, s.has_gpu(), flags)
     s.flags = flags.astype(np.uint32)
     spans = SpanTable.empty(0)
-    names = canonical_names(names, s, spans)
+    names = canonical_names(list(ids), s, spans)
     # (each dict numbers its keys in the order they were added)
     thread_infos = [
         ThreadInfo(i, f"pid {k[0]} tid {k[1]}" if k[0] != "gpu" else f"GPU stream {k[1]}")
