@@ -3,6 +3,7 @@
     python3 benchmarks/bench_programs.py                       # every program and variant, best of 3
     python3 benchmarks/bench_programs.py --programs tiny20k --variants bare,cupti_jsongz --reps 1
     python3 benchmarks/bench_programs.py --json out.json      # every run's numbers too
+    python3 benchmarks/bench_programs.py --seconds 400        # the rounds that fit (a time-boxed machine)
     python3 benchmarks/bench_programs.py --tree old=/tmp/old --variants bare,cupti_jsongz,cupti_jsongz@old
                                                   # a variant of another checkout, in the same rounds
     python3 benchmarks/bench_programs.py --variants bare,cupti_jsongz,cupti_jsongz+thread
@@ -44,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -243,6 +245,7 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", default="")
+    ap.add_argument("--seconds", type=float, default=0.0, help="no round begun that would end past this")
     ap.add_argument("--tree", action="append", default=[], help="NAME=PATH: variant V@NAME imports it")
     a = ap.parse_args()
     progs, variants = a.programs.split(","), a.variants.split(",")
@@ -262,8 +265,13 @@ def main() -> None:
         compileall.compile_dir(os.path.join(path, "gputrace"), quiet=1)
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}
     errors: dict[tuple[str, str], str] = {}
+    began = time.monotonic()
     with tempfile.TemporaryDirectory() as d:
         for rep in range(a.reps):
+            spent = time.monotonic() - began
+            if rep and a.seconds and spent + spent / rep > a.seconds:  # (rounds take about as long)
+                print(f"{rep} of {a.reps} rounds: another would end past --seconds", file=sys.stderr)
+                break
             for prog in progs:
                 for v in variants:
                     got = run_one(prog, v, Path(d), envs[v.partition("@")[2]])
