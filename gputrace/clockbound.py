@@ -71,8 +71,6 @@ class FeasibleBand:
     @classmethod
     def build(cls, samples: Sequence[CalibrationSample], fit: ClockFit) -> FeasibleBand | None:
         """The band, or None when no linear clock fits every window."""
-        if not samples:
-            return None
         cols = sample_columns(samples)
         return cls.from_columns(cols[:, 0], cols[:, 1], cols[:, 2], fit)
 
