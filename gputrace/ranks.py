@@ -354,9 +354,7 @@ class RankClock:
         nxt = self.next_sync = self._schedule()
         start = time.monotonic()
         try:
-            for peer in range(1, self.size):
-                if peer in self.dead:
-                    continue
+            for peer in [p for p in range(1, self.size) if p not in self.dead]:
                 try:
                     until = self._meet(e, peer, deadline)
                     sends: list[Pending] = []
