@@ -260,8 +260,7 @@ def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 
 
 def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
-    cp = c.cp
-    gstream = cp.cuda.Stream(non_blocking=True)
+    gstream = c.cp.cuda.Stream(non_blocking=True)
     with gstream:
         gstream.begin_capture()
         for _ in range(GRAPH_KERNELS):
