@@ -285,8 +285,7 @@ def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
     bound inside its samples, growing by the slope's uncertainty outside."""
     from gputrace.resolver import uncertainty_at
 
-    cf = ClockFit.from_dict(fit)
-    return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
+    return float(np.max(uncertainty_at(ClockFit.from_dict(fit), np.array([start_ns, end_ns], np.int64))))
 
 
 def _start(t: Trace) -> int:
