@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gputrace.host import host_facts
 from gputrace.outpath import check_output
 
 ENV_VAR = "GPUTRACE_CALIBRATION"
@@ -41,13 +42,7 @@ def default_path(backend: str, *, host: str | None = None, env: Mapping[str, str
     if explicit:
         return Path(explicit).expanduser()
     cache = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    if not host and hasattr(os, "uname"):  # socket.gethostname()'s answer, without importing socket (~5 ms)
-        host = os.uname().nodename
-    elif not host:  # (not POSIX)
-        import platform
-
-        host = platform.node()
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host) or "host"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host or host_facts()["name"]) or "host"
     return Path(cache) / "gputrace" / f"calibration-{name}-{backend}.json"
 
 
@@ -70,12 +65,10 @@ def header_calibration(backend: str) -> dict[str, Any] | None:
         doc = json.loads(src.read_text(encoding="utf-8"))
         if not isinstance(doc, dict) or doc.get("backend") != backend:
             return None
-        summary = doc.get("summary") or {}
+        summary: dict[str, Any] = doc.get("summary") or {}
         out: dict[str, Any] = {"backend": backend}
-        for key in HEADER_KEYS:
-            value = summary.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[key] = float(value)
+        # numbers only (a bool is an int to isinstance)
+        out.update((k, float(summary[k])) for k in HEADER_KEYS if type(summary.get(k)) in (int, float))
         if "launch_cpu_ns" not in out or "launch_gpu_ns" not in out:
             return None
         out["device"] = str(doc.get("device", ""))

@@ -48,31 +48,20 @@ class FeasibleBand:
     """The polygon of linear clocks consistent with every calibration window."""
 
     def __init__(
-        self,
-        fit: ClockFit,
-        x: F64,
-        lower: F64,
-        upper: F64,
-        d_lo: float,
-        d_hi: float,
-        span: tuple[float, float],
+        self, fit: ClockFit, x: F64, lower: F64, upper: F64, drift: F64, span: tuple[float, float]
     ) -> None:
         self.fit = fit  # the line whose error is bounded; its cpu_ref may move (see centre_offset)
         self.frame_cpu_ns = fit.cpu_ref_ns  # lower/upper are relative to this
         self.x = x  # the hull points' GPU times
         self.span = span  # GPU times of the first and the last sample the fit rests on (frame of x)
-        self.d_lo, self.d_hi = d_lo, d_hi
-        # The polygon's vertices: every drift where L or U bends, inside [d_lo, d_hi], and the ends.
-        bends = _bends(x, lower, upper)
-        self._drift = d = distinct(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
-        self._low_at = _edge_low(x, lower, d)  # L(δ) at each vertex drift
-        self._high_at = _edge_high(x, upper, d)  # U(δ) at each vertex drift
+        self._drift = drift  # the polygon's vertices' drifts, sorted: from d_lo to d_hi
+        self.d_lo, self.d_hi = float(drift[0]), float(drift[-1])
+        self._low_at = _edge_low(x, lower, drift)  # L(δ) at each vertex drift
+        self._high_at = _edge_high(x, upper, drift)  # U(δ) at each vertex drift
 
     @classmethod
     def build(cls, samples: Sequence[CalibrationSample], fit: ClockFit) -> FeasibleBand | None:
         """The band, or None when no linear clock fits every window."""
-        if not samples:
-            return None
         cols = sample_columns(samples)
         return cls.from_columns(cols[:, 0], cols[:, 1], cols[:, 2], fit)
 
@@ -105,10 +94,12 @@ class FeasibleBand:
         if gap[best] < -1.0:  # 1 ns: the windows are integers, the fit is rounded
             return None
         if gap[best] < 0:  # feasible only within rounding: the best drift alone
-            return cls(fit, g, lower, upper, float(d[best]), float(d[best]), span)
+            return cls(fit, g, lower, upper, d[best : best + 1], span)
         ok = np.flatnonzero(gap >= 0)  # one run of neighbours (U − L is concave)
         d_lo, d_hi = _crossing(d, gap, int(ok[0]), -1), _crossing(d, gap, int(ok[-1]), 1)
-        return cls(fit, g, lower, upper, d_lo, d_hi, span)
+        # the polygon's vertices: every drift where L or U bends inside [d_lo, d_hi], and the ends
+        drift = distinct(np.concatenate([[d_lo, d_hi], bends[(bends > d_lo) & (bends < d_hi)]]))
+        return cls(fit, g, lower, upper, drift, span)
 
     def limits(self, x: F64) -> tuple[F64, F64]:
         """Smallest and largest ``cpu − cpu_ref − x`` any feasible clock gives at GPU times ``x``."""

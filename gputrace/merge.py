@@ -116,12 +116,10 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     used_pids: set[int] = set()
     processes: list[dict[str, Any]] = []
     tables: list[tuple[ScopeTable, SpanTable, OpTable]] = []  # renumbered, per input
-    correlation0 = 0
     marks: list[Mark] = []
     fits: dict[int, ClockFit] = {}
-    clock: list[dict[str, Any]] = []
     merged_info: list[dict[str, Any]] = []
-    row0 = n_devices = 0
+    row0 = n_devices = correlation0 = 0
     for t, f, shift, how in zip(traces, files, shifts, placed, strict=True):
         name_map = np.array([name_id.setdefault(n, len(name_id)) for n in t.names] or [0], np.int64)
         thread0, queue0 = len(threads), len(queues)
@@ -139,9 +137,7 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
         processes.append({"pid": pid, "rank": rank, "label": label, "tids": tids, "host": host_name,
                           "pid_is_real": pid == real_pid, "devices": list(dev_map.values())})  # fmt: skip
         queues += [QueueInfo(dev_map[q.device], q.device_name, q.backend, q.label) for q in t.queues]
-        for dev, fit in t.clock_fits.items():
-            fits[dev_map[dev]] = fit
-            clock.append(dict(device=dev_map[dev], **fit.to_dict()))
+        fits.update((dev_map[dev], fit) for dev, fit in t.clock_fits.items())
         # times are on the reference clock already (_moved): only rows, names, threads and queues move
         s, sp, op = t.scopes, t.spans, t.ops
         tables.append((replace(
@@ -175,9 +171,9 @@ def merge(traces: list[Trace], files: list[str] | None = None) -> Trace:
     starts = [_start(t) for t in traces]
     ends = [int(t.header.get("end_ns", t.header["base_ns"])) for t in traces]
     header.update(
-        start_ns=min(starts), base_ns=min(starts), end_ns=max(ends), pid=processes[0]["pid"],
-        rank=None, clock=clock, processes=processes, merged=merged_info,
-        backend=",".join(sorted({str(t.header.get("backend")) for t in traces})),
+        start_ns=min(starts), base_ns=min(starts), end_ns=max(ends), pid=processes[0]["pid"], rank=None,
+        clock=[dict(device=d, **f.to_dict()) for d, f in fits.items()], processes=processes,
+        merged=merged_info, backend=",".join(sorted({str(t.header.get("backend")) for t in traces})),
     )  # fmt: skip
     merged = Trace(header, all_names, threads, queues, scopes, spans, marks, fits, ops)
     from gputrace.flags import anomaly_report
@@ -248,11 +244,8 @@ def place_ranks(
     measured = [bool(i) and i == ref_id for i in ids]
     anchor = measured.index(True) if ref_id else 0  # without measured ranks: the first input
     a_rec = recs[anchor] or {}
-    a_off = (
-        0
-        if not ref_id or a_rec.get("status") == "reference"
-        else offset_at(a_rec["fit"], _start(traces[anchor]))
-    )
+    at_zero = not ref_id or a_rec.get("status") == "reference"  # the anchor's clock is the time line
+    a_off = 0 if at_zero else offset_at(a_rec["fit"], _start(traces[anchor]))
     out, out_shifts, info = [], [], []
     for t, rec, offset, is_measured in zip(traces, recs, offsets, measured, strict=True):
         if not is_measured or rec is None:
@@ -292,8 +285,7 @@ def uncertainty(fit: dict[str, Any], start_ns: int, end_ns: int) -> float:
     bound inside its samples, growing by the slope's uncertainty outside."""
     from gputrace.resolver import uncertainty_at
 
-    cf = ClockFit.from_dict(fit)
-    return float(np.max(uncertainty_at(cf, np.array([start_ns, end_ns], np.int64))))
+    return float(np.max(uncertainty_at(ClockFit.from_dict(fit), np.array([start_ns, end_ns], np.int64))))
 
 
 def _start(t: Trace) -> int:

@@ -268,8 +268,7 @@ class RankClock:
         self.rank, self.size = int(transport.rank), int(transport.size)
         self.rounds, self.keep = max(1, int(rounds)), max(1, int(keep))
         self.refresh_s, self.timeout_s = float(refresh_s), float(timeout_s)
-        nccl = bool(getattr(transport, "nccl", False))
-        self.peer_budget_s = NCCL_PEER_BUDGET_S if nccl else PEER_BUDGET_S
+        self.peer_budget_s = NCCL_PEER_BUDGET_S if getattr(transport, "nccl", False) else PEER_BUDGET_S
         self.samples: list[CalibrationSample] = []
         self.exchanges: list[dict[str, Any]] = []  # as the header holds them (``_note``)
         self.failed: str | None = None
@@ -354,9 +353,7 @@ class RankClock:
         nxt = self.next_sync = self._schedule()
         start = time.monotonic()
         try:
-            for peer in range(1, self.size):
-                if peer in self.dead:
-                    continue
+            for peer in [p for p in range(1, self.size) if p not in self.dead]:
                 try:
                     until = self._meet(e, peer, deadline)
                     sends: list[Pending] = []

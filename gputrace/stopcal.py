@@ -39,9 +39,7 @@ def tightest(pool: list[CalibrationSample], like: list[CalibrationSample]) -> li
     return out
 
 
-def fit_reaches(
-    samples: list[CalibrationSample], latest: list[CalibrationSample], target_ns: int = 0
-) -> bool:
+def fit_reaches(samples: list[CalibrationSample], latest: list[CalibrationSample], target_ns: int) -> bool:
     """Do ``latest`` (the last of ``samples``) hold, per device, one window about as tight as the
     earlier ones (``STOP_WINDOW_RATIO``) and the target (``target_ns``, 0: none), that the fit reaches?"""
     n_old = len(samples) - len(latest)

@@ -8,6 +8,7 @@ GPU then runs the batch back to back.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -98,11 +99,8 @@ class _Cuda:
         self.cp = cp
         self.stream = cp.cuda.Stream(non_blocking=True)
         mod = cp.RawModule(code=KERNELS)
-        self.empty = mod.get_function("gt_empty")
-        self.spin = mod.get_function("gt_spin")
-        self.fma = mod.get_function("gt_fma")
-        self.ev0 = cp.cuda.Event()
-        self.ev1 = cp.cuda.Event()
+        self.empty, self.spin, self.fma = (mod.get_function(f"gt_{k}") for k in ("empty", "spin", "fma"))
+        self.ev0, self.ev1 = cp.cuda.Event(), cp.cuda.Event()
         self.elapsed_seen: list[float] = []  # every event-pair reading, for the timer resolution
 
     def elapsed_ns(self) -> float:
@@ -165,10 +163,9 @@ def _first_use(run: DeviceRun, plan: Plan) -> None:
     samples: dict[str, list[float]] = {k: [] for k, _ in FIRST_USE_ROWS}
     for _ in range(1 if plan.quick else 3):
         with tempfile.TemporaryDirectory(prefix="gputrace-cupy-cache-") as cache:
-            env = dict(os.environ, CUPY_CACHE_DIR=cache)
             done = subprocess.run(
                 [sys.executable, "-c", FIRST_USE_SCRIPT, KERNELS],
-                env=env,
+                env=dict(os.environ, CUPY_CACHE_DIR=cache),
                 capture_output=True,
                 text=True,
                 timeout=180,
@@ -215,9 +212,7 @@ def _queued(
 
 
 def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
-    def empty() -> None:
-        c.empty((1,), (1,), ())
-
+    empty = functools.partial(c.empty, (1,), (1,), ())
     for _ in range(200 if plan.quick else 2000):  # warm-up: module load, driver queues, clocks
         empty()
     c.stream.synchronize()
@@ -250,10 +245,7 @@ def _launch(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
     per = 50
     for blocks in GRID_BLOCKS:
-
-        def launch(blocks: int = blocks) -> None:
-            c.empty((blocks,), (256,), ())
-
+        launch = functools.partial(c.empty, (blocks,), (256,), ())
         for _ in range(20):
             launch()
         cpu, gpu = _queued(c, launch, per, max(5, plan.batches // 4))
@@ -268,8 +260,7 @@ def _grid(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
 
 
 def _graph(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
-    cp = c.cp
-    gstream = cp.cuda.Stream(non_blocking=True)
+    gstream = c.cp.cuda.Stream(non_blocking=True)
     with gstream:
         gstream.begin_capture()
         for _ in range(GRAPH_KERNELS):
@@ -337,10 +328,7 @@ def _copies(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
                 ("H2D", rt.memcpyHostToDevice, dev.data.ptr, hptr),
                 ("D2H", rt.memcpyDeviceToHost, hptr, dev.data.ptr),
             ):
-
-                def copy(dst: int = dst, src: int = src, kind: int = kind, nbytes: int = nbytes) -> None:
-                    rt.memcpyAsync(dst, src, nbytes, kind, c.stream.ptr)
-
+                copy = functools.partial(rt.memcpyAsync, dst, src, nbytes, kind, c.stream.ptr)
                 copy()
                 c.stream.synchronize()
                 wall, device = c.wall_and_device(copy, reps)
@@ -370,10 +358,7 @@ def _breakeven(run: DeviceRun, plan: Plan, c: _Cuda) -> None:
         grid = ((n + 255) // 256,)
         dev, hptr, nbytes = y.data.ptr, host.ctypes.data, 4 * n
         for ops in INTENSITIES:
-            args = (y, np.int64(n), np.int32(ops), a, b)
-
-            def kernel(args: Any = args) -> None:
-                c.fma(grid, (256,), args)
+            kernel = functools.partial(c.fma, grid, (256,), (y, np.int64(n), np.int32(ops), a, b))
 
             def with_copies(kernel: Callable[[], None] = kernel) -> None:
                 rt.memcpyAsync(dev, hptr, nbytes, rt.memcpyHostToDevice, c.stream.ptr)

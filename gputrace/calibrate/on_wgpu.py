@@ -56,10 +56,7 @@ def probe() -> tuple[Any, Any]:
 
 class _Wgpu:
     def __init__(self, wgpu: Any, device: Any, timestamps: bool) -> None:
-        self.wgpu = wgpu
-        self.device = device
-        self.queue = device.queue
-        self.timestamps = timestamps
+        self.wgpu, self.device, self.queue, self.timestamps = wgpu, device, device.queue, timestamps
         usage = wgpu.BufferUsage
         self.flag_src = device.create_buffer(size=4, usage=usage.STORAGE | usage.COPY_SRC)
         self.flag_map = device.create_buffer(size=4, usage=usage.MAP_READ | usage.COPY_DST)
