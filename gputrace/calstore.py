@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gputrace.host import host_facts
+from gputrace.host import host_name
 from gputrace.outpath import check_output
 
 ENV_VAR = "GPUTRACE_CALIBRATION"
@@ -42,7 +42,7 @@ def default_path(backend: str, *, host: str | None = None, env: Mapping[str, str
     if explicit:
         return Path(explicit).expanduser()
     cache = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host or host_facts()["name"]) or "host"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host or host_name()) or "host"
     return Path(cache) / "gputrace" / f"calibration-{name}-{backend}.json"
 
 

@@ -47,7 +47,9 @@ def intervals(trace: Trace) -> Intervals:
         return op_intervals(s, ops)
     # the spans, and the timed scopes with no span in their subtree (all of them without spans)
     timed = np.flatnonzero(s.gpu_start_ns != NO_TIME)
-    timed = timed[~np.isin(timed, ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0])]
+    covered = np.zeros(len(s), bool)
+    covered[ancestor_pairs(s.parent, sp.scope.astype(np.int64))[0]] = True
+    timed = timed[~covered[timed]]
     return Intervals(
         np.concatenate([sp.scope.astype(np.int64), timed]),
         np.concatenate([sp.queue.astype(np.int64), s.queue[timed].astype(np.int64)]),
@@ -163,8 +165,10 @@ def first_submission_ns(s: ScopeTable, iv: Intervals) -> I64:
     if not len(anc):
         return out
     order = np.lexsort((iv.start_ns[idx], anc))
-    who, first = np.unique(anc[order], return_index=True)  # each scope's first interval by GPU start
-    sub = iv.submit_ns[idx[order[first]]]
+    anc, idx = anc[order], idx[order]
+    first = np.r_[True, anc[1:] != anc[:-1]]  # each scope's first interval by GPU start (sorted: no unique)
+    sub = iv.submit_ns[idx[first]]
+    who = anc[first]
     known = sub != NO_TIME
     out[who[known]] = sub[known]
     return np.where(s.gpu_start_ns != NO_TIME, out, NO_TIME)

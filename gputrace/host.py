@@ -25,15 +25,18 @@ def loadavg() -> list[float] | None:
         return None
 
 
-def host_facts() -> dict[str, Any]:
-    """The header's ``host`` at start (the name read without importing ``socket``: 5 ms)."""
+def host_name() -> str:
+    """This machine's name, read without importing ``socket`` (5 ms)."""
     if hasattr(os, "uname"):
-        name = os.uname().nodename
-    else:  # Windows
-        import platform
+        return os.uname().nodename
+    import platform  # Windows
 
-        name = platform.node()
-    return {"name": name, "cpu_count": os.cpu_count(), "loadavg_start": loadavg()}
+    return platform.node()
+
+
+def host_facts() -> dict[str, Any]:
+    """The header's ``host`` at start."""
+    return {"name": host_name(), "cpu_count": os.cpu_count(), "loadavg_start": loadavg()}
 
 
 def _first_number(names: tuple[str, ...]) -> int | None:
